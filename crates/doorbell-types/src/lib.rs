@@ -1,0 +1,296 @@
+//! Vocabulary shared by every doorbell crate.
+//!
+//! Each identifier and address space is its own newtype (STYLE R10) so that a
+//! queue number never stands in for a key, nor a host address for an offset in
+//! a UAR page. Arithmetic goes through methods that say what they do on
+//! overflow. Time is counted in picoseconds (STYLE R8): a byte on a PCIe Gen5
+//! x16 link takes tens of picoseconds, and a `u64` of them lasts about 200 days.
+#![no_std]
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+use core::fmt;
+
+macro_rules! id_newtype {
+    ($(#[$m:meta])* $name:ident($inner:ty), $mask:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        pub struct $name($inner);
+
+        impl $name {
+            /// Largest representable value.
+            pub const MAX: $inner = $mask;
+
+            /// Wraps a raw value, keeping only the bits the field has.
+            pub const fn new(raw: $inner) -> Self {
+                Self(raw & $mask)
+            }
+
+            /// The raw value.
+            pub const fn get(self) -> $inner {
+                self.0
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({:#x})"), self.0)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:#x}", self.0)
+            }
+        }
+    };
+}
+
+id_newtype!(
+    /// Queue pair number, 24 bits (IBTA Vol 1 §9.2, BTH DestQP).
+    Qpn(u32),
+    0x00ff_ffff
+);
+id_newtype!(
+    /// Completion queue number, 24 bits.
+    Cqn(u32),
+    0x00ff_ffff
+);
+id_newtype!(
+    /// Protection domain number, 24 bits.
+    Pdn(u32),
+    0x00ff_ffff
+);
+id_newtype!(
+    /// UAR index as the device numbers its 4 KiB UAR pages.
+    UarIndex(u32),
+    0x00ff_ffff
+);
+
+/// A memory key: `(mkey_index << 8) | variant` (mlx5 reference §9.2).
+///
+/// The same value serves as lkey and rkey of a plain memory region; [`Lkey`] and
+/// [`Rkey`] keep the two roles apart in signatures.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Mkey(u32);
+
+impl Mkey {
+    /// The key reserved as the receive-scatter terminator (index 1, variant 0).
+    pub const INVALID: Mkey = Mkey(0x100);
+
+    /// Builds a key from its table index (24 bits) and variant byte.
+    pub const fn from_parts(index: u32, variant: u8) -> Self {
+        Self(((index & 0x00ff_ffff) << 8) | variant as u32)
+    }
+
+    /// Wraps a raw 32-bit key.
+    pub const fn from_raw(raw: u32) -> Self {
+        Self(raw)
+    }
+
+    /// The raw 32-bit key.
+    pub const fn raw(self) -> u32 {
+        self.0
+    }
+
+    /// The mkey table index (upper 24 bits).
+    pub const fn index(self) -> u32 {
+        self.0 >> 8
+    }
+
+    /// The variant byte (lower 8 bits); a stale key differs here.
+    pub const fn variant(self) -> u8 {
+        (self.0 & 0xff) as u8
+    }
+}
+
+impl fmt::Debug for Mkey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mkey({:#x})", self.0)
+    }
+}
+
+/// A key used by the local side of a work request (scatter/gather entries).
+pub type Lkey = Mkey;
+/// A key named by a remote peer (RDMA and atomic requests).
+pub type Rkey = Mkey;
+
+/// Packet sequence number: 24 bits, arithmetic modulo 2^24 (IBTA Vol 1 §9.7).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Psn(u32);
+
+impl Psn {
+    /// Bit mask of a PSN.
+    pub const MASK: u32 = 0x00ff_ffff;
+
+    /// Wraps a raw value, keeping the low 24 bits.
+    pub const fn new(raw: u32) -> Self {
+        Self(raw & Self::MASK)
+    }
+
+    /// The raw 24-bit value.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+
+    /// `self + n` modulo 2^24.
+    pub const fn add(self, n: u32) -> Self {
+        Self::new(self.0.wrapping_add(n))
+    }
+
+    /// Signed distance `self - other` in the 24-bit circle, in -2^23..2^23.
+    pub const fn diff(self, other: Psn) -> i32 {
+        ((self.0.wrapping_sub(other.0) << 8) as i32) >> 8
+    }
+
+    /// True if `self` comes strictly before `other` in the 24-bit circle.
+    pub const fn precedes(self, other: Psn) -> bool {
+        self.diff(other) < 0
+    }
+}
+
+impl fmt::Debug for Psn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Psn({})", self.0)
+    }
+}
+
+/// An address in host memory as the device sees it (bus/DMA address).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct HostAddr(u64);
+
+impl HostAddr {
+    /// Wraps a raw address.
+    pub const fn new(raw: u64) -> Self {
+        Self(raw)
+    }
+
+    /// The raw address.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// `self + off`, or `None` on overflow.
+    pub const fn checked_add(self, off: u64) -> Option<Self> {
+        match self.0.checked_add(off) {
+            Some(v) => Some(Self(v)),
+            None => None,
+        }
+    }
+
+    /// Offset of `self` within an aligned block of `align` bytes (power of two).
+    pub const fn offset_in(self, align: u64) -> u64 {
+        self.0 & (align - 1)
+    }
+}
+
+impl fmt::Debug for HostAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostAddr({:#x})", self.0)
+    }
+}
+
+impl fmt::Display for HostAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// A point in time, in picoseconds since the start of a run.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Debug)]
+pub struct Instant(u64);
+
+impl Instant {
+    /// The start of a run.
+    pub const ZERO: Instant = Instant(0);
+
+    /// An instant `ps` picoseconds after the start.
+    pub const fn from_ps(ps: u64) -> Self {
+        Self(ps)
+    }
+
+    /// Picoseconds since the start.
+    pub const fn as_ps(self) -> u64 {
+        self.0
+    }
+
+    /// `self + d`, saturating at the end of time.
+    pub const fn add(self, d: Duration) -> Self {
+        Self(self.0.saturating_add(d.0))
+    }
+
+    /// Time from `earlier` to `self`, zero if `earlier` is later.
+    pub const fn since(self, earlier: Instant) -> Duration {
+        Duration(self.0.saturating_sub(earlier.0))
+    }
+}
+
+/// A span of time in picoseconds.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Debug)]
+pub struct Duration(u64);
+
+impl Duration {
+    /// No time.
+    pub const ZERO: Duration = Duration(0);
+
+    /// `ps` picoseconds.
+    pub const fn from_ps(ps: u64) -> Self {
+        Self(ps)
+    }
+
+    /// `ns` nanoseconds.
+    pub const fn from_ns(ns: u64) -> Self {
+        Self(ns.saturating_mul(1_000))
+    }
+
+    /// `us` microseconds.
+    pub const fn from_us(us: u64) -> Self {
+        Self(us.saturating_mul(1_000_000))
+    }
+
+    /// The span in picoseconds.
+    pub const fn as_ps(self) -> u64 {
+        self.0
+    }
+
+    /// The span in (fractional) nanoseconds.
+    pub fn as_ns_f64(self) -> f64 {
+        self.0 as f64 / 1_000.0
+    }
+
+    /// `self + other`, saturating.
+    pub const fn add(self, other: Duration) -> Self {
+        Self(self.0.saturating_add(other.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psn_wraps_and_compares_across_zero() {
+        let top = Psn::new(Psn::MASK);
+        assert_eq!(top.add(1), Psn::new(0));
+        assert!(top.precedes(Psn::new(0)));
+        assert!(!Psn::new(0).precedes(top));
+        assert_eq!(Psn::new(3).diff(top), 4);
+        // More than 2^23 ahead counts as behind.
+        assert!(Psn::new(0x80_0001).precedes(Psn::new(0)));
+    }
+
+    #[test]
+    fn mkey_splits_into_index_and_variant() {
+        let k = Mkey::from_parts(0x12345, 0x6a);
+        assert_eq!(k.raw(), 0x0123_456a);
+        assert_eq!(k.index(), 0x12345);
+        assert_eq!(k.variant(), 0x6a);
+        assert_eq!(Mkey::INVALID.index(), 1);
+    }
+
+    #[test]
+    fn ids_keep_only_their_bits() {
+        assert_eq!(Qpn::new(0xff12_3456).get(), 0x12_3456);
+        assert_eq!(Cqn::MAX, 0xff_ffff);
+    }
+}
