@@ -1,0 +1,277 @@
+//! Host memory and MMIO: the two sides of the bus as host software sees them.
+//!
+//! # Model
+//! [`HostMemory`] is the host's physical (bus) address space. Host software
+//! (driver and provider) reads and writes it directly; the device reaches it
+//! only through DMA on the bus, which the `doorbell-pcie` crate wraps around a
+//! `HostMemory`. [`Mmio`] is the other direction: stores the CPU makes into a
+//! device's UAR pages. Both are traits so that the live runtime and the
+//! simulator can provide them (STYLE §1, "host software sees the device only
+//! through doorbell-host traits").
+//!
+//! [`HostRam`] is the memory the runtimes use: page-aligned regions allocated
+//! from a private address space, each behind its own lock, so that a host
+//! thread and a device thread can share queues safely. Addresses are never
+//! reused, so a stale address after a free fails instead of touching new data.
+//!
+//! # Guarantees
+//! Every access is bounds-checked against one region; an access that is not
+//! wholly inside a live region returns [`MemError`] and changes nothing.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use doorbell_types::{HostAddr, UarIndex};
+
+/// Bytes in a host page.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// Why a host-memory access or allocation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemError {
+    /// The range is not wholly inside one allocated region. Fatal to the
+    /// access only; the device turns it into a protection error.
+    #[error("{len} bytes at {addr} are not inside allocated host memory")]
+    Unmapped {
+        /// Start of the access.
+        addr: HostAddr,
+        /// Length of the access.
+        len: usize,
+    },
+    /// No region starts at this address.
+    #[error("no allocation starts at {0}")]
+    NotAllocated(HostAddr),
+    /// The region is pinned for DMA and cannot be freed until unpinned.
+    #[error("region at {0} is pinned for DMA ({1} pins)")]
+    Pinned(HostAddr, u32),
+    /// A zero-length or absurdly large allocation.
+    #[error("cannot allocate {0} bytes")]
+    BadSize(u64),
+}
+
+/// The host's memory as a bus address space.
+pub trait HostMemory: Send + Sync {
+    /// Copies `buf.len()` bytes at `addr` into `buf`.
+    fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError>;
+    /// Copies `data` to `addr`.
+    fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError>;
+
+    /// Reads a big-endian u32.
+    fn read_be32(&self, addr: HostAddr) -> Result<u32, MemError> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    /// Writes a big-endian u32.
+    fn write_be32(&self, addr: HostAddr, v: u32) -> Result<(), MemError> {
+        self.write(addr, &v.to_be_bytes())
+    }
+}
+
+/// Stores the CPU makes into device registers (UAR pages).
+///
+/// One call is one MMIO write as the CPU issues it: an 8-byte doorbell, or one
+/// 64-byte write-combined BlueFlame chunk. Implementations deliver calls from
+/// one thread in order.
+pub trait Mmio: Send + Sync {
+    /// Writes `data` at byte `offset` of UAR page `uar`.
+    fn mmio_write(&self, uar: UarIndex, offset: u32, data: &[u8]);
+}
+
+struct Region {
+    len: u64,
+    pins: u32,
+    bytes: Box<[u8]>,
+}
+
+/// Host memory made of page-aligned regions, shareable between threads.
+pub struct HostRam {
+    regions: RwLock<BTreeMap<u64, Arc<Mutex<Region>>>>,
+    next: Mutex<u64>,
+}
+
+/// First address handed out; low addresses stay unmapped so that zero and
+/// small integers used as addresses fault.
+const BASE: u64 = 0x1_0000_0000;
+/// Largest single allocation (1 GiB).
+const MAX_ALLOC: u64 = 1 << 30;
+
+impl Default for HostRam {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HostRam {
+    /// An empty address space.
+    pub fn new() -> Self {
+        Self {
+            regions: RwLock::new(BTreeMap::new()),
+            next: Mutex::new(BASE),
+        }
+    }
+
+    /// Allocates `len` zeroed bytes at a page-aligned address.
+    pub fn alloc(&self, len: u64) -> Result<HostAddr, MemError> {
+        if len == 0 || len > MAX_ALLOC {
+            return Err(MemError::BadSize(len));
+        }
+        let pages = len.div_ceil(PAGE_SIZE);
+        let base = {
+            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            let base = *next;
+            // Leave one unmapped guard page after every region.
+            *next += (pages + 1) * PAGE_SIZE;
+            base
+        };
+        let region = Region {
+            len,
+            pins: 0,
+            bytes: vec![0u8; len as usize].into_boxed_slice(),
+        };
+        self.regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(base, Arc::new(Mutex::new(region)));
+        Ok(HostAddr::new(base))
+    }
+
+    /// Frees the region that starts at `addr`.
+    pub fn free(&self, addr: HostAddr) -> Result<(), MemError> {
+        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
+        let pins = region.lock().unwrap_or_else(|e| e.into_inner()).pins;
+        if pins > 0 {
+            return Err(MemError::Pinned(addr, pins));
+        }
+        map.remove(&addr.get());
+        Ok(())
+    }
+
+    /// Pins the region containing `[addr, addr + len)` for DMA and returns the
+    /// bus address of each 4 KiB page it covers (the PAS list the driver hands
+    /// to the device).
+    pub fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
+        let (base, region) = self.find(addr, len as usize)?;
+        region.lock().unwrap_or_else(|e| e.into_inner()).pins += 1;
+        let first = addr.get() & !(PAGE_SIZE - 1);
+        let end = addr.get() + len.max(1);
+        let _ = base;
+        Ok((first..end)
+            .step_by(PAGE_SIZE as usize)
+            .map(HostAddr::new)
+            .collect())
+    }
+
+    /// Releases one pin taken by [`HostRam::pin`] on the region containing `addr`.
+    pub fn unpin(&self, addr: HostAddr) -> Result<(), MemError> {
+        let (_, region) = self.find(addr, 1)?;
+        let mut r = region.lock().unwrap_or_else(|e| e.into_inner());
+        r.pins = r.pins.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Number of live regions.
+    pub fn region_count(&self) -> usize {
+        self.regions.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn find(&self, addr: HostAddr, len: usize) -> Result<(u64, Arc<Mutex<Region>>), MemError> {
+        let err = MemError::Unmapped { addr, len };
+        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let (&base, region) = map.range(..=addr.get()).next_back().ok_or(err.clone())?;
+        let region = Arc::clone(region);
+        drop(map);
+        let rlen = region.lock().unwrap_or_else(|e| e.into_inner()).len;
+        let off = addr.get() - base;
+        let end = off.checked_add(len as u64).ok_or(err.clone())?;
+        if end > rlen {
+            return Err(err);
+        }
+        Ok((base, region))
+    }
+
+    fn with_region<R>(
+        &self,
+        addr: HostAddr,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, MemError> {
+        let (base, region) = self.find(addr, len)?;
+        let off = (addr.get() - base) as usize;
+        let mut r = region.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(f(&mut r.bytes[off..off + len]))
+    }
+}
+
+impl HostMemory for HostRam {
+    fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {
+        self.with_region(addr, buf.len(), |src| buf.copy_from_slice(src))
+    }
+
+    fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError> {
+        self.with_region(addr, data.len(), |dst| dst.copy_from_slice(data))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_read_write_free() {
+        let ram = HostRam::new();
+        let a = ram.alloc(10_000).unwrap();
+        assert_eq!(a.offset_in(PAGE_SIZE), 0);
+        ram.write(a.checked_add(9_990).unwrap(), &[7; 10]).unwrap();
+        let mut b = [0u8; 12];
+        assert!(ram.read(a.checked_add(9_990).unwrap(), &mut b).is_err());
+        ram.read(a.checked_add(9_988).unwrap(), &mut b[..12])
+            .unwrap();
+        let mut b = [0u8; 10];
+        ram.read(a.checked_add(9_990).unwrap(), &mut b).unwrap();
+        assert_eq!(b, [7; 10]);
+        ram.free(a).unwrap();
+        assert!(ram.read(a, &mut b).is_err());
+        assert_eq!(ram.free(a), Err(MemError::NotAllocated(a)));
+    }
+
+    #[test]
+    fn regions_do_not_touch() {
+        let ram = HostRam::new();
+        let a = ram.alloc(4096).unwrap();
+        let b = ram.alloc(4096).unwrap();
+        assert!(
+            b.get() >= a.get() + 2 * PAGE_SIZE,
+            "guard page between regions"
+        );
+        // A write that would run from a into the gap fails and changes nothing.
+        assert!(ram.write(a.checked_add(4090).unwrap(), &[1; 10]).is_err());
+        let mut x = [9u8; 6];
+        ram.read(a.checked_add(4090).unwrap(), &mut x).unwrap();
+        assert_eq!(x, [0; 6]);
+    }
+
+    #[test]
+    fn pinned_regions_cannot_be_freed() {
+        let ram = HostRam::new();
+        let a = ram.alloc(3 * 4096).unwrap();
+        let pas = ram.pin(a.checked_add(100).unwrap(), 8192).unwrap();
+        assert_eq!(pas.len(), 3);
+        assert_eq!(pas[1].get(), a.get() + 4096);
+        assert_eq!(ram.free(a), Err(MemError::Pinned(a, 1)));
+        ram.unpin(a).unwrap();
+        ram.free(a).unwrap();
+    }
+
+    #[test]
+    fn zero_and_huge_allocations_fail() {
+        let ram = HostRam::new();
+        assert_eq!(ram.alloc(0), Err(MemError::BadSize(0)));
+        assert!(ram.alloc(1 << 40).is_err());
+    }
+}

@@ -1,0 +1,579 @@
+//! The bus between host and device, at the level of PCIe transactions.
+//!
+//! # Model
+//! Every crossing between host and device is one of three transaction kinds
+//! (invariant 1 of DESIGN.md):
+//! - **MWr**, a posted write: the CPU's MMIO stores into UAR pages
+//!   (host → device), and the device's DMA writes (device → host);
+//! - **MRd**, a read request the device sends to host memory;
+//! - **CplD**, a completion with data that comes back for it.
+//!
+//! A DMA of `n` bytes is split the way a PCIe device must split it
+//! ([`LinkConfig`]): writes into MWr TLPs of at most MPS bytes, reads into MRd
+//! requests of at most MRRS bytes, and each request's data into CplD TLPs of at
+//! most MPS bytes that end on read-completion-boundary (RCB) addresses. No TLP
+//! crosses a 4 KiB boundary.
+//!
+//! [`Bus`] is the device's end of the link: the device performs all DMA
+//! through the [`Dma`] trait it implements, and reports each MMIO write it
+//! receives, so that [`Counters`] see every crossing, by kind, direction,
+//! purpose and QP. This crate has no clock: the simulator attaches time to the
+//! same splits.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use doorbell_host::{HostMemory, MemError};
+use doorbell_types::{HostAddr, Qpn};
+
+/// No TLP may cross a 4 KiB address boundary (PCIe Base Specification §2.2.7).
+pub const TLP_BOUNDARY: u64 = 4096;
+
+/// Link parameters that decide how transactions are split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// Max payload size of a TLP, in bytes (128..=4096, power of two).
+    pub mps_bytes: u32,
+    /// Max read request size, in bytes (128..=4096, power of two).
+    pub mrrs_bytes: u32,
+    /// Read completion boundary, in bytes (64 or 128).
+    pub rcb_bytes: u32,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        Self {
+            mps_bytes: 256,
+            mrrs_bytes: 512,
+            rcb_bytes: 64,
+        }
+    }
+}
+
+/// A link parameter outside what PCIe allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// MPS, MRRS or RCB is not a power of two in its legal range.
+    #[error("{name} = {value} is not a power of two in {min}..={max}")]
+    OutOfRange {
+        /// Which parameter.
+        name: &'static str,
+        /// The value given.
+        value: u32,
+        /// Smallest legal value.
+        min: u32,
+        /// Largest legal value.
+        max: u32,
+    },
+}
+
+impl LinkConfig {
+    /// Checks every parameter against the ranges PCIe allows.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check = |name, value: u32, min, max| {
+            if value.is_power_of_two() && (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(ConfigError::OutOfRange {
+                    name,
+                    value,
+                    min,
+                    max,
+                })
+            }
+        };
+        check("mps", self.mps_bytes, 128, 4096)?;
+        check("mrrs", self.mrrs_bytes, 128, 4096)?;
+        check("rcb", self.rcb_bytes, 64, 128)
+    }
+
+    /// Splits `[addr, addr + len)` into pieces of at most `max` bytes that do
+    /// not cross a 4 KiB boundary.
+    fn split(addr: u64, len: u64, max: u64) -> impl Iterator<Item = (u64, u64)> {
+        let end = addr.saturating_add(len);
+        let mut at = addr;
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            let to_boundary = TLP_BOUNDARY - (at % TLP_BOUNDARY);
+            let n = max.min(to_boundary).min(end - at);
+            let piece = (at, n);
+            at += n;
+            Some(piece)
+        })
+    }
+
+    /// The MWr TLPs of a write: `(address, bytes)` each.
+    pub fn write_tlps(&self, addr: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
+        Self::split(addr, len, u64::from(self.mps_bytes))
+    }
+
+    /// The MRd requests of a read: `(address, bytes)` each.
+    pub fn read_requests(&self, addr: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
+        Self::split(addr, len, u64::from(self.mrrs_bytes))
+    }
+
+    /// The CplD TLPs answering one read request: `(address, bytes)` each.
+    /// Every completion but the last ends on an RCB-aligned address and
+    /// carries at most MPS bytes.
+    pub fn completions(&self, addr: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
+        let end = addr.saturating_add(len);
+        let mps = u64::from(self.mps_bytes);
+        let rcb = u64::from(self.rcb_bytes);
+        let mut at = addr;
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            let limit = at + mps;
+            let n = if limit >= end {
+                end - at
+            } else {
+                let aligned = limit - (limit % rcb);
+                if aligned > at { aligned - at } else { mps }
+            };
+            let piece = (at, n);
+            at += n;
+            Some(piece)
+        })
+    }
+
+    /// `(MRd, CplD)` TLP counts of a read of `len` bytes at `addr`.
+    pub fn read_tlp_counts(&self, addr: u64, len: u64) -> (u64, u64) {
+        self.read_requests(addr, len)
+            .fold((0, 0), |(mrd, cpld), (a, n)| {
+                (mrd + 1, cpld + self.completions(a, n).count() as u64)
+            })
+    }
+}
+
+/// What a DMA is for; counters keep each purpose apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DmaPurpose {
+    /// Reading send WQEs from the send queue.
+    SendWqe,
+    /// Reading payload named by a send WQE's data segments (or a READ
+    /// response's source at the responder).
+    Payload,
+    /// Reading receive WQEs.
+    RecvWqe,
+    /// Writing received data into host memory (receive scatter, RDMA WRITE
+    /// target, READ response scatter, atomic result).
+    Scatter,
+    /// Atomic read-modify-write of the target word at the responder.
+    Atomic,
+    /// Writing a CQE.
+    Cqe,
+    /// Reading a doorbell record.
+    DoorbellRecord,
+}
+
+impl DmaPurpose {
+    /// Every purpose, in counter order.
+    pub const ALL: [DmaPurpose; 7] = [
+        DmaPurpose::SendWqe,
+        DmaPurpose::Payload,
+        DmaPurpose::RecvWqe,
+        DmaPurpose::Scatter,
+        DmaPurpose::Atomic,
+        DmaPurpose::Cqe,
+        DmaPurpose::DoorbellRecord,
+    ];
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Who a DMA is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DmaTag {
+    /// The QP on whose behalf the DMA runs, if any.
+    pub qpn: Option<Qpn>,
+    /// What it is for.
+    pub purpose: DmaPurpose,
+}
+
+impl DmaTag {
+    /// A tag for `qpn` and `purpose`.
+    pub const fn new(qpn: Qpn, purpose: DmaPurpose) -> Self {
+        Self {
+            qpn: Some(qpn),
+            purpose,
+        }
+    }
+}
+
+/// A DMA that host memory refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DmaError {
+    /// The range is not mapped host memory. Fatal to the work request; the
+    /// device reports it as a protection error.
+    #[error("DMA to unmapped host memory")]
+    Unmapped(#[from] MemError),
+}
+
+/// Counts of bus crossings. Operations (a DMA read of a WQE, one MMIO store)
+/// and TLPs are counted separately.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// MMIO writes the device received (host → device MWr TLPs).
+    pub mmio_writes: u64,
+    /// Bytes those MMIO writes carried.
+    pub mmio_bytes: u64,
+    /// DMA read operations, by [`DmaPurpose`].
+    pub dma_reads: [u64; 7],
+    /// Bytes read by DMA, by purpose.
+    pub dma_read_bytes: [u64; 7],
+    /// DMA write operations, by purpose.
+    pub dma_writes: [u64; 7],
+    /// Bytes written by DMA, by purpose.
+    pub dma_write_bytes: [u64; 7],
+    /// MWr TLPs device → host (DMA writes).
+    pub dma_mwr_tlps: u64,
+    /// MRd TLPs (device → host).
+    pub mrd_tlps: u64,
+    /// CplD TLPs (host → device).
+    pub cpld_tlps: u64,
+}
+
+impl Counters {
+    /// DMA reads for `p`.
+    pub fn reads(&self, p: DmaPurpose) -> u64 {
+        self.dma_reads[p.index()]
+    }
+    /// DMA writes for `p`.
+    pub fn writes(&self, p: DmaPurpose) -> u64 {
+        self.dma_writes[p.index()]
+    }
+    /// Total DMA read bytes.
+    pub fn total_read_bytes(&self) -> u64 {
+        self.dma_read_bytes.iter().sum()
+    }
+    /// Total DMA write bytes.
+    pub fn total_write_bytes(&self) -> u64 {
+        self.dma_write_bytes.iter().sum()
+    }
+    /// All MWr TLPs, both directions (MMIO and DMA writes).
+    pub fn mwr_tlps(&self) -> u64 {
+        self.mmio_writes + self.dma_mwr_tlps
+    }
+
+    /// `self - earlier`, field by field (saturating).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        let sub = |a: [u64; 7], b: [u64; 7]| std::array::from_fn(|i| a[i].saturating_sub(b[i]));
+        Counters {
+            mmio_writes: self.mmio_writes.saturating_sub(earlier.mmio_writes),
+            mmio_bytes: self.mmio_bytes.saturating_sub(earlier.mmio_bytes),
+            dma_reads: sub(self.dma_reads, earlier.dma_reads),
+            dma_read_bytes: sub(self.dma_read_bytes, earlier.dma_read_bytes),
+            dma_writes: sub(self.dma_writes, earlier.dma_writes),
+            dma_write_bytes: sub(self.dma_write_bytes, earlier.dma_write_bytes),
+            dma_mwr_tlps: self.dma_mwr_tlps.saturating_sub(earlier.dma_mwr_tlps),
+            mrd_tlps: self.mrd_tlps.saturating_sub(earlier.mrd_tlps),
+            cpld_tlps: self.cpld_tlps.saturating_sub(earlier.cpld_tlps),
+        }
+    }
+
+    fn add_read(&mut self, p: DmaPurpose, bytes: u64, mrd: u64, cpld: u64) {
+        self.dma_reads[p.index()] += 1;
+        self.dma_read_bytes[p.index()] += bytes;
+        self.mrd_tlps += mrd;
+        self.cpld_tlps += cpld;
+    }
+
+    fn add_write(&mut self, p: DmaPurpose, bytes: u64, mwr: u64) {
+        self.dma_writes[p.index()] += 1;
+        self.dma_write_bytes[p.index()] += bytes;
+        self.dma_mwr_tlps += mwr;
+    }
+
+    fn add_mmio(&mut self, bytes: u64) {
+        self.mmio_writes += 1;
+        self.mmio_bytes += bytes;
+    }
+}
+
+/// One recorded crossing, for traces and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crossing {
+    /// An MMIO write of `bytes` (one MWr TLP, host → device).
+    Mmio {
+        /// Attributed QP, if the device could tell.
+        qpn: Option<Qpn>,
+        /// Bytes carried.
+        bytes: u32,
+    },
+    /// A DMA read: `mrd` requests and `cpld` completions.
+    DmaRead {
+        /// Who it was for.
+        tag: DmaTag,
+        /// Bytes read.
+        bytes: u32,
+        /// MRd TLPs.
+        mrd: u32,
+        /// CplD TLPs.
+        cpld: u32,
+    },
+    /// A DMA write in `mwr` TLPs.
+    DmaWrite {
+        /// Who it was for.
+        tag: DmaTag,
+        /// Bytes written.
+        bytes: u32,
+        /// MWr TLPs.
+        mwr: u32,
+    },
+}
+
+/// The device's access to host memory and its record of MMIO arrivals.
+pub trait Dma {
+    /// Reads `buf.len()` bytes of host memory at `addr`.
+    fn dma_read(&mut self, tag: DmaTag, addr: HostAddr, buf: &mut [u8]) -> Result<(), DmaError>;
+    /// Writes `data` into host memory at `addr`.
+    fn dma_write(&mut self, tag: DmaTag, addr: HostAddr, data: &[u8]) -> Result<(), DmaError>;
+    /// Records an MMIO write of `bytes` the device received, attributed to `qpn`.
+    fn record_mmio(&mut self, qpn: Option<Qpn>, bytes: usize);
+}
+
+/// The device's end of a PCIe link to host memory.
+pub struct Bus {
+    cfg: LinkConfig,
+    mem: Arc<dyn HostMemory>,
+    total: Counters,
+    per_qp: BTreeMap<Qpn, Counters>,
+    log: Option<Vec<Crossing>>,
+}
+
+impl Bus {
+    /// A bus to `mem` with link parameters `cfg` (validate them first).
+    pub fn new(cfg: LinkConfig, mem: Arc<dyn HostMemory>) -> Self {
+        Self {
+            cfg,
+            mem,
+            total: Counters::default(),
+            per_qp: BTreeMap::new(),
+            log: None,
+        }
+    }
+
+    /// The link parameters.
+    pub fn config(&self) -> &LinkConfig {
+        &self.cfg
+    }
+
+    /// Counters over all crossings.
+    pub fn counters(&self) -> Counters {
+        self.total
+    }
+
+    /// Counters of one QP (zero if it never crossed the bus).
+    pub fn qp_counters(&self, qpn: Qpn) -> Counters {
+        self.per_qp.get(&qpn).copied().unwrap_or_default()
+    }
+
+    /// Starts or stops recording each crossing.
+    pub fn set_recording(&mut self, on: bool) {
+        self.log = if on { Some(Vec::new()) } else { None };
+    }
+
+    /// Takes the crossings recorded so far.
+    pub fn take_log(&mut self) -> Vec<Crossing> {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn apply(&mut self, qpn: Option<Qpn>, f: impl Fn(&mut Counters)) {
+        f(&mut self.total);
+        if let Some(q) = qpn {
+            f(self.per_qp.entry(q).or_default());
+        }
+    }
+}
+
+impl Dma for Bus {
+    fn dma_read(&mut self, tag: DmaTag, addr: HostAddr, buf: &mut [u8]) -> Result<(), DmaError> {
+        let len = buf.len() as u64;
+        let (mrd, cpld) = self.cfg.read_tlp_counts(addr.get(), len);
+        self.apply(tag.qpn, |c| c.add_read(tag.purpose, len, mrd, cpld));
+        if let Some(log) = &mut self.log {
+            log.push(Crossing::DmaRead {
+                tag,
+                bytes: len as u32,
+                mrd: mrd as u32,
+                cpld: cpld as u32,
+            });
+        }
+        self.mem.read(addr, buf)?;
+        Ok(())
+    }
+
+    fn dma_write(&mut self, tag: DmaTag, addr: HostAddr, data: &[u8]) -> Result<(), DmaError> {
+        let len = data.len() as u64;
+        let mwr = self.cfg.write_tlps(addr.get(), len).count() as u64;
+        self.apply(tag.qpn, |c| c.add_write(tag.purpose, len, mwr));
+        if let Some(log) = &mut self.log {
+            log.push(Crossing::DmaWrite {
+                tag,
+                bytes: len as u32,
+                mwr: mwr as u32,
+            });
+        }
+        self.mem.write(addr, data)?;
+        Ok(())
+    }
+
+    fn record_mmio(&mut self, qpn: Option<Qpn>, bytes: usize) {
+        self.apply(qpn, |c| c.add_mmio(bytes as u64));
+        if let Some(log) = &mut self.log {
+            log.push(Crossing::Mmio {
+                qpn,
+                bytes: bytes as u32,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use doorbell_host::HostRam;
+
+    fn cfg() -> LinkConfig {
+        LinkConfig::default()
+    }
+
+    #[test]
+    fn defaults_are_legal_and_bad_values_are_not() {
+        assert_eq!(cfg().validate(), Ok(()));
+        let bad = LinkConfig {
+            mps_bytes: 300,
+            ..cfg()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::OutOfRange { name: "mps", .. })
+        ));
+        let bad = LinkConfig {
+            rcb_bytes: 256,
+            ..cfg()
+        };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn writes_split_at_mps_and_4k() {
+        let v: Vec<_> = cfg().write_tlps(0x1000, 1024).collect();
+        assert_eq!(
+            v,
+            vec![(0x1000, 256), (0x1100, 256), (0x1200, 256), (0x1300, 256)]
+        );
+        // Crossing a 4 KiB boundary forces a split even below MPS.
+        let v: Vec<_> = cfg().write_tlps(0x1fc0, 128).collect();
+        assert_eq!(v, vec![(0x1fc0, 64), (0x2000, 64)]);
+        assert_eq!(cfg().write_tlps(0x1000, 0).count(), 0);
+    }
+
+    #[test]
+    fn reads_split_at_mrrs_then_completions_at_rcb() {
+        // 1 MiB aligned: 2048 requests of 512, each answered by 2 CplDs of 256.
+        assert_eq!(cfg().read_tlp_counts(0, 1 << 20), (2048, 4096));
+        // 64 B aligned: one request, one completion.
+        assert_eq!(cfg().read_tlp_counts(0x40, 64), (1, 1));
+        // A request that fits in one completion gets one, aligned or not.
+        assert_eq!(cfg().completions(0x10, 256).count(), 1);
+        // An unaligned 512 B read: each split completion ends on an RCB
+        // boundary at or below start + MPS.
+        let v: Vec<_> = cfg().completions(0x10, 512).collect();
+        assert_eq!(v, vec![(0x10, 240), (0x100, 256), (0x200, 16)]);
+    }
+
+    #[test]
+    fn kalia_style_128_byte_completions() {
+        let c = LinkConfig {
+            mps_bytes: 128,
+            mrrs_bytes: 512,
+            rcb_bytes: 64,
+        };
+        assert_eq!(c.read_tlp_counts(0, 512), (1, 4));
+    }
+
+    #[test]
+    fn bus_counts_every_crossing_per_qp() {
+        let ram = Arc::new(HostRam::new());
+        let a = ram.alloc(8192).unwrap();
+        let mut bus = Bus::new(cfg(), ram.clone());
+        bus.set_recording(true);
+        let q = Qpn::new(5);
+        bus.record_mmio(Some(q), 8);
+        let mut buf = [0u8; 64];
+        bus.dma_read(DmaTag::new(q, DmaPurpose::SendWqe), a, &mut buf)
+            .unwrap();
+        bus.dma_write(DmaTag::new(q, DmaPurpose::Cqe), a, &buf)
+            .unwrap();
+        bus.dma_write(
+            DmaTag {
+                qpn: None,
+                purpose: DmaPurpose::Scatter,
+            },
+            a,
+            &[0; 600],
+        )
+        .unwrap();
+        let c = bus.counters();
+        assert_eq!(
+            (c.mmio_writes, c.mrd_tlps, c.cpld_tlps, c.dma_mwr_tlps),
+            (1, 1, 1, 4)
+        );
+        assert_eq!(c.mwr_tlps(), 5);
+        let qc = bus.qp_counters(q);
+        assert_eq!(
+            (
+                qc.reads(DmaPurpose::SendWqe),
+                qc.writes(DmaPurpose::Cqe),
+                qc.dma_mwr_tlps
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(bus.take_log().len(), 4);
+    }
+
+    #[test]
+    fn unmapped_dma_is_an_error_not_a_panic() {
+        let ram = Arc::new(HostRam::new());
+        let mut bus = Bus::new(cfg(), ram);
+        let mut buf = [0u8; 8];
+        let tag = DmaTag {
+            qpn: None,
+            purpose: DmaPurpose::Payload,
+        };
+        assert!(bus.dma_read(tag, HostAddr::new(0), &mut buf).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn splits_cover_the_range_exactly(addr in 0u64..1 << 20, len in 0u64..70_000, mps in 7u32..=12, mrrs in 7u32..=12, rcb in 6u32..=7) {
+            let c = LinkConfig { mps_bytes: 1 << mps, mrrs_bytes: 1 << mrrs, rcb_bytes: 1 << rcb };
+            let mut at = addr;
+            for (a, n) in c.read_requests(addr, len) {
+                proptest::prop_assert_eq!(a, at);
+                proptest::prop_assert!(n <= u64::from(c.mrrs_bytes) && n > 0);
+                proptest::prop_assert_eq!(a / 4096, (a + n - 1) / 4096);
+                let mut ca = a;
+                for (x, m) in c.completions(a, n) {
+                    proptest::prop_assert_eq!(x, ca);
+                    proptest::prop_assert!(m <= u64::from(c.mps_bytes) && m > 0);
+                    ca += m;
+                    if ca != a + n { proptest::prop_assert_eq!(ca % u64::from(c.rcb_bytes), 0); }
+                }
+                proptest::prop_assert_eq!(ca, a + n);
+                at += n;
+            }
+            proptest::prop_assert_eq!(at, addr + len);
+        }
+    }
+}
