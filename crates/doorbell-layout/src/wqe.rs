@@ -119,6 +119,8 @@ pub mod field {
 
     /// Datagram segment (`struct mlx5_wqe_av`): Q_Key, BE32.
     pub const AV_QKEY: Field = 0..4;
+    /// Reserved half of the 8-byte key field (zero).
+    pub const AV_RSVD_KEY: Field = 4..8;
     /// Remote QPN | 0x8000_0000 (extended AV flag), BE32.
     pub const AV_DQP: Field = 8..12;
     /// Static rate and service level.
@@ -213,7 +215,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> CtrlSeg<T> {
     pub fn set_fm_ce_se(&mut self, v: u8) {
         self.buffer.as_mut()[field::FM_CE_SE] = v;
     }
-    /// Sets the immediate word (already in wire order).
+    /// Sets the immediate word: `v` is the value as a host integer and is
+    /// stored big-endian, so reading it back with [`CtrlSeg::imm`] gives `v`.
     pub fn set_imm(&mut self, v: u32) {
         set_be32(self.buffer.as_mut(), field::IMM, v);
     }
@@ -400,9 +403,14 @@ impl<T: AsRef<[u8]>> DatagramSeg<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> DatagramSeg<T> {
-    /// Sets the Q_Key.
+    /// Sets the Q_Key and clears the reserved word after it.
     pub fn set_qkey(&mut self, v: u32) {
         set_be32(self.buffer.as_mut(), field::AV_QKEY, v);
+        set_be32(self.buffer.as_mut(), field::AV_RSVD_KEY, 0);
+    }
+    /// Sets the flow-label MSB / source path bits byte.
+    pub fn set_fl_mlid(&mut self, v: u8) {
+        self.buffer.as_mut()[field::AV_FL_MLID] = v;
     }
     /// Sets the destination QPN and the extended-AV flag.
     pub fn set_dqpn(&mut self, qpn: u32) {

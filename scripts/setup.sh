@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Installs what the workspace's tests need on a Debian (12, bookworm) machine.
+#
+#   scripts/setup.sh            # as root, or as a user with sudo
+#
+# Idempotent: every requirement is checked first (a file, a command, a Python
+# import) and apt runs only if something is missing, so a second run takes well
+# under a second. Uses only Debian's package archive and PyPI.
+#
+# What it provides:
+#   - rdma-core's public headers (infiniband/verbs.h, infiniband/mlx5dv.h) and
+#     pkg-config data: libibverbs-dev. On Debian 12 mlx5dv.h ships in
+#     libibverbs-dev itself, so the rdma-core package is not needed.
+#   - ibverbs-utils (ibv_devinfo, ibv_rc_pingpong, ...), iproute2 (ip netns,
+#     veth), tshark (RoCEv2 dissector), gcc and pkg-config.
+#   - A Python virtual environment at <repo>/.venv with scapy. Tests and tools
+#     run it as <repo>/.venv/bin/python. It is built from Debian's
+#     /usr/bin/python3 (python3-venv supplies ensurepip), not from whatever
+#     python3 comes first on PATH, so it does not depend on a pyenv install.
+#     Set PYTHON=/path/to/python3 to choose another interpreter.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$repo_root/.venv"
+python="${PYTHON:-/usr/bin/python3}"
+
+log() { printf 'setup.sh: %s\n' "$*"; }
+die() {
+    printf 'setup.sh: error: %s\n' "$*" >&2
+    exit 1
+}
+
+if [[ $EUID -eq 0 ]]; then
+    sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+else
+    die "not root and no sudo: run this script as root"
+fi
+
+# --- Debian packages -------------------------------------------------------
+
+missing=()
+want() { # want PACKAGE: queue a package once
+    local p
+    for p in "${missing[@]}"; do [[ $p == "$1" ]] && return 0; done
+    missing+=("$1")
+}
+need_file() { [[ -e $1 ]] || { log "missing $1 (package $2)"; want "$2"; }; }
+need_cmd() { command -v "$1" >/dev/null 2>&1 || { log "missing command $1 (package $2)"; want "$2"; }; }
+
+need_file /usr/include/infiniband/verbs.h libibverbs-dev
+need_file /usr/include/infiniband/mlx5dv.h libibverbs-dev
+need_cmd ibv_devinfo ibverbs-utils
+need_cmd tshark tshark
+need_cmd ip iproute2
+need_cmd gcc gcc
+need_cmd cc gcc
+need_cmd pkg-config pkg-config
+if command -v pkg-config >/dev/null 2>&1 && ! pkg-config --exists libibverbs; then
+    log "missing pkg-config data for libibverbs (package libibverbs-dev)"
+    want libibverbs-dev
+fi
+
+# The venv needs an interpreter whose ensurepip works. Debian splits ensurepip
+# out of python3 into python3-venv; only ask apt for it when the interpreter is
+# Debian's own.
+venv_ok() { [[ -x $venv/bin/python ]] && "$venv/bin/python" -c 'import scapy' >/dev/null 2>&1; }
+if ! venv_ok; then
+    if [[ $python != */* ]]; then # a command name: resolve it on PATH
+        python="$(command -v "$python")" || die "PYTHON=${PYTHON:-} is not on PATH"
+    fi
+    if [[ ! -x $python ]]; then
+        [[ $python == /usr/bin/python3 ]] || die "PYTHON=$python is not an executable"
+        log "missing $python (packages python3, python3-venv)"
+        want python3
+        want python3-venv
+    elif ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        [[ $python == /usr/bin/python3 ]] || die "$python cannot create a venv (no ensurepip)"
+        log "$python has no ensurepip (package python3-venv)"
+        want python3-venv
+    fi
+fi
+
+if ((${#missing[@]} == 0)); then
+    log "Debian packages: all present, apt skipped"
+else
+    export DEBIAN_FRONTEND=noninteractive
+    if [[ " ${missing[*]} " == *" tshark "* ]]; then
+        # Do not make dumpcap setuid (and do not ask about it).
+        log "preseeding wireshark-common/install-setuid=false"
+        echo 'wireshark-common wireshark-common/install-setuid boolean false' |
+            "${sudo[@]}" debconf-set-selections
+    fi
+    log "apt-get update"
+    "${sudo[@]}" apt-get update -q
+    log "apt-get install ${missing[*]}"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# --- Python venv with scapy --------------------------------------------------
+
+if venv_ok; then
+    log "venv: $venv already has scapy, pip skipped"
+else
+    if [[ -d $venv ]]; then
+        # Present but broken or without scapy (e.g. its base interpreter went
+        # away): rebuild it from scratch.
+        log "venv: rebuilding $venv with $python"
+        "$python" -m venv --clear "$venv"
+    else
+        log "venv: creating $venv with $python"
+        "$python" -m venv "$venv"
+    fi
+    log "venv: pip install scapy"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check scapy
+    venv_ok || die "scapy still does not import in $venv"
+fi
+
+# --- Summary ---------------------------------------------------------------
+
+scapy_version="$("$venv/bin/python" -c 'import scapy; print(scapy.VERSION)')"
+tshark_version="$(tshark --version 2>/dev/null | head -n1 || true)"
+log "ok: mlx5dv.h at /usr/include/infiniband/mlx5dv.h"
+log "ok: $tshark_version"
+log "ok: scapy $scapy_version; use $venv/bin/python"
