@@ -1,0 +1,123 @@
+//! Completion queues: CQE write-back, overrun detection and arming.
+
+use doorbell_host::PAGE_SIZE;
+use doorbell_layout::cqe::{CQE_LEN, Cqe64, CqeOpcode, owner_for};
+use doorbell_layout::dbr;
+use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
+use doorbell_types::{HostAddr, Qpn, UarIndex};
+
+use crate::cmd::CqParams;
+
+/// What the device knows of one CQ.
+pub(crate) struct Cq {
+    pub(crate) p: CqParams,
+    /// Number of CQEs (a power of two).
+    ncqe: u32,
+    /// Free-running producer counter.
+    pi: u32,
+    /// Consumer index last read from the doorbell record.
+    ci: u32,
+    /// Pending arm: solicited-only flag.
+    armed: Option<bool>,
+    /// Number of QPs using this CQ.
+    pub(crate) users: u32,
+}
+
+/// Result of writing one CQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CqeWrite {
+    /// Written; `event` says whether a completion event is due.
+    Written { event: bool },
+    /// The CQ is full: the CQE was dropped and the CQ is in error.
+    Overrun,
+    /// The DMA failed.
+    DmaFault,
+}
+
+impl Cq {
+    pub(crate) fn new(p: CqParams) -> Self {
+        Self {
+            ncqe: 1 << p.log_size,
+            p,
+            pi: 0,
+            ci: 0,
+            armed: None,
+            users: 0,
+        }
+    }
+
+    pub(crate) fn uar(&self) -> UarIndex {
+        self.p.uar
+    }
+
+    fn slot_addr(&self, index: u32) -> Option<HostAddr> {
+        let off = u64::from(index & (self.ncqe - 1)) * CQE_LEN as u64;
+        let page = self.p.pas.get((off / PAGE_SIZE) as usize)?;
+        page.checked_add(off % PAGE_SIZE)
+    }
+
+    /// Writes a CQE built by `fill` (which sees a zeroed CQE with `op_own`
+    /// unset) at the producer index, owner bit last.
+    pub(crate) fn write(
+        &mut self,
+        dma: &mut impl Dma,
+        qpn: Qpn,
+        opcode: CqeOpcode,
+        solicited: bool,
+        fill: impl FnOnce(&mut Cqe64<&mut [u8]>),
+    ) -> CqeWrite {
+        let tag = DmaTag::new(qpn, DmaPurpose::Cqe);
+        if self.pi.wrapping_sub(self.ci) >= self.ncqe {
+            // Looks full: refresh the consumer index from the doorbell record.
+            let mut w = [0u8; 4];
+            let ci_addr = self.p.dbr_addr.checked_add((dbr::CQ_SET_CI * 4) as u64);
+            let tag_dbr = DmaTag::new(qpn, DmaPurpose::DoorbellRecord);
+            match ci_addr.map(|a| dma.dma_read(tag_dbr, a, &mut w)) {
+                Some(Ok(())) => {
+                    let ci24 = u32::from_be_bytes(w) & 0x00ff_ffff;
+                    // Extend the 24-bit index to the producer's epoch.
+                    let back = self.pi.wrapping_sub(ci24) & 0x00ff_ffff;
+                    self.ci = self.pi.wrapping_sub(back);
+                }
+                _ => return CqeWrite::DmaFault,
+            }
+            if self.pi.wrapping_sub(self.ci) >= self.ncqe {
+                return CqeWrite::Overrun;
+            }
+        }
+        let mut buf = [0u8; CQE_LEN];
+        let mut cqe = Cqe64::new_unchecked(&mut buf[..]);
+        fill(&mut cqe);
+        cqe.set_op_own(opcode, solicited, owner_for(self.pi, self.ncqe));
+        let Some(addr) = self.slot_addr(self.pi) else {
+            return CqeWrite::DmaFault;
+        };
+        // One DMA write whose last byte is op_own: the consumer never sees
+        // the owner bit before the body.
+        if dma.dma_write(tag, addr, &buf).is_err() {
+            return CqeWrite::DmaFault;
+        }
+        self.pi = self.pi.wrapping_add(1);
+        let is_err = matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr);
+        let event = match self.armed {
+            Some(sol_only) if !sol_only || solicited || is_err => {
+                self.armed = None;
+                true
+            }
+            _ => false,
+        };
+        CqeWrite::Written { event }
+    }
+
+    /// Handles an arm doorbell; returns true if an event is due at once
+    /// because CQEs beyond `ci` are already there.
+    pub(crate) fn arm(&mut self, solicited_only: bool, ci: u32) -> bool {
+        let pending = self.pi.wrapping_sub(ci) & 0x00ff_ffff;
+        if pending != 0 && !solicited_only {
+            self.armed = None;
+            return true;
+        }
+        self.armed = Some(solicited_only);
+        false
+    }
+}

@@ -1,0 +1,707 @@
+//! The doorbell NIC: an mlx5-style RDMA device as a sans-IO state machine.
+//!
+//! # Model
+//! The device sees the host only across the bus. Host software reaches it by
+//! MMIO writes into UAR pages ([`Nic::handle_mmio`]: 8-byte doorbells,
+//! 64-byte BlueFlame chunks, CQ arm doorbells) and by commands
+//! ([`Nic::exec`], the driver's slow path). The device reaches host memory
+//! only through a [`doorbell_pcie::Dma`] the caller passes into every call:
+//! WQE fetch, payload fetch, receive-WQE fetch, scatter and CQE write-back
+//! are all DMA, so the bus counts each one. Peers are reached by RoCEv2
+//! frames: [`Nic::poll_transmit`] hands out IPv4/UDP/BTH frames with their
+//! ICRC, and [`Nic::handle_frame`] takes them in.
+//!
+//! The NIC never reads a clock or touches a socket or thread. Time comes in
+//! as `now` on every call; the transport's timers come out of
+//! [`Nic::poll_timeout`] and fire through [`Nic::handle_timeout`].
+//!
+//! # Driving it
+//! After any `handle_*` or [`Nic::exec`] call, drain the outputs in this
+//! order: [`Nic::poll_transmit`] until `None` (frames to the fabric),
+//! [`Nic::poll_event`] until `None` (completion and error events to the
+//! host), then ask [`Nic::poll_timeout`] when to call
+//! [`Nic::handle_timeout`] next.
+//!
+//! # Bad input
+//! Every index, key, length and address read from host memory or a frame is
+//! checked. A bad WQE becomes an error CQE with the mlx5 syndrome and moves
+//! its QP to the error state, flushing the rest; a doorbell through a UAR the
+//! QP does not own is dropped and counted; a malformed or corrupt frame is
+//! dropped and counted. Nothing here panics on input.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+pub mod cmd;
+mod cq;
+mod mkey;
+pub mod qp;
+mod rq;
+mod sq;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use doorbell_layout::uar::{self, CqArmDoorbell, SendDoorbell, UarRegister};
+use doorbell_layout::wqe;
+use doorbell_pcie::Dma;
+use doorbell_types::{Cqn, Instant, Pdn, Qpn, UarIndex};
+
+pub use cmd::{
+    Access, AddressVector, CmdError, CmdOut, Command, CqParams, MkeyParams, QpAttrs, QpParams,
+};
+pub use qp::{QpState, QpType};
+
+use cq::Cq;
+use mkey::MkeyTable;
+use qp::Qp;
+
+/// Capabilities the device reports (QUERY_HCA_CAP), from which the driver
+/// answers alloc_ucontext and query_device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// log2 of the QP table size.
+    pub log_max_qp: u8,
+    /// Largest send queue, in WQEBBs.
+    pub max_send_wqebb: u32,
+    /// Largest receive queue, in WQEs.
+    pub max_recv_wr: u32,
+    /// Largest send WQE, in bytes.
+    pub max_sq_desc_sz: u32,
+    /// Largest receive WQE, in bytes.
+    pub max_rq_desc_sz: u32,
+    /// Largest CQ, in CQEs.
+    pub max_cqe: u32,
+    /// Memory keys.
+    pub max_mkeys: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// UARs.
+    pub max_uar: u32,
+    /// Size of one bfreg in a UAR (0: no write-combining, no BlueFlame).
+    pub bf_reg_size: u32,
+    /// log2 of a UAR's size.
+    pub log_uar_size: u8,
+    /// UARs per system page.
+    pub num_uars_per_page: u32,
+    /// Cache line size.
+    pub cache_line_size: u32,
+    /// Outstanding READ/atomic per QP, each direction.
+    pub max_rd_atomic: u8,
+    /// Largest path MTU.
+    pub max_mtu: u32,
+    /// PCI vendor ID.
+    pub vendor_id: u32,
+    /// PCI device ID.
+    pub vendor_part_id: u32,
+}
+
+impl Default for DeviceCaps {
+    fn default() -> Self {
+        Self {
+            log_max_qp: 18,
+            max_send_wqebb: 32768,
+            max_recv_wr: 32768,
+            max_sq_desc_sz: 1024,
+            max_rq_desc_sz: 512,
+            max_cqe: 1 << 22,
+            max_mkeys: 1 << 24,
+            max_pd: 1 << 24,
+            max_uar: 1 << 16,
+            bf_reg_size: uar::BF_REG_SIZE as u32,
+            log_uar_size: uar::LOG_UAR_SIZE as u8,
+            num_uars_per_page: 1,
+            cache_line_size: 64,
+            max_rd_atomic: 16,
+            max_mtu: 4096,
+            vendor_id: 0x02c9,
+            vendor_part_id: 4115,
+        }
+    }
+}
+
+/// Static configuration of one NIC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicConfig {
+    /// The port's IPv4 address; its GID 0 is the IPv4-mapped form.
+    pub ipv4: [u8; 4],
+    /// What the device reports.
+    pub caps: DeviceCaps,
+}
+
+impl NicConfig {
+    /// A NIC on `ipv4` with default capabilities.
+    pub fn new(ipv4: [u8; 4]) -> Self {
+        Self {
+            ipv4,
+            caps: DeviceCaps::default(),
+        }
+    }
+
+    /// GID 0 of the port: `::ffff:a.b.c.d`.
+    pub fn gid(&self) -> [u8; 16] {
+        doorbell_wire::Gid::from_ipv4(self.ipv4).octets()
+    }
+}
+
+/// A frame for the fabric: an IPv4 packet carrying RoCEv2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Destination IPv4 address.
+    pub dst: [u8; 4],
+    /// The IP packet, ICRC included.
+    pub bytes: Vec<u8>,
+}
+
+/// Asynchronous events for the host (EQEs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NicEvent {
+    /// An armed CQ got a completion.
+    Completion(Cqn),
+    /// A CQ overflowed; CQEs were lost.
+    CqError(Cqn),
+    /// A QP moved to the error state by itself.
+    QpFatal(Qpn),
+}
+
+/// What the device counted, as the kernel's RDMA `hw_counters` name them
+/// where one exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NicCounters {
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Frames received and accepted for processing.
+    pub rx_packets: u64,
+    /// Frames dropped for a bad ICRC (`rx_icrc_encapsulated`-like).
+    pub rx_icrc_errors: u64,
+    /// Frames dropped as malformed, or for an unknown or unready QP.
+    pub rx_dropped: u64,
+    /// Requests that arrived ahead of the expected PSN (`out_of_sequence`).
+    pub out_of_sequence: u64,
+    /// PSN-sequence-error NAKs received (`packet_seq_err`).
+    pub packet_seq_err: u64,
+    /// Duplicate requests received (`duplicate_request`).
+    pub duplicate_request: u64,
+    /// ACK timeouts (`local_ack_timeout_err`).
+    pub local_ack_timeout_err: u64,
+    /// RNR NAKs received and retried (`rnr_nak_retry_err`).
+    pub rnr_nak_retry_err: u64,
+    /// RNR NAKs sent for want of a receive WQE.
+    pub rnr_nak_sent: u64,
+    /// Transport retries exhausted (`req_transport_retries_exceeded`).
+    pub req_transport_retries_exceeded: u64,
+    /// RNR retries exhausted (`req_rnr_retries_exceeded`).
+    pub req_rnr_retries_exceeded: u64,
+    /// Doorbells dropped: unknown QP, or a UAR the QP does not own.
+    pub bad_doorbells: u64,
+    /// Doorbells for a QP not in a state that sends.
+    pub doorbells_not_ready: u64,
+}
+
+/// BlueFlame chunks collected for one buffer of one bfreg.
+#[derive(Default)]
+struct BfAssembly {
+    bytes: Vec<u8>,
+}
+
+/// Shared outputs and tables a QP's engines need.
+pub(crate) struct Ctx<'a, D: Dma> {
+    pub(crate) now: Instant,
+    pub(crate) dma: &'a mut D,
+    pub(crate) cqs: &'a mut BTreeMap<Cqn, Cq>,
+    pub(crate) mkeys: &'a MkeyTable,
+    pub(crate) out: &'a mut Outputs,
+    pub(crate) cfg: &'a NicConfig,
+}
+
+/// Queues of outputs and the counters.
+#[derive(Default)]
+pub(crate) struct Outputs {
+    pub(crate) tx: VecDeque<Frame>,
+    pub(crate) events: VecDeque<NicEvent>,
+    pub(crate) counters: NicCounters,
+}
+
+/// One NIC with one port.
+pub struct Nic {
+    cfg: NicConfig,
+    uars: BTreeSet<UarIndex>,
+    next_uar: u32,
+    pds: BTreeSet<Pdn>,
+    next_pd: u32,
+    mkeys: MkeyTable,
+    cqs: BTreeMap<Cqn, Cq>,
+    next_cqn: u32,
+    qps: BTreeMap<Qpn, Qp>,
+    next_qpn: u32,
+    bf: BTreeMap<(UarIndex, u32, u32), BfAssembly>,
+    out: Outputs,
+}
+
+impl Nic {
+    /// A NIC with no objects.
+    pub fn new(cfg: NicConfig) -> Self {
+        Self {
+            mkeys: MkeyTable::new(cfg.caps.max_mkeys as usize),
+            cfg,
+            uars: BTreeSet::new(),
+            next_uar: 1,
+            pds: BTreeSet::new(),
+            next_pd: 1,
+            cqs: BTreeMap::new(),
+            next_cqn: 1,
+            qps: BTreeMap::new(),
+            next_qpn: 0x100,
+            bf: BTreeMap::new(),
+            out: Outputs::default(),
+        }
+    }
+
+    /// The NIC's configuration.
+    pub fn config(&self) -> &NicConfig {
+        &self.cfg
+    }
+
+    /// What the device has counted.
+    pub fn counters(&self) -> NicCounters {
+        self.out.counters
+    }
+
+    /// State of a QP, if it exists.
+    pub fn qp_state(&self, qpn: Qpn) -> Option<QpState> {
+        self.qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// Executes a driver command.
+    pub fn exec(
+        &mut self,
+        now: Instant,
+        cmd: Command,
+        dma: &mut impl Dma,
+    ) -> Result<CmdOut, CmdError> {
+        let caps = &self.cfg.caps;
+        match cmd {
+            Command::QueryCaps => Ok(CmdOut::Caps(caps.clone())),
+            Command::AllocUar => {
+                if self.uars.len() as u32 >= caps.max_uar {
+                    return Err(CmdError::Exhausted("UAR"));
+                }
+                let u = UarIndex::new(self.next_uar);
+                self.next_uar += 1;
+                self.uars.insert(u);
+                Ok(CmdOut::Uar(u))
+            }
+            Command::DeallocUar(u) => {
+                if self.qps.values().any(|q| q.p.uar == u)
+                    || self.cqs.values().any(|c| c.uar() == u)
+                {
+                    return Err(CmdError::Busy {
+                        kind: "UAR",
+                        id: u.get(),
+                    });
+                }
+                self.uars
+                    .remove(&u)
+                    .then_some(CmdOut::Done)
+                    .ok_or(CmdError::NoSuchObject {
+                        kind: "UAR",
+                        id: u.get(),
+                    })
+            }
+            Command::AllocPd => {
+                if self.pds.len() as u32 >= caps.max_pd {
+                    return Err(CmdError::Exhausted("PD"));
+                }
+                let p = Pdn::new(self.next_pd);
+                self.next_pd += 1;
+                self.pds.insert(p);
+                Ok(CmdOut::Pd(p))
+            }
+            Command::DeallocPd(p) => {
+                if !self.pds.contains(&p) {
+                    return Err(CmdError::NoSuchObject {
+                        kind: "PD",
+                        id: p.get(),
+                    });
+                }
+                if self.mkeys.count_in_pd(p) > 0 || self.qps.values().any(|q| q.p.pd == p) {
+                    return Err(CmdError::Busy {
+                        kind: "PD",
+                        id: p.get(),
+                    });
+                }
+                self.pds.remove(&p);
+                Ok(CmdOut::Done)
+            }
+            Command::CreateMkey(params) => {
+                if !self.pds.contains(&params.pd) {
+                    return Err(CmdError::NoSuchObject {
+                        kind: "PD",
+                        id: params.pd.get(),
+                    });
+                }
+                let pages = (params.start % doorbell_host::PAGE_SIZE + params.len)
+                    .div_ceil(doorbell_host::PAGE_SIZE);
+                if (params.mtt.len() as u64) < pages {
+                    return Err(CmdError::BadParam {
+                        name: "mtt entries",
+                        value: params.mtt.len() as u64,
+                    });
+                }
+                self.mkeys
+                    .create(params)
+                    .map(CmdOut::Mkey)
+                    .ok_or(CmdError::Exhausted("mkey"))
+            }
+            Command::DestroyMkey(k) => {
+                if self.mkeys.destroy(k) {
+                    Ok(CmdOut::Done)
+                } else {
+                    Err(CmdError::NoSuchObject {
+                        kind: "mkey",
+                        id: k.raw(),
+                    })
+                }
+            }
+            Command::CreateCq(p) => {
+                if !self.uars.contains(&p.uar) {
+                    return Err(CmdError::NoSuchObject {
+                        kind: "UAR",
+                        id: p.uar.get(),
+                    });
+                }
+                let n = 1u64 << p.log_size.min(31);
+                if p.log_size > 24 || n > u64::from(caps.max_cqe) {
+                    return Err(CmdError::BadParam {
+                        name: "log_cq_size",
+                        value: p.log_size.into(),
+                    });
+                }
+                if (p.pas.len() as u64) < (n * 64).div_ceil(doorbell_host::PAGE_SIZE) {
+                    return Err(CmdError::BadParam {
+                        name: "cq pas entries",
+                        value: p.pas.len() as u64,
+                    });
+                }
+                let c = Cqn::new(self.next_cqn);
+                self.next_cqn += 1;
+                self.cqs.insert(c, Cq::new(p));
+                Ok(CmdOut::Cq(c))
+            }
+            Command::DestroyCq(c) => {
+                let cq = self.cqs.get(&c).ok_or(CmdError::NoSuchObject {
+                    kind: "CQ",
+                    id: c.get(),
+                })?;
+                if cq.users > 0 {
+                    return Err(CmdError::Busy {
+                        kind: "CQ",
+                        id: c.get(),
+                    });
+                }
+                self.cqs.remove(&c);
+                Ok(CmdOut::Done)
+            }
+            Command::CreateQp(p) => self.create_qp(p),
+            Command::ModifyQp { qpn, state, attrs } => {
+                let qp = self.qps.get_mut(&qpn).ok_or(CmdError::NoSuchObject {
+                    kind: "QP",
+                    id: qpn.get(),
+                })?;
+                let from = qp.modify(state, &attrs)?;
+                if state == QpState::Err && from != QpState::Err {
+                    let mut ctx = Ctx {
+                        now,
+                        dma,
+                        cqs: &mut self.cqs,
+                        mkeys: &self.mkeys,
+                        out: &mut self.out,
+                        cfg: &self.cfg,
+                    };
+                    sq::flush(qp, &mut ctx);
+                    rq::flush(qp, &mut ctx);
+                }
+                Ok(CmdOut::Done)
+            }
+            Command::QueryQp(qpn) => {
+                let qp = self.qps.get(&qpn).ok_or(CmdError::NoSuchObject {
+                    kind: "QP",
+                    id: qpn.get(),
+                })?;
+                Ok(CmdOut::QpInfo {
+                    state: qp.state,
+                    attrs: qp.attrs,
+                })
+            }
+            Command::DestroyQp(qpn) => {
+                let qp = self.qps.remove(&qpn).ok_or(CmdError::NoSuchObject {
+                    kind: "QP",
+                    id: qpn.get(),
+                })?;
+                for c in [qp.p.send_cq, qp.p.recv_cq] {
+                    if let Some(cq) = self.cqs.get_mut(&c) {
+                        cq.users = cq.users.saturating_sub(1);
+                    }
+                }
+                Ok(CmdOut::Done)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(CmdError::BadParam {
+                name: "command",
+                value: 0,
+            }),
+        }
+    }
+
+    fn create_qp(&mut self, p: QpParams) -> Result<CmdOut, CmdError> {
+        let caps = &self.cfg.caps;
+        if self.qps.len() >= 1 << caps.log_max_qp {
+            return Err(CmdError::Exhausted("QP"));
+        }
+        if !self.pds.contains(&p.pd) {
+            return Err(CmdError::NoSuchObject {
+                kind: "PD",
+                id: p.pd.get(),
+            });
+        }
+        if !self.uars.contains(&p.uar) {
+            return Err(CmdError::NoSuchObject {
+                kind: "UAR",
+                id: p.uar.get(),
+            });
+        }
+        for c in [p.send_cq, p.recv_cq] {
+            if !self.cqs.contains_key(&c) {
+                return Err(CmdError::NoSuchObject {
+                    kind: "CQ",
+                    id: c.get(),
+                });
+            }
+        }
+        if (1u32 << p.log_sq_size.min(31)) > caps.max_send_wqebb || p.log_sq_size > 15 {
+            return Err(CmdError::BadParam {
+                name: "log_sq_size",
+                value: p.log_sq_size.into(),
+            });
+        }
+        if (1u32 << p.log_rq_size.min(31)) > caps.max_recv_wr || p.log_rq_size > 15 {
+            return Err(CmdError::BadParam {
+                name: "log_rq_size",
+                value: p.log_rq_size.into(),
+            });
+        }
+        if (16u32 << p.log_rq_stride.min(8)) > caps.max_rq_desc_sz {
+            return Err(CmdError::BadParam {
+                name: "log_rq_stride",
+                value: p.log_rq_stride.into(),
+            });
+        }
+        let bytes =
+            (16u64 << p.log_rq_stride) * (1u64 << p.log_rq_size) + 64 * (1u64 << p.log_sq_size);
+        if (p.pas.len() as u64) < bytes.div_ceil(doorbell_host::PAGE_SIZE) {
+            return Err(CmdError::BadParam {
+                name: "qp pas entries",
+                value: p.pas.len() as u64,
+            });
+        }
+        let qpn = Qpn::new(self.next_qpn);
+        self.next_qpn += 1;
+        for c in [p.send_cq, p.recv_cq] {
+            if let Some(cq) = self.cqs.get_mut(&c) {
+                cq.users += 1;
+            }
+        }
+        self.qps.insert(qpn, Qp::new(qpn, p));
+        Ok(CmdOut::Qp(qpn))
+    }
+
+    /// Takes one MMIO write the CPU made into UAR page `uar`: an 8-byte
+    /// doorbell, a 64-byte BlueFlame chunk, or a CQ arm doorbell.
+    pub fn handle_mmio(
+        &mut self,
+        now: Instant,
+        uar: UarIndex,
+        offset: u32,
+        data: &[u8],
+        dma: &mut impl Dma,
+    ) {
+        let bf_reg_size = self.cfg.caps.bf_reg_size as usize;
+        let reg = uar::decode_offset(offset as usize, bf_reg_size);
+        if !self.uars.contains(&uar) {
+            dma.record_mmio(None, data.len());
+            self.out.counters.bad_doorbells += 1;
+            return;
+        }
+        match reg {
+            UarRegister::CqArm => {
+                dma.record_mmio(None, data.len());
+                let Ok(bytes) = <&[u8; 8]>::try_from(data) else {
+                    self.out.counters.bad_doorbells += 1;
+                    return;
+                };
+                let arm = CqArmDoorbell::parse(bytes);
+                match self.cqs.get_mut(&Cqn::new(arm.cqn)) {
+                    Some(cq) if cq.uar() == uar => {
+                        if cq.arm(arm.solicited_only, arm.ci) {
+                            self.out
+                                .events
+                                .push_back(NicEvent::Completion(Cqn::new(arm.cqn)));
+                        }
+                    }
+                    _ => self.out.counters.bad_doorbells += 1,
+                }
+            }
+            UarRegister::Bfreg { slot, half, offset } => {
+                if data.len() == uar::DOORBELL_LEN && offset == 0 {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(data);
+                    let db = SendDoorbell::parse(&b);
+                    dma.record_mmio(Some(Qpn::new(db.qpn)), data.len());
+                    self.send_doorbell(now, uar, db, None, dma);
+                } else if data.len() == uar::BF_CHUNK && offset % uar::BF_CHUNK == 0 {
+                    self.bf_chunk(now, uar, slot, half, offset, data, dma);
+                } else {
+                    dma.record_mmio(None, data.len());
+                    self.out.counters.bad_doorbells += 1;
+                }
+            }
+            UarRegister::Other => {
+                dma.record_mmio(None, data.len());
+                self.out.counters.bad_doorbells += 1;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bf_chunk(
+        &mut self,
+        now: Instant,
+        uar: UarIndex,
+        slot: u32,
+        half: u32,
+        offset: usize,
+        data: &[u8],
+        dma: &mut impl Dma,
+    ) {
+        let asm = self.bf.entry((uar, slot, half)).or_default();
+        if offset == 0 {
+            asm.bytes.clear();
+        } else if asm.bytes.len() != offset {
+            // A chunk out of order: the burst is unusable.
+            asm.bytes.clear();
+            dma.record_mmio(None, data.len());
+            self.out.counters.bad_doorbells += 1;
+            return;
+        }
+        asm.bytes.extend_from_slice(data);
+        let ctrl = wqe::CtrlSeg::new_unchecked(&asm.bytes[..wqe::field::CTRL_LEN]);
+        let qpn = ctrl.qpn();
+        dma.record_mmio(Some(Qpn::new(qpn)), data.len());
+        let need = (usize::from(ctrl.ds()) * wqe::DS_LEN).div_ceil(uar::BF_CHUNK) * uar::BF_CHUNK;
+        if asm.bytes.len() < need.max(uar::BF_CHUNK) {
+            return;
+        }
+        let bytes = std::mem::take(&mut asm.bytes);
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(&bytes[..8]);
+        let db = SendDoorbell::parse(&prefix);
+        self.send_doorbell(now, uar, db, Some(&bytes), dma);
+        if let Some(asm) = self.bf.get_mut(&(uar, slot, half)) {
+            asm.bytes = bytes;
+            asm.bytes.clear();
+        }
+    }
+
+    fn send_doorbell(
+        &mut self,
+        now: Instant,
+        uar: UarIndex,
+        db: SendDoorbell,
+        bf: Option<&[u8]>,
+        dma: &mut impl Dma,
+    ) {
+        let Some(qp) = self.qps.get_mut(&Qpn::new(db.qpn)) else {
+            self.out.counters.bad_doorbells += 1;
+            return;
+        };
+        if qp.p.uar != uar {
+            self.out.counters.bad_doorbells += 1;
+            return;
+        }
+        let mut ctx = Ctx {
+            now,
+            dma,
+            cqs: &mut self.cqs,
+            mkeys: &self.mkeys,
+            out: &mut self.out,
+            cfg: &self.cfg,
+        };
+        sq::doorbell(qp, db, bf, &mut ctx);
+    }
+
+    /// Takes one frame from the fabric.
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) {
+        let parsed = match doorbell_wire::parse_roce(frame) {
+            Ok(p) => p,
+            Err(doorbell_wire::Error::BadIcrc) => {
+                self.out.counters.rx_icrc_errors += 1;
+                return;
+            }
+            Err(_) => {
+                self.out.counters.rx_dropped += 1;
+                return;
+            }
+        };
+        let Some(qp) = self.qps.get_mut(&parsed.repr.bth.dest_qp) else {
+            self.out.counters.rx_dropped += 1;
+            return;
+        };
+        self.out.counters.rx_packets += 1;
+        let payload = frame.get(parsed.payload.clone()).unwrap_or(&[]);
+        let mut ctx = Ctx {
+            now,
+            dma,
+            cqs: &mut self.cqs,
+            mkeys: &self.mkeys,
+            out: &mut self.out,
+            cfg: &self.cfg,
+        };
+        if parsed.repr.bth.opcode.is_response() {
+            sq::handle_response(qp, &parsed.repr, payload, &mut ctx);
+        } else {
+            let ip_header = frame.get(..parsed.repr.ip.header_len()).unwrap_or(&[]);
+            rq::handle_request(qp, &parsed.repr, ip_header, payload, &mut ctx);
+        }
+    }
+
+    /// Fires every transport timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant, dma: &mut impl Dma) {
+        for qp in self.qps.values_mut() {
+            let mut ctx = Ctx {
+                now,
+                dma: &mut *dma,
+                cqs: &mut self.cqs,
+                mkeys: &self.mkeys,
+                out: &mut self.out,
+                cfg: &self.cfg,
+            };
+            sq::handle_timeout(qp, &mut ctx);
+        }
+    }
+
+    /// The next frame for the fabric.
+    #[must_use]
+    pub fn poll_transmit(&mut self) -> Option<Frame> {
+        self.out.tx.pop_front()
+    }
+
+    /// The next event for the host.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<NicEvent> {
+        self.out.events.pop_front()
+    }
+
+    /// When [`Nic::handle_timeout`] should next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().filter_map(sq::next_deadline).min()
+    }
+}

@@ -1,0 +1,540 @@
+//! QP contexts and the state machine of MODIFY_QP (mlx5 reference §9.1).
+
+use std::collections::VecDeque;
+
+use doorbell_types::{Instant, Psn, Qpn};
+
+use crate::cmd::{CmdError, QpAttrs, QpParams};
+use crate::sq::SentMsg;
+
+/// QP state, with the mlx5 state codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum QpState {
+    /// RESET (0).
+    Reset = 0,
+    /// INIT (1).
+    Init = 1,
+    /// Ready to receive (2).
+    Rtr = 2,
+    /// Ready to send (3).
+    Rts = 3,
+    /// Send queue error (4).
+    Sqe = 4,
+    /// Send queue drained (5).
+    Sqd = 5,
+    /// Error (6).
+    Err = 6,
+}
+
+/// Transport service type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+/// Progress of an inbound multi-packet SEND.
+pub(crate) struct RecvInProgress {
+    pub(crate) wqe_index: u16,
+    pub(crate) sges: Vec<(u32, u64, u32)>,
+    pub(crate) offset: u64,
+    pub(crate) imm: Option<u32>,
+}
+
+/// Progress of an inbound multi-packet RDMA WRITE.
+pub(crate) struct WriteInProgress {
+    pub(crate) va: u64,
+    pub(crate) rkey: u32,
+    pub(crate) len: u64,
+    pub(crate) offset: u64,
+}
+
+/// Responder memory of one executed atomic, for replaying duplicates.
+pub(crate) struct AtomicReplay {
+    pub(crate) psn: Psn,
+    pub(crate) orig: u64,
+}
+
+/// Everything the device keeps for one QP.
+pub(crate) struct Qp {
+    pub(crate) qpn: Qpn,
+    pub(crate) p: QpParams,
+    pub(crate) state: QpState,
+    pub(crate) attrs: QpAttrs,
+    // Send queue, in WQEBBs.
+    pub(crate) sq_size: u16,
+    pub(crate) sq_ci: u16,
+    pub(crate) sq_pi: u16,
+    /// WQEBBs fetched ahead of `sq_ci` (a WQE cache), starting at `sq_ci`.
+    pub(crate) wqe_cache: VecDeque<[u8; 64]>,
+    // Receive queue, in WQEs.
+    pub(crate) rq_size: u32,
+    pub(crate) rq_stride: u32,
+    pub(crate) rq_ci: u16,
+    pub(crate) rq_pi: u16,
+    // Requester.
+    pub(crate) next_psn: Psn,
+    pub(crate) outstanding: VecDeque<SentMsg>,
+    pub(crate) retry_left: u8,
+    pub(crate) rnr_left: u8,
+    pub(crate) ack_deadline: Option<Instant>,
+    pub(crate) rnr_resume: Option<(Instant, Psn)>,
+    // Responder.
+    pub(crate) epsn: Psn,
+    pub(crate) msn: u32,
+    pub(crate) recv_ip: Option<RecvInProgress>,
+    pub(crate) write_ip: Option<WriteInProgress>,
+    pub(crate) nak_sent: bool,
+    pub(crate) atomic_replay: VecDeque<AtomicReplay>,
+}
+
+/// What each transition requires and allows, per service type (IBTA Vol 1
+/// §11.2.5, Linux `ib_modify_qp_is_ok`).
+struct Rule {
+    name: &'static str,
+    required: &'static [&'static str],
+    optional: &'static [&'static str],
+}
+
+fn rule(from: QpState, to: QpState, ty: QpType) -> Option<Rule> {
+    use QpState::*;
+    let r = |name, required, optional| {
+        Some(Rule {
+            name,
+            required,
+            optional,
+        })
+    };
+    match (from, to, ty) {
+        (_, Reset, _) => r("2RST", &[], &[]),
+        (_, Err, _) => r("2ERR", &[], &[]),
+        (Reset, Init, QpType::Rc) => r("RST2INIT", &["pkey_index", "port", "access"], &[]),
+        (Reset, Init, QpType::Ud) => r("RST2INIT", &["pkey_index", "port", "qkey"], &[]),
+        (Init, Init, QpType::Rc) => r("INIT2INIT", &[], &["pkey_index", "port", "access"]),
+        (Init, Init, QpType::Ud) => r("INIT2INIT", &[], &["pkey_index", "port", "qkey"]),
+        (Init, Rtr, QpType::Rc) => r(
+            "INIT2RTR",
+            &[
+                "av",
+                "path_mtu",
+                "dest_qpn",
+                "rq_psn",
+                "max_dest_rd_atomic",
+                "min_rnr_timer",
+            ],
+            &["pkey_index", "access"],
+        ),
+        (Init, Rtr, QpType::Ud) => r("INIT2RTR", &[], &["pkey_index", "qkey"]),
+        (Rtr, Rts, QpType::Rc) => r(
+            "RTR2RTS",
+            &[
+                "sq_psn",
+                "timeout",
+                "retry_cnt",
+                "rnr_retry",
+                "max_rd_atomic",
+            ],
+            &["cur_state", "access", "min_rnr_timer"],
+        ),
+        (Rtr, Rts, QpType::Ud) => r("RTR2RTS", &["sq_psn"], &["cur_state", "qkey"]),
+        (Rts, Rts, QpType::Rc) => r("RTS2RTS", &[], &["cur_state", "access", "min_rnr_timer"]),
+        (Rts, Rts, QpType::Ud) => r("RTS2RTS", &[], &["cur_state", "qkey"]),
+        (Sqe, Rts, QpType::Ud) => r("SQERR2RTS", &[], &["cur_state", "qkey"]),
+        _ => None,
+    }
+}
+
+/// Names of the attributes present in `a`.
+fn present(a: &QpAttrs) -> impl Iterator<Item = &'static str> {
+    [
+        ("cur_state", a.cur_state.is_some()),
+        ("pkey_index", a.pkey_index.is_some()),
+        ("port", a.port.is_some()),
+        ("access", a.access.is_some()),
+        ("qkey", a.qkey.is_some()),
+        ("av", a.av.is_some()),
+        ("path_mtu", a.path_mtu.is_some()),
+        ("dest_qpn", a.dest_qpn.is_some()),
+        ("rq_psn", a.rq_psn.is_some()),
+        ("sq_psn", a.sq_psn.is_some()),
+        ("max_dest_rd_atomic", a.max_dest_rd_atomic.is_some()),
+        ("max_rd_atomic", a.max_rd_atomic.is_some()),
+        ("min_rnr_timer", a.min_rnr_timer.is_some()),
+        ("timeout", a.timeout.is_some()),
+        ("retry_cnt", a.retry_cnt.is_some()),
+        ("rnr_retry", a.rnr_retry.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(n, p)| p.then_some(n))
+}
+
+fn merge(into: &mut QpAttrs, a: &QpAttrs) {
+    macro_rules! take {
+        ($($f:ident),*) => { $( if a.$f.is_some() { into.$f = a.$f; } )* };
+    }
+    take!(
+        pkey_index,
+        port,
+        access,
+        qkey,
+        av,
+        path_mtu,
+        dest_qpn,
+        rq_psn,
+        sq_psn,
+        max_dest_rd_atomic,
+        max_rd_atomic,
+        min_rnr_timer,
+        timeout,
+        retry_cnt,
+        rnr_retry
+    );
+}
+
+impl Qp {
+    pub(crate) fn new(qpn: Qpn, p: QpParams) -> Self {
+        Self {
+            qpn,
+            sq_size: 1 << p.log_sq_size,
+            rq_size: 1 << p.log_rq_size,
+            rq_stride: 16 << p.log_rq_stride,
+            p,
+            state: QpState::Reset,
+            attrs: QpAttrs::default(),
+            sq_ci: 0,
+            sq_pi: 0,
+            wqe_cache: VecDeque::new(),
+            rq_ci: 0,
+            rq_pi: 0,
+            next_psn: Psn::new(0),
+            outstanding: VecDeque::new(),
+            retry_left: 0,
+            rnr_left: 0,
+            ack_deadline: None,
+            rnr_resume: None,
+            epsn: Psn::new(0),
+            msn: 0,
+            recv_ip: None,
+            write_ip: None,
+            nak_sent: false,
+            atomic_replay: VecDeque::new(),
+        }
+    }
+
+    /// Byte offset of the send queue in the QP buffer (after the RQ).
+    pub(crate) fn sq_offset(&self) -> u64 {
+        u64::from(self.rq_size) * u64::from(self.rq_stride)
+    }
+
+    /// Path MTU in bytes.
+    pub(crate) fn mtu(&self) -> u32 {
+        self.attrs.path_mtu.unwrap_or(1024)
+    }
+
+    /// Checks and applies a MODIFY_QP. Returns the previous state.
+    pub(crate) fn modify(&mut self, to: QpState, a: &QpAttrs) -> Result<QpState, CmdError> {
+        let qpn = self.qpn.get();
+        let from = self.state;
+        if let Some(cur) = a.cur_state
+            && cur != from
+        {
+            return Err(CmdError::BadTransition { qpn, from, to });
+        }
+        let rule =
+            rule(from, to, self.p.qp_type).ok_or(CmdError::BadTransition { qpn, from, to })?;
+        for attr in rule.required {
+            if !present(a).any(|p| p == *attr) {
+                return Err(CmdError::MissingAttr {
+                    qpn,
+                    transition: rule.name,
+                    attr,
+                });
+            }
+        }
+        if let Some(extra) =
+            present(a).find(|p| !rule.required.contains(p) && !rule.optional.contains(p))
+        {
+            return Err(CmdError::ExtraAttr {
+                qpn,
+                transition: rule.name,
+                attr: extra,
+            });
+        }
+        check_values(a)?;
+        merge(&mut self.attrs, a);
+        self.state = to;
+        if to == QpState::Reset {
+            self.reset();
+        }
+        if let Some(psn) = a.rq_psn {
+            self.epsn = psn;
+        }
+        if let Some(psn) = a.sq_psn {
+            self.next_psn = psn;
+        }
+        if to == QpState::Rts {
+            self.retry_left = self.attrs.retry_cnt.unwrap_or(7);
+            self.rnr_left = self.attrs.rnr_retry.unwrap_or(7);
+        }
+        Ok(from)
+    }
+
+    fn reset(&mut self) {
+        let (qpn, p) = (self.qpn, self.p.clone());
+        *self = Qp::new(qpn, p);
+    }
+}
+
+fn check_values(a: &QpAttrs) -> Result<(), CmdError> {
+    let bad = |name, value: u64| Err(CmdError::BadParam { name, value });
+    if let Some(m) = a.path_mtu
+        && !matches!(m, 256 | 512 | 1024 | 2048 | 4096)
+    {
+        return bad("path_mtu", m.into());
+    }
+    if let Some(p) = a.port
+        && p != 1
+    {
+        return bad("port", p.into());
+    }
+    if let Some(t) = a.timeout
+        && t > 31
+    {
+        return bad("timeout", t.into());
+    }
+    if let Some(t) = a.min_rnr_timer
+        && t > 31
+    {
+        return bad("min_rnr_timer", t.into());
+    }
+    if let Some(r) = a.retry_cnt
+        && r > 7
+    {
+        return bad("retry_cnt", r.into());
+    }
+    if let Some(r) = a.rnr_retry
+        && r > 7
+    {
+        return bad("rnr_retry", r.into());
+    }
+    Ok(())
+}
+
+impl Qp {
+    /// Calls `f(host_addr, bytes, offset_into_range)` for each run of the QP
+    /// buffer `[off, off + len)` that is contiguous in host memory. Returns
+    /// false if the range is outside the buffer's pages.
+    pub(crate) fn buf_runs(
+        &self,
+        off: u64,
+        len: u64,
+        mut f: impl FnMut(doorbell_types::HostAddr, u64, u64),
+    ) -> bool {
+        use doorbell_host::PAGE_SIZE;
+        let end = off + len;
+        let mut at = off;
+        let mut run: Option<(u64, u64, u64)> = None;
+        while at < end {
+            let Some(page) = self.p.pas.get((at / PAGE_SIZE) as usize) else {
+                return false;
+            };
+            let host = page.get() + at % PAGE_SIZE;
+            let n = (PAGE_SIZE - at % PAGE_SIZE).min(end - at);
+            run = match run {
+                Some((h, b, o)) if h + b == host => Some((h, b + n, o)),
+                Some((h, b, o)) => {
+                    f(doorbell_types::HostAddr::new(h), b, o);
+                    Some((host, n, at - off))
+                }
+                None => Some((host, n, at - off)),
+            };
+            at += n;
+        }
+        if let Some((h, b, o)) = run {
+            f(doorbell_types::HostAddr::new(h), b, o);
+        }
+        true
+    }
+
+    /// Host address of the QP's doorbell record word `word`.
+    pub(crate) fn dbr_word(&self, word: usize) -> Option<doorbell_types::HostAddr> {
+        self.p.dbr_addr.checked_add(4 * word as u64)
+    }
+
+    /// Time the ACK timer waits: 4.096 µs × 2^timeout; `None` when infinite.
+    pub(crate) fn ack_timeout(&self) -> Option<doorbell_types::Duration> {
+        match self.attrs.timeout.unwrap_or(0) {
+            0 => None,
+            t => Some(doorbell_types::Duration::from_ps(4_096_000u64 << t.min(31))),
+        }
+    }
+}
+
+/// RNR NAK timer codes in microseconds (IBTA Vol 1 Table 45).
+pub(crate) const RNR_TIMER_US: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+    5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760,
+    327_680, 491_520,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::{Access, AddressVector};
+    use doorbell_types::{Cqn, HostAddr, Pdn, UarIndex};
+
+    fn qp(ty: QpType) -> Qp {
+        Qp::new(
+            Qpn::new(0x42),
+            QpParams {
+                qp_type: ty,
+                pd: Pdn::new(1),
+                send_cq: Cqn::new(1),
+                recv_cq: Cqn::new(1),
+                uar: UarIndex::new(1),
+                log_sq_size: 6,
+                log_rq_size: 6,
+                log_rq_stride: 0,
+                dbr_addr: HostAddr::new(0),
+                pas: vec![],
+            },
+        )
+    }
+
+    fn init_attrs() -> QpAttrs {
+        QpAttrs {
+            pkey_index: Some(0),
+            port: Some(1),
+            access: Some(Access(0)),
+            ..Default::default()
+        }
+    }
+
+    fn rtr_attrs() -> QpAttrs {
+        QpAttrs {
+            av: Some(AddressVector {
+                dgid: [0; 16],
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+                sl: 0,
+            }),
+            path_mtu: Some(1024),
+            dest_qpn: Some(Qpn::new(7)),
+            rq_psn: Some(Psn::new(100)),
+            max_dest_rd_atomic: Some(1),
+            min_rnr_timer: Some(12),
+            ..Default::default()
+        }
+    }
+
+    fn rts_attrs() -> QpAttrs {
+        QpAttrs {
+            sq_psn: Some(Psn::new(200)),
+            timeout: Some(14),
+            retry_cnt: Some(7),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(1),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rc_walks_reset_init_rtr_rts() {
+        let mut q = qp(QpType::Rc);
+        q.modify(QpState::Init, &init_attrs()).unwrap();
+        q.modify(QpState::Rtr, &rtr_attrs()).unwrap();
+        assert_eq!(q.epsn, Psn::new(100));
+        q.modify(QpState::Rts, &rts_attrs()).unwrap();
+        assert_eq!((q.state, q.next_psn), (QpState::Rts, Psn::new(200)));
+    }
+
+    #[test]
+    fn illegal_transitions_are_refused() {
+        let mut q = qp(QpType::Rc);
+        assert!(matches!(
+            q.modify(QpState::Rtr, &rtr_attrs()),
+            Err(CmdError::BadTransition { .. })
+        ));
+        assert!(matches!(
+            q.modify(QpState::Rts, &rts_attrs()),
+            Err(CmdError::BadTransition { .. })
+        ));
+        q.modify(QpState::Err, &QpAttrs::default()).unwrap();
+        assert!(matches!(
+            q.modify(QpState::Init, &init_attrs()),
+            Err(CmdError::BadTransition { .. })
+        ));
+        q.modify(QpState::Reset, &QpAttrs::default()).unwrap();
+        q.modify(QpState::Init, &init_attrs()).unwrap();
+    }
+
+    #[test]
+    fn missing_and_extra_attributes_are_refused() {
+        let mut q = qp(QpType::Rc);
+        let mut a = init_attrs();
+        a.access = None;
+        assert!(matches!(
+            q.modify(QpState::Init, &a),
+            Err(CmdError::MissingAttr { attr: "access", .. })
+        ));
+        let mut a = init_attrs();
+        a.dest_qpn = Some(Qpn::new(1));
+        assert!(matches!(
+            q.modify(QpState::Init, &a),
+            Err(CmdError::ExtraAttr {
+                attr: "dest_qpn",
+                ..
+            })
+        ));
+        assert_eq!(q.state, QpState::Reset, "a refused modify changes nothing");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let mut q = qp(QpType::Rc);
+        q.modify(QpState::Init, &init_attrs()).unwrap();
+        let mut a = rtr_attrs();
+        a.path_mtu = Some(1500);
+        assert!(matches!(
+            q.modify(QpState::Rtr, &a),
+            Err(CmdError::BadParam {
+                name: "path_mtu",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn ud_needs_qkey_not_access() {
+        let mut q = qp(QpType::Ud);
+        let a = QpAttrs {
+            pkey_index: Some(0),
+            port: Some(1),
+            qkey: Some(0x1111),
+            ..Default::default()
+        };
+        q.modify(QpState::Init, &a).unwrap();
+        q.modify(QpState::Rtr, &QpAttrs::default()).unwrap();
+        q.modify(
+            QpState::Rts,
+            &QpAttrs {
+                sq_psn: Some(Psn::new(0)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn cur_state_must_match() {
+        let mut q = qp(QpType::Rc);
+        let a = QpAttrs {
+            cur_state: Some(QpState::Init),
+            ..init_attrs()
+        };
+        assert!(q.modify(QpState::Init, &a).is_err());
+    }
+}

@@ -1,0 +1,1004 @@
+//! The send side: doorbells, WQE fetch and parse, request packets, and the
+//! requester half of RC (ACK, NAK, READ and atomic responses, retransmission).
+
+use doorbell_layout::cqe::{CqeOpcode, Syndrome};
+use doorbell_layout::uar::SendDoorbell;
+use doorbell_layout::wqe::{
+    self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode,
+    wqebbs_for_ds,
+};
+use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
+use doorbell_types::{Cqn, Instant, Psn, Qpn};
+use doorbell_wire::{
+    AethSyndrome, AtomicEthRepr, BthOpcode, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, NakCode,
+    RethRepr, RoceIp, RoceRepr,
+};
+
+use crate::cmd::Access;
+use crate::mkey::KeyError;
+use crate::qp::{Qp, QpState, QpType, RNR_TIMER_US};
+use crate::{Ctx, Frame, NicEvent};
+
+/// Packets after which a long message asks for an ACK anyway.
+const ACK_EVERY_PACKETS: u32 = 64;
+/// Largest message, 2^31 bytes.
+const MAX_MSG_LEN: u64 = 1 << 31;
+
+/// A local scatter/gather entry from a data segment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sge {
+    pub(crate) lkey: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u32,
+}
+
+/// Where a message's data comes from.
+pub(crate) enum Payload {
+    /// Copied into the WQE.
+    Inline(Vec<u8>),
+    /// Named by data segments.
+    Sges(Vec<Sge>),
+}
+
+/// A request message sent and not yet completed.
+pub(crate) struct SentMsg {
+    pub(crate) wqe_index: u16,
+    pub(crate) opcode: WqeOpcode,
+    pub(crate) signaled: bool,
+    pub(crate) solicited: bool,
+    pub(crate) imm: u32,
+    pub(crate) raddr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) swap_add: u64,
+    pub(crate) compare: u64,
+    pub(crate) payload: Payload,
+    pub(crate) len: u64,
+    pub(crate) first_psn: Psn,
+    pub(crate) npsn: u32,
+    /// READ response bytes already placed.
+    pub(crate) done_bytes: u64,
+}
+
+impl SentMsg {
+    fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npsn - 1)
+    }
+
+    fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self.opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        )
+    }
+
+    fn contains(&self, psn: Psn) -> bool {
+        let d = psn.diff(self.first_psn);
+        d >= 0 && (d as u32) < self.npsn
+    }
+}
+
+/// A parsed send WQE.
+struct Wqe {
+    index: u16,
+    opcode: WqeOpcode,
+    wqebbs: u16,
+    fm_ce_se: u8,
+    imm: u32,
+    raddr: u64,
+    rkey: u32,
+    swap_add: u64,
+    compare: u64,
+    ud: Option<UdDest>,
+    payload: Payload,
+}
+
+#[derive(Clone, Copy)]
+struct UdDest {
+    qkey: u32,
+    dqpn: u32,
+    dgid: [u8; 16],
+}
+
+/// Takes a send doorbell (8 bytes, or a BlueFlame WQE) for `qp`.
+pub(crate) fn doorbell<D: Dma>(
+    qp: &mut Qp,
+    db: SendDoorbell,
+    bf: Option<&[u8]>,
+    ctx: &mut Ctx<'_, D>,
+) {
+    if !matches!(qp.state, QpState::Rts | QpState::Err) {
+        ctx.out.counters.doorbells_not_ready += 1;
+        return;
+    }
+    let new_pi = db.wqe_index.wrapping_add(wqebbs_for_ds(db.ds).max(1));
+    let ahead = new_pi.wrapping_sub(qp.sq_ci);
+    if ahead == 0 || ahead > qp.sq_size || ahead < qp.sq_pi.wrapping_sub(qp.sq_ci) {
+        ctx.out.counters.bad_doorbells += 1;
+        return;
+    }
+    qp.sq_pi = new_pi;
+    if qp.state == QpState::Err {
+        flush(qp, ctx);
+        return;
+    }
+    if let Some(bf) = bf {
+        // The WQE came with the doorbell: fetch only what precedes it.
+        if fetch_upto(qp, db.wqe_index, ctx) {
+            let n = usize::from(wqebbs_for_ds(db.ds));
+            for chunk in bf.chunks_exact(WQEBB_LEN).take(n) {
+                let mut b = [0u8; WQEBB_LEN];
+                b.copy_from_slice(chunk);
+                qp.wqe_cache.push_back(b);
+            }
+        }
+    }
+    pump(qp, ctx);
+}
+
+/// Fetches by DMA every WQEBB from the end of the WQE cache up to `upto`.
+fn fetch_upto<D: Dma>(qp: &mut Qp, upto: u16, ctx: &mut Ctx<'_, D>) -> bool {
+    let start = qp.sq_ci.wrapping_add(qp.wqe_cache.len() as u16);
+    let count = upto.wrapping_sub(start);
+    if count == 0 || count > qp.sq_size {
+        return count == 0;
+    }
+    let mask = qp.sq_size - 1;
+    let first = start & mask;
+    // Split at the end of the ring: at most two DMA reads.
+    let till_end = qp.sq_size - first;
+    let pieces = [
+        (first, count.min(till_end)),
+        (0, count.saturating_sub(till_end)),
+    ];
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::SendWqe);
+    let mut buf = vec![0u8; usize::from(count) * WQEBB_LEN];
+    let mut filled = 0usize;
+    for (slot, n) in pieces {
+        if n == 0 {
+            continue;
+        }
+        let off = qp.sq_offset() + u64::from(slot) * WQEBB_LEN as u64;
+        let len = u64::from(n) * WQEBB_LEN as u64;
+        let mut ok = true;
+        let mut runs = Vec::new();
+        let covered = qp.buf_runs(off, len, |h, b, o| runs.push((h, b, o)));
+        if !covered {
+            return false;
+        }
+        // One DMA for the piece when the pages are contiguous, as they are
+        // for a buffer the provider allocated in one go.
+        for (h, b, o) in runs {
+            let dst = &mut buf[filled + o as usize..filled + (o + b) as usize];
+            ok &= ctx.dma.dma_read(tag, h, dst).is_ok();
+        }
+        if !ok {
+            return false;
+        }
+        filled += len as usize;
+    }
+    for chunk in buf.chunks_exact(WQEBB_LEN) {
+        let mut b = [0u8; WQEBB_LEN];
+        b.copy_from_slice(chunk);
+        qp.wqe_cache.push_back(b);
+    }
+    true
+}
+
+/// Executes WQEs from the consumer index while the QP may send.
+pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    while qp.state == QpState::Rts && qp.sq_ci != qp.sq_pi && qp.rnr_resume.is_none() {
+        if qp.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq_pi, ctx) {
+            fail_wqe(qp, qp.sq_ci, WqeOpcode::Nop, Syndrome::LocalQpOpErr, ctx);
+            return;
+        }
+        let avail = qp.sq_pi.wrapping_sub(qp.sq_ci);
+        let Some(head) = qp.wqe_cache.front() else {
+            return;
+        };
+        let ctrl = CtrlSeg::new_unchecked(&head[..]);
+        let (ds, index, opcode) = (ctrl.ds(), ctrl.wqe_index(), ctrl.opcode());
+        let n = wqebbs_for_ds(ds);
+        let too_big = usize::from(ds) * wqe::DS_LEN > ctx.cfg.caps.max_sq_desc_sz as usize;
+        if ds == 0 || n > avail || too_big || index != qp.sq_ci || ctrl.qpn() != qp.qpn.get() {
+            fail_wqe(qp, qp.sq_ci, opcode, Syndrome::LocalQpOpErr, ctx);
+            return;
+        }
+        if usize::from(n) > qp.wqe_cache.len() && !fetch_upto(qp, qp.sq_pi, ctx) {
+            fail_wqe(qp, qp.sq_ci, opcode, Syndrome::LocalQpOpErr, ctx);
+            return;
+        }
+        let mut bytes = [0u8; 1024];
+        for (i, b) in qp.wqe_cache.iter().take(usize::from(n)).enumerate() {
+            bytes[i * WQEBB_LEN..(i + 1) * WQEBB_LEN].copy_from_slice(b);
+        }
+        let w = match parse_wqe(&bytes[..usize::from(ds) * wqe::DS_LEN], qp.p.qp_type) {
+            Ok(w) => w,
+            Err(s) => {
+                fail_wqe(qp, qp.sq_ci, opcode, s, ctx);
+                return;
+            }
+        };
+        // READ and atomics wait for the outstanding-request limit; a fenced
+        // WQE waits for every READ and atomic before it.
+        let rd_out = qp
+            .outstanding
+            .iter()
+            .filter(|m| m.is_read_or_atomic())
+            .count() as u8;
+        let is_rd = matches!(
+            w.opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        );
+        let fenced = w.fm_ce_se & wqe::ctrl_flags::FM_MASK != 0;
+        if qp.p.qp_type == QpType::Rc
+            && ((is_rd && rd_out >= qp.attrs.max_rd_atomic.unwrap_or(1).max(1))
+                || (fenced && rd_out > 0))
+        {
+            return;
+        }
+        for _ in 0..n {
+            qp.wqe_cache.pop_front();
+        }
+        qp.sq_ci = qp.sq_ci.wrapping_add(n);
+        let result = match qp.p.qp_type {
+            QpType::Rc => execute_rc(qp, w, ctx),
+            QpType::Ud => execute_ud(qp, w, ctx),
+        };
+        if let Err((index, opcode, s)) = result {
+            fail_wqe(qp, index, opcode, s, ctx);
+            return;
+        }
+    }
+}
+
+fn parse_wqe(b: &[u8], ty: QpType) -> Result<Wqe, Syndrome> {
+    let ctrl = CtrlSeg::new_unchecked(&b[..wqe::field::CTRL_LEN]);
+    let mut w = Wqe {
+        index: ctrl.wqe_index(),
+        opcode: ctrl.opcode(),
+        wqebbs: wqebbs_for_ds(ctrl.ds()),
+        fm_ce_se: ctrl.fm_ce_se(),
+        imm: ctrl.imm(),
+        raddr: 0,
+        rkey: 0,
+        swap_add: 0,
+        compare: 0,
+        ud: None,
+        payload: Payload::Sges(Vec::new()),
+    };
+    let mut off = wqe::field::CTRL_LEN;
+    let seg = |off: usize, len: usize| b.get(off..off + len).ok_or(Syndrome::LocalQpOpErr);
+    if ty == QpType::Ud {
+        let av = DatagramSeg::new_unchecked(seg(off, wqe::field::AV_LEN)?);
+        w.ud = Some(UdDest {
+            qkey: av.qkey(),
+            dqpn: av.dqpn(),
+            dgid: av.rgid(),
+        });
+        off += wqe::field::AV_LEN;
+    }
+    let remote = |w: &mut Wqe, off: &mut usize| -> Result<(), Syndrome> {
+        let r = RaddrSeg::new_unchecked(seg(*off, wqe::field::RADDR_LEN)?);
+        w.raddr = r.raddr();
+        w.rkey = r.rkey();
+        *off += wqe::field::RADDR_LEN;
+        Ok(())
+    };
+    match (w.opcode, ty) {
+        (WqeOpcode::Nop, _) => return Ok(w),
+        (WqeOpcode::Send | WqeOpcode::SendImm, _) => {}
+        (WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm | WqeOpcode::RdmaRead, QpType::Rc) => {
+            remote(&mut w, &mut off)?
+        }
+        (WqeOpcode::AtomicCs | WqeOpcode::AtomicFa, QpType::Rc) => {
+            remote(&mut w, &mut off)?;
+            let a = AtomicSeg::new_unchecked(seg(off, wqe::field::ATOMIC_LEN)?);
+            w.swap_add = a.swap_add();
+            w.compare = a.compare();
+            off += wqe::field::ATOMIC_LEN;
+        }
+        _ => return Err(Syndrome::LocalQpOpErr),
+    }
+    // Data: one inline segment, or data segments to the end of the WQE.
+    if off + wqe::field::INLINE_HDR_LEN <= b.len()
+        && InlineSeg::new_unchecked(&b[off..]).is_inline()
+    {
+        let n = InlineSeg::new_unchecked(&b[off..]).byte_count() as usize;
+        let start = off + wqe::field::INLINE_HDR_LEN;
+        let data = b.get(start..start + n).ok_or(Syndrome::LocalLengthErr)?;
+        w.payload = Payload::Inline(data.to_vec());
+    } else {
+        let mut sges = Vec::new();
+        while off + wqe::field::DATA_LEN <= b.len() {
+            let d = DataSeg::new_unchecked(&b[off..off + wqe::field::DATA_LEN]);
+            sges.push(Sge {
+                lkey: d.lkey(),
+                addr: d.addr(),
+                len: d.byte_count(),
+            });
+            off += wqe::field::DATA_LEN;
+        }
+        w.payload = Payload::Sges(sges);
+    }
+    Ok(w)
+}
+
+fn payload_len(p: &Payload) -> u64 {
+    match p {
+        Payload::Inline(v) => v.len() as u64,
+        Payload::Sges(s) => s.iter().map(|s| u64::from(s.len)).sum(),
+    }
+}
+
+fn key_syndrome(_: KeyError) -> Syndrome {
+    Syndrome::LocalProtErr
+}
+
+/// Reads a message's payload from host memory (one DMA per contiguous run).
+fn gather<D: Dma>(qp: &Qp, p: &Payload, ctx: &mut Ctx<'_, D>) -> Result<Vec<u8>, Syndrome> {
+    match p {
+        Payload::Inline(v) => Ok(v.clone()),
+        Payload::Sges(sges) => {
+            let total = payload_len(p);
+            if total > MAX_MSG_LEN {
+                return Err(Syndrome::LocalLengthErr);
+            }
+            let mut buf = vec![0u8; total as usize];
+            let mut at = 0usize;
+            let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
+            for s in sges {
+                let mut dma_ok = true;
+                let dst = &mut buf[at..at + s.len as usize];
+                let dma = &mut *ctx.dma;
+                ctx.mkeys
+                    .translate(
+                        doorbell_types::Mkey::from_raw(s.lkey),
+                        qp.p.pd,
+                        0,
+                        s.addr,
+                        s.len.into(),
+                        |h, n, o| {
+                            dma_ok &= dma
+                                .dma_read(tag, h, &mut dst[o as usize..(o + n) as usize])
+                                .is_ok();
+                        },
+                    )
+                    .map_err(key_syndrome)?;
+                if !dma_ok {
+                    return Err(Syndrome::LocalProtErr);
+                }
+                at += s.len as usize;
+            }
+            Ok(buf)
+        }
+    }
+}
+
+/// Checks that the device may write the local buffers of a READ or atomic.
+fn check_local_write<D: Dma>(qp: &Qp, p: &Payload, ctx: &Ctx<'_, D>) -> Result<(), Syndrome> {
+    let Payload::Sges(sges) = p else {
+        return Err(Syndrome::LocalQpOpErr);
+    };
+    for s in sges {
+        ctx.mkeys
+            .translate(
+                doorbell_types::Mkey::from_raw(s.lkey),
+                qp.p.pd,
+                Access::LOCAL_WRITE,
+                s.addr,
+                s.len.into(),
+                |_, _, _| {},
+            )
+            .map_err(key_syndrome)?;
+    }
+    Ok(())
+}
+
+type WqeFailure = (u16, WqeOpcode, Syndrome);
+
+fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), WqeFailure> {
+    let fail = |s| (w.index, w.opcode, s);
+    let signaled = w.fm_ce_se & wqe::ctrl_flags::CE_MASK == wqe::ctrl_flags::CQ_UPDATE;
+    let len = payload_len(&w.payload);
+    let mtu = u64::from(qp.mtu());
+    let (payload, npsn) = match w.opcode {
+        WqeOpcode::Nop => {
+            if signaled {
+                complete(qp, w.index, w.opcode, 0, ctx);
+            }
+            return Ok(());
+        }
+        WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => {
+            let data = gather(qp, &w.payload, ctx).map_err(fail)?;
+            (data, len.div_ceil(mtu).max(1) as u32)
+        }
+        WqeOpcode::RdmaRead => {
+            if len > MAX_MSG_LEN {
+                return Err(fail(Syndrome::LocalLengthErr));
+            }
+            check_local_write(qp, &w.payload, ctx).map_err(fail)?;
+            (Vec::new(), len.div_ceil(mtu).max(1) as u32)
+        }
+        WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
+            if len != 8 {
+                return Err(fail(Syndrome::LocalLengthErr));
+            }
+            check_local_write(qp, &w.payload, ctx).map_err(fail)?;
+            (Vec::new(), 1)
+        }
+        _ => return Err(fail(Syndrome::LocalQpOpErr)),
+    };
+    let msg = SentMsg {
+        wqe_index: w.index,
+        opcode: w.opcode,
+        signaled,
+        solicited: w.fm_ce_se & wqe::ctrl_flags::SOLICITED != 0,
+        imm: w.imm,
+        raddr: w.raddr,
+        rkey: w.rkey,
+        swap_add: w.swap_add,
+        compare: w.compare,
+        payload: w.payload,
+        len,
+        first_psn: qp.next_psn,
+        npsn,
+        done_bytes: 0,
+    };
+    let _ = w.wqebbs;
+    transmit(qp, &msg, 0, &payload, ctx);
+    qp.next_psn = qp.next_psn.add(npsn);
+    qp.outstanding.push_back(msg);
+    if qp.ack_deadline.is_none() {
+        qp.ack_deadline = qp.ack_timeout().map(|t| ctx.now.add(t));
+    }
+    Ok(())
+}
+
+fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), WqeFailure> {
+    let fail = |s| (w.index, w.opcode, s);
+    let signaled = w.fm_ce_se & wqe::ctrl_flags::CE_MASK == wqe::ctrl_flags::CQ_UPDATE;
+    let Some(dest) = w.ud else {
+        return Err(fail(Syndrome::LocalQpOpErr));
+    };
+    if payload_len(&w.payload) > u64::from(ctx.cfg.caps.max_mtu) {
+        return Err(fail(Syndrome::LocalLengthErr));
+    }
+    let data = gather(qp, &w.payload, ctx).map_err(fail)?;
+    let with_imm = w.opcode == WqeOpcode::SendImm;
+    let opcode = if with_imm {
+        BthOpcode::UdSendOnlyWithImmediate
+    } else {
+        BthOpcode::UdSendOnly
+    };
+    // A Q_Key with its top bit set means "use the QP's own".
+    let qkey = if dest.qkey & 0x8000_0000 != 0 {
+        qp.attrs.qkey.unwrap_or(0)
+    } else {
+        dest.qkey
+    };
+    let mut bth = BthRepr::new(opcode, Qpn::new(dest.dqpn), qp.next_psn);
+    bth.solicited = w.fm_ce_se & wqe::ctrl_flags::SOLICITED != 0;
+    let ext = ExtHeaders {
+        deth: Some(DethRepr {
+            qkey,
+            src_qp: qp.qpn,
+        }),
+        immdt: with_imm.then_some(ImmDtRepr { imm: w.imm }),
+        ..ExtHeaders::default()
+    };
+    if let Some(dst) = doorbell_wire::Gid::new(dest.dgid).to_ipv4() {
+        emit(qp, ctx, dst, bth, ext, &data);
+    }
+    qp.next_psn = qp.next_psn.add(1);
+    if signaled {
+        complete(qp, w.index, w.opcode, 0, ctx);
+    }
+    Ok(())
+}
+
+fn emit<D: Dma>(
+    qp: &Qp,
+    ctx: &mut Ctx<'_, D>,
+    dst: [u8; 4],
+    bth: BthRepr,
+    ext: ExtHeaders,
+    payload: &[u8],
+) {
+    let repr = RoceRepr {
+        ip: RoceIp::v4(ctx.cfg.ipv4, dst),
+        src_port: 0xc000 | (qp.qpn.get() & 0x3fff) as u16,
+        bth,
+        ext,
+    };
+    let mut bytes = Vec::with_capacity(repr.frame_len(payload.len()));
+    if repr.emit_to_vec(payload, &mut bytes).is_ok() {
+        ctx.out.counters.tx_packets += 1;
+        ctx.out.tx.push_back(Frame { dst, bytes });
+    }
+}
+
+/// Destination IPv4 address of an RC QP.
+pub(crate) fn peer_ip(qp: &Qp) -> Option<[u8; 4]> {
+    qp.attrs
+        .av
+        .and_then(|av| doorbell_wire::Gid::new(av.dgid).to_ipv4())
+}
+
+/// Sends the packets of `msg` from packet `from` on.
+fn transmit<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, payload: &[u8], ctx: &mut Ctx<'_, D>) {
+    let Some(dst) = peer_ip(qp) else { return };
+    let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
+    let mtu = qp.mtu() as usize;
+    match msg.opcode {
+        WqeOpcode::RdmaRead => {
+            let skip = u64::from(from) * mtu as u64;
+            let mut bth = BthRepr::new(BthOpcode::RcRdmaReadRequest, dqpn, msg.first_psn.add(from));
+            bth.ack_req = true;
+            let ext = ExtHeaders {
+                reth: Some(RethRepr {
+                    va: msg.raddr.wrapping_add(skip),
+                    rkey: doorbell_types::Mkey::from_raw(msg.rkey),
+                    dma_len: msg.len.saturating_sub(skip) as u32,
+                }),
+                ..ExtHeaders::default()
+            };
+            emit(qp, ctx, dst, bth, ext, &[]);
+        }
+        WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
+            let op = if msg.opcode == WqeOpcode::AtomicCs {
+                BthOpcode::RcCompareSwap
+            } else {
+                BthOpcode::RcFetchAdd
+            };
+            let mut bth = BthRepr::new(op, dqpn, msg.first_psn);
+            bth.ack_req = true;
+            let ext = ExtHeaders {
+                atomic_eth: Some(AtomicEthRepr {
+                    va: msg.raddr,
+                    rkey: doorbell_types::Mkey::from_raw(msg.rkey),
+                    swap_add: msg.swap_add,
+                    compare: msg.compare,
+                }),
+                ..ExtHeaders::default()
+            };
+            emit(qp, ctx, dst, bth, ext, &[]);
+        }
+        _ => {
+            let is_write = matches!(msg.opcode, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
+            let has_imm = matches!(msg.opcode, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
+            let n = msg.npsn;
+            for i in from..n {
+                let (first, last) = (i == 0, i + 1 == n);
+                let op = request_opcode(is_write, has_imm, first, last);
+                let mut bth = BthRepr::new(op, dqpn, msg.first_psn.add(i));
+                bth.ack_req = last || (i - from) % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1;
+                bth.solicited = last && msg.solicited;
+                let ext = ExtHeaders {
+                    reth: (is_write && first).then_some(RethRepr {
+                        va: msg.raddr,
+                        rkey: doorbell_types::Mkey::from_raw(msg.rkey),
+                        dma_len: msg.len as u32,
+                    }),
+                    immdt: (has_imm && last).then_some(ImmDtRepr { imm: msg.imm }),
+                    ..ExtHeaders::default()
+                };
+                let start = (i as usize * mtu).min(payload.len());
+                let end = ((i as usize + 1) * mtu).min(payload.len());
+                emit(qp, ctx, dst, bth, ext, &payload[start..end]);
+            }
+        }
+    }
+}
+
+fn request_opcode(write: bool, imm: bool, first: bool, last: bool) -> BthOpcode {
+    use BthOpcode::*;
+    match (write, first, last, imm) {
+        (false, true, true, false) => RcSendOnly,
+        (false, true, true, true) => RcSendOnlyWithImmediate,
+        (false, true, false, _) => RcSendFirst,
+        (false, false, false, _) => RcSendMiddle,
+        (false, false, true, false) => RcSendLast,
+        (false, false, true, true) => RcSendLastWithImmediate,
+        (true, true, true, false) => RcRdmaWriteOnly,
+        (true, true, true, true) => RcRdmaWriteOnlyWithImmediate,
+        (true, true, false, _) => RcRdmaWriteFirst,
+        (true, false, false, _) => RcRdmaWriteMiddle,
+        (true, false, true, false) => RcRdmaWriteLast,
+        (true, false, true, true) => RcRdmaWriteLastWithImmediate,
+    }
+}
+
+/// Writes a CQE to `cqn` and raises the events it causes.
+pub(crate) fn write_cqe<D: Dma>(
+    ctx: &mut Ctx<'_, D>,
+    cqn: Cqn,
+    qpn: Qpn,
+    opcode: CqeOpcode,
+    solicited: bool,
+    fill: impl FnOnce(&mut doorbell_layout::cqe::Cqe64<&mut [u8]>),
+) {
+    let Some(cq) = ctx.cqs.get_mut(&cqn) else {
+        return;
+    };
+    match cq.write(ctx.dma, qpn, opcode, solicited, fill) {
+        crate::cq::CqeWrite::Written { event: true } => {
+            ctx.out.events.push_back(NicEvent::Completion(cqn))
+        }
+        crate::cq::CqeWrite::Written { event: false } => {}
+        crate::cq::CqeWrite::Overrun | crate::cq::CqeWrite::DmaFault => {
+            ctx.out.events.push_back(NicEvent::CqError(cqn))
+        }
+    }
+}
+
+/// A successful send-side completion.
+fn complete<D: Dma>(qp: &Qp, index: u16, opcode: WqeOpcode, byte_cnt: u32, ctx: &mut Ctx<'_, D>) {
+    let qpn = qp.qpn;
+    write_cqe(ctx, qp.p.send_cq, qpn, CqeOpcode::Req, false, |c| {
+        c.set_sop_qpn(u8::from(opcode), qpn.get());
+        c.set_wqe_counter(index);
+        c.set_byte_cnt(byte_cnt);
+    });
+}
+
+fn error_cqe<D: Dma>(qp: &Qp, index: u16, opcode: WqeOpcode, s: Syndrome, ctx: &mut Ctx<'_, D>) {
+    let qpn = qp.qpn;
+    write_cqe(ctx, qp.p.send_cq, qpn, CqeOpcode::ReqErr, false, |c| {
+        c.set_sop_qpn(u8::from(opcode), qpn.get());
+        c.set_wqe_counter(index);
+        c.set_syndrome(s, 0);
+    });
+}
+
+/// Completes WQE `index` in error, moves the QP to ERR and flushes the rest.
+pub(crate) fn fail_wqe<D: Dma>(
+    qp: &mut Qp,
+    index: u16,
+    opcode: WqeOpcode,
+    s: Syndrome,
+    ctx: &mut Ctx<'_, D>,
+) {
+    error_cqe(qp, index, opcode, s, ctx);
+    to_error(qp, ctx);
+}
+
+/// Moves a QP to ERR on its own and flushes both queues.
+pub(crate) fn to_error<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    if qp.state != QpState::Err {
+        qp.state = QpState::Err;
+        ctx.out.events.push_back(NicEvent::QpFatal(qp.qpn));
+    }
+    flush(qp, ctx);
+    crate::rq::flush(qp, ctx);
+}
+
+/// Completes every outstanding and posted send WQE with WR_FLUSH_ERR.
+pub(crate) fn flush<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    while let Some(m) = qp.outstanding.pop_front() {
+        error_cqe(qp, m.wqe_index, m.opcode, Syndrome::WrFlushErr, ctx);
+    }
+    while qp.sq_ci != qp.sq_pi {
+        if qp.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq_pi, ctx) {
+            break;
+        }
+        let Some(head) = qp.wqe_cache.front() else {
+            break;
+        };
+        let ctrl = CtrlSeg::new_unchecked(&head[..]);
+        let (index, opcode, n) = (ctrl.wqe_index(), ctrl.opcode(), wqebbs_for_ds(ctrl.ds()));
+        if n == 0 || n > qp.sq_pi.wrapping_sub(qp.sq_ci) || index != qp.sq_ci {
+            break;
+        }
+        error_cqe(qp, index, opcode, Syndrome::WrFlushErr, ctx);
+        for _ in 0..n {
+            qp.wqe_cache.pop_front();
+        }
+        qp.sq_ci = qp.sq_ci.wrapping_add(n);
+    }
+    qp.wqe_cache.clear();
+    qp.sq_ci = qp.sq_pi;
+    qp.ack_deadline = None;
+    qp.rnr_resume = None;
+}
+
+/// Retires messages the responder has acknowledged up to and including
+/// `psn`; READs and atomics retire only on their responses.
+fn ack_upto<D: Dma>(qp: &mut Qp, psn: Psn, inclusive: bool, ctx: &mut Ctx<'_, D>) {
+    let mut progress = false;
+    while let Some(m) = qp.outstanding.front() {
+        let d = m.last_psn().diff(psn);
+        if m.is_read_or_atomic() || d > 0 || (d == 0 && !inclusive) {
+            break;
+        }
+        let m = qp.outstanding.pop_front().expect("front exists");
+        if m.signaled {
+            complete(qp, m.wqe_index, m.opcode, 0, ctx);
+        }
+        progress = true;
+    }
+    if progress {
+        made_progress(qp, ctx);
+    }
+}
+
+fn made_progress<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    qp.retry_left = qp.attrs.retry_cnt.unwrap_or(7);
+    qp.ack_deadline = if qp.outstanding.is_empty() {
+        None
+    } else {
+        qp.ack_timeout().map(|t| ctx.now.add(t))
+    };
+}
+
+/// Handles an ACK, NAK, READ response or atomic ACK for `qp`.
+pub(crate) fn handle_response<D: Dma>(
+    qp: &mut Qp,
+    repr: &RoceRepr,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) {
+    if qp.p.qp_type != QpType::Rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        ctx.out.counters.rx_dropped += 1;
+        return;
+    }
+    let psn = repr.bth.psn;
+    match repr.bth.opcode {
+        BthOpcode::RcAck => {
+            let Some(aeth) = repr.ext.aeth else { return };
+            match aeth.syndrome {
+                AethSyndrome::Ack { .. } => ack_upto(qp, psn, true, ctx),
+                AethSyndrome::RnrNak { timer } => {
+                    ack_upto(qp, psn, false, ctx);
+                    if qp.rnr_left == 0 {
+                        ctx.out.counters.req_rnr_retries_exceeded += 1;
+                        fail_head(qp, Syndrome::RnrRetryExcErr, ctx);
+                        return;
+                    }
+                    if qp.rnr_left != 7 {
+                        qp.rnr_left -= 1;
+                    }
+                    ctx.out.counters.rnr_nak_retry_err += 1;
+                    let wait = doorbell_types::Duration::from_us(u64::from(
+                        RNR_TIMER_US[usize::from(timer & 31)],
+                    ));
+                    qp.rnr_resume = Some((ctx.now.add(wait), psn));
+                    qp.ack_deadline = None;
+                }
+                AethSyndrome::Nak(NakCode::PsnSeqErr) => {
+                    ctx.out.counters.packet_seq_err += 1;
+                    ack_upto(qp, psn, false, ctx);
+                    retransmit_from(qp, psn, ctx);
+                }
+                AethSyndrome::Nak(code) => {
+                    let s = match code {
+                        NakCode::InvalidRequest => Syndrome::RemoteInvalReqErr,
+                        NakCode::RemoteAccessErr => Syndrome::RemoteAccessErr,
+                        _ => Syndrome::RemoteOpErr,
+                    };
+                    ack_upto(qp, psn, false, ctx);
+                    fail_head(qp, s, ctx);
+                }
+            }
+        }
+        BthOpcode::RcRdmaReadResponseFirst
+        | BthOpcode::RcRdmaReadResponseMiddle
+        | BthOpcode::RcRdmaReadResponseLast
+        | BthOpcode::RcRdmaReadResponseOnly => read_response(qp, repr, payload, ctx),
+        BthOpcode::RcAtomicAck => {
+            // Everything before the atomic is implicitly acknowledged.
+            ack_upto(qp, psn, false, ctx);
+            let Some(m) = qp.outstanding.front() else {
+                return;
+            };
+            if !matches!(m.opcode, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa) || m.first_psn != psn
+            {
+                return;
+            }
+            let Some(orig) = repr.ext.atomic_ack_eth.map(|a| a.orig) else {
+                return;
+            };
+            let m = qp.outstanding.pop_front().expect("front exists");
+            if let Err(s) = place(qp, &m.payload, 0, &orig.to_le_bytes(), ctx) {
+                fail_wqe(qp, m.wqe_index, m.opcode, s, ctx);
+                return;
+            }
+            if m.signaled {
+                complete(qp, m.wqe_index, m.opcode, 8, ctx);
+            }
+            made_progress(qp, ctx);
+            pump(qp, ctx);
+        }
+        _ => ctx.out.counters.rx_dropped += 1,
+    }
+    if qp.state == QpState::Rts {
+        pump(qp, ctx);
+    }
+}
+
+fn read_response<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut Ctx<'_, D>) {
+    let psn = repr.bth.psn;
+    ack_upto(qp, psn, false, ctx);
+    let mtu = u64::from(qp.mtu());
+    let Some(m) = qp.outstanding.front() else {
+        return;
+    };
+    if m.opcode != WqeOpcode::RdmaRead || !m.contains(psn) {
+        return;
+    }
+    // Only the next expected response is taken; anything else is a
+    // duplicate or follows a loss, and the retry timer recovers.
+    let expect = m.first_psn.add((m.done_bytes / mtu) as u32);
+    if psn != expect || m.done_bytes + payload.len() as u64 > m.len {
+        return;
+    }
+    let offset = m.done_bytes;
+    let (index, opcode) = (m.wqe_index, m.opcode);
+    let payload_desc =
+        std::mem::replace(&mut qp.outstanding[0].payload, Payload::Inline(Vec::new()));
+    let placed = place(qp, &payload_desc, offset, payload, ctx);
+    qp.outstanding[0].payload = payload_desc;
+    if let Err(s) = placed {
+        fail_wqe(qp, index, opcode, s, ctx);
+        return;
+    }
+    let m = &mut qp.outstanding[0];
+    m.done_bytes += payload.len() as u64;
+    let last = matches!(
+        repr.bth.opcode,
+        BthOpcode::RcRdmaReadResponseLast | BthOpcode::RcRdmaReadResponseOnly
+    );
+    if last {
+        if m.done_bytes != m.len {
+            fail_wqe(qp, index, opcode, Syndrome::BadRespErr, ctx);
+            return;
+        }
+        let m = qp.outstanding.pop_front().expect("front exists");
+        if m.signaled {
+            complete(qp, m.wqe_index, m.opcode, m.len as u32, ctx);
+        }
+    }
+    made_progress(qp, ctx);
+}
+
+/// Writes `data` at byte `offset` of the local buffers `p` (READ and atomic results).
+fn place<D: Dma>(
+    qp: &Qp,
+    p: &Payload,
+    offset: u64,
+    data: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Result<(), Syndrome> {
+    let Payload::Sges(sges) = p else {
+        return Err(Syndrome::LocalQpOpErr);
+    };
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
+    let mut skip = offset;
+    let mut rest = data;
+    for s in sges {
+        if rest.is_empty() {
+            break;
+        }
+        let sl = u64::from(s.len);
+        if skip >= sl {
+            skip -= sl;
+            continue;
+        }
+        let n = (sl - skip).min(rest.len() as u64);
+        let (now, later) = rest.split_at(n as usize);
+        let mut ok = true;
+        let dma = &mut *ctx.dma;
+        ctx.mkeys
+            .translate(
+                doorbell_types::Mkey::from_raw(s.lkey),
+                qp.p.pd,
+                Access::LOCAL_WRITE,
+                s.addr + skip,
+                n,
+                |h, b, o| {
+                    ok &= dma
+                        .dma_write(tag, h, &now[o as usize..(o + b) as usize])
+                        .is_ok()
+                },
+            )
+            .map_err(key_syndrome)?;
+        if !ok {
+            return Err(Syndrome::LocalProtErr);
+        }
+        rest = later;
+        skip = 0;
+    }
+    if rest.is_empty() {
+        Ok(())
+    } else {
+        Err(Syndrome::LocalLengthErr)
+    }
+}
+
+fn fail_head<D: Dma>(qp: &mut Qp, s: Syndrome, ctx: &mut Ctx<'_, D>) {
+    match qp.outstanding.pop_front() {
+        Some(m) => fail_wqe(qp, m.wqe_index, m.opcode, s, ctx),
+        None => to_error(qp, ctx),
+    }
+}
+
+/// Go-back-N: sends again every packet from `psn` on.
+fn retransmit_from<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) {
+    let mtu = u64::from(qp.mtu());
+    let msgs = std::mem::take(&mut qp.outstanding);
+    let mut failed = None;
+    for m in &msgs {
+        if failed.is_some() || m.last_psn().precedes(psn) {
+            continue;
+        }
+        let from = if m.contains(psn) {
+            psn.diff(m.first_psn) as u32
+        } else {
+            0
+        };
+        let data = match m.opcode {
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => Ok(Vec::new()),
+            _ => gather(qp, &m.payload, ctx),
+        };
+        match data {
+            Ok(d) => transmit(qp, m, from, &d, ctx),
+            Err(s) => failed = Some((m.wqe_index, m.opcode, s)),
+        }
+    }
+    qp.outstanding = msgs;
+    for m in qp
+        .outstanding
+        .iter_mut()
+        .filter(|m| m.opcode == WqeOpcode::RdmaRead && m.contains(psn))
+    {
+        m.done_bytes = u64::from(psn.diff(m.first_psn) as u32) * mtu;
+    }
+    if let Some((index, opcode, s)) = failed {
+        fail_wqe(qp, index, opcode, s, ctx);
+        return;
+    }
+    qp.ack_deadline = qp.ack_timeout().map(|t| ctx.now.add(t));
+}
+
+/// When this QP's next timer fires.
+pub(crate) fn next_deadline(qp: &Qp) -> Option<Instant> {
+    match (qp.ack_deadline, qp.rnr_resume.map(|(t, _)| t)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Fires the QP's timers that are due.
+pub(crate) fn handle_timeout<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    if qp.state != QpState::Rts {
+        return;
+    }
+    if let Some((at, psn)) = qp.rnr_resume
+        && at <= ctx.now
+    {
+        qp.rnr_resume = None;
+        retransmit_from(qp, psn, ctx);
+        pump(qp, ctx);
+    }
+    if let Some(at) = qp.ack_deadline
+        && at <= ctx.now
+    {
+        ctx.out.counters.local_ack_timeout_err += 1;
+        if qp.retry_left == 0 {
+            ctx.out.counters.req_transport_retries_exceeded += 1;
+            fail_head(qp, Syndrome::TransportRetryExcErr, ctx);
+            return;
+        }
+        qp.retry_left -= 1;
+        let Some(head) = qp.outstanding.front() else {
+            qp.ack_deadline = None;
+            return;
+        };
+        let mtu = u64::from(qp.mtu());
+        let psn = if head.opcode == WqeOpcode::RdmaRead {
+            head.first_psn.add((head.done_bytes / mtu) as u32)
+        } else {
+            head.first_psn
+        };
+        retransmit_from(qp, psn, ctx);
+    }
+}

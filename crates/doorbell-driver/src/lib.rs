@@ -1,0 +1,526 @@
+//! The slow path of doorbell: what the kernel driver does for a user context.
+//!
+//! # Model
+//! A [`Ucontext`] is what `alloc_ucontext` makes: static UARs allocated from
+//! the device and "mapped" (their indices handed to the provider), the
+//! bfreg allocator that decides which register each QP rings, the pinned
+//! doorbell-record pages, and the objects the context created. Every device
+//! change goes through [`DeviceLink::exec`], the command interface; host
+//! memory is pinned for DMA through [`HostRam::pin`] (the umem step) and the
+//! resulting page lists are what the device is told.
+//!
+//! The provider (`doorbell-verbs`) calls these functions the way rdma-core
+//! calls the kernel: it allocates buffers, then asks the driver to register
+//! them and to create objects over them.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+pub mod bfreg;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use doorbell_device::{
+    Access, CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, NicEvent, QpAttrs,
+    QpParams, QpState, QpType,
+};
+use doorbell_host::{HostMemory, HostRam, MemError, Mmio, PAGE_SIZE};
+use doorbell_layout::uar;
+use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, UarIndex};
+
+pub use bfreg::{BfregAllocator, BfregError, BfregInfo, gross_index};
+
+/// What the driver needs of a device and of the host it sits in.
+pub trait DeviceLink: Send + Sync {
+    /// The device's name (`ibv_get_device_name`).
+    fn name(&self) -> &str;
+    /// Runs a command on the device and waits for its completion.
+    fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError>;
+    /// The host's memory.
+    fn memory(&self) -> &Arc<HostRam>;
+    /// The CPU's MMIO path into the device's UAR pages.
+    fn mmio(&self) -> &Arc<dyn Mmio>;
+    /// GID 0 of the port.
+    fn gid(&self) -> [u8; 16];
+    /// Waits up to `timeout` for the next asynchronous event of the device.
+    fn next_event(&self, timeout: std::time::Duration) -> Option<NicEvent>;
+}
+
+/// Errors of the slow path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DriverError {
+    /// The device refused a command.
+    #[error("device command failed: {0}")]
+    Command(#[from] CmdError),
+    /// Host memory could not be pinned or freed.
+    #[error("host memory: {0}")]
+    Memory(#[from] MemError),
+    /// The bfreg request of alloc_ucontext is invalid.
+    #[error("bfreg request: {0}")]
+    Bfreg(#[from] BfregError),
+    /// The device answered with something the command does not return.
+    #[error("unexpected command output")]
+    Protocol,
+    /// A handle that this context does not own.
+    #[error("no such object {0:#x} in this context")]
+    NoSuchObject(u32),
+}
+
+/// alloc_ucontext request (`mlx5_ib_alloc_ucontext_req_v2`, the fields used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocUcontextReq {
+    /// Static bfregs asked for.
+    pub total_num_bfregs: u32,
+    /// Of which dedicated (low latency).
+    pub num_low_latency_bfregs: u32,
+}
+
+/// alloc_ucontext response (`mlx5_ib_alloc_ucontext_resp`, the fields used).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocUcontextResp {
+    /// 1 << log_max_qp.
+    pub qp_tab_size: u32,
+    /// Size of a bfreg (0: no BlueFlame).
+    pub bf_reg_size: u32,
+    /// Static bfregs granted.
+    pub tot_bfregs: u32,
+    /// Cache line size.
+    pub cache_line_size: u32,
+    /// Largest send WQE in bytes.
+    pub max_sq_desc_sz: u32,
+    /// Largest receive WQE in bytes.
+    pub max_rq_desc_sz: u32,
+    /// Largest send queue in WQEBBs.
+    pub max_send_wqebb: u32,
+    /// Largest receive queue in WQEs.
+    pub max_recv_wr: u32,
+    /// CQE version.
+    pub cqe_version: u8,
+    /// log2 of a UAR's size.
+    pub log_uar_size: u32,
+    /// UARs per system page.
+    pub num_uars_per_page: u32,
+    /// Dynamic bfregs reserved.
+    pub num_dyn_bfregs: u32,
+}
+
+/// create_qp request: the buffers the provider made and the sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateQpReq {
+    /// RC or UD.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pd: Pdn,
+    /// Send CQ.
+    pub send_cq: Cqn,
+    /// Receive CQ.
+    pub recv_cq: Cqn,
+    /// Start of the QP buffer (RQ, then SQ).
+    pub buf_addr: HostAddr,
+    /// Its length.
+    pub buf_len: u64,
+    /// log2 of SQ WQEBBs.
+    pub log_sq_size: u8,
+    /// log2 of RQ WQEs.
+    pub log_rq_size: u8,
+    /// log2(RQ stride) − 4.
+    pub log_rq_stride: u8,
+    /// The doorbell record's address.
+    pub db_addr: HostAddr,
+}
+
+/// create_qp response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateQpResp {
+    /// The QP number.
+    pub qpn: Qpn,
+    /// The gross bfreg index the provider rings through.
+    pub bfreg_index: u32,
+}
+
+struct DbPage {
+    refs: u32,
+}
+
+struct QpRecord {
+    bfregn: u32,
+    buf: HostAddr,
+    db: HostAddr,
+}
+
+struct State {
+    bfregs: BfregAllocator,
+    db_pages: BTreeMap<u64, DbPage>,
+    qps: BTreeMap<Qpn, QpRecord>,
+    cqs: BTreeMap<Cqn, (HostAddr, HostAddr)>,
+    mrs: BTreeMap<Mkey, HostAddr>,
+}
+
+/// A user context: its UARs, bfregs, pinned pages and objects.
+pub struct Ucontext {
+    link: Arc<dyn DeviceLink>,
+    caps: DeviceCaps,
+    resp: AllocUcontextResp,
+    uars: Vec<UarIndex>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Ucontext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ucontext")
+            .field("uars", &self.uars)
+            .field("resp", &self.resp)
+            .finish()
+    }
+}
+
+fn caps_of(link: &dyn DeviceLink) -> Result<DeviceCaps, DriverError> {
+    match link.exec(Command::QueryCaps)? {
+        CmdOut::Caps(c) => Ok(c),
+        _ => Err(DriverError::Protocol),
+    }
+}
+
+impl Ucontext {
+    /// alloc_ucontext: computes the bfreg layout, allocates one UAR per
+    /// static system page, and reports the device's limits.
+    pub fn alloc(link: Arc<dyn DeviceLink>, req: AllocUcontextReq) -> Result<Self, DriverError> {
+        let caps = caps_of(&*link)?;
+        let info = BfregInfo::calc(
+            req.total_num_bfregs,
+            req.num_low_latency_bfregs,
+            caps.num_uars_per_page,
+        )?;
+        let mut uars = Vec::with_capacity(info.num_static_sys_pages as usize);
+        for _ in 0..info.num_static_sys_pages {
+            match link.exec(Command::AllocUar) {
+                Ok(CmdOut::Uar(u)) => uars.push(u),
+                other => {
+                    for u in uars {
+                        let _ = link.exec(Command::DeallocUar(u));
+                    }
+                    return Err(other
+                        .err()
+                        .map(DriverError::from)
+                        .unwrap_or(DriverError::Protocol));
+                }
+            }
+        }
+        let resp = AllocUcontextResp {
+            qp_tab_size: 1 << caps.log_max_qp,
+            bf_reg_size: caps.bf_reg_size,
+            tot_bfregs: info.total_static,
+            cache_line_size: caps.cache_line_size,
+            max_sq_desc_sz: caps.max_sq_desc_sz,
+            max_rq_desc_sz: caps.max_rq_desc_sz,
+            max_send_wqebb: caps.max_send_wqebb,
+            max_recv_wr: caps.max_recv_wr,
+            cqe_version: 1,
+            log_uar_size: uar::LOG_UAR_SIZE,
+            num_uars_per_page: caps.num_uars_per_page,
+            num_dyn_bfregs: info.num_dyn_bfregs,
+        };
+        Ok(Self {
+            link,
+            caps,
+            resp,
+            uars,
+            state: Mutex::new(State {
+                bfregs: BfregAllocator::new(info),
+                db_pages: BTreeMap::new(),
+                qps: BTreeMap::new(),
+                cqs: BTreeMap::new(),
+                mrs: BTreeMap::new(),
+            }),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The response the provider got.
+    pub fn resp(&self) -> &AllocUcontextResp {
+        &self.resp
+    }
+
+    /// The device's capabilities.
+    pub fn caps(&self) -> &DeviceCaps {
+        &self.caps
+    }
+
+    /// The device link.
+    pub fn link(&self) -> &Arc<dyn DeviceLink> {
+        &self.link
+    }
+
+    /// The static UAR pages mapped into this context, in order.
+    pub fn uar_pages(&self) -> &[UarIndex] {
+        &self.uars
+    }
+
+    /// Use count of net bfreg `n` (for inspection).
+    pub fn bfreg_count(&self, n: u32) -> u32 {
+        self.state().bfregs.count(n)
+    }
+
+    /// alloc_pd.
+    pub fn alloc_pd(&self) -> Result<Pdn, DriverError> {
+        match self.link.exec(Command::AllocPd)? {
+            CmdOut::Pd(p) => Ok(p),
+            _ => Err(DriverError::Protocol),
+        }
+    }
+
+    /// dealloc_pd.
+    pub fn dealloc_pd(&self, pd: Pdn) -> Result<(), DriverError> {
+        self.link.exec(Command::DeallocPd(pd))?;
+        Ok(())
+    }
+
+    /// reg_mr: pins `[addr, addr + len)` and creates an mkey over its pages.
+    pub fn reg_mr(
+        &self,
+        pd: Pdn,
+        addr: HostAddr,
+        len: u64,
+        access: Access,
+    ) -> Result<Mkey, DriverError> {
+        let mem = self.link.memory();
+        let mtt = mem.pin(addr, len)?;
+        let params = MkeyParams {
+            pd,
+            access,
+            start: addr.get(),
+            len,
+            mtt,
+        };
+        match self.link.exec(Command::CreateMkey(params)) {
+            Ok(CmdOut::Mkey(k)) => {
+                self.state().mrs.insert(k, addr);
+                Ok(k)
+            }
+            other => {
+                let _ = mem.unpin(addr);
+                Err(other
+                    .err()
+                    .map(DriverError::from)
+                    .unwrap_or(DriverError::Protocol))
+            }
+        }
+    }
+
+    /// dereg_mr.
+    pub fn dereg_mr(&self, key: Mkey) -> Result<(), DriverError> {
+        let addr = self
+            .state()
+            .mrs
+            .get(&key)
+            .copied()
+            .ok_or(DriverError::NoSuchObject(key.raw()))?;
+        self.link.exec(Command::DestroyMkey(key))?;
+        self.state().mrs.remove(&key);
+        self.link.memory().unpin(addr)?;
+        Ok(())
+    }
+
+    /// `mlx5_ib_db_map_user`: pins the page holding a doorbell record (once
+    /// per page, reference-counted) and returns its bus address.
+    fn db_map(&self, st: &mut State, db: HostAddr) -> Result<HostAddr, DriverError> {
+        let page = db.get() & !(PAGE_SIZE - 1);
+        match st.db_pages.get_mut(&page) {
+            Some(p) => p.refs += 1,
+            None => {
+                self.link.memory().pin(HostAddr::new(page), PAGE_SIZE)?;
+                st.db_pages.insert(page, DbPage { refs: 1 });
+            }
+        }
+        Ok(db)
+    }
+
+    fn db_unmap(&self, st: &mut State, db: HostAddr) {
+        let page = db.get() & !(PAGE_SIZE - 1);
+        if let Some(p) = st.db_pages.get_mut(&page) {
+            p.refs -= 1;
+            if p.refs == 0 {
+                st.db_pages.remove(&page);
+                let _ = self.link.memory().unpin(HostAddr::new(page));
+            }
+        }
+    }
+
+    /// Pages whose doorbell records are mapped, with their reference counts.
+    pub fn db_pages(&self) -> Vec<(HostAddr, u32)> {
+        self.state()
+            .db_pages
+            .iter()
+            .map(|(&a, p)| (HostAddr::new(a), p.refs))
+            .collect()
+    }
+
+    /// create_cq over a CQE buffer and a doorbell record the provider made.
+    pub fn create_cq(&self, log_size: u8, buf: HostAddr, db: HostAddr) -> Result<Cqn, DriverError> {
+        let mem = self.link.memory();
+        let len = 64u64 << log_size;
+        let pas = mem.pin(buf, len)?;
+        let mut st = self.state();
+        let dbr_addr = match self.db_map(&mut st, db) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = mem.unpin(buf);
+                return Err(e);
+            }
+        };
+        // User CQs are armed through the first static UAR.
+        let uar = self.uars.first().copied().unwrap_or_default();
+        match self.link.exec(Command::CreateCq(CqParams {
+            log_size,
+            uar,
+            dbr_addr,
+            pas,
+        })) {
+            Ok(CmdOut::Cq(c)) => {
+                st.cqs.insert(c, (buf, db));
+                Ok(c)
+            }
+            other => {
+                self.db_unmap(&mut st, db);
+                let _ = mem.unpin(buf);
+                Err(other
+                    .err()
+                    .map(DriverError::from)
+                    .unwrap_or(DriverError::Protocol))
+            }
+        }
+    }
+
+    /// The UAR CQ arm doorbells go through.
+    pub fn cq_uar(&self) -> UarIndex {
+        self.uars.first().copied().unwrap_or_default()
+    }
+
+    /// destroy_cq.
+    pub fn destroy_cq(&self, cqn: Cqn) -> Result<(), DriverError> {
+        let (buf, db) = self
+            .state()
+            .cqs
+            .get(&cqn)
+            .copied()
+            .ok_or(DriverError::NoSuchObject(cqn.get()))?;
+        self.link.exec(Command::DestroyCq(cqn))?;
+        let mut st = self.state();
+        st.cqs.remove(&cqn);
+        self.db_unmap(&mut st, db);
+        self.link.memory().unpin(buf)?;
+        Ok(())
+    }
+
+    /// create_qp: chooses the bfreg by the kernel's policy, pins the buffer
+    /// and the doorbell record, and creates the QP on the bfreg's UAR.
+    pub fn create_qp(&self, req: CreateQpReq) -> Result<CreateQpResp, DriverError> {
+        let mem = self.link.memory();
+        let pas = mem.pin(req.buf_addr, req.buf_len)?;
+        let mut st = self.state();
+        let dbr_addr = match self.db_map(&mut st, req.db_addr) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = mem.unpin(req.buf_addr);
+                return Err(e);
+            }
+        };
+        let bfregn = st.bfregs.alloc();
+        let info = st.bfregs.info().clone();
+        let page = info.sys_page(bfregn) as usize;
+        let uar = self
+            .uars
+            .get(page)
+            .map(|u| UarIndex::new(u.get() + info.uar_in_page(bfregn)));
+        let params = uar.map(|uar| QpParams {
+            qp_type: req.qp_type,
+            pd: req.pd,
+            send_cq: req.send_cq,
+            recv_cq: req.recv_cq,
+            uar,
+            log_sq_size: req.log_sq_size,
+            log_rq_size: req.log_rq_size,
+            log_rq_stride: req.log_rq_stride,
+            dbr_addr,
+            pas,
+        });
+        let out = match params {
+            Some(p) => self.link.exec(Command::CreateQp(p)),
+            None => Err(CmdError::NoSuchObject {
+                kind: "UAR",
+                id: page as u32,
+            }),
+        };
+        match out {
+            Ok(CmdOut::Qp(qpn)) => {
+                st.qps.insert(
+                    qpn,
+                    QpRecord {
+                        bfregn,
+                        buf: req.buf_addr,
+                        db: req.db_addr,
+                    },
+                );
+                Ok(CreateQpResp {
+                    qpn,
+                    bfreg_index: gross_index(bfregn),
+                })
+            }
+            other => {
+                st.bfregs.free(bfregn);
+                self.db_unmap(&mut st, req.db_addr);
+                let _ = mem.unpin(req.buf_addr);
+                Err(other
+                    .err()
+                    .map(DriverError::from)
+                    .unwrap_or(DriverError::Protocol))
+            }
+        }
+    }
+
+    /// modify_qp.
+    pub fn modify_qp(&self, qpn: Qpn, state: QpState, attrs: QpAttrs) -> Result<(), DriverError> {
+        self.link.exec(Command::ModifyQp { qpn, state, attrs })?;
+        Ok(())
+    }
+
+    /// query_qp.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpState, QpAttrs), DriverError> {
+        match self.link.exec(Command::QueryQp(qpn))? {
+            CmdOut::QpInfo { state, attrs } => Ok((state, attrs)),
+            _ => Err(DriverError::Protocol),
+        }
+    }
+
+    /// destroy_qp: releases the QP, its bfreg use, and its pins.
+    pub fn destroy_qp(&self, qpn: Qpn) -> Result<(), DriverError> {
+        if !self.state().qps.contains_key(&qpn) {
+            return Err(DriverError::NoSuchObject(qpn.get()));
+        }
+        self.link.exec(Command::DestroyQp(qpn))?;
+        let mut st = self.state();
+        if let Some(r) = st.qps.remove(&qpn) {
+            st.bfregs.free(r.bfregn);
+            self.db_unmap(&mut st, r.db);
+            self.link.memory().unpin(r.buf)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a big-endian word of host memory (helper for the provider).
+    pub fn host(&self) -> &dyn HostMemory {
+        &**self.link.memory()
+    }
+}
+
+impl Drop for Ucontext {
+    fn drop(&mut self) {
+        for u in &self.uars {
+            let _ = self.link.exec(Command::DeallocUar(*u));
+        }
+    }
+}

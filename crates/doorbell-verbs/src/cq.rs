@@ -1,0 +1,352 @@
+//! Completion queues and `poll_cq` (mlx5 reference §8).
+
+use std::sync::{Arc, Mutex};
+
+use doorbell_host::HostMemory;
+use doorbell_layout::cqe::{CQE_LEN, Cqe64, CqeOpcode, OP_OWN_INIT, Syndrome, owner_for};
+use doorbell_layout::dbr;
+use doorbell_layout::uar::{CQ_DOORBELL, CqArmDoorbell};
+use doorbell_layout::wqe::WqeOpcode;
+use doorbell_types::{Cqn, HostAddr, Qpn};
+
+use crate::{Context, VerbsError};
+
+/// Status of a completion (`enum ibv_wc_status`, same numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcStatus {
+    /// Success.
+    Success = 0,
+    /// Local length error.
+    LocLenErr = 1,
+    /// Local QP operation error.
+    LocQpOpErr = 2,
+    /// Local protection error.
+    LocProtErr = 4,
+    /// Flushed.
+    WrFlushErr = 5,
+    /// Memory window bind error.
+    MwBindErr = 6,
+    /// Bad response.
+    BadRespErr = 7,
+    /// Local access error.
+    LocAccessErr = 8,
+    /// Remote invalid request.
+    RemInvReqErr = 9,
+    /// Remote access error.
+    RemAccessErr = 10,
+    /// Remote operational error.
+    RemOpErr = 11,
+    /// Transport retries exceeded.
+    RetryExcErr = 12,
+    /// RNR retries exceeded.
+    RnrRetryExcErr = 13,
+    /// Remote aborted.
+    RemAbortErr = 16,
+    /// Any other error.
+    GeneralErr = 21,
+}
+
+impl From<Syndrome> for WcStatus {
+    fn from(s: Syndrome) -> Self {
+        match s {
+            Syndrome::LocalLengthErr => WcStatus::LocLenErr,
+            Syndrome::LocalQpOpErr => WcStatus::LocQpOpErr,
+            Syndrome::LocalProtErr => WcStatus::LocProtErr,
+            Syndrome::WrFlushErr => WcStatus::WrFlushErr,
+            Syndrome::MwBindErr => WcStatus::MwBindErr,
+            Syndrome::BadRespErr => WcStatus::BadRespErr,
+            Syndrome::LocalAccessErr => WcStatus::LocAccessErr,
+            Syndrome::RemoteInvalReqErr => WcStatus::RemInvReqErr,
+            Syndrome::RemoteAccessErr => WcStatus::RemAccessErr,
+            Syndrome::RemoteOpErr => WcStatus::RemOpErr,
+            Syndrome::TransportRetryExcErr => WcStatus::RetryExcErr,
+            Syndrome::RnrRetryExcErr => WcStatus::RnrRetryExcErr,
+            Syndrome::RemoteAbortedErr => WcStatus::RemAbortErr,
+            Syndrome::Unknown(_) => WcStatus::GeneralErr,
+        }
+    }
+}
+
+/// What completed (`enum ibv_wc_opcode`, same numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcOpcode {
+    /// SEND.
+    Send = 0,
+    /// RDMA WRITE.
+    RdmaWrite = 1,
+    /// RDMA READ.
+    RdmaRead = 2,
+    /// Compare and swap.
+    CompSwap = 3,
+    /// Fetch and add.
+    FetchAdd = 4,
+    /// A receive.
+    Recv = 128,
+    /// A receive of RDMA WRITE with immediate.
+    RecvRdmaWithImm = 129,
+}
+
+impl WcOpcode {
+    pub(crate) fn from_send(op: u8) -> Self {
+        match WqeOpcode::from(op) {
+            WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
+            WqeOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WqeOpcode::AtomicCs => WcOpcode::CompSwap,
+            WqeOpcode::AtomicFa => WcOpcode::FetchAdd,
+            _ => WcOpcode::Send,
+        }
+    }
+}
+
+/// A work completion (`ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wc {
+    /// The work request's ID.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes received (receives), or read (READ, atomics).
+    pub byte_len: u32,
+    /// Immediate data, as the sender gave it.
+    pub imm_data: Option<u32>,
+    /// The local QP.
+    pub qp_num: Qpn,
+    /// Source QP (UD receives).
+    pub src_qp: u32,
+    /// A GRH precedes the data (UD receives).
+    pub grh: bool,
+    /// Vendor syndrome (errors).
+    pub vendor_err: u8,
+}
+
+impl Wc {
+    /// True if the status is success.
+    pub fn is_ok(&self) -> bool {
+        self.status == WcStatus::Success
+    }
+}
+
+pub(crate) struct CqState {
+    cons_index: u32,
+    arm_sn: u32,
+}
+
+pub(crate) struct CqInner {
+    ctx: Context,
+    pub(crate) cqn: Cqn,
+    buf: HostAddr,
+    ncqe: u32,
+    dbr: HostAddr,
+    state: Mutex<CqState>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        if self.ctx.driver().destroy_cq(self.cqn).is_ok() {
+            let _ = self.ctx.mem().free(self.buf);
+        }
+        self.ctx.free_dbrec(self.dbr);
+    }
+}
+
+/// A completion queue (`ibv_cq`).
+#[derive(Clone)]
+pub struct Cq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl Cq {
+    pub(crate) fn new(ctx: Context, cqe: u32) -> Result<Self, VerbsError> {
+        let max = ctx.driver().caps().max_cqe;
+        if cqe == 0 || cqe >= max {
+            return Err(VerbsError::InvalidArgument(
+                "CQ size must be between 1 and max_cqe - 1",
+            ));
+        }
+        let ncqe = (cqe + 1).next_power_of_two();
+        let mem = ctx.mem();
+        let len = u64::from(ncqe) * CQE_LEN as u64;
+        let buf = mem.alloc(len)?;
+        // Every entry starts invalid with owner 0.
+        let mut init = vec![0u8; len as usize];
+        for e in init.chunks_exact_mut(CQE_LEN) {
+            e[CQE_LEN - 1] = OP_OWN_INIT;
+        }
+        mem.write(buf, &init)?;
+        let dbr = match ctx.alloc_dbrec() {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = mem.free(buf);
+                return Err(e);
+            }
+        };
+        let cqn = match ctx
+            .driver()
+            .create_cq(ncqe.trailing_zeros() as u8, buf, dbr)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = mem.free(buf);
+                ctx.free_dbrec(dbr);
+                return Err(e.into());
+            }
+        };
+        Ok(Self {
+            inner: Arc::new(CqInner {
+                ctx,
+                cqn,
+                buf,
+                ncqe,
+                dbr,
+                state: Mutex::new(CqState {
+                    cons_index: 0,
+                    arm_sn: 0,
+                }),
+            }),
+        })
+    }
+
+    /// The CQ number.
+    pub fn cqn(&self) -> Cqn {
+        self.inner.cqn
+    }
+
+    /// Usable entries (`ibv_cq.cqe`).
+    pub fn capacity(&self) -> u32 {
+        self.inner.ncqe - 1
+    }
+
+    /// Polls up to `wc.len()` completions into `wc`; returns how many.
+    pub fn poll(&self, wc: &mut [Wc]) -> Result<usize, VerbsError> {
+        let inner = &*self.inner;
+        let mem = inner.ctx.mem();
+        let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        let mut buf = [0u8; CQE_LEN];
+        while n < wc.len() {
+            let ci = st.cons_index;
+            let slot = ci & (inner.ncqe - 1);
+            mem.read(
+                HostAddr::new(inner.buf.get() + u64::from(slot) * CQE_LEN as u64),
+                &mut buf,
+            )?;
+            let cqe = Cqe64::new_unchecked(&buf[..]);
+            if cqe.opcode() == CqeOpcode::Invalid || cqe.owner() != owner_for(ci, inner.ncqe) {
+                break;
+            }
+            st.cons_index = ci.wrapping_add(1);
+            if let Some(w) = self.parse(&cqe) {
+                wc[n] = w;
+                n += 1;
+            }
+        }
+        if st.cons_index != 0 || n > 0 {
+            let addr = HostAddr::new(inner.dbr.get() + (dbr::CQ_SET_CI * 4) as u64);
+            mem.write_be32(addr, st.cons_index & 0x00ff_ffff)?;
+        }
+        Ok(n)
+    }
+
+    fn parse(&self, cqe: &Cqe64<&[u8]>) -> Option<Wc> {
+        let qpn = Qpn::new(cqe.qpn());
+        // A CQE of a QP destroyed meanwhile is consumed and skipped.
+        let qp = self.inner.ctx.find_qp(qpn)?;
+        let mut wc = Wc {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            qp_num: qpn,
+            src_qp: 0,
+            grh: false,
+            vendor_err: 0,
+        };
+        match cqe.opcode() {
+            CqeOpcode::Req | CqeOpcode::ReqErr => {
+                let (wr_id, _) = qp.complete_send(cqe.wqe_counter());
+                wc.wr_id = wr_id;
+                wc.opcode = WcOpcode::from_send(cqe.send_opcode());
+                if cqe.opcode() == CqeOpcode::ReqErr {
+                    wc.status = cqe.syndrome().into();
+                    wc.vendor_err = cqe.vendor_syndrome();
+                } else if matches!(
+                    wc.opcode,
+                    WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd
+                ) {
+                    wc.byte_len = cqe.byte_cnt();
+                }
+            }
+            CqeOpcode::RespSend
+            | CqeOpcode::RespSendImm
+            | CqeOpcode::RespSendInv
+            | CqeOpcode::RespWrImm
+            | CqeOpcode::RespErr => {
+                wc.wr_id = qp.complete_recv(cqe.wqe_counter());
+                wc.opcode = if cqe.opcode() == CqeOpcode::RespWrImm {
+                    WcOpcode::RecvRdmaWithImm
+                } else {
+                    WcOpcode::Recv
+                };
+                if cqe.opcode() == CqeOpcode::RespErr {
+                    wc.status = cqe.syndrome().into();
+                    wc.vendor_err = cqe.vendor_syndrome();
+                } else {
+                    wc.byte_len = cqe.byte_cnt();
+                    if matches!(cqe.opcode(), CqeOpcode::RespSendImm | CqeOpcode::RespWrImm) {
+                        wc.imm_data = Some(cqe.imm());
+                    }
+                    wc.src_qp = cqe.rqpn();
+                    wc.grh = cqe.grh() != 0;
+                }
+            }
+            _ => {
+                wc.status = WcStatus::GeneralErr;
+            }
+        }
+        Some(wc)
+    }
+
+    /// Asks for one completion event (`ibv_req_notify_cq`): on the next
+    /// completion, or only the next solicited or error one.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), VerbsError> {
+        let inner = &*self.inner;
+        let st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let arm = CqArmDoorbell {
+            sn: (st.arm_sn & 3) as u8,
+            solicited_only,
+            ci: st.cons_index & 0x00ff_ffff,
+            cqn: inner.cqn.get(),
+        };
+        let mem = inner.ctx.mem();
+        mem.write_be32(
+            HostAddr::new(inner.dbr.get() + (dbr::CQ_ARM_DB * 4) as u64),
+            arm.arm_word(),
+        )?;
+        let uar = inner.ctx.driver().cq_uar();
+        inner
+            .ctx
+            .mmio()
+            .mmio_write(uar, CQ_DOORBELL as u32, &arm.emit());
+        Ok(())
+    }
+
+    /// Acknowledges a completion event, advancing the arm sequence number.
+    pub fn ack_event(&self) {
+        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.arm_sn = st.arm_sn.wrapping_add(1);
+    }
+}
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq")
+            .field("cqn", &self.inner.cqn)
+            .field("ncqe", &self.inner.ncqe)
+            .finish()
+    }
+}

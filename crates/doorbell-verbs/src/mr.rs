@@ -1,0 +1,204 @@
+//! Protection domains and memory regions.
+
+use std::sync::Arc;
+
+use doorbell_device::Access;
+use doorbell_host::HostMemory;
+use doorbell_types::{HostAddr, Lkey, Mkey, Pdn, Rkey};
+
+use crate::{Context, VerbsError};
+
+pub(crate) struct PdInner {
+    pub(crate) ctx: Context,
+    pub(crate) pdn: Pdn,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        let _ = self.ctx.driver().dealloc_pd(self.pdn);
+    }
+}
+
+/// A protection domain (`ibv_pd`).
+#[derive(Clone)]
+pub struct Pd {
+    pub(crate) inner: Arc<PdInner>,
+}
+
+impl Pd {
+    pub(crate) fn new(ctx: Context) -> Result<Self, VerbsError> {
+        let pdn = ctx.driver().alloc_pd()?;
+        Ok(Self {
+            inner: Arc::new(PdInner { ctx, pdn }),
+        })
+    }
+
+    /// The PD number.
+    pub fn pdn(&self) -> Pdn {
+        self.inner.pdn
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Allocates `len` zeroed bytes of host memory and registers them with
+    /// `access` rights (`ibv_reg_mr` over a fresh buffer).
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr, VerbsError> {
+        if len == 0 {
+            return Err(VerbsError::InvalidArgument(
+                "a memory region needs at least one byte",
+            ));
+        }
+        let mem = self.inner.ctx.mem();
+        let addr = mem.alloc(len as u64)?;
+        match self
+            .inner
+            .ctx
+            .driver()
+            .reg_mr(self.inner.pdn, addr, len as u64, access)
+        {
+            Ok(key) => Ok(Mr {
+                inner: Arc::new(MrInner {
+                    pd: self.clone(),
+                    addr,
+                    len,
+                    key,
+                    access,
+                }),
+            }),
+            Err(e) => {
+                let _ = mem.free(addr);
+                Err(e.into())
+            }
+        }
+    }
+}
+
+struct MrInner {
+    pd: Pd,
+    addr: HostAddr,
+    len: usize,
+    key: Mkey,
+    access: Access,
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        let ctx = &self.pd.inner.ctx;
+        if ctx.driver().dereg_mr(self.key).is_ok() {
+            let _ = ctx.mem().free(self.addr);
+        }
+    }
+}
+
+/// A registered memory region that owns its buffer (`ibv_mr`).
+///
+/// Clones share the registration; it is deregistered when the last clone
+/// is dropped.
+#[derive(Clone)]
+pub struct Mr {
+    inner: Arc<MrInner>,
+}
+
+/// A scatter/gather element (`ibv_sge`): bytes of a registered region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key of the region.
+    pub lkey: Lkey,
+}
+
+impl Mr {
+    /// Start address (the IOVA peers use with the rkey).
+    pub fn addr(&self) -> u64 {
+        self.inner.addr.get()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// True if the region is empty (never: regions have at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> Lkey {
+        self.inner.key
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> Rkey {
+        self.inner.key
+    }
+
+    /// Access rights.
+    pub fn access(&self) -> Access {
+        self.inner.access
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+
+    fn check(&self, offset: u64, len: u64) -> Result<HostAddr, VerbsError> {
+        let size = self.inner.len as u64;
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(HostAddr::new(self.inner.addr.get() + offset)),
+            _ => Err(VerbsError::OutOfRange { offset, len, size }),
+        }
+    }
+
+    /// An SGE for `len` bytes at `offset`, checked against the region.
+    pub fn sge(&self, offset: u64, len: u32) -> Result<Sge, VerbsError> {
+        let a = self.check(offset, len.into())?;
+        Ok(Sge {
+            addr: a.get(),
+            length: len,
+            lkey: self.inner.key,
+        })
+    }
+
+    /// Copies `data` into the region at `offset` (a CPU store).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VerbsError> {
+        let a = self.check(offset, data.len() as u64)?;
+        Ok(self.inner.pd.inner.ctx.mem().write(a, data)?)
+    }
+
+    /// Copies bytes of the region at `offset` into `buf` (a CPU load).
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VerbsError> {
+        let a = self.check(offset, buf.len() as u64)?;
+        Ok(self.inner.pd.inner.ctx.mem().read(a, buf)?)
+    }
+
+    /// The whole region as a vector.
+    pub fn to_vec(&self) -> Result<Vec<u8>, VerbsError> {
+        let mut v = vec![0u8; self.inner.len];
+        self.read(0, &mut v)?;
+        Ok(v)
+    }
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mr")
+            .field("addr", &self.inner.addr)
+            .field("len", &self.inner.len)
+            .field("key", &self.inner.key)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Pd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pd").field("pdn", &self.inner.pdn).finish()
+    }
+}

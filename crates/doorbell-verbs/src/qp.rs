@@ -1,0 +1,838 @@
+//! Queue pairs: creation, modify, and the post_send / post_recv fast path
+//! (mlx5 reference §5, §6, §7).
+
+use std::sync::{Arc, Mutex};
+
+use doorbell_device::{AddressVector, QpAttrs, QpState, QpType};
+use doorbell_driver::CreateQpReq;
+use doorbell_host::{HostMemory, PAGE_SIZE};
+use doorbell_layout::dbr;
+use doorbell_layout::uar::BF_CHUNK;
+use doorbell_layout::wqe::{
+    self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode,
+    ctrl_flags, field,
+};
+use doorbell_types::{HostAddr, Mkey, Qpn, Rkey};
+
+use crate::cq::CqInner;
+use crate::{Bfreg, Context, Cq, Pd, Sge, VerbsError};
+
+/// Requested queue sizes (`ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send WRs.
+    pub max_send_wr: u32,
+    /// Receive WRs.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        Self {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// QP creation attributes (`ibv_qp_init_attr`).
+#[derive(Debug, Clone)]
+pub struct QpInitAttr {
+    /// Service type.
+    pub qp_type: QpType,
+    /// CQ of send completions.
+    pub send_cq: Cq,
+    /// CQ of receive completions.
+    pub recv_cq: Cq,
+    /// Sizes.
+    pub cap: QpCaps,
+    /// Signal every send WR, whatever its flags.
+    pub sq_sig_all: bool,
+}
+
+/// Where a remote RDMA or atomic operation goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteAddr {
+    /// Remote virtual address.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: Rkey,
+}
+
+/// The operation of a send WR, with what it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrOpcode {
+    /// SEND.
+    Send,
+    /// SEND with immediate data.
+    SendWithImm(u32),
+    /// RDMA WRITE.
+    RdmaWrite(RemoteAddr),
+    /// RDMA WRITE with immediate data.
+    RdmaWriteWithImm(RemoteAddr, u32),
+    /// RDMA READ into the SGEs.
+    RdmaRead(RemoteAddr),
+    /// 64-bit compare and swap; the old value lands in the one 8-byte SGE.
+    AtomicCmpSwp {
+        /// Target.
+        remote: RemoteAddr,
+        /// Compare value.
+        compare: u64,
+        /// Swap value.
+        swap: u64,
+    },
+    /// 64-bit fetch and add; the old value lands in the one 8-byte SGE.
+    AtomicFetchAdd {
+        /// Target.
+        remote: RemoteAddr,
+        /// Addend.
+        add: u64,
+    },
+}
+
+/// Send flags (`ibv_send_flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    /// Wait for earlier READs and atomics.
+    pub const FENCE: SendFlags = SendFlags(1);
+    /// Write a completion.
+    pub const SIGNALED: SendFlags = SendFlags(1 << 1);
+    /// Raise a solicited event at the receiver.
+    pub const SOLICITED: SendFlags = SendFlags(1 << 2);
+    /// Copy the data into the WQE.
+    pub const INLINE: SendFlags = SendFlags(1 << 3);
+
+    /// True if every flag of `other` is set.
+    pub const fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    fn bitor(self, rhs: SendFlags) -> SendFlags {
+        SendFlags(self.0 | rhs.0)
+    }
+}
+
+/// An address handle (`ibv_ah`): a UD destination's path. mlx5 keeps it in
+/// user space and copies it into each WQE's datagram segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ah {
+    /// The path.
+    pub av: AddressVector,
+}
+
+/// UD addressing of a send WR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdTarget {
+    /// Destination path.
+    pub ah: Ah,
+    /// Destination QPN.
+    pub remote_qpn: Qpn,
+    /// Destination Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// A send work request (`ibv_send_wr`).
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Local data.
+    pub sg_list: &'a [Sge],
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Flags.
+    pub flags: SendFlags,
+    /// UD destination (UD QPs only).
+    pub ud: Option<UdTarget>,
+}
+
+/// A receive work request (`ibv_recv_wr`).
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where data lands.
+    pub sg_list: &'a [Sge],
+}
+
+pub(crate) struct SqState {
+    /// Free-running producer counter in WQEBBs.
+    cur_post: u16,
+    head: u32,
+    tail: u32,
+    wrid: Vec<u64>,
+    wqe_head: Vec<u32>,
+}
+
+pub(crate) struct RqState {
+    head: u32,
+    tail: u32,
+    wrid: Vec<u64>,
+}
+
+/// The part of a QP that poll_cq needs.
+pub(crate) struct QpShared {
+    pub(crate) qpn: Qpn,
+    sq: Mutex<SqState>,
+    rq: Mutex<RqState>,
+    sq_wqe_cnt: u32,
+    rq_wqe_cnt: u32,
+}
+
+impl QpShared {
+    /// Retires send WQEs up to the one at `wqe_counter`; returns its wr_id.
+    pub(crate) fn complete_send(&self, wqe_counter: u16) -> (u64, u32) {
+        let mut sq = self.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let idx = (u32::from(wqe_counter) & (self.sq_wqe_cnt - 1)) as usize;
+        sq.tail = sq.wqe_head[idx].wrapping_add(1);
+        (sq.wrid[idx], sq.tail)
+    }
+
+    /// Retires the receive WQE at `wqe_counter`; returns its wr_id.
+    pub(crate) fn complete_recv(&self, wqe_counter: u16) -> u64 {
+        let mut rq = self.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let idx = (u32::from(wqe_counter) & (self.rq_wqe_cnt - 1)) as usize;
+        rq.tail = rq.tail.wrapping_add(1);
+        rq.wrid[idx]
+    }
+}
+
+struct QpInner {
+    pd: Pd,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+    shared: Arc<QpShared>,
+    qp_type: QpType,
+    sq_sig_all: bool,
+    buf: HostAddr,
+    sq_start: HostAddr,
+    rq_stride: u32,
+    dbr: HostAddr,
+    bfreg_index: u32,
+    bf: Arc<Bfreg>,
+    max_send_post: u32,
+    max_recv_post: u32,
+    max_send_gs: u32,
+    max_recv_gs: u32,
+    max_inline: u32,
+    state: Mutex<QpState>,
+    cap: QpCaps,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let ctx = &self.pd.inner.ctx;
+        ctx.unregister_qp(self.shared.qpn);
+        if ctx.driver().destroy_qp(self.shared.qpn).is_ok() {
+            let _ = ctx.mem().free(self.buf);
+        }
+        ctx.free_dbrec(self.dbr);
+    }
+}
+
+/// A queue pair (`ibv_qp`).
+#[derive(Clone)]
+pub struct Qp {
+    inner: Arc<QpInner>,
+}
+
+/// Bytes of fixed segments a send WQE of this type may need before its data
+/// (`sq_overhead`): RC ctrl + raddr + atomic, UD ctrl + datagram.
+fn sq_overhead(t: QpType) -> u32 {
+    match t {
+        QpType::Rc => (field::CTRL_LEN + field::RADDR_LEN + field::ATOMIC_LEN) as u32,
+        QpType::Ud => (field::CTRL_LEN + field::AV_LEN) as u32,
+    }
+}
+
+impl Pd {
+    /// Creates a QP (`ibv_create_qp`), sizing its queues as the mlx5
+    /// provider does.
+    pub fn create_qp(&self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
+        let ctx = self.context().clone();
+        let resp = ctx.driver().resp().clone();
+        let cap = attr.cap;
+        if cap.max_send_wr == 0
+            || cap.max_send_wr > resp.max_send_wqebb
+            || cap.max_recv_wr > resp.max_recv_wr
+        {
+            return Err(VerbsError::InvalidArgument("queue depth out of range"));
+        }
+        // Send WQE size: room for the SGEs or the inline data, whole WQEBBs.
+        let overhead = sq_overhead(attr.qp_type);
+        let gather = overhead + cap.max_send_sge * wqe::DS_LEN as u32;
+        let inl = overhead + (cap.max_inline_data + field::INLINE_HDR_LEN as u32).div_ceil(16) * 16;
+        let wqe_size = gather.max(inl).div_ceil(WQEBB_LEN as u32) * WQEBB_LEN as u32;
+        if wqe_size > resp.max_sq_desc_sz {
+            return Err(VerbsError::InvalidArgument(
+                "send WQE larger than max_sq_desc_sz",
+            ));
+        }
+        let max_inline = wqe_size - overhead - field::INLINE_HDR_LEN as u32;
+        let sq_bytes = (u64::from(cap.max_send_wr) * u64::from(wqe_size)).next_power_of_two();
+        let sq_wqe_cnt = (sq_bytes / WQEBB_LEN as u64) as u32;
+        if sq_wqe_cnt > resp.max_send_wqebb {
+            return Err(VerbsError::InvalidArgument(
+                "send queue larger than max_send_wqebb",
+            ));
+        }
+        let max_send_post = (sq_bytes / u64::from(wqe_size)) as u32;
+        let max_send_gs = (wqe_size - overhead) / wqe::DS_LEN as u32;
+        // Receive queue: stride for the SGEs, at least one WQEBB in all.
+        let rq_stride = (cap.max_recv_sge.max(1) * 16).next_power_of_two();
+        if rq_stride > resp.max_rq_desc_sz {
+            return Err(VerbsError::InvalidArgument(
+                "receive WQE larger than max_rq_desc_sz",
+            ));
+        }
+        let rq_bytes =
+            (u64::from(cap.max_recv_wr.max(1).next_power_of_two()) * u64::from(rq_stride)).max(64);
+        let rq_wqe_cnt = (rq_bytes / u64::from(rq_stride)) as u32;
+        let buf_len = (rq_bytes + sq_bytes).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let mem = ctx.mem();
+        let buf = mem.alloc(buf_len)?;
+        let dbr_addr = match ctx.alloc_dbrec() {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = mem.free(buf);
+                return Err(e);
+            }
+        };
+        let req = CreateQpReq {
+            qp_type: attr.qp_type,
+            pd: self.pdn(),
+            send_cq: attr.send_cq.cqn(),
+            recv_cq: attr.recv_cq.cqn(),
+            buf_addr: buf,
+            buf_len,
+            log_sq_size: sq_wqe_cnt.trailing_zeros() as u8,
+            log_rq_size: rq_wqe_cnt.trailing_zeros() as u8,
+            log_rq_stride: (rq_stride.trailing_zeros() - 4) as u8,
+            db_addr: dbr_addr,
+        };
+        let out = ctx.driver().create_qp(req);
+        let (out, bf) = match out.map(|o| (o, ctx.bfreg(o.bfreg_index).cloned())) {
+            Ok((o, Some(bf))) => (o, bf),
+            Ok((o, None)) => {
+                let _ = ctx.driver().destroy_qp(o.qpn);
+                let _ = mem.free(buf);
+                ctx.free_dbrec(dbr_addr);
+                return Err(VerbsError::InvalidArgument(
+                    "kernel returned an unmapped bfreg",
+                ));
+            }
+            Err(e) => {
+                let _ = mem.free(buf);
+                ctx.free_dbrec(dbr_addr);
+                return Err(e.into());
+            }
+        };
+        let shared = Arc::new(QpShared {
+            qpn: out.qpn,
+            sq: Mutex::new(SqState {
+                cur_post: 0,
+                head: 0,
+                tail: 0,
+                wrid: vec![0; sq_wqe_cnt as usize],
+                wqe_head: vec![0; sq_wqe_cnt as usize],
+            }),
+            rq: Mutex::new(RqState {
+                head: 0,
+                tail: 0,
+                wrid: vec![0; rq_wqe_cnt as usize],
+            }),
+            sq_wqe_cnt,
+            rq_wqe_cnt,
+        });
+        ctx.register_qp(Arc::clone(&shared));
+        let granted = QpCaps {
+            max_send_wr: max_send_post,
+            max_recv_wr: rq_wqe_cnt,
+            max_send_sge: max_send_gs,
+            max_recv_sge: rq_stride / 16,
+            max_inline_data: max_inline,
+        };
+        Ok(Qp {
+            inner: Arc::new(QpInner {
+                pd: self.clone(),
+                _send_cq: Arc::clone(&attr.send_cq.inner),
+                _recv_cq: Arc::clone(&attr.recv_cq.inner),
+                shared,
+                qp_type: attr.qp_type,
+                sq_sig_all: attr.sq_sig_all,
+                buf,
+                sq_start: HostAddr::new(buf.get() + rq_bytes),
+                rq_stride,
+                dbr: dbr_addr,
+                bfreg_index: out.bfreg_index,
+                bf,
+                max_send_post,
+                max_recv_post: rq_wqe_cnt,
+                max_send_gs,
+                max_recv_gs: rq_stride / 16,
+                max_inline,
+                state: Mutex::new(QpState::Reset),
+                cap: granted,
+            }),
+        })
+    }
+}
+
+impl Qp {
+    /// The QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.inner.shared.qpn
+    }
+
+    /// The service type.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// The sizes granted (`ibv_query_qp` IBV_QP_CAP).
+    pub fn caps(&self) -> QpCaps {
+        self.inner.cap
+    }
+
+    /// The gross bfreg index this QP rings through.
+    pub fn bfreg_index(&self) -> u32 {
+        self.inner.bfreg_index
+    }
+
+    /// The state as the provider last set it.
+    pub fn state(&self) -> QpState {
+        *self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ctx(&self) -> &Context {
+        &self.inner.pd.inner.ctx
+    }
+
+    /// Moves the QP to `state` with the attributes in `attrs`
+    /// (`ibv_modify_qp`; an attribute is in the mask when it is `Some`).
+    pub fn modify(&self, state: QpState, attrs: &QpAttrs) -> Result<(), VerbsError> {
+        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.ctx().driver().modify_qp(self.qpn(), state, *attrs)?;
+        *st = state;
+        if state == QpState::Reset {
+            // The provider forgets everything posted and zeroes the record.
+            let mut sq = self
+                .inner
+                .shared
+                .sq
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            sq.cur_post = 0;
+            sq.head = 0;
+            sq.tail = 0;
+            let mut rq = self
+                .inner
+                .shared
+                .rq
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            rq.head = 0;
+            rq.tail = 0;
+            self.ctx().mem().write(self.inner.dbr, &[0u8; 8])?;
+        }
+        Ok(())
+    }
+
+    /// Asks the device for the QP's state and attributes.
+    pub fn query(&self) -> Result<(QpState, QpAttrs), VerbsError> {
+        Ok(self.ctx().driver().query_qp(self.qpn())?)
+    }
+
+    /// Posts receive WRs (`ibv_post_recv`): writes the WQEs and the doorbell
+    /// record's receive counter. No MMIO.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
+        let inner = &*self.inner;
+        let state = self.state();
+        if matches!(state, QpState::Reset) {
+            return Err(VerbsError::BadQpState {
+                qpn: self.qpn().get(),
+                state,
+            });
+        }
+        let mem = self.ctx().mem();
+        let shared = &inner.shared;
+        let mut rq = shared.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let stride = inner.rq_stride as usize;
+        let mut wqe = vec![0u8; stride];
+        for (n, wr) in wrs.iter().enumerate() {
+            let posted = rq.head.wrapping_sub(rq.tail).wrapping_add(n as u32);
+            if posted >= inner.max_recv_post {
+                self.publish_recv(&mut rq, n as u32)?;
+                return Err(VerbsError::QueueFull {
+                    posted,
+                    max: inner.max_recv_post,
+                });
+            }
+            if wr.sg_list.len() as u32 > inner.max_recv_gs {
+                self.publish_recv(&mut rq, n as u32)?;
+                return Err(VerbsError::InvalidArgument("more SGEs than max_recv_sge"));
+            }
+            let ind = (rq.head.wrapping_add(n as u32) & (shared.rq_wqe_cnt - 1)) as usize;
+            let mut i = 0;
+            for sge in wr.sg_list.iter().filter(|s| s.length > 0) {
+                let mut d = DataSeg::new_unchecked(&mut wqe[i * 16..(i + 1) * 16]);
+                d.set_byte_count(sge.length);
+                d.set_lkey(sge.lkey.raw());
+                d.set_addr(sge.addr);
+                i += 1;
+            }
+            if i < inner.max_recv_gs as usize {
+                let mut d = DataSeg::new_unchecked(&mut wqe[i * 16..(i + 1) * 16]);
+                d.set_byte_count(0);
+                d.set_lkey(Mkey::INVALID.raw());
+                d.set_addr(0);
+                i += 1;
+            }
+            let at = HostAddr::new(inner.buf.get() + (ind * stride) as u64);
+            mem.write(at, &wqe[..i * 16])?;
+            rq.wrid[ind] = wr.wr_id;
+        }
+        self.publish_recv(&mut rq, wrs.len() as u32)
+    }
+
+    fn publish_recv(&self, rq: &mut RqState, nreq: u32) -> Result<(), VerbsError> {
+        if nreq == 0 {
+            return Ok(());
+        }
+        rq.head = rq.head.wrapping_add(nreq);
+        let addr = HostAddr::new(self.inner.dbr.get() + (dbr::RCV_DBR * 4) as u64);
+        Ok(self.ctx().mem().write_be32(addr, rq.head & 0xffff)?)
+    }
+
+    /// Posts send WRs (`ibv_post_send`). On error, the WRs before the failing
+    /// one are posted and rung; the failing one and those after are not.
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+        let inner = &*self.inner;
+        let state = self.state();
+        if state != QpState::Rts {
+            return Err(VerbsError::BadQpState {
+                qpn: self.qpn().get(),
+                state,
+            });
+        }
+        let shared = &inner.shared;
+        let mut sq = shared.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wqe = [0u8; 1024];
+        let mut last: Option<(usize, bool)> = None; // (size in bytes, inline)
+        let mut result = Ok(());
+        let mut nreq = 0u32;
+        for wr in wrs {
+            let posted = sq.head.wrapping_sub(sq.tail).wrapping_add(nreq);
+            if posted >= inner.max_send_post {
+                result = Err(VerbsError::QueueFull {
+                    posted,
+                    max: inner.max_send_post,
+                });
+                break;
+            }
+            let built = self.build_wqe(wr, sq.cur_post, &mut wqe);
+            let (size, inl) = match built {
+                Ok(x) => x,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            let idx = (u32::from(sq.cur_post) & (shared.sq_wqe_cnt - 1)) as usize;
+            self.write_sq(idx, &wqe[..size])?;
+            sq.wrid[idx] = wr.wr_id;
+            sq.wqe_head[idx] = sq.head.wrapping_add(nreq);
+            sq.cur_post = sq.cur_post.wrapping_add(size.div_ceil(WQEBB_LEN) as u16);
+            nreq += 1;
+            last = Some((size, inl));
+        }
+        if let Some((size, inl)) = last {
+            sq.head = sq.head.wrapping_add(nreq);
+            // The WQEs are in memory before the record (a compiler barrier
+            // on x86); the record before the doorbell (sfence).
+            let addr = HostAddr::new(inner.dbr.get() + (dbr::SND_DBR * 4) as u64);
+            self.ctx().mem().write_be32(addr, u32::from(sq.cur_post))?;
+            self.ring(&wqe[..size], nreq, inl)?;
+        }
+        result
+    }
+
+    /// Builds one WQE at producer index `cur_post`; returns its size in bytes
+    /// (a multiple of 16) and whether it carries inline data.
+    fn build_wqe(
+        &self,
+        wr: &SendWr<'_>,
+        cur_post: u16,
+        wqe: &mut [u8; 1024],
+    ) -> Result<(usize, bool), VerbsError> {
+        let inner = &*self.inner;
+        let (opcode, imm, remote, atomic) = match wr.opcode {
+            WrOpcode::Send => (WqeOpcode::Send, 0, None, None),
+            WrOpcode::SendWithImm(i) => (WqeOpcode::SendImm, i, None, None),
+            WrOpcode::RdmaWrite(r) => (WqeOpcode::RdmaWrite, 0, Some(r), None),
+            WrOpcode::RdmaWriteWithImm(r, i) => (WqeOpcode::RdmaWriteImm, i, Some(r), None),
+            WrOpcode::RdmaRead(r) => (WqeOpcode::RdmaRead, 0, Some(r), None),
+            WrOpcode::AtomicCmpSwp {
+                remote,
+                compare,
+                swap,
+            } => (WqeOpcode::AtomicCs, 0, Some(remote), Some((swap, compare))),
+            WrOpcode::AtomicFetchAdd { remote, add } => {
+                (WqeOpcode::AtomicFa, 0, Some(remote), Some((add, 0)))
+            }
+        };
+        let is_rd = matches!(
+            opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        );
+        if inner.qp_type == QpType::Ud && (remote.is_some() || wr.ud.is_none()) {
+            return Err(VerbsError::InvalidArgument(
+                "UD QPs send only SENDs, each with a UD target",
+            ));
+        }
+        if wr.sg_list.len() as u32 > inner.max_send_gs {
+            return Err(VerbsError::InvalidArgument("more SGEs than max_send_sge"));
+        }
+        if atomic.is_some() && (wr.sg_list.len() != 1 || wr.sg_list[0].length != 8) {
+            return Err(VerbsError::InvalidArgument(
+                "an atomic needs exactly one 8-byte SGE",
+            ));
+        }
+        wqe[..64].fill(0);
+        let mut off = field::CTRL_LEN;
+        if let Some(ud) = wr.ud {
+            let mut d = DatagramSeg::new_unchecked(&mut wqe[off..off + field::AV_LEN]);
+            d.set_qkey(ud.remote_qkey);
+            d.set_dqpn(ud.remote_qpn.get());
+            d.set_sl(ud.ah.av.sl);
+            d.set_fl_mlid(0);
+            d.set_rlid(0);
+            d.set_rmac([0; 6]);
+            d.set_tclass(ud.ah.av.traffic_class);
+            d.set_hop_limit(ud.ah.av.hop_limit);
+            d.set_grh_gid_fl(wqe::AV_GRH_FLAG | (u32::from(ud.ah.av.sgid_index) << 20));
+            d.set_rgid(ud.ah.av.dgid);
+            off += field::AV_LEN;
+        }
+        if let Some(r) = remote {
+            let mut s = RaddrSeg::new_unchecked(&mut wqe[off..off + field::RADDR_LEN]);
+            s.set_raddr(r.addr);
+            s.set_rkey(r.rkey.raw());
+            off += field::RADDR_LEN;
+        }
+        if let Some((swap_add, compare)) = atomic {
+            let mut s = AtomicSeg::new_unchecked(&mut wqe[off..off + field::ATOMIC_LEN]);
+            s.set_swap_add(swap_add);
+            s.set_compare(compare);
+            off += field::ATOMIC_LEN;
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE) && !is_rd;
+        if inline {
+            let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
+            if total > inner.max_inline as usize {
+                return Err(VerbsError::InlineTooLong {
+                    len: total,
+                    max: inner.max_inline as usize,
+                });
+            }
+            if total > 0 {
+                InlineSeg::new_unchecked(&mut wqe[off..off + field::INLINE_HDR_LEN])
+                    .set_byte_count(total as u32);
+                let mut at = off + field::INLINE_HDR_LEN;
+                for s in wr.sg_list {
+                    // The CPU copies the payload from the user's buffer.
+                    self.ctx()
+                        .mem()
+                        .read(HostAddr::new(s.addr), &mut wqe[at..at + s.length as usize])?;
+                    at += s.length as usize;
+                }
+                let end = off + usize::from(wqe::inline_ds(total)) * wqe::DS_LEN;
+                wqe[at..end].fill(0);
+                off = end;
+            }
+        } else {
+            for s in wr.sg_list.iter().filter(|s| s.length > 0) {
+                let mut d = DataSeg::new_unchecked(&mut wqe[off..off + field::DATA_LEN]);
+                d.set_byte_count(s.length);
+                d.set_lkey(s.lkey.raw());
+                d.set_addr(s.addr);
+                off += field::DATA_LEN;
+            }
+        }
+        let ds = (off / wqe::DS_LEN) as u8;
+        let signaled = wr.flags.contains(SendFlags::SIGNALED) || inner.sq_sig_all;
+        let mut fm_ce_se = if signaled { ctrl_flags::CQ_UPDATE } else { 0 };
+        if wr.flags.contains(SendFlags::SOLICITED) {
+            fm_ce_se |= ctrl_flags::SOLICITED;
+        }
+        if wr.flags.contains(SendFlags::FENCE) {
+            fm_ce_se |= ctrl_flags::FENCE;
+        }
+        let mut c = CtrlSeg::new_unchecked(&mut wqe[..field::CTRL_LEN]);
+        c.set_opmod_idx_opcode(0, cur_post, opcode);
+        c.set_qpn_ds(self.qpn().get(), ds);
+        c.set_signature(0);
+        c.set_dci_stream(0);
+        c.set_fm_ce_se(fm_ce_se);
+        c.set_imm(imm);
+        // Pad the last WQEBB so a BlueFlame copy carries no stale bytes.
+        let size = off;
+        let padded = size.div_ceil(WQEBB_LEN) * WQEBB_LEN;
+        wqe[size..padded].fill(0);
+        Ok((size, inline))
+    }
+
+    /// Writes a WQE into the send ring at WQEBB `idx`, wrapping at the end.
+    fn write_sq(&self, idx: usize, bytes: &[u8]) -> Result<(), VerbsError> {
+        let inner = &*self.inner;
+        let mem = self.ctx().mem();
+        let ring = inner.shared.sq_wqe_cnt as usize * WQEBB_LEN;
+        let start = idx * WQEBB_LEN;
+        let first = bytes.len().min(ring - start);
+        mem.write(
+            HostAddr::new(inner.sq_start.get() + start as u64),
+            &bytes[..first],
+        )?;
+        if first < bytes.len() {
+            mem.write(inner.sq_start, &bytes[first..])?;
+        }
+        Ok(())
+    }
+
+    /// Rings the doorbell for the last WQE built: BlueFlame when a single
+    /// small WQE allows it, else the 8-byte doorbell.
+    fn ring(&self, last_wqe: &[u8], nreq: u32, inline: bool) -> Result<(), VerbsError> {
+        let inner = &*self.inner;
+        let bf = &inner.bf;
+        let cfg = self.ctx().config();
+        let ds = last_wqe.len() / wqe::DS_LEN;
+        let use_bf = !cfg.shut_up_bf
+            && nreq == 1
+            && bf.buf_size != 0
+            && (inline || cfg.prefer_bf)
+            && ds > 1
+            && ds <= bf.buf_size as usize / wqe::DS_LEN;
+        let mmio = self.ctx().mmio();
+        // The register's lock when it is shared; its alternation state
+        // otherwise belongs to this QP alone.
+        let mut offset = bf.offset.lock().unwrap_or_else(|e| e.into_inner());
+        let reg = bf.reg + *offset;
+        if use_bf {
+            let padded = ds.div_ceil(BF_CHUNK / wqe::DS_LEN) * BF_CHUNK;
+            let mut chunk = [0u8; BF_CHUNK];
+            for (i, at) in (0..padded).step_by(BF_CHUNK).enumerate() {
+                let n = (last_wqe.len() - at).min(BF_CHUNK);
+                chunk[..n].copy_from_slice(&last_wqe[at..at + n]);
+                chunk[n..].fill(0);
+                mmio.mmio_write(bf.uar, reg + (i * BF_CHUNK) as u32, &chunk);
+            }
+        } else {
+            mmio.mmio_write(bf.uar, reg, &last_wqe[..8]);
+        }
+        *offset ^= bf.buf_size;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn())
+            .field("type", &self.inner.qp_type)
+            .finish()
+    }
+}
+
+impl Qp {
+    /// Byte offset of the send queue in the QP buffer (for tests).
+    #[doc(hidden)]
+    pub fn sq_wqe_count(&self) -> u32 {
+        self.inner.shared.sq_wqe_cnt
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+
+    /// Convenience: moves an RC QP through INIT, RTR and RTS to `remote`
+    /// with ibv_rc_pingpong's attributes.
+    pub fn connect_rc(
+        &self,
+        local: &RcEndpoint,
+        remote: &RcEndpoint,
+        mtu: u32,
+    ) -> Result<(), VerbsError> {
+        use doorbell_device::Access;
+        let access = Access(
+            Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
+        );
+        self.modify(
+            QpState::Init,
+            &QpAttrs {
+                pkey_index: Some(0),
+                port: Some(1),
+                access: Some(access),
+                ..Default::default()
+            },
+        )?;
+        self.modify(
+            QpState::Rtr,
+            &QpAttrs {
+                av: Some(AddressVector {
+                    dgid: remote.gid,
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    sl: 0,
+                }),
+                path_mtu: Some(mtu),
+                dest_qpn: Some(remote.qpn),
+                rq_psn: Some(remote.psn),
+                max_dest_rd_atomic: Some(1),
+                min_rnr_timer: Some(12),
+                ..Default::default()
+            },
+        )?;
+        self.modify(
+            QpState::Rts,
+            &QpAttrs {
+                sq_psn: Some(local.psn),
+                timeout: Some(14),
+                retry_cnt: Some(7),
+                rnr_retry: Some(7),
+                max_rd_atomic: Some(1),
+                ..Default::default()
+            },
+        )
+    }
+}
+
+/// What two RC peers exchange out of band to connect (ibv_rc_pingpong's
+/// `pingpong_dest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcEndpoint {
+    /// GID.
+    pub gid: [u8; 16],
+    /// QPN.
+    pub qpn: Qpn,
+    /// First PSN it sends.
+    pub psn: doorbell_types::Psn,
+}

@@ -1,0 +1,578 @@
+//! Base Transport Header (IBTA Vol 1 §9.2; reference A.2) and the opcode table
+//! (reference A.5).
+
+use doorbell_types::{Psn, Qpn};
+
+use crate::{Error, Result, be16, be24, enum_with_unknown, fixed_view, set_be16, set_be24};
+
+/// Field offsets of the BTH.
+pub mod field {
+    use crate::Field;
+
+    /// OpCode byte.
+    pub const OPCODE: usize = 0;
+    /// SE (bit 7), MigReq (bit 6), PadCnt (bits 5..4), TVer (bits 3..0).
+    pub const FLAGS: usize = 1;
+    /// Solicited-event bit in [`FLAGS`].
+    pub const SE_BIT: u8 = 0x80;
+    /// MigReq bit in [`FLAGS`].
+    pub const MIG_REQ_BIT: u8 = 0x40;
+    /// Mask of PadCnt in [`FLAGS`].
+    pub const PAD_COUNT_MASK: u8 = 0x30;
+    /// Shift of PadCnt in [`FLAGS`].
+    pub const PAD_COUNT_SHIFT: u32 = 4;
+    /// Mask of the transport header version in [`FLAGS`].
+    pub const TVER_MASK: u8 = 0x0f;
+    /// Partition key, BE16.
+    pub const PKEY: Field = 2..4;
+    /// FECN (bit 7), BECN (bit 6), six reserved bits. The ICRC masks this byte.
+    pub const FECN_BECN: usize = 4;
+    /// FECN bit in [`FECN_BECN`].
+    pub const FECN_BIT: u8 = 0x80;
+    /// BECN bit in [`FECN_BECN`].
+    pub const BECN_BIT: u8 = 0x40;
+    /// Destination QP, BE24.
+    pub const DEST_QP: Field = 5..8;
+    /// AckReq (bit 7) and seven reserved bits.
+    pub const ACK_REQ: usize = 8;
+    /// AckReq bit in [`ACK_REQ`].
+    pub const ACK_REQ_BIT: u8 = 0x80;
+    /// Packet sequence number, BE24.
+    pub const PSN: Field = 9..12;
+}
+
+/// Length of the BTH.
+pub const HEADER_LEN: usize = field::PSN.end;
+
+/// The default partition key (full member of the default partition).
+pub const DEFAULT_PKEY: u16 = 0xffff;
+
+/// Bytes after the BTH of a CNP, reserved and zero (RoCEv2 annex A17.9.3).
+pub const CNP_RESERVED_LEN: usize = 16;
+
+enum_with_unknown! {
+    /// BTH OpCode (reference A.5): the top three bits name the transport
+    /// (000 RC, 011 UD, 100 CNP), the low five the operation.
+    pub enum BthOpcode(u8) {
+        /// RC SEND First.
+        RcSendFirst = 0x00,
+        /// RC SEND Middle.
+        RcSendMiddle = 0x01,
+        /// RC SEND Last.
+        RcSendLast = 0x02,
+        /// RC SEND Last with Immediate (ImmDt).
+        RcSendLastWithImmediate = 0x03,
+        /// RC SEND Only.
+        RcSendOnly = 0x04,
+        /// RC SEND Only with Immediate (ImmDt).
+        RcSendOnlyWithImmediate = 0x05,
+        /// RC RDMA WRITE First (RETH).
+        RcRdmaWriteFirst = 0x06,
+        /// RC RDMA WRITE Middle.
+        RcRdmaWriteMiddle = 0x07,
+        /// RC RDMA WRITE Last.
+        RcRdmaWriteLast = 0x08,
+        /// RC RDMA WRITE Last with Immediate (ImmDt).
+        RcRdmaWriteLastWithImmediate = 0x09,
+        /// RC RDMA WRITE Only (RETH).
+        RcRdmaWriteOnly = 0x0a,
+        /// RC RDMA WRITE Only with Immediate (RETH, ImmDt).
+        RcRdmaWriteOnlyWithImmediate = 0x0b,
+        /// RC RDMA READ Request (RETH).
+        RcRdmaReadRequest = 0x0c,
+        /// RC RDMA READ response First (AETH).
+        RcRdmaReadResponseFirst = 0x0d,
+        /// RC RDMA READ response Middle.
+        RcRdmaReadResponseMiddle = 0x0e,
+        /// RC RDMA READ response Last (AETH).
+        RcRdmaReadResponseLast = 0x0f,
+        /// RC RDMA READ response Only (AETH).
+        RcRdmaReadResponseOnly = 0x10,
+        /// RC Acknowledge (AETH).
+        RcAck = 0x11,
+        /// RC ATOMIC Acknowledge (AETH, AtomicAckETH).
+        RcAtomicAck = 0x12,
+        /// RC CmpSwap (AtomicETH).
+        RcCompareSwap = 0x13,
+        /// RC FetchAdd (AtomicETH).
+        RcFetchAdd = 0x14,
+        /// RC SEND Last with Invalidate (IETH).
+        RcSendLastWithInvalidate = 0x16,
+        /// RC SEND Only with Invalidate (IETH).
+        RcSendOnlyWithInvalidate = 0x17,
+        /// UD SEND Only (DETH).
+        UdSendOnly = 0x64,
+        /// UD SEND Only with Immediate (DETH, ImmDt).
+        UdSendOnlyWithImmediate = 0x65,
+        /// Congestion Notification Packet (16 reserved bytes).
+        Cnp = 0x81,
+    }
+}
+
+impl BthOpcode {
+    /// True for the opcodes this crate names.
+    pub const fn is_known(self) -> bool {
+        !matches!(self, Self::Unknown(_))
+    }
+
+    /// A DETH follows the BTH (UD).
+    pub const fn has_deth(self) -> bool {
+        matches!(self, Self::UdSendOnly | Self::UdSendOnlyWithImmediate)
+    }
+
+    /// A RETH follows (WRITE First/Only, READ Request).
+    pub const fn has_reth(self) -> bool {
+        matches!(
+            self,
+            Self::RcRdmaWriteFirst
+                | Self::RcRdmaWriteOnly
+                | Self::RcRdmaWriteOnlyWithImmediate
+                | Self::RcRdmaReadRequest
+        )
+    }
+
+    /// An AtomicETH follows (CmpSwap, FetchAdd).
+    pub const fn has_atomic_eth(self) -> bool {
+        matches!(self, Self::RcCompareSwap | Self::RcFetchAdd)
+    }
+
+    /// An AETH follows (ACK, ATOMIC ACK, READ response First/Last/Only).
+    pub const fn has_aeth(self) -> bool {
+        matches!(
+            self,
+            Self::RcRdmaReadResponseFirst
+                | Self::RcRdmaReadResponseLast
+                | Self::RcRdmaReadResponseOnly
+                | Self::RcAck
+                | Self::RcAtomicAck
+        )
+    }
+
+    /// An AtomicAckETH follows the AETH (ATOMIC ACK).
+    pub const fn has_atomic_ack_eth(self) -> bool {
+        matches!(self, Self::RcAtomicAck)
+    }
+
+    /// An ImmDt is the last extension header (the `…WithImmediate` opcodes).
+    pub const fn has_immdt(self) -> bool {
+        matches!(
+            self,
+            Self::RcSendLastWithImmediate
+                | Self::RcSendOnlyWithImmediate
+                | Self::RcRdmaWriteLastWithImmediate
+                | Self::RcRdmaWriteOnlyWithImmediate
+                | Self::UdSendOnlyWithImmediate
+        )
+    }
+
+    /// An IETH is the last extension header (the `…WithInvalidate` opcodes).
+    pub const fn has_ieth(self) -> bool {
+        matches!(
+            self,
+            Self::RcSendLastWithInvalidate | Self::RcSendOnlyWithInvalidate
+        )
+    }
+
+    /// True for the Congestion Notification Packet.
+    pub const fn is_cnp(self) -> bool {
+        matches!(self, Self::Cnp)
+    }
+
+    /// True for requests: SEND, RDMA WRITE, RDMA READ Request and atomics.
+    pub const fn is_request(self) -> bool {
+        matches!(
+            self,
+            Self::RcSendFirst
+                | Self::RcSendMiddle
+                | Self::RcSendLast
+                | Self::RcSendLastWithImmediate
+                | Self::RcSendOnly
+                | Self::RcSendOnlyWithImmediate
+                | Self::RcRdmaWriteFirst
+                | Self::RcRdmaWriteMiddle
+                | Self::RcRdmaWriteLast
+                | Self::RcRdmaWriteLastWithImmediate
+                | Self::RcRdmaWriteOnly
+                | Self::RcRdmaWriteOnlyWithImmediate
+                | Self::RcRdmaReadRequest
+                | Self::RcCompareSwap
+                | Self::RcFetchAdd
+                | Self::RcSendLastWithInvalidate
+                | Self::RcSendOnlyWithInvalidate
+                | Self::UdSendOnly
+                | Self::UdSendOnlyWithImmediate
+        )
+    }
+
+    /// True for responses: READ responses, ACK and ATOMIC ACK.
+    pub const fn is_response(self) -> bool {
+        matches!(
+            self,
+            Self::RcRdmaReadResponseFirst
+                | Self::RcRdmaReadResponseMiddle
+                | Self::RcRdmaReadResponseLast
+                | Self::RcRdmaReadResponseOnly
+                | Self::RcAck
+                | Self::RcAtomicAck
+        )
+    }
+
+    /// Bytes of headers between the BTH and the payload for this opcode: the
+    /// sum of the extension headers the `has_*` predicates name, or
+    /// [`CNP_RESERVED_LEN`] for a CNP. Zero for unknown opcodes.
+    pub const fn ext_headers_len(self) -> usize {
+        let mut n = 0;
+        if self.has_deth() {
+            n += crate::deth::HEADER_LEN;
+        }
+        if self.has_reth() {
+            n += crate::reth::HEADER_LEN;
+        }
+        if self.has_atomic_eth() {
+            n += crate::atomic_eth::HEADER_LEN;
+        }
+        if self.has_aeth() {
+            n += crate::aeth::HEADER_LEN;
+        }
+        if self.has_atomic_ack_eth() {
+            n += crate::atomic_ack_eth::HEADER_LEN;
+        }
+        if self.has_immdt() {
+            n += crate::immdt::HEADER_LEN;
+        }
+        if self.has_ieth() {
+            n += crate::ieth::HEADER_LEN;
+        }
+        if self.is_cnp() {
+            n += CNP_RESERVED_LEN;
+        }
+        n
+    }
+}
+
+fixed_view!(
+    /// Base Transport Header (IBTA Vol 1 §9.2), 12 bytes, big-endian.
+    BthHeader,
+    HEADER_LEN
+);
+
+impl<T: AsRef<[u8]>> BthHeader<T> {
+    /// OpCode.
+    pub fn opcode(&self) -> BthOpcode {
+        BthOpcode::from(self.buffer.as_ref()[field::OPCODE])
+    }
+    /// Solicited event.
+    pub fn solicited(&self) -> bool {
+        self.buffer.as_ref()[field::FLAGS] & field::SE_BIT != 0
+    }
+    /// Migration request (ignored on receive).
+    pub fn mig_req(&self) -> bool {
+        self.buffer.as_ref()[field::FLAGS] & field::MIG_REQ_BIT != 0
+    }
+    /// Pad count, 0..=3 bytes before the ICRC.
+    pub fn pad_count(&self) -> u8 {
+        (self.buffer.as_ref()[field::FLAGS] & field::PAD_COUNT_MASK) >> field::PAD_COUNT_SHIFT
+    }
+    /// Transport header version (0).
+    pub fn tver(&self) -> u8 {
+        self.buffer.as_ref()[field::FLAGS] & field::TVER_MASK
+    }
+    /// Partition key.
+    pub fn pkey(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::PKEY)
+    }
+    /// Forward explicit congestion notification.
+    pub fn fecn(&self) -> bool {
+        self.buffer.as_ref()[field::FECN_BECN] & field::FECN_BIT != 0
+    }
+    /// Backward explicit congestion notification (set in CNPs).
+    pub fn becn(&self) -> bool {
+        self.buffer.as_ref()[field::FECN_BECN] & field::BECN_BIT != 0
+    }
+    /// Destination QP number.
+    pub fn dest_qp(&self) -> Qpn {
+        Qpn::new(be24(self.buffer.as_ref(), field::DEST_QP))
+    }
+    /// Acknowledge request.
+    pub fn ack_req(&self) -> bool {
+        self.buffer.as_ref()[field::ACK_REQ] & field::ACK_REQ_BIT != 0
+    }
+    /// Packet sequence number.
+    pub fn psn(&self) -> Psn {
+        Psn::new(be24(self.buffer.as_ref(), field::PSN))
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> BthHeader<T> {
+    /// Sets the OpCode.
+    pub fn set_opcode(&mut self, v: BthOpcode) {
+        self.buffer.as_mut()[field::OPCODE] = v.into();
+    }
+    /// Sets the whole flags byte: SE, MigReq, PadCnt (low 2 bits of
+    /// `pad_count`) and TVer (low 4 bits of `tver`).
+    pub fn set_flags(&mut self, solicited: bool, mig_req: bool, pad_count: u8, tver: u8) {
+        let mut b = ((pad_count << field::PAD_COUNT_SHIFT) & field::PAD_COUNT_MASK)
+            | (tver & field::TVER_MASK);
+        if solicited {
+            b |= field::SE_BIT;
+        }
+        if mig_req {
+            b |= field::MIG_REQ_BIT;
+        }
+        self.buffer.as_mut()[field::FLAGS] = b;
+    }
+    /// Sets the pad count only (low 2 bits), keeping the other flags.
+    pub fn set_pad_count(&mut self, pad_count: u8) {
+        let b = &mut self.buffer.as_mut()[field::FLAGS];
+        *b = (*b & !field::PAD_COUNT_MASK)
+            | ((pad_count << field::PAD_COUNT_SHIFT) & field::PAD_COUNT_MASK);
+    }
+    /// Sets the partition key.
+    pub fn set_pkey(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::PKEY, v);
+    }
+    /// Sets FECN and BECN and clears the six reserved bits.
+    pub fn set_fecn_becn(&mut self, fecn: bool, becn: bool) {
+        let mut b = 0;
+        if fecn {
+            b |= field::FECN_BIT;
+        }
+        if becn {
+            b |= field::BECN_BIT;
+        }
+        self.buffer.as_mut()[field::FECN_BECN] = b;
+    }
+    /// Sets the destination QP number.
+    pub fn set_dest_qp(&mut self, v: Qpn) {
+        set_be24(self.buffer.as_mut(), field::DEST_QP, v.get());
+    }
+    /// Sets AckReq and clears the seven reserved bits.
+    pub fn set_ack_req(&mut self, v: bool) {
+        self.buffer.as_mut()[field::ACK_REQ] = if v { field::ACK_REQ_BIT } else { 0 };
+    }
+    /// Sets the packet sequence number.
+    pub fn set_psn(&mut self, v: Psn) {
+        set_be24(self.buffer.as_mut(), field::PSN, v.get());
+    }
+}
+
+/// A parsed BTH.
+///
+/// `parse` rejects unknown opcodes and a non-zero TVer; reserved bits are
+/// ignored on parse and written as zero by `emit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BthRepr {
+    /// OpCode; never `Unknown` after `parse`.
+    pub opcode: BthOpcode,
+    /// Solicited event.
+    pub solicited: bool,
+    /// Migration request.
+    pub mig_req: bool,
+    /// Pad count, 0..=3 ([`crate::RoceRepr::emit`] derives it from the payload).
+    pub pad_count: u8,
+    /// Partition key.
+    pub pkey: u16,
+    /// Forward explicit congestion notification.
+    pub fecn: bool,
+    /// Backward explicit congestion notification.
+    pub becn: bool,
+    /// Destination QP number.
+    pub dest_qp: Qpn,
+    /// Acknowledge request.
+    pub ack_req: bool,
+    /// Packet sequence number.
+    pub psn: Psn,
+}
+
+impl BthRepr {
+    /// A BTH with the default P_Key and every flag clear.
+    pub const fn new(opcode: BthOpcode, dest_qp: Qpn, psn: Psn) -> Self {
+        Self {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
+    /// Parses a BTH view.
+    pub fn parse<T: AsRef<[u8]>>(h: &BthHeader<T>) -> Result<Self> {
+        h.check_len()?;
+        let opcode = h.opcode();
+        if !opcode.is_known() || h.tver() != 0 {
+            return Err(Error::Malformed);
+        }
+        Ok(Self {
+            opcode,
+            solicited: h.solicited(),
+            mig_req: h.mig_req(),
+            pad_count: h.pad_count(),
+            pkey: h.pkey(),
+            fecn: h.fecn(),
+            becn: h.becn(),
+            dest_qp: h.dest_qp(),
+            ack_req: h.ack_req(),
+            psn: h.psn(),
+        })
+    }
+
+    /// Bytes `emit` writes.
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Writes every byte of the BTH (TVer 0, reserved bits 0).
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut BthHeader<T>) {
+        h.set_opcode(self.opcode);
+        h.set_flags(self.solicited, self.mig_req, self.pad_count, 0);
+        h.set_pkey(self.pkey);
+        h.set_fecn_becn(self.fecn, self.becn);
+        h.set_dest_qp(self.dest_qp);
+        h.set_ack_req(self.ack_req);
+        h.set_psn(self.psn);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    pub(crate) const KNOWN: [u8; 26] = [
+        0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e,
+        0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x64, 0x65, 0x81,
+    ];
+
+    pub(crate) fn arb_opcode() -> impl Strategy<Value = BthOpcode> {
+        proptest::sample::select(&KNOWN[..]).prop_map(BthOpcode::from)
+    }
+
+    prop_compose! {
+        pub(crate) fn arb_bth()(
+            opcode in arb_opcode(),
+            solicited: bool, mig_req: bool, pad_count in 0u8..4, pkey: u16,
+            fecn: bool, becn: bool, qpn in 0u32..0x100_0000, ack_req: bool,
+            psn in 0u32..0x100_0000,
+        ) -> BthRepr {
+            BthRepr {
+                opcode, solicited, mig_req, pad_count, pkey, fecn, becn,
+                dest_qp: Qpn::new(qpn), ack_req, psn: Psn::new(psn),
+            }
+        }
+    }
+
+    #[test]
+    fn deconstruct() {
+        let bytes = [
+            0x0a, 0xe0, 0xff, 0xff, // WRITE_ONLY, SE|M|pad 2, pkey
+            0x7f, 0x12, 0x34, 0x56, // BECN + reserved bits, dqp
+            0xff, 0xab, 0xcd, 0xef, // AckReq + reserved, psn
+        ];
+        let h = BthHeader::new_checked(&bytes[..]).unwrap();
+        assert_eq!(h.opcode(), BthOpcode::RcRdmaWriteOnly);
+        assert!(h.solicited());
+        assert!(h.mig_req());
+        assert_eq!(h.pad_count(), 2);
+        assert_eq!(h.tver(), 0);
+        assert_eq!(h.pkey(), 0xffff);
+        assert!(!h.fecn());
+        assert!(h.becn());
+        assert_eq!(h.dest_qp(), Qpn::new(0x12_3456));
+        assert!(h.ack_req());
+        assert_eq!(h.psn(), Psn::new(0xab_cdef));
+        let r = BthRepr::parse(&h).unwrap();
+        assert_eq!(r.opcode, BthOpcode::RcRdmaWriteOnly);
+        assert_eq!(r.pad_count, 2);
+    }
+
+    #[test]
+    fn construct_writes_every_byte() {
+        let mut buf = [0xa5u8; HEADER_LEN];
+        let r = BthRepr {
+            solicited: true,
+            pad_count: 3,
+            fecn: true,
+            ack_req: true,
+            ..BthRepr::new(BthOpcode::RcAck, Qpn::new(0x01_0203), Psn::new(0x04_0506))
+        };
+        r.emit(&mut BthHeader::new_unchecked(&mut buf[..]));
+        assert_eq!(
+            buf,
+            [
+                0x11, 0xb0, 0xff, 0xff, 0x80, 0x01, 0x02, 0x03, 0x80, 0x04, 0x05, 0x06
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_opcode_tver_and_short() {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = 0x20; // UC SEND_FIRST: not supported
+        assert_eq!(
+            BthRepr::parse(&BthHeader::new_unchecked(&b[..])),
+            Err(Error::Malformed)
+        );
+        b[0] = 0x04;
+        b[1] = 0x01;
+        assert_eq!(
+            BthRepr::parse(&BthHeader::new_unchecked(&b[..])),
+            Err(Error::Malformed)
+        );
+        assert_eq!(
+            BthRepr::parse(&BthHeader::new_unchecked(&b[..11])),
+            Err(Error::Truncated)
+        );
+    }
+
+    #[test]
+    fn opcode_table() {
+        use BthOpcode::*;
+        assert_eq!(RcSendOnly.ext_headers_len(), 0);
+        assert_eq!(RcRdmaWriteFirst.ext_headers_len(), 16);
+        assert_eq!(RcRdmaWriteOnlyWithImmediate.ext_headers_len(), 20);
+        assert_eq!(RcRdmaReadRequest.ext_headers_len(), 16);
+        assert_eq!(RcRdmaReadResponseMiddle.ext_headers_len(), 0);
+        assert_eq!(RcAck.ext_headers_len(), 4);
+        assert_eq!(RcAtomicAck.ext_headers_len(), 12);
+        assert_eq!(RcCompareSwap.ext_headers_len(), 28);
+        assert_eq!(RcSendOnlyWithInvalidate.ext_headers_len(), 4);
+        assert_eq!(UdSendOnly.ext_headers_len(), 8);
+        assert_eq!(UdSendOnlyWithImmediate.ext_headers_len(), 12);
+        assert_eq!(Cnp.ext_headers_len(), 16);
+        assert_eq!(Unknown(0x15).ext_headers_len(), 0);
+        for raw in 0..=255u8 {
+            let op = BthOpcode::from(raw);
+            assert_eq!(u8::from(op), raw);
+            assert_eq!(op.is_known(), KNOWN.contains(&raw));
+            // Known opcodes are exactly one of request, response or CNP.
+            if op.is_known() {
+                let kinds = [op.is_request(), op.is_response(), op.is_cnp()];
+                assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{op:?}");
+            } else {
+                assert!(!op.is_request() && !op.is_response());
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip(r in arb_bth()) {
+            let mut buf = [0u8; HEADER_LEN];
+            r.emit(&mut BthHeader::new_unchecked(&mut buf[..]));
+            prop_assert_eq!(BthRepr::parse(&BthHeader::new_checked(&buf[..]).unwrap()), Ok(r));
+        }
+
+        #[test]
+        fn view_never_panics_after_check(bytes in proptest::collection::vec(any::<u8>(), 0..24)) {
+            if let Ok(h) = BthHeader::new_checked(&bytes[..]) {
+                let _ = BthRepr::parse(&h);
+            }
+        }
+    }
+}

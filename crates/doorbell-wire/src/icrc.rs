@@ -1,0 +1,163 @@
+//! Invariant CRC (IBTA Vol 1 §7.8.1, RoCEv2 annex A17.4.3.1; reference A.6).
+//!
+//! CRC-32 (the zlib/`crc32fast` one) over eight 0xFF bytes standing in for
+//! the IB LRH, then the packet from the IP header to the end of the pad, with
+//! the fields routers may change forced to all ones:
+//!
+//! | header | masked to all ones |
+//! |---|---|
+//! | IPv4 | DSCP/ECN byte, TTL, header checksum |
+//! | IPv6 | traffic class, flow label, hop limit |
+//! | UDP | checksum |
+//! | BTH | byte 4 (FECN, BECN, reserved) |
+//!
+//! The IP and UDP lengths are covered as they are, so they must already count
+//! the 4 ICRC bytes. The result goes on the wire least-significant byte first
+//! (`icrc.to_le_bytes()`).
+//!
+//! Nothing here allocates: the masked headers are copied to a small stack
+//! buffer and the payload is fed to the hasher in place.
+
+use crc32fast::Hasher;
+
+use crate::{bth, ipv4, ipv6, udp};
+
+/// CRC-32 of the eight 0xFF bytes that stand in for the LRH: the finished
+/// value, `!0xDEBB20E3` (rxe seeds its raw state with 0xDEBB20E3).
+pub const LRH_SEED: u32 = !0xdebb_20e3;
+
+/// Length of the ICRC trailer.
+pub const ICRC_LEN: usize = 4;
+
+/// Largest masked prefix: IPv4 with 40 bytes of options, UDP, BTH.
+const MAX_PREFIX: usize = 60 + udp::HEADER_LEN + bth::HEADER_LEN;
+
+/// Hashes `packet`, copying its first `prefix_len` bytes to the stack and
+/// OR-ing each `(offset, bits)` of `masks` into them. Offsets at or past the
+/// copied prefix are skipped, so short input cannot panic.
+fn masked_crc(packet: &[u8], prefix_len: usize, masks: &[(usize, u8)]) -> u32 {
+    let n = prefix_len.min(packet.len()).min(MAX_PREFIX);
+    let mut prefix = [0u8; MAX_PREFIX];
+    prefix[..n].copy_from_slice(&packet[..n]);
+    for &(i, bits) in masks {
+        if i < n {
+            prefix[i] |= bits;
+        }
+    }
+    let mut h = Hasher::new_with_initial(LRH_SEED);
+    h.update(&prefix[..n]);
+    h.update(&packet[n..]);
+    h.finalize()
+}
+
+/// ICRC of an IPv4 RoCEv2 packet. `packet` runs from the first byte of the
+/// IPv4 header to the last pad byte (the ICRC itself excluded). The UDP
+/// header is found after IHL × 4 bytes.
+///
+/// Never panics; on input shorter than its IP, UDP and BTH headers the
+/// result is a CRC of what is there and matches no valid packet.
+pub fn icrc_ipv4(packet: &[u8]) -> u32 {
+    let ihl = match packet.first() {
+        Some(b) => usize::from(b & 0x0f) * 4,
+        None => ipv4::HEADER_LEN,
+    };
+    let udp_at = ihl;
+    let bth_at = udp_at + udp::HEADER_LEN;
+    masked_crc(
+        packet,
+        bth_at + bth::HEADER_LEN,
+        &[
+            (ipv4::field::DSCP_ECN, 0xff),
+            (ipv4::field::TTL, 0xff),
+            (ipv4::field::CHECKSUM.start, 0xff),
+            (ipv4::field::CHECKSUM.start + 1, 0xff),
+            (udp_at + udp::field::CHECKSUM.start, 0xff),
+            (udp_at + udp::field::CHECKSUM.start + 1, 0xff),
+            (bth_at + bth::field::FECN_BECN, 0xff),
+        ],
+    )
+}
+
+/// ICRC of an IPv6 RoCEv2 packet (no extension headers). `packet` runs from
+/// the first byte of the IPv6 header to the last pad byte.
+///
+/// Never panics; see [`icrc_ipv4`] for short input.
+pub fn icrc_ipv6(packet: &[u8]) -> u32 {
+    let udp_at = ipv6::HEADER_LEN;
+    let bth_at = udp_at + udp::HEADER_LEN;
+    let tc_flow = ipv6::field::VER_TC_FLOW;
+    masked_crc(
+        packet,
+        bth_at + bth::HEADER_LEN,
+        &[
+            // Traffic class and flow label: all of the first word but the
+            // version nibble.
+            (tc_flow.start, 0x0f),
+            (tc_flow.start + 1, 0xff),
+            (tc_flow.start + 2, 0xff),
+            (tc_flow.start + 3, 0xff),
+            (ipv6::field::HOP_LIMIT, 0xff),
+            (udp_at + udp::field::CHECKSUM.start, 0xff),
+            (udp_at + udp::field::CHECKSUM.start + 1, 0xff),
+            (bth_at + bth::field::FECN_BECN, 0xff),
+        ],
+    )
+}
+
+/// ICRC of a packet of either IP version, chosen by its version nibble;
+/// `None` if it is neither 4 nor 6.
+pub fn icrc(packet: &[u8]) -> Option<u32> {
+    match packet.first().map(|b| b >> 4) {
+        Some(4) => Some(icrc_ipv4(packet)),
+        Some(6) => Some(icrc_ipv6(packet)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn seed_is_crc_of_eight_ones() {
+        assert_eq!(crc32fast::hash(&[0xff; 8]), LRH_SEED);
+    }
+
+    /// The obvious, allocating implementation.
+    fn reference(packet: &[u8], masks: &[usize], v6: bool) -> u32 {
+        let mut m = std::vec::Vec::from(packet);
+        if v6 {
+            m[0] |= 0x0f;
+        }
+        for &i in masks {
+            m[i] = 0xff;
+        }
+        let mut all = std::vec![0xffu8; 8];
+        all.extend_from_slice(&m);
+        crc32fast::hash(&all)
+    }
+
+    proptest! {
+        #[test]
+        fn matches_reference_v4(body in proptest::collection::vec(any::<u8>(), 40..120)) {
+            let mut p = body;
+            p[0] = 0x45;
+            prop_assert_eq!(icrc_ipv4(&p), reference(&p, &[1, 8, 10, 11, 26, 27, 32], false));
+        }
+
+        #[test]
+        fn matches_reference_v6(body in proptest::collection::vec(any::<u8>(), 60..140)) {
+            let mut p = body;
+            p[0] = 0x60 | (p[0] & 0x0f);
+            prop_assert_eq!(icrc_ipv6(&p), reference(&p, &[1, 2, 3, 7, 46, 47, 52], true));
+        }
+
+        #[test]
+        fn never_panics(p in proptest::collection::vec(any::<u8>(), 0..100)) {
+            let _ = icrc_ipv4(&p);
+            let _ = icrc_ipv6(&p);
+            let _ = icrc(&p);
+        }
+    }
+}

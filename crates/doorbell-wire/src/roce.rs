@@ -1,0 +1,752 @@
+//! Whole RoCEv2 frames: `IP | UDP | BTH | ext | payload | pad | ICRC`
+//! (reference A.1).
+//!
+//! [`RoceRepr`] describes everything but the payload bytes. It builds a frame
+//! into a caller's buffer in one of two ways:
+//!
+//! * [`RoceRepr::emit`] copies the payload from a slice;
+//! * [`RoceRepr::emit_in_place`] expects the payload to be in the frame at
+//!   [`RoceRepr::payload_range`] already (a DMA engine put it there) and writes
+//!   everything around it.
+//!
+//! Either way the pad count, lengths, IPv4 header checksum, ICRC and (for
+//! IPv6) the UDP checksum are computed; over IPv4 the UDP checksum is 0, as
+//! rxe sends it. [`parse_roce`] checks a received frame and returns the repr
+//! and where the payload is.
+
+use core::ops::Range;
+
+use alloc::vec::Vec;
+
+use crate::bth::{self, BthHeader, BthRepr};
+use crate::ext::ExtHeaders;
+use crate::gid::Gid;
+use crate::icrc::{ICRC_LEN, icrc_ipv4, icrc_ipv6};
+use crate::ipv4::{self, IpProtocol, Ipv4Header, Ipv4Repr};
+use crate::ipv6::{self, Ipv6Header, Ipv6Repr};
+use crate::udp::{self, UdpHeader, UdpRepr, udp_checksum_ipv6};
+use crate::{Error, Result};
+
+/// UDP destination port of RoCEv2 (IANA "roce").
+pub const ROCE_V2_UDP_PORT: u16 = 4791;
+
+/// Lowest UDP source port for RoCEv2 flow entropy (`IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`).
+pub const UDP_SRC_PORT_MIN: u16 = 0xc000;
+
+/// Default IPv4 TTL / IPv6 hop limit of [`RoceIp::v4`] and [`RoceIp::v6`].
+pub const DEFAULT_HOP_LIMIT: u8 = 64;
+
+/// Pad bytes that bring `payload_len` to a multiple of 4.
+pub const fn pad_len(payload_len: usize) -> usize {
+    payload_len.wrapping_neg() & 3
+}
+
+/// The IP layer of a RoCEv2 frame: the fields a sender chooses. Lengths,
+/// protocol and checksums are derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoceIp {
+    /// IPv4, no options.
+    V4 {
+        /// Source address.
+        src: [u8; 4],
+        /// Destination address.
+        dst: [u8; 4],
+        /// DSCP and ECN (the TOS byte; from the address vector's traffic class).
+        dscp_ecn: u8,
+        /// Identification.
+        ident: u16,
+        /// Don't Fragment (rxe sets it).
+        dont_frag: bool,
+        /// Time to live (from the address vector's hop limit).
+        ttl: u8,
+    },
+    /// IPv6, no extension headers.
+    V6 {
+        /// Source address.
+        src: [u8; 16],
+        /// Destination address.
+        dst: [u8; 16],
+        /// Traffic class.
+        traffic_class: u8,
+        /// Flow label, 20 bits.
+        flow_label: u32,
+        /// Hop limit.
+        hop_limit: u8,
+    },
+}
+
+impl RoceIp {
+    /// IPv4 with TOS 0, identification 0, DF set and TTL 64.
+    pub const fn v4(src: [u8; 4], dst: [u8; 4]) -> Self {
+        Self::V4 {
+            src,
+            dst,
+            dscp_ecn: 0,
+            ident: 0,
+            dont_frag: true,
+            ttl: DEFAULT_HOP_LIMIT,
+        }
+    }
+
+    /// IPv6 with traffic class 0, flow label 0 and hop limit 64.
+    pub const fn v6(src: [u8; 16], dst: [u8; 16]) -> Self {
+        Self::V6 {
+            src,
+            dst,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: DEFAULT_HOP_LIMIT,
+        }
+    }
+
+    /// Addressing between two GIDs with the defaults of [`RoceIp::v4`] /
+    /// [`RoceIp::v6`]: IPv4 if both are IPv4-mapped, IPv6 if neither is,
+    /// `None` for a mix.
+    pub fn from_gids(sgid: Gid, dgid: Gid) -> Option<Self> {
+        match (sgid.to_ipv4(), dgid.to_ipv4()) {
+            (Some(s), Some(d)) => Some(Self::v4(s, d)),
+            (None, None) => Some(Self::v6(sgid.octets(), dgid.octets())),
+            _ => None,
+        }
+    }
+
+    /// Source GID.
+    pub fn src_gid(&self) -> Gid {
+        match *self {
+            Self::V4 { src, .. } => Gid::from_ipv4(src),
+            Self::V6 { src, .. } => Gid::from_ipv6(src),
+        }
+    }
+
+    /// Destination GID.
+    pub fn dst_gid(&self) -> Gid {
+        match *self {
+            Self::V4 { dst, .. } => Gid::from_ipv4(dst),
+            Self::V6 { dst, .. } => Gid::from_ipv6(dst),
+        }
+    }
+
+    /// ECN code point (0 not ECT, 1/2 ECT, 3 CE).
+    pub fn ecn(&self) -> u8 {
+        let tos = match *self {
+            Self::V4 { dscp_ecn, .. } => dscp_ecn,
+            Self::V6 { traffic_class, .. } => traffic_class,
+        };
+        tos & ipv4::field::ECN_MASK
+    }
+
+    /// Length of the IP header.
+    pub const fn header_len(&self) -> usize {
+        match self {
+            Self::V4 { .. } => ipv4::HEADER_LEN,
+            Self::V6 { .. } => ipv6::HEADER_LEN,
+        }
+    }
+
+    /// Largest IP payload (UDP header onwards).
+    const fn max_payload_len(&self) -> usize {
+        match self {
+            Self::V4 { .. } => ipv4::MAX_PAYLOAD_LEN,
+            Self::V6 { .. } => ipv6::MAX_PAYLOAD_LEN,
+        }
+    }
+}
+
+/// Everything in a RoCEv2 frame except the payload bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoceRepr {
+    /// IP addressing and per-hop fields.
+    pub ip: RoceIp,
+    /// UDP source port (flow entropy; the destination is always 4791).
+    pub src_port: u16,
+    /// Base transport header. `emit` overwrites `pad_count` with the value
+    /// the payload length calls for.
+    pub bth: BthRepr,
+    /// Extension headers; must [fit](ExtHeaders::fits) `bth.opcode`.
+    pub ext: ExtHeaders,
+}
+
+impl RoceRepr {
+    /// Bytes before the payload: IP, UDP, BTH and extension headers.
+    pub fn header_len(&self) -> usize {
+        self.ip.header_len() + udp::HEADER_LEN + bth::HEADER_LEN + self.bth.opcode.ext_headers_len()
+    }
+
+    /// Length of the whole frame for `payload_len` bytes of payload, pad and
+    /// ICRC included (saturating, so absurd lengths fail in `emit`).
+    pub fn frame_len(&self, payload_len: usize) -> usize {
+        self.header_len()
+            .saturating_add(payload_len)
+            .saturating_add(pad_len(payload_len) + ICRC_LEN)
+    }
+
+    /// Where the payload goes in the frame.
+    pub fn payload_range(&self, payload_len: usize) -> Range<usize> {
+        let start = self.header_len();
+        start..start.saturating_add(payload_len)
+    }
+
+    /// Writes headers, pad and ICRC around a payload already at
+    /// [`Self::payload_range`]`(payload_len)` in `frame`; returns the frame
+    /// length, [`Self::frame_len`]`(payload_len)`. Bytes of `frame` past
+    /// that are untouched.
+    ///
+    /// Fails with [`Error::Truncated`] if `frame` is shorter than the frame,
+    /// and [`Error::Malformed`] if the extension headers do not fit the
+    /// opcode (or it is unknown) or the frame would exceed the IP length
+    /// limit. On error `frame` is unchanged.
+    pub fn emit_in_place(&self, frame: &mut [u8], payload_len: usize) -> Result<usize> {
+        let len = self.checked_frame_len(payload_len)?;
+        let frame = frame.get_mut(..len).ok_or(Error::Truncated)?;
+        let opcode = self.bth.opcode;
+        let ip_hlen = self.ip.header_len();
+        let ip_payload_len = len - ip_hlen;
+
+        match self.ip {
+            RoceIp::V4 {
+                src,
+                dst,
+                dscp_ecn,
+                ident,
+                dont_frag,
+                ttl,
+            } => Ipv4Repr {
+                src_addr: src,
+                dst_addr: dst,
+                protocol: IpProtocol::Udp,
+                dscp_ecn,
+                ident,
+                dont_frag,
+                ttl,
+                payload_len: ip_payload_len,
+            }
+            .emit(&mut Ipv4Header::new_unchecked(&mut *frame)),
+            RoceIp::V6 {
+                src,
+                dst,
+                traffic_class,
+                flow_label,
+                hop_limit,
+            } => Ipv6Repr {
+                src_addr: src,
+                dst_addr: dst,
+                next_header: IpProtocol::Udp,
+                traffic_class,
+                flow_label,
+                hop_limit,
+                payload_len: ip_payload_len,
+            }
+            .emit(&mut Ipv6Header::new_unchecked(&mut *frame)),
+        }
+
+        let udp_at = ip_hlen;
+        UdpRepr {
+            src_port: self.src_port,
+            dst_port: ROCE_V2_UDP_PORT,
+            payload_len: ip_payload_len - udp::HEADER_LEN,
+        }
+        .emit(&mut UdpHeader::new_unchecked(&mut frame[udp_at..]));
+
+        let bth_at = udp_at + udp::HEADER_LEN;
+        let pad = pad_len(payload_len);
+        let bth = BthRepr {
+            pad_count: pad as u8,
+            ..self.bth
+        };
+        bth.emit(&mut BthHeader::new_unchecked(&mut frame[bth_at..]));
+
+        let ext_at = bth_at + bth::HEADER_LEN;
+        self.ext.emit(opcode, &mut frame[ext_at..]);
+
+        let pad_at = self.header_len() + payload_len;
+        let icrc_at = len - ICRC_LEN;
+        frame[pad_at..icrc_at].fill(0);
+
+        let icrc = match self.ip {
+            RoceIp::V4 { .. } => icrc_ipv4(&frame[..icrc_at]),
+            RoceIp::V6 { .. } => icrc_ipv6(&frame[..icrc_at]),
+        };
+        frame[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+
+        if let RoceIp::V6 { src, dst, .. } = self.ip {
+            let c = udp_checksum_ipv6(src, dst, &frame[udp_at..]);
+            UdpHeader::new_unchecked(&mut frame[udp_at..]).set_checksum(c);
+        }
+        Ok(len)
+    }
+
+    /// Builds the frame with `payload` at the start of `frame`; returns its
+    /// length. Errors as [`Self::emit_in_place`].
+    pub fn emit(&self, payload: &[u8], frame: &mut [u8]) -> Result<usize> {
+        let len = self.checked_frame_len(payload.len())?;
+        if len > frame.len() {
+            return Err(Error::Truncated);
+        }
+        frame[self.payload_range(payload.len())].copy_from_slice(payload);
+        self.emit_in_place(frame, payload.len())
+    }
+
+    /// Replaces the contents of `out` with the frame, reusing its capacity.
+    /// Errors as [`Self::emit_in_place`]; on error `out` is left empty.
+    pub fn emit_to_vec(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        let len = self.checked_frame_len(payload.len())?;
+        out.resize(len, 0);
+        self.emit(payload, out).map(|_| ())
+    }
+
+    /// [`Self::frame_len`], after checking that the extension headers fit a
+    /// known opcode and that the frame stays within the IP length limit.
+    fn checked_frame_len(&self, payload_len: usize) -> Result<usize> {
+        if !self.ext.fits(self.bth.opcode) {
+            return Err(Error::Malformed);
+        }
+        let len = self.frame_len(payload_len);
+        if len - self.ip.header_len() > self.ip.max_payload_len() {
+            return Err(Error::Malformed);
+        }
+        Ok(len)
+    }
+}
+
+/// A received frame, taken apart by [`parse_roce`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedRoce {
+    /// Headers. `repr.bth.pad_count` is the received pad count; `repr.ext`
+    /// fits `repr.bth.opcode`.
+    pub repr: RoceRepr,
+    /// Byte range of the payload in the frame, pad excluded.
+    pub payload: Range<usize>,
+}
+
+/// Parses and checks a RoCEv2 frame that starts at its IP header.
+///
+/// Checks, in order: IP version ([`Error::BadIpVersion`]); the IP header
+/// (IPv4 options or fragments are [`Error::Unsupported`], a bad IPv4 header
+/// checksum is [`Error::BadIpChecksum`]); that the packet is UDP to port 4791
+/// ([`Error::NotRoce`]); that the UDP length matches the IP length and the
+/// transport part is a whole number of 4-byte words ([`Error::Malformed`]);
+/// the ICRC ([`Error::BadIcrc`]); then the BTH (known opcode, TVer 0), the
+/// extension headers the opcode calls for, and that the pad count fits the
+/// data ([`Error::Malformed`]). Lengths that run past `frame` are
+/// [`Error::Truncated`].
+///
+/// Bytes of `frame` after the IP length (an Ethernet minimum-size trailer)
+/// are ignored. The UDP checksum is not verified: the ICRC covers the same
+/// bytes. Never panics, never allocates.
+pub fn parse_roce(frame: &[u8]) -> Result<ParsedRoce> {
+    let first = *frame.first().ok_or(Error::Truncated)?;
+    let (ip, ip_hlen, pkt_len) = match first >> 4 {
+        4 => {
+            let r = Ipv4Repr::parse(&Ipv4Header::new_checked(frame)?)?;
+            if r.protocol != IpProtocol::Udp {
+                return Err(Error::NotRoce);
+            }
+            let ip = RoceIp::V4 {
+                src: r.src_addr,
+                dst: r.dst_addr,
+                dscp_ecn: r.dscp_ecn,
+                ident: r.ident,
+                dont_frag: r.dont_frag,
+                ttl: r.ttl,
+            };
+            (ip, ipv4::HEADER_LEN, ipv4::HEADER_LEN + r.payload_len)
+        }
+        6 => {
+            let r = Ipv6Repr::parse(&Ipv6Header::new_checked(frame)?)?;
+            if r.next_header != IpProtocol::Udp {
+                return Err(Error::NotRoce);
+            }
+            let ip = RoceIp::V6 {
+                src: r.src_addr,
+                dst: r.dst_addr,
+                traffic_class: r.traffic_class,
+                flow_label: r.flow_label,
+                hop_limit: r.hop_limit,
+            };
+            (ip, ipv6::HEADER_LEN, ipv6::HEADER_LEN + r.payload_len)
+        }
+        _ => return Err(Error::BadIpVersion),
+    };
+    // The IP parsers checked that pkt_len fits the frame.
+    let pkt = frame.get(..pkt_len).ok_or(Error::Truncated)?;
+    let dgram = pkt.get(ip_hlen..).ok_or(Error::Truncated)?;
+
+    let udp_hdr = UdpHeader::new_checked(dgram)?;
+    if udp_hdr.dst_port() != ROCE_V2_UDP_PORT {
+        return Err(Error::NotRoce);
+    }
+    let udp = UdpRepr::parse(&udp_hdr)?;
+    if udp::HEADER_LEN + udp.payload_len != dgram.len() {
+        return Err(Error::Malformed);
+    }
+
+    // BTH .. ICRC.
+    let ib = &dgram[udp::HEADER_LEN..];
+    if ib.len() < bth::HEADER_LEN + ICRC_LEN {
+        return Err(Error::Truncated);
+    }
+    if ib.len() % 4 != 0 {
+        return Err(Error::Malformed);
+    }
+    let icrc_at = pkt.len() - ICRC_LEN;
+    let mut wire = [0u8; ICRC_LEN];
+    wire.copy_from_slice(&pkt[icrc_at..]);
+    let computed = match ip {
+        RoceIp::V4 { .. } => icrc_ipv4(&pkt[..icrc_at]),
+        RoceIp::V6 { .. } => icrc_ipv6(&pkt[..icrc_at]),
+    };
+    if computed != u32::from_le_bytes(wire) {
+        return Err(Error::BadIcrc);
+    }
+
+    let bth = BthRepr::parse(&BthHeader::new_checked(ib)?)?;
+    let body = &ib[bth::HEADER_LEN..ib.len() - ICRC_LEN];
+    let ext = ExtHeaders::parse(bth.opcode, body)?;
+    let ext_len = bth.opcode.ext_headers_len();
+    let data_len = body.len() - ext_len;
+    let pad = usize::from(bth.pad_count);
+    if pad > data_len {
+        return Err(Error::Malformed);
+    }
+    let start = ip_hlen + udp::HEADER_LEN + bth::HEADER_LEN + ext_len;
+    Ok(ParsedRoce {
+        repr: RoceRepr {
+            ip,
+            src_port: udp.src_port,
+            bth,
+            ext,
+        },
+        payload: start..start + data_len - pad,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bth::BthOpcode;
+    use crate::bth::tests::arb_bth;
+    use crate::ext::tests::arb_ext_for;
+    use crate::reth::RethRepr;
+    use doorbell_types::{Psn, Qpn, Rkey};
+    use proptest::prelude::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    fn write_only() -> RoceRepr {
+        RoceRepr {
+            ip: RoceIp::v4([10, 0, 0, 1], [10, 0, 0, 2]),
+            src_port: 0xc000,
+            bth: BthRepr::new(BthOpcode::RcRdmaWriteOnly, Qpn::new(0x11), Psn::new(5)),
+            ext: ExtHeaders {
+                reth: Some(RethRepr {
+                    va: 0x1000,
+                    rkey: Rkey::from_raw(0x42),
+                    dma_len: 5,
+                }),
+                ..ExtHeaders::NONE
+            },
+        }
+    }
+
+    /// Recomputes the IPv4 header checksum and the ICRC after an edit.
+    fn refresh_v4(frame: &mut [u8]) {
+        Ipv4Header::new_unchecked(&mut *frame).fill_checksum();
+        let n = frame.len() - 4;
+        let c = icrc_ipv4(&frame[..n]);
+        frame[n..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    #[test]
+    fn layout_of_a_write() {
+        let r = write_only();
+        let mut f = [0xa5u8; 80];
+        let n = r.emit(b"hello", &mut f).unwrap();
+        assert_eq!(n, 20 + 8 + 12 + 16 + 5 + 3 + 4);
+        assert_eq!(r.payload_range(5), 56..61);
+        assert_eq!(&f[56..61], b"hello");
+        assert_eq!(&f[61..64], &[0, 0, 0]);
+        assert_eq!(f[29 + 1] & 0x30, 0x30, "pad count 3 in the BTH");
+        assert_eq!(&f[20..24], &[0xc0, 0x00, 0x12, 0xb7]);
+        assert_eq!(&f[24..26], &(n as u16 - 20).to_be_bytes());
+        assert_eq!(&f[26..28], &[0, 0], "no UDP checksum over IPv4");
+        assert_eq!(f[n], 0xa5, "nothing written past the frame");
+        let p = parse_roce(&f[..n]).unwrap();
+        assert_eq!(p.payload, 56..61);
+        assert_eq!(
+            p.repr,
+            RoceRepr {
+                bth: BthRepr {
+                    pad_count: 3,
+                    ..r.bth
+                },
+                ..r
+            }
+        );
+    }
+
+    #[test]
+    fn emit_errors() {
+        let r = write_only();
+        let mut f = [0u8; 63];
+        assert_eq!(r.emit(b"hello", &mut f), Err(Error::Truncated));
+        assert_eq!(f, [0; 63]);
+        let bad = RoceRepr {
+            ext: ExtHeaders::NONE,
+            ..r
+        };
+        assert_eq!(bad.emit(b"hello", &mut [0; 128]), Err(Error::Malformed));
+        let unknown = RoceRepr {
+            bth: BthRepr {
+                opcode: BthOpcode::Unknown(0x20),
+                ..r.bth
+            },
+            ext: ExtHeaders::NONE,
+            ..r
+        };
+        assert_eq!(unknown.emit(&[], &mut [0; 128]), Err(Error::Malformed));
+        let mut v = vec![1, 2, 3];
+        assert_eq!(
+            r.emit_to_vec(&vec![0; 65536], &mut v),
+            Err(Error::Malformed)
+        );
+        assert!(v.is_empty());
+        let mut big = vec![0u8; 70_000];
+        assert_eq!(r.emit(&vec![1; 65_500], &mut big), Err(Error::Malformed));
+        assert!(big.iter().all(|b| *b == 0), "frame untouched on error");
+        assert_eq!(
+            r.emit_in_place(&mut [0; 16], usize::MAX),
+            Err(Error::Malformed)
+        );
+        // The largest IPv4 frame: the payload plus pad must stay a multiple
+        // of 4, so it ends 3 bytes short of 65535.
+        let max = (ipv4::MAX_PAYLOAD_LEN - 8 - 12 - 16 - 4) & !3;
+        r.emit_to_vec(&vec![7; max], &mut v).unwrap();
+        assert_eq!(v.len(), 65532);
+        assert!(parse_roce(&v).is_ok());
+        assert_eq!(
+            r.emit_to_vec(&vec![7; max + 1], &mut v),
+            Err(Error::Malformed)
+        );
+    }
+
+    #[test]
+    fn parse_errors() {
+        let r = write_only();
+        let mut good = vec![];
+        r.emit_to_vec(b"hello", &mut good).unwrap();
+        let n = good.len();
+
+        assert_eq!(parse_roce(&[]), Err(Error::Truncated));
+        assert_eq!(parse_roce(&[0x55; 40]), Err(Error::BadIpVersion));
+
+        // Trailer bytes (Ethernet minimum-size padding) are ignored.
+        let mut long = good.clone();
+        long.extend_from_slice(&[0xee; 6]);
+        assert_eq!(parse_roce(&long).unwrap().payload, 56..61);
+
+        let mut f = good.clone();
+        f[60] ^= 1; // payload
+        assert_eq!(parse_roce(&f), Err(Error::BadIcrc));
+        f = good.clone();
+        f[n - 1] ^= 0x80; // ICRC itself
+        assert_eq!(parse_roce(&f), Err(Error::BadIcrc));
+        f = good.clone();
+        f[62] = 1; // pad byte
+        assert_eq!(parse_roce(&f), Err(Error::BadIcrc));
+
+        f = good.clone();
+        f[22..24].copy_from_slice(&4792u16.to_be_bytes());
+        assert_eq!(parse_roce(&f), Err(Error::NotRoce));
+        f = good.clone();
+        f[9] = 6; // TCP
+        refresh_v4(&mut f);
+        assert_eq!(parse_roce(&f), Err(Error::NotRoce));
+        f = good.clone();
+        f[8] = 1; // TTL changed without the header checksum
+        assert_eq!(parse_roce(&f), Err(Error::BadIpChecksum));
+        f = good.clone();
+        f[8] = 1;
+        Ipv4Header::new_unchecked(&mut f[..]).fill_checksum();
+        assert!(parse_roce(&f).is_ok(), "TTL is masked out of the ICRC");
+
+        f = good.clone();
+        f[25] -= 4; // UDP length disagrees with IP
+        refresh_v4(&mut f);
+        assert_eq!(parse_roce(&f), Err(Error::Malformed));
+
+        f = good.clone();
+        f[28] = 0x20; // UC SEND_FIRST
+        refresh_v4(&mut f);
+        assert_eq!(parse_roce(&f), Err(Error::Malformed));
+
+        // An ACK whose AETH is cut off by the ICRC.
+        f = good[..20 + 8 + 12 + 4].to_vec();
+        f[2..4].copy_from_slice(&44u16.to_be_bytes());
+        f[24..26].copy_from_slice(&24u16.to_be_bytes());
+        f[28] = u8::from(BthOpcode::RcAck);
+        f[29] = 0;
+        refresh_v4(&mut f);
+        assert_eq!(parse_roce(&f), Err(Error::Truncated));
+        f[28] = u8::from(BthOpcode::RcSendOnly);
+        refresh_v4(&mut f);
+        assert_eq!(parse_roce(&f).unwrap().payload, 40..40);
+        f[29] = 0x10; // pad 1 with no data
+        refresh_v4(&mut f);
+        assert_eq!(parse_roce(&f), Err(Error::Malformed));
+
+        // Not a multiple of 4 after UDP.
+        f = good[..n - 1].to_vec();
+        f[2..4].copy_from_slice(&(n as u16 - 1).to_be_bytes());
+        f[24..26].copy_from_slice(&(n as u16 - 21).to_be_bytes());
+        refresh_v4(&mut f);
+        assert_eq!(parse_roce(&f), Err(Error::Malformed));
+    }
+
+    #[test]
+    fn ipv6_udp_checksum_and_masking() {
+        let mut src = [0u8; 16];
+        src[0] = 0xfd;
+        src[15] = 1;
+        let mut dst = src;
+        dst[15] = 2;
+        let r = RoceRepr {
+            ip: RoceIp::V6 {
+                src,
+                dst,
+                traffic_class: 0x02,
+                flow_label: 0xabcde,
+                hop_limit: 3,
+            },
+            ..write_only()
+        };
+        let mut f = vec![];
+        r.emit_to_vec(b"hi", &mut f).unwrap();
+        assert_eq!(f.len(), 40 + 8 + 12 + 16 + 2 + 2 + 4);
+        let c = UdpHeader::new_checked(&f[40..]).unwrap().checksum();
+        assert_ne!(c, 0);
+        assert_eq!(c, udp_checksum_ipv6(src, dst, &f[40..]));
+        assert_eq!(parse_roce(&f).unwrap().repr.ip, r.ip);
+        // Routers may change traffic class, flow label, hop limit: the ICRC
+        // still verifies.
+        f[0] = 0x6f;
+        f[1] = 0xff;
+        f[7] = 0;
+        assert!(parse_roce(&f).is_ok());
+    }
+
+    #[test]
+    fn gids() {
+        let a = RoceIp::from_gids(Gid::from_ipv4([1, 2, 3, 4]), Gid::from_ipv4([5, 6, 7, 8]));
+        assert_eq!(a, Some(RoceIp::v4([1, 2, 3, 4], [5, 6, 7, 8])));
+        assert_eq!(a.unwrap().dst_gid(), Gid::from_ipv4([5, 6, 7, 8]));
+        let v6 = Gid::from_ipv6([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(RoceIp::from_gids(Gid::from_ipv4([1, 2, 3, 4]), v6), None);
+        assert_eq!(
+            RoceIp::from_gids(v6, v6),
+            Some(RoceIp::v6(v6.octets(), v6.octets()))
+        );
+    }
+
+    fn arb_ip() -> impl Strategy<Value = RoceIp> {
+        prop_oneof![
+            (
+                any::<[u8; 4]>(),
+                any::<[u8; 4]>(),
+                any::<u8>(),
+                any::<u16>(),
+                any::<bool>(),
+                any::<u8>()
+            )
+                .prop_map(|(src, dst, dscp_ecn, ident, dont_frag, ttl)| RoceIp::V4 {
+                    src,
+                    dst,
+                    dscp_ecn,
+                    ident,
+                    dont_frag,
+                    ttl
+                }),
+            (
+                any::<[u8; 16]>(),
+                any::<[u8; 16]>(),
+                any::<u8>(),
+                0u32..0x10_0000,
+                any::<u8>()
+            )
+                .prop_map(|(src, dst, traffic_class, flow_label, hop_limit)| {
+                    RoceIp::V6 {
+                        src,
+                        dst,
+                        traffic_class,
+                        flow_label,
+                        hop_limit,
+                    }
+                }),
+        ]
+    }
+
+    fn arb_roce() -> impl Strategy<Value = RoceRepr> {
+        (arb_ip(), any::<u16>(), arb_bth()).prop_flat_map(|(ip, src_port, bth)| {
+            arb_ext_for(bth.opcode).prop_map(move |ext| RoceRepr {
+                ip,
+                src_port,
+                bth,
+                ext,
+            })
+        })
+    }
+
+    /// Byte offsets a parse may not notice changing: the fields the ICRC
+    /// masks and the checksums do not cover.
+    fn unprotected(ip: &RoceIp) -> &'static [usize] {
+        match ip {
+            RoceIp::V4 { .. } => &[26, 27, 32],
+            RoceIp::V6 { .. } => &[0, 1, 2, 3, 7, 46, 47, 52],
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip(r in arb_roce(), payload in proptest::collection::vec(any::<u8>(), 0..70)) {
+            let mut f = Vec::new();
+            r.emit_to_vec(&payload, &mut f).unwrap();
+            prop_assert_eq!(f.len(), r.frame_len(payload.len()));
+            let p = parse_roce(&f).unwrap();
+            prop_assert_eq!(&f[p.payload.clone()], &payload[..]);
+            prop_assert_eq!(p.payload, r.payload_range(payload.len()));
+            let expect = RoceRepr { bth: BthRepr { pad_count: pad_len(payload.len()) as u8, ..r.bth }, ..r };
+            prop_assert_eq!(p.repr, expect);
+            // In place gives the same bytes.
+            let mut g = vec![0x5a; f.len()];
+            g[r.payload_range(payload.len())].copy_from_slice(&payload);
+            prop_assert_eq!(r.emit_in_place(&mut g, payload.len()), Ok(f.len()));
+            prop_assert_eq!(g, f);
+        }
+
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse_roce(&bytes);
+        }
+
+        #[test]
+        fn corruption_is_caught(r in arb_roce(), payload in proptest::collection::vec(any::<u8>(), 0..40),
+                                at: prop::sample::Index, flip in 1u8..=255) {
+            let mut f = Vec::new();
+            r.emit_to_vec(&payload, &mut f).unwrap();
+            let i = at.index(f.len());
+            f[i] ^= flip;
+            if parse_roce(&f).is_ok() {
+                prop_assert!(unprotected(&r.ip).contains(&i), "corruption at {} not detected", i);
+            }
+        }
+
+        #[test]
+        fn truncation_is_caught(r in arb_roce(), payload in proptest::collection::vec(any::<u8>(), 0..40),
+                                at: prop::sample::Index) {
+            let mut f = Vec::new();
+            r.emit_to_vec(&payload, &mut f).unwrap();
+            let n = at.index(f.len());
+            prop_assert!(parse_roce(&f[..n]).is_err());
+        }
+    }
+}
