@@ -33,6 +33,7 @@
 
 pub mod cmd;
 mod cq;
+mod link;
 mod mkey;
 pub mod qp;
 mod rq;
@@ -48,6 +49,7 @@ use doorbell_types::{Cqn, Instant, Pdn, Qpn, UarIndex};
 pub use cmd::{
     Access, AddressVector, CmdError, CmdOut, Command, CqParams, MkeyParams, QpAttrs, QpParams,
 };
+pub use link::DeviceLink;
 pub use qp::{QpState, QpType};
 
 use cq::Cq;

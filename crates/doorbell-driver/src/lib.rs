@@ -20,31 +20,16 @@ pub mod bfreg;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+pub use doorbell_device::DeviceLink;
 use doorbell_device::{
-    Access, CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, NicEvent, QpAttrs,
-    QpParams, QpState, QpType,
+    Access, CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpAttrs, QpParams,
+    QpState, QpType,
 };
-use doorbell_host::{HostMemory, HostRam, MemError, Mmio, PAGE_SIZE};
+use doorbell_host::{HostMemory, MemError, PAGE_SIZE};
 use doorbell_layout::uar;
 use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, UarIndex};
 
 pub use bfreg::{BfregAllocator, BfregError, BfregInfo, gross_index};
-
-/// What the driver needs of a device and of the host it sits in.
-pub trait DeviceLink: Send + Sync {
-    /// The device's name (`ibv_get_device_name`).
-    fn name(&self) -> &str;
-    /// Runs a command on the device and waits for its completion.
-    fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError>;
-    /// The host's memory.
-    fn memory(&self) -> &Arc<HostRam>;
-    /// The CPU's MMIO path into the device's UAR pages.
-    fn mmio(&self) -> &Arc<dyn Mmio>;
-    /// GID 0 of the port.
-    fn gid(&self) -> [u8; 16];
-    /// Waits up to `timeout` for the next asynchronous event of the device.
-    fn next_event(&self, timeout: std::time::Duration) -> Option<NicEvent>;
-}
 
 /// Errors of the slow path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

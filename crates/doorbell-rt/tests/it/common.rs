@@ -1,0 +1,159 @@
+//! Two connected RC endpoints on two NICs, and helpers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use doorbell_pcie::LinkConfig;
+use doorbell_rt::{Fabric, LiveNic};
+use doorbell_types::Psn;
+use doorbell_verbs::{
+    Access, Context, Cq, Mr, Pd, ProviderConfig, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint,
+    RecvWr, SendWr, Wc,
+};
+
+pub struct Side {
+    pub nic: Arc<LiveNic>,
+    pub ctx: Context,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub qp: Qp,
+    pub mr: Mr,
+}
+
+pub const FULL: u32 =
+    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+
+pub struct Pair {
+    pub a: Side,
+    pub b: Side,
+    pub _fabric: Fabric,
+}
+
+pub fn side(
+    fabric: &Fabric,
+    name: &str,
+    ip: [u8; 4],
+    cfg: ProviderConfig,
+    cap: QpCaps,
+    mr_len: usize,
+    cqe: u32,
+) -> Side {
+    let nic = Arc::new(LiveNic::start(name, fabric, ip, LinkConfig::default()).unwrap());
+    let ctx = Context::with_config(nic.clone(), cfg).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(cqe).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            cap,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let mr = pd.reg_mr(mr_len, Access(FULL)).unwrap();
+    Side {
+        nic,
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    }
+}
+
+pub fn pair_with(cfg: ProviderConfig, cap: QpCaps, mr_len: usize, cqe: u32, mtu: u32) -> Pair {
+    let fabric = Fabric::new();
+    let a = side(
+        &fabric,
+        "nic-a",
+        [127, 0, 0, 2],
+        cfg.clone(),
+        cap,
+        mr_len,
+        cqe,
+    );
+    let b = side(&fabric, "nic-b", [127, 0, 0, 3], cfg, cap, mr_len, cqe);
+    let ea = RcEndpoint {
+        gid: a.ctx.gid(),
+        qpn: a.qp.qpn(),
+        psn: Psn::new(0x00ab_cd01),
+    };
+    let eb = RcEndpoint {
+        gid: b.ctx.gid(),
+        qpn: b.qp.qpn(),
+        psn: Psn::new(0x00ff_fff0),
+    };
+    a.qp.connect_rc(&ea, &eb, mtu).unwrap();
+    b.qp.connect_rc(&eb, &ea, mtu).unwrap();
+    Pair {
+        a,
+        b,
+        _fabric: fabric,
+    }
+}
+
+pub fn pair() -> Pair {
+    let cap = QpCaps {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    };
+    pair_with(ProviderConfig::default(), cap, 4 << 20, 256, 1024)
+}
+
+/// Polls `cq` until `n` completions arrive or 10 s pass.
+pub fn wait(cq: &Cq, n: usize) -> Vec<Wc> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    let mut buf = [Wc {
+        wr_id: 0,
+        status: doorbell_verbs::WcStatus::GeneralErr,
+        opcode: doorbell_verbs::WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: Default::default(),
+        src_qp: 0,
+        grh: false,
+        vendor_err: 0,
+    }; 16];
+    while out.len() < n {
+        let k = cq.poll(&mut buf).unwrap();
+        out.extend_from_slice(&buf[..k]);
+        if k == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "timed out with {} of {n} completions: {out:?}",
+                out.len()
+            );
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+pub fn post_recv(qp: &Qp, wr_id: u64, sges: &[doorbell_verbs::Sge]) {
+    qp.post_recv(&[RecvWr {
+        wr_id,
+        sg_list: sges,
+    }])
+    .unwrap();
+}
+
+pub fn post(qp: &Qp, wr: SendWr<'_>) {
+    qp.post_send(&[wr]).unwrap();
+}
+
+/// Deterministic pattern bytes.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed)
+                .wrapping_add((i >> 8) as u8)
+        })
+        .collect()
+}

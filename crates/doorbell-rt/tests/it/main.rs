@@ -1,0 +1,7 @@
+//! End-to-end tests of the whole stack on the live runtime: verbs, driver
+//! and device across the bus, two NICs across the in-process fabric.
+#![allow(unreachable_pub, missing_docs)]
+
+mod common;
+mod data;
+mod wrap;
