@@ -1,0 +1,12 @@
+//! The jobs behind the `doorbell` command, as functions that tests call.
+//!
+//! - [`seed`]: the seed's comparison: per-post PCIe crossings of one small
+//!   RDMA WRITE under each configuration of DESIGN.md's table, measured on
+//!   the live runtime's bus counters.
+//! - [`layout`]: which bfreg, UAR page and register offset each QP of one
+//!   context gets, and whether it may BlueFlame and must lock.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+pub mod layout;
+pub mod seed;

@@ -1,0 +1,103 @@
+//! `doorbell`: a software RDMA NIC with the mlx5 host interface.
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use doorbell_cli::{layout, seed};
+use doorbell_pcie::LinkConfig;
+use doorbell_verbs::ProviderConfig;
+
+/// A software RDMA NIC with the mlx5 host interface. Without a subcommand,
+/// runs the seed's comparison: the PCIe crossings one RDMA WRITE costs under
+/// each configuration of doorbell, inline, BlueFlame, postlist and
+/// unsignalled completions, measured on the live runtime.
+#[derive(Parser, Debug)]
+#[command(name = "doorbell", version, about)]
+struct Cli {
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    size: u32,
+    /// Posts per configuration.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    posts: u32,
+    /// WRs per post_send in the postlist row.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
+    postlist: u32,
+    /// Signalling period of the unsignaled row.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
+    signal_every: u32,
+    /// PCIe max payload size, bytes.
+    #[arg(long, default_value_t = 256)]
+    mps: u32,
+    /// PCIe max read request size, bytes.
+    #[arg(long, default_value_t = 512)]
+    mrrs: u32,
+    /// PCIe read completion boundary, bytes.
+    #[arg(long, default_value_t = 64)]
+    rcb: u32,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Open one context, create N RC QPs, and show which bfreg, UAR page and
+    /// register offset each rings, honouring the MLX5_* environment variables
+    /// (MLX5_TOTAL_UUARS, MLX5_NUM_LOW_LAT_UUARS, MLX5_SHUT_UP_BF,
+    /// MLX5_SINGLE_THREADED).
+    Layout {
+        /// Number of QPs.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        qps: u32,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        None => {
+            let link = LinkConfig {
+                mps_bytes: cli.mps,
+                mrrs_bytes: cli.mrrs,
+                rcb_bytes: cli.rcb,
+            };
+            link.validate().context("bad PCIe parameters (--mps, --mrrs take 128..4096, --rcb 64 or 128, powers of two)")?;
+            let o = seed::SeedOptions {
+                size: cli.size,
+                posts: cli.posts,
+                postlist: cli.postlist,
+                signal_every: cli.signal_every,
+                link,
+            };
+            let rows = seed::measure_all(&o)?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", seed::render(&rows, &o));
+            }
+        }
+        Some(Cmd::Layout { qps }) => {
+            let cfg = ProviderConfig::from_env()
+                .context("fix the MLX5_* variable named above: MLX5_TOTAL_UUARS takes 1..=512, MLX5_NUM_LOW_LAT_UUARS 0..total-1")?;
+            let (rows, counts) = layout::run(qps, cfg)?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", layout::render(&rows, counts));
+            }
+        }
+    }
+    Ok(())
+}
