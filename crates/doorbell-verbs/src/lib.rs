@@ -288,6 +288,12 @@ impl Context {
         }
     }
 
+    /// Pages holding this context's doorbell records, each with the number
+    /// of QPs and CQs whose record it holds (the driver's pinned pages).
+    pub fn doorbell_record_pages(&self) -> Vec<(HostAddr, u32)> {
+        self.inner.ucontext.db_pages()
+    }
+
     /// Static and low-latency bfreg counts after adjustment.
     pub fn bfreg_counts(&self) -> (u32, u32) {
         (self.inner.tot_uuars, self.inner.low_lat_uuars)

@@ -4,4 +4,5 @@
 
 mod common;
 mod data;
+mod provider;
 mod wrap;
