@@ -585,23 +585,30 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
         .unwrap_or_default()
         .allows(Access::REMOTE_READ);
     let len = u64::from(reth.dma_len);
-    let mut data = vec![0u8; len as usize];
-    let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
-    let mut ok = true;
-    let dma = &mut *ctx.dma;
+    // The length comes from the wire: check key and range before allocating.
+    let mut runs = Vec::new();
     let translated = ctx.mkeys.translate(
         reth.rkey,
         qp.p.pd,
         Access::REMOTE_READ,
         reth.va,
         len,
-        |h, n, o| {
-            ok &= dma
-                .dma_read(tag, h, &mut data[o as usize..(o + n) as usize])
-                .is_ok();
-        },
+        |h, n, o| runs.push((h, n, o)),
     );
-    if !allowed || translated.is_err() || !ok {
+    if !allowed || translated.is_err() {
+        nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
+        return;
+    }
+    let mut data = vec![0u8; len as usize];
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
+    let mut ok = true;
+    for (h, n, o) in runs {
+        ok &= ctx
+            .dma
+            .dma_read(tag, h, &mut data[o as usize..(o + n) as usize])
+            .is_ok();
+    }
+    if !ok {
         nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
         return;
     }

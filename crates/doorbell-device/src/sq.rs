@@ -200,7 +200,9 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
         let n = wqebbs_for_ds(ds);
         let too_big = usize::from(ds) * wqe::DS_LEN > ctx.cfg.caps.max_sq_desc_sz as usize;
         if ds == 0 || n > avail || too_big || index != qp.sq_ci || ctrl.qpn() != qp.qpn.get() {
-            fail_wqe(qp, qp.sq_ci, opcode, Syndrome::LocalQpOpErr, ctx);
+            let at = qp.sq_ci;
+            skip_head(qp, n);
+            fail_wqe(qp, at, opcode, Syndrome::LocalQpOpErr, ctx);
             return;
         }
         if usize::from(n) > qp.wqe_cache.len() && !fetch_upto(qp, qp.sq_pi, ctx) {
@@ -214,7 +216,9 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
         let w = match parse_wqe(&bytes[..usize::from(ds) * wqe::DS_LEN], qp.p.qp_type) {
             Ok(w) => w,
             Err(s) => {
-                fail_wqe(qp, qp.sq_ci, opcode, s, ctx);
+                let at = qp.sq_ci;
+                skip_head(qp, n);
+                fail_wqe(qp, at, opcode, s, ctx);
                 return;
             }
         };
@@ -248,6 +252,20 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
             fail_wqe(qp, index, opcode, s, ctx);
             return;
         }
+    }
+}
+
+/// Steps over the malformed WQE at the consumer index, taken as `n`
+/// WQEBBs (at least one) when that many are posted, so that the flush after
+/// its error completion does not complete it a second time. A WQE whose
+/// size runs past the producer index is left for the flush to stop at.
+fn skip_head(qp: &mut Qp, n: u16) {
+    let n = n.max(1);
+    if n <= qp.sq_pi.wrapping_sub(qp.sq_ci) {
+        for _ in 0..n {
+            qp.wqe_cache.pop_front();
+        }
+        qp.sq_ci = qp.sq_ci.wrapping_add(n);
     }
 }
 
@@ -651,6 +669,10 @@ fn error_cqe<D: Dma>(qp: &Qp, index: u16, opcode: WqeOpcode, s: Syndrome, ctx: &
 }
 
 /// Completes WQE `index` in error, moves the QP to ERR and flushes the rest.
+///
+/// Completions leave in posting order: messages posted before `index` and
+/// still unacknowledged are flushed first, and `index` itself, if it is
+/// still among the outstanding messages, completes only with the error.
 pub(crate) fn fail_wqe<D: Dma>(
     qp: &mut Qp,
     index: u16,
@@ -658,6 +680,18 @@ pub(crate) fn fail_wqe<D: Dma>(
     s: Syndrome,
     ctx: &mut Ctx<'_, D>,
 ) {
+    while let Some(m) = qp.outstanding.front() {
+        // Posting order modulo the 16-bit WQEBB counter: a send queue holds
+        // at most 2^15 WQEBBs, so the distance fits an i16.
+        let before = index.wrapping_sub(m.wqe_index) as i16;
+        if before < 0 {
+            break;
+        }
+        let m = qp.outstanding.pop_front().expect("front exists");
+        if before > 0 {
+            error_cqe(qp, m.wqe_index, m.opcode, Syndrome::WrFlushErr, ctx);
+        }
+    }
     error_cqe(qp, index, opcode, s, ctx);
     to_error(qp, ctx);
 }
@@ -767,7 +801,11 @@ pub(crate) fn handle_response<D: Dma>(
                 AethSyndrome::Nak(NakCode::PsnSeqErr) => {
                     ctx.out.counters.packet_seq_err += 1;
                     ack_upto(qp, psn, false, ctx);
-                    retransmit_from(qp, psn, ctx);
+                    // During an RNR wait the packets after the refused one
+                    // arrive out of sequence; the RNR timer resends them.
+                    if qp.rnr_resume.is_none() {
+                        retransmit_from(qp, psn, ctx);
+                    }
                 }
                 AethSyndrome::Nak(code) => {
                     let s = match code {

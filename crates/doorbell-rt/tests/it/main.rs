@@ -4,5 +4,6 @@
 
 mod common;
 mod data;
+mod errors;
 mod provider;
 mod wrap;

@@ -1,0 +1,1073 @@
+//! The NIC alone, driven as its runtimes drive it: a `Bus` over `HostRam`,
+//! objects made with commands, WQEs written straight into the send queue,
+//! doorbells rung with `handle_mmio`, and frames forged on the wire. Each
+//! test checks what the device reports for input no correct host or peer
+//! would send: an error CQE with its syndrome, a dropped and counted
+//! doorbell or frame, the right NAK, and never a panic.
+#![allow(missing_docs, unreachable_pub)]
+
+use std::sync::Arc;
+
+use doorbell_device::{
+    Access, AddressVector, CmdError, CmdOut, Command, CqParams, Frame, MkeyParams, Nic, NicConfig,
+    NicCounters, NicEvent, QpAttrs, QpParams, QpState, QpType,
+};
+use doorbell_host::{HostMemory, HostRam, PAGE_SIZE};
+use doorbell_layout::cqe::{CQE_LEN, Cqe64, CqeOpcode, OP_OWN_INIT, Syndrome, owner_for};
+use doorbell_layout::dbr;
+use doorbell_layout::uar::{self, SendDoorbell};
+use doorbell_layout::wqe::{
+    CtrlSeg, DataSeg, RaddrSeg, WQEBB_LEN, WqeOpcode, ctrl_flags, field, wqebbs_for_ds,
+};
+use doorbell_pcie::{Bus, LinkConfig};
+use doorbell_types::{Cqn, HostAddr, Instant, Mkey, Pdn, Psn, Qpn, UarIndex};
+use doorbell_wire::{
+    AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthOpcode, BthRepr, DethRepr,
+    ExtHeaders, IethRepr, ImmDtRepr, NakCode, RethRepr, RoceIp, RoceRepr, parse_roce,
+};
+use proptest::prelude::*;
+
+const LOCAL: [u8; 4] = [10, 0, 0, 1];
+const PEER: [u8; 4] = [10, 0, 0, 2];
+const PEER_QPN: u32 = 0x999;
+const LOG_CQ: u8 = 4;
+const NCQE: u32 = 1 << LOG_CQ;
+/// Send queue of 8 WQEBBs, after a receive queue of 4 WQEs of 16 bytes.
+const LOG_SQ: u8 = 3;
+const SQ_WQEBBS: u16 = 1 << LOG_SQ;
+const LOG_RQ: u8 = 2;
+const RQ_BYTES: u64 = 16 << LOG_RQ;
+/// First PSN the rig's QP expects from the peer, and first it sends.
+const EPSN: u32 = 1000;
+const SQ_PSN: u32 = 5000;
+const MIN_RNR_TIMER: u8 = 3;
+const MR_LEN: u64 = 8192;
+/// Offset of the bfreg the QP rings in its UAR.
+const REG: u32 = uar::BF_OFFSET as u32;
+
+/// One NIC with one connected RC QP, its CQ and an MR, over host memory.
+struct Rig {
+    nic: Nic,
+    bus: Bus,
+    mem: Arc<HostRam>,
+    now: Instant,
+    uar: UarIndex,
+    pd: Pdn,
+    cq_buf: HostAddr,
+    cq_dbr: HostAddr,
+    ci: u32,
+    qpn: Qpn,
+    qp_buf: HostAddr,
+    qp_dbr: HostAddr,
+    rq_pi: u16,
+    mr: Mkey,
+    mr_buf: HostAddr,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let mem = Arc::new(HostRam::new());
+        let bus = Bus::new(LinkConfig::default(), mem.clone());
+        let nic = Nic::new(NicConfig::new(LOCAL));
+        let alloc = |len: u64| {
+            let a = mem.alloc(len).unwrap();
+            let pas = mem.pin(a, len).unwrap();
+            (a, pas)
+        };
+        let (cq_buf, cq_pas) = alloc(u64::from(NCQE) * CQE_LEN as u64);
+        let mut init = vec![0u8; NCQE as usize * CQE_LEN];
+        for e in init.chunks_exact_mut(CQE_LEN) {
+            e[CQE_LEN - 1] = OP_OWN_INIT;
+        }
+        mem.write(cq_buf, &init).unwrap();
+        let (cq_dbr, _) = alloc(PAGE_SIZE);
+        let (qp_buf, qp_pas) = alloc(PAGE_SIZE);
+        let (qp_dbr, _) = alloc(PAGE_SIZE);
+        let (mr_buf, mtt) = alloc(MR_LEN);
+        let mut rig = Self {
+            nic,
+            bus,
+            mem,
+            now: Instant::from_ps(1),
+            uar: UarIndex::default(),
+            pd: Pdn::default(),
+            cq_buf,
+            cq_dbr,
+            ci: 0,
+            qpn: Qpn::default(),
+            qp_buf,
+            qp_dbr,
+            rq_pi: 0,
+            mr: Mkey::INVALID,
+            mr_buf,
+        };
+        let Ok(CmdOut::Uar(uar)) = rig.exec(Command::AllocUar) else {
+            panic!("no UAR")
+        };
+        let Ok(CmdOut::Pd(pd)) = rig.exec(Command::AllocPd) else {
+            panic!("no PD")
+        };
+        let Ok(CmdOut::Cq(cq)) = rig.exec(Command::CreateCq(CqParams {
+            log_size: LOG_CQ,
+            uar,
+            dbr_addr: cq_dbr,
+            pas: cq_pas,
+        })) else {
+            panic!("no CQ")
+        };
+        let Ok(CmdOut::Qp(qpn)) = rig.exec(Command::CreateQp(QpParams {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            uar,
+            log_sq_size: LOG_SQ,
+            log_rq_size: LOG_RQ,
+            log_rq_stride: 0,
+            dbr_addr: qp_dbr,
+            pas: qp_pas,
+        })) else {
+            panic!("no QP")
+        };
+        let Ok(CmdOut::Mkey(mr)) = rig.exec(Command::CreateMkey(MkeyParams {
+            pd,
+            access: Access(
+                Access::LOCAL_WRITE
+                    | Access::REMOTE_WRITE
+                    | Access::REMOTE_READ
+                    | Access::REMOTE_ATOMIC,
+            ),
+            start: mr_buf.get(),
+            len: MR_LEN,
+            mtt,
+        })) else {
+            panic!("no mkey")
+        };
+        (rig.uar, rig.pd, rig.qpn, rig.mr) = (uar, pd, qpn, mr);
+        rig.connect();
+        rig
+    }
+
+    fn exec(&mut self, cmd: Command) -> Result<CmdOut, CmdError> {
+        self.nic.exec(self.now, cmd, &mut self.bus)
+    }
+
+    fn modify(&mut self, state: QpState, attrs: QpAttrs) {
+        let qpn = self.qpn;
+        self.exec(Command::ModifyQp { qpn, state, attrs }).unwrap();
+    }
+
+    fn connect(&mut self) {
+        self.modify(
+            QpState::Init,
+            QpAttrs {
+                pkey_index: Some(0),
+                port: Some(1),
+                access: Some(Access(
+                    Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+                )),
+                ..Default::default()
+            },
+        );
+        self.modify(
+            QpState::Rtr,
+            QpAttrs {
+                av: Some(AddressVector {
+                    dgid: doorbell_wire::Gid::from_ipv4(PEER).octets(),
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    sl: 0,
+                }),
+                path_mtu: Some(1024),
+                dest_qpn: Some(Qpn::new(PEER_QPN)),
+                rq_psn: Some(Psn::new(EPSN)),
+                max_dest_rd_atomic: Some(1),
+                min_rnr_timer: Some(MIN_RNR_TIMER),
+                ..Default::default()
+            },
+        );
+        self.modify(
+            QpState::Rts,
+            QpAttrs {
+                sq_psn: Some(Psn::new(SQ_PSN)),
+                timeout: Some(14),
+                retry_cnt: Some(7),
+                rnr_retry: Some(7),
+                max_rd_atomic: Some(1),
+                ..Default::default()
+            },
+        );
+    }
+
+    fn state(&self) -> QpState {
+        self.nic.qp_state(self.qpn).unwrap()
+    }
+
+    fn counters(&self) -> NicCounters {
+        self.nic.counters()
+    }
+
+    /// Writes WQEBBs at send-queue slot `slot` (wrapping).
+    fn write_sq(&self, slot: u16, bytes: &[u8]) {
+        for (i, bb) in bytes.chunks(WQEBB_LEN).enumerate() {
+            let s = u64::from(slot.wrapping_add(i as u16) % SQ_WQEBBS);
+            let at = self.qp_buf.get() + RQ_BYTES + s * WQEBB_LEN as u64;
+            self.mem.write(HostAddr::new(at), bb).unwrap();
+        }
+    }
+
+    /// Publishes the send counter and rings an 8-byte doorbell for the WQE
+    /// at `wqe_index` of `ds` units.
+    fn ring(&mut self, wqe_index: u16, opcode: u8, ds: u8) {
+        let pi = wqe_index.wrapping_add(wqebbs_for_ds(ds).max(1));
+        let at = HostAddr::new(self.qp_dbr.get() + (dbr::SND_DBR * 4) as u64);
+        self.mem.write_be32(at, u32::from(pi)).unwrap();
+        let db = SendDoorbell {
+            wqe_index,
+            opcode,
+            qpn: self.qpn.get(),
+            ds,
+        };
+        let (uar, now) = (self.uar, self.now);
+        self.nic
+            .handle_mmio(now, uar, REG, &db.emit(), &mut self.bus);
+    }
+
+    fn mmio(&mut self, uar: UarIndex, offset: u32, data: &[u8]) {
+        let now = self.now;
+        self.nic.handle_mmio(now, uar, offset, data, &mut self.bus);
+    }
+
+    /// Posts a receive WQE of one SGE.
+    fn post_recv(&mut self, lkey: u32, addr: u64, len: u32) {
+        let slot = u64::from(self.rq_pi % (1 << LOG_RQ));
+        let mut w = [0u8; 16];
+        let mut d = DataSeg::new_unchecked(&mut w[..]);
+        d.set_byte_count(len);
+        d.set_lkey(lkey);
+        d.set_addr(addr);
+        self.mem
+            .write(HostAddr::new(self.qp_buf.get() + slot * 16), &w)
+            .unwrap();
+        self.rq_pi = self.rq_pi.wrapping_add(1);
+        let at = HostAddr::new(self.qp_dbr.get() + (dbr::RCV_DBR * 4) as u64);
+        self.mem.write_be32(at, u32::from(self.rq_pi)).unwrap();
+    }
+
+    /// Takes a frame from the wire; returns the frames the NIC sends back.
+    fn frame(&mut self, bytes: &[u8]) -> Vec<Frame> {
+        let now = self.now;
+        self.nic.handle_frame(now, bytes, &mut self.bus);
+        self.transmitted()
+    }
+
+    fn transmitted(&mut self) -> Vec<Frame> {
+        std::iter::from_fn(|| self.nic.poll_transmit()).collect()
+    }
+
+    fn events(&mut self) -> Vec<NicEvent> {
+        std::iter::from_fn(|| self.nic.poll_event()).collect()
+    }
+
+    /// Fires the timers due `us` microseconds from now.
+    fn advance_us(&mut self, us: u64) {
+        self.now = self.now.add(doorbell_types::Duration::from_us(us));
+        let now = self.now;
+        self.nic.handle_timeout(now, &mut self.bus);
+    }
+
+    /// The CQEs written since the last call, as a consumer finds them.
+    fn cqes(&mut self) -> Vec<[u8; CQE_LEN]> {
+        let mut out = Vec::new();
+        loop {
+            let slot = u64::from(self.ci % NCQE);
+            let mut b = [0u8; CQE_LEN];
+            self.mem
+                .read(
+                    HostAddr::new(self.cq_buf.get() + slot * CQE_LEN as u64),
+                    &mut b,
+                )
+                .unwrap();
+            let c = Cqe64::new_unchecked(&b[..]);
+            if c.opcode() == CqeOpcode::Invalid || c.owner() != owner_for(self.ci, NCQE) {
+                break;
+            }
+            out.push(b);
+            self.ci += 1;
+        }
+        let at = HostAddr::new(self.cq_dbr.get() + (dbr::CQ_SET_CI * 4) as u64);
+        self.mem.write_be32(at, self.ci & 0x00ff_ffff).unwrap();
+        out
+    }
+
+    /// A frame from the peer to the rig's QP.
+    fn request(&self, opcode: BthOpcode, psn: u32, ext: ExtHeaders, payload: &[u8]) -> Vec<u8> {
+        let mut bth = BthRepr::new(opcode, self.qpn, Psn::new(psn));
+        bth.ack_req = true;
+        let repr = RoceRepr {
+            ip: RoceIp::v4(PEER, LOCAL),
+            src_port: 0xc000,
+            bth,
+            ext,
+        };
+        let mut out = Vec::new();
+        repr.emit_to_vec(payload, &mut out).unwrap();
+        out
+    }
+
+    /// An RDMA WRITE ONLY of `payload` to byte `offset` of the rig's MR.
+    fn write_only(&self, psn: u32, offset: u64, payload: &[u8]) -> Vec<u8> {
+        let reth = RethRepr {
+            va: self.mr_buf.get() + offset,
+            rkey: self.mr,
+            dma_len: payload.len() as u32,
+        };
+        let ext = ExtHeaders {
+            reth: Some(reth),
+            ..ExtHeaders::default()
+        };
+        self.request(BthOpcode::RcRdmaWriteOnly, psn, ext, payload)
+    }
+
+    fn mr_bytes(&self, offset: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.mem
+            .read(HostAddr::new(self.mr_buf.get() + offset), &mut v)
+            .unwrap();
+        v
+    }
+}
+
+/// `(opcode, syndrome, wqe_counter, send opcode, qpn)` of a CQE.
+fn cqe_fields(b: &[u8; CQE_LEN]) -> (CqeOpcode, Syndrome, u16, u8, u32) {
+    let c = Cqe64::new_unchecked(&b[..]);
+    (
+        c.opcode(),
+        c.syndrome(),
+        c.wqe_counter(),
+        c.send_opcode(),
+        c.qpn(),
+    )
+}
+
+/// Control segment of a signalled WQE.
+fn ctrl(wqe: &mut [u8], index: u16, opcode: WqeOpcode, qpn: u32, ds: u8) {
+    let mut c = CtrlSeg::new_unchecked(&mut wqe[..field::CTRL_LEN]);
+    c.set_opmod_idx_opcode(0, index, opcode);
+    c.set_qpn_ds(qpn, ds);
+    c.set_fm_ce_se(ctrl_flags::CQ_UPDATE);
+}
+
+/// A well-formed RDMA WRITE (or READ) WQE of `len` bytes of the rig's MR to
+/// the peer: ctrl, raddr and one data segment, 3 units in one WQEBB.
+fn rdma_wqe(rig: &Rig, index: u16, opcode: WqeOpcode, len: u32) -> [u8; WQEBB_LEN] {
+    let mut w = [0u8; WQEBB_LEN];
+    ctrl(&mut w, index, opcode, rig.qpn.get(), 3);
+    let mut r = RaddrSeg::new_unchecked(&mut w[16..32]);
+    r.set_raddr(0x7000_0000);
+    r.set_rkey(0x4242);
+    let mut d = DataSeg::new_unchecked(&mut w[32..48]);
+    d.set_byte_count(len);
+    d.set_lkey(rig.mr.raw());
+    d.set_addr(rig.mr_buf.get());
+    w
+}
+
+// ---------------------------------------------------------------------------
+// Frames.
+
+#[test]
+fn frames_with_a_bad_icrc_are_dropped_and_counted() {
+    let mut rig = Rig::new();
+    let data: Vec<u8> = (0..64u8).collect();
+    let good = rig.write_only(EPSN, 128, &data);
+    let c0 = rig.counters();
+    // A flipped payload byte, a flipped PSN byte, a flipped ICRC byte: the
+    // IP and UDP headers still parse, the ICRC does not match.
+    let payload_at = good.len() - 4 - data.len();
+    let psn_at = 20 + 8 + 11;
+    for (k, at) in [payload_at + 5, psn_at, good.len() - 1]
+        .into_iter()
+        .enumerate()
+    {
+        let mut bad = good.clone();
+        bad[at] ^= 0x01;
+        assert!(rig.frame(&bad).is_empty(), "no answer to a corrupt frame");
+        let c = rig.counters();
+        assert_eq!(c.rx_icrc_errors - c0.rx_icrc_errors, k as u64 + 1);
+        assert_eq!((c.rx_packets, c.rx_dropped), (c0.rx_packets, c0.rx_dropped));
+    }
+    assert_eq!(rig.mr_bytes(128, 64), vec![0u8; 64], "nothing written");
+    assert_eq!(rig.state(), QpState::Rts);
+    assert!(rig.cqes().is_empty() && rig.events().is_empty());
+    // The intact frame is taken: written and acknowledged.
+    let out = rig.frame(&good);
+    assert_eq!(rig.counters().rx_packets, c0.rx_packets + 1);
+    assert_eq!(rig.mr_bytes(128, 64), data);
+    assert_eq!(out.len(), 1);
+    let ack = parse_roce(&out[0].bytes).unwrap().repr;
+    assert_eq!(ack.bth.opcode, BthOpcode::RcAck);
+    assert!(matches!(
+        ack.ext.aeth.map(|a| a.syndrome),
+        Some(AethSyndrome::Ack { .. })
+    ));
+}
+
+#[test]
+fn truncated_and_garbage_frames_are_dropped_and_counted() {
+    let mut rig = Rig::new();
+    let good = rig.write_only(EPSN, 0, &[7u8; 40]);
+    let c0 = rig.counters();
+    for cut in 0..good.len() {
+        assert!(rig.frame(&good[..cut]).is_empty());
+    }
+    let c1 = rig.counters();
+    assert_eq!(c1.rx_dropped - c0.rx_dropped, good.len() as u64);
+    assert_eq!(
+        (c1.rx_packets, c1.rx_icrc_errors),
+        (c0.rx_packets, c0.rx_icrc_errors)
+    );
+    // Not IP, not UDP to 4791, a frame for a QP that does not exist.
+    let mut not_ip = good.clone();
+    not_ip[0] = 0x55;
+    let mut other_port = rig.write_only(EPSN, 0, &[7u8; 40]);
+    other_port[22] ^= 0x10; // UDP destination port
+    let ghost = {
+        let mut bth = BthRepr::new(BthOpcode::RcSendOnly, Qpn::new(0x00ab_cdef), Psn::new(EPSN));
+        bth.ack_req = true;
+        let mut v = Vec::new();
+        RoceRepr {
+            ip: RoceIp::v4(PEER, LOCAL),
+            src_port: 0xc000,
+            bth,
+            ext: ExtHeaders::default(),
+        }
+        .emit_to_vec(&[1, 2, 3, 4], &mut v)
+        .unwrap();
+        v
+    };
+    for f in [&not_ip, &other_port, &ghost] {
+        assert!(rig.frame(f).is_empty());
+    }
+    let c2 = rig.counters();
+    assert_eq!(c2.rx_dropped - c1.rx_dropped, 3);
+    assert_eq!(c2.rx_packets, c0.rx_packets);
+    assert_eq!(rig.mr_bytes(0, 40), vec![0u8; 40]);
+    assert_eq!(rig.state(), QpState::Rts);
+    assert!(rig.cqes().is_empty());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic_and_are_counted(
+        bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        v4 in any::<bool>(),
+    ) {
+        let mut rig = Rig::new();
+        let mut bytes = bytes;
+        // Half the inputs start like an IPv4 header, to get past the
+        // first check.
+        if v4 && !bytes.is_empty() {
+            bytes[0] = 0x45;
+        }
+        let c0 = rig.counters();
+        let out = rig.frame(&bytes);
+        let c = rig.counters();
+        prop_assert!(out.is_empty());
+        prop_assert_eq!(c.rx_packets, c0.rx_packets);
+        prop_assert_eq!(
+            (c.rx_dropped + c.rx_icrc_errors) - (c0.rx_dropped + c0.rx_icrc_errors),
+            1
+        );
+        prop_assert_eq!(rig.state(), QpState::Rts);
+    }
+
+    #[test]
+    fn corrupted_frames_never_panic(
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..), 1..4),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+    ) {
+        let mut rig = Rig::new();
+        let good = rig.write_only(EPSN, 0, &[9u8; 100]);
+        let mut bad = good.clone();
+        let n = bad.len();
+        for (at, x) in &flips {
+            bad[at.index(n)] ^= x;
+        }
+        if truncate {
+            bad.truncate(cut.index(bad.len()));
+        }
+        let c0 = rig.counters();
+        let _ = rig.frame(&bad);
+        let c = rig.counters();
+        let seen = |c: NicCounters| c.rx_packets + c.rx_dropped + c.rx_icrc_errors;
+        prop_assert!(seen(c) > seen(c0), "every frame is counted");
+        prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
+    }
+}
+
+/// Every opcode the wire crate knows, with extension headers that fit it.
+fn arb_frame() -> impl Strategy<Value = (BthOpcode, u32, bool, ExtHeaders, Vec<u8>)> {
+    let opcodes = prop::sample::select(vec![
+        BthOpcode::RcSendFirst,
+        BthOpcode::RcSendMiddle,
+        BthOpcode::RcSendLast,
+        BthOpcode::RcSendLastWithImmediate,
+        BthOpcode::RcSendOnly,
+        BthOpcode::RcSendOnlyWithImmediate,
+        BthOpcode::RcRdmaWriteFirst,
+        BthOpcode::RcRdmaWriteMiddle,
+        BthOpcode::RcRdmaWriteLast,
+        BthOpcode::RcRdmaWriteLastWithImmediate,
+        BthOpcode::RcRdmaWriteOnly,
+        BthOpcode::RcRdmaWriteOnlyWithImmediate,
+        BthOpcode::RcRdmaReadRequest,
+        BthOpcode::RcRdmaReadResponseFirst,
+        BthOpcode::RcRdmaReadResponseMiddle,
+        BthOpcode::RcRdmaReadResponseLast,
+        BthOpcode::RcRdmaReadResponseOnly,
+        BthOpcode::RcAck,
+        BthOpcode::RcAtomicAck,
+        BthOpcode::RcCompareSwap,
+        BthOpcode::RcFetchAdd,
+        BthOpcode::RcSendLastWithInvalidate,
+        BthOpcode::RcSendOnlyWithInvalidate,
+        BthOpcode::UdSendOnly,
+        BthOpcode::UdSendOnlyWithImmediate,
+    ]);
+    // PSNs near the ones the QP expects or sends, or anywhere.
+    let psn = prop_oneof![
+        (EPSN - 3..EPSN + 4),
+        (SQ_PSN - 3..SQ_PSN + 4),
+        0u32..(1 << 24)
+    ];
+    // Remote addresses in, around and far from the MR; lengths small or wild.
+    let va = prop_oneof![0u64..MR_LEN + 64, any::<u64>()];
+    let len = prop_oneof![0u32..2200, any::<u32>()];
+    let key = prop_oneof![Just(true), Just(false)];
+    let syndrome = prop_oneof![
+        (0u8..32).prop_map(|credits| AethSyndrome::Ack { credits }),
+        (0u8..32).prop_map(|timer| AethSyndrome::RnrNak { timer }),
+        (0u8..4).prop_map(|c| AethSyndrome::Nak(NakCode::from(c))),
+    ];
+    (
+        opcodes,
+        psn,
+        any::<bool>(),
+        (va, len, key, any::<u64>(), any::<u64>()),
+        syndrome,
+        any::<u32>(),
+        proptest::collection::vec(any::<u8>(), 0..1100),
+    )
+        .prop_map(
+            |(op, psn, ack_req, (va, len, key, a, b), syn, x, payload)| {
+                // A key of all ones stands for the rig's MR, resolved later with
+                // `va` taken as an offset into it.
+                let rkey = Mkey::from_raw(if key { 0xffff_ffff } else { x });
+                let ext = ExtHeaders {
+                    reth: op.has_reth().then_some(RethRepr {
+                        va,
+                        rkey,
+                        dma_len: len,
+                    }),
+                    atomic_eth: op.has_atomic_eth().then_some(AtomicEthRepr {
+                        va,
+                        rkey,
+                        swap_add: a,
+                        compare: b,
+                    }),
+                    aeth: op.has_aeth().then_some(AethRepr {
+                        syndrome: syn,
+                        msn: x & 0x00ff_ffff,
+                    }),
+                    atomic_ack_eth: op
+                        .has_atomic_ack_eth()
+                        .then_some(AtomicAckEthRepr { orig: a }),
+                    immdt: op.has_immdt().then_some(ImmDtRepr { imm: x }),
+                    ieth: op.has_ieth().then_some(IethRepr { rkey }),
+                    deth: op.has_deth().then_some(DethRepr {
+                        qkey: x,
+                        src_qp: Qpn::new(x & 0x00ff_ffff),
+                    }),
+                };
+                (op, psn, ack_req, ext, payload)
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Well-formed frames with a good ICRC but forged contents, to a QP that
+    /// has a READ and a WRITE of its own outstanding and a receive posted:
+    /// the device answers or drops each, and never panics.
+    #[test]
+    fn forged_well_formed_frames_never_panic(
+        frames in proptest::collection::vec(arb_frame(), 1..6),
+        to_rig in proptest::collection::vec(any::<bool>(), 6),
+    ) {
+        let mut rig = Rig::new();
+        rig.post_recv(rig.mr.raw(), rig.mr_buf.get() + 4096, 2048);
+        let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaRead, 3000);
+        rig.write_sq(0, &w);
+        let w = rdma_wqe(&rig, 1, WqeOpcode::RdmaWrite, 100);
+        rig.write_sq(1, &w);
+        rig.ring(1, u8::from(WqeOpcode::RdmaWrite), 3);
+        let _ = rig.transmitted();
+        for (i, (op, psn, ack_req, mut ext, payload)) in frames.into_iter().enumerate() {
+            // Use the rig's own key and MR for addresses flagged valid.
+            let fix = |k: &mut Mkey, va: &mut u64| {
+                if k.raw() == 0xffff_ffff {
+                    *k = rig.mr;
+                    *va = rig.mr_buf.get().wrapping_add(*va % (MR_LEN + 64));
+                }
+            };
+            if let Some(r) = ext.reth.as_mut() {
+                fix(&mut r.rkey, &mut r.va);
+            }
+            if let Some(a) = ext.atomic_eth.as_mut() {
+                fix(&mut a.rkey, &mut a.va);
+            }
+            let dest = if to_rig[i] { rig.qpn } else { Qpn::new(0x123) };
+            let mut bth = BthRepr::new(op, dest, Psn::new(psn));
+            bth.ack_req = ack_req;
+            let repr = RoceRepr { ip: RoceIp::v4(PEER, LOCAL), src_port: 0xc000, bth, ext };
+            let mut bytes = Vec::new();
+            repr.emit_to_vec(&payload, &mut bytes).unwrap();
+            let _ = rig.frame(&bytes);
+            rig.advance_us(700_000);
+            let _ = rig.transmitted();
+            let _ = rig.events();
+        }
+        let _ = rig.cqes();
+        prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Malformed WQEs and doorbells.
+
+#[test]
+fn malformed_wqes_complete_with_local_qp_operation_errors() {
+    // (what, WQE at slot 0, its opcode in the CQE)
+    type Mangle = fn(&mut [u8; WQEBB_LEN], u32);
+    let cases: [(&str, Mangle, u8); 4] = [
+        (
+            "ds = 0",
+            |w, qpn| ctrl(w, 0, WqeOpcode::RdmaWrite, qpn, 0),
+            0x08,
+        ),
+        (
+            "the wrong QPN",
+            |w, qpn| ctrl(w, 0, WqeOpcode::RdmaWrite, qpn ^ 0x55, 3),
+            0x08,
+        ),
+        (
+            "unknown opcode 0x1f",
+            |w, qpn| ctrl(w, 0, WqeOpcode::from(0x1f), qpn, 3),
+            0x1f,
+        ),
+        (
+            "an index that is not the WQE's slot",
+            |w, qpn| ctrl(w, 5, WqeOpcode::RdmaWrite, qpn, 3),
+            0x08,
+        ),
+    ];
+    for (what, mangle, opcode) in cases {
+        let mut rig = Rig::new();
+        // Slot 0: a WRITE with the defect; slot 1: a good WRITE, rung.
+        let mut bad = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
+        mangle(&mut bad, rig.qpn.get());
+        rig.write_sq(0, &bad);
+        let good = rdma_wqe(&rig, 1, WqeOpcode::RdmaWrite, 8);
+        rig.write_sq(1, &good);
+        let c0 = rig.counters();
+        rig.ring(1, u8::from(WqeOpcode::RdmaWrite), 3);
+        let qpn = rig.qpn.get();
+        let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+        assert_eq!(
+            cqes,
+            [
+                (CqeOpcode::ReqErr, Syndrome::LocalQpOpErr, 0, opcode, qpn),
+                (CqeOpcode::ReqErr, Syndrome::WrFlushErr, 1, 0x08, qpn),
+            ],
+            "{what}"
+        );
+        assert_eq!(rig.state(), QpState::Err, "{what}");
+        assert_eq!(rig.events(), [NicEvent::QpFatal(rig.qpn)], "{what}");
+        assert!(rig.transmitted().is_empty(), "{what}: nothing sent");
+        assert_eq!(rig.counters().tx_packets, c0.tx_packets);
+        // A later doorbell on the errored QP flushes the new WQE, once.
+        let next = rdma_wqe(&rig, 2, WqeOpcode::RdmaWrite, 8);
+        rig.write_sq(2, &next);
+        rig.ring(2, u8::from(WqeOpcode::RdmaWrite), 3);
+        let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+        assert_eq!(
+            cqes,
+            [(CqeOpcode::ReqErr, Syndrome::WrFlushErr, 2, 0x08, qpn)],
+            "{what}"
+        );
+        assert!(rig.transmitted().is_empty());
+    }
+}
+
+#[test]
+fn doorbells_the_device_cannot_use_are_ignored_and_counted() {
+    let mut rig = Rig::new();
+    let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
+    rig.write_sq(0, &w);
+    let qpn = rig.qpn.get();
+    let db = |wqe_index: u16, qpn: u32| {
+        SendDoorbell {
+            wqe_index,
+            opcode: 0x08,
+            qpn,
+            ds: 3,
+        }
+        .emit()
+    };
+    let Ok(CmdOut::Uar(other_uar)) = rig.exec(Command::AllocUar) else {
+        panic!()
+    };
+    let bad = |rig: &Rig| rig.counters().bad_doorbells;
+    let b0 = bad(&rig);
+    let own = rig.uar;
+    // A producer index more than the queue's size ahead of the consumer.
+    rig.mmio(own, REG, &db(SQ_WQEBBS + 3, qpn));
+    // Another UAR; a UAR that was never allocated; the odd buffer's middle;
+    // no register at all; a 4-byte write; an unknown QP.
+    rig.mmio(other_uar, REG, &db(0, qpn));
+    rig.mmio(UarIndex::new(0x7777), REG, &db(0, qpn));
+    rig.mmio(own, REG + 8, &db(0, qpn));
+    rig.mmio(own, 0x100, &db(0, qpn));
+    rig.mmio(own, REG, &db(0, qpn)[..4]);
+    rig.mmio(own, REG, &db(0, 0x00ab_cdef));
+    // A BlueFlame chunk that does not start the buffer.
+    let mut chunk = [0u8; uar::BF_CHUNK];
+    chunk.copy_from_slice(&w);
+    rig.mmio(own, REG + uar::BF_CHUNK as u32, &chunk);
+    assert_eq!(bad(&rig) - b0, 8);
+    assert!(rig.transmitted().is_empty() && rig.cqes().is_empty());
+    assert_eq!(rig.state(), QpState::Rts);
+    // The right doorbell runs the WQE.
+    rig.mmio(own, REG, &db(0, qpn));
+    assert_eq!(rig.transmitted().len(), 1);
+    // A doorbell that goes backwards, or repeats, is dropped.
+    rig.mmio(own, REG, &db(0xffff, qpn));
+    rig.mmio(own, REG, &db(0, qpn));
+    assert_eq!(bad(&rig) - b0, 10);
+    assert!(rig.transmitted().is_empty());
+    // A doorbell for a QP that cannot send is counted apart.
+    rig.modify(QpState::Reset, QpAttrs::default());
+    let n0 = rig.counters().doorbells_not_ready;
+    rig.mmio(own, REG, &db(0, qpn));
+    assert_eq!(rig.counters().doorbells_not_ready - n0, 1);
+    assert!(rig.transmitted().is_empty() && rig.cqes().is_empty());
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_mmio_never_panics(
+        writes in proptest::collection::vec(
+            (0u32..4, 0u32..4200, proptest::collection::vec(any::<u8>(), 0..80)),
+            1..20,
+        ),
+    ) {
+        let mut rig = Rig::new();
+        let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
+        rig.write_sq(0, &w);
+        for (u, off, data) in writes {
+            let uar = if u == 0 { UarIndex::new(0x7777) } else { rig.uar };
+            rig.mmio(uar, off, &data);
+            let _ = rig.transmitted();
+        }
+        let _ = rig.cqes();
+        prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Responder and requester errors on the wire.
+
+/// The AETH syndrome of the one frame in `out`.
+fn aeth_of(out: &[Frame]) -> AethSyndrome {
+    assert_eq!(out.len(), 1, "one answer");
+    let r = parse_roce(&out[0].bytes).unwrap().repr;
+    assert_eq!(r.bth.opcode, BthOpcode::RcAck);
+    r.ext.aeth.expect("AETH").syndrome
+}
+
+#[test]
+fn responder_errors_answer_with_the_matching_nak() {
+    let bad_key = Mkey::from_raw(0x1234_5678);
+    // A WRITE with a key the device never issued: NAK remote access, ERR.
+    let mut rig = Rig::new();
+    let f = rig.request(
+        BthOpcode::RcRdmaWriteOnly,
+        EPSN,
+        ExtHeaders {
+            reth: Some(RethRepr {
+                va: rig.mr_buf.get(),
+                rkey: bad_key,
+                dma_len: 8,
+            }),
+            ..ExtHeaders::default()
+        },
+        &[1; 8],
+    );
+    assert_eq!(
+        aeth_of(&rig.frame(&f)),
+        AethSyndrome::Nak(NakCode::RemoteAccessErr)
+    );
+    assert_eq!(rig.state(), QpState::Err);
+    assert_eq!(rig.events(), [NicEvent::QpFatal(rig.qpn)]);
+
+    // An atomic at an address not 8-byte aligned: NAK invalid request, ERR.
+    let mut rig = Rig::new();
+    let f = rig.request(
+        BthOpcode::RcFetchAdd,
+        EPSN,
+        ExtHeaders {
+            atomic_eth: Some(AtomicEthRepr {
+                va: rig.mr_buf.get() + 4,
+                rkey: rig.mr,
+                swap_add: 1,
+                compare: 0,
+            }),
+            ..ExtHeaders::default()
+        },
+        &[],
+    );
+    assert_eq!(
+        aeth_of(&rig.frame(&f)),
+        AethSyndrome::Nak(NakCode::InvalidRequest)
+    );
+    assert_eq!(rig.state(), QpState::Err);
+    assert_eq!(rig.mr_bytes(0, 16), vec![0u8; 16]);
+
+    // A READ for 4 GiB with a bad key: NAK remote access, without first
+    // allocating the 4 GiB the forged length asks for (run the tests under
+    // `ulimit -v 3000000` to see the difference).
+    let mut rig = Rig::new();
+    let f = rig.request(
+        BthOpcode::RcRdmaReadRequest,
+        EPSN,
+        ExtHeaders {
+            reth: Some(RethRepr {
+                va: rig.mr_buf.get(),
+                rkey: bad_key,
+                dma_len: u32::MAX,
+            }),
+            ..ExtHeaders::default()
+        },
+        &[],
+    );
+    assert_eq!(
+        aeth_of(&rig.frame(&f)),
+        AethSyndrome::Nak(NakCode::RemoteAccessErr)
+    );
+    assert_eq!(rig.state(), QpState::Err);
+
+    // A SEND Middle with no SEND First before it: NAK invalid request.
+    let mut rig = Rig::new();
+    rig.post_recv(rig.mr.raw(), rig.mr_buf.get(), 4096);
+    let f = rig.request(
+        BthOpcode::RcSendMiddle,
+        EPSN,
+        ExtHeaders::default(),
+        &[0; 1024],
+    );
+    assert_eq!(
+        aeth_of(&rig.frame(&f)),
+        AethSyndrome::Nak(NakCode::InvalidRequest)
+    );
+    assert_eq!(rig.state(), QpState::Err);
+    let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+    assert_eq!(
+        cqes,
+        [(
+            CqeOpcode::RespErr,
+            Syndrome::WrFlushErr,
+            0,
+            0,
+            rig.qpn.get()
+        )],
+        "the posted receive is flushed"
+    );
+
+    // A SEND with no receive posted: RNR NAK with the QP's timer; not fatal.
+    let mut rig = Rig::new();
+    let send = rig.request(BthOpcode::RcSendOnly, EPSN, ExtHeaders::default(), &[5; 32]);
+    assert_eq!(
+        aeth_of(&rig.frame(&send)),
+        AethSyndrome::RnrNak {
+            timer: MIN_RNR_TIMER
+        }
+    );
+    assert_eq!(rig.counters().rnr_nak_sent, 1);
+    assert_eq!(rig.state(), QpState::Rts);
+    // Ahead of the expected PSN: one PSN-sequence NAK, then silence.
+    let ahead = rig.request(
+        BthOpcode::RcSendOnly,
+        EPSN + 2,
+        ExtHeaders::default(),
+        &[5; 32],
+    );
+    assert_eq!(
+        aeth_of(&rig.frame(&ahead)),
+        AethSyndrome::Nak(NakCode::PsnSeqErr)
+    );
+    assert!(rig.frame(&ahead).is_empty());
+    assert_eq!(rig.counters().out_of_sequence, 2);
+    assert_eq!(rig.state(), QpState::Rts);
+    // The retried SEND, with a receive now, is taken.
+    rig.post_recv(rig.mr.raw(), rig.mr_buf.get(), 64);
+    assert!(matches!(
+        aeth_of(&rig.frame(&send)),
+        AethSyndrome::Ack { .. }
+    ));
+    let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+    assert_eq!(cqes.len(), 1);
+    assert_eq!(cqes[0].0, CqeOpcode::RespSend);
+    assert_eq!(rig.mr_bytes(0, 32), vec![5u8; 32]);
+}
+
+#[test]
+fn a_short_read_response_is_a_bad_response_completed_once() {
+    let mut rig = Rig::new();
+    // READ of 100 bytes, then a WRITE behind it.
+    let r = rdma_wqe(&rig, 0, WqeOpcode::RdmaRead, 100);
+    rig.write_sq(0, &r);
+    let w = rdma_wqe(&rig, 1, WqeOpcode::RdmaWrite, 8);
+    rig.write_sq(1, &w);
+    rig.ring(1, u8::from(WqeOpcode::RdmaWrite), 3);
+    assert_eq!(rig.transmitted().len(), 2, "READ request and WRITE");
+    // The peer answers the READ with 40 bytes marked Only.
+    let mut bth = BthRepr::new(BthOpcode::RcRdmaReadResponseOnly, rig.qpn, Psn::new(SQ_PSN));
+    bth.ack_req = false;
+    let resp = RoceRepr {
+        ip: RoceIp::v4(PEER, LOCAL),
+        src_port: 0xc000,
+        bth,
+        ext: ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: AethSyndrome::Ack { credits: 0x1f },
+                msn: 1,
+            }),
+            ..ExtHeaders::default()
+        },
+    };
+    let mut f = Vec::new();
+    resp.emit_to_vec(&[0xab; 40], &mut f).unwrap();
+    assert!(rig.frame(&f).is_empty());
+    let qpn = rig.qpn.get();
+    let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+    assert_eq!(
+        cqes,
+        [
+            (CqeOpcode::ReqErr, Syndrome::BadRespErr, 0, 0x10, qpn),
+            (CqeOpcode::ReqErr, Syndrome::WrFlushErr, 1, 0x08, qpn),
+        ]
+    );
+    assert_eq!(rig.state(), QpState::Err);
+}
+
+#[test]
+fn a_retransmission_from_memory_gone_is_a_protection_error_completed_once() {
+    let mut rig = Rig::new();
+    // Two WRITEs go out; then their MR is destroyed.
+    for i in 0..2 {
+        let w = rdma_wqe(&rig, i, WqeOpcode::RdmaWrite, 8);
+        rig.write_sq(i, &w);
+    }
+    rig.ring(1, u8::from(WqeOpcode::RdmaWrite), 3);
+    assert_eq!(rig.transmitted().len(), 2);
+    let mr = rig.mr;
+    rig.exec(Command::DestroyMkey(mr)).unwrap();
+    // The peer lost the first: a PSN-sequence NAK asks for both again.
+    let mut bth = BthRepr::new(BthOpcode::RcAck, rig.qpn, Psn::new(SQ_PSN));
+    bth.ack_req = false;
+    let nak = RoceRepr {
+        ip: RoceIp::v4(PEER, LOCAL),
+        src_port: 0xc000,
+        bth,
+        ext: ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: AethSyndrome::Nak(NakCode::PsnSeqErr),
+                msn: 0,
+            }),
+            ..ExtHeaders::default()
+        },
+    };
+    let mut f = Vec::new();
+    nak.emit_to_vec(&[], &mut f).unwrap();
+    assert!(rig.frame(&f).is_empty(), "nothing resent");
+    let qpn = rig.qpn.get();
+    let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+    assert_eq!(
+        cqes,
+        [
+            (CqeOpcode::ReqErr, Syndrome::LocalProtErr, 0, 0x08, qpn),
+            (CqeOpcode::ReqErr, Syndrome::WrFlushErr, 1, 0x08, qpn),
+        ]
+    );
+    assert_eq!(rig.state(), QpState::Err);
+}
+
+#[test]
+fn objects_in_use_cannot_be_destroyed() {
+    let mut rig = Rig::new();
+    let Ok(CmdOut::QpInfo { state, .. }) = rig.exec(Command::QueryQp(rig.qpn)) else {
+        panic!()
+    };
+    assert_eq!(state, QpState::Rts);
+    let cqn = Cqn::new(1);
+    let (pd, uar, qpn, mr) = (rig.pd, rig.uar, rig.qpn, rig.mr);
+    assert_eq!(
+        rig.exec(Command::DestroyCq(cqn)),
+        Err(CmdError::Busy {
+            kind: "CQ",
+            id: cqn.get()
+        })
+    );
+    assert_eq!(
+        rig.exec(Command::DeallocPd(pd)),
+        Err(CmdError::Busy {
+            kind: "PD",
+            id: pd.get()
+        })
+    );
+    assert_eq!(
+        rig.exec(Command::DeallocUar(uar)),
+        Err(CmdError::Busy {
+            kind: "UAR",
+            id: uar.get()
+        })
+    );
+    rig.exec(Command::DestroyQp(qpn)).unwrap();
+    rig.exec(Command::DestroyCq(cqn)).unwrap();
+    // The MR still holds the PD.
+    assert!(matches!(
+        rig.exec(Command::DeallocPd(pd)),
+        Err(CmdError::Busy { kind: "PD", .. })
+    ));
+    rig.exec(Command::DestroyMkey(mr)).unwrap();
+    rig.exec(Command::DeallocPd(pd)).unwrap();
+    rig.exec(Command::DeallocUar(uar)).unwrap();
+    assert!(matches!(
+        rig.exec(Command::DestroyQp(qpn)),
+        Err(CmdError::NoSuchObject { kind: "QP", .. })
+    ));
+    // A doorbell and a frame for the destroyed QP are dropped and counted.
+    let c0 = rig.counters();
+    rig.ring(0, 0x08, 3);
+    let f = rig.write_only(EPSN, 0, &[1; 8]);
+    assert!(rig.frame(&f).is_empty());
+    let c = rig.counters();
+    assert_eq!(c.bad_doorbells - c0.bad_doorbells, 1);
+    assert_eq!(c.rx_dropped - c0.rx_dropped, 1);
+}
