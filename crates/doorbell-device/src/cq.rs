@@ -4,7 +4,7 @@ use doorbell_host::PAGE_SIZE;
 use doorbell_layout::cqe::{CQE_LEN, Cqe64, CqeOpcode, owner_for};
 use doorbell_layout::dbr;
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
-use doorbell_types::{HostAddr, Qpn, UarIndex};
+use doorbell_types::{HostAddr, Instant, Qpn, UarIndex};
 
 use crate::cmd::CqParams;
 
@@ -61,6 +61,7 @@ impl Cq {
     pub(crate) fn write(
         &mut self,
         dma: &mut impl Dma,
+        t: &mut Instant,
         qpn: Qpn,
         opcode: CqeOpcode,
         solicited: bool,
@@ -72,8 +73,8 @@ impl Cq {
             let mut w = [0u8; 4];
             let ci_addr = self.p.dbr_addr.checked_add((dbr::CQ_SET_CI * 4) as u64);
             let tag_dbr = DmaTag::new(qpn, DmaPurpose::DoorbellRecord);
-            match ci_addr.map(|a| dma.dma_read(tag_dbr, a, &mut w)) {
-                Some(Ok(())) => {
+            match ci_addr.map(|a| crate::dma_read(dma, t, tag_dbr, a, &mut w)) {
+                Some(true) => {
                     let ci24 = u32::from_be_bytes(w) & 0x00ff_ffff;
                     // Extend the 24-bit index to the producer's epoch.
                     let back = self.pi.wrapping_sub(ci24) & 0x00ff_ffff;
@@ -94,7 +95,7 @@ impl Cq {
         };
         // One DMA write whose last byte is op_own: the consumer never sees
         // the owner bit before the body.
-        if dma.dma_write(tag, addr, &buf).is_err() {
+        if !crate::dma_write(dma, t, tag, addr, &buf) {
             return CqeWrite::DmaFault;
         }
         self.pi = self.pi.wrapping_add(1);

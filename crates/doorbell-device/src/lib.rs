@@ -43,8 +43,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use doorbell_layout::uar::{self, CqArmDoorbell, SendDoorbell, UarRegister};
 use doorbell_layout::wqe;
-use doorbell_pcie::Dma;
-use doorbell_types::{Cqn, Instant, Pdn, Qpn, UarIndex};
+use doorbell_pcie::{Dma, DmaTag};
+use doorbell_types::{Cqn, Duration, HostAddr, Instant, Pdn, Qpn, UarIndex};
 
 pub use cmd::{
     Access, AddressVector, CmdError, CmdOut, Command, CqParams, MkeyParams, QpAttrs, QpParams,
@@ -127,20 +127,63 @@ pub struct NicConfig {
     pub ipv4: [u8; 4],
     /// What the device reports.
     pub caps: DeviceCaps,
+    /// Processing costs (all zero: work takes no time of its own).
+    pub timing: NicTiming,
 }
 
 impl NicConfig {
-    /// A NIC on `ipv4` with default capabilities.
+    /// A NIC on `ipv4` with default capabilities and no processing costs.
     pub fn new(ipv4: [u8; 4]) -> Self {
         Self {
             ipv4,
             caps: DeviceCaps::default(),
+            timing: NicTiming::default(),
         }
     }
 
     /// GID 0 of the port: `::ffff:a.b.c.d`.
     pub fn gid(&self) -> [u8; 16] {
         doorbell_wire::Gid::from_ipv4(self.ipv4).octets()
+    }
+}
+
+/// How long the NIC's own work takes. Work runs on a pool of processing
+/// units: each input (a doorbell, a frame, a timer) takes the unit that
+/// frees up first, holds it for the costs it incurs, and waits for its DMA
+/// reads without holding it longer (the device overlaps DMA with other
+/// work). All zero by default: the live runtime runs at the host's speed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicTiming {
+    /// Processing units (at least one).
+    pub processing_units: u32,
+    /// Per doorbell or BlueFlame burst taken in.
+    pub doorbell: Duration,
+    /// Per send WQE executed.
+    pub wqe: Duration,
+    /// Per packet built and sent.
+    pub tx_packet: Duration,
+    /// Per packet received.
+    pub rx_packet: Duration,
+    /// Per CQE written.
+    pub cqe: Duration,
+    /// Time an atomic holds its address bucket.
+    pub atomic: Duration,
+    /// Bytes of address that share one atomic bucket (a power of two).
+    pub atomic_bucket_bytes: u64,
+}
+
+impl Default for NicTiming {
+    fn default() -> Self {
+        Self {
+            processing_units: 1,
+            doorbell: Duration::ZERO,
+            wqe: Duration::ZERO,
+            tx_packet: Duration::ZERO,
+            rx_packet: Duration::ZERO,
+            cqe: Duration::ZERO,
+            atomic: Duration::ZERO,
+            atomic_bucket_bytes: 64,
+        }
     }
 }
 
@@ -151,6 +194,8 @@ pub struct Frame {
     pub dst: [u8; 4],
     /// The IP packet, ICRC included.
     pub bytes: Vec<u8>,
+    /// When the NIC had it ready for the port.
+    pub ready: Instant,
 }
 
 /// Asynchronous events for the host (EQEs).
@@ -206,12 +251,99 @@ struct BfAssembly {
 
 /// Shared outputs and tables a QP's engines need.
 pub(crate) struct Ctx<'a, D: Dma> {
+    /// When the input that started this work arrived.
     pub(crate) now: Instant,
+    /// How far this work has got: advanced by processing costs and by the
+    /// bus's answers. Frames leave, and DMAs are issued, at this time.
+    pub(crate) t: Instant,
+    /// Processing-unit time this work has used.
+    pub(crate) busy: Duration,
+    pub(crate) atomic_free: &'a mut BTreeMap<u64, Instant>,
     pub(crate) dma: &'a mut D,
     pub(crate) cqs: &'a mut BTreeMap<Cqn, Cq>,
     pub(crate) mkeys: &'a MkeyTable,
     pub(crate) out: &'a mut Outputs,
     pub(crate) cfg: &'a NicConfig,
+}
+
+macro_rules! ctx {
+    ($self:ident, $now:expr, $start:expr, $dma:expr) => {
+        Ctx {
+            now: $now,
+            t: $start,
+            busy: Duration::ZERO,
+            atomic_free: &mut $self.atomic_free,
+            dma: $dma,
+            cqs: &mut $self.cqs,
+            mkeys: &$self.mkeys,
+            out: &mut $self.out,
+            cfg: &$self.cfg,
+        }
+    };
+}
+
+impl<D: Dma> Ctx<'_, D> {
+    /// Spends `d` of processing-unit time.
+    pub(crate) fn charge(&mut self, d: Duration) {
+        self.t = self.t.add(d);
+        self.busy = self.busy.add(d);
+    }
+
+    /// A DMA read at the current time; the work waits for its data.
+    pub(crate) fn read(&mut self, tag: DmaTag, addr: HostAddr, buf: &mut [u8]) -> bool {
+        dma_read(self.dma, &mut self.t, tag, addr, buf)
+    }
+
+    /// A DMA write at the current time.
+    pub(crate) fn write(&mut self, tag: DmaTag, addr: HostAddr, data: &[u8]) -> bool {
+        dma_write(self.dma, &mut self.t, tag, addr, data)
+    }
+}
+
+/// A DMA read at `*t`, moving `*t` to when its data is in; false on error.
+pub(crate) fn dma_read<D: Dma>(
+    dma: &mut D,
+    t: &mut Instant,
+    tag: DmaTag,
+    addr: HostAddr,
+    buf: &mut [u8],
+) -> bool {
+    match dma.dma_read(*t, tag, addr, buf) {
+        Ok(done) => {
+            *t = done.max(*t);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A DMA write at `*t`, moving `*t` to when the next may be issued.
+pub(crate) fn dma_write<D: Dma>(
+    dma: &mut D,
+    t: &mut Instant,
+    tag: DmaTag,
+    addr: HostAddr,
+    data: &[u8],
+) -> bool {
+    match dma.dma_write(*t, tag, addr, data) {
+        Ok(done) => {
+            *t = done.max(*t);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Picks the processing unit that frees up first; work starts at `now` or
+/// when it is free, whichever is later.
+fn acquire_pu(pus: &mut [Instant], now: Instant) -> (usize, Instant) {
+    let (i, free) = pus
+        .iter()
+        .copied()
+        .enumerate()
+        .min_by_key(|&(i, t)| (t, i))
+        .unwrap_or((0, now));
+    (i, free.max(now))
 }
 
 /// Queues of outputs and the counters.
@@ -236,11 +368,16 @@ pub struct Nic {
     next_qpn: u32,
     bf: BTreeMap<(UarIndex, u32, u32), BfAssembly>,
     out: Outputs,
+    /// When each processing unit is next free.
+    pus: Vec<Instant>,
+    /// When each atomic address bucket is next free.
+    atomic_free: BTreeMap<u64, Instant>,
 }
 
 impl Nic {
     /// A NIC with no objects.
     pub fn new(cfg: NicConfig) -> Self {
+        let cfg_pus = cfg.timing.processing_units.max(1) as usize;
         Self {
             mkeys: MkeyTable::new(cfg.caps.max_mkeys as usize),
             cfg,
@@ -254,6 +391,8 @@ impl Nic {
             next_qpn: 0x100,
             bf: BTreeMap::new(),
             out: Outputs::default(),
+            pus: vec![Instant::ZERO; cfg_pus],
+            atomic_free: BTreeMap::new(),
         }
     }
 
@@ -410,14 +549,7 @@ impl Nic {
                 })?;
                 let from = qp.modify(state, &attrs)?;
                 if state == QpState::Err && from != QpState::Err {
-                    let mut ctx = Ctx {
-                        now,
-                        dma,
-                        cqs: &mut self.cqs,
-                        mkeys: &self.mkeys,
-                        out: &mut self.out,
-                        cfg: &self.cfg,
-                    };
+                    let mut ctx = ctx!(self, now, now, dma);
                     sq::flush(qp, &mut ctx);
                     rq::flush(qp, &mut ctx);
                 }
@@ -528,13 +660,13 @@ impl Nic {
         let bf_reg_size = self.cfg.caps.bf_reg_size as usize;
         let reg = uar::decode_offset(offset as usize, bf_reg_size);
         if !self.uars.contains(&uar) {
-            dma.record_mmio(None, data.len());
+            dma.record_mmio(now, None, data.len());
             self.out.counters.bad_doorbells += 1;
             return;
         }
         match reg {
             UarRegister::CqArm => {
-                dma.record_mmio(None, data.len());
+                dma.record_mmio(now, None, data.len());
                 let Ok(bytes) = <&[u8; 8]>::try_from(data) else {
                     self.out.counters.bad_doorbells += 1;
                     return;
@@ -556,17 +688,17 @@ impl Nic {
                     let mut b = [0u8; 8];
                     b.copy_from_slice(data);
                     let db = SendDoorbell::parse(&b);
-                    dma.record_mmio(Some(Qpn::new(db.qpn)), data.len());
+                    dma.record_mmio(now, Some(Qpn::new(db.qpn)), data.len());
                     self.send_doorbell(now, uar, db, None, dma);
                 } else if data.len() == uar::BF_CHUNK && offset % uar::BF_CHUNK == 0 {
                     self.bf_chunk(now, uar, slot, half, offset, data, dma);
                 } else {
-                    dma.record_mmio(None, data.len());
+                    dma.record_mmio(now, None, data.len());
                     self.out.counters.bad_doorbells += 1;
                 }
             }
             UarRegister::Other => {
-                dma.record_mmio(None, data.len());
+                dma.record_mmio(now, None, data.len());
                 self.out.counters.bad_doorbells += 1;
             }
         }
@@ -589,14 +721,14 @@ impl Nic {
         } else if asm.bytes.len() != offset {
             // A chunk out of order: the burst is unusable.
             asm.bytes.clear();
-            dma.record_mmio(None, data.len());
+            dma.record_mmio(now, None, data.len());
             self.out.counters.bad_doorbells += 1;
             return;
         }
         asm.bytes.extend_from_slice(data);
         let ctrl = wqe::CtrlSeg::new_unchecked(&asm.bytes[..wqe::field::CTRL_LEN]);
         let qpn = ctrl.qpn();
-        dma.record_mmio(Some(Qpn::new(qpn)), data.len());
+        dma.record_mmio(now, Some(Qpn::new(qpn)), data.len());
         let need = (usize::from(ctrl.ds()) * wqe::DS_LEN).div_ceil(uar::BF_CHUNK) * uar::BF_CHUNK;
         if asm.bytes.len() < need.max(uar::BF_CHUNK) {
             return;
@@ -628,15 +760,11 @@ impl Nic {
             self.out.counters.bad_doorbells += 1;
             return;
         }
-        let mut ctx = Ctx {
-            now,
-            dma,
-            cqs: &mut self.cqs,
-            mkeys: &self.mkeys,
-            out: &mut self.out,
-            cfg: &self.cfg,
-        };
+        let (pu, start) = acquire_pu(&mut self.pus, now);
+        let mut ctx = ctx!(self, now, start, dma);
         sq::doorbell(qp, db, bf, &mut ctx);
+        let busy = ctx.busy;
+        self.pus[pu] = start.add(busy);
     }
 
     /// Takes one frame from the fabric.
@@ -652,40 +780,36 @@ impl Nic {
                 return;
             }
         };
+        let (pu, start) = acquire_pu(&mut self.pus, now);
         let Some(qp) = self.qps.get_mut(&parsed.repr.bth.dest_qp) else {
             self.out.counters.rx_dropped += 1;
             return;
         };
         self.out.counters.rx_packets += 1;
         let payload = frame.get(parsed.payload.clone()).unwrap_or(&[]);
-        let mut ctx = Ctx {
-            now,
-            dma,
-            cqs: &mut self.cqs,
-            mkeys: &self.mkeys,
-            out: &mut self.out,
-            cfg: &self.cfg,
-        };
+        let mut ctx = ctx!(self, now, start, dma);
+        ctx.charge(ctx.cfg.timing.rx_packet);
         if parsed.repr.bth.opcode.is_response() {
             sq::handle_response(qp, &parsed.repr, payload, &mut ctx);
         } else {
             let ip_header = frame.get(..parsed.repr.ip.header_len()).unwrap_or(&[]);
             rq::handle_request(qp, &parsed.repr, ip_header, payload, &mut ctx);
         }
+        let busy = ctx.busy;
+        self.pus[pu] = start.add(busy);
     }
 
     /// Fires every transport timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant, dma: &mut impl Dma) {
         for qp in self.qps.values_mut() {
-            let mut ctx = Ctx {
-                now,
-                dma: &mut *dma,
-                cqs: &mut self.cqs,
-                mkeys: &self.mkeys,
-                out: &mut self.out,
-                cfg: &self.cfg,
-            };
+            if sq::next_deadline(qp).is_none_or(|t| t > now) {
+                continue;
+            }
+            let (pu, start) = acquire_pu(&mut self.pus, now);
+            let mut ctx = ctx!(self, now, start, &mut *dma);
             sq::handle_timeout(qp, &mut ctx);
+            let busy = ctx.busy;
+            self.pus[pu] = start.add(busy);
         }
     }
 

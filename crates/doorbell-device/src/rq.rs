@@ -8,14 +8,13 @@ use doorbell_layout::wqe::{DataSeg, field as wf};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_types::{Mkey, Psn};
 use doorbell_wire::{
-    AethRepr, AethSyndrome, AtomicAckEthRepr, BthOpcode, BthRepr, ExtHeaders, NakCode, RoceIp,
-    RoceRepr,
+    AethRepr, AethSyndrome, AtomicAckEthRepr, BthOpcode, BthRepr, ExtHeaders, NakCode, RoceRepr,
 };
 
+use crate::Ctx;
 use crate::cmd::Access;
 use crate::qp::{AtomicReplay, Qp, QpState, QpType, RecvInProgress, WriteInProgress};
-use crate::sq::{peer_ip, to_error, write_cqe};
-use crate::{Ctx, Frame};
+use crate::sq::{emit, peer_ip, to_error, write_cqe};
 
 /// Atomic results kept for replaying duplicates.
 const ATOMIC_REPLAY_DEPTH: usize = 16;
@@ -36,13 +35,13 @@ fn next_recv_wqe<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Result<Option<Rec
     if qp.rq_ci == qp.rq_pi {
         let mut w = [0u8; 4];
         let addr = qp.dbr_word(dbr::RCV_DBR).ok_or(())?;
-        ctx.dma
-            .dma_read(
-                DmaTag::new(qp.qpn, DmaPurpose::DoorbellRecord),
-                addr,
-                &mut w,
-            )
-            .map_err(|_| ())?;
+        if !ctx.read(
+            DmaTag::new(qp.qpn, DmaPurpose::DoorbellRecord),
+            addr,
+            &mut w,
+        ) {
+            return Err(());
+        }
         let pi = u32::from_be_bytes(w) as u16;
         if u32::from(pi.wrapping_sub(qp.rq_ci)) > qp.rq_size {
             return Err(());
@@ -65,10 +64,7 @@ fn next_recv_wqe<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Result<Option<Rec
         return Err(());
     }
     for (h, n, o) in runs {
-        ok &= ctx
-            .dma
-            .dma_read(tag, h, &mut buf[o as usize..(o + n) as usize])
-            .is_ok();
+        ok &= ctx.read(tag, h, &mut buf[o as usize..(o + n) as usize]);
     }
     if !ok {
         return Err(());
@@ -117,6 +113,7 @@ fn scatter<D: Dma>(
         let (now, later) = rest.split_at(n as usize);
         let mut ok = true;
         let dma = &mut *ctx.dma;
+        let t = &mut ctx.t;
         ctx.mkeys
             .translate(
                 Mkey::from_raw(lkey),
@@ -125,9 +122,7 @@ fn scatter<D: Dma>(
                 addr + skip,
                 n,
                 |h, b, o| {
-                    ok &= dma
-                        .dma_write(tag, h, &now[o as usize..(o + b) as usize])
-                        .is_ok();
+                    ok &= crate::dma_write(dma, t, tag, h, &now[o as usize..(o + b) as usize]);
                 },
             )
             .map_err(|_| ScatterError::Protection)?;
@@ -200,27 +195,6 @@ fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSynd
         ..ExtHeaders::default()
     };
     emit(qp, ctx, dst, bth, ext, &[]);
-}
-
-fn emit<D: Dma>(
-    qp: &Qp,
-    ctx: &mut Ctx<'_, D>,
-    dst: [u8; 4],
-    bth: BthRepr,
-    ext: ExtHeaders,
-    payload: &[u8],
-) {
-    let repr = RoceRepr {
-        ip: RoceIp::v4(ctx.cfg.ipv4, dst),
-        src_port: 0xc000 | (qp.qpn.get() & 0x3fff) as u16,
-        bth,
-        ext,
-    };
-    let mut bytes = Vec::with_capacity(repr.frame_len(payload.len()));
-    if repr.emit_to_vec(payload, &mut bytes).is_ok() {
-        ctx.out.counters.tx_packets += 1;
-        ctx.out.tx.push_back(Frame { dst, bytes });
-    }
 }
 
 fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
@@ -529,17 +503,14 @@ fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
     let mut ok = true;
     let dma = &mut *ctx.dma;
+    let t = &mut ctx.t;
     let translated = ctx.mkeys.translate(
         Mkey::from_raw(w.rkey),
         qp.p.pd,
         Access::REMOTE_WRITE,
         w.va + w.offset,
         payload.len() as u64,
-        |h, n, o| {
-            ok &= dma
-                .dma_write(tag, h, &payload[o as usize..(o + n) as usize])
-                .is_ok()
-        },
+        |h, n, o| ok &= crate::dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
     );
     if translated.is_err() || !ok {
         nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
@@ -603,10 +574,7 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
     let mut ok = true;
     for (h, n, o) in runs {
-        ok &= ctx
-            .dma
-            .dma_read(tag, h, &mut data[o as usize..(o + n) as usize])
-            .is_ok();
+        ok &= ctx.read(tag, h, &mut data[o as usize..(o + n) as usize]);
     }
     if !ok {
         nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
@@ -677,10 +645,15 @@ fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
         nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
         return;
     };
-    // Read-modify-write of the 64-bit word, in the responder's byte order.
+    // Read-modify-write of the 64-bit word, in the responder's byte order,
+    // one at a time per address bucket.
+    let bucket = a.va / ctx.cfg.timing.atomic_bucket_bytes.max(1);
+    if let Some(&free) = ctx.atomic_free.get(&bucket) {
+        ctx.t = ctx.t.max(free);
+    }
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Atomic);
     let mut b = [0u8; 8];
-    if ctx.dma.dma_read(tag, h, &mut b).is_err() {
+    if !ctx.read(tag, h, &mut b) {
         nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
         return;
     }
@@ -691,11 +664,13 @@ fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
         orig.wrapping_add(a.swap_add)
     };
     if (new != orig || repr.bth.opcode == BthOpcode::RcFetchAdd)
-        && ctx.dma.dma_write(tag, h, &new.to_le_bytes()).is_err()
+        && !ctx.write(tag, h, &new.to_le_bytes())
     {
         nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
         return;
     }
+    ctx.charge(ctx.cfg.timing.atomic);
+    ctx.atomic_free.insert(bucket, ctx.t);
     qp.msn = (qp.msn + 1) & 0x00ff_ffff;
     qp.epsn = qp.epsn.add(1);
     if qp.atomic_replay.len() == ATOMIC_REPLAY_DEPTH {

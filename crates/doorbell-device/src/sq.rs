@@ -106,6 +106,7 @@ pub(crate) fn doorbell<D: Dma>(
     bf: Option<&[u8]>,
     ctx: &mut Ctx<'_, D>,
 ) {
+    ctx.charge(ctx.cfg.timing.doorbell);
     if !matches!(qp.state, QpState::Rts | QpState::Err) {
         ctx.out.counters.doorbells_not_ready += 1;
         return;
@@ -169,7 +170,7 @@ fn fetch_upto<D: Dma>(qp: &mut Qp, upto: u16, ctx: &mut Ctx<'_, D>) -> bool {
         // for a buffer the provider allocated in one go.
         for (h, b, o) in runs {
             let dst = &mut buf[filled + o as usize..filled + (o + b) as usize];
-            ok &= ctx.dma.dma_read(tag, h, dst).is_ok();
+            ok &= ctx.read(tag, h, dst);
         }
         if !ok {
             return false;
@@ -244,6 +245,7 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
             qp.wqe_cache.pop_front();
         }
         qp.sq_ci = qp.sq_ci.wrapping_add(n);
+        ctx.charge(ctx.cfg.timing.wqe);
         let result = match qp.p.qp_type {
             QpType::Rc => execute_rc(qp, w, ctx),
             QpType::Ud => execute_ud(qp, w, ctx),
@@ -368,6 +370,7 @@ fn gather<D: Dma>(qp: &Qp, p: &Payload, ctx: &mut Ctx<'_, D>) -> Result<Vec<u8>,
                 let mut dma_ok = true;
                 let dst = &mut buf[at..at + s.len as usize];
                 let dma = &mut *ctx.dma;
+                let t = &mut ctx.t;
                 ctx.mkeys
                     .translate(
                         doorbell_types::Mkey::from_raw(s.lkey),
@@ -376,9 +379,13 @@ fn gather<D: Dma>(qp: &Qp, p: &Payload, ctx: &mut Ctx<'_, D>) -> Result<Vec<u8>,
                         s.addr,
                         s.len.into(),
                         |h, n, o| {
-                            dma_ok &= dma
-                                .dma_read(tag, h, &mut dst[o as usize..(o + n) as usize])
-                                .is_ok();
+                            dma_ok &= crate::dma_read(
+                                dma,
+                                t,
+                                tag,
+                                h,
+                                &mut dst[o as usize..(o + n) as usize],
+                            );
                         },
                     )
                     .map_err(key_syndrome)?;
@@ -514,7 +521,9 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), W
     Ok(())
 }
 
-fn emit<D: Dma>(
+/// Builds a frame from `qp` to `dst` and queues it for the port, ready
+/// once the NIC has spent its per-packet cost.
+pub(crate) fn emit<D: Dma>(
     qp: &Qp,
     ctx: &mut Ctx<'_, D>,
     dst: [u8; 4],
@@ -530,8 +539,13 @@ fn emit<D: Dma>(
     };
     let mut bytes = Vec::with_capacity(repr.frame_len(payload.len()));
     if repr.emit_to_vec(payload, &mut bytes).is_ok() {
+        ctx.charge(ctx.cfg.timing.tx_packet);
         ctx.out.counters.tx_packets += 1;
-        ctx.out.tx.push_back(Frame { dst, bytes });
+        ctx.out.tx.push_back(Frame {
+            dst,
+            bytes,
+            ready: ctx.t,
+        });
     }
 }
 
@@ -638,7 +652,9 @@ pub(crate) fn write_cqe<D: Dma>(
     let Some(cq) = ctx.cqs.get_mut(&cqn) else {
         return;
     };
-    match cq.write(ctx.dma, qpn, opcode, solicited, fill) {
+    ctx.t = ctx.t.add(ctx.cfg.timing.cqe);
+    ctx.busy = ctx.busy.add(ctx.cfg.timing.cqe);
+    match cq.write(ctx.dma, &mut ctx.t, qpn, opcode, solicited, fill) {
         crate::cq::CqeWrite::Written { event: true } => {
             ctx.out.events.push_back(NicEvent::Completion(cqn))
         }
@@ -925,6 +941,7 @@ fn place<D: Dma>(
         let (now, later) = rest.split_at(n as usize);
         let mut ok = true;
         let dma = &mut *ctx.dma;
+        let t = &mut ctx.t;
         ctx.mkeys
             .translate(
                 doorbell_types::Mkey::from_raw(s.lkey),
@@ -933,9 +950,7 @@ fn place<D: Dma>(
                 s.addr + skip,
                 n,
                 |h, b, o| {
-                    ok &= dma
-                        .dma_write(tag, h, &now[o as usize..(o + b) as usize])
-                        .is_ok()
+                    ok &= crate::dma_write(dma, t, tag, h, &now[o as usize..(o + b) as usize])
                 },
             )
             .map_err(key_syndrome)?;

@@ -26,7 +26,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use doorbell_host::{HostMemory, MemError};
-use doorbell_types::{HostAddr, Qpn};
+use doorbell_types::{HostAddr, Instant, Qpn};
+
 
 /// No TLP may cross a 4 KiB address boundary (PCIe Base Specification §2.2.7).
 pub const TLP_BOUNDARY: u64 = 4096;
@@ -304,6 +305,8 @@ impl Counters {
 pub enum Crossing {
     /// An MMIO write of `bytes` (one MWr TLP, host → device).
     Mmio {
+        /// When the device received it.
+        at: Instant,
         /// Attributed QP, if the device could tell.
         qpn: Option<Qpn>,
         /// Bytes carried.
@@ -311,6 +314,8 @@ pub enum Crossing {
     },
     /// A DMA read: `mrd` requests and `cpld` completions.
     DmaRead {
+        /// When the device issued it.
+        at: Instant,
         /// Who it was for.
         tag: DmaTag,
         /// Bytes read.
@@ -322,6 +327,8 @@ pub enum Crossing {
     },
     /// A DMA write in `mwr` TLPs.
     DmaWrite {
+        /// When the device issued it.
+        at: Instant,
         /// Who it was for.
         tag: DmaTag,
         /// Bytes written.
@@ -332,13 +339,32 @@ pub enum Crossing {
 }
 
 /// The device's access to host memory and its record of MMIO arrivals.
+///
+/// Every call carries the time `at` the device issues it and returns the
+/// time the device may go on: for a read, when its data has arrived; for a
+/// (posted) write, when the device may issue its next transaction. A bus
+/// without a timing model returns `at`; the simulator's returns what its
+/// link model says, and defers the host's view of a write to its arrival.
 pub trait Dma {
     /// Reads `buf.len()` bytes of host memory at `addr`.
-    fn dma_read(&mut self, tag: DmaTag, addr: HostAddr, buf: &mut [u8]) -> Result<(), DmaError>;
+    fn dma_read(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        buf: &mut [u8],
+    ) -> Result<Instant, DmaError>;
     /// Writes `data` into host memory at `addr`.
-    fn dma_write(&mut self, tag: DmaTag, addr: HostAddr, data: &[u8]) -> Result<(), DmaError>;
-    /// Records an MMIO write of `bytes` the device received, attributed to `qpn`.
-    fn record_mmio(&mut self, qpn: Option<Qpn>, bytes: usize);
+    fn dma_write(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        data: &[u8],
+    ) -> Result<Instant, DmaError>;
+    /// Records an MMIO write of `bytes` the device received at `at`,
+    /// attributed to `qpn`.
+    fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize);
 }
 
 /// The device's end of a PCIe link to host memory.
@@ -396,12 +422,19 @@ impl Bus {
 }
 
 impl Dma for Bus {
-    fn dma_read(&mut self, tag: DmaTag, addr: HostAddr, buf: &mut [u8]) -> Result<(), DmaError> {
+    fn dma_read(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        buf: &mut [u8],
+    ) -> Result<Instant, DmaError> {
         let len = buf.len() as u64;
         let (mrd, cpld) = self.cfg.read_tlp_counts(addr.get(), len);
         self.apply(tag.qpn, |c| c.add_read(tag.purpose, len, mrd, cpld));
         if let Some(log) = &mut self.log {
             log.push(Crossing::DmaRead {
+                at,
                 tag,
                 bytes: len as u32,
                 mrd: mrd as u32,
@@ -409,28 +442,36 @@ impl Dma for Bus {
             });
         }
         self.mem.read(addr, buf)?;
-        Ok(())
+        Ok(at)
     }
 
-    fn dma_write(&mut self, tag: DmaTag, addr: HostAddr, data: &[u8]) -> Result<(), DmaError> {
+    fn dma_write(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        data: &[u8],
+    ) -> Result<Instant, DmaError> {
         let len = data.len() as u64;
         let mwr = self.cfg.write_tlps(addr.get(), len).count() as u64;
         self.apply(tag.qpn, |c| c.add_write(tag.purpose, len, mwr));
         if let Some(log) = &mut self.log {
             log.push(Crossing::DmaWrite {
+                at,
                 tag,
                 bytes: len as u32,
                 mwr: mwr as u32,
             });
         }
         self.mem.write(addr, data)?;
-        Ok(())
+        Ok(at)
     }
 
-    fn record_mmio(&mut self, qpn: Option<Qpn>, bytes: usize) {
+    fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize) {
         self.apply(qpn, |c| c.add_mmio(bytes as u64));
         if let Some(log) = &mut self.log {
             log.push(Crossing::Mmio {
+                at,
                 qpn,
                 bytes: bytes as u32,
             });
@@ -509,13 +550,19 @@ mod tests {
         let mut bus = Bus::new(cfg(), ram.clone());
         bus.set_recording(true);
         let q = Qpn::new(5);
-        bus.record_mmio(Some(q), 8);
+        bus.record_mmio(Instant::ZERO, Some(q), 8);
         let mut buf = [0u8; 64];
-        bus.dma_read(DmaTag::new(q, DmaPurpose::SendWqe), a, &mut buf)
-            .unwrap();
-        bus.dma_write(DmaTag::new(q, DmaPurpose::Cqe), a, &buf)
+        bus.dma_read(
+            Instant::ZERO,
+            DmaTag::new(q, DmaPurpose::SendWqe),
+            a,
+            &mut buf,
+        )
+        .unwrap();
+        bus.dma_write(Instant::ZERO, DmaTag::new(q, DmaPurpose::Cqe), a, &buf)
             .unwrap();
         bus.dma_write(
+            Instant::ZERO,
             DmaTag {
                 qpn: None,
                 purpose: DmaPurpose::Scatter,
@@ -551,7 +598,10 @@ mod tests {
             qpn: None,
             purpose: DmaPurpose::Payload,
         };
-        assert!(bus.dma_read(tag, HostAddr::new(0), &mut buf).is_err());
+        assert!(
+            bus.dma_read(Instant::ZERO, tag, HostAddr::new(0), &mut buf)
+                .is_err()
+        );
     }
 
     proptest::proptest! {

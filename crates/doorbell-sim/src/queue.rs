@@ -37,7 +37,10 @@ pub struct EventQueue<E> {
 
 impl<E> Default for EventQueue<E> {
     fn default() -> Self {
-        Self { heap: BinaryHeap::new(), seq: 0 }
+        Self {
+            heap: BinaryHeap::new(),
+            seq: 0,
+        }
     }
 }
 
@@ -45,7 +48,11 @@ impl<E> EventQueue<E> {
     /// Schedules `ev` at `at`.
     pub fn push(&mut self, at: Instant, ev: E) {
         self.seq += 1;
-        self.heap.push(Reverse(Entry { at, seq: self.seq, ev }));
+        self.heap.push(Reverse(Entry {
+            at,
+            seq: self.seq,
+            ev,
+        }));
     }
 
     /// Takes the earliest event.
