@@ -5,8 +5,11 @@
 //!   the live runtime's bus counters.
 //! - [`layout`]: which bfreg, UAR page and register offset each QP of one
 //!   context gets, and whether it may BlueFlame and must lock.
+//! - [`pcie`]: the PCIe link model alone: usable bandwidth and the figures
+//!   of MWr and MRd streams of one size.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 pub mod layout;
+pub mod pcie;
 pub mod seed;

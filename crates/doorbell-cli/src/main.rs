@@ -52,6 +52,13 @@ enum Cmd {
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
         qps: u32,
     },
+    /// The PCIe link model alone: raw and usable TLP bandwidth, and the
+    /// effective bandwidth and transaction rate of MWr (DMA write), MRd
+    /// (DMA read), doorbell and write-combined MMIO streams of one size.
+    Pcie {
+        #[command(flatten)]
+        args: doorbell_cli::pcie::PcieArgs,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -97,6 +104,9 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 print!("{}", layout::render(&rows, counts));
             }
+        }
+        Some(Cmd::Pcie { args }) => {
+            doorbell_cli::pcie::print(&doorbell_cli::pcie::run(&args)?, cli.json)?;
         }
     }
     Ok(())

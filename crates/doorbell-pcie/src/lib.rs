@@ -22,12 +22,13 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+pub mod model;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use doorbell_host::{HostMemory, MemError};
 use doorbell_types::{HostAddr, Instant, Qpn};
-
 
 /// No TLP may cross a 4 KiB address boundary (PCIe Base Specification §2.2.7).
 pub const TLP_BOUNDARY: u64 = 4096;
@@ -413,6 +414,36 @@ impl Bus {
         self.log.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
+    /// Counts a DMA read of `len` bytes at `addr` without performing it
+    /// (for a bus that moves the data itself, such as the simulator's).
+    pub fn count_read(&mut self, at: Instant, tag: DmaTag, addr: HostAddr, len: u64) {
+        let (mrd, cpld) = self.cfg.read_tlp_counts(addr.get(), len);
+        self.apply(tag.qpn, |c| c.add_read(tag.purpose, len, mrd, cpld));
+        if let Some(log) = &mut self.log {
+            log.push(Crossing::DmaRead {
+                at,
+                tag,
+                bytes: len as u32,
+                mrd: mrd as u32,
+                cpld: cpld as u32,
+            });
+        }
+    }
+
+    /// Counts a DMA write of `len` bytes at `addr` without performing it.
+    pub fn count_write(&mut self, at: Instant, tag: DmaTag, addr: HostAddr, len: u64) {
+        let mwr = self.cfg.write_tlps(addr.get(), len).count() as u64;
+        self.apply(tag.qpn, |c| c.add_write(tag.purpose, len, mwr));
+        if let Some(log) = &mut self.log {
+            log.push(Crossing::DmaWrite {
+                at,
+                tag,
+                bytes: len as u32,
+                mwr: mwr as u32,
+            });
+        }
+    }
+
     fn apply(&mut self, qpn: Option<Qpn>, f: impl Fn(&mut Counters)) {
         f(&mut self.total);
         if let Some(q) = qpn {
@@ -429,18 +460,7 @@ impl Dma for Bus {
         addr: HostAddr,
         buf: &mut [u8],
     ) -> Result<Instant, DmaError> {
-        let len = buf.len() as u64;
-        let (mrd, cpld) = self.cfg.read_tlp_counts(addr.get(), len);
-        self.apply(tag.qpn, |c| c.add_read(tag.purpose, len, mrd, cpld));
-        if let Some(log) = &mut self.log {
-            log.push(Crossing::DmaRead {
-                at,
-                tag,
-                bytes: len as u32,
-                mrd: mrd as u32,
-                cpld: cpld as u32,
-            });
-        }
+        self.count_read(at, tag, addr, buf.len() as u64);
         self.mem.read(addr, buf)?;
         Ok(at)
     }
@@ -452,17 +472,7 @@ impl Dma for Bus {
         addr: HostAddr,
         data: &[u8],
     ) -> Result<Instant, DmaError> {
-        let len = data.len() as u64;
-        let mwr = self.cfg.write_tlps(addr.get(), len).count() as u64;
-        self.apply(tag.qpn, |c| c.add_write(tag.purpose, len, mwr));
-        if let Some(log) = &mut self.log {
-            log.push(Crossing::DmaWrite {
-                at,
-                tag,
-                bytes: len as u32,
-                mwr: mwr as u32,
-            });
-        }
+        self.count_write(at, tag, addr, data.len() as u64);
         self.mem.write(addr, data)?;
         Ok(at)
     }

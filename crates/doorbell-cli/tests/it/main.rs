@@ -5,4 +5,5 @@
 
 mod cli;
 mod layout;
+mod pcie;
 mod seed;
