@@ -372,6 +372,8 @@ pub struct Nic {
     pus: Vec<Instant>,
     /// When each atomic address bucket is next free.
     atomic_free: BTreeMap<u64, Instant>,
+    /// Processing-unit time spent, all units together.
+    pu_busy: Duration,
 }
 
 impl Nic {
@@ -393,6 +395,7 @@ impl Nic {
             out: Outputs::default(),
             pus: vec![Instant::ZERO; cfg_pus],
             atomic_free: BTreeMap::new(),
+            pu_busy: Duration::ZERO,
         }
     }
 
@@ -404,6 +407,11 @@ impl Nic {
     /// What the device has counted.
     pub fn counters(&self) -> NicCounters {
         self.out.counters
+    }
+
+    /// Processing-unit time spent so far, all units together.
+    pub fn pu_busy(&self) -> Duration {
+        self.pu_busy
     }
 
     /// State of a QP, if it exists.
@@ -765,6 +773,7 @@ impl Nic {
         sq::doorbell(qp, db, bf, &mut ctx);
         let busy = ctx.busy;
         self.pus[pu] = start.add(busy);
+        self.pu_busy = self.pu_busy.add(busy);
     }
 
     /// Takes one frame from the fabric.
@@ -797,6 +806,7 @@ impl Nic {
         }
         let busy = ctx.busy;
         self.pus[pu] = start.add(busy);
+        self.pu_busy = self.pu_busy.add(busy);
     }
 
     /// Fires every transport timer due at `now`.
@@ -810,6 +820,7 @@ impl Nic {
             sq::handle_timeout(qp, &mut ctx);
             let busy = ctx.busy;
             self.pus[pu] = start.add(busy);
+            self.pu_busy = self.pu_busy.add(busy);
         }
     }
 

@@ -175,6 +175,11 @@ impl HostRam {
         Ok(())
     }
 
+    /// Checks that `[addr, addr + len)` lies inside one live region.
+    pub fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
+        self.find(addr, len).map(|_| ())
+    }
+
     /// Number of live regions.
     pub fn region_count(&self) -> usize {
         self.regions.read().unwrap_or_else(|e| e.into_inner()).len()

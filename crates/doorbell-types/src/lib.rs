@@ -262,6 +262,11 @@ impl Duration {
     pub const fn add(self, other: Duration) -> Self {
         Self(self.0.saturating_add(other.0))
     }
+
+    /// `self × n`, saturating.
+    pub const fn mul(self, n: u32) -> Self {
+        Self(self.0.saturating_mul(n as u64))
+    }
 }
 
 #[cfg(test)]

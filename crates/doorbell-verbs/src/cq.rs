@@ -215,6 +215,12 @@ impl Cq {
         self.inner.cqn
     }
 
+    /// Where the CQE ring lies in host memory, and its length in bytes (what
+    /// `mlx5dv_init_obj` reports as the CQ's buffer).
+    pub fn ring(&self) -> (HostAddr, u64) {
+        (self.inner.buf, u64::from(self.inner.ncqe) * CQE_LEN as u64)
+    }
+
     /// Usable entries (`ibv_cq.cqe`).
     pub fn capacity(&self) -> u32 {
         self.inner.ncqe - 1

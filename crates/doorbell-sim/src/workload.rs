@@ -1,0 +1,941 @@
+//! Workloads in perftest's vocabulary, run on the simulated machines, and
+//! what they report.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use doorbell_device::{AddressVector, DeviceLink, QpAttrs, QpState, QpType};
+use doorbell_pcie::DmaPurpose;
+use doorbell_types::{Duration, Instant, Psn, Qpn};
+use doorbell_verbs::{
+    Access, Ah, Context, Cq, ProviderConfig, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr,
+    RemoteAddr, SendFlags, SendWr, Sge, UdTarget, Wc, WcOpcode, WcStatus, WrOpcode,
+};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::profile::{Profile, dur_ns};
+use crate::world::{LogLine, World, lock};
+
+/// The operation each work request performs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// SEND.
+    Send,
+    /// SEND with immediate.
+    SendImm,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA WRITE with immediate.
+    WriteImm,
+    /// RDMA READ.
+    Read,
+    /// Atomic compare and swap.
+    Cas,
+    /// Atomic fetch and add.
+    Faa,
+}
+
+impl Op {
+    /// Parses perftest-style names: send, send_imm, write, write_imm, read, cas, faa.
+    pub fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "send" => Op::Send,
+            "send_imm" => Op::SendImm,
+            "write" => Op::Write,
+            "write_imm" => Op::WriteImm,
+            "read" => Op::Read,
+            "cas" => Op::Cas,
+            "faa" => Op::Faa,
+            _ => return None,
+        })
+    }
+
+    fn needs_recv(self) -> bool {
+        matches!(self, Op::Send | Op::SendImm | Op::WriteImm)
+    }
+
+    fn is_atomic(self) -> bool {
+        matches!(self, Op::Cas | Op::Faa)
+    }
+}
+
+/// A workload (perftest's options).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Workload {
+    /// RC or UD.
+    #[serde(serialize_with = "ser_qp_type")]
+    pub qp_type: QpType,
+    /// Operation.
+    pub op: Op,
+    /// Message size in bytes (8 for atomics).
+    pub size: u32,
+    /// Queue pairs in all.
+    pub qps: u32,
+    /// Posting threads.
+    pub threads: u32,
+    /// WRs per post_send (perftest -l).
+    pub postlist: u32,
+    /// Largest message sent inline (perftest -I).
+    pub inline_threshold: u32,
+    /// One WR in this many is signalled (perftest -Q).
+    pub signal_every: u32,
+    /// BlueFlame allowed.
+    pub blueflame: bool,
+    /// WRs per QP.
+    pub iters: u64,
+    /// Send queue depth per QP (perftest -t).
+    pub tx_depth: u32,
+    /// Path MTU.
+    pub mtu: u32,
+    /// Seed of the run's random choices.
+    pub seed: u64,
+}
+
+fn ser_qp_type<S: serde::Serializer>(t: &QpType, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match t {
+        QpType::Rc => "rc",
+        QpType::Ud => "ud",
+    })
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self {
+            qp_type: QpType::Rc,
+            op: Op::Write,
+            size: 8,
+            qps: 1,
+            threads: 1,
+            postlist: 1,
+            inline_threshold: 0,
+            signal_every: 1,
+            blueflame: true,
+            iters: 1000,
+            tx_depth: 128,
+            mtu: 1024,
+            seed: 1,
+        }
+    }
+}
+
+/// Why a workload cannot run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The workload's options do not fit together.
+    #[error("{0}")]
+    BadWorkload(String),
+    /// Setting up the verbs objects failed.
+    #[error("setup failed: {0}")]
+    Setup(#[from] doorbell_verbs::VerbsError),
+    /// A work request completed with an error.
+    #[error("a work request completed with {0:?}")]
+    Completion(WcStatus),
+    /// The run stopped making progress.
+    #[error("the simulation stalled at {0} ns with work outstanding")]
+    Stalled(u64),
+}
+
+/// Median and tail latency.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Latency {
+    /// Median, ns.
+    pub p50: f64,
+    /// 99th percentile, ns.
+    pub p99: f64,
+}
+
+/// Per-post crossings on the requester's link (the keys of the main job,
+/// plus the link's bytes in each direction, TLP overheads included).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PerPost {
+    /// MMIO writes.
+    pub mmio_writes: f64,
+    /// MMIO bytes.
+    pub mmio_bytes: f64,
+    /// DMA reads of send WQEs.
+    pub wqe_dma_reads: f64,
+    /// DMA reads of payload.
+    pub payload_dma_reads: f64,
+    /// Bytes read by DMA.
+    pub dma_read_bytes: f64,
+    /// DMA writes of CQEs.
+    pub cqe_dma_writes: f64,
+    /// Bytes written by DMA.
+    pub dma_write_bytes: f64,
+    /// MWr TLPs, both directions.
+    pub mwr_tlps: f64,
+    /// MRd TLPs.
+    pub mrd_tlps: f64,
+    /// CplD TLPs.
+    pub cpld_tlps: f64,
+    /// Bytes host → device on the link.
+    pub host_to_device_bytes: f64,
+    /// Bytes device → host on the link.
+    pub device_to_host_bytes: f64,
+}
+
+/// How busy each resource was over the run, 0..=1.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Utilisation {
+    /// Requester link, host → device.
+    pub pcie_to_device: f64,
+    /// Requester link, device → host.
+    pub pcie_to_host: f64,
+    /// Requester NIC's processing units.
+    pub nic_processing_units: f64,
+    /// Each posting core.
+    pub cores: Vec<f64>,
+}
+
+/// One post's critical path, by the seed's steps, in ns.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Steps {
+    /// 0: building the WQE and the barriers before the doorbell.
+    pub wqe_write: f64,
+    /// 1: the doorbell (or BlueFlame) MMIO until the NIC has it.
+    pub doorbell: f64,
+    /// 2: the NIC's DMA read of the WQE.
+    pub wqe_dma_read: f64,
+    /// 3: the DMA read of the payload.
+    pub payload_dma_read: f64,
+    /// 4: the wire and the response (ACK, READ data, atomic result).
+    pub wire_and_ack: f64,
+    /// 5: the CQE's DMA write until the poller sees it.
+    pub cqe_dma_write: f64,
+    /// Sum of the steps: one post's latency.
+    pub total: f64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Profile name.
+    pub profile: String,
+    /// The workload.
+    pub workload: Workload,
+    /// Completed operations per second, millions.
+    pub msg_rate_mops: f64,
+    /// Payload bandwidth, Gb/s.
+    pub bandwidth_gbps: f64,
+    /// Post-to-completion latency of signalled WRs.
+    pub latency_ns: Latency,
+    /// Per-post crossings.
+    pub per_post: PerPost,
+    /// Utilisation.
+    pub utilisation: Utilisation,
+    /// One post's critical path.
+    pub steps: Steps,
+    /// Simulated time, ns.
+    pub simulated_ns: f64,
+    /// Events processed.
+    pub events: u64,
+}
+
+struct ClientQp {
+    qp: Qp,
+    sge: Sge,
+    remote: RemoteAddr,
+    ud: Option<UdTarget>,
+    lock: Option<usize>,
+    posted: u64,
+    retired: u64,
+    signals: BTreeMap<u64, (u64, Instant)>,
+}
+
+struct Thread {
+    core: usize,
+    host: usize,
+    kind: Kind,
+}
+
+enum Kind {
+    Client {
+        qps: Vec<ClientQp>,
+        cq: Cq,
+        next: usize,
+    },
+    Server {
+        qps: Vec<(Qp, Sge)>,
+        cq: Cq,
+    },
+}
+
+struct Costs {
+    ctrl: Duration,
+    segment: Duration,
+    inline64: Duration,
+    barrier: Duration,
+    lock: Duration,
+    poll_empty: Duration,
+    poll_cqe: Duration,
+    recv_post: Duration,
+}
+
+/// A run in progress.
+struct Run {
+    w: Workload,
+    world: World,
+    threads: Vec<Thread>,
+    costs: Costs,
+    lock_free: Vec<Instant>,
+    latencies: Vec<Duration>,
+    first_post: Option<Instant>,
+    last_done: Instant,
+    done_ops: u64,
+    target_ops: u64,
+    error: Option<WcStatus>,
+    _keep: Vec<Box<dyn std::any::Any>>,
+}
+
+fn blank_wc() -> Wc {
+    Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: Qpn::default(),
+        src_qp: 0,
+        grh: false,
+        vendor_err: 0,
+    }
+}
+
+impl Workload {
+    /// Checks that the options fit together.
+    pub fn validate(&self, profile: &Profile) -> Result<(), SimError> {
+        let bad = |s: &str| Err(SimError::BadWorkload(s.to_string()));
+        if self.threads == 0 || self.qps == 0 || self.qps < self.threads {
+            return bad("need at least one QP per thread (--qps >= --threads >= 1)");
+        }
+        if self.postlist == 0 || self.signal_every == 0 || self.iters == 0 {
+            return bad("--postlist, --signal-every and --iters must be at least 1");
+        }
+        if self.tx_depth < self.postlist || self.tx_depth < self.signal_every {
+            return bad("the send queue (tx depth) must hold a postlist and a signalling period");
+        }
+        if self.qp_type == QpType::Ud && !matches!(self.op, Op::Send | Op::SendImm) {
+            return bad("UD QPs only SEND (--op send or send_imm)");
+        }
+        if self.qp_type == QpType::Ud && self.size > self.mtu {
+            return bad("a UD message must fit the MTU");
+        }
+        if self.op.is_atomic() && self.size != 8 {
+            return bad("atomics are 8 bytes (--size 8)");
+        }
+        if !matches!(self.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return bad("--mtu is one of 256, 512, 1024, 2048, 4096");
+        }
+        if self.threads > 1024 || self.qps > 4096 {
+            return bad("at most 1024 threads and 4096 QPs");
+        }
+        let _ = profile;
+        Ok(())
+    }
+
+    /// Runs the workload on `profile` and measures it.
+    pub fn run(&self, profile: &Profile) -> Result<Report, SimError> {
+        self.validate(profile)?;
+        let steps = {
+            let probe = Workload {
+                qps: 1,
+                threads: 1,
+                postlist: 1,
+                signal_every: 1,
+                iters: 1,
+                ..self.clone()
+            };
+            let mut run = Run::setup(&probe, profile)?;
+            run.world.trace(0, true);
+            run.world.arrivals = Some(Vec::new());
+            run.go()?;
+            run.steps()
+        };
+        let mut run = Run::setup(self, profile)?;
+        let before = (run.world.counters(0), run.world.link_bytes(0));
+        run.go()?;
+        Ok(run.report(profile, before, steps))
+    }
+
+    /// Runs the workload with an event log, for determinism checks.
+    pub fn event_log(&self, profile: &Profile) -> Result<Vec<LogLine>, SimError> {
+        self.validate(profile)?;
+        let mut run = Run::setup(self, profile)?;
+        run.world.log = Some(Vec::new());
+        run.go()?;
+        Ok(run.world.log.take().unwrap_or_default())
+    }
+}
+
+impl Run {
+    fn setup(w: &Workload, profile: &Profile) -> Result<Self, SimError> {
+        let mut rng = ChaCha8Rng::seed_from_u64(w.seed);
+        let threads = w.threads as usize;
+        let client_cores = threads.min(profile.cpu.cores as usize);
+        let server_threads = if w.op.needs_recv() { threads } else { 0 };
+        let server_cores = server_threads.clamp(1, profile.cpu.cores as usize);
+        let mut world = World::new(
+            profile,
+            [client_cores, server_cores],
+            threads + server_threads,
+        );
+        let provider = ProviderConfig {
+            shut_up_bf: !w.blueflame,
+            ..ProviderConfig::default()
+        };
+        let ca = Context::with_config(
+            world.links[0].clone() as Arc<dyn DeviceLink>,
+            provider.clone(),
+        )?;
+        let cb = Context::with_config(world.links[1].clone() as Arc<dyn DeviceLink>, provider)?;
+        let pa = ca.alloc_pd()?;
+        let pb = cb.alloc_pd()?;
+        let access = Access(
+            Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
+        );
+        let buf = (w.size as usize).max(64) + 64;
+        let mr_a = pa.reg_mr(buf, access)?;
+        let mr_b = pb.reg_mr(buf, access)?;
+        let depth = w.tx_depth;
+        let cqe = (depth * (w.qps / w.threads + 1))
+            .next_power_of_two()
+            .max(64);
+        let cap = QpCaps {
+            max_send_wr: depth,
+            max_recv_wr: depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: w.inline_threshold.min(512),
+        };
+        let mut threads_v = Vec::new();
+        let mut server_qps: Vec<Vec<(Qp, Sge)>> = (0..server_threads).map(|_| Vec::new()).collect();
+        let server_cqs: Vec<Cq> = (0..threads)
+            .map(|_| cb.create_cq(cqe))
+            .collect::<Result<_, _>>()?;
+        let mut locks = 0usize;
+        let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+        for t in 0..threads {
+            let cq = ca.create_cq(cqe)?;
+            let mut qps = Vec::new();
+            for k in 0..w.qps as usize {
+                if k % threads != t {
+                    continue;
+                }
+                let attr = |cq: &Cq| QpInitAttr {
+                    qp_type: w.qp_type,
+                    send_cq: cq.clone(),
+                    recv_cq: cq.clone(),
+                    cap,
+                    sq_sig_all: false,
+                };
+                let qa = pa.create_qp(&attr(&cq))?;
+                let qb = pb.create_qp(&attr(&server_cqs[t]))?;
+                let psn_a = Psn::new(rng.next_u32());
+                let psn_b = Psn::new(rng.next_u32());
+                let mut ud = None;
+                match w.qp_type {
+                    QpType::Rc => {
+                        let ea = RcEndpoint {
+                            gid: ca.gid(),
+                            qpn: qa.qpn(),
+                            psn: psn_a,
+                        };
+                        let eb = RcEndpoint {
+                            gid: cb.gid(),
+                            qpn: qb.qpn(),
+                            psn: psn_b,
+                        };
+                        qa.connect_rc(&ea, &eb, w.mtu)?;
+                        qb.connect_rc(&eb, &ea, w.mtu)?;
+                    }
+                    QpType::Ud => {
+                        for (q, psn) in [(&qa, psn_a), (&qb, psn_b)] {
+                            q.modify(
+                                QpState::Init,
+                                &QpAttrs {
+                                    pkey_index: Some(0),
+                                    port: Some(1),
+                                    qkey: Some(0x1111),
+                                    ..Default::default()
+                                },
+                            )?;
+                            q.modify(QpState::Rtr, &QpAttrs::default())?;
+                            q.modify(
+                                QpState::Rts,
+                                &QpAttrs {
+                                    sq_psn: Some(psn),
+                                    ..Default::default()
+                                },
+                            )?;
+                        }
+                        let av = AddressVector {
+                            dgid: cb.gid(),
+                            sgid_index: 0,
+                            hop_limit: 64,
+                            traffic_class: 0,
+                            sl: 0,
+                        };
+                        ud = Some(UdTarget {
+                            ah: Ah { av },
+                            remote_qpn: qb.qpn(),
+                            remote_qkey: 0x1111,
+                        });
+                    }
+                }
+                let placement = ca.placement(&qa);
+                let lock = placement.lock.then(|| {
+                    locks = locks.max(placement.bfreg_index as usize + 1);
+                    placement.bfreg_index as usize
+                });
+                let len = if w.op.is_atomic() { 8 } else { w.size };
+                let sge = mr_a.sge(0, len)?;
+                let remote_off = if w.op.is_atomic() { 64 } else { 0 };
+                let remote = RemoteAddr {
+                    addr: mr_b.addr() + remote_off,
+                    rkey: mr_b.rkey(),
+                };
+                if w.op.needs_recv() {
+                    let rlen = if w.qp_type == QpType::Ud {
+                        w.size + 40
+                    } else {
+                        w.size
+                    };
+                    server_qps[t].push((qb, mr_b.sge(0, rlen.max(1))?));
+                } else {
+                    keep.push(Box::new(qb));
+                }
+                qps.push(ClientQp {
+                    qp: qa,
+                    sge,
+                    remote,
+                    ud,
+                    lock,
+                    posted: 0,
+                    retired: 0,
+                    signals: BTreeMap::new(),
+                });
+            }
+            threads_v.push(Thread {
+                core: t % client_cores,
+                host: 0,
+                kind: Kind::Client { qps, cq, next: 0 },
+            });
+        }
+        for (t, (qps, cq)) in server_qps
+            .into_iter()
+            .zip(server_cqs.iter().cloned())
+            .enumerate()
+        {
+            threads_v.push(Thread {
+                core: client_cores + t % server_cores,
+                host: 1,
+                kind: Kind::Server { qps, cq },
+            });
+        }
+        let c = &profile.cpu;
+        let costs = Costs {
+            ctrl: dur_ns(c.wqe_ctrl_ns),
+            segment: dur_ns(c.wqe_segment_ns),
+            inline64: dur_ns(c.inline_per_64b_ns),
+            barrier: dur_ns(c.barrier_ns),
+            lock: dur_ns(c.lock_ns),
+            poll_empty: dur_ns(c.poll_empty_ns),
+            poll_cqe: dur_ns(c.poll_cqe_ns),
+            recv_post: dur_ns(c.recv_post_ns),
+        };
+        // Setup is not timed: start every core at zero, with the seeded
+        // jitter of a thread that starts a little later than the others.
+        world.drain();
+        while world.step().is_some() {}
+        let start = world.clock.now();
+        {
+            let mut cpu = lock(&world.cpu);
+            for t in cpu.t.iter_mut() {
+                *t = start;
+            }
+            for b in cpu.busy.iter_mut() {
+                *b = Duration::ZERO;
+            }
+        }
+        for (i, th) in threads_v.iter().enumerate() {
+            let jitter = if th.host == 0 && i > 0 {
+                Duration::from_ps(u64::from(rng.next_u32() % 100_000))
+            } else {
+                Duration::ZERO
+            };
+            world
+                .q
+                .push(start.add(jitter), crate::world::Ev::Wake { thread: i });
+        }
+        keep.push(Box::new((ca, cb, pa, pb, mr_a, mr_b, server_cqs)));
+        Ok(Run {
+            target_ops: w.iters * u64::from(w.qps),
+            w: w.clone(),
+            world,
+            threads: threads_v,
+            costs,
+            lock_free: vec![start; locks],
+            latencies: Vec::new(),
+            first_post: None,
+            last_done: start,
+            done_ops: 0,
+            error: None,
+            _keep: keep,
+        })
+    }
+
+    fn go(&mut self) -> Result<(), SimError> {
+        while self.done_ops < self.target_ops {
+            if let Some(e) = self.error {
+                return Err(SimError::Completion(e));
+            }
+            let Some((at, thread)) = self.world.step() else {
+                return Err(SimError::Stalled(self.world.clock.now().as_ps() / 1000));
+            };
+            if let Some(t) = thread {
+                self.run_thread(t, at);
+                self.world.drain();
+            }
+        }
+        Ok(())
+    }
+
+    fn run_thread(&mut self, t: usize, now: Instant) {
+        let core = self.threads[t].core;
+        {
+            let mut cpu = lock(&self.world.cpu);
+            cpu.current = core;
+            cpu.t[core] = cpu.t[core].max(now);
+        }
+        if matches!(self.threads[t].kind, Kind::Server { .. }) {
+            self.run_server(t, core);
+        } else {
+            self.run_client(t, core);
+        }
+    }
+
+    fn core_t(&self, core: usize) -> Instant {
+        lock(&self.world.cpu).t[core]
+    }
+
+    /// Gives other events their turn when this core has run ahead of them.
+    fn yield_if_ahead(&mut self, t: usize, core: usize) -> bool {
+        let ct = self.core_t(core);
+        if self.world.q.peek_time().is_some_and(|next| ct > next) {
+            self.world.q.push(ct, crate::world::Ev::Wake { thread: t });
+            return true;
+        }
+        false
+    }
+
+    fn run_server(&mut self, t: usize, core: usize) {
+        let Kind::Server { qps, cq } = &mut self.threads[t].kind else {
+            return;
+        };
+        let mut wc = [blank_wc(); 16];
+        // The first run fills every receive queue.
+        for (qp, sge) in qps.iter() {
+            let room = qp.caps().max_recv_wr;
+            let mut posted = 0;
+            while posted < room
+                && qp
+                    .post_recv(&[RecvWr {
+                        wr_id: 0,
+                        sg_list: std::slice::from_ref(sge),
+                    }])
+                    .is_ok()
+            {
+                posted += 1;
+            }
+            lock(&self.world.cpu).charge(core, self.costs.recv_post.mul(posted));
+        }
+        loop {
+            let n = cq.poll(&mut wc).unwrap_or(0);
+            let cost = if n == 0 {
+                self.costs.poll_empty
+            } else {
+                self.costs.poll_cqe.mul(n as u32)
+            };
+            lock(&self.world.cpu).charge(core, cost);
+            for w in &wc[..n] {
+                if w.status != WcStatus::Success && w.status != WcStatus::WrFlushErr {
+                    self.error = Some(w.status);
+                }
+                if let Some((qp, sge)) = qps.iter().find(|(q, _)| q.qpn() == w.qp_num) {
+                    let _ = qp.post_recv(&[RecvWr {
+                        wr_id: 0,
+                        sg_list: std::slice::from_ref(sge),
+                    }]);
+                    lock(&self.world.cpu).charge(core, self.costs.recv_post);
+                }
+            }
+            if n == 0 {
+                let (ring, len) = cq.ring();
+                self.world.watch(t, 1, ring.get(), len);
+                return;
+            }
+            let ct = lock(&self.world.cpu).t[core];
+            if self.world.q.peek_time().is_some_and(|next| ct > next) {
+                self.world.q.push(ct, crate::world::Ev::Wake { thread: t });
+                return;
+            }
+        }
+    }
+
+    fn run_client(&mut self, t: usize, core: usize) {
+        let mut wc = [blank_wc(); 16];
+        loop {
+            // Poll first.
+            let Kind::Client { qps, cq, .. } = &mut self.threads[t].kind else {
+                return;
+            };
+            let n = cq.poll(&mut wc).unwrap_or(0);
+            let cost = if n == 0 {
+                self.costs.poll_empty
+            } else {
+                self.costs.poll_cqe.mul(n as u32)
+            };
+            let now = {
+                let mut cpu = lock(&self.world.cpu);
+                cpu.charge(core, cost);
+                cpu.t[core]
+            };
+            for w in &wc[..n] {
+                if w.status != WcStatus::Success {
+                    self.error.get_or_insert(w.status);
+                    continue;
+                }
+                let Some(q) = qps.iter_mut().find(|q| q.qp.qpn() == w.qp_num) else {
+                    continue;
+                };
+                if let Some((upto, posted_at)) = q.signals.remove(&w.wr_id) {
+                    let retired = upto - q.retired;
+                    q.retired = upto;
+                    self.done_ops += retired;
+                    self.latencies.push(now.since(posted_at));
+                    self.last_done = self.last_done.max(now);
+                }
+            }
+            if self.done_ops >= self.target_ops {
+                return;
+            }
+            // Then post, if some QP has room.
+            let w = &self.w;
+            let Kind::Client { qps, next, cq, .. } = &mut self.threads[t].kind else {
+                return;
+            };
+            let nq = qps.len();
+            let pick = (0..nq).map(|k| (*next + k) % nq).find(|&k| {
+                let q = &qps[k];
+                q.posted < w.iters
+                    && q.posted - q.retired + u64::from(w.postlist.min((w.iters - q.posted) as u32))
+                        <= u64::from(w.tx_depth)
+            });
+            let Some(k) = pick else {
+                if n == 0 {
+                    let (ring, len) = cq.ring();
+                    self.world.watch(t, 0, ring.get(), len);
+                    return;
+                }
+                continue;
+            };
+            *next = (k + 1) % nq;
+            let q = &mut qps[k];
+            let count = u64::from(w.postlist).min(w.iters - q.posted);
+            let start = now;
+            // Build the WQEs.
+            let segs = u32::from(q.ud.is_some()) * 3
+                + u32::from(!matches!(w.op, Op::Send | Op::SendImm))
+                + u32::from(w.op.is_atomic())
+                + 1;
+            let inline =
+                w.size <= w.inline_threshold && !matches!(w.op, Op::Read) && !w.op.is_atomic();
+            let mut build = self.costs.ctrl.add(self.costs.segment.mul(segs));
+            if inline {
+                build = build.add(self.costs.inline64.mul(w.size.div_ceil(64)));
+            }
+            let mut wrs = Vec::with_capacity(count as usize);
+            for i in 0..count {
+                let id = q.posted + i;
+                let signaled = (id + 1) % u64::from(w.signal_every) == 0 || id + 1 == w.iters;
+                let mut flags = if signaled {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::default()
+                };
+                if inline {
+                    flags = flags | SendFlags::INLINE;
+                }
+                let opcode = match w.op {
+                    Op::Send => WrOpcode::Send,
+                    Op::SendImm => WrOpcode::SendWithImm(id as u32),
+                    Op::Write => WrOpcode::RdmaWrite(q.remote),
+                    Op::WriteImm => WrOpcode::RdmaWriteWithImm(q.remote, id as u32),
+                    Op::Read => WrOpcode::RdmaRead(q.remote),
+                    Op::Cas => WrOpcode::AtomicCmpSwp {
+                        remote: q.remote,
+                        compare: id,
+                        swap: id + 1,
+                    },
+                    Op::Faa => WrOpcode::AtomicFetchAdd {
+                        remote: q.remote,
+                        add: 1,
+                    },
+                };
+                wrs.push(SendWr {
+                    wr_id: id,
+                    sg_list: std::slice::from_ref(&q.sge),
+                    opcode,
+                    flags,
+                    ud: q.ud,
+                });
+                if signaled {
+                    q.signals.insert(id, (id + 1, start));
+                }
+            }
+            {
+                let mut cpu = lock(&self.world.cpu);
+                cpu.charge(core, build.mul(count as u32).add(self.costs.barrier));
+                if let Some(l) = q.lock {
+                    let free = self.lock_free[l];
+                    let wait = free.since(cpu.t[core]);
+                    cpu.t[core] = cpu.t[core].add(wait);
+                    cpu.charge(core, self.costs.lock);
+                }
+            }
+            if q.qp.post_send(&wrs).is_err() {
+                self.error.get_or_insert(WcStatus::GeneralErr);
+                return;
+            }
+            let after = lock(&self.world.cpu).t[core];
+            if let Some(l) = q.lock {
+                self.lock_free[l] = after;
+            }
+            q.posted += count;
+            self.first_post.get_or_insert(start);
+            if self.yield_if_ahead(t, core) {
+                return;
+            }
+        }
+    }
+
+    fn steps(&mut self) -> Steps {
+        let trace = self.world.trace(0, false);
+        let arrivals = self.world.arrivals.take().unwrap_or_default();
+        let ns = |d: Duration| d.as_ns_f64();
+        let post = self.first_post.unwrap_or_default();
+        let total = self.latencies.first().copied().unwrap_or_default();
+        let end = post.add(total);
+        let mmio: Vec<Instant> = arrivals
+            .iter()
+            .filter(|a| a.0 == 0 && a.2 == 0)
+            .map(|a| a.1)
+            .collect();
+        let frames: Vec<Instant> = arrivals
+            .iter()
+            .filter(|a| a.0 == 0 && a.2 == 1)
+            .map(|a| a.1)
+            .collect();
+        let wqe = trace
+            .iter()
+            .find(|t| World::is(t, DmaPurpose::SendWqe, false));
+        let payload = trace
+            .iter()
+            .find(|t| World::is(t, DmaPurpose::Payload, false));
+        let cqe = trace.iter().find(|t| World::is(t, DmaPurpose::Cqe, true));
+        let db_arrival = mmio.last().copied().unwrap_or(post);
+        // Step 0 ends when the first store leaves the core.
+        let s1_start = self
+            .world
+            .first_store
+            .unwrap_or(db_arrival)
+            .max(post)
+            .min(db_arrival);
+        let s2_end = wqe.map(|t| t.done).unwrap_or(db_arrival).max(db_arrival);
+        let s3_end = payload.map(|t| t.done).unwrap_or(s2_end).max(s2_end);
+        let response = frames.last().copied().unwrap_or(s3_end).max(s3_end);
+        let _ = cqe;
+        Steps {
+            wqe_write: ns(s1_start.since(post)),
+            doorbell: ns(db_arrival.since(s1_start)),
+            wqe_dma_read: ns(s2_end.since(db_arrival)),
+            payload_dma_read: ns(s3_end.since(s2_end)),
+            wire_and_ack: ns(response.since(s3_end)),
+            cqe_dma_write: ns(end.since(response)),
+            total: ns(total),
+        }
+    }
+
+    fn report(
+        &self,
+        profile: &Profile,
+        before: (doorbell_pcie::Counters, (u64, u64)),
+        steps: Steps,
+    ) -> Report {
+        let c = self.world.counters(0).since(&before.0);
+        let (to_dev, to_host) = self.world.link_bytes(0);
+        let posts = self.target_ops.max(1) as f64;
+        let per = |v: u64| v as f64 / posts;
+        let start = self.first_post.unwrap_or_default();
+        let elapsed = self.last_done.since(start).max(Duration::from_ps(1));
+        let secs = elapsed.as_ps() as f64 * 1e-12;
+        let mut lat: Vec<u64> = self.latencies.iter().map(|d| d.as_ps()).collect();
+        lat.sort_unstable();
+        let pct = |p: f64| {
+            if lat.is_empty() {
+                0.0
+            } else {
+                lat[((lat.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+            }
+        };
+        let (busy_dev, busy_host) = self.world.link_busy(0);
+        let frac = |d: Duration| (d.as_ps() as f64 / elapsed.as_ps() as f64).min(1.0);
+        let cpu = lock(&self.world.cpu);
+        let client_cores: Vec<f64> = (0..cpu.t.len())
+            .filter(|&i| cpu.host_of[i] == 0)
+            .map(|i| frac(cpu.busy[i]))
+            .collect();
+        drop(cpu);
+        Report {
+            profile: profile.name.clone(),
+            workload: self.w.clone(),
+            msg_rate_mops: self.target_ops as f64 / secs / 1e6,
+            bandwidth_gbps: self.target_ops as f64 * f64::from(self.w.size) * 8.0 / secs / 1e9,
+            latency_ns: Latency {
+                p50: pct(0.5),
+                p99: pct(0.99),
+            },
+            per_post: PerPost {
+                mmio_writes: per(c.mmio_writes),
+                mmio_bytes: per(c.mmio_bytes),
+                wqe_dma_reads: per(c.reads(DmaPurpose::SendWqe)),
+                payload_dma_reads: per(c.reads(DmaPurpose::Payload)),
+                dma_read_bytes: per(c.total_read_bytes()),
+                cqe_dma_writes: per(c.writes(DmaPurpose::Cqe)),
+                dma_write_bytes: per(c.total_write_bytes()),
+                mwr_tlps: per(c.mwr_tlps()),
+                mrd_tlps: per(c.mrd_tlps),
+                cpld_tlps: per(c.cpld_tlps),
+                host_to_device_bytes: per(to_dev - before.1.0),
+                device_to_host_bytes: per(to_host - before.1.1),
+            },
+            utilisation: Utilisation {
+                pcie_to_device: frac(busy_dev),
+                pcie_to_host: frac(busy_host),
+                nic_processing_units: frac(self.world.pu_busy(0))
+                    / f64::from(profile.nic.processing_units),
+                cores: client_cores,
+            },
+            steps,
+            simulated_ns: elapsed.as_ns_f64(),
+            events: self.world.events,
+        }
+    }
+}

@@ -1,0 +1,625 @@
+//! The simulated machines: NICs behind modelled PCIe links, host memory,
+//! CPU cores, and the wire between two hosts, driven by one event queue.
+//!
+//! The NIC, driver and provider are the ordinary ones. What is simulated:
+//! - [`SimBus`], the device's `Dma`: it times every transaction on the
+//!   NIC's [`LinkModel`], counts it like the live bus, and makes a DMA write
+//!   visible to the host only when its last TLP has arrived;
+//! - [`SimMmio`], the CPU's MMIO path: each store leaves at the posting
+//!   core's virtual time (plus its cost) and reaches the NIC when the link
+//!   delivers it;
+//! - the wire: each port serialises frames at its rate, then the network
+//!   delays them by its one-way latency.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use doorbell_device::{CmdError, CmdOut, Command, DeviceLink, Nic, NicConfig, NicEvent};
+use doorbell_host::{HostMemory, HostRam, Mmio};
+use doorbell_pcie::model::{Direction, LinkModel};
+use doorbell_pcie::{Bus, Counters, Dma, DmaError, DmaPurpose, DmaTag};
+use doorbell_types::{Duration, HostAddr, Instant, Qpn, UarIndex};
+
+use crate::profile::{Profile, dur_ns};
+use crate::queue::EventQueue;
+
+/// Locks a mutex, taking the data even if a panic poisoned it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The simulation's current time, shared with the links the driver uses.
+#[derive(Default)]
+pub(crate) struct Clock(AtomicU64);
+
+impl Clock {
+    pub(crate) fn now(&self) -> Instant {
+        // Single-threaded: the ordering only has to be consistent.
+        Instant::from_ps(self.0.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set(&self, t: Instant) {
+        self.0.store(t.as_ps(), Ordering::Relaxed);
+    }
+}
+
+/// A DMA transaction as the simulator timed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timed {
+    pub(crate) tag: DmaTag,
+    pub(crate) write: bool,
+    pub(crate) issued: Instant,
+    pub(crate) done: Instant,
+}
+
+/// A DMA write on its way to host memory.
+struct Pending {
+    id: u64,
+    visible: Instant,
+    addr: HostAddr,
+    data: Vec<u8>,
+}
+
+/// The device's end of a simulated PCIe link.
+pub(crate) struct SimBus {
+    counter: Bus,
+    pub(crate) link: LinkModel,
+    mem: Arc<HostRam>,
+    pending: Vec<Pending>,
+    next_id: u64,
+    engine_free: Instant,
+    period: Duration,
+    /// Writes applied ahead of their event (a later read forced them), with
+    /// the time they became visible.
+    pub(crate) applied: Vec<(HostAddr, usize, Instant)>,
+    /// New writes since the world last looked: `(id, visible)`.
+    pub(crate) fresh: Vec<(u64, Instant)>,
+    pub(crate) trace: Option<Vec<Timed>>,
+}
+
+impl SimBus {
+    fn new(profile: &Profile, mem: Arc<HostRam>) -> Self {
+        let cfg = profile
+            .link_model()
+            .expect("validated when the profile was loaded");
+        let split = cfg.link.split;
+        Self {
+            counter: Bus::new(split, mem.clone()),
+            link: LinkModel::new(cfg).expect("validated when the profile was loaded"),
+            mem,
+            pending: Vec::new(),
+            next_id: 0,
+            engine_free: Instant::ZERO,
+            period: profile.dma_period(),
+            applied: Vec::new(),
+            fresh: Vec::new(),
+            trace: None,
+        }
+    }
+
+    /// Applies the write `id` if it is still pending; returns where it went.
+    pub(crate) fn apply(&mut self, id: u64) -> Option<(HostAddr, usize)> {
+        let i = self.pending.iter().position(|p| p.id == id)?;
+        let p = self.pending.remove(i);
+        // The address was checked when the write was issued.
+        let _ = self.mem.write(p.addr, &p.data);
+        Some((p.addr, p.data.len()))
+    }
+
+    fn flush(&mut self, at: Instant) {
+        for p in std::mem::take(&mut self.pending) {
+            let _ = self.mem.write(p.addr, &p.data);
+            self.applied.push((p.addr, p.data.len(), p.visible.max(at)));
+        }
+    }
+
+    fn engine(&mut self, at: Instant) -> Instant {
+        let t = at.max(self.engine_free);
+        self.engine_free = t.add(self.period);
+        t
+    }
+
+    pub(crate) fn counters(&self) -> Counters {
+        self.counter.counters()
+    }
+}
+
+impl Dma for SimBus {
+    fn dma_read(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        buf: &mut [u8],
+    ) -> Result<Instant, DmaError> {
+        // A read does not pass the writes before it.
+        self.flush(at);
+        let t = self.engine(at);
+        self.counter.count_read(t, tag, addr, buf.len() as u64);
+        self.mem.read(addr, buf)?;
+        let done = self.link.read(t, addr.get(), buf.len() as u64).last_data;
+        if let Some(tr) = &mut self.trace {
+            tr.push(Timed {
+                tag,
+                write: false,
+                issued: t,
+                done,
+            });
+        }
+        Ok(done)
+    }
+
+    fn dma_write(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        data: &[u8],
+    ) -> Result<Instant, DmaError> {
+        self.mem.check(addr, data.len())?;
+        let t = self.engine(at);
+        self.counter.count_write(t, tag, addr, data.len() as u64);
+        let visible = self
+            .link
+            .write(t, addr.get(), data.len() as u64, Direction::ToHost);
+        if let Some(tr) = &mut self.trace {
+            tr.push(Timed {
+                tag,
+                write: true,
+                issued: t,
+                done: visible,
+            });
+        }
+        self.next_id += 1;
+        self.pending.push(Pending {
+            id: self.next_id,
+            visible,
+            addr,
+            data: data.to_vec(),
+        });
+        self.fresh.push((self.next_id, visible));
+        Ok(t)
+    }
+
+    fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize) {
+        self.counter.record_mmio(at, qpn, bytes);
+    }
+}
+
+/// An MMIO store on its way to the NIC.
+pub(crate) struct MmioOut {
+    pub(crate) at: Instant,
+    pub(crate) nic: usize,
+    pub(crate) uar: UarIndex,
+    pub(crate) offset: u32,
+    pub(crate) len: u8,
+    pub(crate) data: [u8; 64],
+    pub(crate) core: usize,
+}
+
+/// The CPU cores of every host: their virtual clocks and what they cost.
+pub(crate) struct Cpu {
+    pub(crate) current: usize,
+    pub(crate) t: Vec<Instant>,
+    pub(crate) busy: Vec<Duration>,
+    pub(crate) mmio_8b: Vec<Duration>,
+    pub(crate) wc_chunk: Vec<Duration>,
+    pub(crate) host_of: Vec<usize>,
+    pub(crate) out: Vec<MmioOut>,
+}
+
+impl Cpu {
+    pub(crate) fn charge(&mut self, core: usize, d: Duration) {
+        self.t[core] = self.t[core].add(d);
+        self.busy[core] = self.busy[core].add(d);
+    }
+}
+
+/// The CPU's MMIO path into one NIC's UAR pages.
+pub(crate) struct SimMmio {
+    nic: usize,
+    cpu: Arc<Mutex<Cpu>>,
+}
+
+impl Mmio for SimMmio {
+    fn mmio_write(&self, uar: UarIndex, offset: u32, data: &[u8]) {
+        let mut cpu = lock(&self.cpu);
+        let core = cpu.current;
+        let cost = if data.len() <= 8 {
+            cpu.mmio_8b[core]
+        } else {
+            cpu.wc_chunk[core]
+        };
+        cpu.charge(core, cost);
+        let mut buf = [0u8; 64];
+        let len = data.len().min(64);
+        buf[..len].copy_from_slice(&data[..len]);
+        let at = cpu.t[core];
+        cpu.out.push(MmioOut {
+            at,
+            nic: self.nic,
+            uar,
+            offset,
+            len: len as u8,
+            data: buf,
+            core,
+        });
+    }
+}
+
+/// A NIC and its bus, shared by the world and the driver's link.
+pub(crate) struct NicSide {
+    pub(crate) nic: Nic,
+    pub(crate) bus: SimBus,
+}
+
+/// The driver's view of a simulated NIC.
+pub(crate) struct SimLink {
+    name: String,
+    gid: [u8; 16],
+    side: Arc<Mutex<NicSide>>,
+    mem: Arc<HostRam>,
+    mmio: Arc<dyn Mmio>,
+    clock: Arc<Clock>,
+}
+
+impl DeviceLink for SimLink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError> {
+        let mut s = lock(&self.side);
+        let NicSide { nic, bus } = &mut *s;
+        nic.exec(self.clock.now(), cmd, bus)
+    }
+
+    fn memory(&self) -> &Arc<HostRam> {
+        &self.mem
+    }
+
+    fn mmio(&self) -> &Arc<dyn Mmio> {
+        &self.mmio
+    }
+
+    fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    fn next_event(&self, _timeout: std::time::Duration) -> Option<NicEvent> {
+        // Completion channels are not simulated; workloads poll.
+        None
+    }
+}
+
+/// What happens in the simulated world.
+#[derive(Debug)]
+pub(crate) enum Ev {
+    /// An MMIO store reaches a NIC.
+    Mmio {
+        nic: usize,
+        uar: UarIndex,
+        offset: u32,
+        len: u8,
+        data: [u8; 64],
+    },
+    /// A frame reaches a NIC.
+    Frame { nic: usize, bytes: Vec<u8> },
+    /// A DMA write becomes visible in host memory.
+    Visible { nic: usize, id: u64 },
+    /// A NIC's transport timer.
+    Timer { nic: usize },
+    /// A host thread runs.
+    Wake { thread: usize },
+}
+
+/// One line of the event log, for determinism checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LogLine {
+    /// When.
+    pub at: Instant,
+    /// What kind of event (0 MMIO, 1 frame, 2 write visible, 3 timer, 4 wake).
+    pub kind: u8,
+    /// The NIC or core.
+    pub who: u32,
+    /// A value describing it (offset, frame length, write id).
+    pub detail: u64,
+}
+
+/// The two hosts, their NICs and the wire.
+pub(crate) struct World {
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) q: EventQueue<Ev>,
+    pub(crate) nics: Vec<Arc<Mutex<NicSide>>>,
+    pub(crate) links: Vec<Arc<SimLink>>,
+    ips: Vec<[u8; 4]>,
+    port_free: Vec<Instant>,
+    timer_at: Vec<Option<Instant>>,
+    pub(crate) cpu: Arc<Mutex<Cpu>>,
+    port_ps_per_byte: f64,
+    frame_overhead: i64,
+    one_way: Duration,
+    /// Threads waiting for a write into `[start, end)` of host `h`'s memory.
+    pub(crate) waiting: Vec<Option<(usize, u64, u64)>>,
+    pub(crate) log: Option<Vec<LogLine>>,
+    /// Arrivals at NICs, for the critical-path breakdown: (nic, at, kind).
+    pub(crate) arrivals: Option<Vec<(usize, Instant, u8)>>,
+    /// When the first MMIO store left its core, while tracing arrivals.
+    pub(crate) first_store: Option<Instant>,
+    pub(crate) events: u64,
+}
+
+impl World {
+    /// Two hosts, one NIC each, with `cores[h]` cores on host `h` and
+    /// `threads` host threads in all.
+    pub(crate) fn new(profile: &Profile, cores: [usize; 2], threads: usize) -> Self {
+        let clock = Arc::new(Clock::default());
+        let host_of: Vec<usize> = (0..cores[0] + cores[1])
+            .map(|c| usize::from(c >= cores[0]))
+            .collect();
+        let cores = cores[0] + cores[1];
+        let c = &profile.cpu;
+        let cpu = Arc::new(Mutex::new(Cpu {
+            current: 0,
+            t: vec![Instant::ZERO; cores],
+            busy: vec![Duration::ZERO; cores],
+            mmio_8b: vec![dur_ns(c.mmio_8b_ns); cores],
+            wc_chunk: vec![dur_ns(c.wc_chunk_ns); cores],
+            host_of,
+            out: Vec::new(),
+        }));
+        let ips = vec![[10, 0, 0, 1], [10, 0, 0, 2]];
+        let mut nics = Vec::new();
+        let mut links = Vec::new();
+        for (i, ip) in ips.iter().enumerate() {
+            let mem = Arc::new(HostRam::new());
+            let mut cfg = NicConfig::new(*ip);
+            cfg.timing = profile.nic_timing();
+            let gid = cfg.gid();
+            let side = Arc::new(Mutex::new(NicSide {
+                nic: Nic::new(cfg),
+                bus: SimBus::new(profile, mem.clone()),
+            }));
+            let mmio: Arc<dyn Mmio> = Arc::new(SimMmio {
+                nic: i,
+                cpu: cpu.clone(),
+            });
+            links.push(Arc::new(SimLink {
+                name: format!("sim{i}"),
+                gid,
+                side: side.clone(),
+                mem: mem.clone(),
+                mmio,
+                clock: clock.clone(),
+            }));
+            nics.push(side);
+        }
+        let n = &profile.network;
+        Self {
+            clock,
+            q: EventQueue::default(),
+            nics,
+            links,
+            ips,
+            port_free: vec![Instant::ZERO; 2],
+            timer_at: vec![None; 2],
+            cpu,
+            port_ps_per_byte: 8000.0 / n.port_gbps,
+            frame_overhead: i64::from(n.frame_overhead_bytes),
+            one_way: dur_ns(n.one_way_ns),
+            waiting: vec![None; threads],
+            log: None,
+            arrivals: None,
+            first_store: None,
+            events: 0,
+        }
+    }
+
+    /// Moves everything the NICs and cores produced into the event queue.
+    pub(crate) fn drain(&mut self) {
+        let outs = std::mem::take(&mut lock(&self.cpu).out);
+        for o in outs {
+            let mut side = lock(&self.nics[o.nic]);
+            let addr = 0x8000_0000 + u64::from(o.uar.get()) * 4096 + u64::from(o.offset);
+            let arrive = if o.len <= 8 {
+                side.bus
+                    .link
+                    .write(o.at, addr, u64::from(o.len), Direction::ToDevice)
+            } else {
+                side.bus.link.write_combined(o.at, addr, u64::from(o.len))
+            };
+            drop(side);
+            let _ = o.core;
+            if self.arrivals.is_some() && self.first_store.is_none() {
+                let cost = lock(&self.cpu).mmio_8b[o.core];
+                self.first_store = Some(Instant::from_ps(
+                    o.at.as_ps()
+                        .saturating_sub(if o.len <= 8 { cost.as_ps() } else { 0 }),
+                ));
+            }
+            self.q.push(
+                arrive,
+                Ev::Mmio {
+                    nic: o.nic,
+                    uar: o.uar,
+                    offset: o.offset,
+                    len: o.len,
+                    data: o.data,
+                },
+            );
+        }
+        for i in 0..self.nics.len() {
+            let now = self.clock.now();
+            let (frames, writes, applied, timer) = {
+                let mut s = lock(&self.nics[i]);
+                let mut frames = Vec::new();
+                while let Some(f) = s.nic.poll_transmit() {
+                    frames.push(f);
+                }
+                while s.nic.poll_event().is_some() {}
+                let writes = std::mem::take(&mut s.bus.fresh);
+                let applied = std::mem::take(&mut s.bus.applied);
+                (frames, writes, applied, s.nic.poll_timeout())
+            };
+            for (id, visible) in writes {
+                self.q.push(visible, Ev::Visible { nic: i, id });
+            }
+            for (addr, len, at) in applied {
+                self.wake_waiters(i, addr, len, at.max(now));
+            }
+            for f in frames {
+                let Some(dst) = self.ips.iter().position(|ip| *ip == f.dst) else {
+                    continue;
+                };
+                let wire_bytes = (f.bytes.len() as i64 + self.frame_overhead).max(1) as f64;
+                let start = f.ready.max(self.port_free[i]).max(now);
+                let done = start.add(Duration::from_ps(
+                    (wire_bytes * self.port_ps_per_byte).round() as u64,
+                ));
+                self.port_free[i] = done;
+                self.q.push(
+                    done.add(self.one_way),
+                    Ev::Frame {
+                        nic: dst,
+                        bytes: f.bytes,
+                    },
+                );
+            }
+            if let Some(t) = timer
+                && self.timer_at[i].is_none_or(|s| t < s)
+            {
+                self.timer_at[i] = Some(t);
+                self.q.push(t, Ev::Timer { nic: i });
+            }
+        }
+    }
+
+    /// Wakes the threads waiting for memory that a write of `len` bytes at
+    /// `addr` in host `host` touched.
+    fn wake_waiters(&mut self, host: usize, addr: HostAddr, len: usize, at: Instant) {
+        let a = addr.get();
+        for thread in 0..self.waiting.len() {
+            if let Some((h, start, end)) = self.waiting[thread]
+                && h == host
+                && a < end
+                && a + len as u64 > start
+            {
+                self.waiting[thread] = None;
+                self.q.push(at, Ev::Wake { thread });
+            }
+        }
+    }
+
+    /// Runs one event; returns its time and the thread to run, if it was a
+    /// wake-up.
+    pub(crate) fn step(&mut self) -> Option<(Instant, Option<usize>)> {
+        let (at, ev) = self.q.pop()?;
+        self.clock.set(at);
+        self.events += 1;
+        let line = |kind: u8, who: usize, detail: u64| LogLine {
+            at,
+            kind,
+            who: who as u32,
+            detail,
+        };
+        let mut run = None;
+        let entry = match ev {
+            Ev::Mmio {
+                nic,
+                uar,
+                offset,
+                len,
+                data,
+            } => {
+                let mut s = lock(&self.nics[nic]);
+                let NicSide { nic: n, bus } = &mut *s;
+                n.handle_mmio(at, uar, offset, &data[..usize::from(len)], bus);
+                if let Some(a) = &mut self.arrivals {
+                    a.push((nic, at, 0));
+                }
+                line(0, nic, u64::from(offset))
+            }
+            Ev::Frame { nic, bytes } => {
+                let mut s = lock(&self.nics[nic]);
+                let NicSide { nic: n, bus } = &mut *s;
+                n.handle_frame(at, &bytes, bus);
+                if let Some(a) = &mut self.arrivals {
+                    a.push((nic, at, 1));
+                }
+                line(1, nic, bytes.len() as u64)
+            }
+            Ev::Visible { nic, id } => {
+                let applied = lock(&self.nics[nic]).bus.apply(id);
+                if let Some((addr, len)) = applied {
+                    self.wake_waiters(nic, addr, len, at);
+                }
+                line(2, nic, id)
+            }
+            Ev::Timer { nic } => {
+                self.timer_at[nic] = None;
+                let mut s = lock(&self.nics[nic]);
+                let NicSide { nic: n, bus } = &mut *s;
+                n.handle_timeout(at, bus);
+                line(3, nic, 0)
+            }
+            Ev::Wake { thread } => {
+                run = Some(thread);
+                line(4, thread, 0)
+            }
+        };
+        if let Some(log) = &mut self.log {
+            log.push(entry);
+        }
+        self.drain();
+        Some((at, run))
+    }
+
+    /// Counters of NIC `i`'s bus.
+    pub(crate) fn counters(&self, i: usize) -> Counters {
+        lock(&self.nics[i]).bus.counters()
+    }
+
+    /// Starts recording the DMA transactions of NIC `i`.
+    pub(crate) fn trace(&self, i: usize, on: bool) -> Vec<Timed> {
+        let mut s = lock(&self.nics[i]);
+        let old = s.bus.trace.take().unwrap_or_default();
+        if on {
+            s.bus.trace = Some(Vec::new());
+        }
+        old
+    }
+
+    /// Busy time of each direction of NIC `i`'s link.
+    pub(crate) fn link_busy(&self, i: usize) -> (Duration, Duration) {
+        let s = lock(&self.nics[i]);
+        (
+            s.bus.link.stats(Direction::ToDevice).busy,
+            s.bus.link.stats(Direction::ToHost).busy,
+        )
+    }
+
+    /// Bytes on each direction of NIC `i`'s link, TLP overheads included.
+    pub(crate) fn link_bytes(&self, i: usize) -> (u64, u64) {
+        let s = lock(&self.nics[i]);
+        (
+            s.bus.link.stats(Direction::ToDevice).wire_bytes,
+            s.bus.link.stats(Direction::ToHost).wire_bytes,
+        )
+    }
+
+    /// Processing-unit time NIC `i` spent.
+    pub(crate) fn pu_busy(&self, i: usize) -> Duration {
+        lock(&self.nics[i]).nic.pu_busy()
+    }
+
+    /// The purpose a DMA had, for the breakdown.
+    pub(crate) fn is(t: &Timed, p: DmaPurpose, write: bool) -> bool {
+        t.tag.purpose == p && t.write == write
+    }
+
+    /// Makes `thread` wait for a write into `len` bytes at `start` of host
+    /// `host`'s memory.
+    pub(crate) fn watch(&mut self, thread: usize, host: usize, start: u64, len: u64) {
+        self.waiting[thread] = Some((host, start, start + len));
+    }
+}
