@@ -235,6 +235,10 @@ pub struct Report {
     pub events: u64,
 }
 
+/// READs and atomics a QP keeps outstanding (Connect-IB's and ConnectX-4's
+/// limit, as perftest sets it).
+const RD_ATOMIC: u8 = 16;
+
 struct ClientQp {
     qp: Qp,
     sge: Sge,
@@ -452,8 +456,8 @@ impl Run {
                             qpn: qb.qpn(),
                             psn: psn_b,
                         };
-                        qa.connect_rc(&ea, &eb, w.mtu)?;
-                        qb.connect_rc(&eb, &ea, w.mtu)?;
+                        qa.connect_rc_with(&ea, &eb, w.mtu, RD_ATOMIC)?;
+                        qb.connect_rc_with(&eb, &ea, w.mtu, RD_ATOMIC)?;
                     }
                     QpType::Ud => {
                         for (q, psn) in [(&qa, psn_a), (&qb, psn_b)] {
@@ -929,8 +933,10 @@ impl Run {
             utilisation: Utilisation {
                 pcie_to_device: frac(busy_dev),
                 pcie_to_host: frac(busy_host),
-                nic_processing_units: frac(self.world.pu_busy(0))
-                    / f64::from(profile.nic.processing_units),
+                nic_processing_units: (self.world.pu_busy(0).as_ps() as f64
+                    / elapsed.as_ps() as f64
+                    / f64::from(profile.nic.processing_units))
+                .min(1.0),
                 cores: client_cores,
             },
             steps,

@@ -770,12 +770,25 @@ impl Qp {
     }
 
     /// Convenience: moves an RC QP through INIT, RTR and RTS to `remote`
-    /// with ibv_rc_pingpong's attributes.
+    /// with ibv_rc_pingpong's attributes (one READ or atomic outstanding
+    /// each way).
     pub fn connect_rc(
         &self,
         local: &RcEndpoint,
         remote: &RcEndpoint,
         mtu: u32,
+    ) -> Result<(), VerbsError> {
+        self.connect_rc_with(local, remote, mtu, 1)
+    }
+
+    /// Like [`Qp::connect_rc`], allowing `rd_atomic` READs and atomics
+    /// outstanding each way (`max_rd_atomic`, `max_dest_rd_atomic`).
+    pub fn connect_rc_with(
+        &self,
+        local: &RcEndpoint,
+        remote: &RcEndpoint,
+        mtu: u32,
+        rd_atomic: u8,
     ) -> Result<(), VerbsError> {
         use doorbell_device::Access;
         let access = Access(
@@ -806,7 +819,7 @@ impl Qp {
                 path_mtu: Some(mtu),
                 dest_qpn: Some(remote.qpn),
                 rq_psn: Some(remote.psn),
-                max_dest_rd_atomic: Some(1),
+                max_dest_rd_atomic: Some(rd_atomic),
                 min_rnr_timer: Some(12),
                 ..Default::default()
             },
@@ -818,7 +831,7 @@ impl Qp {
                 timeout: Some(14),
                 retry_cnt: Some(7),
                 rnr_retry: Some(7),
-                max_rd_atomic: Some(1),
+                max_rd_atomic: Some(rd_atomic),
                 ..Default::default()
             },
         )
