@@ -13,3 +13,18 @@
 pub mod layout;
 pub mod pcie;
 pub mod seed;
+pub mod sim;
+
+/// Writes `text` to standard output; a reader that went away (`| head`)
+/// is not an error.
+pub fn print_out(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| {
+        if text.ends_with('\n') {
+            Ok(())
+        } else {
+            out.write_all(b"\n")
+        }
+    });
+}

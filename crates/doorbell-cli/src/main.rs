@@ -59,6 +59,14 @@ enum Cmd {
         #[command(flatten)]
         args: doorbell_cli::pcie::PcieArgs,
     },
+    /// Simulate a workload on modelled hardware (perftest's options): the
+    /// same NIC, driver and provider code under a virtual clock. Reports
+    /// message rate, bandwidth, latency, per-post PCIe crossings,
+    /// utilisation, and one post's critical path by the seed's steps 0-5.
+    Sim {
+        #[command(flatten)]
+        args: doorbell_cli::sim::SimArgs,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -90,9 +98,9 @@ fn run(cli: Cli) -> Result<()> {
             };
             let rows = seed::measure_all(&o)?;
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                doorbell_cli::print_out(&serde_json::to_string_pretty(&rows)?);
             } else {
-                print!("{}", seed::render(&rows, &o));
+                doorbell_cli::print_out(&seed::render(&rows, &o));
             }
         }
         Some(Cmd::Layout { qps }) => {
@@ -100,14 +108,15 @@ fn run(cli: Cli) -> Result<()> {
                 .context("fix the MLX5_* variable named above: MLX5_TOTAL_UUARS takes 1..=512, MLX5_NUM_LOW_LAT_UUARS 0..total-1")?;
             let (rows, counts) = layout::run(qps, cfg)?;
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                doorbell_cli::print_out(&serde_json::to_string_pretty(&rows)?);
             } else {
-                print!("{}", layout::render(&rows, counts));
+                doorbell_cli::print_out(&layout::render(&rows, counts));
             }
         }
         Some(Cmd::Pcie { args }) => {
             doorbell_cli::pcie::print(&doorbell_cli::pcie::run(&args)?, cli.json)?;
         }
+        Some(Cmd::Sim { args }) => doorbell_cli::sim::main(&args, cli.json)?,
     }
     Ok(())
 }

@@ -7,3 +7,4 @@ mod cli;
 mod layout;
 mod pcie;
 mod seed;
+mod sim;

@@ -2,4 +2,12 @@
 //! itself (determinism).
 #![allow(missing_docs)]
 
+mod determinism;
 mod smoke;
+mod table;
+
+use doorbell_sim::Profile;
+
+pub fn cib() -> Profile {
+    Profile::builtin("connectib-haswell").unwrap().unwrap()
+}

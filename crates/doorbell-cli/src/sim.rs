@@ -1,0 +1,431 @@
+//! `doorbell sim`: what a verbs workload costs on modelled hardware.
+//!
+//! The same NIC, driver and provider code as the live runtime runs under the
+//! discrete-event simulator of `doorbell-sim`, on a hardware profile. Options
+//! follow perftest's vocabulary.
+//!
+//! # JSON
+//! One object per run ([`doorbell_sim::Report`]): `msg_rate_mops`,
+//! `bandwidth_gbps`, `latency_ns` (`p50`, `p99`), `per_post` (the main job's
+//! keys plus `host_to_device_bytes` and `device_to_host_bytes` on the link,
+//! TLP overheads included), `utilisation` (`pcie_to_device`,
+//! `pcie_to_host`, `nic_processing_units`, `cores`: one per posting core),
+//! `steps` (one post's critical path in ns: `wqe_write`, `doorbell`,
+//! `wqe_dma_read`, `payload_dma_read`, `wire_and_ack`, `cqe_dma_write`,
+//! `total`), and `profile`, `workload`, `simulated_ns`, `events`.
+//! `--sweep` prints an array of `{ "profile", "config", ...report }` rows.
+
+use anyhow::{Context as _, Result, bail};
+use doorbell_device::QpType;
+use doorbell_sim::{Op, Profile, Report, Workload};
+use serde::Serialize;
+
+use crate::pcie::ConventionArg;
+
+/// Transport, as the command line names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum QpTypeArg {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+/// Operation, as perftest names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpArg {
+    /// SEND.
+    Send,
+    /// SEND with immediate.
+    SendImm,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA WRITE with immediate.
+    WriteImm,
+    /// RDMA READ.
+    Read,
+    /// Atomic compare and swap.
+    Cas,
+    /// Atomic fetch and add.
+    Faa,
+}
+
+/// On or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+/// Which sweep to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sweep {
+    /// Each of postlist, inline, unsignalled completions and BlueFlame on
+    /// its own and all together, on every built-in profile.
+    Features,
+    /// 1, 4, 16 and 64 threads posting through one context.
+    Threads,
+}
+
+/// `doorbell sim` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// Hardware profile: a built-in name (connectib-haswell,
+    /// connectx4-thunderx2) or the path of a TOML file.
+    #[arg(long, default_value = "connectib-haswell")]
+    pub profile: String,
+    /// Print the profile as TOML (to copy and edit) and exit.
+    #[arg(long)]
+    pub print_profile: bool,
+    /// Transport.
+    #[arg(long, value_enum, default_value_t = QpTypeArg::Rc)]
+    pub qp_type: QpTypeArg,
+    /// Operation.
+    #[arg(long, value_enum, default_value_t = OpArg::Write)]
+    pub op: OpArg,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    pub size: u32,
+    /// Queue pairs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub qps: u32,
+    /// Posting threads (QPs are dealt round-robin).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub threads: u32,
+    /// WRs per post_send (perftest -l).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub postlist: u32,
+    /// Inline threshold in bytes (perftest -I): messages up to this size go inline.
+    #[arg(long = "inline", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=512))]
+    pub inline_threshold: u32,
+    /// Signal one WR in N (perftest -Q).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub signal_every: u32,
+    /// BlueFlame.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub bf: OnOff,
+    /// WRs per QP.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub iters: u64,
+    /// Send queue depth per QP (perftest -t).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=8192))]
+    pub tx_depth: u32,
+    /// Path MTU.
+    #[arg(long, default_value_t = 1024)]
+    pub mtu: u32,
+    /// Per-TLP constants, overriding the profile's.
+    #[arg(long, value_enum)]
+    pub pcie_convention: Option<ConventionArg>,
+    /// Seed of the run's random choices (PSNs, thread start offsets).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Run a sweep instead of one workload.
+    #[arg(long, value_enum)]
+    pub sweep: Option<Sweep>,
+}
+
+impl SimArgs {
+    /// The workload the options describe.
+    pub fn workload(&self) -> Workload {
+        Workload {
+            qp_type: match self.qp_type {
+                QpTypeArg::Rc => QpType::Rc,
+                QpTypeArg::Ud => QpType::Ud,
+            },
+            op: match self.op {
+                OpArg::Send => Op::Send,
+                OpArg::SendImm => Op::SendImm,
+                OpArg::Write => Op::Write,
+                OpArg::WriteImm => Op::WriteImm,
+                OpArg::Read => Op::Read,
+                OpArg::Cas => Op::Cas,
+                OpArg::Faa => Op::Faa,
+            },
+            size: self.size,
+            qps: self.qps.max(self.threads),
+            threads: self.threads,
+            postlist: self.postlist,
+            inline_threshold: self.inline_threshold,
+            signal_every: self.signal_every,
+            blueflame: self.bf == OnOff::On,
+            iters: self.iters,
+            tx_depth: self.tx_depth.max(self.postlist).max(self.signal_every),
+            mtu: self.mtu,
+            seed: self.seed,
+        }
+    }
+
+    /// The profile, with the command line's overrides.
+    pub fn profile(&self, name: &str) -> Result<Profile> {
+        let mut p = Profile::load(name)?;
+        if let Some(c) = self.pcie_convention {
+            p.pcie.convention = match c {
+                ConventionArg::PcieModel => "pcie-model".into(),
+                ConventionArg::Kalia => "kalia".into(),
+            };
+            p.link_model()
+                .context("the convention does not fit the profile's link")?;
+        }
+        Ok(p)
+    }
+}
+
+/// One row of a sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepRow {
+    /// Profile.
+    pub profile: String,
+    /// What was turned on.
+    pub config: String,
+    /// The run.
+    #[serde(flatten)]
+    pub report: Report,
+}
+
+/// Runs `doorbell sim` and prints its output.
+pub fn main(args: &SimArgs, json: bool) -> Result<()> {
+    if args.print_profile {
+        print!("{}", args.profile(&args.profile)?.to_toml());
+        return Ok(());
+    }
+    match args.sweep {
+        None => {
+            let p = args.profile(&args.profile)?;
+            let r = args.workload().run(&p)?;
+            if json {
+                crate::print_out(&serde_json::to_string_pretty(&r)?);
+            } else {
+                crate::print_out(&render(&r));
+            }
+        }
+        Some(s) => {
+            let rows = sweep(args, s)?;
+            if json {
+                crate::print_out(&serde_json::to_string_pretty(&rows)?);
+            } else {
+                crate::print_out(&render_sweep(&rows, s));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The rows of a sweep.
+pub fn sweep(args: &SimArgs, s: Sweep) -> Result<Vec<SweepRow>> {
+    let base = args.workload();
+    let mut rows = Vec::new();
+    match s {
+        Sweep::Features => {
+            let plain = Workload {
+                postlist: 1,
+                inline_threshold: 0,
+                signal_every: 1,
+                blueflame: false,
+                ..base.clone()
+            };
+            let n = 16;
+            let configs: [(&str, Workload); 6] = [
+                ("baseline", plain.clone()),
+                (
+                    "postlist",
+                    Workload {
+                        postlist: n,
+                        tx_depth: plain.tx_depth.max(n),
+                        ..plain.clone()
+                    },
+                ),
+                (
+                    "inline",
+                    Workload {
+                        inline_threshold: plain.size,
+                        ..plain.clone()
+                    },
+                ),
+                (
+                    "unsignaled",
+                    Workload {
+                        signal_every: n,
+                        tx_depth: plain.tx_depth.max(n),
+                        ..plain.clone()
+                    },
+                ),
+                (
+                    "blueflame",
+                    Workload {
+                        blueflame: true,
+                        ..plain.clone()
+                    },
+                ),
+                (
+                    "all",
+                    Workload {
+                        postlist: n,
+                        inline_threshold: plain.size,
+                        signal_every: n,
+                        blueflame: true,
+                        tx_depth: plain.tx_depth.max(n),
+                        ..plain.clone()
+                    },
+                ),
+            ];
+            let profiles: Vec<String> = if args.profile == "connectib-haswell" {
+                doorbell_sim::profile::BUILTIN
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            } else {
+                vec![args.profile.clone()]
+            };
+            for name in profiles {
+                let p = args.profile(&name)?;
+                for (config, w) in &configs {
+                    let report = w.run(&p).with_context(|| format!("{name}, {config}"))?;
+                    rows.push(SweepRow {
+                        profile: name.clone(),
+                        config: config.to_string(),
+                        report,
+                    });
+                }
+            }
+        }
+        Sweep::Threads => {
+            let p = args.profile(&args.profile)?;
+            for t in [1u32, 4, 16, 64] {
+                let w = Workload {
+                    threads: t,
+                    qps: t,
+                    iters: base.iters.div_ceil(u64::from(t)).max(100),
+                    ..base.clone()
+                };
+                let report = w.run(&p).with_context(|| format!("{t} threads"))?;
+                rows.push(SweepRow {
+                    profile: p.name.clone(),
+                    config: format!("{t} threads"),
+                    report,
+                });
+            }
+        }
+    }
+    if rows.is_empty() {
+        bail!("the sweep ran nothing");
+    }
+    Ok(rows)
+}
+
+/// The human-readable report of one run.
+pub fn render(r: &Report) -> String {
+    use std::fmt::Write;
+    let w = &r.workload;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} on {}: {:?} {:?}, {} B, {} QPs, {} threads, postlist {}, inline <= {} B, 1 in {} signalled, BlueFlame {}",
+        w.iters * u64::from(w.qps),
+        r.profile,
+        w.qp_type,
+        w.op,
+        w.size,
+        w.qps,
+        w.threads,
+        w.postlist,
+        w.inline_threshold,
+        w.signal_every,
+        if w.blueflame { "on" } else { "off" }
+    );
+    let _ = writeln!(s, "\n  message rate   {:>10.2} Mops", r.msg_rate_mops);
+    let _ = writeln!(s, "  bandwidth      {:>10.2} Gb/s", r.bandwidth_gbps);
+    let _ = writeln!(
+        s,
+        "  latency        {:>10.0} ns median, {:.0} ns p99",
+        r.latency_ns.p50, r.latency_ns.p99
+    );
+    let pp = &r.per_post;
+    let _ = writeln!(
+        s,
+        "\n  per post       {:.3} MMIO ({:.1} B), {:.3} WQE reads, {:.3} payload reads, {:.3} CQE writes",
+        pp.mmio_writes, pp.mmio_bytes, pp.wqe_dma_reads, pp.payload_dma_reads, pp.cqe_dma_writes
+    );
+    let _ = writeln!(
+        s,
+        "                 {:.3} MWr, {:.3} MRd, {:.3} CplD TLPs; {:.1} B to the device, {:.1} B to the host on the link",
+        pp.mwr_tlps, pp.mrd_tlps, pp.cpld_tlps, pp.host_to_device_bytes, pp.device_to_host_bytes
+    );
+    let u = &r.utilisation;
+    let cores: Vec<String> = u
+        .cores
+        .iter()
+        .map(|c| format!("{:.0}%", c * 100.0))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  utilisation    PCIe to device {:.0}%, to host {:.0}%, NIC processing {:.0}%, cores {}",
+        u.pcie_to_device * 100.0,
+        u.pcie_to_host * 100.0,
+        u.nic_processing_units * 100.0,
+        cores.join(" ")
+    );
+    let st = &r.steps;
+    let _ = writeln!(s, "\n  one post, unloaded (ns):");
+    for (i, (name, v)) in [
+        ("WQE write (CPU)", st.wqe_write),
+        ("doorbell / BlueFlame MMIO", st.doorbell),
+        ("WQE DMA read", st.wqe_dma_read),
+        ("payload DMA read", st.payload_dma_read),
+        ("wire and ACK", st.wire_and_ack),
+        ("CQE DMA write and poll", st.cqe_dma_write),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let _ = writeln!(s, "    {i}  {name:<28} {v:>8.1}");
+    }
+    let _ = writeln!(s, "       {:<28} {:>8.1}", "total", st.total);
+    let _ = writeln!(
+        s,
+        "\n  {:.0} ns simulated in {} events",
+        r.simulated_ns, r.events
+    );
+    s
+}
+
+/// The table of a sweep.
+pub fn render_sweep(rows: &[SweepRow], s: Sweep) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let first = &rows[0].report.workload;
+    let _ = writeln!(
+        out,
+        "{:?} {:?} of {} B; {} WRs per QP\n",
+        first.qp_type, first.op, first.size, first.iters
+    );
+    let _ = writeln!(
+        out,
+        "{:<20} {:<12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8}",
+        "profile", "config", "Mops", "p50 ns", "p99 ns", "PCIe->", "PCIe<-", "NIC"
+    );
+    for r in rows {
+        let u = &r.report.utilisation;
+        let _ = writeln!(
+            out,
+            "{:<20} {:<12} {:>10.2} {:>10.0} {:>10.0} {:>7.0}% {:>7.0}% {:>7.0}%",
+            r.profile,
+            r.config,
+            r.report.msg_rate_mops,
+            r.report.latency_ns.p50,
+            r.report.latency_ns.p99,
+            u.pcie_to_device * 100.0,
+            u.pcie_to_host * 100.0,
+            u.nic_processing_units * 100.0
+        );
+    }
+    if s == Sweep::Threads {
+        let _ = writeln!(
+            out,
+            "\nThreads beyond the 4 low-latency bfregs share the 11 medium ones and take their locks;\n\
+             threads beyond the profile's cores share cores."
+        );
+    }
+    out
+}

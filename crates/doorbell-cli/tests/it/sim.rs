@@ -1,0 +1,148 @@
+//! `doorbell sim` as a user runs it.
+
+use std::process::Command;
+
+fn doorbell(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_doorbell"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn json_has_the_keys_the_issue_names() {
+    let out = doorbell(&[
+        "sim", "--iters", "200", "--op", "read", "--size", "64", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in ["msg_rate_mops", "bandwidth_gbps"] {
+        assert!(v[k].as_f64().unwrap() > 0.0, "{k}");
+    }
+    assert!(v["latency_ns"]["p50"].as_f64().unwrap() <= v["latency_ns"]["p99"].as_f64().unwrap());
+    for k in [
+        "mmio_writes",
+        "mmio_bytes",
+        "wqe_dma_reads",
+        "payload_dma_reads",
+        "dma_read_bytes",
+        "cqe_dma_writes",
+        "dma_write_bytes",
+        "mwr_tlps",
+        "mrd_tlps",
+        "cpld_tlps",
+        "host_to_device_bytes",
+        "device_to_host_bytes",
+    ] {
+        assert!(v["per_post"][k].is_number(), "per_post.{k}");
+    }
+    for k in ["pcie_to_device", "pcie_to_host", "nic_processing_units"] {
+        let u = v["utilisation"][k].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&u), "{k} = {u}");
+    }
+    assert_eq!(v["utilisation"]["cores"].as_array().unwrap().len(), 1);
+    let steps = &v["steps"];
+    let sum: f64 = [
+        "wqe_write",
+        "doorbell",
+        "wqe_dma_read",
+        "payload_dma_read",
+        "wire_and_ack",
+        "cqe_dma_write",
+    ]
+    .iter()
+    .map(|k| steps[k].as_f64().unwrap())
+    .sum();
+    assert!(
+        (sum - steps["total"].as_f64().unwrap()).abs() < 1.0,
+        "the steps add up to the total: {steps}"
+    );
+}
+
+#[test]
+fn sweeps_print_one_row_per_configuration() {
+    let out = doorbell(&["sim", "--sweep", "features", "--iters", "100", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 12, "6 configurations on 2 profiles");
+    let configs: Vec<&str> = rows[..6]
+        .iter()
+        .map(|r| r["config"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        configs,
+        [
+            "baseline",
+            "postlist",
+            "inline",
+            "unsignaled",
+            "blueflame",
+            "all"
+        ]
+    );
+    let out = doorbell(&["sim", "--sweep", "threads", "--iters", "400"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8(out.stdout).unwrap();
+    for t in ["1 threads", "4 threads", "16 threads", "64 threads"] {
+        assert!(s.contains(t), "{t}:\n{s}");
+    }
+}
+
+#[test]
+fn a_profile_can_be_printed_edited_and_loaded() {
+    let out = doorbell(&["sim", "--print-profile", "--profile", "connectx4-thunderx2"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout)
+        .unwrap()
+        .replace("port_gbps = 100.0", "port_gbps = 25.0");
+    let path = std::env::temp_dir().join(format!("doorbell-profile-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = doorbell(&[
+        "sim",
+        "--profile",
+        path.to_str().unwrap(),
+        "--iters",
+        "100",
+        "--size",
+        "4096",
+        "--json",
+    ]);
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["bandwidth_gbps"].as_f64().unwrap() <= 25.0);
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    for (args, needle) in [
+        (vec!["sim", "--profile", "nosuch"], "connectib-haswell"),
+        (vec!["sim", "--qp-type", "ud", "--op", "read"], "UD"),
+        (vec!["sim", "--op", "cas", "--size", "4"], "8 bytes"),
+        (vec!["sim", "--mtu", "1500"], "mtu"),
+        (vec!["sim", "--op", "jump"], "invalid value"),
+    ] {
+        let out = doorbell(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
