@@ -21,7 +21,8 @@
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use doorbell_types::{HostAddr, UarIndex};
 
@@ -83,14 +84,15 @@ pub trait Mmio: Send + Sync {
 }
 
 struct Region {
+    /// Fixed at allocation, so it is read without the lock.
     len: u64,
-    pins: u32,
-    bytes: Box<[u8]>,
+    pins: AtomicU32,
+    bytes: Mutex<Box<[u8]>>,
 }
 
 /// Host memory made of page-aligned regions, shareable between threads.
 pub struct HostRam {
-    regions: RwLock<BTreeMap<u64, Arc<Mutex<Region>>>>,
+    regions: RwLock<BTreeMap<u64, Region>>,
     next: Mutex<u64>,
 }
 
@@ -130,13 +132,13 @@ impl HostRam {
         };
         let region = Region {
             len,
-            pins: 0,
-            bytes: vec![0u8; len as usize].into_boxed_slice(),
+            pins: AtomicU32::new(0),
+            bytes: Mutex::new(vec![0u8; len as usize].into_boxed_slice()),
         };
         self.regions
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(base, Arc::new(Mutex::new(region)));
+            .insert(base, region);
         Ok(HostAddr::new(base))
     }
 
@@ -144,7 +146,8 @@ impl HostRam {
     pub fn free(&self, addr: HostAddr) -> Result<(), MemError> {
         let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
         let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
-        let pins = region.lock().unwrap_or_else(|e| e.into_inner()).pins;
+        // Pins change under the map's read lock; this write lock excludes them.
+        let pins = region.pins.load(Ordering::Relaxed);
         if pins > 0 {
             return Err(MemError::Pinned(addr, pins));
         }
@@ -156,11 +159,11 @@ impl HostRam {
     /// bus address of each 4 KiB page it covers (the PAS list the driver hands
     /// to the device).
     pub fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
-        let (base, region) = self.find(addr, len as usize)?;
-        region.lock().unwrap_or_else(|e| e.into_inner()).pins += 1;
+        self.with_found(addr, len as usize, |_, region| {
+            region.pins.fetch_add(1, Ordering::Relaxed);
+        })?;
         let first = addr.get() & !(PAGE_SIZE - 1);
         let end = addr.get() + len.max(1);
-        let _ = base;
         Ok((first..end)
             .step_by(PAGE_SIZE as usize)
             .map(HostAddr::new)
@@ -169,15 +172,16 @@ impl HostRam {
 
     /// Releases one pin taken by [`HostRam::pin`] on the region containing `addr`.
     pub fn unpin(&self, addr: HostAddr) -> Result<(), MemError> {
-        let (_, region) = self.find(addr, 1)?;
-        let mut r = region.lock().unwrap_or_else(|e| e.into_inner());
-        r.pins = r.pins.saturating_sub(1);
-        Ok(())
+        self.with_found(addr, 1, |_, region| {
+            let _ = region
+                .pins
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(1));
+        })
     }
 
     /// Checks that `[addr, addr + len)` lies inside one live region.
     pub fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
-        self.find(addr, len).map(|_| ())
+        self.with_found(addr, len, |_, _| ())
     }
 
     /// Number of live regions.
@@ -185,19 +189,23 @@ impl HostRam {
         self.regions.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    fn find(&self, addr: HostAddr, len: usize) -> Result<(u64, Arc<Mutex<Region>>), MemError> {
-        let err = MemError::Unmapped { addr, len };
+    /// Calls `f` with the offset of `addr` in, and the region that holds
+    /// all of `[addr, addr + len)`, under the map's read lock.
+    fn with_found<R>(
+        &self,
+        addr: HostAddr,
+        len: usize,
+        f: impl FnOnce(usize, &Region) -> R,
+    ) -> Result<R, MemError> {
+        let err = || MemError::Unmapped { addr, len };
         let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
-        let (&base, region) = map.range(..=addr.get()).next_back().ok_or(err.clone())?;
-        let region = Arc::clone(region);
-        drop(map);
-        let rlen = region.lock().unwrap_or_else(|e| e.into_inner()).len;
+        let (&base, region) = map.range(..=addr.get()).next_back().ok_or_else(err)?;
         let off = addr.get() - base;
-        let end = off.checked_add(len as u64).ok_or(err.clone())?;
-        if end > rlen {
-            return Err(err);
+        let end = off.checked_add(len as u64).ok_or_else(err)?;
+        if end > region.len {
+            return Err(err());
         }
-        Ok((base, region))
+        Ok(f(off as usize, region))
     }
 
     fn with_region<R>(
@@ -206,10 +214,10 @@ impl HostRam {
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, MemError> {
-        let (base, region) = self.find(addr, len)?;
-        let off = (addr.get() - base) as usize;
-        let mut r = region.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(f(&mut r.bytes[off..off + len]))
+        self.with_found(addr, len, |off, region| {
+            let mut bytes = region.bytes.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut bytes[off..off + len])
+        })
     }
 }
 

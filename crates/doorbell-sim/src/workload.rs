@@ -233,6 +233,8 @@ pub struct Report {
     pub simulated_ns: f64,
     /// Events processed.
     pub events: u64,
+    /// TLPs simulated on both hosts' links, both directions.
+    pub tlps: u64,
 }
 
 /// READs and atomics a QP keeps outstanding (Connect-IB's and ConnectX-4's
@@ -942,6 +944,7 @@ impl Run {
             steps,
             simulated_ns: elapsed.as_ns_f64(),
             events: self.world.events,
+            tlps: self.world.link_tlps(0) + self.world.link_tlps(1),
         }
     }
 }

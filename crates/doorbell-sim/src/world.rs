@@ -344,6 +344,8 @@ pub(crate) struct World {
     pub(crate) log: Option<Vec<LogLine>>,
     /// Arrivals at NICs, for the critical-path breakdown: (nic, at, kind).
     pub(crate) arrivals: Option<Vec<(usize, Instant, u8)>>,
+    /// A reusable buffer for frames leaving a NIC.
+    frames: Vec<doorbell_device::Frame>,
     /// When the first MMIO store left its core, while tracing arrivals.
     pub(crate) first_store: Option<Instant>,
     pub(crate) events: u64,
@@ -411,13 +413,28 @@ impl World {
             log: None,
             arrivals: None,
             first_store: None,
+            frames: Vec::new(),
             events: 0,
         }
     }
 
     /// Moves everything the NICs and cores produced into the event queue.
     pub(crate) fn drain(&mut self) {
-        let outs = std::mem::take(&mut lock(&self.cpu).out);
+        self.drain_cpu();
+        for i in 0..self.nics.len() {
+            self.drain_nic(i);
+        }
+    }
+
+    /// Schedules the MMIO stores the cores made.
+    fn drain_cpu(&mut self) {
+        let outs = {
+            let mut cpu = lock(&self.cpu);
+            if cpu.out.is_empty() {
+                return;
+            }
+            std::mem::take(&mut cpu.out)
+        };
         for o in outs {
             let mut side = lock(&self.nics[o.nic]);
             let addr = 0x8000_0000 + u64::from(o.uar.get()) * 4096 + u64::from(o.offset);
@@ -429,7 +446,6 @@ impl World {
                 side.bus.link.write_combined(o.at, addr, u64::from(o.len))
             };
             drop(side);
-            let _ = o.core;
             if self.arrivals.is_some() && self.first_store.is_none() {
                 let cost = lock(&self.cpu).mmio_8b[o.core];
                 self.first_store = Some(Instant::from_ps(
@@ -448,49 +464,53 @@ impl World {
                 },
             );
         }
-        for i in 0..self.nics.len() {
-            let now = self.clock.now();
-            let (frames, writes, applied, timer) = {
-                let mut s = lock(&self.nics[i]);
-                let mut frames = Vec::new();
-                while let Some(f) = s.nic.poll_transmit() {
-                    frames.push(f);
-                }
-                while s.nic.poll_event().is_some() {}
-                let writes = std::mem::take(&mut s.bus.fresh);
-                let applied = std::mem::take(&mut s.bus.applied);
-                (frames, writes, applied, s.nic.poll_timeout())
+    }
+
+    /// Schedules what NIC `i` produced: frames on the wire, DMA writes
+    /// becoming visible, its next timer.
+    fn drain_nic(&mut self, i: usize) {
+        let now = self.clock.now();
+        let mut frames = std::mem::take(&mut self.frames);
+        let (writes, applied, timer) = {
+            let mut s = lock(&self.nics[i]);
+            while let Some(f) = s.nic.poll_transmit() {
+                frames.push(f);
+            }
+            while s.nic.poll_event().is_some() {}
+            let writes = std::mem::take(&mut s.bus.fresh);
+            let applied = std::mem::take(&mut s.bus.applied);
+            (writes, applied, s.nic.poll_timeout())
+        };
+        for (id, visible) in writes {
+            self.q.push(visible, Ev::Visible { nic: i, id });
+        }
+        for (addr, len, at) in applied {
+            self.wake_waiters(i, addr, len, at.max(now));
+        }
+        for f in frames.drain(..) {
+            let Some(dst) = self.ips.iter().position(|ip| *ip == f.dst) else {
+                continue;
             };
-            for (id, visible) in writes {
-                self.q.push(visible, Ev::Visible { nic: i, id });
-            }
-            for (addr, len, at) in applied {
-                self.wake_waiters(i, addr, len, at.max(now));
-            }
-            for f in frames {
-                let Some(dst) = self.ips.iter().position(|ip| *ip == f.dst) else {
-                    continue;
-                };
-                let wire_bytes = (f.bytes.len() as i64 + self.frame_overhead).max(1) as f64;
-                let start = f.ready.max(self.port_free[i]).max(now);
-                let done = start.add(Duration::from_ps(
-                    (wire_bytes * self.port_ps_per_byte).round() as u64,
-                ));
-                self.port_free[i] = done;
-                self.q.push(
-                    done.add(self.one_way),
-                    Ev::Frame {
-                        nic: dst,
-                        bytes: f.bytes,
-                    },
-                );
-            }
-            if let Some(t) = timer
-                && self.timer_at[i].is_none_or(|s| t < s)
-            {
-                self.timer_at[i] = Some(t);
-                self.q.push(t, Ev::Timer { nic: i });
-            }
+            let wire_bytes = (f.bytes.len() as i64 + self.frame_overhead).max(1) as f64;
+            let start = f.ready.max(self.port_free[i]).max(now);
+            let done = start.add(Duration::from_ps(
+                (wire_bytes * self.port_ps_per_byte).round() as u64,
+            ));
+            self.port_free[i] = done;
+            self.q.push(
+                done.add(self.one_way),
+                Ev::Frame {
+                    nic: dst,
+                    bytes: f.bytes,
+                },
+            );
+        }
+        self.frames = frames;
+        if let Some(t) = timer
+            && self.timer_at[i].is_none_or(|s| t < s)
+        {
+            self.timer_at[i] = Some(t);
+            self.q.push(t, Ev::Timer { nic: i });
         }
     }
 
@@ -570,7 +590,10 @@ impl World {
         if let Some(log) = &mut self.log {
             log.push(entry);
         }
-        self.drain();
+        match entry.kind {
+            0..=1 | 3 => self.drain_nic(entry.who as usize),
+            _ => {}
+        }
         Some((at, run))
     }
 
@@ -605,6 +628,12 @@ impl World {
             s.bus.link.stats(Direction::ToDevice).wire_bytes,
             s.bus.link.stats(Direction::ToHost).wire_bytes,
         )
+    }
+
+    /// TLPs NIC `i`'s link carried, both directions.
+    pub(crate) fn link_tlps(&self, i: usize) -> u64 {
+        let s = lock(&self.nics[i]);
+        s.bus.link.stats(Direction::ToDevice).tlps + s.bus.link.stats(Direction::ToHost).tlps
     }
 
     /// Processing-unit time NIC `i` spent.

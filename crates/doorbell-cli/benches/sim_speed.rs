@@ -1,0 +1,84 @@
+//! How fast the simulator runs, beside the live runtime on the same
+//! workload.
+//!
+//! ```text
+//! cargo bench -p doorbell-cli --bench sim_speed            # 1 000 000 posts
+//! DOORBELL_SIM_POSTS=200000 cargo bench -p doorbell-cli --bench sim_speed
+//! ```
+//!
+//! Prints simulated TLPs per wall-clock second, the wall time to simulate
+//! one million posts (scaled from the run), and the live runtime's post
+//! rate for the same workload (8-byte inline RDMA WRITEs, postlist 16, one
+//! in 16 signalled, one QP). Without `--bench` (as `cargo test` runs it) it
+//! does a short smoke run.
+
+use std::time::Instant;
+
+use doorbell_cli::seed::{SeedConfig, SeedOptions};
+use doorbell_sim::{Op, Profile, Workload};
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let posts: u64 = std::env::var("DOORBELL_SIM_POSTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if bench { 1_000_000 } else { 20_000 });
+    let profile = Profile::builtin("connectib-haswell")
+        .expect("built in")
+        .expect("valid");
+    let w = Workload {
+        op: Op::Write,
+        size: 8,
+        inline_threshold: 8,
+        postlist: 16,
+        signal_every: 16,
+        blueflame: true,
+        iters: posts,
+        tx_depth: 256,
+        ..Workload::default()
+    };
+    let t = Instant::now();
+    let r = w.run(&profile).expect("the workload runs");
+    let wall = t.elapsed().as_secs_f64();
+    // Every TLP the run simulated, on both hosts' links, both directions.
+    let tlps = r.tlps as f64;
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!("| posts simulated | {posts} |");
+    println!("| simulated time | {:.3} ms |", r.simulated_ns / 1e6);
+    println!("| events | {} |", r.events);
+    println!("| wall time | {wall:.3} s |");
+    println!("| simulated TLPs (both links) | {tlps:.0} |");
+    println!(
+        "| simulated TLPs per wall second | {:.2} M |",
+        tlps / wall / 1e6
+    );
+    println!(
+        "| wall time per million posts | {:.3} s |",
+        wall / posts as f64 * 1e6
+    );
+    println!(
+        "| simulated posts per wall second | {:.3} M |",
+        posts as f64 / wall / 1e6
+    );
+    // The live runtime on the same workload: the seed's postlist row runs
+    // 8-byte WRITEs in postlists of 16 through two live NICs.
+    let live_posts = (posts / 10).clamp(1_024, 100_000) as u32;
+    let o = SeedOptions {
+        posts: live_posts,
+        postlist: 16,
+        signal_every: 16,
+        ..SeedOptions::default()
+    };
+    let t = Instant::now();
+    doorbell_cli::seed::measure(SeedConfig::Postlist(16), &o).expect("the live run works");
+    let live = t.elapsed().as_secs_f64();
+    println!(
+        "| live runtime posts per wall second | {:.3} M |",
+        f64::from(live_posts) / live / 1e6
+    );
+    println!(
+        "| simulator / live | {:.2}x |",
+        (posts as f64 / wall) / (f64::from(live_posts) / live)
+    );
+}
