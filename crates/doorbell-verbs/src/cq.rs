@@ -233,6 +233,7 @@ impl Cq {
         let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut n = 0;
         let mut buf = [0u8; CQE_LEN];
+        let start = st.cons_index;
         while n < wc.len() {
             let ci = st.cons_index;
             let slot = ci & (inner.ncqe - 1);
@@ -250,7 +251,8 @@ impl Cq {
                 n += 1;
             }
         }
-        if st.cons_index != 0 || n > 0 {
+        // The record is written once per call, and only if CQEs were taken.
+        if st.cons_index != start {
             let addr = HostAddr::new(inner.dbr.get() + (dbr::CQ_SET_CI * 4) as u64);
             mem.write_be32(addr, st.cons_index & 0x00ff_ffff)?;
         }
