@@ -129,6 +129,11 @@ pub struct NicConfig {
     pub caps: DeviceCaps,
     /// Processing costs (all zero: work takes no time of its own).
     pub timing: NicTiming,
+    /// UDP source port of every frame. `None`: per QP, `0xC000 | (qpn &
+    /// 0x3fff)`, as rxe picks flow entropy. A port that sends through a UDP
+    /// socket sets the socket's own port here, since the ICRC covers the
+    /// source port the kernel writes.
+    pub udp_src_port: Option<u16>,
 }
 
 impl NicConfig {
@@ -138,6 +143,7 @@ impl NicConfig {
             ipv4,
             caps: DeviceCaps::default(),
             timing: NicTiming::default(),
+            udp_src_port: None,
         }
     }
 
@@ -209,38 +215,89 @@ pub enum NicEvent {
     QpFatal(Qpn),
 }
 
-/// What the device counted, as the kernel's RDMA `hw_counters` name them
-/// where one exists.
+/// What the device counted. Where the kernel's RDMA `hw_counters` (mlx5's
+/// q counters, `drivers/infiniband/hw/mlx5/counters.c`) have a counter for
+/// the same event, the field has its name and meaning; [`Self::hw_counters`]
+/// lists them under those names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NicCounters {
-    /// Frames sent.
+    /// Frames sent, retransmissions included.
     pub tx_packets: u64,
+    /// Request packets sent again by go-back-N (after a NAK, a timeout, an
+    /// RNR wait or an implied NAK); READ and atomic requests included.
+    pub tx_retransmits: u64,
     /// Frames received and accepted for processing.
     pub rx_packets: u64,
-    /// Frames dropped for a bad ICRC (`rx_icrc_encapsulated`-like).
+    /// Frames dropped for a bad ICRC (`rx_icrc_encapsulated`).
     pub rx_icrc_errors: u64,
     /// Frames dropped as malformed, or for an unknown or unready QP.
     pub rx_dropped: u64,
-    /// Requests that arrived ahead of the expected PSN (`out_of_sequence`).
+    /// Responder: request packets that arrived ahead of the expected PSN and
+    /// were dropped (`out_of_sequence`).
     pub out_of_sequence: u64,
-    /// PSN-sequence-error NAKs received (`packet_seq_err`).
+    /// Requester: PSN-sequence-error NAKs received (`packet_seq_err`).
     pub packet_seq_err: u64,
-    /// Duplicate requests received (`duplicate_request`).
+    /// Requester: READ or atomic responses found missing because a later
+    /// PSN was answered first, and asked for again (`implied_nak_seq_err`).
+    pub implied_nak_seq_err: u64,
+    /// Responder: requests received again after they were executed
+    /// (`duplicate_request`).
     pub duplicate_request: u64,
-    /// ACK timeouts (`local_ack_timeout_err`).
+    /// Requester: ACK timeouts that led to a retry, that is with retries
+    /// left (`local_ack_timeout_err`).
     pub local_ack_timeout_err: u64,
-    /// RNR NAKs received and retried (`rnr_nak_retry_err`).
+    /// Requester: RNR NAKs received and retried, that is with RNR retries
+    /// left (`rnr_nak_retry_err`).
     pub rnr_nak_retry_err: u64,
-    /// RNR NAKs sent for want of a receive WQE.
+    /// Responder: RNR NAKs sent for want of a receive WQE.
     pub rnr_nak_sent: u64,
-    /// Transport retries exhausted (`req_transport_retries_exceeded`).
+    /// Responder: messages that found no receive WQE: RNR NAKs sent, and UD
+    /// datagrams dropped (`out_of_buffer`).
+    pub out_of_buffer: u64,
+    /// Requester: ACK timeouts or PSN-sequence NAKs with no retry left; the
+    /// WQE completed with transport retry exceeded, syndrome 0x15
+    /// (`req_transport_retries_exceeded`).
     pub req_transport_retries_exceeded: u64,
-    /// RNR retries exhausted (`req_rnr_retries_exceeded`).
+    /// Requester: RNR NAKs with no RNR retry left; the WQE completed with
+    /// RNR retry exceeded, syndrome 0x16 (`req_rnr_retries_exceeded`).
     pub req_rnr_retries_exceeded: u64,
+    /// Responder: RDMA WRITE requests executed (`rx_write_requests`).
+    pub rx_write_requests: u64,
+    /// Responder: RDMA READ requests executed, duplicates included
+    /// (`rx_read_requests`).
+    pub rx_read_requests: u64,
+    /// Responder: atomic requests executed (`rx_atomic_requests`); replays
+    /// from the response cache are not executions.
+    pub rx_atomic_requests: u64,
     /// Doorbells dropped: unknown QP, or a UAR the QP does not own.
     pub bad_doorbells: u64,
     /// Doorbells for a QP not in a state that sends.
     pub doorbells_not_ready: u64,
+}
+
+impl NicCounters {
+    /// The counters the kernel's mlx5 driver also has, under its names (as
+    /// `/sys/class/infiniband/*/ports/1/hw_counters/*` shows them).
+    pub fn hw_counters(&self) -> [(&'static str, u64); 13] {
+        [
+            ("duplicate_request", self.duplicate_request),
+            ("implied_nak_seq_err", self.implied_nak_seq_err),
+            ("local_ack_timeout_err", self.local_ack_timeout_err),
+            ("out_of_buffer", self.out_of_buffer),
+            ("out_of_sequence", self.out_of_sequence),
+            ("packet_seq_err", self.packet_seq_err),
+            ("req_rnr_retries_exceeded", self.req_rnr_retries_exceeded),
+            (
+                "req_transport_retries_exceeded",
+                self.req_transport_retries_exceeded,
+            ),
+            ("rnr_nak_retry_err", self.rnr_nak_retry_err),
+            ("rx_atomic_requests", self.rx_atomic_requests),
+            ("rx_icrc_encapsulated", self.rx_icrc_errors),
+            ("rx_read_requests", self.rx_read_requests),
+            ("rx_write_requests", self.rx_write_requests),
+        ]
+    }
 }
 
 /// BlueFlame chunks collected for one buffer of one bfreg.

@@ -75,12 +75,26 @@ pub(crate) struct Qp {
     pub(crate) rq_ci: u16,
     pub(crate) rq_pi: u16,
     // Requester.
+    /// PSN the next new message starts at.
     pub(crate) next_psn: Psn,
+    /// One past the highest PSN ever transmitted: ACKs beyond it are forged.
+    pub(crate) high_psn: Psn,
+    /// The highest PSN the responder has acknowledged (explicitly, or
+    /// implicitly by a NAK, a READ response or an atomic ACK); the send
+    /// window starts right after it.
+    pub(crate) ack_psn: Psn,
+    /// Messages executed and not yet completed, in posting order.
     pub(crate) outstanding: VecDeque<SentMsg>,
     pub(crate) retry_left: u8,
     pub(crate) rnr_left: u8,
     pub(crate) ack_deadline: Option<Instant>,
     pub(crate) rnr_resume: Option<(Instant, Psn)>,
+    /// The PSN a PSN-sequence NAK last made us go back to; a copy of that
+    /// NAK before any progress is ignored.
+    pub(crate) nak_retry_psn: Option<Psn>,
+    /// The READ/atomic PSN last asked for again because its responses were
+    /// missing (implied NAK); once per position.
+    pub(crate) implied_psn: Option<Psn>,
     // Responder.
     pub(crate) epsn: Psn,
     pub(crate) msn: u32,
@@ -209,11 +223,15 @@ impl Qp {
             rq_ci: 0,
             rq_pi: 0,
             next_psn: Psn::new(0),
+            high_psn: Psn::new(0),
+            ack_psn: Psn::new(Psn::MASK),
             outstanding: VecDeque::new(),
             retry_left: 0,
             rnr_left: 0,
             ack_deadline: None,
             rnr_resume: None,
+            nak_retry_psn: None,
+            implied_psn: None,
             epsn: Psn::new(0),
             msn: 0,
             recv_ip: None,
@@ -273,6 +291,8 @@ impl Qp {
         }
         if let Some(psn) = a.sq_psn {
             self.next_psn = psn;
+            self.high_psn = psn;
+            self.ack_psn = psn.add(Psn::MASK);
         }
         if to == QpState::Rts {
             self.retry_left = self.attrs.retry_cnt.unwrap_or(7);

@@ -256,6 +256,7 @@ fn ud_receive<D: Dma>(
         Ok(None) => {
             // UD has no RNR: the datagram is dropped.
             ctx.out.counters.rx_dropped += 1;
+            ctx.out.counters.out_of_buffer += 1;
             return;
         }
         Err(()) => {
@@ -367,6 +368,7 @@ fn inbound_send<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut 
             }
             Ok(None) => {
                 ctx.out.counters.rnr_nak_sent += 1;
+                ctx.out.counters.out_of_buffer += 1;
                 let timer = qp.attrs.min_rnr_timer.unwrap_or(0);
                 send_aeth(qp, ctx, bth.psn, AethSyndrome::RnrNak { timer });
                 return;
@@ -485,6 +487,7 @@ fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
             Ok(Some(r)) => Some(r),
             Ok(None) => {
                 ctx.out.counters.rnr_nak_sent += 1;
+                ctx.out.counters.out_of_buffer += 1;
                 let timer = qp.attrs.min_rnr_timer.unwrap_or(0);
                 send_aeth(qp, ctx, bth.psn, AethSyndrome::RnrNak { timer });
                 if !first {
@@ -519,6 +522,7 @@ fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
     qp.epsn = qp.epsn.add(1);
     if last {
         qp.msn = (qp.msn + 1) & 0x00ff_ffff;
+        ctx.out.counters.rx_write_requests += 1;
         if let Some(r) = recv {
             let imm = repr.ext.immdt.map(|i| i.imm);
             recv_cqe(
@@ -582,6 +586,7 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
     }
     let mtu = qp.mtu() as usize;
     let n = data.len().div_ceil(mtu).max(1) as u32;
+    ctx.out.counters.rx_read_requests += 1;
     if fresh {
         qp.msn = (qp.msn + 1) & 0x00ff_ffff;
         qp.epsn = qp.epsn.add(n);
@@ -671,6 +676,7 @@ fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
     }
     ctx.charge(ctx.cfg.timing.atomic);
     ctx.atomic_free.insert(bucket, ctx.t);
+    ctx.out.counters.rx_atomic_requests += 1;
     qp.msn = (qp.msn + 1) & 0x00ff_ffff;
     qp.epsn = qp.epsn.add(1);
     if qp.atomic_replay.len() == ATOMIC_REPLAY_DEPTH {

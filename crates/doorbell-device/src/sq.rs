@@ -19,8 +19,13 @@ use crate::mkey::KeyError;
 use crate::qp::{Qp, QpState, QpType, RNR_TIMER_US};
 use crate::{Ctx, Frame, NicEvent};
 
-/// Packets after which a long message asks for an ACK anyway.
+/// Packets after which a long message asks for an ACK anyway
+/// (rxe's `RXE_MAX_PKT_PER_ACK`).
 const ACK_EVERY_PACKETS: u32 = 64;
+/// PSNs that may be in flight past the last acknowledged one (rxe's
+/// `RXE_MAX_UNACKED_PSNS`). A READ counts all the PSNs its responses use,
+/// but its request may always go when it is the oldest thing unacknowledged.
+pub(crate) const MAX_UNACKED_PSNS: u32 = 128;
 /// Largest message, 2^31 bytes.
 const MAX_MSG_LEN: u64 = 1 << 31;
 
@@ -54,14 +59,23 @@ pub(crate) struct SentMsg {
     pub(crate) payload: Payload,
     pub(crate) len: u64,
     pub(crate) first_psn: Psn,
+    /// PSNs the message uses: its packets, or for a READ its responses; 0
+    /// for a NOP, which only keeps its place in the completion order.
     pub(crate) npsn: u32,
+    /// Packets of this message sent in the current pass (go-back-N sets it
+    /// back). A READ or atomic has one request packet: `npsn` once sent.
+    pub(crate) sent: u32,
     /// READ response bytes already placed.
     pub(crate) done_bytes: u64,
 }
 
 impl SentMsg {
     fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npsn - 1)
+        self.first_psn.add(self.npsn.wrapping_sub(1))
+    }
+
+    fn is_sent(&self) -> bool {
+        self.sent >= self.npsn
     }
 
     fn is_read_or_atomic(&self) -> bool {
@@ -255,6 +269,9 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
             return;
         }
     }
+    if qp.state == QpState::Rts && qp.p.qp_type == QpType::Rc {
+        send_or_fail(qp, ctx);
+    }
 }
 
 /// Steps over the malformed WQE at the consumer index, taken as `n`
@@ -354,21 +371,38 @@ fn key_syndrome(_: KeyError) -> Syndrome {
     Syndrome::LocalProtErr
 }
 
-/// Reads a message's payload from host memory (one DMA per contiguous run).
-fn gather<D: Dma>(qp: &Qp, p: &Payload, ctx: &mut Ctx<'_, D>) -> Result<Vec<u8>, Syndrome> {
+/// Reads bytes `offset..offset + len` of a message's payload from host
+/// memory (one DMA per contiguous run).
+fn gather<D: Dma>(
+    qp: &Qp,
+    p: &Payload,
+    offset: u64,
+    len: u64,
+    ctx: &mut Ctx<'_, D>,
+) -> Result<Vec<u8>, Syndrome> {
+    let end = offset.checked_add(len).ok_or(Syndrome::LocalLengthErr)?;
+    if end > payload_len(p) || len > MAX_MSG_LEN {
+        return Err(Syndrome::LocalLengthErr);
+    }
     match p {
-        Payload::Inline(v) => Ok(v.clone()),
+        Payload::Inline(v) => Ok(v[offset as usize..end as usize].to_vec()),
         Payload::Sges(sges) => {
-            let total = payload_len(p);
-            if total > MAX_MSG_LEN {
-                return Err(Syndrome::LocalLengthErr);
-            }
-            let mut buf = vec![0u8; total as usize];
+            let mut buf = vec![0u8; len as usize];
             let mut at = 0usize;
+            let mut skip = offset;
             let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
             for s in sges {
+                if at == buf.len() {
+                    break;
+                }
+                let sl = u64::from(s.len);
+                if skip >= sl {
+                    skip -= sl;
+                    continue;
+                }
+                let n = (sl - skip).min((buf.len() - at) as u64);
                 let mut dma_ok = true;
-                let dst = &mut buf[at..at + s.len as usize];
+                let dst = &mut buf[at..at + n as usize];
                 let dma = &mut *ctx.dma;
                 let t = &mut ctx.t;
                 ctx.mkeys
@@ -376,15 +410,15 @@ fn gather<D: Dma>(qp: &Qp, p: &Payload, ctx: &mut Ctx<'_, D>) -> Result<Vec<u8>,
                         doorbell_types::Mkey::from_raw(s.lkey),
                         qp.p.pd,
                         0,
-                        s.addr,
-                        s.len.into(),
-                        |h, n, o| {
+                        s.addr + skip,
+                        n,
+                        |h, b, o| {
                             dma_ok &= crate::dma_read(
                                 dma,
                                 t,
                                 tag,
                                 h,
-                                &mut dst[o as usize..(o + n) as usize],
+                                &mut dst[o as usize..(o + b) as usize],
                             );
                         },
                     )
@@ -392,7 +426,8 @@ fn gather<D: Dma>(qp: &Qp, p: &Payload, ctx: &mut Ctx<'_, D>) -> Result<Vec<u8>,
                 if !dma_ok {
                     return Err(Syndrome::LocalProtErr);
                 }
-                at += s.len as usize;
+                at += n as usize;
+                skip = 0;
             }
             Ok(buf)
         }
@@ -419,6 +454,35 @@ fn check_local_write<D: Dma>(qp: &Qp, p: &Payload, ctx: &Ctx<'_, D>) -> Result<(
     Ok(())
 }
 
+/// Checks that the device may read the local buffers of a SEND or WRITE
+/// (the data itself is read when its packets go out).
+fn check_local_read<D: Dma>(
+    qp: &Qp,
+    p: &Payload,
+    len: u64,
+    ctx: &Ctx<'_, D>,
+) -> Result<(), Syndrome> {
+    if len > MAX_MSG_LEN {
+        return Err(Syndrome::LocalLengthErr);
+    }
+    let Payload::Sges(sges) = p else {
+        return Ok(());
+    };
+    for s in sges {
+        ctx.mkeys
+            .translate(
+                doorbell_types::Mkey::from_raw(s.lkey),
+                qp.p.pd,
+                0,
+                s.addr,
+                s.len.into(),
+                |_, _, _| {},
+            )
+            .map_err(key_syndrome)?;
+    }
+    Ok(())
+}
+
 type WqeFailure = (u16, WqeOpcode, Syndrome);
 
 fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), WqeFailure> {
@@ -426,34 +490,32 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), W
     let signaled = w.fm_ce_se & wqe::ctrl_flags::CE_MASK == wqe::ctrl_flags::CQ_UPDATE;
     let len = payload_len(&w.payload);
     let mtu = u64::from(qp.mtu());
-    let (payload, npsn) = match w.opcode {
-        WqeOpcode::Nop => {
-            if signaled {
-                complete(qp, w.index, w.opcode, 0, ctx);
-            }
-            return Ok(());
-        }
+    let npsn = match w.opcode {
+        // A NOP uses no PSN; it completes in its turn, after everything
+        // posted before it.
+        WqeOpcode::Nop => 0,
         WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => {
-            let data = gather(qp, &w.payload, ctx).map_err(fail)?;
-            (data, len.div_ceil(mtu).max(1) as u32)
+            check_local_read(qp, &w.payload, len, ctx).map_err(fail)?;
+            len.div_ceil(mtu).max(1) as u32
         }
         WqeOpcode::RdmaRead => {
             if len > MAX_MSG_LEN {
                 return Err(fail(Syndrome::LocalLengthErr));
             }
             check_local_write(qp, &w.payload, ctx).map_err(fail)?;
-            (Vec::new(), len.div_ceil(mtu).max(1) as u32)
+            len.div_ceil(mtu).max(1) as u32
         }
         WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
             if len != 8 {
                 return Err(fail(Syndrome::LocalLengthErr));
             }
             check_local_write(qp, &w.payload, ctx).map_err(fail)?;
-            (Vec::new(), 1)
+            1
         }
         _ => return Err(fail(Syndrome::LocalQpOpErr)),
     };
-    let msg = SentMsg {
+    let _ = w.wqebbs;
+    qp.outstanding.push_back(SentMsg {
         wqe_index: w.index,
         opcode: w.opcode,
         signaled,
@@ -467,16 +529,15 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), W
         len,
         first_psn: qp.next_psn,
         npsn,
+        sent: 0,
         done_bytes: 0,
-    };
-    let _ = w.wqebbs;
-    transmit(qp, &msg, 0, &payload, ctx);
+    });
     qp.next_psn = qp.next_psn.add(npsn);
-    qp.outstanding.push_back(msg);
-    if qp.ack_deadline.is_none() {
-        qp.ack_deadline = qp.ack_timeout().map(|t| ctx.now.add(t));
+    if npsn == 0 {
+        retire(qp, ctx);
+        return Ok(());
     }
-    Ok(())
+    send_window(qp, ctx)
 }
 
 fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), WqeFailure> {
@@ -488,7 +549,7 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), W
     if payload_len(&w.payload) > u64::from(ctx.cfg.caps.max_mtu) {
         return Err(fail(Syndrome::LocalLengthErr));
     }
-    let data = gather(qp, &w.payload, ctx).map_err(fail)?;
+    let data = gather(qp, &w.payload, 0, payload_len(&w.payload), ctx).map_err(fail)?;
     let with_imm = w.opcode == WqeOpcode::SendImm;
     let opcode = if with_imm {
         BthOpcode::UdSendOnlyWithImmediate
@@ -533,7 +594,10 @@ pub(crate) fn emit<D: Dma>(
 ) {
     let repr = RoceRepr {
         ip: RoceIp::v4(ctx.cfg.ipv4, dst),
-        src_port: 0xc000 | (qp.qpn.get() & 0x3fff) as u16,
+        src_port: ctx
+            .cfg
+            .udp_src_port
+            .unwrap_or(0xc000 | (qp.qpn.get() & 0x3fff) as u16),
         bth,
         ext,
     };
@@ -556,9 +620,98 @@ pub(crate) fn peer_ip(qp: &Qp) -> Option<[u8; 4]> {
         .and_then(|av| doorbell_wire::Gid::new(av.dgid).to_ipv4())
 }
 
-/// Sends the packets of `msg` from packet `from` on.
-fn transmit<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, payload: &[u8], ctx: &mut Ctx<'_, D>) {
-    let Some(dst) = peer_ip(qp) else { return };
+/// Sends what the window allows of the outstanding messages: packets not
+/// yet sent in this pass, while they stay within [`MAX_UNACKED_PSNS`] of
+/// the oldest unacknowledged PSN. Payload is read from host memory for the
+/// packets that go, so a long message is read as its window moves.
+///
+/// An error reading the payload is returned for [`fail_wqe`].
+fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Result<(), WqeFailure> {
+    if qp.state != QpState::Rts || qp.rnr_resume.is_some() {
+        return Ok(());
+    }
+    let una = qp.ack_psn.add(1);
+    let mtu = u64::from(qp.mtu());
+    let mut sent_any = false;
+    for i in 0..qp.outstanding.len() {
+        let m = &qp.outstanding[i];
+        if m.is_sent() {
+            continue;
+        }
+        let rd_atomic = m.is_read_or_atomic();
+        // SENDs and WRITEs the responder has already acknowledged (behind a
+        // READ still waiting for its data) are not sent again.
+        if !rd_atomic && m.last_psn().precedes(una) {
+            qp.outstanding[i].sent = m.npsn;
+            continue;
+        }
+        let mut from = if m.opcode == WqeOpcode::RdmaRead {
+            (m.done_bytes / mtu) as u32
+        } else {
+            m.sent
+        };
+        if !rd_atomic && m.first_psn.add(from).precedes(una) {
+            from = una.diff(m.first_psn) as u32;
+        }
+        let psn = m.first_psn.add(from);
+        let room = i64::from(MAX_UNACKED_PSNS) - i64::from(psn.diff(una));
+        if room <= 0 {
+            break;
+        }
+        let to = if rd_atomic {
+            m.npsn
+        } else {
+            m.npsn.min(from.saturating_add(room as u32))
+        };
+        let payload = if rd_atomic {
+            Vec::new()
+        } else {
+            let start = u64::from(from) * mtu;
+            let end = (u64::from(to) * mtu).min(m.len);
+            gather(qp, &m.payload, start, end.saturating_sub(start), ctx)
+                .map_err(|s| (m.wqe_index, m.opcode, s))?
+        };
+        let m = &qp.outstanding[i];
+        let count = transmit(qp, m, from, to, &payload, ctx);
+        let end = psn.add(if rd_atomic { m.npsn - from } else { to - from });
+        let old_high = qp.high_psn;
+        let resent = old_high.diff(psn).clamp(0, count as i32) as u64;
+        ctx.out.counters.tx_retransmits += resent;
+        if end.diff(old_high) > 0 {
+            qp.high_psn = end;
+        }
+        qp.outstanding[i].sent = to;
+        sent_any = true;
+        if to < qp.outstanding[i].npsn {
+            break;
+        }
+    }
+    if sent_any && qp.ack_deadline.is_none() {
+        qp.ack_deadline = qp.ack_timeout().map(|t| ctx.now.add(t));
+    }
+    Ok(())
+}
+
+/// [`send_window`], completing the message whose payload cannot be read
+/// in error.
+fn send_or_fail<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    if let Err((index, opcode, s)) = send_window(qp, ctx) {
+        fail_wqe(qp, index, opcode, s, ctx);
+    }
+}
+
+/// Sends packets `from..to` of `msg`, whose bytes from packet `from` on
+/// are `payload`; a READ is asked for from response `from` on. Returns the
+/// number of packets sent.
+fn transmit<D: Dma>(
+    qp: &Qp,
+    msg: &SentMsg,
+    from: u32,
+    to: u32,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> u32 {
+    let Some(dst) = peer_ip(qp) else { return 0 };
     let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
     let mtu = qp.mtu() as usize;
     match msg.opcode {
@@ -575,6 +728,7 @@ fn transmit<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, payload: &[u8], ctx: &mut
                 ..ExtHeaders::default()
             };
             emit(qp, ctx, dst, bth, ext, &[]);
+            1
         }
         WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
             let op = if msg.opcode == WqeOpcode::AtomicCs {
@@ -594,16 +748,20 @@ fn transmit<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, payload: &[u8], ctx: &mut
                 ..ExtHeaders::default()
             };
             emit(qp, ctx, dst, bth, ext, &[]);
+            1
         }
         _ => {
             let is_write = matches!(msg.opcode, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
             let has_imm = matches!(msg.opcode, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
             let n = msg.npsn;
-            for i in from..n {
+            for i in from..to {
                 let (first, last) = (i == 0, i + 1 == n);
                 let op = request_opcode(is_write, has_imm, first, last);
                 let mut bth = BthRepr::new(op, dqpn, msg.first_psn.add(i));
-                bth.ack_req = last || (i - from) % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1;
+                // An ACK for the last packet, every ACK_EVERY_PACKETS inside
+                // a long message, and where the window closes, so that an
+                // ACK always comes back to open it again.
+                bth.ack_req = last || i % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1 || i + 1 == to;
                 bth.solicited = last && msg.solicited;
                 let ext = ExtHeaders {
                     reth: (is_write && first).then_some(RethRepr {
@@ -614,10 +772,11 @@ fn transmit<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, payload: &[u8], ctx: &mut
                     immdt: (has_imm && last).then_some(ImmDtRepr { imm: msg.imm }),
                     ..ExtHeaders::default()
                 };
-                let start = (i as usize * mtu).min(payload.len());
-                let end = ((i as usize + 1) * mtu).min(payload.len());
+                let start = ((i - from) as usize * mtu).min(payload.len());
+                let end = ((i - from + 1) as usize * mtu).min(payload.len());
                 emit(qp, ctx, dst, bth, ext, &payload[start..end]);
             }
+            to - from
         }
     }
 }
@@ -751,28 +910,76 @@ pub(crate) fn flush<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     qp.rnr_resume = None;
 }
 
-/// Retires messages the responder has acknowledged up to and including
-/// `psn`; READs and atomics retire only on their responses.
-fn ack_upto<D: Dma>(qp: &mut Qp, psn: Psn, inclusive: bool, ctx: &mut Ctx<'_, D>) {
-    let mut progress = false;
-    while let Some(m) = qp.outstanding.front() {
-        let d = m.last_psn().diff(psn);
-        if m.is_read_or_atomic() || d > 0 || (d == 0 && !inclusive) {
+/// The PSN before `psn`.
+fn prev(psn: Psn) -> Psn {
+    psn.add(Psn::MASK)
+}
+
+/// Takes the responder's word that everything up to and including `psn`
+/// arrived. Returns false for a PSN never sent (a forged or stale answer),
+/// which changes nothing. Progress restarts the ACK timer and refills the
+/// retry counters.
+fn note_ack<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> bool {
+    if !psn.precedes(qp.high_psn) {
+        return false;
+    }
+    if psn.diff(qp.ack_psn) > 0 {
+        qp.ack_psn = psn;
+        made_progress(qp, ctx);
+    }
+    true
+}
+
+/// Completes, in posting order, the messages at the head that the
+/// responder has acknowledged. A READ or atomic at the head completes only
+/// with its response: if the responder has acknowledged a later PSN, its
+/// response was lost and it is asked for again (an implied NAK, once per
+/// position).
+fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    let mtu = u64::from(qp.mtu());
+    while let Some(m) = qp.outstanding.front_mut() {
+        if m.npsn == 0 {
+            let m = qp.outstanding.pop_front().expect("front exists");
+            if m.signaled {
+                complete(qp, m.wqe_index, m.opcode, 0, ctx);
+            }
+            continue;
+        }
+        if m.is_read_or_atomic() {
+            if m.is_sent() && qp.ack_psn.diff(m.last_psn()) >= 0 {
+                let expect = if m.opcode == WqeOpcode::RdmaRead {
+                    m.first_psn.add((m.done_bytes / mtu) as u32)
+                } else {
+                    m.first_psn
+                };
+                if qp.implied_psn != Some(expect) {
+                    qp.implied_psn = Some(expect);
+                    m.sent = 0;
+                    ctx.out.counters.implied_nak_seq_err += 1;
+                }
+            }
+            break;
+        }
+        let d = m.last_psn().diff(qp.ack_psn);
+        if d > 0 {
+            // Partly acknowledged: never send the acknowledged part again.
+            let acked = qp.ack_psn.diff(m.first_psn) + 1;
+            if acked > 0 {
+                m.sent = m.sent.max(acked as u32);
+            }
             break;
         }
         let m = qp.outstanding.pop_front().expect("front exists");
         if m.signaled {
             complete(qp, m.wqe_index, m.opcode, 0, ctx);
         }
-        progress = true;
-    }
-    if progress {
-        made_progress(qp, ctx);
     }
 }
 
 fn made_progress<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     qp.retry_left = qp.attrs.retry_cnt.unwrap_or(7);
+    qp.rnr_left = qp.attrs.rnr_retry.unwrap_or(7);
+    qp.nak_retry_psn = None;
     qp.ack_deadline = if qp.outstanding.is_empty() {
         None
     } else {
@@ -796,32 +1003,13 @@ pub(crate) fn handle_response<D: Dma>(
         BthOpcode::RcAck => {
             let Some(aeth) = repr.ext.aeth else { return };
             match aeth.syndrome {
-                AethSyndrome::Ack { .. } => ack_upto(qp, psn, true, ctx),
-                AethSyndrome::RnrNak { timer } => {
-                    ack_upto(qp, psn, false, ctx);
-                    if qp.rnr_left == 0 {
-                        ctx.out.counters.req_rnr_retries_exceeded += 1;
-                        fail_head(qp, Syndrome::RnrRetryExcErr, ctx);
-                        return;
-                    }
-                    if qp.rnr_left != 7 {
-                        qp.rnr_left -= 1;
-                    }
-                    ctx.out.counters.rnr_nak_retry_err += 1;
-                    let wait = doorbell_types::Duration::from_us(u64::from(
-                        RNR_TIMER_US[usize::from(timer & 31)],
-                    ));
-                    qp.rnr_resume = Some((ctx.now.add(wait), psn));
-                    qp.ack_deadline = None;
+                AethSyndrome::Ack { .. } => {
+                    note_ack(qp, psn, ctx);
                 }
+                AethSyndrome::RnrNak { timer } => rnr_nak(qp, psn, timer, ctx),
                 AethSyndrome::Nak(NakCode::PsnSeqErr) => {
                     ctx.out.counters.packet_seq_err += 1;
-                    ack_upto(qp, psn, false, ctx);
-                    // During an RNR wait the packets after the refused one
-                    // arrive out of sequence; the RNR timer resends them.
-                    if qp.rnr_resume.is_none() {
-                        retransmit_from(qp, psn, ctx);
-                    }
+                    psn_seq_nak(qp, psn, ctx);
                 }
                 AethSyndrome::Nak(code) => {
                     let s = match code {
@@ -829,8 +1017,10 @@ pub(crate) fn handle_response<D: Dma>(
                         NakCode::RemoteAccessErr => Syndrome::RemoteAccessErr,
                         _ => Syndrome::RemoteOpErr,
                     };
-                    ack_upto(qp, psn, false, ctx);
-                    fail_head(qp, s, ctx);
+                    if note_ack(qp, prev(psn), ctx) {
+                        retire(qp, ctx);
+                        fail_head(qp, s, ctx);
+                    }
                 }
             }
         }
@@ -838,79 +1028,152 @@ pub(crate) fn handle_response<D: Dma>(
         | BthOpcode::RcRdmaReadResponseMiddle
         | BthOpcode::RcRdmaReadResponseLast
         | BthOpcode::RcRdmaReadResponseOnly => read_response(qp, repr, payload, ctx),
-        BthOpcode::RcAtomicAck => {
-            // Everything before the atomic is implicitly acknowledged.
-            ack_upto(qp, psn, false, ctx);
-            let Some(m) = qp.outstanding.front() else {
-                return;
-            };
-            if !matches!(m.opcode, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa) || m.first_psn != psn
-            {
-                return;
-            }
-            let Some(orig) = repr.ext.atomic_ack_eth.map(|a| a.orig) else {
-                return;
-            };
-            let m = qp.outstanding.pop_front().expect("front exists");
-            if let Err(s) = place(qp, &m.payload, 0, &orig.to_le_bytes(), ctx) {
-                fail_wqe(qp, m.wqe_index, m.opcode, s, ctx);
-                return;
-            }
-            if m.signaled {
-                complete(qp, m.wqe_index, m.opcode, 8, ctx);
-            }
-            made_progress(qp, ctx);
-            pump(qp, ctx);
-        }
+        BthOpcode::RcAtomicAck => atomic_ack(qp, repr, ctx),
         _ => ctx.out.counters.rx_dropped += 1,
     }
     if qp.state == QpState::Rts {
+        retire(qp, ctx);
         pump(qp, ctx);
     }
 }
 
-fn read_response<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut Ctx<'_, D>) {
+/// An RNR NAK for `psn`: everything before it arrived; wait the timer the
+/// responder names, then send again from `psn`.
+fn rnr_nak<D: Dma>(qp: &mut Qp, psn: Psn, timer: u8, ctx: &mut Ctx<'_, D>) {
+    if !note_ack(qp, prev(psn), ctx) {
+        return;
+    }
+    if qp.rnr_resume.is_some_and(|(_, p)| p == psn) {
+        // A copy of the NAK that started the wait.
+        return;
+    }
+    retire(qp, ctx);
+    if qp.rnr_left == 0 {
+        ctx.out.counters.req_rnr_retries_exceeded += 1;
+        fail_head(qp, Syndrome::RnrRetryExcErr, ctx);
+        return;
+    }
+    if qp.rnr_left != 7 {
+        qp.rnr_left -= 1;
+    }
+    ctx.out.counters.rnr_nak_retry_err += 1;
+    let wait = doorbell_types::Duration::from_us(u64::from(RNR_TIMER_US[usize::from(timer & 31)]));
+    qp.rnr_resume = Some((ctx.now.add(wait), psn));
+    qp.ack_deadline = None;
+}
+
+/// A PSN-sequence-error NAK: the responder has everything before `psn` and
+/// dropped what came after a gap; go back to `psn` (once per NAK, and not
+/// during an RNR wait, whose timer resends anyway). Retries count against
+/// `retry_cnt` as timeouts do.
+fn psn_seq_nak<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) {
+    if !note_ack(qp, prev(psn), ctx) {
+        return;
+    }
+    retire(qp, ctx);
+    if qp.rnr_resume.is_some() || qp.nak_retry_psn == Some(psn) || qp.outstanding.is_empty() {
+        return;
+    }
+    if qp.retry_left == 0 {
+        ctx.out.counters.req_transport_retries_exceeded += 1;
+        fail_head(qp, Syndrome::TransportRetryExcErr, ctx);
+        return;
+    }
+    qp.retry_left -= 1;
+    qp.nak_retry_psn = Some(psn);
+    retransmit_from(qp, psn, ctx);
+}
+
+fn atomic_ack<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
     let psn = repr.bth.psn;
-    ack_upto(qp, psn, false, ctx);
-    let mtu = u64::from(qp.mtu());
+    // Everything before the atomic is implicitly acknowledged.
+    if !note_ack(qp, prev(psn), ctx) {
+        return;
+    }
+    retire(qp, ctx);
     let Some(m) = qp.outstanding.front() else {
         return;
     };
-    if m.opcode != WqeOpcode::RdmaRead || !m.contains(psn) {
+    if !matches!(m.opcode, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa) || m.first_psn != psn {
         return;
     }
-    // Only the next expected response is taken; anything else is a
-    // duplicate or follows a loss, and the retry timer recovers.
+    let Some(orig) = repr.ext.atomic_ack_eth.map(|a| a.orig) else {
+        return;
+    };
+    let m = qp.outstanding.pop_front().expect("front exists");
+    if let Err(s) = place(qp, &m.payload, 0, &orig.to_le_bytes(), ctx) {
+        fail_wqe(qp, m.wqe_index, m.opcode, s, ctx);
+        return;
+    }
+    if m.signaled {
+        complete(qp, m.wqe_index, m.opcode, 8, ctx);
+    }
+    note_ack(qp, psn, ctx);
+    made_progress(qp, ctx);
+}
+
+/// A READ response. Only the next expected one is taken; one past a gap
+/// asks for the rest again from the gap (once per gap), and duplicates
+/// are dropped.
+fn read_response<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut Ctx<'_, D>) {
+    let psn = repr.bth.psn;
+    if !note_ack(qp, prev(psn), ctx) {
+        return;
+    }
+    retire(qp, ctx);
+    let mtu = u64::from(qp.mtu());
+    let Some(m) = qp.outstanding.front_mut() else {
+        return;
+    };
+    if m.opcode != WqeOpcode::RdmaRead || !m.contains(psn) || !m.is_sent() {
+        return;
+    }
     let expect = m.first_psn.add((m.done_bytes / mtu) as u32);
-    if psn != expect || m.done_bytes + payload.len() as u64 > m.len {
+    let ahead = psn.diff(expect);
+    if ahead > 0 {
+        if qp.implied_psn != Some(expect) {
+            qp.implied_psn = Some(expect);
+            m.sent = 0;
+            ctx.out.counters.implied_nak_seq_err += 1;
+        }
+        return;
+    }
+    if ahead < 0 {
+        return;
+    }
+    let last = matches!(
+        repr.bth.opcode,
+        BthOpcode::RcRdmaReadResponseLast | BthOpcode::RcRdmaReadResponseOnly
+    );
+    let (index, opcode) = (m.wqe_index, m.opcode);
+    let end = m.done_bytes + payload.len() as u64;
+    // Every response but the last carries exactly one MTU, and together
+    // they carry exactly the length asked for.
+    let bad = if last {
+        end != m.len
+    } else {
+        payload.len() as u64 != mtu || end >= m.len
+    };
+    if bad {
+        fail_wqe(qp, index, opcode, Syndrome::BadRespErr, ctx);
         return;
     }
     let offset = m.done_bytes;
-    let (index, opcode) = (m.wqe_index, m.opcode);
-    let payload_desc =
-        std::mem::replace(&mut qp.outstanding[0].payload, Payload::Inline(Vec::new()));
+    let payload_desc = std::mem::replace(&mut m.payload, Payload::Inline(Vec::new()));
     let placed = place(qp, &payload_desc, offset, payload, ctx);
     qp.outstanding[0].payload = payload_desc;
     if let Err(s) = placed {
         fail_wqe(qp, index, opcode, s, ctx);
         return;
     }
-    let m = &mut qp.outstanding[0];
-    m.done_bytes += payload.len() as u64;
-    let last = matches!(
-        repr.bth.opcode,
-        BthOpcode::RcRdmaReadResponseLast | BthOpcode::RcRdmaReadResponseOnly
-    );
+    qp.outstanding[0].done_bytes = end;
     if last {
-        if m.done_bytes != m.len {
-            fail_wqe(qp, index, opcode, Syndrome::BadRespErr, ctx);
-            return;
-        }
         let m = qp.outstanding.pop_front().expect("front exists");
         if m.signaled {
             complete(qp, m.wqe_index, m.opcode, m.len as u32, ctx);
         }
     }
+    note_ack(qp, psn, ctx);
     made_progress(qp, ctx);
 }
 
@@ -974,42 +1237,22 @@ fn fail_head<D: Dma>(qp: &mut Qp, s: Syndrome, ctx: &mut Ctx<'_, D>) {
     }
 }
 
-/// Go-back-N: sends again every packet from `psn` on.
+/// Go-back-N: marks every packet from `psn` on to be sent again, and every
+/// READ and atomic still waiting for its response to be asked for again
+/// (from the first READ response not yet received), then sends what the
+/// window allows and restarts the ACK timer.
 fn retransmit_from<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) {
-    let mtu = u64::from(qp.mtu());
-    let msgs = std::mem::take(&mut qp.outstanding);
-    let mut failed = None;
-    for m in &msgs {
-        if failed.is_some() || m.last_psn().precedes(psn) {
-            continue;
+    for m in qp.outstanding.iter_mut() {
+        if m.is_read_or_atomic() {
+            m.sent = 0;
+        } else if m.contains(psn) {
+            m.sent = m.sent.min(psn.diff(m.first_psn) as u32);
+        } else if !m.first_psn.precedes(psn) {
+            m.sent = 0;
         }
-        let from = if m.contains(psn) {
-            psn.diff(m.first_psn) as u32
-        } else {
-            0
-        };
-        let data = match m.opcode {
-            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => Ok(Vec::new()),
-            _ => gather(qp, &m.payload, ctx),
-        };
-        match data {
-            Ok(d) => transmit(qp, m, from, &d, ctx),
-            Err(s) => failed = Some((m.wqe_index, m.opcode, s)),
-        }
-    }
-    qp.outstanding = msgs;
-    for m in qp
-        .outstanding
-        .iter_mut()
-        .filter(|m| m.opcode == WqeOpcode::RdmaRead && m.contains(psn))
-    {
-        m.done_bytes = u64::from(psn.diff(m.first_psn) as u32) * mtu;
-    }
-    if let Some((index, opcode, s)) = failed {
-        fail_wqe(qp, index, opcode, s, ctx);
-        return;
     }
     qp.ack_deadline = qp.ack_timeout().map(|t| ctx.now.add(t));
+    send_or_fail(qp, ctx);
 }
 
 /// When this QP's next timer fires.
@@ -1035,23 +1278,17 @@ pub(crate) fn handle_timeout<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     if let Some(at) = qp.ack_deadline
         && at <= ctx.now
     {
-        ctx.out.counters.local_ack_timeout_err += 1;
+        if qp.outstanding.is_empty() {
+            qp.ack_deadline = None;
+            return;
+        }
         if qp.retry_left == 0 {
             ctx.out.counters.req_transport_retries_exceeded += 1;
             fail_head(qp, Syndrome::TransportRetryExcErr, ctx);
             return;
         }
+        ctx.out.counters.local_ack_timeout_err += 1;
         qp.retry_left -= 1;
-        let Some(head) = qp.outstanding.front() else {
-            qp.ack_deadline = None;
-            return;
-        };
-        let mtu = u64::from(qp.mtu());
-        let psn = if head.opcode == WqeOpcode::RdmaRead {
-            head.first_psn.add((head.done_bytes / mtu) as u32)
-        } else {
-            head.first_psn
-        };
-        retransmit_from(qp, psn, ctx);
+        retransmit_from(qp, qp.ack_psn.add(1), ctx);
     }
 }
