@@ -10,11 +10,38 @@
 //! fabric, events to the host's event queue. Transport timers run on the
 //! wall clock.
 //!
-//! [`Fabric`] is the in-process link: it routes each IPv4 frame to the NIC
-//! that owns the destination address, unchanged, so the frames are the same
-//! RoCEv2 packets a UDP link would carry.
+//! A NIC's port is one of two transports ([`Port`]):
+//! * [`Fabric`], the in-process link: it routes each IPv4 frame to the NIC
+//!   that owns the destination address, unchanged, so the frames are the
+//!   same RoCEv2 packets a UDP link would carry;
+//! * a UDP socket bound to port 4791 on the NIC's address (module `udp`):
+//!   RoCEv2 between processes and hosts, with a receive thread per port
+//!   feeding the device thread's FIFO. [`LiveNic::start_udp`].
+//!
+//! Either way the port's GID 0 is the IPv4-mapped form of its address, and
+//! frames may pass a fault-injecting relay on their way out ([`fault`]).
+//!
+//! # Example
+//! ```no_run
+//! use doorbell_pcie::LinkConfig;
+//! use doorbell_rt::LiveNic;
+//!
+//! // Two NICs, as two processes would start them, on 127.0.0.2 and .3.
+//! let a = LiveNic::start_udp("a", [127, 0, 0, 2], LinkConfig::default()).unwrap();
+//! let b = LiveNic::start_udp("b", [127, 0, 0, 3], LinkConfig::default()).unwrap();
+//! assert_eq!(a.gid()[10..], [0xff, 0xff, 127, 0, 0, 2]);
+//! # drop(b);
+//! ```
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
+
+pub mod fault;
+#[allow(unsafe_code)]
+mod sys;
+mod udp;
+
+pub use fault::{Fate, FaultPolicy, FaultStats, Faults, RandomFaults};
+pub use udp::PortCounters;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -23,7 +50,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
 use doorbell_device::{
-    CmdError, CmdOut, Command, DeviceLink, Nic, NicConfig, NicCounters, NicEvent,
+    CmdError, CmdOut, Command, DeviceLink, Frame, Nic, NicConfig, NicCounters, NicEvent,
 };
 use doorbell_host::{HostRam, Mmio};
 use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
@@ -42,9 +69,17 @@ pub enum RtError {
     /// The device thread could not be started.
     #[error("could not start the device thread")]
     Spawn,
+    /// The port's UDP socket could not be bound or set up.
+    #[error("UDP port on {addr:?}: {kind}")]
+    Socket {
+        /// The address asked for.
+        addr: [u8; 4],
+        /// What the OS said.
+        kind: std::io::ErrorKind,
+    },
 }
 
-enum Msg {
+pub(crate) enum Msg {
     Mmio {
         uar: UarIndex,
         offset: u32,
@@ -52,6 +87,7 @@ enum Msg {
         data: [u8; 64],
     },
     Frame(Vec<u8>),
+    Frames(Vec<Vec<u8>>),
     Cmd(Command, Sender<Result<CmdOut, CmdError>>),
     Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
     Record(bool, Sender<Vec<Crossing>>),
@@ -90,6 +126,75 @@ impl Fabric {
     }
 }
 
+impl fault::Sink for Fabric {
+    fn send(&mut self, frames: &mut Vec<Frame>) {
+        for f in frames.drain(..) {
+            self.deliver(f.dst, f.bytes);
+        }
+    }
+}
+
+/// Which transport a NIC's port uses.
+#[derive(Clone, Copy)]
+pub enum Port<'a> {
+    /// The in-process fabric.
+    Fabric(&'a Fabric),
+    /// A UDP socket bound to port 4791 on the NIC's address.
+    Udp,
+}
+
+/// How to start a [`LiveNic`] beyond its name, address and port.
+pub struct NicOptions {
+    /// PCIe parameters of the host link.
+    pub link: LinkConfig,
+    /// Faults for every frame the port sends, applied by a relay thread.
+    pub faults: Option<Box<dyn FaultPolicy>>,
+    /// Frames the relay may hold back at once (with `faults`).
+    pub relay_queue: usize,
+}
+
+impl Default for NicOptions {
+    fn default() -> Self {
+        Self {
+            link: LinkConfig::default(),
+            faults: None,
+            relay_queue: 4096,
+        }
+    }
+}
+
+impl NicOptions {
+    /// Default options with random faults from `f` (its `queue_limit` too).
+    pub fn with_faults(f: Faults) -> Self {
+        Self {
+            relay_queue: f.queue_limit,
+            faults: Some(Box::new(RandomFaults::new(f))),
+            ..Self::default()
+        }
+    }
+}
+
+/// The port a device thread sends through.
+enum Egress {
+    Direct(Box<dyn fault::Sink>),
+    Relay(fault::Relay),
+}
+
+impl Egress {
+    fn send(&mut self, frames: &mut Vec<Frame>) {
+        match self {
+            Egress::Direct(s) => s.send(frames),
+            Egress::Relay(r) => r.send(frames),
+        }
+    }
+}
+
+/// What a NIC's port holds on to.
+enum PortHandle {
+    Fabric(Fabric),
+    Udp(udp::UdpPort),
+}
+
 struct ChannelMmio {
     tx: Sender<Msg>,
 }
@@ -118,7 +223,8 @@ pub struct LiveNic {
     mem: Arc<HostRam>,
     mmio: Arc<dyn Mmio>,
     events: Receiver<NicEvent>,
-    fabric: Fabric,
+    port: PortHandle,
+    faults: Option<Arc<Mutex<FaultStats>>>,
     ipv4: [u8; 4],
     thread: Option<JoinHandle<()>>,
 }
@@ -132,25 +238,97 @@ impl LiveNic {
         ipv4: [u8; 4],
         link: LinkConfig,
     ) -> Result<Self, RtError> {
-        link.validate()?;
+        Self::start_with(
+            name,
+            ipv4,
+            Port::Fabric(fabric),
+            NicOptions {
+                link,
+                ..NicOptions::default()
+            },
+        )
+    }
+
+    /// Starts a NIC named `name` whose port is a UDP socket bound to
+    /// `ipv4:4791`, with PCIe `link` parameters, serving a fresh host
+    /// memory. Fails with [`RtError::AddressInUse`] if another socket
+    /// (another NIC, in this process or another) has that port.
+    pub fn start_udp(name: &str, ipv4: [u8; 4], link: LinkConfig) -> Result<Self, RtError> {
+        Self::start_with(
+            name,
+            ipv4,
+            Port::Udp,
+            NicOptions {
+                link,
+                ..NicOptions::default()
+            },
+        )
+    }
+
+    /// Starts a NIC on `port` at `ipv4` with `opts`.
+    pub fn start_with(
+        name: &str,
+        ipv4: [u8; 4],
+        port: Port<'_>,
+        opts: NicOptions,
+    ) -> Result<Self, RtError> {
+        opts.link.validate()?;
         let (tx, rx) = unbounded();
-        {
-            let mut routes = fabric.routes.lock().unwrap_or_else(|e| e.into_inner());
-            if routes.contains_key(&ipv4) {
-                return Err(RtError::AddressInUse(ipv4));
+        let mut cfg = NicConfig::new(ipv4);
+        let (handle, sink): (PortHandle, Box<dyn fault::Sink>) = match port {
+            Port::Fabric(fabric) => {
+                let mut routes = fabric.routes.lock().unwrap_or_else(|e| e.into_inner());
+                if routes.contains_key(&ipv4) {
+                    return Err(RtError::AddressInUse(ipv4));
+                }
+                routes.insert(ipv4, tx.clone());
+                (PortHandle::Fabric(fabric.clone()), Box::new(fabric.clone()))
             }
-            routes.insert(ipv4, tx.clone());
-        }
+            Port::Udp => {
+                let sock_err = |e: std::io::Error| match e.kind() {
+                    std::io::ErrorKind::AddrInUse => RtError::AddressInUse(ipv4),
+                    kind => RtError::Socket { addr: ipv4, kind },
+                };
+                let mut p = udp::UdpPort::bind(ipv4).map_err(sock_err)?;
+                cfg.udp_src_port = Some(p.port());
+                p.start_rx(name, tx.clone()).map_err(|_| RtError::Spawn)?;
+                let sink = Box::new(p.sink());
+                (PortHandle::Udp(p), sink)
+            }
+        };
+        // From here on a failure drops `handle`, which undoes the port.
+        let unroute = |h: &PortHandle| {
+            if let PortHandle::Fabric(f) = h {
+                f.routes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&ipv4);
+            }
+        };
+        let (egress, faults) = match opts.faults {
+            None => (Egress::Direct(sink), None),
+            Some(policy) => match fault::Relay::start(name, policy, sink, opts.relay_queue) {
+                Ok(r) => {
+                    let st = r.stats();
+                    (Egress::Relay(r), Some(st))
+                }
+                Err(_) => {
+                    unroute(&handle);
+                    return Err(RtError::Spawn);
+                }
+            },
+        };
         let mem = Arc::new(HostRam::new());
         let (ev_tx, ev_rx) = unbounded();
-        let cfg = NicConfig::new(ipv4);
         let gid = cfg.gid();
-        let bus = Bus::new(link, mem.clone());
-        let f = fabric.clone();
+        let bus = Bus::new(opts.link, mem.clone());
         let thread = std::thread::Builder::new()
             .name(format!("doorbell-{name}"))
-            .spawn(move || device_loop(Nic::new(cfg), bus, rx, f, ev_tx))
-            .map_err(|_| RtError::Spawn)?;
+            .spawn(move || device_loop(Nic::new(cfg), bus, rx, egress, ev_tx));
+        let Ok(thread) = thread else {
+            unroute(&handle);
+            return Err(RtError::Spawn);
+        };
         Ok(Self {
             name: name.to_string(),
             gid,
@@ -158,7 +336,8 @@ impl LiveNic {
             tx,
             mem,
             events: ev_rx,
-            fabric: fabric.clone(),
+            port: handle,
+            faults,
             ipv4,
             thread: Some(thread),
         })
@@ -174,6 +353,21 @@ impl LiveNic {
         rx.recv().unwrap_or_default()
     }
 
+    /// What the UDP port counted (all zero on the fabric).
+    pub fn port_counters(&self) -> PortCounters {
+        match &self.port {
+            PortHandle::Udp(p) => p.counters(),
+            PortHandle::Fabric(_) => PortCounters::default(),
+        }
+    }
+
+    /// What the fault relay did, if the NIC has one.
+    pub fn fault_stats(&self) -> Option<FaultStats> {
+        self.faults
+            .as_ref()
+            .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Starts or stops recording bus crossings; returns those recorded so far.
     pub fn record(&self, on: bool) -> Vec<Crossing> {
         let (tx, rx) = bounded(1);
@@ -187,18 +381,27 @@ impl LiveNic {
     pub fn ipv4(&self) -> [u8; 4] {
         self.ipv4
     }
+
+    /// GID 0 of the port: the IPv4-mapped form of its address.
+    pub fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
 }
 
 impl Drop for LiveNic {
     fn drop(&mut self) {
-        self.fabric
-            .routes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.ipv4);
+        if let PortHandle::Fabric(f) = &self.port {
+            f.routes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&self.ipv4);
+        }
         let _ = self.tx.send(Msg::Stop);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        if let PortHandle::Udp(p) = &mut self.port {
+            p.stop();
         }
     }
 }
@@ -236,9 +439,10 @@ fn device_loop(
     mut nic: Nic,
     mut bus: Bus,
     rx: Receiver<Msg>,
-    fabric: Fabric,
+    mut egress: Egress,
     events: Sender<NicEvent>,
 ) {
+    let mut out: Vec<Frame> = Vec::new();
     let start = std::time::Instant::now();
     let now = || {
         Instant::from_ps(
@@ -262,6 +466,11 @@ fn device_loop(
                 data,
             }) => nic.handle_mmio(now(), uar, offset, &data[..usize::from(len)], &mut bus),
             Ok(Msg::Frame(f)) => nic.handle_frame(now(), &f, &mut bus),
+            Ok(Msg::Frames(fs)) => {
+                for f in fs {
+                    nic.handle_frame(now(), &f, &mut bus);
+                }
+            }
             Ok(Msg::Cmd(c, reply)) => {
                 let _ = reply.send(nic.exec(now(), c, &mut bus));
             }
@@ -282,9 +491,8 @@ fn device_loop(
         if nic.poll_timeout().is_some_and(|t| t <= now()) {
             nic.handle_timeout(now(), &mut bus);
         }
-        while let Some(f) = nic.poll_transmit() {
-            fabric.deliver(f.dst, f.bytes);
-        }
+        out.extend(std::iter::from_fn(|| nic.poll_transmit()));
+        egress.send(&mut out);
         while let Some(e) = nic.poll_event() {
             let _ = events.send(e);
         }

@@ -3,7 +3,10 @@
 #![allow(unreachable_pub, missing_docs)]
 
 mod common;
+mod counters;
 mod data;
 mod errors;
+mod net;
 mod provider;
+mod udp;
 mod wrap;

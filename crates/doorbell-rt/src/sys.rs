@@ -1,0 +1,294 @@
+//! The only `unsafe` of the UDP port: socket options std does not offer,
+//! and batched `recvmmsg`/`sendmmsg` with the IPv4 destination address of
+//! each datagram (`IP_PKTINFO`) and the socket's drop count
+//! (`SO_RXQ_OVFL`). Thin wrappers over `libc`; everything above is safe.
+//!
+//! Every pointer handed to the kernel points into buffers owned by the
+//! batch structs below and is rebuilt right before each call, so nothing
+//! dangles when a struct moves. (`unsafe_code` is allowed for this module
+//! alone, where `lib.rs` declares it.)
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+
+/// Bytes of one receive buffer: more than the largest RoCEv2 packet of a
+/// 4096-byte MTU; anything longer is reported truncated and dropped.
+pub(crate) const RECV_BUF_LEN: usize = 9216;
+/// Datagrams taken per `recvmmsg`.
+pub(crate) const RECV_BATCH: usize = 32;
+/// Datagrams given per `sendmmsg`.
+const SEND_BATCH: usize = 64;
+/// Room for the control messages of one datagram: `in_pktinfo` and the
+/// `SO_RXQ_OVFL` counter, with headers and alignment.
+const CMSG_LEN: usize = 128;
+
+fn setsockopt_int(sock: &UdpSocket, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and the length passed is its size;
+    // the kernel copies it before returning. The fd is owned by `sock`.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_ref(&value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets what makes the kernel's IPv4 header the one the ICRC was computed
+/// over (DF set, so the identification is 0 on an unconnected socket; TTL
+/// 64; TOS 0), asks for each datagram's destination address and the
+/// socket's drop count, and enlarges the receive buffer to `rcvbuf` bytes
+/// (beyond `rmem_max` where the process may, as root may).
+pub(crate) fn configure(sock: &UdpSocket, rcvbuf: i32) -> io::Result<()> {
+    setsockopt_int(
+        sock,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    )?;
+    setsockopt_int(sock, libc::IPPROTO_IP, libc::IP_TTL, 64)?;
+    setsockopt_int(sock, libc::IPPROTO_IP, libc::IP_TOS, 0)?;
+    setsockopt_int(sock, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+    setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)?;
+    if setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, rcvbuf).is_err() {
+        setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, rcvbuf)?;
+    }
+    let _ = setsockopt_int(sock, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, rcvbuf);
+    Ok(())
+}
+
+/// Reads an integer socket option.
+#[cfg(test)]
+pub(crate) fn getsockopt_int(sock: &UdpSocket, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live locals of the sizes the kernel is
+    // told; it writes at most `len` bytes to `value`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_mut(&mut value).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// What the kernel told about one received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecvMeta {
+    /// Sender's address and port.
+    pub(crate) src: SocketAddrV4,
+    /// The IPv4 header's destination address (`IP_PKTINFO`), if given.
+    pub(crate) dst: Option<Ipv4Addr>,
+    /// Bytes of UDP payload in the buffer.
+    pub(crate) len: usize,
+    /// The datagram was longer than the buffer.
+    pub(crate) truncated: bool,
+    /// Datagrams the socket has dropped for want of buffer space since it
+    /// was opened (`SO_RXQ_OVFL`), if told.
+    pub(crate) socket_drops: Option<u32>,
+}
+
+/// Buffers for one `recvmmsg` of up to [`RECV_BATCH`] datagrams.
+pub(crate) struct RecvBatch {
+    bufs: Vec<u8>,
+    /// u64 elements keep each control buffer aligned for `cmsghdr`.
+    cmsgs: Vec<[u64; CMSG_LEN / 8]>,
+    names: Vec<libc::sockaddr_in>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    metas: Vec<RecvMeta>,
+}
+
+impl RecvBatch {
+    pub(crate) fn new() -> Self {
+        // SAFETY: sockaddr_in, iovec and mmsghdr are plain C structs for
+        // which all-zero bytes are a valid value.
+        let (name, iov, hdr) = unsafe {
+            (
+                std::mem::zeroed::<libc::sockaddr_in>(),
+                std::mem::zeroed::<libc::iovec>(),
+                std::mem::zeroed::<libc::mmsghdr>(),
+            )
+        };
+        Self {
+            bufs: vec![0u8; RECV_BUF_LEN * RECV_BATCH],
+            cmsgs: vec![[0u64; CMSG_LEN / 8]; RECV_BATCH],
+            names: vec![name; RECV_BATCH],
+            iovs: vec![iov; RECV_BATCH],
+            hdrs: vec![hdr; RECV_BATCH],
+            metas: Vec::with_capacity(RECV_BATCH),
+        }
+    }
+
+    /// Waits for at least one datagram (or the socket's receive timeout),
+    /// then takes whatever else is already queued, up to the batch size.
+    /// Returns how many were taken.
+    pub(crate) fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        self.metas.clear();
+        for i in 0..RECV_BATCH {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.bufs[i * RECV_BUF_LEN..].as_mut_ptr().cast(),
+                iov_len: RECV_BUF_LEN,
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = std::ptr::from_mut(&mut self.names[i]).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_iov = std::ptr::from_mut(&mut self.iovs[i]);
+            h.msg_iovlen = 1;
+            h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+            h.msg_controllen = CMSG_LEN as _;
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY: every header points at a name, one iovec and a control
+        // buffer of the sizes it states, all owned by `self` and not moved
+        // during the call; the kernel writes within those sizes only.
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                RECV_BATCH as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        for i in 0..n {
+            let h = &self.hdrs[i].msg_hdr;
+            let name = &self.names[i];
+            let src = SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(name.sin_addr.s_addr)),
+                u16::from_be(name.sin_port),
+            );
+            let mut meta = RecvMeta {
+                src,
+                dst: None,
+                len: (self.hdrs[i].msg_len as usize).min(RECV_BUF_LEN),
+                truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+                socket_drops: None,
+            };
+            // SAFETY: the kernel filled `msg_control` up to
+            // `msg_controllen`, which the CMSG macros respect; each data
+            // pointer is read only after its level, type and length say it
+            // holds the type read, with read_unaligned since CMSG_DATA
+            // gives no alignment guarantee for the payload type.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(h);
+                while !c.is_null() {
+                    let (level, ty) = ((*c).cmsg_level, (*c).cmsg_type);
+                    // size_t on glibc, socklen_t elsewhere.
+                    let len: usize = (*c).cmsg_len as _;
+                    let data = libc::CMSG_DATA(c);
+                    if level == libc::IPPROTO_IP
+                        && ty == libc::IP_PKTINFO
+                        && len
+                            >= libc::CMSG_LEN(std::mem::size_of::<libc::in_pktinfo>() as u32)
+                                as usize
+                    {
+                        let info: libc::in_pktinfo = std::ptr::read_unaligned(data.cast());
+                        meta.dst = Some(Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr)));
+                    } else if level == libc::SOL_SOCKET
+                        && ty == libc::SO_RXQ_OVFL
+                        && len >= libc::CMSG_LEN(4) as usize
+                    {
+                        meta.socket_drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+                    }
+                    c = libc::CMSG_NXTHDR(h, c);
+                }
+            }
+            self.metas.push(meta);
+        }
+        Ok(n)
+    }
+
+    /// Datagram `i` of the last [`RecvBatch::recv`]: what the kernel told,
+    /// and its bytes.
+    pub(crate) fn get(&self, i: usize) -> Option<(RecvMeta, &[u8])> {
+        let m = *self.metas.get(i)?;
+        let start = i * RECV_BUF_LEN;
+        Some((m, &self.bufs[start..start + m.len]))
+    }
+}
+
+/// Sends each `(destination, bytes)` as one datagram, in order, through
+/// `sendmmsg`. A datagram the kernel refuses (no route, too long for the
+/// path with DF set, ...) is skipped. Returns `(sent, refused)`.
+pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[(SocketAddrV4, &[u8])]) -> (usize, usize) {
+    let (mut sent, mut refused) = (0usize, 0usize);
+    let mut at = 0usize;
+    while at < msgs.len() {
+        let chunk = &msgs[at..msgs.len().min(at + SEND_BATCH)];
+        let names: Vec<libc::sockaddr_in> = chunk
+            .iter()
+            .map(|(a, _)| libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            })
+            .collect();
+        let mut iovs: Vec<libc::iovec> = chunk
+            .iter()
+            .map(|(_, b)| libc::iovec {
+                iov_base: b.as_ptr().cast_mut().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let mut hdrs: Vec<libc::mmsghdr> = (0..chunk.len())
+            .map(|i| {
+                // SAFETY: mmsghdr is a plain C struct; all-zero is valid.
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                h.msg_hdr.msg_name = std::ptr::from_ref(&names[i]).cast_mut().cast();
+                h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                h.msg_hdr.msg_iov = std::ptr::from_mut(&mut iovs[i]);
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
+        // SAFETY: each header points at a sockaddr_in and one iovec that
+        // live until the call returns; each iovec points at a caller's
+        // slice of the length stated, which the kernel only reads.
+        let n = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                hdrs.len() as libc::c_uint,
+                0,
+            )
+        };
+        if n > 0 {
+            sent += n as usize;
+            at += n as usize;
+        } else {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // The first datagram of the chunk was refused: skip it.
+            refused += 1;
+            at += 1;
+        }
+    }
+    (sent, refused)
+}

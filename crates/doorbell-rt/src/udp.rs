@@ -1,0 +1,328 @@
+//! A NIC port on a real UDP socket: RoCEv2 between processes and hosts.
+//!
+//! # Model
+//! The port binds UDP port 4791 on the address the user gives the NIC. On
+//! the way out, the frame the NIC built (IPv4 | UDP | BTH ... ICRC) loses
+//! its IPv4 and UDP headers and the rest goes to `dst:4791`; the kernel
+//! writes headers again. The ICRC covers some of their fields, so the
+//! socket is set up to write exactly what the NIC assumed: Don't Fragment
+//! (with which Linux sends identification 0 from an unconnected socket),
+//! TTL 64, TOS 0, and the NIC's UDP source port set to the socket's own
+//! (`NicConfig::udp_src_port`). A frame too long for the path is refused
+//! by the kernel (DF) and counted, never fragmented.
+//!
+//! On the way in, a thread per port takes datagrams in batches
+//! (`recvmmsg`) and puts the IPv4 and UDP headers back from what the kernel
+//! tells: source address and port, destination address (`IP_PKTINFO`),
+//! length; identification 0 and DF, with TTL and TOS as anything (the ICRC
+//! masks them). The rebuilt frame goes to the NIC's thread, which checks
+//! the ICRC exactly as for a frame from the in-process fabric: a datagram
+//! whose addresses, ports or bytes are not those its sender's ICRC covers
+//! is dropped and counted there.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use doorbell_device::Frame;
+use doorbell_wire::{
+    IpProtocol, Ipv4Header, Ipv4Repr, ROCE_V2_UDP_PORT, UdpHeader, UdpRepr, ipv4, udp,
+};
+
+use crate::Msg;
+use crate::fault::Sink;
+use crate::sys::{self, RecvBatch};
+
+/// Receive buffer asked of the kernel: room for a burst of a few MiB (a
+/// 1 MiB READ answered at once) while the receive thread catches up.
+const RCVBUF_BYTES: i32 = 8 << 20;
+/// How long the receive thread blocks before it looks at its stop flag.
+const RECV_TIMEOUT: Duration = Duration::from_millis(200);
+/// Bytes of the IPv4 and UDP headers the kernel writes.
+const HEADERS_LEN: usize = ipv4::HEADER_LEN + udp::HEADER_LEN;
+
+/// What a UDP port counted, beside the NIC's own counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Datagrams handed to the kernel.
+    pub tx_datagrams: u64,
+    /// Datagrams the kernel refused (no route, longer than the path MTU).
+    pub tx_refused: u64,
+    /// Datagrams received and passed to the NIC.
+    pub rx_datagrams: u64,
+    /// Datagrams dropped for being longer than the receive buffer.
+    pub rx_truncated: u64,
+    /// Datagrams the socket dropped for want of buffer space, as the kernel
+    /// last reported it (`SO_RXQ_OVFL`).
+    pub rx_socket_drops: u64,
+}
+
+#[derive(Default)]
+struct Stats {
+    tx_datagrams: AtomicU64,
+    tx_refused: AtomicU64,
+    rx_datagrams: AtomicU64,
+    rx_truncated: AtomicU64,
+    rx_socket_drops: AtomicU64,
+}
+
+// Counters only: no other memory is published through them, so Relaxed.
+impl Stats {
+    fn snapshot(&self) -> PortCounters {
+        PortCounters {
+            tx_datagrams: self.tx_datagrams.load(Ordering::Relaxed),
+            tx_refused: self.tx_refused.load(Ordering::Relaxed),
+            rx_datagrams: self.rx_datagrams.load(Ordering::Relaxed),
+            rx_truncated: self.rx_truncated.load(Ordering::Relaxed),
+            rx_socket_drops: self.rx_socket_drops.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The socket of a port and its receive thread.
+pub(crate) struct UdpPort {
+    sock: Arc<UdpSocket>,
+    addr: SocketAddrV4,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+    rx: Option<JoinHandle<()>>,
+}
+
+impl UdpPort {
+    /// Binds `ipv4:4791` and sets the socket up; no thread runs yet.
+    pub(crate) fn bind(ipv4: [u8; 4]) -> io::Result<Self> {
+        let addr = SocketAddrV4::new(Ipv4Addr::from(ipv4), ROCE_V2_UDP_PORT);
+        let sock = UdpSocket::bind(addr)?;
+        sys::configure(&sock, RCVBUF_BYTES)?;
+        sock.set_read_timeout(Some(RECV_TIMEOUT))?;
+        Ok(Self {
+            sock: Arc::new(sock),
+            addr,
+            stats: Arc::default(),
+            stop: Arc::default(),
+            rx: None,
+        })
+    }
+
+    /// The UDP source port of what this port sends.
+    pub(crate) fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Starts the receive thread, feeding `to`.
+    pub(crate) fn start_rx(&mut self, name: &str, to: Sender<Msg>) -> io::Result<()> {
+        let (sock, stats, stop, addr) = (
+            self.sock.clone(),
+            self.stats.clone(),
+            self.stop.clone(),
+            self.addr,
+        );
+        let t = std::thread::Builder::new()
+            .name(format!("doorbell-{name}-rx"))
+            .spawn(move || rx_loop(&sock, addr, &stats, &stop, &to))?;
+        self.rx = Some(t);
+        Ok(())
+    }
+
+    /// The sending half, for the device thread or a relay.
+    pub(crate) fn sink(&self) -> UdpSink {
+        UdpSink {
+            sock: self.sock.clone(),
+            stats: self.stats.clone(),
+            out: Vec::new(),
+        }
+    }
+
+    pub(crate) fn counters(&self) -> PortCounters {
+        self.stats.snapshot()
+    }
+
+    /// Stops the receive thread: sets the flag, then wakes the thread with
+    /// an empty datagram to the port itself (the receive timeout catches
+    /// the case where that is lost).
+    pub(crate) fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.sock.send_to(&[], self.addr);
+        if let Some(t) = self.rx.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for UdpPort {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn rx_loop(
+    sock: &UdpSocket,
+    local: SocketAddrV4,
+    stats: &Stats,
+    stop: &AtomicBool,
+    to: &Sender<Msg>,
+) {
+    let mut batch = RecvBatch::new();
+    while !stop.load(Ordering::Relaxed) {
+        let n = match batch.recv(sock) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            // Anything else (the socket is gone): stop rather than spin.
+            Err(_) => return,
+        };
+        let mut frames = Vec::with_capacity(n);
+        for i in 0..n {
+            let Some((meta, payload)) = batch.get(i) else {
+                break;
+            };
+            if let Some(d) = meta.socket_drops {
+                stats.rx_socket_drops.store(u64::from(d), Ordering::Relaxed);
+            }
+            if meta.truncated {
+                stats.rx_truncated.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if payload.is_empty() {
+                // A wake-up, or nothing a NIC would send.
+                continue;
+            }
+            let dst = meta.dst.unwrap_or(*local.ip());
+            frames.push(rebuild(
+                meta.src,
+                SocketAddrV4::new(dst, local.port()),
+                payload,
+            ));
+        }
+        if frames.is_empty() {
+            continue;
+        }
+        stats
+            .rx_datagrams
+            .fetch_add(frames.len() as u64, Ordering::Relaxed);
+        if to.send(Msg::Frames(frames)).is_err() {
+            return;
+        }
+    }
+}
+
+/// The frame the sender's NIC built, from a datagram and what the kernel
+/// said of it: IPv4 (identification 0, DF, TTL 64, TOS 0) and UDP headers
+/// (checksum 0) before `payload`.
+pub(crate) fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; HEADERS_LEN + payload.len()];
+    Ipv4Repr {
+        src_addr: src.ip().octets(),
+        dst_addr: dst.ip().octets(),
+        protocol: IpProtocol::Udp,
+        dscp_ecn: 0,
+        ident: 0,
+        dont_frag: true,
+        ttl: 64,
+        payload_len: udp::HEADER_LEN + payload.len(),
+    }
+    .emit(&mut Ipv4Header::new_unchecked(&mut f[..]));
+    UdpRepr {
+        src_port: src.port(),
+        dst_port: dst.port(),
+        payload_len: payload.len(),
+    }
+    .emit(&mut UdpHeader::new_unchecked(&mut f[ipv4::HEADER_LEN..]));
+    f[HEADERS_LEN..].copy_from_slice(payload);
+    f
+}
+
+/// Sends frames as datagrams through the port's socket.
+pub(crate) struct UdpSink {
+    sock: Arc<UdpSocket>,
+    stats: Arc<Stats>,
+    out: Vec<(SocketAddrV4, usize)>,
+}
+
+impl Sink for UdpSink {
+    fn send(&mut self, frames: &mut Vec<Frame>) {
+        // Only IPv4 frames with 20-byte headers are ever built; anything
+        // else could not be sent as the NIC built it.
+        self.out.clear();
+        self.out
+            .extend(frames.iter().enumerate().filter_map(|(i, f)| {
+                (f.bytes.len() > HEADERS_LEN && f.bytes[0] == 0x45).then_some((
+                    SocketAddrV4::new(Ipv4Addr::from(f.dst), ROCE_V2_UDP_PORT),
+                    i,
+                ))
+            }));
+        let msgs: Vec<(SocketAddrV4, &[u8])> = self
+            .out
+            .iter()
+            .map(|&(a, i)| (a, &frames[i].bytes[HEADERS_LEN..]))
+            .collect();
+        let (sent, refused) = sys::send_batch(&self.sock, &msgs);
+        let skipped = frames.len() - msgs.len();
+        self.stats
+            .tx_datagrams
+            .fetch_add(sent as u64, Ordering::Relaxed);
+        self.stats
+            .tx_refused
+            .fetch_add((refused + skipped) as u64, Ordering::Relaxed);
+        frames.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use doorbell_types::{Psn, Qpn};
+    use doorbell_wire::{BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr, parse_roce};
+
+    #[test]
+    fn the_socket_writes_the_header_fields_the_icrc_assumed() {
+        let p = UdpPort::bind([127, 0, 9, 1]).unwrap();
+        let opt = |level, name| sys::getsockopt_int(&p.sock, level, name).unwrap();
+        assert_eq!(
+            opt(libc::IPPROTO_IP, libc::IP_MTU_DISCOVER),
+            libc::IP_PMTUDISC_DO
+        );
+        assert_eq!(opt(libc::IPPROTO_IP, libc::IP_TTL), 64);
+        assert_eq!(opt(libc::IPPROTO_IP, libc::IP_TOS), 0);
+        assert_eq!(opt(libc::IPPROTO_IP, libc::IP_PKTINFO), 1);
+        assert_eq!(p.port(), ROCE_V2_UDP_PORT);
+        assert!(
+            matches!(UdpPort::bind([127, 0, 9, 1]), Err(e) if e.kind() == io::ErrorKind::AddrInUse)
+        );
+    }
+
+    #[test]
+    fn a_rebuilt_frame_is_byte_for_byte_the_one_the_nic_built() {
+        let repr = RoceRepr {
+            ip: RoceIp::v4([127, 0, 0, 2], [127, 0, 0, 3]),
+            src_port: ROCE_V2_UDP_PORT,
+            bth: BthRepr::new(BthOpcode::RcSendOnly, Qpn::new(0x123), Psn::new(77)),
+            ext: ExtHeaders::default(),
+        };
+        let mut f = Vec::new();
+        repr.emit_to_vec(b"hello world", &mut f).unwrap();
+        let src = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), ROCE_V2_UDP_PORT);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 3), ROCE_V2_UDP_PORT);
+        let g = rebuild(src, dst, &f[HEADERS_LEN..]);
+        assert_eq!(g, f);
+        assert!(parse_roce(&g).is_ok());
+        // Any other source port than the one the sender's ICRC covers fails.
+        let other = SocketAddrV4::new(*src.ip(), 50000);
+        assert_eq!(
+            parse_roce(&rebuild(other, dst, &f[HEADERS_LEN..])),
+            Err(doorbell_wire::Error::BadIcrc)
+        );
+    }
+}

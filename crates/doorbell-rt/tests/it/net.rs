@@ -1,0 +1,241 @@
+//! Helpers for tests on ports: RC pairs over UDP sockets or over a faulty
+//! fabric, connected with chosen timers, and taps that see every frame.
+
+use std::sync::{Arc, Mutex};
+
+use doorbell_device::NicCounters;
+use doorbell_rt::{Fabric, Fate, LiveNic, NicOptions, Port};
+use doorbell_types::Psn;
+use doorbell_verbs::{
+    Access, AddressVector, ProviderConfig, QpAttrs, QpCaps, QpInitAttr, QpState, QpType, RcEndpoint,
+};
+use doorbell_wire::{BthOpcode, ParsedRoce, parse_roce};
+
+use crate::common::{FULL, Pair, Side};
+
+/// RC timers and limits for [`connect`].
+#[derive(Debug, Clone, Copy)]
+pub struct Timers {
+    pub mtu: u32,
+    /// ACK timeout code: 4.096 µs × 2^timeout.
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub min_rnr_timer: u8,
+    pub rnr_retry: u8,
+    pub rd_atomic: u8,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Self {
+            mtu: 1024,
+            // About 67 ms: no spurious timeout while other tests load the
+            // machine, so that packet counts are exact.
+            timeout: 14,
+            retry_cnt: 7,
+            // 0.01 ms.
+            min_rnr_timer: 1,
+            rnr_retry: 7,
+            rd_atomic: 1,
+        }
+    }
+}
+
+pub fn caps(wr: u32) -> QpCaps {
+    QpCaps {
+        max_send_wr: wr,
+        max_recv_wr: wr,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    }
+}
+
+/// Host software for `nic`: a context, PD, one CQ, an RC QP and an MR.
+pub fn side_on(nic: LiveNic, cap: QpCaps, mr_len: usize, cqe: u32) -> Side {
+    let nic = Arc::new(nic);
+    let ctx = doorbell_verbs::Context::with_config(nic.clone(), ProviderConfig::default()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(cqe).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            cap,
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let mr = pd.reg_mr(mr_len, Access(FULL)).unwrap();
+    Side {
+        nic,
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    }
+}
+
+/// Moves `qp` of `s` to RTS towards `remote`.
+pub fn connect(s: &Side, local: &RcEndpoint, remote: &RcEndpoint, t: Timers) {
+    let qp = &s.qp;
+    qp.modify(
+        QpState::Init,
+        &QpAttrs {
+            pkey_index: Some(0),
+            port: Some(1),
+            access: Some(Access(FULL)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    qp.modify(
+        QpState::Rtr,
+        &QpAttrs {
+            av: Some(AddressVector {
+                dgid: remote.gid,
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+                sl: 0,
+            }),
+            path_mtu: Some(t.mtu),
+            dest_qpn: Some(remote.qpn),
+            rq_psn: Some(remote.psn),
+            max_dest_rd_atomic: Some(t.rd_atomic),
+            min_rnr_timer: Some(t.min_rnr_timer),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    qp.modify(
+        QpState::Rts,
+        &QpAttrs {
+            sq_psn: Some(local.psn),
+            timeout: Some(t.timeout),
+            retry_cnt: Some(t.retry_cnt),
+            rnr_retry: Some(t.rnr_retry),
+            max_rd_atomic: Some(t.rd_atomic),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+}
+
+/// Connects the QPs of two sides to each other. A's first PSN is near the
+/// top of the 24-bit space, so that wrap-around is crossed.
+pub fn join(a: Side, b: Side, t: Timers) -> Pair {
+    let ea = RcEndpoint {
+        gid: a.ctx.gid(),
+        qpn: a.qp.qpn(),
+        psn: Psn::new(0x00ff_ff00),
+    };
+    let eb = RcEndpoint {
+        gid: b.ctx.gid(),
+        qpn: b.qp.qpn(),
+        psn: Psn::new(0x42),
+    };
+    connect(&a, &ea, &eb, t);
+    connect(&b, &eb, &ea, t);
+    Pair {
+        a,
+        b,
+        _fabric: Fabric::new(),
+    }
+}
+
+/// Two NICs on UDP sockets at `ips`, each with `opts`, connected.
+pub fn udp_pair(
+    ips: [[u8; 4]; 2],
+    opts: [NicOptions; 2],
+    cap: QpCaps,
+    mr_len: usize,
+    t: Timers,
+) -> Pair {
+    let [oa, ob] = opts;
+    let a = LiveNic::start_with("udp-a", ips[0], Port::Udp, oa).unwrap();
+    let b = LiveNic::start_with("udp-b", ips[1], Port::Udp, ob).unwrap();
+    join(
+        side_on(a, cap, mr_len, 1024),
+        side_on(b, cap, mr_len, 1024),
+        t,
+    )
+}
+
+/// Two NICs on one in-process fabric, each with `opts`, connected.
+pub fn fabric_pair(opts: [NicOptions; 2], cap: QpCaps, mr_len: usize, t: Timers) -> Pair {
+    let fabric = Fabric::new();
+    let [oa, ob] = opts;
+    let a = LiveNic::start_with("fab-a", [127, 0, 0, 2], Port::Fabric(&fabric), oa).unwrap();
+    let b = LiveNic::start_with("fab-b", [127, 0, 0, 3], Port::Fabric(&fabric), ob).unwrap();
+    let mut p = join(
+        side_on(a, cap, mr_len, 1024),
+        side_on(b, cap, mr_len, 1024),
+        t,
+    );
+    p._fabric = fabric;
+    p
+}
+
+/// One frame as a tap saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub opcode: BthOpcode,
+    pub psn: u32,
+    pub ack_req: bool,
+    pub payload_len: usize,
+    pub repr: ParsedRoce,
+}
+
+/// A fault policy that records every frame and asks `decide` for its fate;
+/// `decide` gets the frame and the number of earlier frames that matched
+/// the same opcode.
+pub fn tap(
+    mut decide: impl FnMut(&Seen, usize) -> Fate + Send + 'static,
+) -> (NicOptions, Arc<Mutex<Vec<Seen>>>) {
+    let log = Arc::new(Mutex::new(Vec::<Seen>::new()));
+    let l = log.clone();
+    let policy = move |frame: &[u8]| {
+        let Ok(p) = parse_roce(frame) else {
+            return Fate::Deliver;
+        };
+        let seen = Seen {
+            opcode: p.repr.bth.opcode,
+            psn: p.repr.bth.psn.get(),
+            ack_req: p.repr.bth.ack_req,
+            payload_len: p.payload.len(),
+            repr: p,
+        };
+        let mut v = l.lock().unwrap();
+        let k = v.iter().filter(|s| s.opcode == seen.opcode).count();
+        let fate = decide(&seen, k);
+        v.push(seen);
+        fate
+    };
+    let opts = NicOptions {
+        faults: Some(Box::new(policy)),
+        ..NicOptions::default()
+    };
+    (opts, log)
+}
+
+/// Waits until the NIC's thread has handled everything queued to it and
+/// returns its counters.
+pub fn sync(s: &Side) -> NicCounters {
+    s.nic.counters(None).1
+}
+
+/// The counters both NICs have once traffic between them has settled:
+/// read repeatedly until two reads 20 ms apart agree.
+pub fn settled(p: &Pair) -> (NicCounters, NicCounters) {
+    let mut last = (sync(&p.a), sync(&p.b));
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = (sync(&p.a), sync(&p.b));
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
