@@ -92,9 +92,6 @@ pub(crate) struct Qp {
     /// The PSN a PSN-sequence NAK last made us go back to; a copy of that
     /// NAK before any progress is ignored.
     pub(crate) nak_retry_psn: Option<Psn>,
-    /// The READ/atomic PSN last asked for again because its responses were
-    /// missing (implied NAK); once per position.
-    pub(crate) implied_psn: Option<Psn>,
     // Responder.
     pub(crate) epsn: Psn,
     pub(crate) msn: u32,
@@ -231,7 +228,6 @@ impl Qp {
             ack_deadline: None,
             rnr_resume: None,
             nak_retry_psn: None,
-            implied_psn: None,
             epsn: Psn::new(0),
             msn: 0,
             recv_ip: None,

@@ -67,6 +67,14 @@ pub(crate) struct SentMsg {
     pub(crate) sent: u32,
     /// READ response bytes already placed.
     pub(crate) done_bytes: u64,
+    /// A READ or atomic whose response is all in and placed: it completes
+    /// when everything posted before it has.
+    pub(crate) answered: bool,
+    /// The response PSN this READ or atomic was last asked for again from
+    /// because its responses were found missing (implied NAK): once per
+    /// position, or copies and stragglers of the stream already asked for
+    /// would ask again and again.
+    pub(crate) implied_at: Option<Psn>,
 }
 
 impl SentMsg {
@@ -199,8 +207,17 @@ fn fetch_upto<D: Dma>(qp: &mut Qp, upto: u16, ctx: &mut Ctx<'_, D>) -> bool {
     true
 }
 
-/// Executes WQEs from the consumer index while the QP may send.
+/// Executes WQEs from the consumer index while the QP may send, then sends
+/// what the window allows (also when the next WQE has to wait).
 pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    execute(qp, ctx);
+    if qp.state == QpState::Rts && qp.p.qp_type == QpType::Rc {
+        send_or_fail(qp, ctx);
+    }
+}
+
+/// Executes WQEs from the consumer index while the QP may send.
+fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     while qp.state == QpState::Rts && qp.sq_ci != qp.sq_pi && qp.rnr_resume.is_none() {
         if qp.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq_pi, ctx) {
             fail_wqe(qp, qp.sq_ci, WqeOpcode::Nop, Syndrome::LocalQpOpErr, ctx);
@@ -268,9 +285,6 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
             fail_wqe(qp, index, opcode, s, ctx);
             return;
         }
-    }
-    if qp.state == QpState::Rts && qp.p.qp_type == QpType::Rc {
-        send_or_fail(qp, ctx);
     }
 }
 
@@ -531,6 +545,8 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Result<(), W
         npsn,
         sent: 0,
         done_bytes: 0,
+        answered: false,
+        implied_at: None,
     });
     qp.next_psn = qp.next_psn.add(npsn);
     if npsn == 0 {
@@ -919,24 +935,45 @@ fn prev(psn: Psn) -> Psn {
 /// arrived. Returns false for a PSN never sent (a forged or stale answer),
 /// which changes nothing. Progress restarts the ACK timer and refills the
 /// retry counters.
+///
+/// A READ or atomic still waiting for its response that this moves past
+/// was executed by the responder and its response lost: it is asked for
+/// again at once (an implied NAK). Only when the acknowledgement crosses
+/// it: later ACKs past it say nothing new, and asking again on each would
+/// have the responder resend a READ's remainder over and over.
 fn note_ack<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> bool {
     if !psn.precedes(qp.high_psn) {
         return false;
     }
-    if psn.diff(qp.ack_psn) > 0 {
+    let old = qp.ack_psn;
+    if psn.diff(old) > 0 {
         qp.ack_psn = psn;
+        let mtu = u64::from(qp.mtu());
+        for m in qp.outstanding.iter_mut() {
+            let crossed = m.last_psn().diff(old) > 0 && m.last_psn().diff(psn) <= 0;
+            if !(crossed && m.is_read_or_atomic() && m.is_sent() && !m.answered) {
+                continue;
+            }
+            let expect = if m.opcode == WqeOpcode::RdmaRead {
+                m.first_psn.add((m.done_bytes / mtu) as u32)
+            } else {
+                m.first_psn
+            };
+            if m.implied_at != Some(expect) {
+                m.implied_at = Some(expect);
+                m.sent = 0;
+                ctx.out.counters.implied_nak_seq_err += 1;
+            }
+        }
         made_progress(qp, ctx);
     }
     true
 }
 
 /// Completes, in posting order, the messages at the head that the
-/// responder has acknowledged. A READ or atomic at the head completes only
-/// with its response: if the responder has acknowledged a later PSN, its
-/// response was lost and it is asked for again (an implied NAK, once per
-/// position).
+/// responder has acknowledged; a READ or atomic at the head completes once
+/// its response is all in.
 fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
-    let mtu = u64::from(qp.mtu());
     while let Some(m) = qp.outstanding.front_mut() {
         if m.npsn == 0 {
             let m = qp.outstanding.pop_front().expect("front exists");
@@ -945,19 +982,19 @@ fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
             }
             continue;
         }
-        if m.is_read_or_atomic() {
-            if m.is_sent() && qp.ack_psn.diff(m.last_psn()) >= 0 {
-                let expect = if m.opcode == WqeOpcode::RdmaRead {
-                    m.first_psn.add((m.done_bytes / mtu) as u32)
+        if m.is_read_or_atomic() && m.answered {
+            let m = qp.outstanding.pop_front().expect("front exists");
+            if m.signaled {
+                let n = if m.opcode == WqeOpcode::RdmaRead {
+                    m.len
                 } else {
-                    m.first_psn
+                    8
                 };
-                if qp.implied_psn != Some(expect) {
-                    qp.implied_psn = Some(expect);
-                    m.sent = 0;
-                    ctx.out.counters.implied_nak_seq_err += 1;
-                }
+                complete(qp, m.wqe_index, m.opcode, n as u32, ctx);
             }
+            continue;
+        }
+        if m.is_read_or_atomic() {
             break;
         }
         let d = m.last_psn().diff(qp.ack_psn);
@@ -1090,49 +1127,49 @@ fn atomic_ack<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
     if !note_ack(qp, prev(psn), ctx) {
         return;
     }
-    retire(qp, ctx);
-    let Some(m) = qp.outstanding.front() else {
-        return;
-    };
-    if !matches!(m.opcode, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa) || m.first_psn != psn {
-        return;
-    }
     let Some(orig) = repr.ext.atomic_ack_eth.map(|a| a.orig) else {
         return;
     };
-    let m = qp.outstanding.pop_front().expect("front exists");
+    let Some(i) = qp.outstanding.iter().position(|m| {
+        matches!(m.opcode, WqeOpcode::AtomicCs | WqeOpcode::AtomicFa)
+            && m.first_psn == psn
+            && m.is_sent()
+            && !m.answered
+    }) else {
+        return;
+    };
+    let m = &qp.outstanding[i];
     if let Err(s) = place(qp, &m.payload, 0, &orig.to_le_bytes(), ctx) {
-        fail_wqe(qp, m.wqe_index, m.opcode, s, ctx);
+        let (index, opcode) = (m.wqe_index, m.opcode);
+        fail_wqe(qp, index, opcode, s, ctx);
         return;
     }
-    if m.signaled {
-        complete(qp, m.wqe_index, m.opcode, 8, ctx);
-    }
+    qp.outstanding[i].answered = true;
     note_ack(qp, psn, ctx);
     made_progress(qp, ctx);
 }
 
-/// A READ response. Only the next expected one is taken; one past a gap
-/// asks for the rest again from the gap (once per gap), and duplicates
-/// are dropped.
+/// A READ response, for whichever outstanding READ it belongs to. Only
+/// the next expected response of that READ is taken; one past a gap asks
+/// for the rest again from the gap (once per gap); duplicates are dropped.
+/// The READ completes when it is all in and everything before it has.
 fn read_response<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut Ctx<'_, D>) {
     let psn = repr.bth.psn;
     if !note_ack(qp, prev(psn), ctx) {
         return;
     }
-    retire(qp, ctx);
     let mtu = u64::from(qp.mtu());
-    let Some(m) = qp.outstanding.front_mut() else {
+    let Some(i) = qp.outstanding.iter().position(|m| {
+        m.opcode == WqeOpcode::RdmaRead && m.contains(psn) && m.is_sent() && !m.answered
+    }) else {
         return;
     };
-    if m.opcode != WqeOpcode::RdmaRead || !m.contains(psn) || !m.is_sent() {
-        return;
-    }
+    let m = &mut qp.outstanding[i];
     let expect = m.first_psn.add((m.done_bytes / mtu) as u32);
     let ahead = psn.diff(expect);
     if ahead > 0 {
-        if qp.implied_psn != Some(expect) {
-            qp.implied_psn = Some(expect);
+        if m.implied_at != Some(expect) {
+            m.implied_at = Some(expect);
             m.sent = 0;
             ctx.out.counters.implied_nak_seq_err += 1;
         }
@@ -1159,20 +1196,14 @@ fn read_response<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
         return;
     }
     let offset = m.done_bytes;
-    let payload_desc = std::mem::replace(&mut m.payload, Payload::Inline(Vec::new()));
-    let placed = place(qp, &payload_desc, offset, payload, ctx);
-    qp.outstanding[0].payload = payload_desc;
-    if let Err(s) = placed {
+    let m = &qp.outstanding[i];
+    if let Err(s) = place(qp, &m.payload, offset, payload, ctx) {
         fail_wqe(qp, index, opcode, s, ctx);
         return;
     }
-    qp.outstanding[0].done_bytes = end;
-    if last {
-        let m = qp.outstanding.pop_front().expect("front exists");
-        if m.signaled {
-            complete(qp, m.wqe_index, m.opcode, m.len as u32, ctx);
-        }
-    }
+    let m = &mut qp.outstanding[i];
+    m.done_bytes = end;
+    m.answered = last;
     note_ack(qp, psn, ctx);
     made_progress(qp, ctx);
 }
@@ -1244,7 +1275,9 @@ fn fail_head<D: Dma>(qp: &mut Qp, s: Syndrome, ctx: &mut Ctx<'_, D>) {
 fn retransmit_from<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) {
     for m in qp.outstanding.iter_mut() {
         if m.is_read_or_atomic() {
-            m.sent = 0;
+            if !m.answered {
+                m.sent = 0;
+            }
         } else if m.contains(psn) {
             m.sent = m.sent.min(psn.diff(m.first_psn) as u32);
         } else if !m.first_psn.precedes(psn) {

@@ -101,7 +101,7 @@ pub use deth::{DethHeader, DethRepr};
 pub use ethernet::{EtherType, EthernetHeader, EthernetRepr};
 pub use ext::ExtHeaders;
 pub use gid::Gid;
-pub use icrc::{icrc_ipv4, icrc_ipv6};
+pub use icrc::{icrc, icrc_ipv4, icrc_ipv6};
 pub use ieth::{IethHeader, IethRepr};
 pub use immdt::{ImmDtHeader, ImmDtRepr};
 pub use ipv4::{IpProtocol, Ipv4Header, Ipv4Repr};

@@ -575,3 +575,47 @@ fn rnr_naks_count_at_both_ends() {
     only(&b, &[("out_of_buffer", naks)], "B");
     assert_eq!(a.tx_retransmits, naks);
 }
+
+#[test]
+fn a_message_longer_than_the_window_streams_while_later_wqes_wait() {
+    // 200 packets (more than the 128 PSNs that may be in flight), then two
+    // READs, the second held back by max_rd_atomic 1: the window must
+    // still move on each ACK, not on the ACK timer.
+    let (oa, la) = tap(|_, _| Fate::Deliver);
+    let t = Timers {
+        mtu: 256,
+        ..timers()
+    };
+    let p = fabric_pair([oa, Default::default()], caps(16), 1 << 16, t);
+    let len = 200 * 256;
+    let data = pattern(len, 8);
+    p.a.mr.write(0, &data).unwrap();
+    let rd = [p.a.mr.sge(len as u64, 100).unwrap()];
+    p.a.qp
+        .post_send(&[
+            signaled(
+                1,
+                &[p.a.mr.sge(0, len as u32).unwrap()],
+                WrOpcode::RdmaWrite(remote(&p, 0)),
+            ),
+            signaled(2, &rd, WrOpcode::RdmaRead(remote(&p, 0))),
+            signaled(3, &rd, WrOpcode::RdmaRead(remote(&p, 0))),
+        ])
+        .unwrap();
+    let ids: Vec<u64> = wait(&p.a.cq, 3).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [1, 2, 3]);
+    let mut got = vec![0u8; len];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let (a, b) = settled(&p);
+    only(&a, &[], "A");
+    only(&b, &[], "B");
+    // Never more than 128 PSNs past the last acknowledged one.
+    let log = la.lock().unwrap();
+    let writes = log
+        .iter()
+        .filter(|s| s.opcode.is_request() && s.opcode != BthOpcode::RcRdmaReadRequest)
+        .count();
+    assert_eq!(writes, 200);
+    assert!(log.iter().filter(|s| s.ack_req).count() >= 4);
+}

@@ -8,5 +8,6 @@ mod data;
 mod errors;
 mod net;
 mod provider;
+mod soak;
 mod udp;
 mod wrap;
