@@ -2,6 +2,7 @@
 //! and device across the bus, two NICs across the in-process fabric.
 #![allow(unreachable_pub, missing_docs)]
 
+mod capture;
 mod common;
 mod counters;
 mod data;
