@@ -7,11 +7,14 @@
 //!   context gets, and whether it may BlueFlame and must lock.
 //! - [`pcie`]: the PCIe link model alone: usable bandwidth and the figures
 //!   of MWr and MRd streams of one size.
+//! - [`pingpong`]: ibv_rc_pingpong between processes or hosts, over a NIC
+//!   whose port is a UDP socket.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 pub mod layout;
 pub mod pcie;
+pub mod pingpong;
 pub mod seed;
 pub mod sim;
 

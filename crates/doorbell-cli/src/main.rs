@@ -67,6 +67,14 @@ enum Cmd {
         #[command(flatten)]
         args: doorbell_cli::sim::SimArgs,
     },
+    /// ibv_rc_pingpong between two processes or hosts: starts a NIC whose
+    /// port is a UDP socket on --addr, exchanges LID:QPN:PSN:GID over TCP
+    /// (without a peer name it waits as the server), bounces SENDs and
+    /// prints the same summary lines.
+    Pingpong {
+        #[command(flatten)]
+        args: doorbell_cli::pingpong::PingpongArgs,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -117,6 +125,7 @@ fn run(cli: Cli) -> Result<()> {
             doorbell_cli::pcie::print(&doorbell_cli::pcie::run(&args)?, cli.json)?;
         }
         Some(Cmd::Sim { args }) => doorbell_cli::sim::main(&args, cli.json)?,
+        Some(Cmd::Pingpong { args }) => doorbell_cli::pingpong::main(&args, cli.json)?,
     }
     Ok(())
 }

@@ -6,5 +6,7 @@
 mod cli;
 mod layout;
 mod pcie;
+mod pingpong;
+mod procs;
 mod seed;
 mod sim;

@@ -1,0 +1,293 @@
+//! `doorbell pingpong` as two processes of the built binary, server and
+//! client on 127.0.4x.y addresses (their NICs' UDP ports) and a TCP port
+//! of their own for the exchange; and its failures, which must be
+//! messages, not panics.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use crate::procs::{Finished, Proc, doorbell, free_tcp_port};
+
+/// Longest a side may take; a run takes well under a second.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Runs a server at `srv_ip` and a client at `cli_ip` with the extra
+/// arguments of each; returns (server, client).
+fn pair(srv_ip: &str, srv: &[&str], cli_ip: &str, cli: &[&str]) -> (Finished, Finished) {
+    let port = free_tcp_port().to_string();
+    let mut s = doorbell();
+    s.args(["pingpong", "--addr", srv_ip, "-p", &port])
+        .args(srv);
+    let server = Proc::spawn(s);
+    let mut c = doorbell();
+    c.args(["pingpong", "--addr", cli_ip, "-p", &port])
+        .args(cli)
+        .arg("127.0.0.1");
+    let client = Proc::spawn(c);
+    let c = client.finish(DEADLINE);
+    let s = server.finish(DEADLINE);
+    (s, c)
+}
+
+/// The (LID, QPN, PSN, GID) of an `  <which> address: ...` line.
+fn address(out: &str, which: &str) -> (String, String, String, String) {
+    let prefix = format!("  {which} address:");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {which} address line in:\n{out}"));
+    let rest = line[prefix.len()..].trim();
+    let f: Vec<&str> = rest.split(", ").collect();
+    assert_eq!(f.len(), 4, "{line:?}");
+    let get = |i: usize, key: &str| {
+        f[i].strip_prefix(key)
+            .unwrap_or_else(|| panic!("{line:?}: field {i} is not {key}"))
+            .to_string()
+    };
+    let (lid, qpn, psn, gid) = (
+        get(0, "LID "),
+        get(1, "QPN "),
+        get(2, "PSN "),
+        get(3, "GID "),
+    );
+    assert_eq!(lid, "0x0000", "{line:?}");
+    for v in [&qpn, &psn] {
+        assert!(
+            v.len() == 8 && v.starts_with("0x") && u32::from_str_radix(&v[2..], 16).is_ok(),
+            "{line:?}: {v} is not 0x%06x"
+        );
+    }
+    (lid, qpn, psn, gid)
+}
+
+/// Checks the two summary lines: 2 × size × iters bytes, `iters` iters,
+/// the same seconds, and figures that agree with each other.
+fn check_summary(out: &str, size: u64, iters: u64) {
+    let bytes_line = out
+        .lines()
+        .find(|l| l.contains(" bytes in "))
+        .unwrap_or_else(|| panic!("no bytes line in:\n{out}"));
+    let iters_line = out
+        .lines()
+        .find(|l| l.contains(" iters in "))
+        .unwrap_or_else(|| panic!("no iters line in:\n{out}"));
+    let b: Vec<&str> = bytes_line.split(' ').collect();
+    let i: Vec<&str> = iters_line.split(' ').collect();
+    assert_eq!(b.len(), 8, "{bytes_line:?}");
+    assert_eq!(i.len(), 8, "{iters_line:?}");
+    assert_eq!(
+        (b[0].parse::<u64>().ok(), b[1], b[2], b[4], b[5], b[7]),
+        (
+            Some(2 * size * iters),
+            "bytes",
+            "in",
+            "seconds",
+            "=",
+            "Mbit/sec"
+        ),
+        "{bytes_line:?}"
+    );
+    assert_eq!(
+        (i[0].parse::<u64>().ok(), i[1], i[2], i[4], i[5], i[7]),
+        (Some(iters), "iters", "in", "seconds", "=", "usec/iter"),
+        "{iters_line:?}"
+    );
+    let num = |s: &str| s.parse::<f64>().unwrap_or_else(|_| panic!("{s} in {out}"));
+    let (secs, mbps, usec) = (num(b[3]), num(b[6]), num(i[6]));
+    assert_eq!(b[3], i[3], "both lines give the same seconds");
+    assert!(mbps > 0.0 && usec > 0.0, "{out}");
+    // usec/iter × iters is the time the seconds were rounded from.
+    assert!(
+        (usec * iters as f64 / 1e6 - secs).abs() <= 0.0051,
+        "usec/iter {usec} disagrees with {secs} s:\n{out}"
+    );
+    // Mbit/sec × seconds is the bits.
+    let bits = (2 * size * iters * 8) as f64;
+    assert!(
+        (mbps * usec * iters as f64 - bits).abs() <= bits * 1e-3,
+        "{mbps} Mbit/sec disagrees with {usec} usec/iter:\n{out}"
+    );
+}
+
+#[test]
+fn two_processes_bounce_messages_and_validate_them() {
+    let (size, iters) = (5000u64, 200u64);
+    let args = ["-c", "-s", "5000", "-n", "200", "-r", "16"];
+    let (s, c) = pair("127.0.40.2", &args, "127.0.40.3", &args);
+    s.assert_ok("server");
+    c.assert_ok("client");
+    // What each said of itself is what the other heard.
+    let (sl, sr) = (address(&s.stdout, "local"), address(&s.stdout, "remote"));
+    let (cl, cr) = (address(&c.stdout, "local"), address(&c.stdout, "remote"));
+    assert_eq!(sl, cr);
+    assert_eq!(cl, sr);
+    assert_eq!(sl.3, "::ffff:127.0.40.2");
+    assert_eq!(cl.3, "::ffff:127.0.40.3");
+    for out in [&s.stdout, &c.stdout] {
+        check_summary(out, size, iters);
+        assert!(!out.contains("invalid data"), "{out}");
+    }
+}
+
+#[test]
+fn completion_events_and_json() {
+    let args = ["--json", "-e", "-c", "-s", "64", "-n", "100", "-m", "256"];
+    let (s, c) = pair("127.0.41.2", &args, "127.0.41.3", &args);
+    s.assert_ok("server");
+    c.assert_ok("client");
+    let sv: serde_json::Value = serde_json::from_str(&s.stdout).expect("the server prints JSON");
+    let cv: serde_json::Value = serde_json::from_str(&c.stdout).expect("the client prints JSON");
+    assert_eq!(sv["role"], "server");
+    assert_eq!(cv["role"], "client");
+    assert_eq!(sv["local"], cv["remote"]);
+    assert_eq!(sv["remote"], cv["local"]);
+    assert_eq!(sv["local"]["gid"], "::ffff:127.0.41.2");
+    for v in [&sv, &cv] {
+        assert_eq!(v["events"], true);
+        assert_eq!(v["validated"], true, "{v}");
+        assert_eq!(v["mtu"], 256);
+        assert_eq!(v["bytes"], 2 * 64 * 100);
+        // Each side completes 100 sends and 100 receives, and each wait
+        // for an event is followed by one poll of at most two.
+        let events = v["cq_events"].as_u64().unwrap();
+        assert!(events >= 100, "{v}");
+        assert!(v["usec_per_iter"].as_f64().unwrap() > 0.0);
+        let (qpn, psn) = (&v["local"]["qpn"], &v["local"]["psn"]);
+        assert!(qpn.as_u64().unwrap() < 1 << 24 && psn.as_u64().unwrap() < 1 << 24);
+    }
+}
+
+/// `-c` is a real check: a server that validates, against a client that
+/// did not fill its buffer with the pattern, reports every page.
+#[test]
+fn the_server_finds_a_buffer_the_client_did_not_fill() {
+    let (s, c) = pair(
+        "127.0.42.2",
+        &["-c", "-s", "9000", "-n", "20"],
+        "127.0.42.3",
+        &["-s", "9000", "-n", "20"],
+    );
+    c.assert_ok("client");
+    s.assert_error("server", "3 of 3 pages");
+    for p in 0..3 {
+        assert!(
+            s.stdout.contains(&format!("invalid data in page {p}\n")),
+            "{}",
+            s.stdout
+        );
+    }
+}
+
+/// The exchange is rdma-core's: 52 bytes "LID:QPN:PSN:GID\0" with the GID
+/// as 32 hex digits. A fake server that answers with an all-zero GID (an
+/// ibv_rc_pingpong run without -g) gets a message that says what to do.
+#[test]
+fn the_exchange_message_is_rdma_cores() {
+    let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let mut c = doorbell();
+    c.args(["pingpong", "--addr", "127.0.43.3", "-p", &port, "127.0.0.1"]);
+    let client = Proc::spawn(c);
+    let (mut conn, _) = l.accept().unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut msg = [0u8; 52];
+    conn.read_exact(&mut msg).unwrap();
+    let text = std::str::from_utf8(&msg[..51]).unwrap();
+    assert_eq!(msg[51], 0, "{msg:?}");
+    let f: Vec<&str> = text.split(':').collect();
+    assert_eq!(
+        f.iter().map(|s| s.len()).collect::<Vec<_>>(),
+        [4, 6, 6, 32],
+        "{text}"
+    );
+    assert!(
+        text.bytes()
+            .all(|b| b == b':' || b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+        "{text}"
+    );
+    assert_eq!(f[0], "0000");
+    assert_eq!(
+        f[3], "00000000000000000000ffff7f002b03",
+        "GID ::ffff:127.0.43.3"
+    );
+    conn.write_all(b"0000:000123:000042:00000000000000000000000000000000\0")
+        .unwrap();
+    let mut done = [0u8; 5];
+    conn.read_exact(&mut done).unwrap();
+    assert_eq!(&done, b"done\0");
+    let out = client.finish(DEADLINE);
+    out.assert_error("client against a GID-less peer", "run the peer with -g 0");
+    assert!(
+        out.stdout.contains("  local address:  LID 0x0000"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// A server that gets something else than an address message says so.
+#[test]
+fn a_garbled_exchange_is_refused() {
+    let port = free_tcp_port();
+    let mut s = doorbell();
+    s.args(["pingpong", "--addr", "127.0.44.2", "-p", &port.to_string()]);
+    let server = Proc::spawn(s);
+    let mut conn = None;
+    for _ in 0..500 {
+        if let Ok(c) = TcpStream::connect(("127.0.0.1", port)) {
+            conn = Some(c);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut conn = conn.expect("the server listens");
+    conn.write_all(&[b'x'; 52]).unwrap();
+    let out = server.finish(DEADLINE);
+    out.assert_error("server", "bad address message");
+}
+
+#[test]
+fn bad_options_and_unusable_addresses_are_messages() {
+    let run = |args: &[&str]| {
+        let mut c = doorbell();
+        c.arg("pingpong").args(args);
+        Proc::spawn(c).finish(DEADLINE)
+    };
+    let port = free_tcp_port().to_string();
+    let p = ["-p", port.as_str()];
+    run(&["--addr", "127.0.45.2", "-m", "1000"]).assert_error("-m 1000", "invalid MTU 1000");
+    run(&["--addr", "::1"]).assert_error("IPv6 --addr", "IPv4");
+    run(&["--addr", "nonsense"]).assert_error("--addr nonsense", "not an IP address");
+    run(&["--addr", "127.0.45.2", "-g", "1"]).assert_error("-g 1", "GID index 1");
+    run(&["--addr", "127.0.45.2", "-i", "2"]).assert_error("-i 2", "port 2");
+    run(&["--addr", "127.0.45.2", "-l", "16"]).assert_error("-l 16", "service level");
+    // TEST-NET-1: no interface of this host has it.
+    run(&["--addr", "192.0.2.1", p[0], p[1]]).assert_error("foreign --addr", "not an address");
+    // Nobody listens on the port: refused until the timeout.
+    let t = std::time::Instant::now();
+    run(&[
+        "--addr",
+        "127.0.45.3",
+        "--timeout",
+        "0.5",
+        p[0],
+        p[1],
+        "127.0.0.1",
+    ])
+    .assert_error("unreachable peer", "Couldn't connect to 127.0.0.1");
+    assert!(t.elapsed() >= Duration::from_millis(500), "it retried");
+    run(&["--addr", "127.0.45.3", "nosuchhost.invalid"]).assert_error("bad name", "resolve");
+    // Another NIC, or anything, has the UDP port.
+    let udp = UdpSocket::bind(("127.0.45.4", 4791)).unwrap();
+    run(&["--addr", "127.0.45.4", p[0], p[1]]).assert_error("UDP port taken", "is in use");
+    drop(udp);
+    // The TCP port of the exchange is taken.
+    let tcp = TcpListener::bind(("0.0.0.0", 0)).unwrap();
+    let taken = tcp.local_addr().unwrap().port().to_string();
+    run(&["--addr", "127.0.45.5", "-p", &taken]).assert_error("TCP port taken", "in use");
+    // clap's own refusals exit with 2 and say why.
+    let f = run(&["--addr", "127.0.45.2", "-n", "0"]);
+    assert_eq!(f.status.and_then(|s| s.code()), Some(2), "{f:?}");
+    assert!(f.stderr.contains("--iters"), "{}", f.stderr);
+}
