@@ -126,26 +126,53 @@ impl Capture {
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let st = c.child.wait();
-                    panic!(
-                        "tshark cannot capture on lo ({st:?}): {}\n\
-                         Capturing needs root or CAP_NET_RAW and CAP_NET_ADMIN on dumpcap \
-                         (CI runs the tests as root).",
-                        c.said.join(" | ")
-                    );
-                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => c.cannot_capture(),
             }
             assert!(
                 Instant::now() < deadline,
                 "tshark did not start capturing within 15 s: {}",
-                c.said.join(" | ")
+                c.tail()
             );
         }
-        // The socket is open once tshark says so; leave it a moment to
-        // attach the filter.
-        std::thread::sleep(Duration::from_millis(200));
+        // tshark says "Capturing on" before dumpcap has opened the device:
+        // leave it a moment to open it and attach the filter, or to fail.
+        std::thread::sleep(Duration::from_millis(300));
+        c.said.extend(c.stderr.try_iter());
+        let refused = c.said.iter().any(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("permission to capture") || l.contains("operation not permitted")
+        });
+        if refused || !matches!(c.child.try_wait(), Ok(None)) {
+            c.cannot_capture();
+        }
         c
+    }
+
+    /// Fails the test: tshark could not capture.
+    fn cannot_capture(&mut self) -> ! {
+        std::thread::sleep(Duration::from_millis(200));
+        self.said.extend(self.stderr.try_iter());
+        let st = self.child.try_wait();
+        let why: Vec<&str> = self
+            .said
+            .iter()
+            .map(|l| l.as_str())
+            .filter(|l| l.contains("capture on device") || l.contains("not permitted"))
+            .collect();
+        panic!(
+            "tshark cannot capture on lo ({st:?}): {}\n\
+             Capturing needs root, or CAP_NET_RAW and CAP_NET_ADMIN on dumpcap \
+             (CI runs the tests as root).",
+            if why.is_empty() {
+                self.tail()
+            } else {
+                why.join(" ")
+            }
+        );
+    }
+
+    fn tail(&self) -> String {
+        tail(&self.said)
     }
 
     /// Waits up to 10 s for tshark to stop by itself (it stops at its
@@ -176,6 +203,11 @@ impl Drop for Capture {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The last lines of what tshark said, for a message.
+fn tail(said: &[String]) -> String {
+    said[said.len().saturating_sub(12)..].join(" | ")
 }
 
 /// The IPv4 packets of a classic pcap file from Linux's loopback
@@ -412,7 +444,7 @@ fn tshark_and_scapy_decode_every_packet_as_we_sent_it() {
     );
     let said = cap.finish();
     let bytes = std::fs::read(&file)
-        .unwrap_or_else(|e| panic!("no capture file ({e}); tshark said: {}", said.join(" | ")));
+        .unwrap_or_else(|e| panic!("no capture file ({e}); tshark said: {}", tail(&said)));
 
     // Our own decoder: every packet parses and its ICRC verifies.
     let packets = pcap_ip_packets(&bytes);
@@ -420,7 +452,7 @@ fn tshark_and_scapy_decode_every_packet_as_we_sent_it() {
         packets.len(),
         expected.len(),
         "packets captured; tshark said: {}",
-        said.join(" | ")
+        tail(&said)
     );
     let ours: Vec<(BthOpcode, Qpn, u32)> = packets
         .iter()
