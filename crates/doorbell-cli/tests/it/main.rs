@@ -5,6 +5,7 @@
 
 mod cli;
 mod layout;
+mod netns;
 mod pcie;
 mod pingpong;
 mod procs;

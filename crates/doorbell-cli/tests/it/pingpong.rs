@@ -26,7 +26,12 @@ fn pair(srv_ip: &str, srv: &[&str], cli_ip: &str, cli: &[&str]) -> (Finished, Fi
         .arg("127.0.0.1");
     let client = Proc::spawn(c);
     let c = client.finish(DEADLINE);
-    let s = server.finish(DEADLINE);
+    // A server whose client failed would wait for it forever.
+    let s = server.finish(if c.success() {
+        DEADLINE
+    } else {
+        Duration::from_secs(3)
+    });
     (s, c)
 }
 

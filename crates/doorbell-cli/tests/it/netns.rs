@@ -1,0 +1,201 @@
+//! Two hosts: `doorbell pingpong` between two network namespaces joined
+//! by a veth pair, one process in each, RoCEv2 crossing the veth.
+//!
+//! The test creates the namespaces `dbpp-<pid>-a` and `-b`, the veth pair
+//! `dbpp<pid>a`/`dbpp<pid>b` with one end in each, and the addresses
+//! 198.18.0.1/30 and .2/30 (the benchmarking range, RFC 2544) inside them;
+//! a guard deletes all of it when the test ends, failed or not. Where the
+//! machine does not allow namespaces (not root, or `ip netns add` fails) it
+//! is skipped with a message, except under CI (`CI` set), where that is a
+//! failure: CI runs as root.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::procs::{Proc, doorbell};
+
+const SERVER_IP: &str = "198.18.0.1";
+const CLIENT_IP: &str = "198.18.0.2";
+
+/// Runs `ip` with `args`; the error says what failed.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run ip (package iproute2, scripts/setup.sh): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The effective user ID, from /proc/self/status.
+fn euid() -> Option<u32> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The two namespaces and the veth pair; deletes what it made on drop.
+struct TwoHosts {
+    ns: Vec<String>,
+    veth: [String; 2],
+}
+
+impl TwoHosts {
+    /// Creates the namespaces, or says why it could not.
+    fn new() -> Result<Self, String> {
+        let pid = std::process::id();
+        let mut h = TwoHosts {
+            ns: Vec::new(),
+            veth: [format!("dbpp{pid}a"), format!("dbpp{pid}b")],
+        };
+        for side in ["a", "b"] {
+            let name = format!("dbpp-{pid}-{side}");
+            ip(&["netns", "add", &name])?;
+            h.ns.push(name);
+        }
+        Ok(h)
+    }
+
+    /// The veth pair, one end in each namespace, addressed and up.
+    fn wire(&self) -> Result<(), String> {
+        let (na, nb) = (&self.ns[0], &self.ns[1]);
+        let [va, vb] = &self.veth;
+        ip(&[
+            "link", "add", va, "netns", na, "type", "veth", "peer", "name", vb, "netns", nb,
+        ])?;
+        for (ns, dev, addr) in [(na, va, SERVER_IP), (nb, vb, CLIENT_IP)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/30"), "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(())
+    }
+
+    /// `doorbell <args>` inside namespace `i`.
+    fn doorbell_in(&self, i: usize, args: &[&str]) -> Proc {
+        let prog = doorbell().get_program().to_owned();
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns[i]]).arg(prog).args(args);
+        Proc::spawn(c)
+    }
+
+    /// A counter of the veth end in namespace `i` (sysfs statistics).
+    fn veth_stat(&self, i: usize, stat: &str) -> u64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns[i], "cat"])
+            .arg(format!("/sys/class/net/{}/statistics/{stat}", self.veth[i]))
+            .output()
+            .expect("ip netns exec cat");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{stat} of {}: {out:?}", self.veth[i]))
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the veth end in it, and so the pair;
+        // the link delete covers a pair left in this namespace.
+        for ns in &self.ns {
+            let _ = ip(&["netns", "del", ns]);
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.veth[0]])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Skips (returns None after saying why) where namespaces are not allowed,
+/// unless under CI.
+fn two_hosts() -> Option<TwoHosts> {
+    let why = match euid() {
+        Some(0) => match TwoHosts::new() {
+            Ok(h) => return Some(h),
+            Err(e) => format!("`ip netns add` failed: {e}"),
+        },
+        _ => "not root: network namespaces need root (CAP_SYS_ADMIN)".to_string(),
+    };
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("CI must run the two-namespace test, but {why}");
+    }
+    eprintln!("skipped netns::pingpong_between_two_namespaces: {why}");
+    None
+}
+
+#[test]
+fn pingpong_between_two_namespaces() {
+    let Some(hosts) = two_hosts() else {
+        return;
+    };
+    hosts.wire().expect("the veth pair is set up");
+    let tx_before = hosts.veth_stat(1, "tx_packets");
+    let (iters, size) = (200u64, 5000u64);
+    let common = [
+        "-c",
+        "-n",
+        "200",
+        "-s",
+        "5000",
+        "-m",
+        "1024",
+        "--timeout",
+        "10",
+    ];
+    let mut srv = vec!["pingpong", "--addr", SERVER_IP];
+    srv.extend(common);
+    let server = hosts.doorbell_in(0, &srv);
+    let mut cli = vec!["pingpong", "--addr", CLIENT_IP];
+    cli.extend(common);
+    cli.push(SERVER_IP);
+    let client = hosts.doorbell_in(1, &cli);
+    let c = client.finish(Duration::from_secs(30));
+    // A server whose client failed would wait for it forever.
+    let s = server.finish(Duration::from_secs(if c.success() { 30 } else { 3 }));
+    s.assert_ok("server in namespace a");
+    c.assert_ok("client in namespace b");
+    for (out, local, remote) in [
+        (&s.stdout, SERVER_IP, CLIENT_IP),
+        (&c.stdout, CLIENT_IP, SERVER_IP),
+    ] {
+        assert!(
+            out.contains(&format!("GID ::ffff:{local}\n  remote address:")),
+            "{out}"
+        );
+        assert!(out.ends_with("usec/iter\n"), "{out}");
+        assert!(out.contains(&format!("GID ::ffff:{remote}\n")), "{out}");
+        assert!(
+            out.contains(&format!("{} bytes in ", 2 * size * iters)),
+            "{out}"
+        );
+        assert!(out.contains(&format!("\n{iters} iters in ")), "{out}");
+        assert!(!out.contains("invalid data"), "{out}");
+    }
+    // The client's messages crossed the veth: five packets each at MTU
+    // 1024, plus the TCP exchange and ARP.
+    let sent = hosts.veth_stat(1, "tx_packets") - tx_before;
+    assert!(sent >= 5 * iters, "only {sent} packets left namespace b");
+
+    // Everything the test made goes away with the guard.
+    let (ns, veth) = (hosts.ns.clone(), hosts.veth.clone());
+    drop(hosts);
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    for n in &ns {
+        assert!(!list.contains(n.as_str()), "{n} is still there:\n{list}");
+    }
+    assert!(
+        ip(&["link", "show", &veth[0]]).is_err(),
+        "{} is still there",
+        veth[0]
+    );
+}
