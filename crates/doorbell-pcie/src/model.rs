@@ -42,13 +42,14 @@
 //! - Deterministic: [`LinkModel`] converts its configuration to integers once
 //!   (time in 2⁻³² ps steps); from then on the same calls give the same
 //!   answers, bit for bit, on every platform.
-//! - No panics for any input: zero lengths, odd addresses and times that go
-//!   backwards are all answered (see each method).
-//! - [`LinkModel`]'s hot path does not allocate: its credit queues and tag
-//!   heap are sized at construction from the credits and tags, which bound
-//!   them; each direction's list of future reservations starts with room
-//!   for as many as there are tags plus 256 and grows (once) only if more
-//!   are pending at one time.
+//! - No panics for any input: zero lengths, odd addresses and times out of
+//!   order or below the watermark are all answered (see each method).
+//! - Bounded memory: [`LinkModel`] keeps what ends after the watermark its
+//!   caller moves ([`LinkModel::retire`]): wire reservations, posted-write
+//!   order, credits and tags held. Its lists start with room for the usual
+//!   working set (tags plus 256 reservations per direction, two steps per
+//!   credit and tag) and grow, amortised, only to the most ever pending at
+//!   once; the hot path then does not allocate.
 //!
 //! # Driving the timing model
 //! ```
@@ -64,13 +65,21 @@
 //! // ... and writes a 64-byte CQE back.
 //! let cqe = link.write(wqe.last_data, 0x2_0000, 64, Direction::ToHost);
 //! assert!(rung < wqe.first_data && wqe.last_data < cqe);
+//! // Another unit of the device, whose input came first, writes at 10 ns:
+//! // not behind the CQE, as the link was idle then.
+//! let early = link.write(Instant::from_ps(10_000), 0x3_0000, 64, Direction::ToHost);
+//! assert!(early < wqe.first_data);
+//! // The simulator's clock moved on: nothing will be issued before it.
+//! link.retire(rung);
 //! ```
-//! Calls must come in non-decreasing `now` (the order of a discrete-event
-//! loop); each call reserves the link for its TLPs, possibly in the future,
-//! and later calls fit around those reservations.
+//! Each call reserves the link for its TLPs, possibly in the future, at
+//! the time each TLP is ready; calls need not come in time order, and later
+//! calls fit around earlier reservations. A discrete-event loop calls
+//! [`LinkModel::retire`] with its clock, which only moves forward, so that
+//! the model forgets what is over. [`LinkModel`] says what is exact and
+//! what is approximated when calls come out of time order.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use doorbell_types::{Duration, Instant};
 
@@ -889,8 +898,56 @@ fn instant_of(q: Q) -> Instant {
     Instant::from_ps(u64::try_from(q.div_ceil(1 << Q_SHIFT)).unwrap_or(u64::MAX))
 }
 
-/// One direction: busy intervals in the future, sorted and disjoint, so
-/// that a TLP ready now can use an idle gap before a later reservation.
+/// The first index at or after `from` where `pred` fails, for a `pred`
+/// that holds on a prefix of `v` reaching at least `from`. A search
+/// galloping from both ends: the lists below are searched for times just
+/// after the watermark (near their front) or at the end of what is
+/// reserved (near their back), so this touches a few entries where a
+/// binary search would touch `log n` scattered ones.
+fn partition_from<T>(v: &VecDeque<T>, from: usize, pred: impl Fn(&T) -> bool) -> usize {
+    let len = v.len();
+    let mut lo = from.min(len);
+    if lo == len || !pred(&v[lo]) {
+        return lo;
+    }
+    // `pred` holds at `lo` and fails at `hi` (or `hi` is the end).
+    let mut hi = len;
+    let mut step = 1;
+    while hi - lo > 1 {
+        let front = lo.saturating_add(step);
+        if front >= hi {
+            break;
+        }
+        if !pred(&v[front]) {
+            hi = front;
+            break;
+        }
+        lo = front;
+        let back = hi.saturating_sub(step);
+        if back <= lo {
+            break;
+        }
+        if pred(&v[back]) {
+            lo = back;
+            break;
+        }
+        hi = back;
+        step = step.saturating_mul(2);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if pred(&v[mid]) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
+/// One direction: busy intervals, sorted and disjoint, so that a TLP ready
+/// at `t` can use an idle gap before a reservation made (by an earlier
+/// call) for a later time. Intervals over by the watermark are forgotten.
 #[derive(Debug, Clone)]
 struct Wire {
     busy: VecDeque<(Q, Q)>,
@@ -911,27 +968,41 @@ impl Wire {
         }
     }
 
-    /// Forgets intervals over by `now` (no later reservation starts earlier).
-    fn prune(&mut self, now: Q) {
-        while self.busy.front().is_some_and(|&(_, e)| e <= now) {
+    /// Forgets intervals over by `before` (no later TLP is ready earlier).
+    fn prune(&mut self, before: Q) {
+        while self.busy.front().is_some_and(|&(_, e)| e <= before) {
             self.busy.pop_front();
         }
     }
 
-    /// Reserves `dur` at the earliest idle time at or after `ready`.
-    fn reserve(&mut self, ready: Q, dur: Q, bytes: u64) -> (Q, Q) {
-        let mut t = ready;
-        let mut idx = self.busy.len();
-        for (i, &(s, e)) in self.busy.iter().enumerate() {
-            if e <= t {
-                continue;
-            }
-            if t + dur <= s {
-                idx = i;
-                break;
-            }
-            t = e;
+    /// Index of the first interval not over by `t`.
+    fn first_after(&self, t: Q) -> usize {
+        // Disjoint and sorted, so the ends are sorted too.
+        partition_from(&self.busy, 0, |&(_, e)| e <= t)
+    }
+
+    /// The earliest idle time at or after `t` with room for `dur`. `i`
+    /// indexes an interval at or before the first one not over by `t`; it
+    /// is moved on to the index the new interval takes.
+    fn idle_from(&self, i: &mut usize, mut t: Q, dur: Q) -> Q {
+        if self.busy.get(*i).is_some_and(|&(_, e)| e <= t) {
+            *i = partition_from(&self.busy, *i, |&(_, e)| e <= t);
         }
+        while let Some(&(s, e)) = self.busy.get(*i) {
+            if e > t {
+                if t + dur <= s {
+                    break;
+                }
+                t = e;
+            }
+            *i += 1;
+        }
+        t
+    }
+
+    /// Takes `[t, t + dur)`, which [`idle_from`](Self::idle_from) gave
+    /// with `idx`.
+    fn occupy(&mut self, t: Q, idx: usize, dur: Q, bytes: u64) -> (Q, Q) {
         let end = t + dur;
         let merge_prev = idx > 0 && self.busy[idx - 1].1 == t;
         let merge_next = idx < self.busy.len() && self.busy[idx].0 == end;
@@ -950,80 +1021,226 @@ impl Wire {
         self.wire_bytes += bytes;
         (t, end)
     }
+
+    /// Reserves `dur` at the earliest idle time at or after `ready`.
+    #[cfg(test)]
+    fn reserve(&mut self, ready: Q, dur: Q, bytes: u64) -> (Q, Q) {
+        let mut idx = self.first_after(ready);
+        let t = self.idle_from(&mut idx, ready, dur);
+        self.occupy(t, idx, dur, bytes)
+    }
 }
 
-/// One receiver's credits for one kind of TLP. Credits come back in the
-/// order they were taken (a receiver drains its buffer in order).
-#[derive(Debug, Clone)]
-struct CreditPool {
+/// What a [`Pool`] holds from one time on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Step {
+    at: Q,
     header: u32,
-    data: u32,
-    used_header: u32,
-    used_data: u32,
-    /// (time the credits are back, data credits) per TLP in flight.
-    out: VecDeque<(Q, u32)>,
-    last_return: Q,
+    data: u64,
 }
 
-impl CreditPool {
+impl Step {
+    const EMPTY: Step = Step {
+        at: 0,
+        header: 0,
+        data: 0,
+    };
+
+    fn is_empty(&self) -> bool {
+        self.header == 0 && self.data == 0
+    }
+}
+
+/// One bounded resource in time: a receiver's flow-control credits for one
+/// kind of TLP, or the device's read tags. Each TLP holds one header credit
+/// (or tag) and its data credits from the start of its serialisation until
+/// they are back. The pool keeps what is held as a step function of time,
+/// so a TLP placed before TLPs that earlier calls reserved for later times
+/// sees what is held at its own start, not what the last call took.
+#[derive(Debug, Clone)]
+struct Pool {
+    /// Header credits or tags (0 = infinite).
+    header: u32,
+    /// Data credits (0 = infinite).
+    data: u32,
+    /// Where what is held changes, in time order: from `at` until the next
+    /// step, `header` and `data` are held. Nothing is held before the first
+    /// step, nor from the last one on.
+    steps: VecDeque<Step>,
+}
+
+impl Pool {
     fn new(c: Credits) -> Self {
+        // Two steps per TLP holding credits at one time.
         let cap = match (c.header, c.data) {
             (0, 0) => 0,
             (0, d) => usize::from(d),
             (h, _) => usize::from(h),
         };
-        CreditPool {
+        Pool {
             header: u32::from(c.header),
             data: u32::from(c.data),
-            used_header: 0,
-            used_data: 0,
-            out: VecDeque::with_capacity(cap),
-            last_return: 0,
+            steps: VecDeque::with_capacity(2 * cap),
         }
     }
 
-    fn release(&mut self) {
-        if let Some((_, d)) = self.out.pop_front() {
-            self.used_header -= 1;
-            self.used_data -= d;
+    fn tracks(&self) -> bool {
+        self.header != 0 || self.data != 0
+    }
+
+    /// Whether a TLP needing `units` data credits may start while `held`
+    /// is held. A TLP that needs more than the pool has goes once nothing
+    /// is held.
+    fn room(&self, held: Step, units: u32) -> bool {
+        let header = self.header == 0 || held.header < self.header;
+        let data =
+            self.data == 0 || units == 0 || held.data + u64::from(units) <= u64::from(self.data);
+        held.is_empty() || (header && data)
+    }
+
+    /// Index of the first step after `t`.
+    fn next_step(&self, t: Q) -> usize {
+        partition_from(&self.steps, 0, |s| s.at <= t)
+    }
+
+    /// What is held just before step `i`.
+    fn held_before(&self, i: usize) -> Step {
+        match i {
+            0 => Step::EMPTY,
+            _ => self.steps[i - 1],
         }
     }
 
-    fn short(&self, data: u32) -> bool {
-        (self.header != 0 && self.used_header >= self.header)
-            || (self.data != 0 && data > 0 && self.used_data + data > self.data)
-    }
-
-    /// Earliest time at or after `t` when a TLP with `data` data credits
-    /// may be sent.
-    fn acquire(&mut self, t: Q, data: u32) -> Q {
-        while self.out.front().is_some_and(|&(r, _)| r <= t) {
-            self.release();
+    /// The earliest time at or after `t` when a TLP needing `units` data
+    /// credits finds room. `c` indexes a step at or before the first one
+    /// after `t`; it is moved on to the first step after the time returned.
+    fn room_from(&self, c: &mut usize, t: Q, units: u32) -> Q {
+        if self.steps.get(*c).is_some_and(|s| s.at <= t) {
+            *c = partition_from(&self.steps, *c, |s| s.at <= t);
         }
-        let mut at = t;
-        while self.short(data) {
-            match self.out.front() {
-                Some(&(r, _)) => {
-                    at = at.max(r);
-                    self.release();
-                }
-                None => break,
+        if !self.tracks() || self.room(self.held_before(*c), units) {
+            return t;
+        }
+        while let Some(&s) = self.steps.get(*c) {
+            *c += 1;
+            if self.room(s, units) {
+                return s.at;
             }
         }
-        at
+        // Not reached: nothing is held from the last step on.
+        t
     }
 
-    /// Takes the credits of a TLP whose credits come back at `back`.
-    fn commit(&mut self, back: Q, data: u32) {
-        let tracks_data = self.data != 0 && data > 0;
-        if self.header == 0 && !tracks_data {
+    /// [`room_from`](Self::room_from) without a cursor.
+    #[cfg(test)]
+    fn earliest(&self, t: Q, units: u32) -> Q {
+        self.room_from(&mut self.next_step(t), t, units)
+    }
+
+    #[cfg(test)]
+    fn fits_at(&self, t: Q, units: u32) -> bool {
+        self.earliest(t, units) == t
+    }
+
+    /// Index of the step at exactly `t`, inserted if there is none; every
+    /// step before `from` is earlier than `t`.
+    fn split_at(&mut self, from: usize, t: Q) -> usize {
+        let i = partition_from(&self.steps, from, |s| s.at < t);
+        if self.steps.get(i).is_none_or(|s| s.at != t) {
+            let held = self.held_before(i);
+            self.steps.insert(i, Step { at: t, ..held });
+        }
+        i
+    }
+
+    /// Holds one header credit (tag) and `units` data credits over
+    /// `[from, until)`.
+    fn hold(&mut self, from: Q, until: Q, units: u32) {
+        if !self.tracks() || until <= from {
             return;
         }
-        let data = if tracks_data { data } else { 0 };
-        self.last_return = self.last_return.max(back);
-        self.out.push_back((self.last_return, data));
-        self.used_header += 1;
-        self.used_data += data;
+        let data = if self.data == 0 { 0 } else { u64::from(units) };
+        let i = self.split_at(0, from);
+        let j = self.split_at(i, until);
+        for s in self.steps.range_mut(i..j) {
+            s.header = s.header.saturating_add(1);
+            s.data = s.data.saturating_add(data);
+        }
+    }
+
+    /// Forgets what is back by `before`, keeping what is held at `before`.
+    fn prune(&mut self, before: Q) {
+        while self.steps.get(1).is_some_and(|s| s.at <= before) {
+            self.steps.pop_front();
+        }
+        if self
+            .steps
+            .front()
+            .is_some_and(|s| s.at <= before && s.is_empty())
+        {
+            self.steps.pop_front();
+        }
+    }
+}
+
+/// The posted TLPs of one direction by the time they were issued: for each
+/// issue time, the latest end of serialisation among posted TLPs issued at
+/// or before it. Kept as a staircase (issue times and ends both strictly
+/// increasing), so a lookup is a binary search.
+#[derive(Debug, Clone)]
+struct PostedOrder {
+    stairs: VecDeque<(Q, Q)>,
+}
+
+impl PostedOrder {
+    fn new(capacity: usize) -> Self {
+        PostedOrder {
+            stairs: VecDeque::with_capacity(capacity),
+        }
+    }
+
+    /// The latest end of a posted TLP issued at or before `issued` (0 if
+    /// none).
+    fn end_before(&self, issued: Q) -> Q {
+        match partition_from(&self.stairs, 0, |&(r, _)| r <= issued) {
+            0 => 0,
+            i => self.stairs[i - 1].1,
+        }
+    }
+
+    /// Notes a posted TLP issued at `issued` whose serialisation ends at
+    /// `end`.
+    fn record(&mut self, issued: Q, end: Q) {
+        let i = partition_from(&self.stairs, 0, |&(r, _)| r <= issued);
+        if i > 0 && self.stairs[i - 1].1 >= end {
+            return;
+        }
+        let later = self
+            .stairs
+            .range(i..)
+            .take_while(|&&(_, e)| e <= end)
+            .count();
+        self.stairs.drain(i..i + later);
+        if i > 0 && self.stairs[i - 1].0 == issued {
+            self.stairs[i - 1].1 = end;
+        } else {
+            self.stairs.insert(i, (issued, end));
+        }
+    }
+
+    /// Forgets what no TLP issued at or after `before` waits for.
+    fn prune(&mut self, before: Q) {
+        let i = partition_from(&self.stairs, 0, |&(r, _)| r <= before);
+        if i > 1 {
+            self.stairs.drain(..i - 1);
+        }
+        if self
+            .stairs
+            .front()
+            .is_some_and(|&(r, e)| r <= before && e <= before)
+        {
+            self.stairs.pop_front();
+        }
     }
 }
 
@@ -1031,6 +1248,32 @@ const POOL_HOST_POSTED: usize = 0;
 const POOL_HOST_NON_POSTED: usize = 1;
 const POOL_DEVICE_POSTED: usize = 2;
 const POOL_DEVICE_COMPLETION: usize = 3;
+const POOL_TAGS: usize = 4;
+
+/// Whether TLPs of `min_wire..=max_wire` wire bytes, taking at most
+/// `max_units` data credits each and holding them from the start of their
+/// serialisation until `extra` after its end, can never find the pool `c`
+/// short. One wire sends them one at a time, so at the instant one starts,
+/// those still holding credits started within the longest hold `L` before
+/// it: at most `L` over the shortest TLP's time of them, carrying at most
+/// `L` worth of bytes. Such a pool gives the same times untracked.
+fn never_short(
+    c: Credits,
+    byte_q: Q,
+    min_wire: u64,
+    max_wire: u64,
+    max_units: u64,
+    extra: Q,
+) -> bool {
+    let longest = Q::from(max_wire) * byte_q + extra;
+    let held = longest / (Q::from(min_wire.max(1)) * byte_q);
+    let bytes = longest / byte_q + 1;
+    // Each TLP rounds its payload up to a whole credit.
+    let units = bytes / FC_UNIT_BYTES as Q + held + Q::from(max_units);
+    let header = c.header == 0 || held < Q::from(c.header);
+    let data = c.data == 0 || max_units == 0 || units <= Q::from(c.data);
+    header && data
+}
 
 /// A PCIe link in time: both directions, credits, tags and the host's read
 /// latency.
@@ -1039,35 +1282,66 @@ const POOL_DEVICE_COMPLETION: usize = 3;
 /// - Each direction serialises one TLP at a time at the usable TLP
 ///   bandwidth ([`LinkParams::usable_gbps`]); a TLP of `n` wire bytes takes
 ///   `8n / usable` and arrives [`one_way_latency`] after its last byte is
-///   sent. A TLP ready at `t` takes the first idle gap at or after `t`, so
-///   it may go before TLPs reserved later in the future (a doorbell passes
-///   completions still waiting at the host).
-/// - A write is split as [`crate::Bus`] splits it (MPS, 4 KiB); posted
-///   TLPs of one direction keep their order, and each takes the receiver's
-///   posted credits, back `update_latency` after it arrives.
-/// - A read is split into MRd requests (MRRS, 4 KiB) that each wait for a
-///   free tag and a non-posted credit. The host answers each request a
-///   fixed delay `D` after it arrives, with completions split as
-///   [`LinkParams::completion_bytes`] and RCB say, which queue on the
-///   link towards the device behind earlier MMIO writes (completions do not
-///   pass posted writes). `D` is chosen per read so that, on an idle link,
-///   the last completion arrives exactly [`ReadLatencyCurve::at`]`(len)`
-///   after the read is issued (never less than the wire time). A tag is
-///   free again when its request's last completion arrives.
+///   sent. A TLP ready at `t` takes the first idle gap at or after `t`,
+///   whatever was reserved before it and for when: it may go before TLPs
+///   reserved for later times (a doorbell passes completions still waiting
+///   at the host; a transaction issued at 10 ns, submitted after one issued
+///   at 1 µs, is not held behind it).
+/// - A write is split as [`crate::Bus`] splits it (MPS, 4 KiB); a posted
+///   TLP does not start before every posted TLP of its direction issued at
+///   or before it (by its `now`; equal `now`s in call order) has been sent,
+///   and takes the receiver's posted credits, back `update_latency` after
+///   it arrives.
+/// - A read is split into MRd requests (MRRS, 4 KiB) that each need a free
+///   tag and a non-posted credit. The host answers each request a fixed
+///   delay `D` after it arrives, with completions split as
+///   [`LinkParams::completion_bytes`] and RCB say, which queue on the link
+///   towards the device behind MMIO writes issued before the host answers
+///   (completions do not pass posted writes). `D` is chosen per read so
+///   that, on an idle link, the last completion arrives exactly
+///   [`ReadLatencyCurve::at`]`(len)` after the read is issued (never less
+///   than the wire time). A tag is free again when its request's last
+///   completion arrives.
+/// - Credits and tags are held from the start of a TLP's serialisation
+///   until they are back, and kept as what is held over time, so a TLP
+///   placed at an earlier time than what earlier calls reserved sees the
+///   pool as it is at its own start.
 /// - With the Kalia convention, DMA (reads, and writes towards the host)
 ///   covers whole cache lines; MMIO does not.
 /// - Only an address's alignment matters: the model works on its low 48
 ///   bits (reports carry the address as given) and splits at most 4 GiB of
 ///   a longer transfer.
 ///
+/// # Calls out of time order
+/// Calls may come in any order of `now`, as long as no `now` is below the
+/// watermark the caller moves with [`retire`](Self::retire); a `now` below
+/// it is taken as the watermark. Each TLP is placed at its own time, as
+/// above. A call never moves what an earlier call reserved (its times were
+/// answered), which leaves two approximations:
+/// - *Ordering against answered TLPs.* A posted write or completion waits
+///   for the posted writes issued before it that are already reserved. One
+///   reserved later cannot hold back what an earlier call placed: a posted
+///   write issued after it, or a completion the host answers after it was
+///   issued (the latter also with calls in time order, as before).
+/// - *Credits and tags are checked at the instant a TLP starts*, against
+///   what is held then. A TLP placed before TLPs that earlier calls
+///   reserved may hold its credits (or tag) while they start, so a pool can
+///   be over-subscribed for a while, by at most the TLPs so placed. The
+///   alternative, keeping the pool within bounds over the whole hold, would
+///   push an earlier request behind later ones that hold nothing yet at its
+///   own time. With calls in time order this does not arise for posted
+///   writes, whose TLPs start in the order they are issued.
+///
 /// [`one_way_latency`]: LinkModelConfig::one_way_latency
 ///
 /// # Driving it
 /// Call [`write`](Self::write), [`write_combined`](Self::write_combined)
-/// and [`read`](Self::read) in non-decreasing `now`; a smaller `now` is
-/// taken as the largest seen so far. Each call reserves what its TLPs need
-/// and returns when they arrive; the caller schedules its own event then.
-/// The `_with` variants also report each TLP.
+/// and [`read`](Self::read) with the time each transaction is issued. Each
+/// call reserves what its TLPs need and returns when they arrive; the
+/// caller schedules its own event then. The `_with` variants also report
+/// each TLP. A discrete-event loop calls [`retire`](Self::retire) with its
+/// clock whenever the clock moves; the model then forgets what is over by
+/// then, and holds only what ends after the watermark.
 #[derive(Debug, Clone)]
 pub struct LinkModel {
     cfg: LinkModelConfig,
@@ -1078,11 +1352,12 @@ pub struct LinkModel {
     /// How completions are cut: a LinkConfig with MPS = completion size.
     cpl_split: LinkConfig,
     wires: [Wire; 2],
-    last_posted_end: [Q; 2],
-    pools: [CreditPool; 4],
-    /// Time each tag is free again, earliest first.
-    tags: BinaryHeap<Reverse<Q>>,
-    now: Q,
+    /// Posted TLPs of each direction by issue time.
+    posted: [PostedOrder; 2],
+    /// The four credit pools, then the read tags.
+    pools: [Pool; 5],
+    /// No call is earlier than this.
+    watermark: Q,
 }
 
 impl LinkModel {
@@ -1095,11 +1370,33 @@ impl LinkModel {
         let byte_q = (8000.0 / usable * (1u64 << Q_SHIFT) as f64).round() as Q;
         let fc = cfg.flow_control;
         let tags = usize::from(cfg.read_tags);
-        let mut heap = BinaryHeap::with_capacity(tags);
-        heap.extend(std::iter::repeat_n(Reverse(0), tags));
         // Future reservations are bounded by outstanding reads and posted
         // writes waiting for credits; this is their usual working size.
         let wire_cap = tags + 256;
+        // Credits the wire can never run short are not tracked.
+        let link = cfg.link;
+        let overhead = |k| u64::from(link.tlp_overhead_bytes(k));
+        let mps = u64::from(link.split.mps_bytes);
+        let extra = q_of_d(cfg.one_way_latency) + q_of_d(fc.update_latency);
+        let bounded = |c: Credits, (min, max, units): (u64, u64, u64)| {
+            if never_short(c, byte_q, min, max, units, extra) {
+                Credits::INFINITE
+            } else {
+                c
+            }
+        };
+        let posted = (
+            overhead(TlpKind::MWr) + 1,
+            overhead(TlpKind::MWr) + mps,
+            mps / 16,
+        );
+        let request = (overhead(TlpKind::MRd), overhead(TlpKind::MRd), 0);
+        let cpl = u64::from(link.completion_bytes());
+        let completion = (
+            overhead(TlpKind::CplD) + 1,
+            overhead(TlpKind::CplD) + cpl,
+            cpl / 16,
+        );
         Ok(LinkModel {
             cfg,
             byte_q,
@@ -1110,15 +1407,15 @@ impl LinkModel {
                 ..cfg.link.split
             },
             wires: [Wire::new(wire_cap), Wire::new(wire_cap)],
-            last_posted_end: [0; 2],
+            posted: [PostedOrder::new(256), PostedOrder::new(256)],
             pools: [
-                CreditPool::new(fc.host_posted),
-                CreditPool::new(fc.host_non_posted),
-                CreditPool::new(fc.device_posted),
-                CreditPool::new(fc.device_completion),
+                Pool::new(bounded(fc.host_posted, posted)),
+                Pool::new(bounded(fc.host_non_posted, request)),
+                Pool::new(bounded(fc.device_posted, posted)),
+                Pool::new(bounded(fc.device_completion, completion)),
+                Pool::new(Credits::new(cfg.read_tags, 0)),
             ],
-            tags: heap,
-            now: 0,
+            watermark: 0,
         })
     }
 
@@ -1148,16 +1445,59 @@ impl LinkModel {
         }
     }
 
+    /// The caller's promise that no later call has a `now` before `before`.
+    ///
+    /// The model then forgets what is over by `before`: wire reservations
+    /// that end by then, the order of posted writes no later TLP waits for,
+    /// and credits and tags back by then. It holds nothing else in memory
+    /// that grows, so its size is bounded by what ends after the watermark.
+    /// A discrete-event loop calls this with its clock each time the clock
+    /// moves.
+    ///
+    /// The watermark only moves forward: a `before` at or below it changes
+    /// nothing. A later call with a `now` below the watermark (a broken
+    /// promise) is taken as issued at the watermark. Until the first call,
+    /// the watermark is time zero and nothing is forgotten.
+    pub fn retire(&mut self, before: Instant) {
+        let w = q_of(before);
+        if w <= self.watermark {
+            return;
+        }
+        self.watermark = w;
+        for wire in &mut self.wires {
+            wire.prune(w);
+        }
+        for p in &mut self.posted {
+            p.prune(w);
+        }
+        for p in &mut self.pools {
+            p.prune(w);
+        }
+    }
+
+    /// The watermark [`retire`](Self::retire) last set (time zero before
+    /// its first call).
+    pub fn watermark(&self) -> Instant {
+        instant_of(self.watermark)
+    }
+
+    /// How many entries the model keeps (wire intervals, posted-order
+    /// records, credit and tag steps): at most a few per TLP that ends, or
+    /// whose credits or tag are back, after the watermark. For tests and
+    /// diagnostics.
+    pub fn retained(&self) -> usize {
+        self.wires.iter().map(|w| w.busy.len()).sum::<usize>()
+            + self.posted.iter().map(|p| p.stairs.len()).sum::<usize>()
+            + self.pools.iter().map(|p| p.steps.len()).sum::<usize>()
+    }
+
     fn dur(&self, bytes: u64) -> Q {
         Q::from(bytes) * self.byte_q
     }
 
-    fn advance(&mut self, now: Instant) -> Q {
-        self.now = self.now.max(q_of(now));
-        for w in &mut self.wires {
-            w.prune(self.now);
-        }
-        self.now
+    /// `now` in model time, at or after the watermark.
+    fn issue_time(&self, now: Instant) -> Q {
+        q_of(now).max(self.watermark)
     }
 
     /// The range the model works on: the low 48 bits of `addr` (only its
@@ -1176,21 +1516,48 @@ impl LinkModel {
         }
     }
 
-    /// Sends one posted MWr of `bytes` payload in `dir`, ready at `ready`.
-    fn posted(&mut self, ready: Q, dir: Direction, addr: u64, bytes: u64) -> TlpTiming {
+    /// Reserves `dur` (`bytes` on the wire) on wire `d` at the earliest
+    /// time at or after `ready` when the wire is idle for `dur` and each
+    /// pool of `need` (pool, data credits; at most two) has room at that
+    /// instant. Returns (start, end).
+    fn place(&mut self, d: usize, ready: Q, dur: Q, bytes: u64, need: &[(usize, u32)]) -> (Q, Q) {
+        // One walk forward over the wire's intervals and the pools' steps.
+        let mut idx = self.wires[d].first_after(ready);
+        let mut cursors = [0; 2];
+        for (&(p, _), c) in need.iter().zip(&mut cursors) {
+            *c = self.pools[p].next_step(ready);
+        }
+        let mut t = ready;
+        loop {
+            t = self.wires[d].idle_from(&mut idx, t, dur);
+            let idle = t;
+            for (&(p, units), c) in need.iter().zip(&mut cursors) {
+                t = self.pools[p].room_from(c, t, units);
+            }
+            // A pool short when the wire is idle moves `t` to a later
+            // step, of which there are finitely many.
+            if t == idle {
+                return self.wires[d].occupy(t, idx, dur, bytes);
+            }
+        }
+    }
+
+    /// Sends one posted MWr of `bytes` payload in `dir`, issued at
+    /// `issued`.
+    fn posted(&mut self, issued: Q, dir: Direction, addr: u64, bytes: u64) -> TlpTiming {
         let pool = match dir {
             Direction::ToDevice => POOL_DEVICE_POSTED,
             Direction::ToHost => POOL_HOST_POSTED,
         };
         let d = dir.index();
         let units = u32::try_from(bytes.div_ceil(FC_UNIT_BYTES)).unwrap_or(u32::MAX);
-        let ready = ready.max(self.last_posted_end[d]);
-        let t = self.pools[pool].acquire(ready, units);
+        let ready = issued.max(self.posted[d].end_before(issued));
         let wire_bytes = bytes + u64::from(self.cfg.link.tlp_overhead_bytes(TlpKind::MWr));
-        let (start, end) = self.wires[d].reserve(t, self.dur(wire_bytes), wire_bytes);
+        let dur = self.dur(wire_bytes);
+        let (start, end) = self.place(d, ready, dur, wire_bytes, &[(pool, units)]);
         let arrival = end + self.one_way_q;
-        self.pools[pool].commit(arrival + self.update_q, units);
-        self.last_posted_end[d] = self.last_posted_end[d].max(end);
+        self.pools[pool].hold(start, arrival + self.update_q, units);
+        self.posted[d].record(issued, end);
         TlpTiming {
             kind: TlpKind::MWr,
             dir,
@@ -1218,7 +1585,7 @@ impl LinkModel {
         dir: Direction,
         mut each: impl FnMut(TlpTiming),
     ) -> Instant {
-        let now_q = self.advance(now);
+        let now_q = self.issue_time(now);
         if len == 0 {
             return instant_of(now_q);
         }
@@ -1249,7 +1616,7 @@ impl LinkModel {
         len: u64,
         mut each: impl FnMut(TlpTiming),
     ) -> Instant {
-        let now_q = self.advance(now);
+        let now_q = self.issue_time(now);
         let (addr, len, high) = self.range(addr, len, false);
         let end = addr + len;
         let mut at = addr;
@@ -1282,7 +1649,7 @@ impl LinkModel {
         len: u64,
         mut each: impl FnMut(TlpTiming),
     ) -> ReadTiming {
-        let now_q = self.advance(now);
+        let now_q = self.issue_time(now);
         let mut timing = ReadTiming {
             first_data: instant_of(now_q),
             last_data: instant_of(now_q),
@@ -1314,32 +1681,36 @@ impl LinkModel {
         let mut first = Q::MAX;
         let mut last = now_q;
         for (ra, rn) in split.read_requests(addr, len) {
-            let Reverse(tag_free) = self.tags.pop().unwrap_or(Reverse(0));
-            let t = self.pools[POOL_HOST_NON_POSTED].acquire(ready.max(tag_free), 0);
-            let (start, end) = self.wires[up].reserve(t, self.dur(req_oh), req_oh);
+            // A tag and a credit, free when the request starts.
+            let need = [(POOL_TAGS, 0), (POOL_HOST_NON_POSTED, 0)];
+            let (req_start, end) = self.place(up, ready, self.dur(req_oh), req_oh, &need);
             let at_host = end + self.one_way_q;
-            self.pools[POOL_HOST_NON_POSTED].commit(at_host + self.update_q, 0);
+            self.pools[POOL_HOST_NON_POSTED].hold(req_start, at_host + self.update_q, 0);
             each(TlpTiming {
                 kind: TlpKind::MRd,
                 dir: Direction::ToHost,
                 addr: ra.wrapping_add(high),
                 bytes: rn,
                 wire_bytes: req_oh,
-                start: instant_of(start),
+                start: instant_of(req_start),
                 arrival: instant_of(at_host),
             });
             timing.requests += 1;
             ready = end;
 
-            let mut cpl_ready = (at_host + host_delay).max(self.last_posted_end[down]);
+            // The host answers at `answered`, behind the MMIO writes issued
+            // by then.
+            let answered = at_host + host_delay;
+            let mut cpl_ready = answered.max(self.posted[down].end_before(answered));
             let mut req_done = cpl_ready;
             for (ca, cn) in cpl_split.completions(ra, rn) {
                 let units = u32::try_from(cn.div_ceil(FC_UNIT_BYTES)).unwrap_or(u32::MAX);
-                let t = self.pools[POOL_DEVICE_COMPLETION].acquire(cpl_ready, units);
                 let wire_bytes = cn + cpl_oh;
-                let (start, end) = self.wires[down].reserve(t, self.dur(wire_bytes), wire_bytes);
+                let dur = self.dur(wire_bytes);
+                let need = [(POOL_DEVICE_COMPLETION, units)];
+                let (start, end) = self.place(down, cpl_ready, dur, wire_bytes, &need);
                 let arrival = end + self.one_way_q;
-                self.pools[POOL_DEVICE_COMPLETION].commit(arrival + self.update_q, units);
+                self.pools[POOL_DEVICE_COMPLETION].hold(start, arrival + self.update_q, units);
                 each(TlpTiming {
                     kind: TlpKind::CplD,
                     dir: Direction::ToDevice,
@@ -1355,7 +1726,7 @@ impl LinkModel {
                 first = first.min(arrival);
             }
             last = last.max(req_done);
-            self.tags.push(Reverse(req_done));
+            self.pools[POOL_TAGS].hold(req_start, req_done, 0);
         }
         timing.first_data = instant_of(first.min(last));
         timing.last_data = instant_of(last);
@@ -1566,6 +1937,54 @@ mod tests {
     }
 
     #[test]
+    fn galloping_search_finds_the_partition_point() {
+        for len in 0..40u32 {
+            let v: VecDeque<u32> = (0..len).map(|i| 2 * i).collect();
+            for t in 0..2 * len + 2 {
+                let want = v.partition_point(|&x| x <= t);
+                for from in 0..=want {
+                    assert_eq!(
+                        partition_from(&v, from, |&x| x <= t),
+                        want,
+                        "{len} {t} {from}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn credits_the_wire_cannot_exhaust_are_not_tracked() {
+        // Default credits, Gen3: at most 69 (x8) or 126 (x16) TLPs hold
+        // posted credits at once, 121 (x16) MRd; with the Kalia convention
+        // (no data-link overhead) 127 posted TLPs could at x16.
+        let x16 = LinkParams {
+            lanes: Lanes::X16,
+            ..LinkParams::neugebauer18()
+        };
+        for (link, posted) in [
+            (LinkParams::neugebauer18(), false),
+            (x16, false),
+            (LinkParams::kalia16(), true),
+        ] {
+            let cfg = LinkModelConfig {
+                link,
+                ..LinkModelConfig::neugebauer18()
+            };
+            let l = LinkModel::new(cfg).unwrap();
+            let tracked: Vec<bool> = l.pools.iter().map(Pool::tracks).collect();
+            assert_eq!(tracked, [posted, false, posted, false, true], "{link:?}");
+        }
+        let mut cfg = LinkModelConfig::neugebauer18();
+        cfg.flow_control.host_posted = Credits::new(64, 0);
+        cfg.flow_control.device_posted = Credits::new(0, 64);
+        cfg.flow_control.update_latency = Duration::from_ns(2000);
+        let l = LinkModel::new(cfg).unwrap();
+        let tracked: Vec<bool> = l.pools.iter().map(Pool::tracks).collect();
+        assert_eq!(tracked, [true, true, true, false, true]);
+    }
+
+    #[test]
     fn wire_fills_gaps_and_merges() {
         let mut w = Wire::new(4);
         assert_eq!(w.reserve(100, 10, 1), (100, 110));
@@ -1579,19 +1998,55 @@ mod tests {
     }
 
     #[test]
-    fn credit_pool_waits_for_the_oldest_return() {
-        let mut p = CreditPool::new(Credits::new(2, 0));
-        assert_eq!(p.acquire(0, 0), 0);
-        p.commit(50, 0);
-        assert_eq!(p.acquire(0, 0), 0);
-        p.commit(40, 0); // returns in order: at 50
-        assert_eq!(p.acquire(10, 0), 50);
-        p.commit(100, 0);
-        assert_eq!(p.acquire(60, 0), 60);
-        let mut inf = CreditPool::new(Credits::INFINITE);
-        inf.commit(1000, 4);
-        assert_eq!(inf.acquire(0, 4), 0);
-        assert!(inf.out.is_empty());
+    fn credit_pool_holds_in_time() {
+        let mut p = Pool::new(Credits::new(2, 0));
+        assert_eq!(p.earliest(0, 0), 0);
+        p.hold(0, 50, 0);
+        assert_eq!(p.earliest(0, 0), 0);
+        p.hold(0, 40, 0);
+        // Both held at 10; the first back is at 40.
+        assert_eq!(p.earliest(10, 0), 40);
+        p.hold(40, 100, 0);
+        assert_eq!(p.earliest(45, 0), 50);
+        assert_eq!(p.earliest(60, 0), 60);
+        // Something held only later does not hold back an earlier TLP.
+        p.hold(200, 300, 0);
+        p.hold(200, 300, 0);
+        assert!(p.fits_at(150, 0) && !p.fits_at(250, 0));
+        assert_eq!(p.earliest(250, 0), 300);
+        p.prune(250);
+        assert_eq!(p.earliest(250, 0), 300);
+        p.prune(300);
+        assert!(p.steps.is_empty());
+        // Data credits; a TLP larger than the pool goes once it is empty.
+        let mut d = Pool::new(Credits::new(0, 16));
+        d.hold(0, 100, 12);
+        assert_eq!(d.earliest(0, 4), 0);
+        assert_eq!(d.earliest(0, 5), 100);
+        assert_eq!(d.earliest(0, 0), 0);
+        assert_eq!(d.earliest(0, 40), 100);
+        let mut inf = Pool::new(Credits::INFINITE);
+        inf.hold(0, 1000, 4);
+        assert_eq!(inf.earliest(0, 4), 0);
+        assert!(inf.steps.is_empty());
+    }
+
+    #[test]
+    fn posted_order_is_a_staircase() {
+        let mut o = PostedOrder::new(4);
+        o.record(100, 150);
+        o.record(0, 20);
+        assert_eq!(o.end_before(50), 20);
+        assert_eq!(o.end_before(100), 150);
+        // Issued earlier but ends later: it covers the later one.
+        o.record(10, 200);
+        assert_eq!(o.stairs, VecDeque::from([(0, 20), (10, 200)]));
+        o.record(10, 120);
+        assert_eq!(o.end_before(300), 200);
+        o.prune(150);
+        assert_eq!(o.stairs, VecDeque::from([(10, 200)]));
+        o.prune(200);
+        assert!(o.stairs.is_empty());
     }
 
     #[test]
@@ -1601,7 +2056,8 @@ mod tests {
         assert_eq!(l.write(t, 0, 0, Direction::ToHost), t);
         let r = l.read(t, 0, 0);
         assert_eq!((r.first_data, r.last_data, r.requests), (t, t, 0));
-        // Earlier than the latest `now`: taken as the latest.
+        // Earlier than the watermark: taken as the watermark.
+        l.retire(t);
         let w = l.write(Instant::ZERO, u64::MAX - 3, 8, Direction::ToHost);
         assert!(w > t);
         let r = l.read(Instant::ZERO, u64::MAX - 100, 1000);

@@ -11,6 +11,7 @@
 //! - the wire: each port serialises frames at its rate, then the network
 //!   delays them by its one-way latency.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -67,7 +68,7 @@ pub(crate) struct SimBus {
     mem: Arc<HostRam>,
     pending: Vec<Pending>,
     next_id: u64,
-    engine_free: Instant,
+    engine_runs: BTreeMap<u64, u64>,
     period: Duration,
     /// Writes applied ahead of their event (a later read forced them), with
     /// the time they became visible.
@@ -89,7 +90,7 @@ impl SimBus {
             mem,
             pending: Vec::new(),
             next_id: 0,
-            engine_free: Instant::ZERO,
+            engine_runs: BTreeMap::new(),
             period: profile.dma_period(),
             applied: Vec::new(),
             fresh: Vec::new(),
@@ -113,10 +114,43 @@ impl SimBus {
         }
     }
 
+    /// The DMA engine issues one transaction per `period`: the transaction
+    /// takes the first free slot at or after `at`. Taken slots are kept as
+    /// merged runs `[start, end)`, not a single busy-until, because one
+    /// input's later DMAs are submitted before another input's earlier ones.
     fn engine(&mut self, at: Instant) -> Instant {
-        let t = at.max(self.engine_free);
-        self.engine_free = t.add(self.period);
-        t
+        let p = self.period.as_ps();
+        if p == 0 {
+            return at;
+        }
+        let mut k = at.as_ps().div_ceil(p);
+        // Runs never touch, so a slot inside a run is free only at its end.
+        if let Some((_, &end)) = self.engine_runs.range(..=k).next_back()
+            && end > k
+        {
+            k = end;
+        }
+        // Take slot k, merging with the run that ends at k and the one that
+        // starts at k + 1.
+        let start = match self.engine_runs.range(..k).next_back() {
+            Some((&s, &e)) if e == k => s,
+            _ => k,
+        };
+        let end = self.engine_runs.remove(&(k + 1)).unwrap_or(k + 1);
+        self.engine_runs.insert(start, end);
+        Instant::from_ps(k * p)
+    }
+
+    /// Forgets what ends before `before`: no later call is issued earlier.
+    pub(crate) fn retire(&mut self, before: Instant) {
+        self.link.retire(before);
+        let now = before.as_ps() / self.period.as_ps().max(1);
+        while let Some((&s, &e)) = self.engine_runs.first_key_value() {
+            if e > now {
+                break;
+            }
+            self.engine_runs.remove(&s);
+        }
     }
 
     pub(crate) fn counters(&self) -> Counters {
@@ -535,6 +569,11 @@ impl World {
     pub(crate) fn step(&mut self) -> Option<(Instant, Option<usize>)> {
         let (at, ev) = self.q.pop()?;
         self.clock.set(at);
+        // Nothing is issued before the clock from now on: the links may
+        // forget what is over.
+        for side in &self.nics {
+            lock(side).bus.retire(at);
+        }
         self.events += 1;
         let line = |kind: u8, who: usize, detail: u64| LogLine {
             at,

@@ -1,7 +1,7 @@
 //! The simulator against the design's table, the published figures, and
 //! itself (determinism).
 #![allow(missing_docs)]
-
+mod calibration;
 mod determinism;
 mod smoke;
 mod table;
