@@ -7,10 +7,11 @@
 //!
 //! Four figures, each for doorbell and for TCP:
 //! - **round trip of 8 B and of 4 KiB**: `doorbell pingpong` (the built
-//!   binary, server and client as two processes, polling) against a TCP
-//!   ping-pong of the same size between two processes (`TCP_NODELAY`,
-//!   blocking reads); the figure is the time per iteration (one round
-//!   trip), the median of three runs;
+//!   binary, server and client as two processes, polling its CQ) against a
+//!   TCP ping-pong of the same size between two processes (`TCP_NODELAY`),
+//!   both sides polling non-blocking sockets, and again with blocking
+//!   reads; the figure is the time per iteration (one round trip), the
+//!   median of three runs;
 //! - **64 KiB stream**: this process posts RDMA WRITEs of 64 KiB (MTU
 //!   4096, 16 outstanding, all signalled) into the memory of a child
 //!   process's NIC, against writes of 64 KiB to a TCP socket whose reader,
@@ -99,16 +100,23 @@ fn main() -> Result<()> {
     machine();
     let runs = if quick { 1 } else { 3 };
     let mut others = Vec::new();
-    let pp = |size: usize, iters: u32, others: &mut Vec<(String, f64)>| -> Result<(f64, f64)> {
+    // Round trips: doorbell, TCP polling, TCP blocking.
+    let pp = |size: usize, iters: u32, others: &mut Vec<(String, f64)>| -> Result<[f64; 3]> {
         let iters = if quick { 50 } else { iters };
         let (d, o) = busy(|| (0..runs).map(|_| doorbell_pingpong(size, iters)).collect())?;
         others.push((format!("doorbell ping-pong {size} B"), o));
-        let (t, o) = busy(|| (0..runs).map(|_| tcp_pingpong(size, iters)).collect())?;
-        others.push((format!("TCP ping-pong {size} B"), o));
-        Ok((median(d), median(t)))
+        let (t, o) = busy(|| (0..runs).map(|_| tcp_pingpong(size, iters, true)).collect())?;
+        others.push((format!("TCP ping-pong {size} B polling"), o));
+        let (b, o) = busy(|| {
+            (0..runs)
+                .map(|_| tcp_pingpong(size, iters, false))
+                .collect()
+        })?;
+        others.push((format!("TCP ping-pong {size} B blocking"), o));
+        Ok([median(d), median(t), median(b)])
     };
-    let (d8, t8) = pp(SMALL, 10_000, &mut others)?;
-    let (d4k, t4k) = pp(4096, 3_000, &mut others)?;
+    let [d8, t8, b8] = pp(SMALL, 10_000, &mut others)?;
+    let [d4k, t4k, b4k] = pp(4096, 3_000, &mut others)?;
     let ((write_big, write_small), o) = busy(|| doorbell_stream(secs))?;
     others.push(("doorbell WRITE streams".into(), o));
     let (tcp_big, o) = busy(|| tcp_stream(secs, BIG))?;
@@ -119,13 +127,17 @@ fn main() -> Result<()> {
     println!();
     println!("| figure | doorbell (RoCEv2 over UDP) | TCP | doorbell vs TCP |");
     println!("|---|---|---|---|");
-    for (name, d, t) in [
-        ("round trip, 8 B ping-pong", d8, t8),
-        ("round trip, 4 KiB ping-pong", d4k, t4k),
+    for (name, d, t, b) in [
+        ("round trip, 8 B ping-pong", d8, t8, b8),
+        ("round trip, 4 KiB ping-pong", d4k, t4k, b4k),
     ] {
         println!(
-            "| {name} | {d:.1} µs | {t:.1} µs | {:.1}× TCP's time |",
+            "| {name} (both sides polling) | {d:.1} µs | {t:.1} µs | {:.1}× TCP's time |",
             d / t
+        );
+        println!(
+            "| {name}, TCP with blocking reads | | {b:.1} µs | {:.1}× TCP's time |",
+            d / b
         );
     }
     println!(
@@ -338,13 +350,15 @@ fn peer(args: &[String]) -> Result<()> {
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     match args.first().map(String::as_str) {
         Some("tcp-echo") => {
-            let size: usize = args.get(1).ok_or("tcp-echo SIZE")?.parse()?;
+            let size: usize = args.get(1).ok_or("tcp-echo SIZE poll|block")?.parse()?;
+            let poll = args.get(2).map(String::as_str) == Some("poll");
             ready(&l)?;
             let (mut c, _) = l.accept()?;
             c.set_nodelay(true)?;
+            c.set_nonblocking(poll)?;
             let mut buf = vec![0u8; size];
-            while c.read_exact(&mut buf).is_ok() {
-                c.write_all(&buf)?;
+            while read_full(&mut c, &mut buf).is_ok() {
+                write_full(&mut c, &buf)?;
             }
             Ok(())
         }
@@ -688,19 +702,52 @@ fn drain(cq: &Cq, n: usize, wc: &mut [Wc]) -> Result<()> {
 // ---------------------------------------------------------------------------
 // TCP.
 
-/// A TCP ping-pong of `size` bytes, `iters` times: µs per round trip.
-fn tcp_pingpong(size: usize, iters: u32) -> Result<f64> {
-    let (p, port) = Peer::start(&["tcp-echo", &size.to_string()])?;
+/// Reads exactly `buf.len()` bytes; on a non-blocking socket it spins
+/// (yielding) while there is nothing to read, as pingpong polls its CQ.
+fn read_full(c: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match c.read(&mut buf[at..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf`, spinning on a full non-blocking socket.
+fn write_full(c: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match c.write(&buf[at..]) {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A TCP ping-pong of `size` bytes, `iters` times, both sides polling
+/// non-blocking sockets (`poll`) or blocking in `read`: µs per round trip.
+fn tcp_pingpong(size: usize, iters: u32, poll: bool) -> Result<f64> {
+    let mode = if poll { "poll" } else { "block" };
+    let (p, port) = Peer::start(&["tcp-echo", &size.to_string(), mode])?;
     let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;
     c.set_nodelay(true)?;
+    c.set_nonblocking(poll)?;
     let mut buf = vec![0x5a; size];
     // One untimed round trip, as pingpong's first post is untimed.
-    c.write_all(&buf)?;
-    c.read_exact(&mut buf)?;
+    write_full(&mut c, &buf)?;
+    read_full(&mut c, &mut buf)?;
     let t = Instant::now();
     for _ in 0..iters {
-        c.write_all(&buf)?;
-        c.read_exact(&mut buf)?;
+        write_full(&mut c, &buf)?;
+        read_full(&mut c, &mut buf)?;
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
     c.shutdown(Shutdown::Write)?;
