@@ -529,8 +529,13 @@ fn write_target(l: &TcpListener) -> Result<()> {
                 let c = t.nic.counters(None).1;
                 writeln!(
                     w,
-                    "rx_packets {} icrc_errors {} out_of_sequence {} duplicate_request {}",
-                    c.rx_packets, c.rx_icrc_errors, c.out_of_sequence, c.duplicate_request
+                    "rx_packets {} tx_packets (ACKs) {} icrc_errors {} out_of_sequence {} \
+                     duplicate_request {}",
+                    c.rx_packets,
+                    c.tx_packets,
+                    c.rx_icrc_errors,
+                    c.out_of_sequence,
+                    c.duplicate_request
                 )?;
                 return Ok(());
             }
