@@ -13,6 +13,13 @@ use doorbell_wire::{BthOpcode, ParsedRoce, parse_roce};
 
 use crate::common::{FULL, Pair, Side};
 
+/// A loopback address for a UDP-port test: `127.P.net.host`, where P comes
+/// from the process id, so that two test runs at once (two checkouts, or
+/// CI beside a developer) do not bind the same port.
+pub fn lo(net: u8, host: u8) -> [u8; 4] {
+    [127, 1 + (std::process::id() % 250) as u8, net, host]
+}
+
 /// RC timers and limits for [`connect`].
 #[derive(Debug, Clone, Copy)]
 pub struct Timers {

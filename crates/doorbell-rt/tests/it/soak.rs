@@ -182,8 +182,8 @@ fn soak_ten_thousand_mixed_operations_over_lossy_udp() {
     let p = {
         let [oa, ob] = [faults(0xa), faults(0xb)];
         let udp = doorbell_rt::Port::Udp;
-        let a = doorbell_rt::LiveNic::start_with("soak-a", [127, 0, 8, 2], udp, oa).unwrap();
-        let b = doorbell_rt::LiveNic::start_with("soak-b", [127, 0, 8, 3], udp, ob).unwrap();
+        let a = doorbell_rt::LiveNic::start_with("soak-a", lo(8, 2), udp, oa).unwrap();
+        let b = doorbell_rt::LiveNic::start_with("soak-b", lo(8, 3), udp, ob).unwrap();
         let a = side_on(a, cap, A_LEN, 4096);
         let b = side_on(b, cap, B_LEN, 4096);
         join(a, b, t)

@@ -33,18 +33,19 @@ fn every_rc_opcode_between_two_udp_ports() {
         ..Timers::default()
     };
     let p = udp_pair(
-        [[127, 0, 2, 2], [127, 0, 2, 3]],
+        [lo(2, 2), lo(2, 3)],
         Default::default(),
         caps(32),
         4 << 20,
         t,
     );
     // The GID is the port's address.
+    let [a, b, c, d] = lo(2, 2);
     assert_eq!(
         p.a.ctx.gid(),
-        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 2, 2]
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d]
     );
-    assert_eq!(p.b.nic.gid()[12..], [127, 0, 2, 3]);
+    assert_eq!(p.b.nic.gid()[12..], lo(2, 3));
     let remote = |off: u64| RemoteAddr {
         addr: p.b.mr.addr() + off,
         rkey: p.b.mr.rkey(),
@@ -151,7 +152,7 @@ fn messages_are_segmented_at_every_path_mtu() {
             mtu,
             ..Timers::default()
         };
-        let ip = |h| [127, 0, 10 + k as u8, h];
+        let ip = |h| lo(10 + k as u8, h);
         let p = udp_pair(
             [ip(2), ip(3)],
             [opts, Default::default()],
@@ -211,14 +212,14 @@ fn messages_are_segmented_at_every_path_mtu() {
 
 #[test]
 fn an_address_is_one_port() {
-    let a = LiveNic::start_udp("one", [127, 0, 4, 2], LinkConfig::default()).unwrap();
+    let a = LiveNic::start_udp("one", lo(4, 2), LinkConfig::default()).unwrap();
     assert!(matches!(
-        LiveNic::start_udp("two", [127, 0, 4, 2], LinkConfig::default()),
-        Err(RtError::AddressInUse([127, 0, 4, 2]))
+        LiveNic::start_udp("two", lo(4, 2), LinkConfig::default()),
+        Err(RtError::AddressInUse(a)) if a == lo(4, 2)
     ));
     drop(a);
     // Once the first is gone, the address is free again.
-    LiveNic::start_udp("three", [127, 0, 4, 2], LinkConfig::default()).unwrap();
+    LiveNic::start_udp("three", lo(4, 2), LinkConfig::default()).unwrap();
     // An address this host does not have cannot be bound.
     assert!(matches!(
         LiveNic::start_with("four", [192, 0, 2, 1], Port::Udp, NicOptions::default()),
@@ -266,8 +267,8 @@ fn ud_datagrams_over_udp_ports() {
         .unwrap();
         (s, qp)
     };
-    let (a, qa) = mk("ud-a", [127, 0, 5, 2]);
-    let (b, qb) = mk("ud-b", [127, 0, 5, 3]);
+    let (a, qa) = mk("ud-a", lo(5, 2));
+    let (b, qb) = mk("ud-b", lo(5, 3));
     let to = |s: &Side, qpn| UdTarget {
         ah: Ah {
             av: AddressVector {
@@ -337,7 +338,7 @@ fn a_corrupted_datagram_is_dropped_by_icrc_and_resent() {
     });
     let t = Timers::default();
     let p = udp_pair(
-        [[127, 0, 6, 2], [127, 0, 6, 3]],
+        [lo(6, 2), lo(6, 3)],
         [opts, Default::default()],
         caps(8),
         1 << 16,
@@ -374,7 +375,11 @@ fn the_kernel_sends_the_header_each_icrc_covers() {
     let file = dir.join("lo.pcap");
     let child = std::process::Command::new("dumpcap")
         .args(["-q", "-i", "lo", "-P", "-f"])
-        .arg("udp port 4791 and net 127.0.7.0/24")
+        .arg(format!(
+            "udp port 4791 and net {}.{}.7.0/24",
+            lo(7, 0)[0],
+            lo(7, 0)[1]
+        ))
         .arg("-w")
         .arg(&file)
         .stdout(std::process::Stdio::null())
@@ -396,7 +401,7 @@ fn the_kernel_sends_the_header_each_icrc_covers() {
         return;
     }
     let p = udp_pair(
-        [[127, 0, 7, 2], [127, 0, 7, 3]],
+        [lo(7, 2), lo(7, 3)],
         Default::default(),
         caps(8),
         1 << 16,
