@@ -23,7 +23,8 @@
 //!
 //! Stream and rate figures are the median of ten slices after a warm-up.
 //! The child is this bench binary run again (`--peer ...`); the NICs use
-//! 127.0.90.2 to .5 and the control connections 127.0.0.1. The TCP reader
+//! 127.P.90.2 to .5 (P from the process id of the run, so that two runs
+//! at once do not collide) and the control connections 127.0.0.1. The TCP reader
 //! counts what it got and the WRITE target checks the bytes that landed, so
 //! a figure is never taken from traffic that did not arrive; the run fails
 //! on any retransmission.
@@ -67,11 +68,25 @@ const MTU: u32 = 4096;
 /// Slices per stream or rate figure.
 const SLICES: usize = 10;
 /// The NICs of the stream and rate figures.
-const REQ_IP: [u8; 4] = [127, 0, 90, 2];
-const TARGET_IP: [u8; 4] = [127, 0, 90, 3];
+const REQ_HOST: u8 = 2;
+const TARGET_HOST: u8 = 3;
 /// The NICs of `doorbell pingpong`.
-const PP_SERVER: &str = "127.0.90.4";
-const PP_CLIENT: &str = "127.0.90.5";
+const PP_SERVER: u8 = 4;
+const PP_CLIENT: u8 = 5;
+
+/// `127.P.90.host`, P from the process id of the run: the bench's, passed
+/// to its children in `DOORBELL_BENCH_NET`.
+fn lo(host: u8) -> [u8; 4] {
+    let p = std::env::var("DOORBELL_BENCH_NET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 + (std::process::id() % 250) as u8);
+    [127, p, 90, host]
+}
+
+fn lo_text(host: u8) -> String {
+    std::net::Ipv4Addr::from(lo(host)).to_string()
+}
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -305,6 +320,7 @@ impl Peer {
         let mut child = Command::new(std::env::current_exe()?)
             .arg("--peer")
             .args(args)
+            .env("DOORBELL_BENCH_NET", lo(0)[1].to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()?;
@@ -406,8 +422,8 @@ fn doorbell_pingpong(size: usize, iters: u32) -> Result<f64> {
             .stdout(Stdio::piped());
         Ok(c.spawn()?)
     };
-    let server = run(PP_SERVER, None)?;
-    let client = run(PP_CLIENT, Some("127.0.0.1"))?;
+    let server = run(&lo_text(PP_SERVER), None)?;
+    let client = run(&lo_text(PP_CLIENT), Some("127.0.0.1"))?;
     let c = client.wait_with_output()?;
     let s = server.wait_with_output()?;
     if !(c.status.success() && s.status.success()) {
@@ -494,7 +510,7 @@ fn from_rc(e: &RcEndpoint) -> Dest {
 fn write_target(l: &TcpListener) -> Result<()> {
     let t = side(
         "bench-target",
-        TARGET_IP,
+        lo(TARGET_HOST),
         OUTSTANDING * BIG,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE,
     )?;
@@ -548,7 +564,7 @@ fn write_target(l: &TcpListener) -> Result<()> {
 /// (bytes per second, messages per second).
 fn doorbell_stream(secs: f64) -> Result<(Rate, Rate)> {
     let (mut p, port) = Peer::start(&["write-target"])?;
-    let s = side("bench-requester", REQ_IP, BIG, Access::LOCAL_WRITE)?;
+    let s = side("bench-requester", lo(REQ_HOST), BIG, Access::LOCAL_WRITE)?;
     let pattern: Vec<u8> = (0..BIG).map(pattern_byte).collect();
     s.mr.write(0, &pattern)?;
     let c = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;

@@ -1,5 +1,5 @@
 //! `doorbell pingpong` as two processes of the built binary, server and
-//! client on 127.0.4x.y addresses (their NICs' UDP ports) and a TCP port
+//! client on 127.P.4x.y addresses ([`lo`]) (their NICs' UDP ports) and a TCP port
 //! of their own for the exchange; and its failures, which must be
 //! messages, not panics.
 
@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use crate::procs::{Finished, Proc, doorbell, free_tcp_port};
+use crate::procs::{Finished, Proc, doorbell, free_tcp_port, lo};
 
 /// Longest a side may take; a run takes well under a second.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -119,7 +119,8 @@ fn check_summary(out: &str, size: u64, iters: u64) {
 fn two_processes_bounce_messages_and_validate_them() {
     let (size, iters) = (5000u64, 200u64);
     let args = ["-c", "-s", "5000", "-n", "200", "-r", "16"];
-    let (s, c) = pair("127.0.40.2", &args, "127.0.40.3", &args);
+    let (sa, ca) = (lo(40, 2), lo(40, 3));
+    let (s, c) = pair(&sa, &args, &ca, &args);
     s.assert_ok("server");
     c.assert_ok("client");
     // What each said of itself is what the other heard.
@@ -127,8 +128,8 @@ fn two_processes_bounce_messages_and_validate_them() {
     let (cl, cr) = (address(&c.stdout, "local"), address(&c.stdout, "remote"));
     assert_eq!(sl, cr);
     assert_eq!(cl, sr);
-    assert_eq!(sl.3, "::ffff:127.0.40.2");
-    assert_eq!(cl.3, "::ffff:127.0.40.3");
+    assert_eq!(sl.3, format!("::ffff:{sa}"));
+    assert_eq!(cl.3, format!("::ffff:{ca}"));
     for out in [&s.stdout, &c.stdout] {
         check_summary(out, size, iters);
         assert!(!out.contains("invalid data"), "{out}");
@@ -138,7 +139,7 @@ fn two_processes_bounce_messages_and_validate_them() {
 #[test]
 fn completion_events_and_json() {
     let args = ["--json", "-e", "-c", "-s", "64", "-n", "100", "-m", "256"];
-    let (s, c) = pair("127.0.41.2", &args, "127.0.41.3", &args);
+    let (s, c) = pair(&lo(41, 2), &args, &lo(41, 3), &args);
     s.assert_ok("server");
     c.assert_ok("client");
     let sv: serde_json::Value = serde_json::from_str(&s.stdout).expect("the server prints JSON");
@@ -147,7 +148,7 @@ fn completion_events_and_json() {
     assert_eq!(cv["role"], "client");
     assert_eq!(sv["local"], cv["remote"]);
     assert_eq!(sv["remote"], cv["local"]);
-    assert_eq!(sv["local"]["gid"], "::ffff:127.0.41.2");
+    assert_eq!(sv["local"]["gid"], format!("::ffff:{}", lo(41, 2)));
     for v in [&sv, &cv] {
         assert_eq!(v["events"], true);
         assert_eq!(v["validated"], true, "{v}");
@@ -168,9 +169,9 @@ fn completion_events_and_json() {
 #[test]
 fn the_server_finds_a_buffer_the_client_did_not_fill() {
     let (s, c) = pair(
-        "127.0.42.2",
+        &lo(42, 2),
         &["-c", "-s", "9000", "-n", "20"],
-        "127.0.42.3",
+        &lo(42, 3),
         &["-s", "9000", "-n", "20"],
     );
     c.assert_ok("client");
@@ -192,7 +193,8 @@ fn the_exchange_message_is_rdma_cores() {
     let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
     let port = l.local_addr().unwrap().port().to_string();
     let mut c = doorbell();
-    c.args(["pingpong", "--addr", "127.0.43.3", "-p", &port, "127.0.0.1"]);
+    let addr = lo(43, 3);
+    c.args(["pingpong", "--addr", &addr, "-p", &port, "127.0.0.1"]);
     let client = Proc::spawn(c);
     let (mut conn, _) = l.accept().unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(10)))
@@ -213,10 +215,16 @@ fn the_exchange_message_is_rdma_cores() {
         "{text}"
     );
     assert_eq!(f[0], "0000");
-    assert_eq!(
-        f[3], "00000000000000000000ffff7f002b03",
-        "GID ::ffff:127.0.43.3"
-    );
+    // The IPv4-mapped GID of --addr, 127.P.43.3, byte by byte.
+    let octets: Vec<u8> = addr.split('.').map(|o| o.parse().unwrap()).collect();
+    let gid: String = [0u8; 10]
+        .iter()
+        .chain(&[0xff, 0xff])
+        .chain(&octets)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(f[3], gid, "GID ::ffff:{addr}");
+    assert!(f[3].starts_with("00000000000000000000ffff7f") && f[3].ends_with("2b03"));
     conn.write_all(b"0000:000123:000042:00000000000000000000000000000000\0")
         .unwrap();
     let mut done = [0u8; 5];
@@ -236,7 +244,7 @@ fn the_exchange_message_is_rdma_cores() {
 fn a_garbled_exchange_is_refused() {
     let port = free_tcp_port();
     let mut s = doorbell();
-    s.args(["pingpong", "--addr", "127.0.44.2", "-p", &port.to_string()]);
+    s.args(["pingpong", "--addr", &lo(44, 2), "-p", &port.to_string()]);
     let server = Proc::spawn(s);
     let mut conn = None;
     for _ in 0..500 {
@@ -261,38 +269,32 @@ fn bad_options_and_unusable_addresses_are_messages() {
     };
     let port = free_tcp_port().to_string();
     let p = ["-p", port.as_str()];
-    run(&["--addr", "127.0.45.2", "-m", "1000"]).assert_error("-m 1000", "invalid MTU 1000");
+    let a: Vec<String> = (2..6).map(|h| lo(45, h)).collect();
+    let (a2, a3, a4, a5) = (a[0].as_str(), a[1].as_str(), a[2].as_str(), a[3].as_str());
+    run(&["--addr", a2, "-m", "1000"]).assert_error("-m 1000", "invalid MTU 1000");
     run(&["--addr", "::1"]).assert_error("IPv6 --addr", "IPv4");
     run(&["--addr", "nonsense"]).assert_error("--addr nonsense", "not an IP address");
-    run(&["--addr", "127.0.45.2", "-g", "1"]).assert_error("-g 1", "GID index 1");
-    run(&["--addr", "127.0.45.2", "-i", "2"]).assert_error("-i 2", "port 2");
-    run(&["--addr", "127.0.45.2", "-l", "16"]).assert_error("-l 16", "service level");
+    run(&["--addr", a2, "-g", "1"]).assert_error("-g 1", "GID index 1");
+    run(&["--addr", a2, "-i", "2"]).assert_error("-i 2", "port 2");
+    run(&["--addr", a2, "-l", "16"]).assert_error("-l 16", "service level");
     // TEST-NET-1: no interface of this host has it.
     run(&["--addr", "192.0.2.1", p[0], p[1]]).assert_error("foreign --addr", "not an address");
     // Nobody listens on the port: refused until the timeout.
     let t = std::time::Instant::now();
-    run(&[
-        "--addr",
-        "127.0.45.3",
-        "--timeout",
-        "0.5",
-        p[0],
-        p[1],
-        "127.0.0.1",
-    ])
-    .assert_error("unreachable peer", "Couldn't connect to 127.0.0.1");
+    run(&["--addr", a3, "--timeout", "0.5", p[0], p[1], "127.0.0.1"])
+        .assert_error("unreachable peer", "Couldn't connect to 127.0.0.1");
     assert!(t.elapsed() >= Duration::from_millis(500), "it retried");
-    run(&["--addr", "127.0.45.3", "nosuchhost.invalid"]).assert_error("bad name", "resolve");
+    run(&["--addr", a3, "nosuchhost.invalid"]).assert_error("bad name", "resolve");
     // Another NIC, or anything, has the UDP port.
-    let udp = UdpSocket::bind(("127.0.45.4", 4791)).unwrap();
-    run(&["--addr", "127.0.45.4", p[0], p[1]]).assert_error("UDP port taken", "is in use");
+    let udp = UdpSocket::bind((a4, 4791)).unwrap();
+    run(&["--addr", a4, p[0], p[1]]).assert_error("UDP port taken", "is in use");
     drop(udp);
     // The TCP port of the exchange is taken.
     let tcp = TcpListener::bind(("0.0.0.0", 0)).unwrap();
     let taken = tcp.local_addr().unwrap().port().to_string();
-    run(&["--addr", "127.0.45.5", "-p", &taken]).assert_error("TCP port taken", "in use");
+    run(&["--addr", a5, "-p", &taken]).assert_error("TCP port taken", "in use");
     // clap's own refusals exit with 2 and say why.
-    let f = run(&["--addr", "127.0.45.2", "-n", "0"]);
+    let f = run(&["--addr", a2, "-n", "0"]);
     assert_eq!(f.status.and_then(|s| s.code()), Some(2), "{f:?}");
     assert!(f.stderr.contains("--iters"), "{}", f.stderr);
 }

@@ -130,6 +130,14 @@ impl Drop for Proc {
     }
 }
 
+/// A loopback address `127.P.net.host` for a NIC's UDP port, with P from
+/// this process's id, so that two test runs at once (two checkouts, or CI
+/// beside a developer) do not bind the same port; doorbell-rt's tests do
+/// the same with other `net`s.
+pub(crate) fn lo(net: u8, host: u8) -> String {
+    format!("127.{}.{net}.{host}", 1 + std::process::id() % 250)
+}
+
 /// A TCP port that was free a moment ago (the kernel's pick for port 0).
 pub(crate) fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind(("127.0.0.1", 0))

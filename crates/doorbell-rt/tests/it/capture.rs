@@ -28,9 +28,9 @@ use doorbell_wire::BthOpcode;
 use crate::common::*;
 use crate::net::*;
 
-/// The loopback subnet of this test alone, so that NICs of other tests
-/// running at the same time stay out of the capture.
-const NET: [u8; 3] = [127, 0, 31];
+/// The third byte of this test's loopback subnet, 127.P.31.0/24 ([`lo`]):
+/// NICs of other tests running at the same time stay out of the capture.
+const NET: u8 = 31;
 const SETUP: &str = "run scripts/setup.sh (as root): it installs Debian's tshark and \
                      a venv at <repo>/.venv with scapy";
 
@@ -269,7 +269,7 @@ fn signaled<'a>(wr_id: u64, sg: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
 fn tshark_and_scapy_decode_every_packet_as_we_sent_it() {
     check_tshark();
     let python = scapy_python();
-    let ip = |h: u8| [NET[0], NET[1], NET[2], h];
+    let ip = |h: u8| lo(NET, h);
 
     // What the exchange below must put on the wire, in order: (opcode,
     // destination QPN, PSN). A starts three PSNs below the 24-bit wrap.
@@ -337,10 +337,8 @@ fn tshark_and_scapy_decode_every_packet_as_we_sent_it() {
 
     let dir = TempDir::new("capture");
     let file = dir.0.join("roce.pcap");
-    let filter = format!(
-        "udp port 4791 and net {}.{}.{}.0/24",
-        NET[0], NET[1], NET[2]
-    );
+    let [n0, n1, n2, _] = lo(NET, 0);
+    let filter = format!("udp port 4791 and net {n0}.{n1}.{n2}.0/24");
     let cap = Capture::start(&file, &filter, expected.len());
 
     let data = pattern(2500, 9);
