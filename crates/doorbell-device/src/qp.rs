@@ -38,7 +38,7 @@ pub enum QpType {
 /// Progress of an inbound multi-packet SEND.
 pub(crate) struct RecvInProgress {
     pub(crate) wqe_index: u16,
-    pub(crate) sges: Vec<(u32, u64, u32)>,
+    pub(crate) sges: Vec<crate::sq::Sge>,
     pub(crate) offset: u64,
     pub(crate) imm: Option<u32>,
 }

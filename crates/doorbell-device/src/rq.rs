@@ -14,7 +14,7 @@ use doorbell_wire::{
 use crate::Ctx;
 use crate::cmd::Access;
 use crate::qp::{AtomicReplay, Qp, QpState, QpType, RecvInProgress, WriteInProgress};
-use crate::sq::{emit, peer_ip, to_error, write_cqe};
+use crate::sq::{ScatterError, Sge, emit, peer_ip, scatter, to_error, write_cqe};
 
 /// Atomic results kept for replaying duplicates.
 const ATOMIC_REPLAY_DEPTH: usize = 16;
@@ -26,7 +26,7 @@ const CREDITS_INVALID: u8 = 0x1f;
 /// A receive WQE taken from the RQ.
 struct RecvWqe {
     index: u16,
-    sges: Vec<(u32, u64, u32)>,
+    sges: Vec<Sge>,
 }
 
 /// Fetches the next receive WQE, reading the doorbell record when the
@@ -76,67 +76,15 @@ fn next_recv_wqe<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Result<Option<Rec
             break;
         }
         if d.byte_count() > 0 {
-            sges.push((d.lkey(), d.addr(), d.byte_count()));
+            sges.push(Sge {
+                lkey: d.lkey(),
+                addr: d.addr(),
+                len: d.byte_count(),
+            });
         }
     }
     qp.rq_ci = qp.rq_ci.wrapping_add(1);
     Ok(Some(RecvWqe { index, sges }))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ScatterError {
-    Length,
-    Protection,
-}
-
-/// Writes `data` at byte `offset` of a receive WQE's buffers.
-fn scatter<D: Dma>(
-    qp: &Qp,
-    sges: &[(u32, u64, u32)],
-    offset: u64,
-    data: &[u8],
-    ctx: &mut Ctx<'_, D>,
-) -> Result<(), ScatterError> {
-    let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
-    let mut skip = offset;
-    let mut rest = data;
-    for &(lkey, addr, len) in sges {
-        if rest.is_empty() {
-            break;
-        }
-        let len = u64::from(len);
-        if skip >= len {
-            skip -= len;
-            continue;
-        }
-        let n = (len - skip).min(rest.len() as u64);
-        let (now, later) = rest.split_at(n as usize);
-        let mut ok = true;
-        let dma = &mut *ctx.dma;
-        let t = &mut ctx.t;
-        ctx.mkeys
-            .translate(
-                Mkey::from_raw(lkey),
-                qp.p.pd,
-                Access::LOCAL_WRITE,
-                addr + skip,
-                n,
-                |h, b, o| {
-                    ok &= crate::dma_write(dma, t, tag, h, &now[o as usize..(o + b) as usize]);
-                },
-            )
-            .map_err(|_| ScatterError::Protection)?;
-        if !ok {
-            return Err(ScatterError::Protection);
-        }
-        rest = later;
-        skip = 0;
-    }
-    if rest.is_empty() {
-        Ok(())
-    } else {
-        Err(ScatterError::Length)
-    }
 }
 
 /// A successful receive completion.

@@ -1207,18 +1207,24 @@ fn read_response<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
     note_ack(qp, psn, ctx);
     made_progress(qp, ctx);
 }
+/// Why data could not be placed into an SGE list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScatterError {
+    /// The SGEs are shorter than the data.
+    Length,
+    /// A key did not grant local write, or a DMA failed.
+    Protection,
+}
 
-/// Writes `data` at byte `offset` of the local buffers `p` (READ and atomic results).
-fn place<D: Dma>(
+/// Writes `data` at byte `offset` of the buffers `sges` names: receive
+/// scatter, READ responses and atomic results.
+pub(crate) fn scatter<D: Dma>(
     qp: &Qp,
-    p: &Payload,
+    sges: &[Sge],
     offset: u64,
     data: &[u8],
     ctx: &mut Ctx<'_, D>,
-) -> Result<(), Syndrome> {
-    let Payload::Sges(sges) = p else {
-        return Err(Syndrome::LocalQpOpErr);
-    };
+) -> Result<(), ScatterError> {
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
     let mut skip = offset;
     let mut rest = data;
@@ -1247,9 +1253,9 @@ fn place<D: Dma>(
                     ok &= crate::dma_write(dma, t, tag, h, &now[o as usize..(o + b) as usize])
                 },
             )
-            .map_err(key_syndrome)?;
+            .map_err(|_| ScatterError::Protection)?;
         if !ok {
-            return Err(Syndrome::LocalProtErr);
+            return Err(ScatterError::Protection);
         }
         rest = later;
         skip = 0;
@@ -1257,8 +1263,25 @@ fn place<D: Dma>(
     if rest.is_empty() {
         Ok(())
     } else {
-        Err(Syndrome::LocalLengthErr)
+        Err(ScatterError::Length)
     }
+}
+
+/// Writes `data` at byte `offset` of a READ's or atomic's local buffers.
+fn place<D: Dma>(
+    qp: &Qp,
+    p: &Payload,
+    offset: u64,
+    data: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Result<(), Syndrome> {
+    let Payload::Sges(sges) = p else {
+        return Err(Syndrome::LocalQpOpErr);
+    };
+    scatter(qp, sges, offset, data, ctx).map_err(|e| match e {
+        ScatterError::Length => Syndrome::LocalLengthErr,
+        ScatterError::Protection => Syndrome::LocalProtErr,
+    })
 }
 
 fn fail_head<D: Dma>(qp: &mut Qp, s: Syndrome, ctx: &mut Ctx<'_, D>) {

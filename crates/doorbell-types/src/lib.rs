@@ -11,6 +11,109 @@
 
 use core::fmt;
 
+/// Declares a code-point enum whose unknown values survive as `Unknown(raw)`
+/// (STYLE R4), with `From` both ways. The formats crates (`doorbell-layout`,
+/// `doorbell-wire`) declare their code points with it.
+#[macro_export]
+macro_rules! enum_with_unknown {
+    (
+        $(#[$enum_attr:meta])*
+        pub enum $name:ident($ty:ty) {
+            $( $(#[$variant_attr:meta])* $variant:ident = $value:expr ),+ $(,)?
+        }
+    ) => {
+        $(#[$enum_attr])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[$variant_attr])* $variant ),+,
+            /// A value this crate does not name.
+            Unknown($ty),
+        }
+
+        impl ::core::convert::From<$ty> for $name {
+            fn from(value: $ty) -> Self {
+                match value {
+                    $( $value => $name::$variant ),+,
+                    other => $name::Unknown(other),
+                }
+            }
+        }
+
+        impl ::core::convert::From<$name> for $ty {
+            fn from(value: $name) -> Self {
+                match value {
+                    $( $name::$variant => $value ),+,
+                    $name::Unknown(other) => other,
+                }
+            }
+        }
+    };
+}
+
+/// Big-endian fields of byte buffers, for the views of the formats crates.
+///
+/// Each function takes the field's byte range; a range outside the buffer
+/// panics, so views call them only after their length check.
+pub mod be {
+    use core::ops::Range;
+
+    /// Reads a 16-bit field.
+    #[inline]
+    pub fn be16(b: &[u8], f: Range<usize>) -> u16 {
+        let mut a = [0u8; 2];
+        a.copy_from_slice(&b[f]);
+        u16::from_be_bytes(a)
+    }
+
+    /// Reads a 24-bit field (`f` is 3 bytes long).
+    #[inline]
+    pub fn be24(b: &[u8], f: Range<usize>) -> u32 {
+        let mut a = [0u8; 4];
+        a[1..].copy_from_slice(&b[f]);
+        u32::from_be_bytes(a)
+    }
+
+    /// Reads a 32-bit field.
+    #[inline]
+    pub fn be32(b: &[u8], f: Range<usize>) -> u32 {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(&b[f]);
+        u32::from_be_bytes(a)
+    }
+
+    /// Reads a 64-bit field.
+    #[inline]
+    pub fn be64(b: &[u8], f: Range<usize>) -> u64 {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[f]);
+        u64::from_be_bytes(a)
+    }
+
+    /// Writes a 16-bit field.
+    #[inline]
+    pub fn set_be16(b: &mut [u8], f: Range<usize>, v: u16) {
+        b[f].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Writes the low 24 bits of `v` (`f` is 3 bytes long).
+    #[inline]
+    pub fn set_be24(b: &mut [u8], f: Range<usize>, v: u32) {
+        b[f].copy_from_slice(&v.to_be_bytes()[1..]);
+    }
+
+    /// Writes a 32-bit field.
+    #[inline]
+    pub fn set_be32(b: &mut [u8], f: Range<usize>, v: u32) {
+        b[f].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// Writes a 64-bit field.
+    #[inline]
+    pub fn set_be64(b: &mut [u8], f: Range<usize>, v: u64) {
+        b[f].copy_from_slice(&v.to_be_bytes());
+    }
+}
+
 macro_rules! id_newtype {
     ($(#[$m:meta])* $name:ident($inner:ty), $mask:expr) => {
         $(#[$m])*

@@ -148,43 +148,7 @@ pub type Result<T> = core::result::Result<T, Error>;
 /// A byte range inside a header.
 pub type Field = core::ops::Range<usize>;
 
-/// Declares a code-point enum whose unknown values survive as `Unknown(raw)`
-/// (STYLE R4), with `From` both ways. Same shape as `doorbell_layout`'s.
-macro_rules! enum_with_unknown {
-    (
-        $(#[$enum_attr:meta])*
-        pub enum $name:ident($ty:ty) {
-            $( $(#[$variant_attr:meta])* $variant:ident = $value:expr ),+ $(,)?
-        }
-    ) => {
-        $(#[$enum_attr])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $( $(#[$variant_attr])* $variant ),+,
-            /// A value this crate does not name.
-            Unknown($ty),
-        }
-
-        impl ::core::convert::From<$ty> for $name {
-            fn from(value: $ty) -> Self {
-                match value {
-                    $( $value => $name::$variant ),+,
-                    other => $name::Unknown(other),
-                }
-            }
-        }
-
-        impl ::core::convert::From<$name> for $ty {
-            fn from(value: $name) -> Self {
-                match value {
-                    $( $name::$variant => $value ),+,
-                    $name::Unknown(other) => other,
-                }
-            }
-        }
-    };
-}
-pub(crate) use enum_with_unknown;
+pub(crate) use doorbell_types::enum_with_unknown;
 
 /// Declares a fixed-length header view with the R1 constructors.
 macro_rules! fixed_view {
@@ -230,52 +194,6 @@ macro_rules! fixed_view {
 }
 pub(crate) use fixed_view;
 
-#[inline]
-pub(crate) fn be16(b: &[u8], f: Field) -> u16 {
-    let mut a = [0u8; 2];
-    a.copy_from_slice(&b[f]);
-    u16::from_be_bytes(a)
-}
-
-/// Reads a 24-bit big-endian field (`f` is 3 bytes long).
-#[inline]
-pub(crate) fn be24(b: &[u8], f: Field) -> u32 {
-    let mut a = [0u8; 4];
-    a[1..].copy_from_slice(&b[f]);
-    u32::from_be_bytes(a)
-}
-
-#[inline]
-pub(crate) fn be32(b: &[u8], f: Field) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[f]);
-    u32::from_be_bytes(a)
-}
-
-#[inline]
-pub(crate) fn be64(b: &[u8], f: Field) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[f]);
-    u64::from_be_bytes(a)
-}
-
-#[inline]
-pub(crate) fn set_be16(b: &mut [u8], f: Field, v: u16) {
-    b[f].copy_from_slice(&v.to_be_bytes());
-}
-
-/// Writes the low 24 bits of `v` big-endian (`f` is 3 bytes long).
-#[inline]
-pub(crate) fn set_be24(b: &mut [u8], f: Field, v: u32) {
-    b[f].copy_from_slice(&v.to_be_bytes()[1..]);
-}
-
-#[inline]
-pub(crate) fn set_be32(b: &mut [u8], f: Field, v: u32) {
-    b[f].copy_from_slice(&v.to_be_bytes());
-}
-
-#[inline]
-pub(crate) fn set_be64(b: &mut [u8], f: Field, v: u64) {
-    b[f].copy_from_slice(&v.to_be_bytes());
-}
+pub(crate) use doorbell_types::be::{
+    be16, be24, be32, be64, set_be16, set_be24, set_be32, set_be64,
+};
