@@ -7,10 +7,11 @@
 //! ```
 //!
 //! Prints simulated TLPs per wall-clock second, the wall time to simulate
-//! one million posts (scaled from the run), and the live runtime's post
-//! rate for the same workload (8-byte inline RDMA WRITEs, postlist 16, one
-//! in 16 signalled, one QP). Without `--bench` (as `cargo test` runs it) it
-//! does a short smoke run.
+//! one million posts, and the live runtime's post rate for the same
+//! workload (8-byte inline RDMA WRITEs, postlist 16, one in 16 signalled,
+//! one QP); then the TLP rate of 16 KiB WRITEs by pointer, whose posts cross
+//! the link in many TLPs each. Without `--bench` (as `cargo test` runs it)
+//! it does a short smoke run.
 
 use std::time::Instant;
 
@@ -61,6 +62,16 @@ fn main() {
         "| simulated posts per wall second | {:.3} M |",
         posts as f64 / wall / 1e6
     );
+    // TLPs per post grow with the message: 16 KiB WRITEs by pointer cross the
+    // link in dozens of TLPs each, so this run shows the per-TLP cost.
+    let bulk_posts = (posts / 10).max(2_000);
+    let bulk = Workload { size: 16384, inline_threshold: 0, iters: bulk_posts, ..w.clone() };
+    let t = Instant::now();
+    let rb = bulk.run(&profile).expect("the bulk workload runs");
+    let bulk_wall = t.elapsed().as_secs_f64();
+    println!("| 16 KiB WRITE posts simulated | {bulk_posts} |");
+    println!("| 16 KiB WRITE: TLPs simulated | {} |", rb.tlps);
+    println!("| 16 KiB WRITE: simulated TLPs per wall second | {:.2} M |", rb.tlps as f64 / bulk_wall / 1e6);
     // The live runtime on the same workload: the seed's postlist row runs
     // 8-byte WRITEs in postlists of 16 through two live NICs.
     let live_posts = (posts / 10).clamp(1_024, 100_000) as u32;
