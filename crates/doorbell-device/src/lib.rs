@@ -544,8 +544,19 @@ impl Nic {
                         id: params.pd.get(),
                     });
                 }
-                let pages = (params.start % doorbell_host::PAGE_SIZE + params.len)
-                    .div_ceil(doorbell_host::PAGE_SIZE);
+                // The range must fit the 64-bit I/O space: every later
+                // bounds check adds to `start`.
+                let Some(pages) = params
+                    .start
+                    .checked_add(params.len)
+                    .and_then(|_| (params.start % doorbell_host::PAGE_SIZE).checked_add(params.len))
+                    .map(|b| b.div_ceil(doorbell_host::PAGE_SIZE))
+                else {
+                    return Err(CmdError::BadParam {
+                        name: "mkey length",
+                        value: params.len,
+                    });
+                };
                 if (params.mtt.len() as u64) < pages {
                     return Err(CmdError::BadParam {
                         name: "mtt entries",
@@ -687,7 +698,7 @@ impl Nic {
                 value: p.log_rq_size.into(),
             });
         }
-        if (16u32 << p.log_rq_stride.min(8)) > caps.max_rq_desc_sz {
+        if p.log_rq_stride > 8 || (16u32 << p.log_rq_stride) > caps.max_rq_desc_sz {
             return Err(CmdError::BadParam {
                 name: "log_rq_stride",
                 value: p.log_rq_stride.into(),

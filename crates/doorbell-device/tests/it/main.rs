@@ -1071,3 +1071,63 @@ fn objects_in_use_cannot_be_destroyed() {
     assert_eq!(c.bad_doorbells - c0.bad_doorbells, 1);
     assert_eq!(c.rx_dropped - c0.rx_dropped, 1);
 }
+
+#[test]
+fn commands_with_ranges_past_the_address_space_are_refused() {
+    let mut rig = Rig::new();
+    let pd = rig.pd;
+    // Ends past 2^64: the page count and every later bounds check would
+    // overflow.
+    for (start, len) in [(rig.mr_buf.get() + 1, u64::MAX), (u64::MAX - 10, 100)] {
+        assert!(matches!(
+            rig.exec(Command::CreateMkey(MkeyParams {
+                pd,
+                access: Access(Access::LOCAL_WRITE),
+                start,
+                len,
+                mtt: vec![rig.mr_buf; 2],
+            })),
+            Err(CmdError::BadParam {
+                name: "mkey length",
+                ..
+            })
+        ));
+    }
+    // A receive stride past 4 KiB, even on a device whose caps allow large
+    // receive descriptors.
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.caps.max_rq_desc_sz = 1 << 20;
+    rig.nic = Nic::new(cfg);
+    let Ok(CmdOut::Uar(uar2)) = rig.exec(Command::AllocUar) else {
+        panic!("no UAR")
+    };
+    let Ok(CmdOut::Pd(pd2)) = rig.exec(Command::AllocPd) else {
+        panic!("no PD")
+    };
+    let Ok(CmdOut::Cq(cq)) = rig.exec(Command::CreateCq(CqParams {
+        log_size: LOG_CQ,
+        uar: uar2,
+        dbr_addr: rig.cq_dbr,
+        pas: vec![rig.cq_buf],
+    })) else {
+        panic!("no CQ")
+    };
+    assert!(matches!(
+        rig.exec(Command::CreateQp(QpParams {
+            qp_type: QpType::Rc,
+            pd: pd2,
+            send_cq: cq,
+            recv_cq: cq,
+            uar: uar2,
+            log_sq_size: LOG_SQ,
+            log_rq_size: LOG_RQ,
+            log_rq_stride: 60,
+            dbr_addr: rig.qp_dbr,
+            pas: vec![rig.qp_buf; 64],
+        })),
+        Err(CmdError::BadParam {
+            name: "log_rq_stride",
+            ..
+        })
+    ));
+}
