@@ -65,13 +65,21 @@ fn main() {
     // TLPs per post grow with the message: 16 KiB WRITEs by pointer cross the
     // link in dozens of TLPs each, so this run shows the per-TLP cost.
     let bulk_posts = (posts / 10).max(2_000);
-    let bulk = Workload { size: 16384, inline_threshold: 0, iters: bulk_posts, ..w.clone() };
+    let bulk = Workload {
+        size: 16384,
+        inline_threshold: 0,
+        iters: bulk_posts,
+        ..w.clone()
+    };
     let t = Instant::now();
     let rb = bulk.run(&profile).expect("the bulk workload runs");
     let bulk_wall = t.elapsed().as_secs_f64();
     println!("| 16 KiB WRITE posts simulated | {bulk_posts} |");
     println!("| 16 KiB WRITE: TLPs simulated | {} |", rb.tlps);
-    println!("| 16 KiB WRITE: simulated TLPs per wall second | {:.2} M |", rb.tlps as f64 / bulk_wall / 1e6);
+    println!(
+        "| 16 KiB WRITE: simulated TLPs per wall second | {:.2} M |",
+        rb.tlps as f64 / bulk_wall / 1e6
+    );
     // The live runtime on the same workload: the seed's postlist row runs
     // 8-byte WRITEs in postlists of 16 through two live NICs.
     let live_posts = (posts / 10).clamp(1_024, 100_000) as u32;
