@@ -855,7 +855,6 @@ impl Run {
         let payload = trace
             .iter()
             .find(|t| World::is(t, DmaPurpose::Payload, false));
-        let cqe = trace.iter().find(|t| World::is(t, DmaPurpose::Cqe, true));
         let db_arrival = mmio.last().copied().unwrap_or(post);
         // Step 0 ends when the first store leaves the core.
         let s1_start = self
@@ -867,7 +866,6 @@ impl Run {
         let s2_end = wqe.map(|t| t.done).unwrap_or(db_arrival).max(db_arrival);
         let s3_end = payload.map(|t| t.done).unwrap_or(s2_end).max(s2_end);
         let response = frames.last().copied().unwrap_or(s3_end).max(s3_end);
-        let _ = cqe;
         Steps {
             wqe_write: ns(s1_start.since(post)),
             doorbell: ns(db_arrival.since(s1_start)),
