@@ -50,6 +50,54 @@ macro_rules! enum_with_unknown {
     };
 }
 
+/// Declares a fixed-length view over any `T: AsRef<[u8]>` with the R1
+/// constructors (`new_unchecked`, `new_checked`, `check_len`,
+/// `into_inner`) and its length as `LEN`. `check_len` fails with `$err`
+/// (of type `$err_ty`) when the buffer is shorter than `LEN`. The formats
+/// crates (`doorbell-layout`, `doorbell-wire`) declare their fixed-size
+/// views with it.
+#[macro_export]
+macro_rules! fixed_view {
+    ($err_ty:ty = $err:expr; $(#[$m:meta])* $name:ident, $len:expr) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $name<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> $name<T> {
+            /// Length of the view in bytes.
+            pub const LEN: usize = $len;
+
+            /// Wraps a buffer without checking its length.
+            pub const fn new_unchecked(buffer: T) -> Self {
+                Self { buffer }
+            }
+
+            /// Wraps a buffer, checking that it holds the whole view.
+            pub fn new_checked(buffer: T) -> ::core::result::Result<Self, $err_ty> {
+                let v = Self::new_unchecked(buffer);
+                v.check_len()?;
+                Ok(v)
+            }
+
+            /// Checks that the buffer holds all [`Self::LEN`] bytes.
+            pub fn check_len(&self) -> ::core::result::Result<(), $err_ty> {
+                if self.buffer.as_ref().len() < Self::LEN {
+                    Err($err)
+                } else {
+                    Ok(())
+                }
+            }
+
+            /// Returns the wrapped buffer.
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+        }
+    };
+}
+
 /// Big-endian fields of byte buffers, for the views of the formats crates.
 ///
 /// Each function takes the field's byte range; a range outside the buffer

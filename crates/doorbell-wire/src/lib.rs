@@ -153,43 +153,7 @@ pub(crate) use doorbell_types::enum_with_unknown;
 /// Declares a fixed-length header view with the R1 constructors.
 macro_rules! fixed_view {
     ($(#[$m:meta])* $name:ident, $len:expr) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub struct $name<T: AsRef<[u8]>> {
-            buffer: T,
-        }
-
-        impl<T: AsRef<[u8]>> $name<T> {
-            /// Length of the header in bytes.
-            pub const LEN: usize = $len;
-
-            /// Wraps a buffer without checking its length.
-            pub const fn new_unchecked(buffer: T) -> Self {
-                Self { buffer }
-            }
-
-            /// Wraps a buffer, checking that it holds the whole header.
-            pub fn new_checked(buffer: T) -> $crate::Result<Self> {
-                let v = Self::new_unchecked(buffer);
-                v.check_len()?;
-                Ok(v)
-            }
-
-            /// Checks that the buffer holds the whole header
-            /// ([`Error::Truncated`](crate::Error::Truncated) otherwise).
-            pub fn check_len(&self) -> $crate::Result<()> {
-                if self.buffer.as_ref().len() < Self::LEN {
-                    Err($crate::Error::Truncated)
-                } else {
-                    Ok(())
-                }
-            }
-
-            /// Returns the wrapped buffer.
-            pub fn into_inner(self) -> T {
-                self.buffer
-            }
-        }
+        doorbell_types::fixed_view!($crate::Error = $crate::Error::Truncated; $(#[$m])* $name, $len);
     };
 }
 pub(crate) use fixed_view;
