@@ -6,7 +6,7 @@
 //! bfreg allocator that decides which register each QP rings, the pinned
 //! doorbell-record pages, and the objects the context created. Every device
 //! change goes through [`DeviceLink::exec`], the command interface; host
-//! memory is pinned for DMA through [`HostRam::pin`] (the umem step) and the
+//! memory is pinned for DMA through [`HostRam::pin`](doorbell_host::HostRam::pin) (the umem step) and the
 //! resulting page lists are what the device is told.
 //!
 //! The provider (`doorbell-verbs`) calls these functions the way rdma-core

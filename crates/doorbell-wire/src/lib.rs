@@ -5,7 +5,7 @@
 //! ([`ipv6`]), UDP ([`udp`]), the InfiniBand Base Transport Header ([`bth`]) and
 //! its extension headers ([`reth`], [`aeth`], [`immdt`], [`ieth`],
 //! [`atomic_eth`], [`atomic_ack_eth`], [`deth`]), plus the invariant CRC
-//! ([`icrc`]) and the GID ↔ IP mapping ([`gid`]). [`roce`] puts them together:
+//! ([`icrc`](mod@icrc)) and the GID ↔ IP mapping ([`gid`]). [`roce`] puts them together:
 //! [`RoceRepr::emit`] builds a whole `IP | UDP | BTH | ext | payload | pad | ICRC`
 //! frame into a caller's buffer and [`parse_roce`] takes one apart again.
 //! Layouts follow the shared reference, Part A (`roce-and-verbs-abi.md`), which
