@@ -37,10 +37,12 @@ pub enum OpArg {
     /// SEND.
     Send,
     /// SEND with immediate.
+    #[value(name = "send_imm", alias = "send-imm")]
     SendImm,
     /// RDMA WRITE.
     Write,
     /// RDMA WRITE with immediate.
+    #[value(name = "write_imm", alias = "write-imm")]
     WriteImm,
     /// RDMA READ.
     Read,

@@ -146,3 +146,21 @@ fn bad_options_are_clear_errors() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn operations_take_the_names_the_json_and_readme_use() {
+    for (arg, name) in [
+        ("send_imm", "send_imm"),
+        ("write_imm", "write_imm"),
+        ("send-imm", "send_imm"),
+    ] {
+        let out = doorbell(&["sim", "--iters", "20", "--op", arg, "--json"]);
+        assert!(
+            out.status.success(),
+            "--op {arg}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["workload"]["op"], name, "--op {arg}");
+    }
+}
