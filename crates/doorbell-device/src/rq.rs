@@ -508,7 +508,13 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
         .unwrap_or_default()
         .allows(Access::REMOTE_READ);
     let len = u64::from(reth.dma_len);
-    // The length comes from the wire: check key and range before allocating.
+    // The length comes from the wire: check it, then key and range, before
+    // allocating. A READ longer than the largest message is an invalid
+    // request, as for hardware, even where the key covers it.
+    if len > crate::sq::MAX_MSG_LEN {
+        nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
+        return;
+    }
     let mut runs = Vec::new();
     let translated = ctx.mkeys.translate(
         reth.rkey,

@@ -26,8 +26,8 @@ const ACK_EVERY_PACKETS: u32 = 64;
 /// `RXE_MAX_UNACKED_PSNS`). A READ counts all the PSNs its responses use,
 /// but its request may always go when it is the oldest thing unacknowledged.
 pub(crate) const MAX_UNACKED_PSNS: u32 = 128;
-/// Largest message, 2^31 bytes.
-const MAX_MSG_LEN: u64 = 1 << 31;
+/// Largest message, 2^31 bytes (`max_msg_sz`).
+pub(crate) const MAX_MSG_LEN: u64 = 1 << 31;
 
 /// A local scatter/gather entry from a data segment.
 #[derive(Debug, Clone, Copy)]

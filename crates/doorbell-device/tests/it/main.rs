@@ -849,8 +849,8 @@ fn responder_errors_answer_with_the_matching_nak() {
     assert_eq!(rig.state(), QpState::Err);
     assert_eq!(rig.mr_bytes(0, 16), vec![0u8; 16]);
 
-    // A READ for 4 GiB with a bad key: NAK remote access, without first
-    // allocating the 4 GiB the forged length asks for (run the tests under
+    // A READ for 2 GiB with a bad key: NAK remote access, without first
+    // allocating the 2 GiB the forged length asks for (run the tests under
     // `ulimit -v 3000000` to see the difference).
     let mut rig = Rig::new();
     let f = rig.request(
@@ -860,7 +860,7 @@ fn responder_errors_answer_with_the_matching_nak() {
             reth: Some(RethRepr {
                 va: rig.mr_buf.get(),
                 rkey: bad_key,
-                dma_len: u32::MAX,
+                dma_len: 1 << 31,
             }),
             ..ExtHeaders::default()
         },
@@ -869,6 +869,30 @@ fn responder_errors_answer_with_the_matching_nak() {
     assert_eq!(
         aeth_of(&rig.frame(&f)),
         AethSyndrome::Nak(NakCode::RemoteAccessErr)
+    );
+    assert_eq!(rig.state(), QpState::Err);
+
+    // A READ longer than the largest message (2^31 bytes): NAK invalid
+    // request, checked before the key (IBTA's responder order, as rxe's
+    // check_length before check_rkey), so nothing is allocated for it
+    // whatever the key covers.
+    let mut rig = Rig::new();
+    let f = rig.request(
+        BthOpcode::RcRdmaReadRequest,
+        EPSN,
+        ExtHeaders {
+            reth: Some(RethRepr {
+                va: rig.mr_buf.get(),
+                rkey: rig.mr,
+                dma_len: u32::MAX,
+            }),
+            ..ExtHeaders::default()
+        },
+        &[],
+    );
+    assert_eq!(
+        aeth_of(&rig.frame(&f)),
+        AethSyndrome::Nak(NakCode::InvalidRequest)
     );
     assert_eq!(rig.state(), QpState::Err);
 
