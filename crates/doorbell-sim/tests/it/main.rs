@@ -3,7 +3,6 @@
 #![allow(missing_docs)]
 mod calibration;
 mod determinism;
-mod smoke;
 mod table;
 
 use doorbell_sim::Profile;
