@@ -416,6 +416,9 @@ fn gather<D: Dma>(
                 }
                 let n = (sl - skip).min((buf.len() - at) as u64);
                 let mut dma_ok = true;
+                // The SGE comes from host memory: an address past 2^64 is
+                // a protection error, not an overflow.
+                let addr = s.addr.checked_add(skip).ok_or(Syndrome::LocalProtErr)?;
                 let dst = &mut buf[at..at + n as usize];
                 let dma = &mut *ctx.dma;
                 let t = &mut ctx.t;
@@ -424,7 +427,7 @@ fn gather<D: Dma>(
                         doorbell_types::Mkey::from_raw(s.lkey),
                         qp.p.pd,
                         0,
-                        s.addr + skip,
+                        addr,
                         n,
                         |h, b, o| {
                             dma_ok &= crate::dma_read(
@@ -1239,6 +1242,7 @@ pub(crate) fn scatter<D: Dma>(
         }
         let n = (sl - skip).min(rest.len() as u64);
         let (now, later) = rest.split_at(n as usize);
+        let addr = s.addr.checked_add(skip).ok_or(ScatterError::Protection)?;
         let mut ok = true;
         let dma = &mut *ctx.dma;
         let t = &mut ctx.t;
@@ -1247,7 +1251,7 @@ pub(crate) fn scatter<D: Dma>(
                 doorbell_types::Mkey::from_raw(s.lkey),
                 qp.p.pd,
                 Access::LOCAL_WRITE,
-                s.addr + skip,
+                addr,
                 n,
                 |h, b, o| {
                     ok &= crate::dma_write(dma, t, tag, h, &now[o as usize..(o + b) as usize])
