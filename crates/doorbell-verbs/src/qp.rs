@@ -531,8 +531,11 @@ impl Qp {
         }
         let shared = &inner.shared;
         let mut sq = shared.sq.lock().unwrap_or_else(|e| e.into_inner());
-        let mut wqe = [0u8; 1024];
-        let mut last: Option<(usize, bool)> = None; // (size in bytes, inline)
+        // Two buffers: a WR that fails half-built must not clobber the last
+        // good WQE, whose bytes the doorbell (or BlueFlame copy) carries.
+        let mut bufs = [[0u8; 1024]; 2];
+        let mut cur = 0;
+        let mut last: Option<(usize, usize, bool)> = None; // (buffer, size in bytes, inline)
         let mut result = Ok(());
         let mut nreq = 0u32;
         for wr in wrs {
@@ -544,7 +547,7 @@ impl Qp {
                 });
                 break;
             }
-            let built = self.build_wqe(wr, sq.cur_post, &mut wqe);
+            let built = self.build_wqe(wr, sq.cur_post, &mut bufs[cur]);
             let (size, inl) = match built {
                 Ok(x) => x,
                 Err(e) => {
@@ -553,14 +556,19 @@ impl Qp {
                 }
             };
             let idx = (u32::from(sq.cur_post) & (shared.sq_wqe_cnt - 1)) as usize;
-            self.write_sq(idx, &wqe[..size])?;
+            if let Err(e) = self.write_sq(idx, &bufs[cur][..size]) {
+                result = Err(e);
+                break;
+            }
             sq.wrid[idx] = wr.wr_id;
             sq.wqe_head[idx] = sq.head.wrapping_add(nreq);
             sq.cur_post = sq.cur_post.wrapping_add(size.div_ceil(WQEBB_LEN) as u16);
             nreq += 1;
-            last = Some((size, inl));
+            last = Some((cur, size, inl));
+            cur ^= 1;
         }
-        if let Some((size, inl)) = last {
+        if let Some((b, size, inl)) = last {
+            let wqe = &bufs[b];
             sq.head = sq.head.wrapping_add(nreq);
             // The WQEs are in memory before the record (a compiler barrier
             // on x86); the record before the doorbell (sfence).

@@ -341,3 +341,36 @@ fn the_context_reports_the_seed_values() {
         "16 static bfregs take 8 UARs, all mapped at open"
     );
 }
+
+#[test]
+fn a_postlist_that_fails_half_way_still_rings_for_what_it_posted() {
+    // The second WR's inline data is too long: it fails after its segments
+    // were built, and must not clobber the first WQE the doorbell carries.
+    let r = rig(ProviderConfig::default());
+    let long = [r.mr.sge(0, 200).unwrap()];
+    let bad = SendWr {
+        wr_id: 2,
+        sg_list: &long,
+        opcode: WrOpcode::RdmaWrite(r.remote),
+        flags: SendFlags::INLINE,
+        ud: None,
+    };
+    let good = SendWr {
+        wr_id: 1,
+        ..write(&r, 8, SendFlags::default())
+    };
+    let err = r.qp.post_send(&[good, bad]).unwrap_err();
+    assert!(
+        matches!(err, doorbell_verbs::VerbsError::InlineTooLong { .. }),
+        "{err:?}"
+    );
+    let wc = wait(&r.cq, 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status),
+        (1, doorbell_verbs::WcStatus::Success)
+    );
+    let log = r.log.lock().unwrap().clone();
+    assert_eq!(log.len(), 1, "one doorbell for the one WR posted");
+    let db = SendDoorbell::parse(&log[0].2[..8].try_into().unwrap());
+    assert_eq!((db.qpn, db.wqe_index, db.ds), (r.qp.qpn().get(), 0, 3));
+}
