@@ -791,6 +791,7 @@ impl Nic {
         data: &[u8],
         dma: &mut impl Dma,
     ) {
+        let half_size = self.cfg.caps.bf_reg_size as usize / 2;
         let asm = self.bf.entry((uar, slot, half)).or_default();
         if offset == 0 {
             asm.bytes.clear();
@@ -806,6 +807,13 @@ impl Nic {
         let qpn = ctrl.qpn();
         dma.record_mmio(now, Some(Qpn::new(qpn)), data.len());
         let need = (usize::from(ctrl.ds()) * wqe::DS_LEN).div_ceil(uar::BF_CHUNK) * uar::BF_CHUNK;
+        if need > half_size {
+            // A WQE larger than its BlueFlame buffer cannot arrive whole: the
+            // burst is dropped (the provider never sends one).
+            asm.bytes.clear();
+            self.out.counters.bad_doorbells += 1;
+            return;
+        }
         if asm.bytes.len() < need.max(uar::BF_CHUNK) {
             return;
         }

@@ -750,7 +750,11 @@ fn doorbells_the_device_cannot_use_are_ignored_and_counted() {
     let mut chunk = [0u8; uar::BF_CHUNK];
     chunk.copy_from_slice(&w);
     rig.mmio(own, REG + uar::BF_CHUNK as u32, &chunk);
-    assert_eq!(bad(&rig) - b0, 8);
+    // A BlueFlame burst whose WQE (20 DS, 320 bytes) cannot fit the 256-byte buffer.
+    let mut big = chunk;
+    big[7] = 20;
+    rig.mmio(own, REG, &big);
+    assert_eq!(bad(&rig) - b0, 9);
     assert!(rig.transmitted().is_empty() && rig.cqes().is_empty());
     assert_eq!(rig.state(), QpState::Rts);
     // The right doorbell runs the WQE.
@@ -759,7 +763,7 @@ fn doorbells_the_device_cannot_use_are_ignored_and_counted() {
     // A doorbell that goes backwards, or repeats, is dropped.
     rig.mmio(own, REG, &db(0xffff, qpn));
     rig.mmio(own, REG, &db(0, qpn));
-    assert_eq!(bad(&rig) - b0, 10);
+    assert_eq!(bad(&rig) - b0, 11);
     assert!(rig.transmitted().is_empty());
     // A doorbell for a QP that cannot send is counted apart.
     rig.modify(QpState::Reset, QpAttrs::default());
