@@ -89,6 +89,9 @@ pub(crate) struct Qp {
     pub(crate) rnr_left: u8,
     pub(crate) ack_deadline: Option<Instant>,
     pub(crate) rnr_resume: Option<(Instant, Psn)>,
+    /// In the error state: when to look at the receive doorbell record
+    /// again for receives posted since, to flush them.
+    pub(crate) rq_flush_poll: Option<Instant>,
     /// The PSN a PSN-sequence NAK last made us go back to; a copy of that
     /// NAK before any progress is ignored.
     pub(crate) nak_retry_psn: Option<Psn>,
@@ -227,6 +230,7 @@ impl Qp {
             rnr_left: 0,
             ack_deadline: None,
             rnr_resume: None,
+            rq_flush_poll: None,
             nak_retry_psn: None,
             epsn: Psn::new(0),
             msn: 0,

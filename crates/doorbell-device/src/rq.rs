@@ -121,8 +121,16 @@ fn recv_error_cqe<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, index: u16, s: Syndrome
     });
 }
 
-/// Completes every posted receive WQE with WR_FLUSH_ERR.
+/// How often a QP in the error state looks for receives posted since its
+/// last flush (there is no receive doorbell to tell it).
+pub(crate) const ERR_RQ_POLL: doorbell_types::Duration = doorbell_types::Duration::from_us(1000);
+
+/// Completes every posted receive WQE with WR_FLUSH_ERR; in the error state,
+/// looks again after [`ERR_RQ_POLL`] for receives posted meanwhile.
 pub(crate) fn flush<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    if qp.state == QpState::Err {
+        qp.rq_flush_poll = Some(ctx.now.add(ERR_RQ_POLL));
+    }
     if let Some(ip) = qp.recv_ip.take() {
         recv_error_cqe(qp, ctx, ip.wqe_index, Syndrome::WrFlushErr);
     }

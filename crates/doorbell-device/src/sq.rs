@@ -1317,14 +1317,24 @@ fn retransmit_from<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) {
 
 /// When this QP's next timer fires.
 pub(crate) fn next_deadline(qp: &Qp) -> Option<Instant> {
-    match (qp.ack_deadline, qp.rnr_resume.map(|(t, _)| t)) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    [
+        qp.ack_deadline,
+        qp.rnr_resume.map(|(t, _)| t),
+        qp.rq_flush_poll,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// Fires the QP's timers that are due.
 pub(crate) fn handle_timeout<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    if qp.state == QpState::Err {
+        if qp.rq_flush_poll.is_some_and(|at| at <= ctx.now) {
+            crate::rq::flush(qp, ctx);
+        }
+        return;
+    }
     if qp.state != QpState::Rts {
         return;
     }

@@ -367,3 +367,30 @@ fn ud_send_every_size_up_to_the_mtu() {
     .unwrap();
     assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::LocLenErr);
 }
+
+#[test]
+fn receives_posted_after_the_error_state_are_flushed() {
+    // The kernel's ib_drain_rq pattern: move the QP to ERR, post one more
+    // receive, and wait for its flush completion.
+    let p = pair();
+    let sge = p.b.mr.sge(0, 64).unwrap();
+    post_recv(&p.b.qp, 1, &[sge]);
+    p.b.qp
+        .modify(
+            doorbell_verbs::QpState::Err,
+            &doorbell_verbs::QpAttrs::default(),
+        )
+        .unwrap();
+    let first = wait(&p.b.cq, 1)[0];
+    assert_eq!((first.wr_id, first.status), (1, WcStatus::WrFlushErr));
+    post_recv(&p.b.qp, 2, &[sge]);
+    post_recv(&p.b.qp, 3, &[sge]);
+    let later = wait(&p.b.cq, 2);
+    assert_eq!(
+        later
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>(),
+        vec![(2, WcStatus::WrFlushErr), (3, WcStatus::WrFlushErr)]
+    );
+}
