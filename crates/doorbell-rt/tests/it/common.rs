@@ -39,6 +39,11 @@ pub fn side(
     cqe: u32,
 ) -> Side {
     let nic = Arc::new(LiveNic::start(name, fabric, ip, LinkConfig::default()).unwrap());
+    host(nic, cfg, cap, mr_len, cqe)
+}
+
+/// Host software for `nic`: a context, PD, one CQ, an RC QP and an MR.
+pub fn host(nic: Arc<LiveNic>, cfg: ProviderConfig, cap: QpCaps, mr_len: usize, cqe: u32) -> Side {
     let ctx = Context::with_config(nic.clone(), cfg).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(cqe).unwrap();

@@ -6,9 +6,7 @@ use std::sync::{Arc, Mutex};
 use doorbell_device::NicCounters;
 use doorbell_rt::{Fabric, Fate, LiveNic, NicOptions, Port};
 use doorbell_types::Psn;
-use doorbell_verbs::{
-    Access, AddressVector, ProviderConfig, QpAttrs, QpCaps, QpInitAttr, QpState, QpType, RcEndpoint,
-};
+use doorbell_verbs::{Access, AddressVector, ProviderConfig, QpAttrs, QpCaps, QpState, RcEndpoint};
 use doorbell_wire::{BthOpcode, ParsedRoce, parse_roce};
 
 use crate::common::{FULL, Pair, Side};
@@ -60,28 +58,7 @@ pub fn caps(wr: u32) -> QpCaps {
 
 /// Host software for `nic`: a context, PD, one CQ, an RC QP and an MR.
 pub fn side_on(nic: LiveNic, cap: QpCaps, mr_len: usize, cqe: u32) -> Side {
-    let nic = Arc::new(nic);
-    let ctx = doorbell_verbs::Context::with_config(nic.clone(), ProviderConfig::default()).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(cqe).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            cap,
-            sq_sig_all: false,
-        })
-        .unwrap();
-    let mr = pd.reg_mr(mr_len, Access(FULL)).unwrap();
-    Side {
-        nic,
-        ctx,
-        pd,
-        cq,
-        qp,
-        mr,
-    }
+    crate::common::host(Arc::new(nic), ProviderConfig::default(), cap, mr_len, cqe)
 }
 
 /// Moves `qp` of `s` to RTS towards `remote`.
