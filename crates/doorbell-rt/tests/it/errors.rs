@@ -115,47 +115,15 @@ fn assert_filled(mr: &Mr, byte: u8, what: &str) {
 fn connect(qp: &Qp, local: &RcEndpoint, remote: &RcEndpoint, rnr: (u8, u8), retry: (u8, u8)) {
     let (min_rnr_timer, rnr_retry) = rnr;
     let (timeout, retry_cnt) = retry;
-    qp.modify(
-        QpState::Init,
-        &QpAttrs {
-            pkey_index: Some(0),
-            port: Some(1),
-            access: Some(Access(FULL)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    qp.modify(
-        QpState::Rtr,
-        &QpAttrs {
-            av: Some(AddressVector {
-                dgid: remote.gid,
-                sgid_index: 0,
-                hop_limit: 64,
-                traffic_class: 0,
-                sl: 0,
-            }),
-            path_mtu: Some(1024),
-            dest_qpn: Some(remote.qpn),
-            rq_psn: Some(remote.psn),
-            max_dest_rd_atomic: Some(1),
-            min_rnr_timer: Some(min_rnr_timer),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    qp.modify(
-        QpState::Rts,
-        &QpAttrs {
-            sq_psn: Some(local.psn),
-            timeout: Some(timeout),
-            retry_cnt: Some(retry_cnt),
-            rnr_retry: Some(rnr_retry),
-            max_rd_atomic: Some(1),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let t = crate::net::Timers {
+        mtu: 1024,
+        timeout,
+        retry_cnt,
+        min_rnr_timer,
+        rnr_retry,
+        rd_atomic: 1,
+    };
+    crate::net::connect_qp(qp, local, remote, t);
 }
 
 /// A pair built by hand: B answers an RNR with `min_rnr_timer`, A retries

@@ -63,7 +63,11 @@ pub fn side_on(nic: LiveNic, cap: QpCaps, mr_len: usize, cqe: u32) -> Side {
 
 /// Moves `qp` of `s` to RTS towards `remote`.
 pub fn connect(s: &Side, local: &RcEndpoint, remote: &RcEndpoint, t: Timers) {
-    let qp = &s.qp;
+    connect_qp(&s.qp, local, remote, t);
+}
+
+/// Moves `qp` through INIT, RTR and RTS to `remote` with the timers `t`.
+pub fn connect_qp(qp: &doorbell_verbs::Qp, local: &RcEndpoint, remote: &RcEndpoint, t: Timers) {
     qp.modify(
         QpState::Init,
         &QpAttrs {
