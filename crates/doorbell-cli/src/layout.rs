@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use doorbell_device::DeviceLink;
+use doorbell_hif::DeviceLink;
 use doorbell_pcie::LinkConfig;
 use doorbell_rt::{Fabric, LiveNic};
 use doorbell_verbs::{Context, ProviderConfig, QpCaps, QpInitAttr, QpType};

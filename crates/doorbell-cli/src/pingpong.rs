@@ -59,7 +59,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use doorbell_device::DeviceLink;
+use doorbell_hif::DeviceLink;
 use doorbell_pcie::LinkConfig;
 use doorbell_rt::{LiveNic, RtError};
 use doorbell_types::{Psn, Qpn};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use doorbell_device::DeviceLink;
+use doorbell_hif::DeviceLink;
 use doorbell_pcie::{Counters, DmaPurpose, LinkConfig};
 use doorbell_rt::{Fabric, LiveNic};
 use doorbell_types::Psn;

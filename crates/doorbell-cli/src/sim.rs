@@ -16,7 +16,7 @@
 //! `--sweep` prints an array of `{ "profile", "config", ...report }` rows.
 
 use anyhow::{Context as _, Result, bail};
-use doorbell_device::QpType;
+use doorbell_hif::QpType;
 use doorbell_sim::{Op, Profile, Report, Workload};
 use serde::Serialize;
 

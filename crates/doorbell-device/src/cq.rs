@@ -6,7 +6,7 @@ use doorbell_layout::dbr;
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_types::{HostAddr, Instant, Qpn, UarIndex};
 
-use crate::cmd::CqParams;
+use doorbell_hif::CqParams;
 
 /// What the device knows of one CQ.
 pub(crate) struct Cq {

@@ -31,11 +31,9 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
-pub mod cmd;
 mod cq;
-mod link;
 mod mkey;
-pub mod qp;
+mod qp;
 mod rq;
 mod sq;
 
@@ -46,79 +44,13 @@ use doorbell_layout::wqe;
 use doorbell_pcie::{Dma, DmaTag};
 use doorbell_types::{Cqn, Duration, HostAddr, Instant, Pdn, Qpn, UarIndex};
 
-pub use cmd::{
-    Access, AddressVector, CmdError, CmdOut, Command, CqParams, MkeyParams, QpAttrs, QpParams,
+use doorbell_hif::{
+    CmdError, CmdOut, Command, DeviceCaps, NicEvent, ObjKind, Param, QpParams, QpState,
 };
-pub use link::DeviceLink;
-pub use qp::{QpState, QpType};
 
 use cq::Cq;
 use mkey::MkeyTable;
 use qp::Qp;
-
-/// Capabilities the device reports (QUERY_HCA_CAP), from which the driver
-/// answers alloc_ucontext and query_device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceCaps {
-    /// log2 of the QP table size.
-    pub log_max_qp: u8,
-    /// Largest send queue, in WQEBBs.
-    pub max_send_wqebb: u32,
-    /// Largest receive queue, in WQEs.
-    pub max_recv_wr: u32,
-    /// Largest send WQE, in bytes.
-    pub max_sq_desc_sz: u32,
-    /// Largest receive WQE, in bytes.
-    pub max_rq_desc_sz: u32,
-    /// Largest CQ, in CQEs.
-    pub max_cqe: u32,
-    /// Memory keys.
-    pub max_mkeys: u32,
-    /// Protection domains.
-    pub max_pd: u32,
-    /// UARs.
-    pub max_uar: u32,
-    /// Size of one bfreg in a UAR (0: no write-combining, no BlueFlame).
-    pub bf_reg_size: u32,
-    /// log2 of a UAR's size.
-    pub log_uar_size: u8,
-    /// UARs per system page.
-    pub num_uars_per_page: u32,
-    /// Cache line size.
-    pub cache_line_size: u32,
-    /// Outstanding READ/atomic per QP, each direction.
-    pub max_rd_atomic: u8,
-    /// Largest path MTU.
-    pub max_mtu: u32,
-    /// PCI vendor ID.
-    pub vendor_id: u32,
-    /// PCI device ID.
-    pub vendor_part_id: u32,
-}
-
-impl Default for DeviceCaps {
-    fn default() -> Self {
-        Self {
-            log_max_qp: 18,
-            max_send_wqebb: 32768,
-            max_recv_wr: 32768,
-            max_sq_desc_sz: 1024,
-            max_rq_desc_sz: 512,
-            max_cqe: 1 << 22,
-            max_mkeys: 1 << 24,
-            max_pd: 1 << 24,
-            max_uar: 1 << 16,
-            bf_reg_size: uar::BF_REG_SIZE as u32,
-            log_uar_size: uar::LOG_UAR_SIZE as u8,
-            num_uars_per_page: 1,
-            cache_line_size: 64,
-            max_rd_atomic: 16,
-            max_mtu: 4096,
-            vendor_id: 0x02c9,
-            vendor_part_id: 4115,
-        }
-    }
-}
 
 /// Static configuration of one NIC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,17 +134,6 @@ pub struct Frame {
     pub bytes: Vec<u8>,
     /// When the NIC had it ready for the port.
     pub ready: Instant,
-}
-
-/// Asynchronous events for the host (EQEs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NicEvent {
-    /// An armed CQ got a completion.
-    Completion(Cqn),
-    /// A CQ overflowed; CQEs were lost.
-    CqError(Cqn),
-    /// A QP moved to the error state by itself.
-    QpFatal(Qpn),
 }
 
 /// What the device counted. Where the kernel's RDMA `hw_counters` (mlx5's
@@ -488,7 +409,7 @@ impl Nic {
             Command::QueryCaps => Ok(CmdOut::Caps(caps.clone())),
             Command::AllocUar => {
                 if self.uars.len() as u32 >= caps.max_uar {
-                    return Err(CmdError::Exhausted("UAR"));
+                    return Err(CmdError::Exhausted(ObjKind::Uar));
                 }
                 let u = UarIndex::new(self.next_uar);
                 self.next_uar += 1;
@@ -500,7 +421,7 @@ impl Nic {
                     || self.cqs.values().any(|c| c.uar() == u)
                 {
                     return Err(CmdError::Busy {
-                        kind: "UAR",
+                        kind: ObjKind::Uar,
                         id: u.get(),
                     });
                 }
@@ -508,13 +429,13 @@ impl Nic {
                     .remove(&u)
                     .then_some(CmdOut::Done)
                     .ok_or(CmdError::NoSuchObject {
-                        kind: "UAR",
+                        kind: ObjKind::Uar,
                         id: u.get(),
                     })
             }
             Command::AllocPd => {
                 if self.pds.len() as u32 >= caps.max_pd {
-                    return Err(CmdError::Exhausted("PD"));
+                    return Err(CmdError::Exhausted(ObjKind::Pd));
                 }
                 let p = Pdn::new(self.next_pd);
                 self.next_pd += 1;
@@ -524,13 +445,13 @@ impl Nic {
             Command::DeallocPd(p) => {
                 if !self.pds.contains(&p) {
                     return Err(CmdError::NoSuchObject {
-                        kind: "PD",
+                        kind: ObjKind::Pd,
                         id: p.get(),
                     });
                 }
                 if self.mkeys.count_in_pd(p) > 0 || self.qps.values().any(|q| q.p.pd == p) {
                     return Err(CmdError::Busy {
-                        kind: "PD",
+                        kind: ObjKind::Pd,
                         id: p.get(),
                     });
                 }
@@ -540,7 +461,7 @@ impl Nic {
             Command::CreateMkey(params) => {
                 if !self.pds.contains(&params.pd) {
                     return Err(CmdError::NoSuchObject {
-                        kind: "PD",
+                        kind: ObjKind::Pd,
                         id: params.pd.get(),
                     });
                 }
@@ -553,27 +474,27 @@ impl Nic {
                     .map(|b| b.div_ceil(doorbell_host::PAGE_SIZE))
                 else {
                     return Err(CmdError::BadParam {
-                        name: "mkey length",
+                        name: Param::MkeyLength,
                         value: params.len,
                     });
                 };
                 if (params.mtt.len() as u64) < pages {
                     return Err(CmdError::BadParam {
-                        name: "mtt entries",
+                        name: Param::MttEntries,
                         value: params.mtt.len() as u64,
                     });
                 }
                 self.mkeys
                     .create(params)
                     .map(CmdOut::Mkey)
-                    .ok_or(CmdError::Exhausted("mkey"))
+                    .ok_or(CmdError::Exhausted(ObjKind::Mkey))
             }
             Command::DestroyMkey(k) => {
                 if self.mkeys.destroy(k) {
                     Ok(CmdOut::Done)
                 } else {
                     Err(CmdError::NoSuchObject {
-                        kind: "mkey",
+                        kind: ObjKind::Mkey,
                         id: k.raw(),
                     })
                 }
@@ -581,20 +502,20 @@ impl Nic {
             Command::CreateCq(p) => {
                 if !self.uars.contains(&p.uar) {
                     return Err(CmdError::NoSuchObject {
-                        kind: "UAR",
+                        kind: ObjKind::Uar,
                         id: p.uar.get(),
                     });
                 }
                 let n = 1u64 << p.log_size.min(31);
                 if p.log_size > 24 || n > u64::from(caps.max_cqe) {
                     return Err(CmdError::BadParam {
-                        name: "log_cq_size",
+                        name: Param::LogCqSize,
                         value: p.log_size.into(),
                     });
                 }
                 if (p.pas.len() as u64) < (n * 64).div_ceil(doorbell_host::PAGE_SIZE) {
                     return Err(CmdError::BadParam {
-                        name: "cq pas entries",
+                        name: Param::CqPasEntries,
                         value: p.pas.len() as u64,
                     });
                 }
@@ -605,12 +526,12 @@ impl Nic {
             }
             Command::DestroyCq(c) => {
                 let cq = self.cqs.get(&c).ok_or(CmdError::NoSuchObject {
-                    kind: "CQ",
+                    kind: ObjKind::Cq,
                     id: c.get(),
                 })?;
                 if cq.users > 0 {
                     return Err(CmdError::Busy {
-                        kind: "CQ",
+                        kind: ObjKind::Cq,
                         id: c.get(),
                     });
                 }
@@ -620,7 +541,7 @@ impl Nic {
             Command::CreateQp(p) => self.create_qp(p),
             Command::ModifyQp { qpn, state, attrs } => {
                 let qp = self.qps.get_mut(&qpn).ok_or(CmdError::NoSuchObject {
-                    kind: "QP",
+                    kind: ObjKind::Qp,
                     id: qpn.get(),
                 })?;
                 let from = qp.modify(state, &attrs)?;
@@ -633,7 +554,7 @@ impl Nic {
             }
             Command::QueryQp(qpn) => {
                 let qp = self.qps.get(&qpn).ok_or(CmdError::NoSuchObject {
-                    kind: "QP",
+                    kind: ObjKind::Qp,
                     id: qpn.get(),
                 })?;
                 Ok(CmdOut::QpInfo {
@@ -643,7 +564,7 @@ impl Nic {
             }
             Command::DestroyQp(qpn) => {
                 let qp = self.qps.remove(&qpn).ok_or(CmdError::NoSuchObject {
-                    kind: "QP",
+                    kind: ObjKind::Qp,
                     id: qpn.get(),
                 })?;
                 for c in [qp.p.send_cq, qp.p.recv_cq] {
@@ -655,7 +576,7 @@ impl Nic {
             }
             #[allow(unreachable_patterns)]
             _ => Err(CmdError::BadParam {
-                name: "command",
+                name: Param::Command,
                 value: 0,
             }),
         }
@@ -664,43 +585,43 @@ impl Nic {
     fn create_qp(&mut self, p: QpParams) -> Result<CmdOut, CmdError> {
         let caps = &self.cfg.caps;
         if self.qps.len() >= 1 << caps.log_max_qp {
-            return Err(CmdError::Exhausted("QP"));
+            return Err(CmdError::Exhausted(ObjKind::Qp));
         }
         if !self.pds.contains(&p.pd) {
             return Err(CmdError::NoSuchObject {
-                kind: "PD",
+                kind: ObjKind::Pd,
                 id: p.pd.get(),
             });
         }
         if !self.uars.contains(&p.uar) {
             return Err(CmdError::NoSuchObject {
-                kind: "UAR",
+                kind: ObjKind::Uar,
                 id: p.uar.get(),
             });
         }
         for c in [p.send_cq, p.recv_cq] {
             if !self.cqs.contains_key(&c) {
                 return Err(CmdError::NoSuchObject {
-                    kind: "CQ",
+                    kind: ObjKind::Cq,
                     id: c.get(),
                 });
             }
         }
         if (1u32 << p.log_sq_size.min(31)) > caps.max_send_wqebb || p.log_sq_size > 15 {
             return Err(CmdError::BadParam {
-                name: "log_sq_size",
+                name: Param::LogSqSize,
                 value: p.log_sq_size.into(),
             });
         }
         if (1u32 << p.log_rq_size.min(31)) > caps.max_recv_wr || p.log_rq_size > 15 {
             return Err(CmdError::BadParam {
-                name: "log_rq_size",
+                name: Param::LogRqSize,
                 value: p.log_rq_size.into(),
             });
         }
         if p.log_rq_stride > 8 || (16u32 << p.log_rq_stride) > caps.max_rq_desc_sz {
             return Err(CmdError::BadParam {
-                name: "log_rq_stride",
+                name: Param::LogRqStride,
                 value: p.log_rq_stride.into(),
             });
         }
@@ -708,7 +629,7 @@ impl Nic {
             (16u64 << p.log_rq_stride) * (1u64 << p.log_rq_size) + 64 * (1u64 << p.log_sq_size);
         if (p.pas.len() as u64) < bytes.div_ceil(doorbell_host::PAGE_SIZE) {
             return Err(CmdError::BadParam {
-                name: "qp pas entries",
+                name: Param::QpPasEntries,
                 value: p.pas.len() as u64,
             });
         }

@@ -3,7 +3,7 @@
 use doorbell_host::PAGE_SIZE;
 use doorbell_types::{HostAddr, Mkey, Pdn};
 
-use crate::cmd::{Access, MkeyParams};
+use doorbell_hif::{Access, MkeyParams};
 
 /// Why a key did not grant an access. The caller maps each to the syndrome
 /// of its side (local protection, remote access).

@@ -4,36 +4,8 @@ use std::collections::VecDeque;
 
 use doorbell_types::{Instant, Psn, Qpn};
 
-use crate::cmd::{CmdError, QpAttrs, QpParams};
 use crate::sq::SentMsg;
-
-/// QP state, with the mlx5 state codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum QpState {
-    /// RESET (0).
-    Reset = 0,
-    /// INIT (1).
-    Init = 1,
-    /// Ready to receive (2).
-    Rtr = 2,
-    /// Ready to send (3).
-    Rts = 3,
-    /// Send queue error (4).
-    Sqe = 4,
-    /// Send queue drained (5).
-    Sqd = 5,
-    /// Error (6).
-    Err = 6,
-}
-
-/// Transport service type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpType {
-    /// Reliable connected.
-    Rc,
-    /// Unreliable datagram.
-    Ud,
-}
+use doorbell_hif::{CmdError, QpAttrs, QpParams, QpState, qp::check_modify};
 
 /// Progress of an inbound multi-packet SEND.
 pub(crate) struct RecvInProgress {
@@ -104,109 +76,6 @@ pub(crate) struct Qp {
     pub(crate) atomic_replay: VecDeque<AtomicReplay>,
 }
 
-/// What each transition requires and allows, per service type (IBTA Vol 1
-/// §11.2.5, Linux `ib_modify_qp_is_ok`).
-struct Rule {
-    name: &'static str,
-    required: &'static [&'static str],
-    optional: &'static [&'static str],
-}
-
-fn rule(from: QpState, to: QpState, ty: QpType) -> Option<Rule> {
-    use QpState::*;
-    let r = |name, required, optional| {
-        Some(Rule {
-            name,
-            required,
-            optional,
-        })
-    };
-    match (from, to, ty) {
-        (_, Reset, _) => r("2RST", &[], &[]),
-        (_, Err, _) => r("2ERR", &[], &[]),
-        (Reset, Init, QpType::Rc) => r("RST2INIT", &["pkey_index", "port", "access"], &[]),
-        (Reset, Init, QpType::Ud) => r("RST2INIT", &["pkey_index", "port", "qkey"], &[]),
-        (Init, Init, QpType::Rc) => r("INIT2INIT", &[], &["pkey_index", "port", "access"]),
-        (Init, Init, QpType::Ud) => r("INIT2INIT", &[], &["pkey_index", "port", "qkey"]),
-        (Init, Rtr, QpType::Rc) => r(
-            "INIT2RTR",
-            &[
-                "av",
-                "path_mtu",
-                "dest_qpn",
-                "rq_psn",
-                "max_dest_rd_atomic",
-                "min_rnr_timer",
-            ],
-            &["pkey_index", "access"],
-        ),
-        (Init, Rtr, QpType::Ud) => r("INIT2RTR", &[], &["pkey_index", "qkey"]),
-        (Rtr, Rts, QpType::Rc) => r(
-            "RTR2RTS",
-            &[
-                "sq_psn",
-                "timeout",
-                "retry_cnt",
-                "rnr_retry",
-                "max_rd_atomic",
-            ],
-            &["cur_state", "access", "min_rnr_timer"],
-        ),
-        (Rtr, Rts, QpType::Ud) => r("RTR2RTS", &["sq_psn"], &["cur_state", "qkey"]),
-        (Rts, Rts, QpType::Rc) => r("RTS2RTS", &[], &["cur_state", "access", "min_rnr_timer"]),
-        (Rts, Rts, QpType::Ud) => r("RTS2RTS", &[], &["cur_state", "qkey"]),
-        (Sqe, Rts, QpType::Ud) => r("SQERR2RTS", &[], &["cur_state", "qkey"]),
-        _ => None,
-    }
-}
-
-/// Names of the attributes present in `a`.
-fn present(a: &QpAttrs) -> impl Iterator<Item = &'static str> {
-    [
-        ("cur_state", a.cur_state.is_some()),
-        ("pkey_index", a.pkey_index.is_some()),
-        ("port", a.port.is_some()),
-        ("access", a.access.is_some()),
-        ("qkey", a.qkey.is_some()),
-        ("av", a.av.is_some()),
-        ("path_mtu", a.path_mtu.is_some()),
-        ("dest_qpn", a.dest_qpn.is_some()),
-        ("rq_psn", a.rq_psn.is_some()),
-        ("sq_psn", a.sq_psn.is_some()),
-        ("max_dest_rd_atomic", a.max_dest_rd_atomic.is_some()),
-        ("max_rd_atomic", a.max_rd_atomic.is_some()),
-        ("min_rnr_timer", a.min_rnr_timer.is_some()),
-        ("timeout", a.timeout.is_some()),
-        ("retry_cnt", a.retry_cnt.is_some()),
-        ("rnr_retry", a.rnr_retry.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(n, p)| p.then_some(n))
-}
-
-fn merge(into: &mut QpAttrs, a: &QpAttrs) {
-    macro_rules! take {
-        ($($f:ident),*) => { $( if a.$f.is_some() { into.$f = a.$f; } )* };
-    }
-    take!(
-        pkey_index,
-        port,
-        access,
-        qkey,
-        av,
-        path_mtu,
-        dest_qpn,
-        rq_psn,
-        sq_psn,
-        max_dest_rd_atomic,
-        max_rd_atomic,
-        min_rnr_timer,
-        timeout,
-        retry_cnt,
-        rnr_retry
-    );
-}
-
 impl Qp {
     pub(crate) fn new(qpn: Qpn, p: QpParams) -> Self {
         Self {
@@ -253,35 +122,9 @@ impl Qp {
 
     /// Checks and applies a MODIFY_QP. Returns the previous state.
     pub(crate) fn modify(&mut self, to: QpState, a: &QpAttrs) -> Result<QpState, CmdError> {
-        let qpn = self.qpn.get();
         let from = self.state;
-        if let Some(cur) = a.cur_state
-            && cur != from
-        {
-            return Err(CmdError::BadTransition { qpn, from, to });
-        }
-        let rule =
-            rule(from, to, self.p.qp_type).ok_or(CmdError::BadTransition { qpn, from, to })?;
-        for attr in rule.required {
-            if !present(a).any(|p| p == *attr) {
-                return Err(CmdError::MissingAttr {
-                    qpn,
-                    transition: rule.name,
-                    attr,
-                });
-            }
-        }
-        if let Some(extra) =
-            present(a).find(|p| !rule.required.contains(p) && !rule.optional.contains(p))
-        {
-            return Err(CmdError::ExtraAttr {
-                qpn,
-                transition: rule.name,
-                attr: extra,
-            });
-        }
-        check_values(a)?;
-        merge(&mut self.attrs, a);
+        check_modify(self.qpn, self.p.qp_type, from, to, a)?;
+        self.attrs.merge(a);
         self.state = to;
         if to == QpState::Reset {
             self.reset();
@@ -305,41 +148,6 @@ impl Qp {
         let (qpn, p) = (self.qpn, self.p.clone());
         *self = Qp::new(qpn, p);
     }
-}
-
-fn check_values(a: &QpAttrs) -> Result<(), CmdError> {
-    let bad = |name, value: u64| Err(CmdError::BadParam { name, value });
-    if let Some(m) = a.path_mtu
-        && !matches!(m, 256 | 512 | 1024 | 2048 | 4096)
-    {
-        return bad("path_mtu", m.into());
-    }
-    if let Some(p) = a.port
-        && p != 1
-    {
-        return bad("port", p.into());
-    }
-    if let Some(t) = a.timeout
-        && t > 31
-    {
-        return bad("timeout", t.into());
-    }
-    if let Some(t) = a.min_rnr_timer
-        && t > 31
-    {
-        return bad("min_rnr_timer", t.into());
-    }
-    if let Some(r) = a.retry_cnt
-        && r > 7
-    {
-        return bad("retry_cnt", r.into());
-    }
-    if let Some(r) = a.rnr_retry
-        && r > 7
-    {
-        return bad("rnr_retry", r.into());
-    }
-    Ok(())
 }
 
 impl Qp {
@@ -402,7 +210,7 @@ pub(crate) const RNR_TIMER_US: [u32; 32] = [
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::{Access, AddressVector};
+    use doorbell_hif::{Access, AddressVector, Param, QpAttr, QpType};
     use doorbell_types::{Cqn, HostAddr, Pdn, UarIndex};
 
     fn qp(ty: QpType) -> Qp {
@@ -498,14 +306,17 @@ mod tests {
         a.access = None;
         assert!(matches!(
             q.modify(QpState::Init, &a),
-            Err(CmdError::MissingAttr { attr: "access", .. })
+            Err(CmdError::MissingAttr {
+                attr: QpAttr::Access,
+                ..
+            })
         ));
         let mut a = init_attrs();
         a.dest_qpn = Some(Qpn::new(1));
         assert!(matches!(
             q.modify(QpState::Init, &a),
             Err(CmdError::ExtraAttr {
-                attr: "dest_qpn",
+                attr: QpAttr::DestQpn,
                 ..
             })
         ));
@@ -521,7 +332,7 @@ mod tests {
         assert!(matches!(
             q.modify(QpState::Rtr, &a),
             Err(CmdError::BadParam {
-                name: "path_mtu",
+                name: Param::PathMtu,
                 ..
             })
         ));

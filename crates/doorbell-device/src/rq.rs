@@ -12,9 +12,9 @@ use doorbell_wire::{
 };
 
 use crate::Ctx;
-use crate::cmd::Access;
-use crate::qp::{AtomicReplay, Qp, QpState, QpType, RecvInProgress, WriteInProgress};
+use crate::qp::{AtomicReplay, Qp, RecvInProgress, WriteInProgress};
 use crate::sq::{ScatterError, Sge, emit, peer_ip, scatter, to_error, write_cqe};
+use doorbell_hif::{Access, QpState, QpType};
 
 /// Atomic results kept for replaying duplicates.
 const ATOMIC_REPLAY_DEPTH: usize = 16;

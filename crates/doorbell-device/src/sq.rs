@@ -14,10 +14,10 @@ use doorbell_wire::{
     RethRepr, RoceIp, RoceRepr,
 };
 
-use crate::cmd::Access;
 use crate::mkey::KeyError;
-use crate::qp::{Qp, QpState, QpType, RNR_TIMER_US};
+use crate::qp::{Qp, RNR_TIMER_US};
 use crate::{Ctx, Frame, NicEvent};
+use doorbell_hif::{Access, QpState, QpType};
 
 /// Packets after which a long message asks for an ACK anyway
 /// (rxe's `RXE_MAX_PKT_PER_ACK`).

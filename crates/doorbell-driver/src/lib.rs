@@ -6,7 +6,7 @@
 //! bfreg allocator that decides which register each QP rings, the pinned
 //! doorbell-record pages, and the objects the context created. Every device
 //! change goes through [`DeviceLink::exec`], the command interface; host
-//! memory is pinned for DMA through [`HostRam::pin`](doorbell_host::HostRam::pin) (the umem step) and the
+//! memory is pinned for DMA through [`HostMemory::pin`] (the umem step) and the
 //! resulting page lists are what the device is told.
 //!
 //! The provider (`doorbell-verbs`) calls these functions the way rdma-core
@@ -20,10 +20,10 @@ pub mod bfreg;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-pub use doorbell_device::DeviceLink;
-use doorbell_device::{
-    Access, CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpAttrs, QpParams,
-    QpState, QpType,
+pub use doorbell_hif::DeviceLink;
+use doorbell_hif::{
+    Access, CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, ObjKind, QpAttrs,
+    QpParams, QpState, QpType,
 };
 use doorbell_host::{HostMemory, MemError, PAGE_SIZE};
 use doorbell_layout::uar;
@@ -131,6 +131,7 @@ struct DbPage {
 struct QpRecord {
     bfregn: u32,
     buf: HostAddr,
+    buf_len: u64,
     db: HostAddr,
 }
 
@@ -138,8 +139,10 @@ struct State {
     bfregs: BfregAllocator,
     db_pages: BTreeMap<u64, DbPage>,
     qps: BTreeMap<Qpn, QpRecord>,
-    cqs: BTreeMap<Cqn, (HostAddr, HostAddr)>,
-    mrs: BTreeMap<Mkey, HostAddr>,
+    /// Each CQ's buffer, its length, and its doorbell record.
+    cqs: BTreeMap<Cqn, (HostAddr, u64, HostAddr)>,
+    /// Each MR's pinned range.
+    mrs: BTreeMap<Mkey, (HostAddr, u64)>,
 }
 
 /// A user context: its UARs, bfregs, pinned pages and objects.
@@ -283,11 +286,11 @@ impl Ucontext {
         };
         match self.link.exec(Command::CreateMkey(params)) {
             Ok(CmdOut::Mkey(k)) => {
-                self.state().mrs.insert(k, addr);
+                self.state().mrs.insert(k, (addr, len));
                 Ok(k)
             }
             other => {
-                let _ = mem.unpin(addr);
+                let _ = mem.unpin(addr, len);
                 Err(other
                     .err()
                     .map(DriverError::from)
@@ -298,7 +301,7 @@ impl Ucontext {
 
     /// dereg_mr.
     pub fn dereg_mr(&self, key: Mkey) -> Result<(), DriverError> {
-        let addr = self
+        let (addr, len) = self
             .state()
             .mrs
             .get(&key)
@@ -306,7 +309,7 @@ impl Ucontext {
             .ok_or(DriverError::NoSuchObject(key.raw()))?;
         self.link.exec(Command::DestroyMkey(key))?;
         self.state().mrs.remove(&key);
-        self.link.memory().unpin(addr)?;
+        self.link.memory().unpin(addr, len)?;
         Ok(())
     }
 
@@ -330,7 +333,7 @@ impl Ucontext {
             p.refs -= 1;
             if p.refs == 0 {
                 st.db_pages.remove(&page);
-                let _ = self.link.memory().unpin(HostAddr::new(page));
+                let _ = self.link.memory().unpin(HostAddr::new(page), PAGE_SIZE);
             }
         }
     }
@@ -353,7 +356,7 @@ impl Ucontext {
         let dbr_addr = match self.db_map(&mut st, db) {
             Ok(a) => a,
             Err(e) => {
-                let _ = mem.unpin(buf);
+                let _ = mem.unpin(buf, len);
                 return Err(e);
             }
         };
@@ -366,12 +369,12 @@ impl Ucontext {
             pas,
         })) {
             Ok(CmdOut::Cq(c)) => {
-                st.cqs.insert(c, (buf, db));
+                st.cqs.insert(c, (buf, len, db));
                 Ok(c)
             }
             other => {
                 self.db_unmap(&mut st, db);
-                let _ = mem.unpin(buf);
+                let _ = mem.unpin(buf, len);
                 Err(other
                     .err()
                     .map(DriverError::from)
@@ -387,7 +390,7 @@ impl Ucontext {
 
     /// destroy_cq.
     pub fn destroy_cq(&self, cqn: Cqn) -> Result<(), DriverError> {
-        let (buf, db) = self
+        let (buf, len, db) = self
             .state()
             .cqs
             .get(&cqn)
@@ -397,7 +400,7 @@ impl Ucontext {
         let mut st = self.state();
         st.cqs.remove(&cqn);
         self.db_unmap(&mut st, db);
-        self.link.memory().unpin(buf)?;
+        self.link.memory().unpin(buf, len)?;
         Ok(())
     }
 
@@ -410,7 +413,7 @@ impl Ucontext {
         let dbr_addr = match self.db_map(&mut st, req.db_addr) {
             Ok(a) => a,
             Err(e) => {
-                let _ = mem.unpin(req.buf_addr);
+                let _ = mem.unpin(req.buf_addr, req.buf_len);
                 return Err(e);
             }
         };
@@ -436,7 +439,7 @@ impl Ucontext {
         let out = match params {
             Some(p) => self.link.exec(Command::CreateQp(p)),
             None => Err(CmdError::NoSuchObject {
-                kind: "UAR",
+                kind: ObjKind::Uar,
                 id: page as u32,
             }),
         };
@@ -447,6 +450,7 @@ impl Ucontext {
                     QpRecord {
                         bfregn,
                         buf: req.buf_addr,
+                        buf_len: req.buf_len,
                         db: req.db_addr,
                     },
                 );
@@ -458,7 +462,7 @@ impl Ucontext {
             other => {
                 st.bfregs.free(bfregn);
                 self.db_unmap(&mut st, req.db_addr);
-                let _ = mem.unpin(req.buf_addr);
+                let _ = mem.unpin(req.buf_addr, req.buf_len);
                 Err(other
                     .err()
                     .map(DriverError::from)
@@ -491,7 +495,7 @@ impl Ucontext {
         if let Some(r) = st.qps.remove(&qpn) {
             st.bfregs.free(r.bfregn);
             self.db_unmap(&mut st, r.db);
-            self.link.memory().unpin(r.buf)?;
+            self.link.memory().unpin(r.buf, r.buf_len)?;
         }
         Ok(())
     }

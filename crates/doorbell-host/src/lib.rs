@@ -1,22 +1,27 @@
 //! Host memory and MMIO: the two sides of the bus as host software sees them.
 //!
 //! # Model
-//! [`HostMemory`] is the host's physical (bus) address space. Host software
-//! (driver and provider) reads and writes it directly; the device reaches it
-//! only through DMA on the bus, which the `doorbell-pcie` crate wraps around a
-//! `HostMemory`. [`Mmio`] is the other direction: stores the CPU makes into a
-//! device's UAR pages. Both are traits so that the live runtime and the
-//! simulator can provide them (STYLE §1, "host software sees the device only
-//! through doorbell-host traits").
+//! [`HostMemory`] is the host's memory as a bus address space, in the manner
+//! of vm-memory's `GuestMemory`: checked reads and writes by address, the
+//! allocation of queue buffers and doorbell-record pages, and the pinning
+//! (registration) of ranges for DMA. Host software (driver and provider)
+//! reads and writes it directly; the device reaches it only through DMA on
+//! the bus, which the `doorbell-pcie` crate wraps around a `HostMemory`.
+//! [`Mmio`] is the other direction: stores the CPU makes into a device's UAR
+//! pages. Both are traits so that the live runtime and the simulator can
+//! provide them (STYLE §1, "host software sees the device only through
+//! doorbell-host traits").
 //!
-//! [`HostRam`] is the memory the runtimes use: page-aligned regions allocated
-//! from a private address space, each behind its own lock, so that a host
-//! thread and a device thread can share queues safely. Addresses are never
-//! reused, so a stale address after a free fails instead of touching new data.
+//! Nothing above the trait may assume how addresses are made. Two
+//! implementations exist: [`HostRam`] here, a private address space of
+//! regions it allocated itself (the simulator's and the safe Rust API's
+//! memory), and the live runtime's process memory, whose addresses are the
+//! process's own virtual addresses, where [`HostMemory::pin`] registers the
+//! application's buffers in place.
 //!
 //! # Guarantees
-//! Every access is bounds-checked against one region; an access that is not
-//! wholly inside a live region returns [`MemError`] and changes nothing.
+//! Every access is checked: an access that is not wholly inside memory the
+//! implementation may touch returns [`MemError`] and changes nothing.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
@@ -51,14 +56,45 @@ pub enum MemError {
     /// A zero-length or absurdly large allocation.
     #[error("cannot allocate {0} bytes")]
     BadSize(u64),
+    /// An unpin of a range that holds no pin.
+    #[error("{len} bytes at {addr} are not pinned")]
+    NotPinned {
+        /// Start of the range.
+        addr: HostAddr,
+        /// Its length.
+        len: u64,
+    },
 }
 
 /// The host's memory as a bus address space.
+///
+/// # Contract
+/// - [`read`](Self::read) and [`write`](Self::write) succeed only if the
+///   whole range is memory the implementation may touch (an allocation of
+///   its own, or a pinned range); otherwise they return
+///   [`MemError::Unmapped`] and change nothing.
+/// - [`alloc`](Self::alloc) returns zeroed, page-aligned memory that stays
+///   valid until [`free`](Self::free); a pinned allocation cannot be freed.
+/// - [`pin`](Self::pin) makes `[addr, addr + len)` reachable by DMA until the
+///   matching [`unpin`](Self::unpin) with the same range, and returns the
+///   bus address of each 4 KiB page it covers (the PAS or MTT list the
+///   driver hands to the device). Pins nest: each takes one reference.
 pub trait HostMemory: Send + Sync {
     /// Copies `buf.len()` bytes at `addr` into `buf`.
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError>;
     /// Copies `data` to `addr`.
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError>;
+
+    /// Allocates `len` zeroed bytes at a page-aligned address.
+    fn alloc(&self, len: u64) -> Result<HostAddr, MemError>;
+    /// Frees the allocation that starts at `addr`.
+    fn free(&self, addr: HostAddr) -> Result<(), MemError>;
+    /// Pins `[addr, addr + len)` for DMA and returns its page list.
+    fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError>;
+    /// Releases one pin of `[addr, addr + len)` taken by [`Self::pin`].
+    fn unpin(&self, addr: HostAddr, len: u64) -> Result<(), MemError>;
+    /// Checks that `[addr, addr + len)` may be read and written now.
+    fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError>;
 
     /// Reads a big-endian u32.
     fn read_be32(&self, addr: HostAddr) -> Result<u32, MemError> {
@@ -71,6 +107,21 @@ pub trait HostMemory: Send + Sync {
     fn write_be32(&self, addr: HostAddr, v: u32) -> Result<(), MemError> {
         self.write(addr, &v.to_be_bytes())
     }
+}
+
+/// The bus address of each 4 KiB page that `[addr, addr + len)` touches
+/// (at least one page, for a zero length), or `None` if the range passes
+/// the end of the address space. Implementations of [`HostMemory::pin`]
+/// whose bus addresses are their addresses return this.
+pub fn page_list(addr: HostAddr, len: u64) -> Option<Vec<HostAddr>> {
+    let first = addr.get() & !(PAGE_SIZE - 1);
+    let end = addr.get().checked_add(len.max(1))?;
+    Some(
+        (first..end)
+            .step_by(PAGE_SIZE as usize)
+            .map(HostAddr::new)
+            .collect(),
+    )
 }
 
 /// Stores the CPU makes into device registers (UAR pages).
@@ -117,73 +168,6 @@ impl HostRam {
         }
     }
 
-    /// Allocates `len` zeroed bytes at a page-aligned address.
-    pub fn alloc(&self, len: u64) -> Result<HostAddr, MemError> {
-        if len == 0 || len > MAX_ALLOC {
-            return Err(MemError::BadSize(len));
-        }
-        let pages = len.div_ceil(PAGE_SIZE);
-        let base = {
-            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
-            let base = *next;
-            // Leave one unmapped guard page after every region.
-            *next += (pages + 1) * PAGE_SIZE;
-            base
-        };
-        let region = Region {
-            len,
-            pins: AtomicU32::new(0),
-            bytes: Mutex::new(vec![0u8; len as usize].into_boxed_slice()),
-        };
-        self.regions
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(base, region);
-        Ok(HostAddr::new(base))
-    }
-
-    /// Frees the region that starts at `addr`.
-    pub fn free(&self, addr: HostAddr) -> Result<(), MemError> {
-        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
-        let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
-        // Pins change under the map's read lock; this write lock excludes them.
-        let pins = region.pins.load(Ordering::Relaxed);
-        if pins > 0 {
-            return Err(MemError::Pinned(addr, pins));
-        }
-        map.remove(&addr.get());
-        Ok(())
-    }
-
-    /// Pins the region containing `[addr, addr + len)` for DMA and returns the
-    /// bus address of each 4 KiB page it covers (the PAS list the driver hands
-    /// to the device).
-    pub fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
-        self.with_found(addr, len as usize, |_, region| {
-            region.pins.fetch_add(1, Ordering::Relaxed);
-        })?;
-        let first = addr.get() & !(PAGE_SIZE - 1);
-        let end = addr.get() + len.max(1);
-        Ok((first..end)
-            .step_by(PAGE_SIZE as usize)
-            .map(HostAddr::new)
-            .collect())
-    }
-
-    /// Releases one pin taken by [`HostRam::pin`] on the region containing `addr`.
-    pub fn unpin(&self, addr: HostAddr) -> Result<(), MemError> {
-        self.with_found(addr, 1, |_, region| {
-            let _ = region
-                .pins
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(1));
-        })
-    }
-
-    /// Checks that `[addr, addr + len)` lies inside one live region.
-    pub fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
-        self.with_found(addr, len, |_, _| ())
-    }
-
     /// Number of live regions.
     pub fn region_count(&self) -> usize {
         self.regions.read().unwrap_or_else(|e| e.into_inner()).len()
@@ -222,6 +206,79 @@ impl HostRam {
 }
 
 impl HostMemory for HostRam {
+    /// Allocates `len` zeroed bytes at a page-aligned address.
+    fn alloc(&self, len: u64) -> Result<HostAddr, MemError> {
+        if len == 0 || len > MAX_ALLOC {
+            return Err(MemError::BadSize(len));
+        }
+        let pages = len.div_ceil(PAGE_SIZE);
+        let base = {
+            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            let base = *next;
+            // Leave one unmapped guard page after every region.
+            *next += (pages + 1) * PAGE_SIZE;
+            base
+        };
+        let region = Region {
+            len,
+            pins: AtomicU32::new(0),
+            bytes: Mutex::new(vec![0u8; len as usize].into_boxed_slice()),
+        };
+        self.regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(base, region);
+        Ok(HostAddr::new(base))
+    }
+
+    /// Frees the region that starts at `addr`.
+    fn free(&self, addr: HostAddr) -> Result<(), MemError> {
+        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
+        // Pins change under the map's read lock; this write lock excludes them.
+        let pins = region.pins.load(Ordering::Relaxed);
+        if pins > 0 {
+            return Err(MemError::Pinned(addr, pins));
+        }
+        map.remove(&addr.get());
+        Ok(())
+    }
+
+    /// Pins the region containing `[addr, addr + len)` for DMA and returns the
+    /// bus address of each 4 KiB page it covers (the PAS list the driver hands
+    /// to the device).
+    fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
+        self.with_found(addr, len as usize, |_, region| {
+            region.pins.fetch_add(1, Ordering::Relaxed);
+        })?;
+        // with_found checked that the range ends inside a region.
+        page_list(addr, len).ok_or(MemError::Unmapped {
+            addr,
+            len: len as usize,
+        })
+    }
+
+    /// Releases one pin taken by [`HostMemory::pin`] on the region holding
+    /// the range.
+    fn unpin(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
+        let len = usize::try_from(len.max(1)).map_err(|_| MemError::NotPinned { addr, len })?;
+        self.with_found(addr, len, |_, region| {
+            region
+                .pins
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(1))
+                .map(|_| ())
+        })?
+        .map_err(|_| MemError::NotPinned {
+            addr,
+            len: len as u64,
+        })
+    }
+
+    /// Checks that `[addr, addr + len)` lies inside one live region.
+    fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
+        self.with_found(addr, len, |_, _| ())
+    }
+
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {
         self.with_region(addr, buf.len(), |src| buf.copy_from_slice(src))
     }
@@ -277,7 +334,8 @@ mod tests {
         assert_eq!(pas.len(), 3);
         assert_eq!(pas[1].get(), a.get() + 4096);
         assert_eq!(ram.free(a), Err(MemError::Pinned(a, 1)));
-        ram.unpin(a).unwrap();
+        ram.unpin(a.checked_add(100).unwrap(), 8192).unwrap();
+        assert!(matches!(ram.unpin(a, 1), Err(MemError::NotPinned { .. })));
         ram.free(a).unwrap();
     }
 

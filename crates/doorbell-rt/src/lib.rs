@@ -49,10 +49,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
-use doorbell_device::{
-    CmdError, CmdOut, Command, DeviceLink, Frame, Nic, NicConfig, NicCounters, NicEvent,
-};
-use doorbell_host::{HostRam, Mmio};
+use doorbell_device::{Frame, Nic, NicConfig, NicCounters};
+use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
+use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
 use doorbell_types::{Instant, Qpn, UarIndex};
 
@@ -151,6 +150,8 @@ pub struct NicOptions {
     pub faults: Option<Box<dyn FaultPolicy>>,
     /// Frames the relay may hold back at once (with `faults`).
     pub relay_queue: usize,
+    /// The host memory the NIC serves; `None`: a fresh [`HostRam`].
+    pub memory: Option<Arc<dyn HostMemory>>,
 }
 
 impl Default for NicOptions {
@@ -159,6 +160,7 @@ impl Default for NicOptions {
             link: LinkConfig::default(),
             faults: None,
             relay_queue: 4096,
+            memory: None,
         }
     }
 }
@@ -220,7 +222,7 @@ pub struct LiveNic {
     name: String,
     gid: [u8; 16],
     tx: Sender<Msg>,
-    mem: Arc<HostRam>,
+    mem: Arc<dyn HostMemory>,
     mmio: Arc<dyn Mmio>,
     events: Receiver<NicEvent>,
     port: PortHandle,
@@ -318,7 +320,9 @@ impl LiveNic {
                 }
             },
         };
-        let mem = Arc::new(HostRam::new());
+        let mem = opts
+            .memory
+            .unwrap_or_else(|| Arc::new(HostRam::new()) as Arc<dyn HostMemory>);
         let (ev_tx, ev_rx) = unbounded();
         let gid = cfg.gid();
         let bus = Bus::new(opts.link, mem.clone());
@@ -413,12 +417,13 @@ impl DeviceLink for LiveNic {
 
     fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError> {
         let (tx, rx) = bounded(1);
-        let gone = CmdError::Exhausted("device (the device thread has stopped)");
-        self.tx.send(Msg::Cmd(cmd, tx)).map_err(|_| gone.clone())?;
-        rx.recv().unwrap_or(Err(gone))
+        self.tx
+            .send(Msg::Cmd(cmd, tx))
+            .map_err(|_| CmdError::DeviceGone)?;
+        rx.recv().unwrap_or(Err(CmdError::DeviceGone))
     }
 
-    fn memory(&self) -> &Arc<HostRam> {
+    fn memory(&self) -> &Arc<dyn HostMemory> {
         &self.mem
     }
 
@@ -430,8 +435,9 @@ impl DeviceLink for LiveNic {
         self.gid
     }
 
-    fn next_event(&self, timeout: Duration) -> Option<NicEvent> {
-        self.events.recv_timeout(timeout).ok()
+    fn next_event(&self, timeout: doorbell_types::Duration) -> Option<NicEvent> {
+        let wait = Duration::from_nanos(timeout.as_ps() / 1000);
+        self.events.recv_timeout(wait).ok()
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use doorbell_device::{AddressVector, DeviceLink, QpAttrs, QpState, QpType};
+use doorbell_hif::{AddressVector, DeviceLink, QpAttrs, QpState, QpType};
 use doorbell_pcie::DmaPurpose;
 use doorbell_types::{Duration, Instant, Psn, Qpn};
 use doorbell_verbs::{

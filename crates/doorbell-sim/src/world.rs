@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use doorbell_device::{CmdError, CmdOut, Command, DeviceLink, Nic, NicConfig, NicEvent};
+use doorbell_device::{Nic, NicConfig};
+use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::model::{Direction, LinkModel};
 use doorbell_pcie::{Bus, Counters, Dma, DmaError, DmaPurpose, DmaTag};
@@ -65,7 +66,7 @@ struct Pending {
 pub(crate) struct SimBus {
     counter: Bus,
     pub(crate) link: LinkModel,
-    mem: Arc<HostRam>,
+    mem: Arc<dyn HostMemory>,
     pending: Vec<Pending>,
     next_id: u64,
     engine_runs: BTreeMap<u64, u64>,
@@ -79,7 +80,7 @@ pub(crate) struct SimBus {
 }
 
 impl SimBus {
-    fn new(profile: &Profile, mem: Arc<HostRam>) -> Self {
+    fn new(profile: &Profile, mem: Arc<dyn HostMemory>) -> Self {
         let cfg = profile
             .link_model()
             .expect("validated when the profile was loaded");
@@ -292,7 +293,7 @@ pub(crate) struct SimLink {
     name: String,
     gid: [u8; 16],
     side: Arc<Mutex<NicSide>>,
-    mem: Arc<HostRam>,
+    mem: Arc<dyn HostMemory>,
     mmio: Arc<dyn Mmio>,
     clock: Arc<Clock>,
 }
@@ -308,7 +309,7 @@ impl DeviceLink for SimLink {
         nic.exec(self.clock.now(), cmd, bus)
     }
 
-    fn memory(&self) -> &Arc<HostRam> {
+    fn memory(&self) -> &Arc<dyn HostMemory> {
         &self.mem
     }
 
@@ -320,7 +321,7 @@ impl DeviceLink for SimLink {
         self.gid
     }
 
-    fn next_event(&self, _timeout: std::time::Duration) -> Option<NicEvent> {
+    fn next_event(&self, _timeout: Duration) -> Option<NicEvent> {
         // Completion channels are not simulated; workloads poll.
         None
     }
@@ -408,7 +409,7 @@ impl World {
         let mut nics = Vec::new();
         let mut links = Vec::new();
         for (i, ip) in ips.iter().enumerate() {
-            let mem = Arc::new(HostRam::new());
+            let mem: Arc<dyn HostMemory> = Arc::new(HostRam::new());
             let mut cfg = NicConfig::new(*ip);
             cfg.timing = profile.nic_timing();
             let gid = cfg.gid();

@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use doorbell_host::HostMemory;
 use doorbell_layout::cqe::{CQE_LEN, Cqe64, CqeOpcode, OP_OWN_INIT, Syndrome, owner_for};
 use doorbell_layout::dbr;
 use doorbell_layout::uar::{CQ_DOORBELL, CqArmDoorbell};

@@ -32,15 +32,15 @@ mod qp;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use doorbell_device::{CmdError, NicEvent};
 use doorbell_driver::{AllocUcontextReq, AllocUcontextResp, DeviceLink, DriverError, Ucontext};
-use doorbell_host::{HostMemory, HostRam, MemError, Mmio, PAGE_SIZE};
+use doorbell_hif::{CmdError, NicEvent};
+use doorbell_host::{HostMemory, MemError, Mmio, PAGE_SIZE};
 use doorbell_layout::uar;
 use doorbell_types::{HostAddr, Qpn, UarIndex};
 
 pub use config::ProviderConfig;
 pub use cq::{Cq, Wc, WcOpcode, WcStatus};
-pub use doorbell_device::{Access, AddressVector, DeviceCaps, QpAttrs, QpState, QpType};
+pub use doorbell_hif::{Access, AddressVector, DeviceCaps, QpAttrs, QpState, QpType};
 pub use mr::{Mr, Pd, Sge};
 pub use qp::{
     Ah, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr, RemoteAddr, SendFlags, SendWr, UdTarget,
@@ -132,7 +132,7 @@ struct DbrPages {
 struct ContextInner {
     ucontext: Ucontext,
     cfg: ProviderConfig,
-    mem: Arc<HostRam>,
+    mem: Arc<dyn HostMemory>,
     mmio: Arc<dyn Mmio>,
     bfregs: Vec<Arc<Bfreg>>,
     tot_uuars: u32,
@@ -267,7 +267,9 @@ impl Context {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.inner.ucontext.link().next_event(left)? {
+            let wait =
+                doorbell_types::Duration::from_ns(left.as_nanos().min(u128::from(u64::MAX)) as u64);
+            match self.inner.ucontext.link().next_event(wait)? {
                 NicEvent::Completion(c) => return Some(c),
                 _ if left.is_zero() => return None,
                 _ => continue,
@@ -300,7 +302,7 @@ impl Context {
     }
 
     /// Host memory, for the owner of a buffer.
-    pub(crate) fn mem(&self) -> &Arc<HostRam> {
+    pub(crate) fn mem(&self) -> &Arc<dyn HostMemory> {
         &self.inner.mem
     }
 

@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use doorbell_device::Access;
-use doorbell_host::HostMemory;
+use doorbell_hif::Access;
 use doorbell_types::{HostAddr, Lkey, Mkey, Pdn, Rkey};
 
 use crate::{Context, VerbsError};

@@ -3,9 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use doorbell_device::{AddressVector, QpAttrs, QpState, QpType};
 use doorbell_driver::CreateQpReq;
-use doorbell_host::{HostMemory, PAGE_SIZE};
+use doorbell_hif::{AddressVector, QpAttrs, QpState, QpType};
+use doorbell_host::PAGE_SIZE;
 use doorbell_layout::dbr;
 use doorbell_layout::uar::BF_CHUNK;
 use doorbell_layout::wqe::{
@@ -798,7 +798,7 @@ impl Qp {
         mtu: u32,
         rd_atomic: u8,
     ) -> Result<(), VerbsError> {
-        use doorbell_device::Access;
+        use doorbell_hif::Access;
         let access = Access(
             Access::LOCAL_WRITE
                 | Access::REMOTE_WRITE

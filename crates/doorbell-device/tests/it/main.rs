@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
-use doorbell_device::{
-    Access, AddressVector, CmdError, CmdOut, Command, CqParams, Frame, MkeyParams, Nic, NicConfig,
-    NicCounters, NicEvent, QpAttrs, QpParams, QpState, QpType,
+use doorbell_device::{Frame, Nic, NicConfig, NicCounters};
+use doorbell_hif::{
+    Access, AddressVector, CmdError, CmdOut, Command, CqParams, MkeyParams, NicEvent, ObjKind,
+    Param, QpAttrs, QpParams, QpState, QpType,
 };
 use doorbell_host::{HostMemory, HostRam, PAGE_SIZE};
 use doorbell_layout::cqe::{CQE_LEN, Cqe64, CqeOpcode, OP_OWN_INIT, Syndrome, owner_for};
@@ -1058,21 +1059,21 @@ fn objects_in_use_cannot_be_destroyed() {
     assert_eq!(
         rig.exec(Command::DestroyCq(cqn)),
         Err(CmdError::Busy {
-            kind: "CQ",
+            kind: ObjKind::Cq,
             id: cqn.get()
         })
     );
     assert_eq!(
         rig.exec(Command::DeallocPd(pd)),
         Err(CmdError::Busy {
-            kind: "PD",
+            kind: ObjKind::Pd,
             id: pd.get()
         })
     );
     assert_eq!(
         rig.exec(Command::DeallocUar(uar)),
         Err(CmdError::Busy {
-            kind: "UAR",
+            kind: ObjKind::Uar,
             id: uar.get()
         })
     );
@@ -1081,14 +1082,20 @@ fn objects_in_use_cannot_be_destroyed() {
     // The MR still holds the PD.
     assert!(matches!(
         rig.exec(Command::DeallocPd(pd)),
-        Err(CmdError::Busy { kind: "PD", .. })
+        Err(CmdError::Busy {
+            kind: ObjKind::Pd,
+            ..
+        })
     ));
     rig.exec(Command::DestroyMkey(mr)).unwrap();
     rig.exec(Command::DeallocPd(pd)).unwrap();
     rig.exec(Command::DeallocUar(uar)).unwrap();
     assert!(matches!(
         rig.exec(Command::DestroyQp(qpn)),
-        Err(CmdError::NoSuchObject { kind: "QP", .. })
+        Err(CmdError::NoSuchObject {
+            kind: ObjKind::Qp,
+            ..
+        })
     ));
     // A doorbell and a frame for the destroyed QP are dropped and counted.
     let c0 = rig.counters();
@@ -1116,7 +1123,7 @@ fn commands_with_ranges_past_the_address_space_are_refused() {
                 mtt: vec![rig.mr_buf; 2],
             })),
             Err(CmdError::BadParam {
-                name: "mkey length",
+                name: Param::MkeyLength,
                 ..
             })
         ));
@@ -1154,7 +1161,7 @@ fn commands_with_ranges_past_the_address_space_are_refused() {
             pas: vec![rig.qp_buf; 64],
         })),
         Err(CmdError::BadParam {
-            name: "log_rq_stride",
+            name: Param::LogRqStride,
             ..
         })
     ));

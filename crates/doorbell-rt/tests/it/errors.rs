@@ -7,9 +7,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use doorbell_device::{CmdError, CmdOut, Command, NicCounters, NicEvent};
+use doorbell_device::NicCounters;
 use doorbell_driver::{AllocUcontextReq, CreateQpReq, DeviceLink, DriverError, Ucontext};
-use doorbell_host::{HostMemory, HostRam, Mmio};
+use doorbell_hif::{CmdError, CmdOut, Command, NicEvent, ObjKind};
+use doorbell_host::{HostMemory, Mmio};
 use doorbell_layout::uar::{self, SendDoorbell};
 use doorbell_layout::wqe::WqeOpcode;
 use doorbell_rt::{Fabric, LiveNic};
@@ -923,7 +924,7 @@ fn modify_to_error_flushes_posted_sends_and_receives() {
     assert_empty(&p.b.cq, "responder");
     // The device reported the error only as completions: a QP moved to ERR
     // by the user raises no QpFatal.
-    while let Some(e) = p.a.nic.next_event(Duration::ZERO) {
+    while let Some(e) = p.a.nic.next_event(doorbell_types::Duration::ZERO) {
         assert_ne!(e, NicEvent::QpFatal(p.a.qp.qpn()));
     }
     // Back to RESET and up again, the QP works.
@@ -971,7 +972,7 @@ impl DeviceLink for Detour {
     fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError> {
         self.nic.exec(cmd)
     }
-    fn memory(&self) -> &Arc<HostRam> {
+    fn memory(&self) -> &Arc<dyn HostMemory> {
         self.nic.memory()
     }
     fn mmio(&self) -> &Arc<dyn Mmio> {
@@ -980,7 +981,7 @@ impl DeviceLink for Detour {
     fn gid(&self) -> [u8; 16] {
         self.nic.gid()
     }
-    fn next_event(&self, timeout: Duration) -> Option<NicEvent> {
+    fn next_event(&self, timeout: doorbell_types::Duration) -> Option<NicEvent> {
         self.nic.next_event(timeout)
     }
 }
@@ -1378,14 +1379,14 @@ fn objects_in_use_cannot_be_destroyed() {
     assert_eq!(
         nic.exec(Command::DestroyCq(cqn)),
         Err(CmdError::Busy {
-            kind: "CQ",
+            kind: ObjKind::Cq,
             id: cqn.get()
         })
     );
     assert_eq!(
         nic.exec(Command::DeallocPd(pdn)),
         Err(CmdError::Busy {
-            kind: "PD",
+            kind: ObjKind::Pd,
             id: pdn.get()
         })
     );
@@ -1393,13 +1394,16 @@ fn objects_in_use_cannot_be_destroyed() {
     assert_eq!(
         nic.exec(Command::DeallocUar(uar)),
         Err(CmdError::Busy {
-            kind: "UAR",
+            kind: ObjKind::Uar,
             id: uar.get()
         })
     );
     assert!(matches!(
         nic.exec(Command::DestroyCq(doorbell_types::Cqn::new(0x00ab_cdef))),
-        Err(CmdError::NoSuchObject { kind: "CQ", .. })
+        Err(CmdError::NoSuchObject {
+            kind: ObjKind::Cq,
+            ..
+        })
     ));
     // The refused commands changed nothing: the QP, its CQ and PD still work.
     post_recv(&p.b.qp, 1, &[p.b.mr.sge(0, 64).unwrap()]);
@@ -1426,7 +1430,7 @@ fn objects_in_use_cannot_be_destroyed() {
     let pd = uc.alloc_pd().unwrap();
     let buf = mem.alloc(4096).unwrap();
     let key = uc.reg_mr(pd, buf, 4096, Access(FULL)).unwrap();
-    assert_eq!(uc.dealloc_pd(pd), busy("PD", pd.get()));
+    assert_eq!(uc.dealloc_pd(pd), busy(ObjKind::Pd, pd.get()));
     uc.dereg_mr(key).unwrap();
     let cq_buf = mem.alloc(64 * 8).unwrap();
     // Doorbell records live in pages the driver pins whole.
@@ -1449,8 +1453,8 @@ fn objects_in_use_cannot_be_destroyed() {
         })
         .unwrap()
         .qpn;
-    assert_eq!(uc.destroy_cq(cq), busy("CQ", cq.get()));
-    assert_eq!(uc.dealloc_pd(pd), busy("PD", pd.get()));
+    assert_eq!(uc.destroy_cq(cq), busy(ObjKind::Cq, cq.get()));
+    assert_eq!(uc.dealloc_pd(pd), busy(ObjKind::Pd, pd.get()));
     uc.destroy_qp(qp).unwrap();
     uc.destroy_cq(cq).unwrap();
     uc.dealloc_pd(pd).unwrap();

@@ -4,10 +4,9 @@
 //! alloc_ucontext values.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use doorbell_device::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
-use doorbell_host::{HostRam, Mmio};
+use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
+use doorbell_host::{HostMemory, Mmio};
 use doorbell_layout::uar::{BF_BUF_SIZE, SendDoorbell};
 use doorbell_layout::wqe::WqeOpcode;
 use doorbell_pcie::LinkConfig;
@@ -47,7 +46,7 @@ impl DeviceLink for Tap {
     fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError> {
         self.nic.exec(cmd)
     }
-    fn memory(&self) -> &Arc<HostRam> {
+    fn memory(&self) -> &Arc<dyn HostMemory> {
         self.nic.memory()
     }
     fn mmio(&self) -> &Arc<dyn Mmio> {
@@ -56,7 +55,7 @@ impl DeviceLink for Tap {
     fn gid(&self) -> [u8; 16] {
         self.nic.gid()
     }
-    fn next_event(&self, timeout: Duration) -> Option<NicEvent> {
+    fn next_event(&self, timeout: doorbell_types::Duration) -> Option<NicEvent> {
         self.nic.next_event(timeout)
     }
 }

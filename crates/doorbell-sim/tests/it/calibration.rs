@@ -1,7 +1,7 @@
 //! The connectib-haswell profile against Kalia16's published figures, and
 //! the link against Neugebauer18's DMA read latency. Each must be within 10%.
 
-use doorbell_device::QpType;
+use doorbell_hif::QpType;
 use doorbell_sim::{Op, Workload};
 
 use crate::cib;

@@ -2,24 +2,29 @@
 
 use std::sync::Arc;
 
-use doorbell_host::{HostRam, Mmio};
+use doorbell_host::{HostMemory, Mmio};
+use doorbell_types::Duration;
 
-use crate::{CmdError, CmdOut, Command, NicEvent};
+use crate::cmd::{CmdError, CmdOut, Command};
+use crate::event::NicEvent;
 
 /// A device as the host's driver sees it: a command interface, the host
 /// memory the device DMAs into, the CPU's MMIO path to its UAR pages, and its
-/// event queue. The live and simulated runtimes each implement it.
+/// event queue. The live and simulated runtimes each implement it, and
+/// `doorbell-driver` consumes `Arc<dyn DeviceLink>` without knowing which.
 pub trait DeviceLink: Send + Sync {
     /// The device's name (`ibv_get_device_name`).
     fn name(&self) -> &str;
     /// Runs a command on the device and waits for its completion.
     fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError>;
-    /// The host's memory.
-    fn memory(&self) -> &Arc<HostRam>;
+    /// The host's memory: where queue buffers are allocated and what
+    /// registrations pin.
+    fn memory(&self) -> &Arc<dyn HostMemory>;
     /// The CPU's MMIO path into the device's UAR pages.
     fn mmio(&self) -> &Arc<dyn Mmio>;
     /// GID 0 of the port.
     fn gid(&self) -> [u8; 16];
     /// Waits up to `timeout` for the next asynchronous event of the device.
-    fn next_event(&self, timeout: std::time::Duration) -> Option<NicEvent>;
+    /// A runtime without a wall clock (the simulator) answers at once.
+    fn next_event(&self, timeout: Duration) -> Option<NicEvent>;
 }

@@ -1,0 +1,387 @@
+//! The command interface: how the driver creates and destroys device objects.
+//!
+//! Real mlx5 devices take commands through a command queue with mailboxes in
+//! host memory; the values that cross are the ones here (the PRM's
+//! QUERY_HCA_CAP, ALLOC_UAR, CREATE_CQ, CREATE_QP, CREATE_MKEY ... contexts),
+//! carried as typed structs. [`crate::codec`] gives each its byte form.
+
+use core::fmt;
+
+use doorbell_layout::uar;
+use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, UarIndex};
+
+use crate::qp::{Access, QpAttr, QpAttrs, QpState, QpType, Transition};
+
+/// Capabilities the device reports (QUERY_HCA_CAP), from which the driver
+/// answers alloc_ucontext and query_device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// log2 of the QP table size.
+    pub log_max_qp: u8,
+    /// Largest send queue, in WQEBBs.
+    pub max_send_wqebb: u32,
+    /// Largest receive queue, in WQEs.
+    pub max_recv_wr: u32,
+    /// Largest send WQE, in bytes.
+    pub max_sq_desc_sz: u32,
+    /// Largest receive WQE, in bytes.
+    pub max_rq_desc_sz: u32,
+    /// Largest CQ, in CQEs.
+    pub max_cqe: u32,
+    /// Memory keys.
+    pub max_mkeys: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// UARs.
+    pub max_uar: u32,
+    /// Size of one bfreg in a UAR (0: no write-combining, no BlueFlame).
+    pub bf_reg_size: u32,
+    /// log2 of a UAR's size.
+    pub log_uar_size: u8,
+    /// UARs per system page.
+    pub num_uars_per_page: u32,
+    /// Cache line size.
+    pub cache_line_size: u32,
+    /// Outstanding READ/atomic per QP, each direction.
+    pub max_rd_atomic: u8,
+    /// Largest path MTU.
+    pub max_mtu: u32,
+    /// PCI vendor ID.
+    pub vendor_id: u32,
+    /// PCI device ID.
+    pub vendor_part_id: u32,
+}
+
+impl Default for DeviceCaps {
+    fn default() -> Self {
+        Self {
+            log_max_qp: 18,
+            max_send_wqebb: 32768,
+            max_recv_wr: 32768,
+            max_sq_desc_sz: 1024,
+            max_rq_desc_sz: 512,
+            max_cqe: 1 << 22,
+            max_mkeys: 1 << 24,
+            max_pd: 1 << 24,
+            max_uar: 1 << 16,
+            bf_reg_size: uar::BF_REG_SIZE as u32,
+            log_uar_size: uar::LOG_UAR_SIZE as u8,
+            num_uars_per_page: 1,
+            cache_line_size: 64,
+            max_rd_atomic: 16,
+            max_mtu: 4096,
+            vendor_id: 0x02c9,
+            vendor_part_id: 4115,
+        }
+    }
+}
+
+/// Memory-key context (CREATE_MKEY, MTT access mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MkeyParams {
+    /// Protection domain.
+    pub pd: Pdn,
+    /// Access rights.
+    pub access: Access,
+    /// First I/O virtual address covered.
+    pub start: u64,
+    /// Bytes covered.
+    pub len: u64,
+    /// Bus address of each 4 KiB page from `start` rounded down.
+    pub mtt: Vec<HostAddr>,
+}
+
+/// Completion-queue context (CREATE_CQ).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CqParams {
+    /// log2 of the number of CQEs.
+    pub log_size: u8,
+    /// UAR through which this CQ is armed.
+    pub uar: UarIndex,
+    /// Bus address of the CQ's doorbell record.
+    pub dbr_addr: HostAddr,
+    /// Pages of the CQE buffer.
+    pub pas: Vec<HostAddr>,
+}
+
+/// Queue-pair context (CREATE_QP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpParams {
+    /// Transport service.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pd: Pdn,
+    /// CQ of send completions.
+    pub send_cq: Cqn,
+    /// CQ of receive completions.
+    pub recv_cq: Cqn,
+    /// The UAR whose registers may ring this QP (QPC.uar_page).
+    pub uar: UarIndex,
+    /// log2 of the send queue's WQEBB count.
+    pub log_sq_size: u8,
+    /// log2 of the receive queue's WQE count.
+    pub log_rq_size: u8,
+    /// log2(receive WQE stride) − 4.
+    pub log_rq_stride: u8,
+    /// Bus address of the QP's doorbell record.
+    pub dbr_addr: HostAddr,
+    /// Pages of the QP buffer: receive queue first, send queue after it.
+    pub pas: Vec<HostAddr>,
+}
+
+/// A device command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Command {
+    /// QUERY_HCA_CAP.
+    QueryCaps,
+    /// ALLOC_UAR.
+    AllocUar,
+    /// DEALLOC_UAR.
+    DeallocUar(UarIndex),
+    /// ALLOC_PD.
+    AllocPd,
+    /// DEALLOC_PD.
+    DeallocPd(Pdn),
+    /// CREATE_MKEY.
+    CreateMkey(MkeyParams),
+    /// DESTROY_MKEY.
+    DestroyMkey(Mkey),
+    /// CREATE_CQ.
+    CreateCq(CqParams),
+    /// DESTROY_CQ.
+    DestroyCq(Cqn),
+    /// CREATE_QP.
+    CreateQp(QpParams),
+    /// The RST2INIT … 2ERR family: move to `state` with `attrs`.
+    ModifyQp {
+        /// The QP.
+        qpn: Qpn,
+        /// Target state.
+        state: QpState,
+        /// Attributes in the mask.
+        attrs: QpAttrs,
+    },
+    /// QUERY_QP.
+    QueryQp(Qpn),
+    /// DESTROY_QP.
+    DestroyQp(Qpn),
+}
+
+/// What a successful command returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CmdOut {
+    /// No output.
+    Done,
+    /// Capabilities.
+    Caps(DeviceCaps),
+    /// A new UAR.
+    Uar(UarIndex),
+    /// A new PD.
+    Pd(Pdn),
+    /// A new memory key.
+    Mkey(Mkey),
+    /// A new CQ.
+    Cq(Cqn),
+    /// A new QP.
+    Qp(Qpn),
+    /// QP state and attributes.
+    QpInfo {
+        /// Current state.
+        state: QpState,
+        /// Attributes as set.
+        attrs: QpAttrs,
+    },
+}
+
+/// The kinds of object a command names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ObjKind {
+    /// A UAR page.
+    Uar,
+    /// A protection domain.
+    Pd,
+    /// A memory key.
+    Mkey,
+    /// A completion queue.
+    Cq,
+    /// A queue pair.
+    Qp,
+}
+
+impl ObjKind {
+    /// Every kind, in code order.
+    pub const ALL: [ObjKind; 5] = [
+        ObjKind::Uar,
+        ObjKind::Pd,
+        ObjKind::Mkey,
+        ObjKind::Cq,
+        ObjKind::Qp,
+    ];
+}
+
+impl fmt::Display for ObjKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ObjKind::Uar => "UAR",
+            ObjKind::Pd => "PD",
+            ObjKind::Mkey => "mkey",
+            ObjKind::Cq => "CQ",
+            ObjKind::Qp => "QP",
+        })
+    }
+}
+
+/// The parameters a command can find out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Param {
+    /// CREATE_MKEY: the range passes the end of the 64-bit I/O space.
+    MkeyLength,
+    /// CREATE_MKEY: fewer MTT entries than the range has pages.
+    MttEntries,
+    /// CREATE_CQ: log2 of the CQ size.
+    LogCqSize,
+    /// CREATE_CQ: fewer pages than the CQE buffer needs.
+    CqPasEntries,
+    /// CREATE_QP: log2 of the send queue size.
+    LogSqSize,
+    /// CREATE_QP: log2 of the receive queue size.
+    LogRqSize,
+    /// CREATE_QP: receive WQE stride.
+    LogRqStride,
+    /// CREATE_QP: fewer pages than the QP buffer needs.
+    QpPasEntries,
+    /// MODIFY_QP: path MTU.
+    PathMtu,
+    /// MODIFY_QP: port number.
+    Port,
+    /// MODIFY_QP: local ACK timeout.
+    Timeout,
+    /// MODIFY_QP: RNR NAK timer.
+    MinRnrTimer,
+    /// MODIFY_QP: transport retry count.
+    RetryCnt,
+    /// MODIFY_QP: RNR retry count.
+    RnrRetry,
+    /// A command the device does not know.
+    Command,
+}
+
+impl Param {
+    /// Every parameter, in code order.
+    pub const ALL: [Param; 15] = [
+        Param::MkeyLength,
+        Param::MttEntries,
+        Param::LogCqSize,
+        Param::CqPasEntries,
+        Param::LogSqSize,
+        Param::LogRqSize,
+        Param::LogRqStride,
+        Param::QpPasEntries,
+        Param::PathMtu,
+        Param::Port,
+        Param::Timeout,
+        Param::MinRnrTimer,
+        Param::RetryCnt,
+        Param::RnrRetry,
+        Param::Command,
+    ];
+
+    /// The parameter's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Param::MkeyLength => "mkey length",
+            Param::MttEntries => "mtt entries",
+            Param::LogCqSize => "log_cq_size",
+            Param::CqPasEntries => "cq pas entries",
+            Param::LogSqSize => "log_sq_size",
+            Param::LogRqSize => "log_rq_size",
+            Param::LogRqStride => "log_rq_stride",
+            Param::QpPasEntries => "qp pas entries",
+            Param::PathMtu => "path_mtu",
+            Param::Port => "port",
+            Param::Timeout => "timeout",
+            Param::MinRnrTimer => "min_rnr_timer",
+            Param::RetryCnt => "retry_cnt",
+            Param::RnrRetry => "rnr_retry",
+            Param::Command => "command",
+        }
+    }
+}
+
+impl fmt::Display for Param {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a command failed (the PRM's command status, with the offending
+/// value). Each is fatal to the command only: the device is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmdError {
+    /// A resource table is full.
+    #[error("no free {0}")]
+    Exhausted(ObjKind),
+    /// The named object does not exist.
+    #[error("no {kind} {id:#x}")]
+    NoSuchObject {
+        /// Object kind.
+        kind: ObjKind,
+        /// Its number.
+        id: u32,
+    },
+    /// The object is still referenced by another object.
+    #[error("{kind} {id:#x} is still in use")]
+    Busy {
+        /// Object kind.
+        kind: ObjKind,
+        /// Its number.
+        id: u32,
+    },
+    /// A parameter is out of range.
+    #[error("bad parameter {name}: {value}")]
+    BadParam {
+        /// Parameter name.
+        name: Param,
+        /// Its value.
+        value: u64,
+    },
+    /// The state transition is not allowed.
+    #[error("QP {qpn:#x}: no transition from {from:?} to {to:?}")]
+    BadTransition {
+        /// The QP.
+        qpn: u32,
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// A required attribute is missing from the mask.
+    #[error("QP {qpn:#x}: {transition} needs attribute {attr}")]
+    MissingAttr {
+        /// The QP.
+        qpn: u32,
+        /// The transition.
+        transition: Transition,
+        /// The attribute.
+        attr: QpAttr,
+    },
+    /// An attribute not allowed in this transition is in the mask.
+    #[error("QP {qpn:#x}: {transition} does not take attribute {attr}")]
+    ExtraAttr {
+        /// The QP.
+        qpn: u32,
+        /// The transition.
+        transition: Transition,
+        /// The attribute.
+        attr: QpAttr,
+    },
+    /// The device is gone (its thread stopped, its process exited): fatal
+    /// to the device link.
+    #[error("the device is gone")]
+    DeviceGone,
+}

@@ -1,0 +1,42 @@
+//! The host interface of the doorbell NIC: what the device and host software
+//! agree on, as mlx5's PRM and `mlx5_ifc.h` are for real hardware.
+//!
+//! # Model
+//! Host software (the driver's slow path and the provider) and the device
+//! meet at the bus. Besides the formats of `doorbell-layout` (WQEs, CQEs,
+//! doorbell records, UAR offsets) they share:
+//!
+//! - the command interface ([`Command`], [`CmdOut`], [`CmdError`]) and its
+//!   byte form ([`codec`]), so a command can cross a process boundary;
+//! - QP states, service types, access rights, the address vector, and the
+//!   attributes of MODIFY_QP with the rules of which transition takes which
+//!   ([`qp::check_modify`]);
+//! - the device's capabilities ([`DeviceCaps`]) and asynchronous events
+//!   ([`NicEvent`]);
+//! - the device link ([`DeviceLink`]): how the driver reaches a device
+//!   whichever runtime drives it, with host memory behind the
+//!   [`doorbell_host::HostMemory`] trait.
+//!
+//! The device crate implements the far side of this interface; the driver
+//! and provider depend on this crate and never on the device. Only the
+//! runtimes and the CLI know both.
+//!
+//! # Guarantees
+//! Pure data and pure functions: no clock, no I/O. Decoding bytes never
+//! panics; `decode(encode(x)) == x`.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+pub mod cmd;
+pub mod codec;
+pub mod event;
+pub mod link;
+pub mod qp;
+
+pub use cmd::{
+    CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, ObjKind, Param, QpParams,
+};
+pub use codec::DecodeError;
+pub use event::NicEvent;
+pub use link::DeviceLink;
+pub use qp::{Access, AddressVector, QpAttr, QpAttrs, QpState, QpType, Transition};
