@@ -36,6 +36,7 @@
 #![warn(unreachable_pub)]
 
 pub mod fault;
+pub mod procmem;
 #[allow(unsafe_code)]
 mod sys;
 mod udp;
@@ -54,6 +55,8 @@ use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
 use doorbell_types::{Instant, Qpn, UarIndex};
+
+pub use procmem::ProcessMemory;
 
 /// Errors of the live runtime.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

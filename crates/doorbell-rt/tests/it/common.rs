@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use doorbell_pcie::LinkConfig;
-use doorbell_rt::{Fabric, LiveNic};
+use doorbell_rt::{Fabric, LiveNic, NicOptions, Port, ProcessMemory};
 use doorbell_types::Psn;
 use doorbell_verbs::{
     Access, Context, Cq, Mr, Pd, ProviderConfig, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint,
@@ -79,6 +79,33 @@ pub fn pair_with(cfg: ProviderConfig, cap: QpCaps, mr_len: usize, cqe: u32, mtu:
         cqe,
     );
     let b = side(&fabric, "nic-b", [127, 0, 0, 3], cfg, cap, mr_len, cqe);
+    connect(a, b, fabric, mtu)
+}
+
+/// The default pair, but each NIC serves the process's own memory
+/// ([`ProcessMemory`]) instead of a private address space.
+pub fn pair_on_process_memory() -> Pair {
+    let fabric = Fabric::new();
+    let start = |name, ip| {
+        let opts = NicOptions {
+            memory: Some(Arc::new(ProcessMemory::new())),
+            ..NicOptions::default()
+        };
+        Arc::new(LiveNic::start_with(name, ip, Port::Fabric(&fabric), opts).unwrap())
+    };
+    let (cfg, cap) = (ProviderConfig::default(), default_caps());
+    let a = host(
+        start("nic-a", [127, 0, 0, 2]),
+        cfg.clone(),
+        cap,
+        4 << 20,
+        256,
+    );
+    let b = host(start("nic-b", [127, 0, 0, 3]), cfg, cap, 4 << 20, 256);
+    connect(a, b, fabric, 1024)
+}
+
+fn connect(a: Side, b: Side, fabric: Fabric, mtu: u32) -> Pair {
     let ea = RcEndpoint {
         gid: a.ctx.gid(),
         qpn: a.qp.qpn(),
@@ -98,15 +125,24 @@ pub fn pair_with(cfg: ProviderConfig, cap: QpCaps, mr_len: usize, cqe: u32, mtu:
     }
 }
 
-pub fn pair() -> Pair {
-    let cap = QpCaps {
+fn default_caps() -> QpCaps {
+    QpCaps {
         max_send_wr: 64,
         max_recv_wr: 64,
         max_send_sge: 2,
         max_recv_sge: 2,
         max_inline_data: 64,
-    };
-    pair_with(ProviderConfig::default(), cap, 4 << 20, 256, 1024)
+    }
+}
+
+pub fn pair() -> Pair {
+    pair_with(
+        ProviderConfig::default(),
+        default_caps(),
+        4 << 20,
+        256,
+        1024,
+    )
 }
 
 /// Polls `cq` until `n` completions arrive or 10 s pass.

@@ -22,7 +22,17 @@ fn remote(p: &Pair) -> RemoteAddr {
 
 #[test]
 fn rdma_write_every_size_by_pointer_and_inline() {
-    let p = pair();
+    write_every_size(&pair());
+}
+
+#[test]
+fn rdma_write_and_read_every_size_on_process_memory() {
+    let p = pair_on_process_memory();
+    write_every_size(&p);
+    read_every_size(&p);
+}
+
+fn write_every_size(p: &Pair) {
     let max_inline = p.a.qp.caps().max_inline_data as usize;
     for (i, &len) in SIZES.iter().enumerate() {
         for inline in [false, true] {
@@ -43,7 +53,7 @@ fn rdma_write_every_size_by_pointer_and_inline() {
                 SendWr {
                     wr_id: i as u64,
                     sg_list: &[sge],
-                    opcode: WrOpcode::RdmaWrite(remote(&p)),
+                    opcode: WrOpcode::RdmaWrite(remote(p)),
                     flags,
                     ud: None,
                 },
@@ -159,7 +169,10 @@ fn send_and_send_with_imm_every_size() {
 
 #[test]
 fn rdma_read_every_size() {
-    let p = pair();
+    read_every_size(&pair());
+}
+
+fn read_every_size(p: &Pair) {
     for (i, &len) in SIZES.iter().enumerate() {
         let data = pattern(len, 11 + i as u8);
         p.b.mr.write(AT, &data).unwrap();
@@ -170,7 +183,7 @@ fn rdma_read_every_size() {
             SendWr {
                 wr_id: 77,
                 sg_list: &[sge],
-                opcode: WrOpcode::RdmaRead(remote(&p)),
+                opcode: WrOpcode::RdmaRead(remote(p)),
                 flags: SendFlags::SIGNALED,
                 ud: None,
             },

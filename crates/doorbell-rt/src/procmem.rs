@@ -1,0 +1,337 @@
+//! Host memory that is the process's own: bus addresses are the process's
+//! virtual addresses, and registration pins the application's buffers in
+//! place, with no copy and no shadow buffer.
+//!
+//! # Model
+//! [`ProcessMemory`] implements [`HostMemory`] over two kinds of range:
+//!
+//! - **Allocations** it made itself ([`HostMemory::alloc`]): anonymous,
+//!   page-aligned, zeroed mappings (`memmap2`), for the provider's queue
+//!   buffers and doorbell-record pages. They live until
+//!   [`HostMemory::free`], which refuses while they are pinned, so reads
+//!   and writes copy straight in and out of them, each under the
+//!   allocation's lock, in safe code.
+//! - **Pinned ranges** of memory it did not allocate ([`HostMemory::pin`]
+//!   of any mapped range: `ibv_reg_mr` on the application's buffer). The
+//!   application owns them and may unmap them at any time, so every access
+//!   goes through the kernel (`process_vm_readv`/`writev` on our own pid, in
+//!   the `vm` module, the only `unsafe` here), which answers EFAULT for a
+//!   page that is gone. The device turns that error into a protection
+//!   error CQE, as hardware reports an access to an invalidated MR.
+//!
+//! An address that is in neither is refused, so the NIC reaches only what
+//! host software allocated or registered (DESIGN invariant 6).
+//!
+//! # Guarantees
+//! - No access panics or raises a signal, whatever the application did to
+//!   its memory; each fails with [`MemError::Unmapped`] instead.
+//! - An access is allowed only wholly inside one allocation or one pinned
+//!   range.
+//! - Pinning checks that every page of the range is mapped (EFAULT, as the
+//!   kernel's `ib_umem_get` answers, becomes [`MemError::Unmapped`]).
+//!
+//! # Limits
+//! - A write into a pinned range that the application unmaps half-way fails
+//!   after writing the bytes before the hole (a device's DMA would too).
+//! - Pinning does not check that the pages are writable; a write to a
+//!   read-only page fails when it happens.
+
+#[allow(unsafe_code)]
+mod vm;
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, RwLock};
+
+use doorbell_host::{HostMemory, MemError, PAGE_SIZE, page_list};
+use doorbell_types::HostAddr;
+use memmap2::MmapMut;
+
+/// Largest single allocation (1 GiB), as for `HostRam`.
+const MAX_ALLOC: u64 = 1 << 30;
+
+struct Alloc {
+    /// Fixed at allocation, so it is read without the lock.
+    len: u64,
+    pins: u32,
+    map: Mutex<MmapMut>,
+}
+
+/// The process's own memory as host memory. See the module docs.
+#[derive(Default)]
+pub struct ProcessMemory {
+    allocs: RwLock<BTreeMap<u64, Alloc>>,
+    /// Pinned ranges outside the allocations: `(start, len)` → pins.
+    pinned: RwLock<BTreeMap<(u64, u64), u32>>,
+}
+
+fn unmapped(addr: HostAddr, len: usize) -> MemError {
+    MemError::Unmapped { addr, len }
+}
+
+impl ProcessMemory {
+    /// Memory with no allocations and no pins.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of live allocations.
+    pub fn alloc_count(&self) -> usize {
+        read_lock(&self.allocs).len()
+    }
+
+    /// Number of pinned ranges outside the allocations.
+    pub fn pinned_count(&self) -> usize {
+        read_lock(&self.pinned).len()
+    }
+
+    /// Runs `f` on the bytes of `[addr, addr + len)` if an allocation
+    /// holds all of them, under that allocation's lock; `None` if none does.
+    fn with_alloc<R>(
+        &self,
+        addr: HostAddr,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        let a = addr.get();
+        let end = a.checked_add(len as u64)?;
+        let allocs = read_lock(&self.allocs);
+        let (&base, al) = allocs.range(..=a).next_back()?;
+        if end > base + al.len {
+            return None;
+        }
+        let off = (a - base) as usize;
+        let mut map = al.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get_mut(off..off + len).map(f)
+    }
+
+    /// Checks that one pinned range holds all of `[addr, addr + len)`.
+    fn in_pinned(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
+        let a = addr.get();
+        let end = a
+            .checked_add(len as u64)
+            .ok_or_else(|| unmapped(addr, len))?;
+        // Ranges may overlap (two MRs over one buffer); any that holds the
+        // access will do. Only ranges starting at or before `a` can.
+        read_lock(&self.pinned)
+            .range(..=(a, u64::MAX))
+            .rev()
+            .any(|(&(start, n), _)| end <= start.saturating_add(n))
+            .then_some(())
+            .ok_or_else(|| unmapped(addr, len))
+    }
+
+    /// Checks that every page of `[addr, addr + len)` is mapped readable,
+    /// by reading one byte of each through the kernel.
+    fn probe(addr: HostAddr, len: u64) -> Result<(), MemError> {
+        let err = || unmapped(addr, len as usize);
+        let end = addr.get().checked_add(len.max(1)).ok_or_else(err)?;
+        let mut at = addr.get();
+        let mut byte = [0u8; 1];
+        while at < end {
+            vm::read(at, &mut byte).map_err(|_| err())?;
+            at = (at & !(PAGE_SIZE - 1)).saturating_add(PAGE_SIZE);
+        }
+        Ok(())
+    }
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl HostMemory for ProcessMemory {
+    fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {
+        let len = buf.len();
+        if let Some(()) = self.with_alloc(addr, len, |src| buf.copy_from_slice(src)) {
+            return Ok(());
+        }
+        self.in_pinned(addr, len)?;
+        vm::read(addr.get(), buf).map_err(|_| unmapped(addr, len))
+    }
+
+    fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError> {
+        if let Some(()) = self.with_alloc(addr, data.len(), |dst| dst.copy_from_slice(data)) {
+            return Ok(());
+        }
+        self.in_pinned(addr, data.len())?;
+        vm::write(addr.get(), data).map_err(|_| unmapped(addr, data.len()))
+    }
+
+    fn alloc(&self, len: u64) -> Result<HostAddr, MemError> {
+        if len == 0 || len > MAX_ALLOC {
+            return Err(MemError::BadSize(len));
+        }
+        let size = usize::try_from(len.div_ceil(PAGE_SIZE) * PAGE_SIZE)
+            .map_err(|_| MemError::BadSize(len))?;
+        let map = MmapMut::map_anon(size).map_err(|_| MemError::BadSize(len))?;
+        let base = map.as_ptr() as u64;
+        write_lock(&self.allocs).insert(
+            base,
+            Alloc {
+                len,
+                pins: 0,
+                map: Mutex::new(map),
+            },
+        );
+        Ok(HostAddr::new(base))
+    }
+
+    fn free(&self, addr: HostAddr) -> Result<(), MemError> {
+        let mut allocs = write_lock(&self.allocs);
+        let al = allocs
+            .get(&addr.get())
+            .ok_or(MemError::NotAllocated(addr))?;
+        if al.pins > 0 {
+            return Err(MemError::Pinned(addr, al.pins));
+        }
+        // Dropping the map unmaps it; nothing else refers to it.
+        allocs.remove(&addr.get());
+        Ok(())
+    }
+
+    fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
+        let pages = page_list(addr, len).ok_or_else(|| unmapped(addr, len as usize))?;
+        {
+            let mut allocs = write_lock(&self.allocs);
+            if let Some((&base, al)) = allocs.range_mut(..=addr.get()).next_back()
+                && addr.get().saturating_add(len) <= base + al.len
+            {
+                al.pins += 1;
+                return Ok(pages);
+            }
+        }
+        Self::probe(addr, len)?;
+        *write_lock(&self.pinned)
+            .entry((addr.get(), len))
+            .or_insert(0) += 1;
+        Ok(pages)
+    }
+
+    fn unpin(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
+        let not_pinned = MemError::NotPinned { addr, len };
+        let mut pinned = write_lock(&self.pinned);
+        if let Some(n) = pinned.get_mut(&(addr.get(), len)) {
+            *n -= 1;
+            if *n == 0 {
+                pinned.remove(&(addr.get(), len));
+            }
+            return Ok(());
+        }
+        drop(pinned);
+        let mut allocs = write_lock(&self.allocs);
+        match allocs.range_mut(..=addr.get()).next_back() {
+            Some((&base, al)) if addr.get().saturating_add(len) <= base + al.len && al.pins > 0 => {
+                al.pins -= 1;
+                Ok(())
+            }
+            _ => Err(not_pinned),
+        }
+    }
+
+    fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
+        if let Some(()) = self.with_alloc(addr, len, |_| ()) {
+            return Ok(());
+        }
+        self.in_pinned(addr, len)?;
+        Self::probe(addr, len as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr_of(b: &[u8]) -> HostAddr {
+        HostAddr::new(b.as_ptr() as u64)
+    }
+
+    #[test]
+    fn allocations_are_zeroed_page_aligned_and_bounded() {
+        let m = ProcessMemory::new();
+        let a = m.alloc(5000).unwrap();
+        assert_eq!(a.offset_in(PAGE_SIZE), 0);
+        let mut b = [9u8; 8];
+        m.read(a.checked_add(4992).unwrap(), &mut b).unwrap();
+        assert_eq!(b, [0; 8]);
+        m.write(a.checked_add(10).unwrap(), &[1, 2, 3]).unwrap();
+        m.read(a.checked_add(9).unwrap(), &mut b[..5]).unwrap();
+        assert_eq!(&b[..5], &[0, 1, 2, 3, 0]);
+        // One byte past the end is refused, even though the page goes on.
+        assert!(m.read(a.checked_add(4993).unwrap(), &mut b).is_err());
+        assert!(m.write(a.checked_add(4999).unwrap(), &[0, 0]).is_err());
+        m.free(a).unwrap();
+        assert!(m.read(a, &mut b).is_err());
+        assert_eq!(m.free(a), Err(MemError::NotAllocated(a)));
+    }
+
+    #[test]
+    fn a_pinned_allocation_cannot_be_freed() {
+        let m = ProcessMemory::new();
+        let a = m.alloc(3 * 4096).unwrap();
+        let pas = m.pin(a.checked_add(100).unwrap(), 8192).unwrap();
+        assert_eq!(pas.len(), 3);
+        assert_eq!(pas[1].get(), a.get() + 4096);
+        assert_eq!(m.free(a), Err(MemError::Pinned(a, 1)));
+        m.unpin(a.checked_add(100).unwrap(), 8192).unwrap();
+        m.free(a).unwrap();
+    }
+
+    #[test]
+    fn a_caller_buffer_is_registered_in_place() {
+        let m = ProcessMemory::new();
+        let mut buf = vec![0u8; 10_000];
+        buf[..4].copy_from_slice(b"ping");
+        let at = addr_of(&buf);
+        // Not reachable before registration.
+        let mut b = [0u8; 4];
+        assert!(m.read(at, &mut b).is_err());
+        let pages = m.pin(at, buf.len() as u64).unwrap();
+        assert_eq!(pages[0].get(), at.get() & !(PAGE_SIZE - 1));
+        m.read(at, &mut b).unwrap();
+        assert_eq!(&b, b"ping");
+        m.write(at.checked_add(9_996).unwrap(), b"pong").unwrap();
+        assert!(m.write(at.checked_add(9_997).unwrap(), b"pong").is_err());
+        m.unpin(at, buf.len() as u64).unwrap();
+        assert!(m.read(at, &mut b).is_err());
+        assert_eq!(
+            &buf[9_996..],
+            b"pong",
+            "the write went to the caller's own bytes"
+        );
+        assert!(matches!(
+            m.unpin(at, buf.len() as u64),
+            Err(MemError::NotPinned { .. })
+        ));
+    }
+
+    #[test]
+    fn memory_unmapped_under_a_registration_fails_instead_of_crashing() {
+        let m = ProcessMemory::new();
+        let map = MmapMut::map_anon(2 * PAGE_SIZE as usize).unwrap();
+        let at = HostAddr::new(map.as_ptr() as u64);
+        m.pin(at, 2 * PAGE_SIZE).unwrap();
+        m.write(at, b"still here").unwrap();
+        // The application unmaps its buffer while it is registered.
+        drop(map);
+        let mut b = [0u8; 10];
+        assert!(matches!(m.read(at, &mut b), Err(MemError::Unmapped { .. })));
+        assert!(m.write(at, b"gone").is_err());
+        assert!(m.check(at, 10).is_err());
+        m.unpin(at, 2 * PAGE_SIZE).unwrap();
+    }
+
+    #[test]
+    fn pinning_unmapped_memory_fails() {
+        let m = ProcessMemory::new();
+        let map = MmapMut::map_anon(PAGE_SIZE as usize).unwrap();
+        let at = HostAddr::new(map.as_ptr() as u64);
+        drop(map);
+        assert!(matches!(m.pin(at, 64), Err(MemError::Unmapped { .. })));
+        assert_eq!(m.pinned_count(), 0);
+        assert!(m.pin(HostAddr::new(u64::MAX - 10), 64).is_err());
+    }
+}

@@ -1,0 +1,72 @@
+//! The only `unsafe` of process memory: copies between a buffer of ours and
+//! an address range of this process that Rust holds no reference to, by
+//! `process_vm_readv(2)` / `process_vm_writev(2)` on our own pid.
+//!
+//! The kernel does the copy and checks the range against the process's
+//! mappings as it goes: an unmapped page, or a read-only page for a write,
+//! ends the copy with `EFAULT` instead of a signal. So an application that
+//! unmaps a registered buffer while the NIC works on it gets an error, never
+//! a crash. No Rust reference to the foreign range is ever made, so the
+//! application may write it concurrently without a data race in Rust's
+//! sense: the bytes seen are whatever the memory held, as for a device's
+//! DMA. (`unsafe_code` is allowed for this module alone, where
+//! `procmem.rs` declares it.)
+
+use std::io;
+
+/// Copies `buf.len()` bytes from address `addr` of this process into `buf`.
+/// Fails with the OS error (EFAULT for unmapped memory); a copy cut short by
+/// a fault is an error too.
+pub(super) fn read(addr: u64, buf: &mut [u8]) -> io::Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, a live, exclusively borrowed buffer of
+    // exactly `iov_len` bytes that the kernel writes into. `remote` is only an
+    // address for the kernel to look up in our own mappings; Rust never
+    // dereferences it, and the kernel fails with EFAULT where it is not
+    // mapped readable. One iovec each, flags 0, as the call requires.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    done(n, buf.len())
+}
+
+/// Copies `data` to address `addr` of this process. Fails with the OS error
+/// (EFAULT for unmapped or read-only memory); a copy cut short by a fault is
+/// an error, and the bytes before the fault have then been written.
+pub(super) fn write(addr: u64, data: &[u8]) -> io::Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let local = libc::iovec {
+        iov_base: data.as_ptr().cast_mut().cast(),
+        iov_len: data.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: `local` describes `data`, a live buffer of exactly `iov_len`
+    // bytes that the kernel only reads (the cast to *mut is what the iovec
+    // type needs; process_vm_writev never writes local memory). `remote` is
+    // an address the kernel looks up in our own mappings and writes through
+    // its own mapping of the pages, failing with EFAULT where they are not
+    // mapped writable; no Rust reference to it exists.
+    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    done(n, data.len())
+}
+
+fn done(n: isize, want: usize) -> io::Result<()> {
+    match usize::try_from(n) {
+        Ok(n) if n == want => Ok(()),
+        Ok(_) => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+        Err(_) => Err(io::Error::last_os_error()),
+    }
+}
