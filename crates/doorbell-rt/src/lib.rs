@@ -36,6 +36,7 @@
 #![warn(unreachable_pub)]
 
 pub mod fault;
+pub mod loopback;
 pub mod procmem;
 #[allow(unsafe_code)]
 mod sys;
@@ -56,6 +57,7 @@ use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
 use doorbell_types::{Instant, Qpn, UarIndex};
 
+pub use loopback::LoopbackLink;
 pub use procmem::ProcessMemory;
 
 /// Errors of the live runtime.

@@ -1,0 +1,192 @@
+//! A synchronous loopback device link: one NIC with no thread, driven to
+//! completion inside every call, on a clock that moves only when told.
+//!
+//! # Model
+//! [`LoopbackLink`] implements [`DeviceLink`] over a [`Nic`], a [`Bus`] and
+//! a [`HostRam`] behind one lock. A command runs before
+//! [`DeviceLink::exec`] returns; an MMIO store runs the doorbell, and
+//! everything it causes, before [`Mmio::mmio_write`] returns: frames the NIC
+//! sends to its own address are fed straight back in (two QPs of one NIC
+//! talk to each other, as on a NIC that delivers frames addressed to
+//! itself), frames to any other address are counted and dropped, and events
+//! queue for [`DeviceLink::next_event`]. Time is a virtual clock that
+//! starts at zero; [`LoopbackLink::advance`] moves it and fires the
+//! transport's timers (ACK timeouts, RNR waits) that fall due, so a test of
+//! a retry or a timeout takes no wall-clock time and cannot fail by chance.
+//!
+//! It exists so that the driver and the provider get tests of their own,
+//! single-threaded and deterministic; the live runtime proper is
+//! [`crate::LiveNic`].
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use doorbell_device::{Nic, NicConfig, NicCounters};
+use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
+use doorbell_host::{HostMemory, HostRam, Mmio};
+use doorbell_pcie::{Bus, Counters, LinkConfig};
+use doorbell_types::{Duration, Instant, Qpn, UarIndex};
+
+struct Device {
+    nic: Nic,
+    bus: Bus,
+    now: Instant,
+    events: VecDeque<NicEvent>,
+    /// Frames sent to an address other than the NIC's own.
+    dropped: u64,
+}
+
+impl Device {
+    /// Runs the NIC until it has nothing left to do at `now`: frames to
+    /// itself go back in, timers due fire, events queue.
+    fn settle(&mut self, own: [u8; 4]) {
+        loop {
+            let mut moved = false;
+            while let Some(f) = self.nic.poll_transmit() {
+                moved = true;
+                if f.dst == own {
+                    self.nic.handle_frame(self.now, &f.bytes, &mut self.bus);
+                } else {
+                    self.dropped += 1;
+                }
+            }
+            if self.nic.poll_timeout().is_some_and(|t| t <= self.now) {
+                moved = true;
+                self.nic.handle_timeout(self.now, &mut self.bus);
+            }
+            while let Some(e) = self.nic.poll_event() {
+                self.events.push_back(e);
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+}
+
+struct Shared {
+    dev: Mutex<Device>,
+    own: [u8; 4],
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Device> {
+        self.dev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct LoopbackMmio(Arc<Shared>);
+
+impl Mmio for LoopbackMmio {
+    fn mmio_write(&self, uar: UarIndex, offset: u32, data: &[u8]) {
+        let mut d = self.0.lock();
+        let Device { nic, bus, now, .. } = &mut *d;
+        nic.handle_mmio(*now, uar, offset, data, bus);
+        d.settle(self.0.own);
+    }
+}
+
+/// A NIC driven synchronously by its callers. See the module docs.
+pub struct LoopbackLink {
+    name: String,
+    gid: [u8; 16],
+    shared: Arc<Shared>,
+    mem: Arc<dyn HostMemory>,
+    mmio: Arc<dyn Mmio>,
+}
+
+impl LoopbackLink {
+    /// A NIC named `name` at `ipv4` over fresh host memory, with the default
+    /// PCIe link.
+    pub fn new(name: &str, ipv4: [u8; 4]) -> Self {
+        let mem: Arc<dyn HostMemory> = Arc::new(HostRam::new());
+        let cfg = NicConfig::new(ipv4);
+        let gid = cfg.gid();
+        let shared = Arc::new(Shared {
+            dev: Mutex::new(Device {
+                nic: Nic::new(cfg),
+                bus: Bus::new(LinkConfig::default(), mem.clone()),
+                now: Instant::ZERO,
+                events: VecDeque::new(),
+                dropped: 0,
+            }),
+            own: ipv4,
+        });
+        Self {
+            name: name.to_string(),
+            gid,
+            mmio: Arc::new(LoopbackMmio(shared.clone())),
+            shared,
+            mem,
+        }
+    }
+
+    /// The virtual time now.
+    pub fn now(&self) -> Instant {
+        self.shared.lock().now
+    }
+
+    /// Moves the clock on by `d`, firing every timer that falls due on the
+    /// way, each at its own deadline, in order.
+    pub fn advance(&self, d: Duration) {
+        let mut dev = self.shared.lock();
+        let end = dev.now.add(d);
+        while let Some(t) = dev.nic.poll_timeout().filter(|&t| t <= end) {
+            dev.now = dev.now.max(t);
+            let Device { nic, bus, now, .. } = &mut *dev;
+            nic.handle_timeout(*now, bus);
+            dev.settle(self.shared.own);
+        }
+        dev.now = end;
+        dev.settle(self.shared.own);
+    }
+
+    /// When the NIC's next timer falls due, if it has one.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.shared.lock().nic.poll_timeout()
+    }
+
+    /// Bus counters (all, or one QP's) and device counters.
+    pub fn counters(&self, qpn: Option<Qpn>) -> (Counters, NicCounters) {
+        let d = self.shared.lock();
+        let bus = qpn.map_or_else(|| d.bus.counters(), |q| d.bus.qp_counters(q));
+        (bus, d.nic.counters())
+    }
+
+    /// Frames the NIC sent to an address other than its own.
+    pub fn dropped_frames(&self) -> u64 {
+        self.shared.lock().dropped
+    }
+}
+
+impl DeviceLink for LoopbackLink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError> {
+        let mut d = self.shared.lock();
+        let Device { nic, bus, now, .. } = &mut *d;
+        let out = nic.exec(*now, cmd, bus);
+        d.settle(self.shared.own);
+        out
+    }
+
+    fn memory(&self) -> &Arc<dyn HostMemory> {
+        &self.mem
+    }
+
+    fn mmio(&self) -> &Arc<dyn Mmio> {
+        &self.mmio
+    }
+
+    fn gid(&self) -> [u8; 16] {
+        self.gid
+    }
+
+    /// Takes the next queued event; never waits (nothing else can raise
+    /// one meanwhile), so `timeout` is ignored.
+    fn next_event(&self, _timeout: Duration) -> Option<NicEvent> {
+        self.shared.lock().events.pop_front()
+    }
+}
