@@ -124,7 +124,7 @@ fn one_post_is_one_doorbell_one_wqe_read_one_payload_read_one_cqe() {
     // small WR would go by BlueFlame and need no WQE read).
     let wr = write_wr(&r, &sge, SendFlags::SIGNALED);
     let (before, _) = r.link.counters(Some(r.a.qpn()));
-    r.a.post_send(&[wr.clone(), wr]).unwrap();
+    r.a.post_send(&[wr, wr]).unwrap();
     let (after, _) = r.link.counters(Some(r.a.qpn()));
     let d = after.since(&before);
     assert_eq!(d.mmio_writes, 1, "one doorbell for the postlist");
