@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use doorbell_hif::DeviceLink;
-use doorbell_pcie::{Counters, DmaPurpose, LinkConfig};
+use doorbell_pcie::{Counters, LinkConfig, PerPost};
 use doorbell_rt::{Fabric, LiveNic};
 use doorbell_types::Psn;
 use doorbell_verbs::{
@@ -82,31 +82,15 @@ impl Default for SeedOptions {
     }
 }
 
-/// Per-post counts of one configuration (the JSON object of the main job).
+/// One row of the main job: a configuration and its per-post counts (the
+/// JSON object the main job prints, the report's keys flattened in).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PerPost {
+pub struct SeedRow {
     /// Configuration name.
     pub config: &'static str,
-    /// MMIO writes (host → device MWr TLPs).
-    pub mmio_writes: f64,
-    /// Bytes those carried.
-    pub mmio_bytes: f64,
-    /// DMA reads of send WQEs (operations).
-    pub wqe_dma_reads: f64,
-    /// DMA reads of payload (operations).
-    pub payload_dma_reads: f64,
-    /// Bytes read by DMA, all purposes.
-    pub dma_read_bytes: f64,
-    /// DMA writes of CQEs (operations).
-    pub cqe_dma_writes: f64,
-    /// Bytes written by DMA, all purposes.
-    pub dma_write_bytes: f64,
-    /// MWr TLPs, both directions.
-    pub mwr_tlps: f64,
-    /// MRd TLPs.
-    pub mrd_tlps: f64,
-    /// CplD TLPs.
-    pub cpld_tlps: f64,
+    /// What each post cost on the bus.
+    #[serde(flatten)]
+    pub per_post: PerPost,
     /// WRs per post_send call (postlist only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postlist_len: Option<u32>,
@@ -115,21 +99,11 @@ pub struct PerPost {
     pub signal_every: Option<u32>,
 }
 
-impl PerPost {
+impl SeedRow {
     fn from_counters(cfg: SeedConfig, c: &Counters, posts: u32) -> Self {
-        let per = |v: u64| v as f64 / f64::from(posts);
-        PerPost {
+        SeedRow {
             config: cfg.name(),
-            mmio_writes: per(c.mmio_writes),
-            mmio_bytes: per(c.mmio_bytes),
-            wqe_dma_reads: per(c.reads(DmaPurpose::SendWqe)),
-            payload_dma_reads: per(c.reads(DmaPurpose::Payload)),
-            dma_read_bytes: per(c.total_read_bytes()),
-            cqe_dma_writes: per(c.writes(DmaPurpose::Cqe)),
-            dma_write_bytes: per(c.total_write_bytes()),
-            mwr_tlps: per(c.mwr_tlps()),
-            mrd_tlps: per(c.mrd_tlps),
-            cpld_tlps: per(c.cpld_tlps),
+            per_post: PerPost::from_counters(c, posts.into()),
             postlist_len: match cfg {
                 SeedConfig::Postlist(n) => Some(n),
                 _ => None,
@@ -254,7 +228,7 @@ fn wait(cq: &Cq, n: usize) -> Result<()> {
 }
 
 /// Runs one configuration and returns its per-post counts.
-pub fn measure(cfg: SeedConfig, o: &SeedOptions) -> Result<PerPost> {
+pub fn measure(cfg: SeedConfig, o: &SeedOptions) -> Result<SeedRow> {
     let batch = match cfg {
         SeedConfig::Postlist(n) | SeedConfig::Unsignaled(n) => n.max(1),
         _ => 1,
@@ -310,11 +284,11 @@ pub fn measure(cfg: SeedConfig, o: &SeedOptions) -> Result<PerPost> {
         }
     }
     let after = e.a.counters(Some(qpn)).0;
-    Ok(PerPost::from_counters(cfg, &after.since(&before), posts))
+    Ok(SeedRow::from_counters(cfg, &after.since(&before), posts))
 }
 
 /// Runs every configuration.
-pub fn measure_all(o: &SeedOptions) -> Result<Vec<PerPost>> {
+pub fn measure_all(o: &SeedOptions) -> Result<Vec<SeedRow>> {
     configs(o)
         .iter()
         .map(|&c| measure(c, o).with_context(|| format!("measuring {}", c.name())))
@@ -322,7 +296,7 @@ pub fn measure_all(o: &SeedOptions) -> Result<Vec<PerPost>> {
 }
 
 /// The human-readable table.
-pub fn render(rows: &[PerPost], o: &SeedOptions) -> String {
+pub fn render(rows: &[SeedRow], o: &SeedOptions) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(
@@ -352,20 +326,21 @@ pub fn render(rows: &[PerPost], o: &SeedOptions) -> String {
             (_, Some(n)) => format!("unsignaled (1 in {n})"),
             _ => r.config.to_string(),
         };
+        let p = &r.per_post;
         let _ = writeln!(
             s,
             "{:<22} {:>6.3} {:>7.1} {:>6.3} {:>8.3} {:>8.1} {:>6.3} {:>8.1} {:>6.3} {:>6.3} {:>6.3}",
             name,
-            r.mmio_writes,
-            r.mmio_bytes,
-            r.wqe_dma_reads,
-            r.payload_dma_reads,
-            r.dma_read_bytes,
-            r.cqe_dma_writes,
-            r.dma_write_bytes,
-            r.mwr_tlps,
-            r.mrd_tlps,
-            r.cpld_tlps
+            p.mmio_writes,
+            p.mmio_bytes,
+            p.wqe_dma_reads,
+            p.payload_dma_reads,
+            p.dma_read_bytes,
+            p.cqe_dma_writes,
+            p.dma_write_bytes,
+            p.mwr_tlps,
+            p.mrd_tlps,
+            p.cpld_tlps
         );
     }
     let _ = writeln!(

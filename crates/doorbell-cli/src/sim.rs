@@ -352,7 +352,11 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "                 {:.3} MWr, {:.3} MRd, {:.3} CplD TLPs; {:.1} B to the device, {:.1} B to the host on the link",
-        pp.mwr_tlps, pp.mrd_tlps, pp.cpld_tlps, pp.host_to_device_bytes, pp.device_to_host_bytes
+        pp.mwr_tlps,
+        pp.mrd_tlps,
+        pp.cpld_tlps,
+        pp.host_to_device_bytes.unwrap_or_default(),
+        pp.device_to_host_bytes.unwrap_or_default()
     );
     let u = &r.utilisation;
     let cores: Vec<String> = u

@@ -23,6 +23,9 @@
 #![warn(unreachable_pub)]
 
 pub mod model;
+pub mod report;
+
+pub use report::PerPost;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

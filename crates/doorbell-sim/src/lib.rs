@@ -40,6 +40,7 @@ pub mod queue;
 pub mod workload;
 mod world;
 
+pub use doorbell_pcie::PerPost;
 pub use profile::Profile;
-pub use workload::{Latency, Op, PerPost, Report, SimError, Steps, Utilisation, Workload};
+pub use workload::{Latency, Op, Report, SimError, Steps, Utilisation, Workload};
 pub use world::LogLine;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use doorbell_hif::{AddressVector, DeviceLink, QpAttrs, QpState, QpType};
-use doorbell_pcie::DmaPurpose;
+use doorbell_pcie::{DmaPurpose, PerPost};
 use doorbell_types::{Duration, Instant, Psn, Qpn};
 use doorbell_verbs::{
     Access, Ah, Context, Cq, ProviderConfig, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr,
@@ -146,36 +146,6 @@ pub struct Latency {
     pub p50: f64,
     /// 99th percentile, ns.
     pub p99: f64,
-}
-
-/// Per-post crossings on the requester's link (the keys of the main job,
-/// plus the link's bytes in each direction, TLP overheads included).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct PerPost {
-    /// MMIO writes.
-    pub mmio_writes: f64,
-    /// MMIO bytes.
-    pub mmio_bytes: f64,
-    /// DMA reads of send WQEs.
-    pub wqe_dma_reads: f64,
-    /// DMA reads of payload.
-    pub payload_dma_reads: f64,
-    /// Bytes read by DMA.
-    pub dma_read_bytes: f64,
-    /// DMA writes of CQEs.
-    pub cqe_dma_writes: f64,
-    /// Bytes written by DMA.
-    pub dma_write_bytes: f64,
-    /// MWr TLPs, both directions.
-    pub mwr_tlps: f64,
-    /// MRd TLPs.
-    pub mrd_tlps: f64,
-    /// CplD TLPs.
-    pub cpld_tlps: f64,
-    /// Bytes host → device on the link.
-    pub host_to_device_bytes: f64,
-    /// Bytes device → host on the link.
-    pub device_to_host_bytes: f64,
 }
 
 /// How busy each resource was over the run, 0..=1.
@@ -885,8 +855,6 @@ impl Run {
     ) -> Report {
         let c = self.world.counters(0).since(&before.0);
         let (to_dev, to_host) = self.world.link_bytes(0);
-        let posts = self.target_ops.max(1) as f64;
-        let per = |v: u64| v as f64 / posts;
         let start = self.first_post.unwrap_or_default();
         let elapsed = self.last_done.since(start).max(Duration::from_ps(1));
         let secs = elapsed.as_ps() as f64 * 1e-12;
@@ -916,20 +884,11 @@ impl Run {
                 p50: pct(0.5),
                 p99: pct(0.99),
             },
-            per_post: PerPost {
-                mmio_writes: per(c.mmio_writes),
-                mmio_bytes: per(c.mmio_bytes),
-                wqe_dma_reads: per(c.reads(DmaPurpose::SendWqe)),
-                payload_dma_reads: per(c.reads(DmaPurpose::Payload)),
-                dma_read_bytes: per(c.total_read_bytes()),
-                cqe_dma_writes: per(c.writes(DmaPurpose::Cqe)),
-                dma_write_bytes: per(c.total_write_bytes()),
-                mwr_tlps: per(c.mwr_tlps()),
-                mrd_tlps: per(c.mrd_tlps),
-                cpld_tlps: per(c.cpld_tlps),
-                host_to_device_bytes: per(to_dev - before.1.0),
-                device_to_host_bytes: per(to_host - before.1.1),
-            },
+            per_post: PerPost::from_counters(&c, self.target_ops).with_link_bytes(
+                to_dev - before.1.0,
+                to_host - before.1.1,
+                self.target_ops,
+            ),
             utilisation: Utilisation {
                 pcie_to_device: frac(busy_dev),
                 pcie_to_host: frac(busy_host),

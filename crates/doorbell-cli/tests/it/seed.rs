@@ -9,11 +9,12 @@
 //! | postlist of n | 1 per n | WQEs read by DMA | 1 each | 1 each |
 //! | 1 signalled in n | — | — | — | 1 per n |
 
-use doorbell_cli::seed::{PerPost, SeedConfig, SeedOptions, measure};
+use doorbell_cli::seed::{SeedConfig, SeedOptions, measure};
 use doorbell_pcie::LinkConfig;
+use doorbell_pcie::PerPost;
 
 fn row(cfg: SeedConfig, o: &SeedOptions) -> PerPost {
-    measure(cfg, o).unwrap()
+    measure(cfg, o).unwrap().per_post
 }
 
 fn opts() -> SeedOptions {
@@ -61,9 +62,10 @@ fn baseline_inline_and_blueflame_rows() {
 #[test]
 fn postlist_rings_once_and_reads_the_wqes_in_one_go() {
     let o = opts();
-    let r = row(SeedConfig::Postlist(16), &o);
+    let whole = measure(SeedConfig::Postlist(16), &o).unwrap();
+    assert_eq!((whole.postlist_len, whole.signal_every), (Some(16), None));
+    let r = whole.per_post;
     assert_eq!(counts(&r), (1.0 / 16.0, 8.0 / 16.0, 1.0 / 16.0, 1.0, 1.0));
-    assert_eq!(r.postlist_len, Some(16));
     // 16 WQEBBs = 1024 bytes: 2 MRd of MRRS 512, 4 CplD of MPS 256, per list;
     // plus one 8-byte payload read (1 MRd, 1 CplD) per WR.
     assert_eq!(
@@ -76,9 +78,10 @@ fn postlist_rings_once_and_reads_the_wqes_in_one_go() {
 #[test]
 fn unsignaled_writes_one_cqe_per_period() {
     let o = opts();
-    let r = row(SeedConfig::Unsignaled(16), &o);
+    let whole = measure(SeedConfig::Unsignaled(16), &o).unwrap();
+    assert_eq!((whole.postlist_len, whole.signal_every), (None, Some(16)));
+    let r = whole.per_post;
     assert_eq!(counts(&r), (1.0, 8.0, 1.0, 1.0, 1.0 / 16.0));
-    assert_eq!(r.signal_every, Some(16));
     assert_eq!(r.dma_write_bytes, 64.0 / 16.0);
 }
 

@@ -82,7 +82,7 @@ fn link_bytes_include_tlp_overheads() {
     });
     assert_eq!(
         p.host_to_device_bytes,
-        (8.0 + 24.0) + (64.0 + 20.0) + (8.0 + 20.0)
+        Some((8.0 + 24.0) + (64.0 + 20.0) + (8.0 + 20.0))
     );
-    assert_eq!(p.device_to_host_bytes, 24.0 + 24.0 + (64.0 + 24.0));
+    assert_eq!(p.device_to_host_bytes, Some(24.0 + 24.0 + (64.0 + 24.0)));
 }
