@@ -109,6 +109,16 @@ pub trait HostMemory: Send + Sync {
     }
 }
 
+/// `base + off`, or [`MemError::Unmapped`] if that passes the end of the
+/// address space: the checked form of every "buffer start plus offset" host
+/// software computes.
+pub fn offset(base: HostAddr, off: u64) -> Result<HostAddr, MemError> {
+    base.checked_add(off).ok_or(MemError::Unmapped {
+        addr: base,
+        len: usize::try_from(off).unwrap_or(usize::MAX),
+    })
+}
+
 /// The bus address of each 4 KiB page that `[addr, addr + len)` touches
 /// (at least one page, for a zero length), or `None` if the range passes
 /// the end of the address space. Implementations of [`HostMemory::pin`]

@@ -15,6 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::post_cost::{BuildCosts, PostCosts};
 use crate::profile::{Profile, dur_ns};
 use crate::world::{LogLine, World, lock};
 
@@ -216,7 +217,6 @@ struct ClientQp {
     sge: Sge,
     remote: RemoteAddr,
     ud: Option<UdTarget>,
-    lock: Option<usize>,
     posted: u64,
     retired: u64,
     signals: BTreeMap<u64, (u64, Instant)>,
@@ -241,11 +241,6 @@ enum Kind {
 }
 
 struct Costs {
-    ctrl: Duration,
-    segment: Duration,
-    inline64: Duration,
-    barrier: Duration,
-    lock: Duration,
     poll_empty: Duration,
     poll_cqe: Duration,
     recv_post: Duration,
@@ -257,7 +252,6 @@ struct Run {
     world: World,
     threads: Vec<Thread>,
     costs: Costs,
-    lock_free: Vec<Instant>,
     latencies: Vec<Duration>,
     first_post: Option<Instant>,
     last_done: Instant,
@@ -395,7 +389,6 @@ impl Run {
         let server_cqs: Vec<Cq> = (0..threads)
             .map(|_| cb.create_cq(cqe))
             .collect::<Result<_, _>>()?;
-        let mut locks = 0usize;
         let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
         for t in 0..threads {
             let cq = ca.create_cq(cqe)?;
@@ -465,11 +458,6 @@ impl Run {
                         });
                     }
                 }
-                let placement = ca.placement(&qa);
-                let lock = placement.lock.then(|| {
-                    locks = locks.max(placement.bfreg_index as usize + 1);
-                    placement.bfreg_index as usize
-                });
                 let len = if w.op.is_atomic() { 8 } else { w.size };
                 let sge = mr_a.sge(0, len)?;
                 let remote_off = if w.op.is_atomic() { 64 } else { 0 };
@@ -492,7 +480,6 @@ impl Run {
                     sge,
                     remote,
                     ud,
-                    lock,
                     posted: 0,
                     retired: 0,
                     signals: BTreeMap::new(),
@@ -516,12 +503,18 @@ impl Run {
             });
         }
         let c = &profile.cpu;
+        ca.set_post_observer(Some(Arc::new(PostCosts {
+            cpu: world.cpu.clone(),
+            costs: BuildCosts {
+                ctrl: dur_ns(c.wqe_ctrl_ns),
+                segment: dur_ns(c.wqe_segment_ns),
+                inline64: dur_ns(c.inline_per_64b_ns),
+                barrier: dur_ns(c.barrier_ns),
+                lock: dur_ns(c.lock_ns),
+            },
+            lock_free: Default::default(),
+        })));
         let costs = Costs {
-            ctrl: dur_ns(c.wqe_ctrl_ns),
-            segment: dur_ns(c.wqe_segment_ns),
-            inline64: dur_ns(c.inline_per_64b_ns),
-            barrier: dur_ns(c.barrier_ns),
-            lock: dur_ns(c.lock_ns),
             poll_empty: dur_ns(c.poll_empty_ns),
             poll_cqe: dur_ns(c.poll_cqe_ns),
             recv_post: dur_ns(c.recv_post_ns),
@@ -557,7 +550,6 @@ impl Run {
             world,
             threads: threads_v,
             costs,
-            lock_free: vec![start; locks],
             latencies: Vec::new(),
             first_post: None,
             last_done: start,
@@ -726,17 +718,8 @@ impl Run {
             let q = &mut qps[k];
             let count = u64::from(w.postlist).min(w.iters - q.posted);
             let start = now;
-            // Build the WQEs.
-            let segs = u32::from(q.ud.is_some()) * 3
-                + u32::from(!matches!(w.op, Op::Send | Op::SendImm))
-                + u32::from(w.op.is_atomic())
-                + 1;
             let inline =
                 w.size <= w.inline_threshold && !matches!(w.op, Op::Read) && !w.op.is_atomic();
-            let mut build = self.costs.ctrl.add(self.costs.segment.mul(segs));
-            if inline {
-                build = build.add(self.costs.inline64.mul(w.size.div_ceil(64)));
-            }
             let mut wrs = Vec::with_capacity(count as usize);
             for i in 0..count {
                 let id = q.posted + i;
@@ -776,23 +759,11 @@ impl Run {
                     q.signals.insert(id, (id + 1, start));
                 }
             }
-            {
-                let mut cpu = lock(&self.world.cpu);
-                cpu.charge(core, build.mul(count as u32).add(self.costs.barrier));
-                if let Some(l) = q.lock {
-                    let free = self.lock_free[l];
-                    let wait = free.since(cpu.t[core]);
-                    cpu.t[core] = cpu.t[core].add(wait);
-                    cpu.charge(core, self.costs.lock);
-                }
-            }
+            // The provider reports what it built, and the CPU model charges
+            // for it (`PostCosts`), as the doorbell rings.
             if q.qp.post_send(&wrs).is_err() {
                 self.error.get_or_insert(WcStatus::GeneralErr);
                 return;
-            }
-            let after = lock(&self.world.cpu).t[core];
-            if let Some(l) = q.lock {
-                self.lock_free[l] = after;
             }
             q.posted += count;
             self.first_post.get_or_insert(start);

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use doorbell_host::offset;
 use doorbell_layout::cqe::{CQE_LEN, Cqe64, CqeOpcode, OP_OWN_INIT, Syndrome, owner_for};
 use doorbell_layout::dbr;
 use doorbell_layout::uar::{CQ_DOORBELL, CqArmDoorbell};
@@ -237,7 +238,7 @@ impl Cq {
             let ci = st.cons_index;
             let slot = ci & (inner.ncqe - 1);
             mem.read(
-                HostAddr::new(inner.buf.get() + u64::from(slot) * CQE_LEN as u64),
+                offset(inner.buf, u64::from(slot) * CQE_LEN as u64)?,
                 &mut buf,
             )?;
             let cqe = Cqe64::new_unchecked(&buf[..]);
@@ -252,8 +253,10 @@ impl Cq {
         }
         // The record is written once per call, and only if CQEs were taken.
         if st.cons_index != start {
-            let addr = HostAddr::new(inner.dbr.get() + (dbr::CQ_SET_CI * 4) as u64);
-            mem.write_be32(addr, st.cons_index & 0x00ff_ffff)?;
+            let mut rec = [0u8; dbr::DBR_LEN];
+            dbr::CqDoorbellRecord::new_unchecked(&mut rec[..]).set_consumer_index(st.cons_index);
+            let word = dbr::field::WORD0;
+            mem.write(offset(inner.dbr, word.start as u64)?, &rec[word])?;
         }
         Ok(n)
     }
@@ -330,10 +333,10 @@ impl Cq {
             cqn: inner.cqn.get(),
         };
         let mem = inner.ctx.mem();
-        mem.write_be32(
-            HostAddr::new(inner.dbr.get() + (dbr::CQ_ARM_DB * 4) as u64),
-            arm.arm_word(),
-        )?;
+        let mut rec = [0u8; dbr::DBR_LEN];
+        dbr::CqDoorbellRecord::new_unchecked(&mut rec[..]).set_arm(arm.arm_word());
+        let word = dbr::field::WORD1;
+        mem.write(offset(inner.dbr, word.start as u64)?, &rec[word])?;
         let uar = inner.ctx.driver().cq_uar();
         inner
             .ctx

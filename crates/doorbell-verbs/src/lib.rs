@@ -28,6 +28,7 @@ mod config;
 mod cq;
 mod mr;
 mod qp;
+mod report;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -46,6 +47,7 @@ pub use qp::{
     Ah, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr, RemoteAddr, SendFlags, SendWr, UdTarget,
     WrOpcode,
 };
+pub use report::{PostObserver, PostReport, Ring};
 
 /// Errors of the verbs API. Each maps to the errno rdma-core would return.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,6 +141,7 @@ struct ContextInner {
     low_lat_uuars: u32,
     dbr: Mutex<DbrPages>,
     qps: RwLock<BTreeMap<Qpn, Arc<qp::QpShared>>>,
+    observer: RwLock<Option<Arc<dyn PostObserver>>>,
 }
 
 /// An open device context (`ibv_context`).
@@ -219,6 +222,7 @@ impl Context {
                 low_lat_uuars: low,
                 dbr: Mutex::new(DbrPages { pages: Vec::new() }),
                 qps: RwLock::new(BTreeMap::new()),
+                observer: RwLock::new(None),
             }),
         })
     }
@@ -239,6 +243,24 @@ impl Context {
     /// GID 0 of the port.
     pub fn gid(&self) -> [u8; 16] {
         self.inner.ucontext.link().gid()
+    }
+
+    /// Sets (or with `None` removes) the observer of every post of this
+    /// context's QPs.
+    pub fn set_post_observer(&self, observer: Option<Arc<dyn PostObserver>>) {
+        *self
+            .inner
+            .observer
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = observer;
+    }
+
+    pub(crate) fn post_observer(&self) -> Option<Arc<dyn PostObserver>> {
+        self.inner
+            .observer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The provider settings in force.
@@ -332,7 +354,7 @@ impl Context {
         let (page, used) = &mut d.pages[i];
         let slot = (!*used).trailing_zeros();
         *used |= 1 << slot;
-        let addr = HostAddr::new(page.get() + u64::from(slot) * line);
+        let addr = doorbell_host::offset(*page, u64::from(slot) * line)?;
         self.inner.mem.write(addr, &[0u8; 8])?;
         Ok(addr)
     }

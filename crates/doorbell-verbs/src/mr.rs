@@ -151,7 +151,7 @@ impl Mr {
     fn check(&self, offset: u64, len: u64) -> Result<HostAddr, VerbsError> {
         let size = self.inner.len as u64;
         match offset.checked_add(len) {
-            Some(end) if end <= size => Ok(HostAddr::new(self.inner.addr.get() + offset)),
+            Some(end) if end <= size => Ok(doorbell_host::offset(self.inner.addr, offset)?),
             _ => Err(VerbsError::OutOfRange { offset, len, size }),
         }
     }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use doorbell_driver::CreateQpReq;
 use doorbell_hif::{AddressVector, QpAttrs, QpState, QpType};
-use doorbell_host::PAGE_SIZE;
+use doorbell_host::{PAGE_SIZE, offset};
 use doorbell_layout::dbr;
 use doorbell_layout::uar::BF_CHUNK;
 use doorbell_layout::wqe::{
@@ -15,6 +15,7 @@ use doorbell_layout::wqe::{
 use doorbell_types::{HostAddr, Mkey, Qpn, Rkey};
 
 use crate::cq::CqInner;
+use crate::report::{PostReport, Ring};
 use crate::{Bfreg, Context, Cq, Pd, Sge, VerbsError};
 
 /// Requested queue sizes (`ibv_qp_cap`).
@@ -211,6 +212,19 @@ impl QpShared {
     }
 }
 
+/// What [`Qp::build_wqe`] wrote.
+struct Built {
+    /// Bytes of the WQE, a multiple of 16.
+    size: usize,
+    /// It carries its payload inline.
+    inline: bool,
+    /// Inline payload bytes.
+    inline_len: u32,
+    /// Segments after the control segment, as [`PostReport::segments`]
+    /// counts them.
+    segments: u32,
+}
+
 struct QpInner {
     pd: Pd,
     _send_cq: Arc<CqInner>,
@@ -375,7 +389,7 @@ impl Pd {
                 qp_type: attr.qp_type,
                 sq_sig_all: attr.sq_sig_all,
                 buf,
-                sq_start: HostAddr::new(buf.get() + rq_bytes),
+                sq_start: offset(buf, rq_bytes)?,
                 rq_stride,
                 dbr: dbr_addr,
                 bfreg_index: out.bfreg_index,
@@ -502,7 +516,7 @@ impl Qp {
                 d.set_addr(0);
                 i += 1;
             }
-            let at = HostAddr::new(inner.buf.get() + (ind * stride) as u64);
+            let at = offset(inner.buf, (ind * stride) as u64)?;
             mem.write(at, &wqe[..i * 16])?;
             rq.wrid[ind] = wr.wr_id;
         }
@@ -514,8 +528,7 @@ impl Qp {
             return Ok(());
         }
         rq.head = rq.head.wrapping_add(nreq);
-        let addr = HostAddr::new(self.inner.dbr.get() + (dbr::RCV_DBR * 4) as u64);
-        Ok(self.ctx().mem().write_be32(addr, rq.head & 0xffff)?)
+        self.write_dbr_word(dbr::field::WORD0, |r| r.set_recv_counter(rq.head as u16))
     }
 
     /// Posts send WRs (`ibv_post_send`). On error, the WRs before the failing
@@ -538,6 +551,7 @@ impl Qp {
         let mut last: Option<(usize, usize, bool)> = None; // (buffer, size in bytes, inline)
         let mut result = Ok(());
         let mut nreq = 0u32;
+        let (mut segments, mut inline_bytes, mut inline_chunks) = (0u32, 0u32, 0u32);
         for wr in wrs {
             let posted = sq.head.wrapping_sub(sq.tail).wrapping_add(nreq);
             if posted >= inner.max_send_post {
@@ -548,7 +562,12 @@ impl Qp {
                 break;
             }
             let built = self.build_wqe(wr, sq.cur_post, &mut bufs[cur]);
-            let (size, inl) = match built {
+            let Built {
+                size,
+                inline: inl,
+                inline_len,
+                segments: segs,
+            } = match built {
                 Ok(x) => x,
                 Err(e) => {
                     result = Err(e);
@@ -564,6 +583,9 @@ impl Qp {
             sq.wqe_head[idx] = sq.head.wrapping_add(nreq);
             sq.cur_post = sq.cur_post.wrapping_add(size.div_ceil(WQEBB_LEN) as u16);
             nreq += 1;
+            segments += segs;
+            inline_bytes += inline_len;
+            inline_chunks += inline_len.div_ceil(64);
             last = Some((cur, size, inl));
             cur ^= 1;
         }
@@ -572,21 +594,37 @@ impl Qp {
             sq.head = sq.head.wrapping_add(nreq);
             // The WQEs are in memory before the record (a compiler barrier
             // on x86); the record before the doorbell (sfence).
-            let addr = HostAddr::new(inner.dbr.get() + (dbr::SND_DBR * 4) as u64);
-            self.ctx().mem().write_be32(addr, u32::from(sq.cur_post))?;
-            self.ring(&wqe[..size], nreq, inl)?;
+            self.write_dbr_word(dbr::field::WORD1, |r| r.set_send_counter(sq.cur_post))?;
+            let bf = &inner.bf;
+            let mut report = PostReport {
+                qpn: self.qpn(),
+                wqes: nreq,
+                segments,
+                inline_bytes,
+                inline_chunks,
+                ring: Ring::Doorbell,
+                bfreg: inner.bfreg_index,
+                locked: bf.need_lock,
+            };
+            let observer = self.ctx().post_observer();
+            if let Some(o) = &observer {
+                o.before_ring(&report);
+            }
+            report.ring = self.ring(&wqe[..size], nreq, inl);
+            if let Some(o) = &observer {
+                o.after_ring(&report);
+            }
         }
         result
     }
 
-    /// Builds one WQE at producer index `cur_post`; returns its size in bytes
-    /// (a multiple of 16) and whether it carries inline data.
+    /// Builds one WQE at producer index `cur_post`; says what it wrote.
     fn build_wqe(
         &self,
         wr: &SendWr<'_>,
         cur_post: u16,
         wqe: &mut [u8; 1024],
-    ) -> Result<(usize, bool), VerbsError> {
+    ) -> Result<Built, VerbsError> {
         let inner = &*self.inner;
         let (opcode, imm, remote, atomic) = match wr.opcode {
             WrOpcode::Send => (WqeOpcode::Send, 0, None, None),
@@ -649,6 +687,8 @@ impl Qp {
             off += field::ATOMIC_LEN;
         }
         let inline = wr.flags.contains(SendFlags::INLINE) && !is_rd;
+        let mut inline_len = 0u32;
+        let mut segments = ((off - field::CTRL_LEN) / wqe::DS_LEN) as u32;
         if inline {
             let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
             if total > inner.max_inline as usize {
@@ -671,6 +711,8 @@ impl Qp {
                 let end = off + usize::from(wqe::inline_ds(total)) * wqe::DS_LEN;
                 wqe[at..end].fill(0);
                 off = end;
+                inline_len = total as u32;
+                segments += 1;
             }
         } else {
             for s in wr.sg_list.iter().filter(|s| s.length > 0) {
@@ -679,6 +721,7 @@ impl Qp {
                 d.set_lkey(s.lkey.raw());
                 d.set_addr(s.addr);
                 off += field::DATA_LEN;
+                segments += 1;
             }
         }
         let ds = (off / wqe::DS_LEN) as u8;
@@ -701,7 +744,25 @@ impl Qp {
         let size = off;
         let padded = size.div_ceil(WQEBB_LEN) * WQEBB_LEN;
         wqe[size..padded].fill(0);
-        Ok((size, inline))
+        Ok(Built {
+            size,
+            inline,
+            inline_len,
+            segments,
+        })
+    }
+
+    /// Writes one word of the QP's doorbell record, encoded by the layout's
+    /// view; the other word (the other direction's counter) is untouched.
+    fn write_dbr_word(
+        &self,
+        word: doorbell_layout::Field,
+        set: impl FnOnce(&mut dbr::QpDoorbellRecord<&mut [u8]>),
+    ) -> Result<(), VerbsError> {
+        let mut rec = [0u8; dbr::DBR_LEN];
+        set(&mut dbr::QpDoorbellRecord::new_unchecked(&mut rec[..]));
+        let at = offset(self.inner.dbr, word.start as u64)?;
+        Ok(self.ctx().mem().write(at, &rec[word])?)
     }
 
     /// Writes a WQE into the send ring at WQEBB `idx`, wrapping at the end.
@@ -711,10 +772,7 @@ impl Qp {
         let ring = inner.shared.sq_wqe_cnt as usize * WQEBB_LEN;
         let start = idx * WQEBB_LEN;
         let first = bytes.len().min(ring - start);
-        mem.write(
-            HostAddr::new(inner.sq_start.get() + start as u64),
-            &bytes[..first],
-        )?;
+        mem.write(offset(inner.sq_start, start as u64)?, &bytes[..first])?;
         if first < bytes.len() {
             mem.write(inner.sq_start, &bytes[first..])?;
         }
@@ -723,7 +781,7 @@ impl Qp {
 
     /// Rings the doorbell for the last WQE built: BlueFlame when a single
     /// small WQE allows it, else the 8-byte doorbell.
-    fn ring(&self, last_wqe: &[u8], nreq: u32, inline: bool) -> Result<(), VerbsError> {
+    fn ring(&self, last_wqe: &[u8], nreq: u32, inline: bool) -> Ring {
         let inner = &*self.inner;
         let bf = &inner.bf;
         let cfg = self.ctx().config();
@@ -739,7 +797,7 @@ impl Qp {
         // otherwise belongs to this QP alone.
         let mut offset = bf.offset.lock().unwrap_or_else(|e| e.into_inner());
         let reg = bf.reg + *offset;
-        if use_bf {
+        let ring = if use_bf {
             let padded = ds.div_ceil(BF_CHUNK / wqe::DS_LEN) * BF_CHUNK;
             let mut chunk = [0u8; BF_CHUNK];
             for (i, at) in (0..padded).step_by(BF_CHUNK).enumerate() {
@@ -748,11 +806,15 @@ impl Qp {
                 chunk[n..].fill(0);
                 mmio.mmio_write(bf.uar, reg + (i * BF_CHUNK) as u32, &chunk);
             }
+            Ring::BlueFlame {
+                chunks: (padded / BF_CHUNK) as u32,
+            }
         } else {
             mmio.mmio_write(bf.uar, reg, &last_wqe[..8]);
-        }
+            Ring::Doorbell
+        };
         *offset ^= bf.buf_size;
-        Ok(())
+        ring
     }
 }
 

@@ -10,8 +10,8 @@ use doorbell_pcie::DmaPurpose;
 use doorbell_rt::LoopbackLink;
 use doorbell_types::{Duration, Psn};
 use doorbell_verbs::{
-    Access, Context, Cq, Mr, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint, RecvWr, RemoteAddr,
-    SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
+    Access, Context, Cq, Mr, PostObserver, PostReport, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint,
+    RecvWr, RemoteAddr, Ring, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
 const FULL: u32 =
@@ -19,7 +19,7 @@ const FULL: u32 =
 
 struct Rig {
     link: Arc<LoopbackLink>,
-    _ctx: Context,
+    ctx: Context,
     cq: Cq,
     a: Qp,
     b: Qp,
@@ -61,7 +61,7 @@ fn rig() -> Rig {
     b.connect_rc(&eb, &ea, 1024).unwrap();
     Rig {
         link,
-        _ctx: ctx,
+        ctx,
         cq,
         a,
         b,
@@ -195,4 +195,58 @@ fn rnr_retries_run_on_the_virtual_clock() {
     let mut got = [0u8; 5];
     r.mr.read(2048, &mut got).unwrap();
     assert_eq!(&got, b"hello");
+}
+
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<(&'static str, PostReport)>>);
+
+impl PostObserver for Recorder {
+    fn before_ring(&self, r: &PostReport) {
+        self.0.lock().unwrap().push(("before", *r));
+    }
+    fn after_ring(&self, r: &PostReport) {
+        self.0.lock().unwrap().push(("after", *r));
+    }
+}
+
+#[test]
+fn the_provider_reports_what_each_post_wrote_and_how_it_rang() {
+    let r = rig();
+    let rec = Arc::new(Recorder::default());
+    r.ctx.set_post_observer(Some(rec.clone()));
+    let sge = [r.mr.sge(0, 8).unwrap()];
+    let inline = write_wr(&r, &sge, SendFlags::SIGNALED | SendFlags::INLINE);
+    // A postlist of two inline WRITEs: ctrl + raddr + inline each.
+    r.a.post_send(&[inline, inline]).unwrap();
+    // One WRITE by pointer, alone: ctrl + raddr + data, by BlueFlame too
+    // (MLX5_POST_SEND_PREFER_BF is on by default).
+    r.a.post_send(&[write_wr(&r, &sge, SendFlags::SIGNALED)])
+        .unwrap();
+    // One inline WRITE alone: BlueFlame, one 64-byte chunk.
+    r.a.post_send(&[inline]).unwrap();
+    let log = rec.0.lock().unwrap().clone();
+    let order: Vec<_> = log.iter().map(|(w, _)| *w).collect();
+    assert_eq!(
+        order,
+        ["before", "after", "before", "after", "before", "after"]
+    );
+    let reports: Vec<PostReport> = log.iter().skip(1).step_by(2).map(|(_, r)| *r).collect();
+    let facts: Vec<_> = reports
+        .iter()
+        .map(|p| (p.wqes, p.segments, p.inline_bytes, p.inline_chunks, p.ring))
+        .collect();
+    assert_eq!(
+        facts,
+        [
+            (2, 4, 16, 2, Ring::Doorbell),
+            (1, 2, 0, 0, Ring::BlueFlame { chunks: 1 }),
+            (1, 2, 8, 1, Ring::BlueFlame { chunks: 1 }),
+        ]
+    );
+    let p = reports[0];
+    assert_eq!(
+        (p.qpn, p.bfreg, p.locked),
+        (r.a.qpn(), r.a.bfreg_index(), false)
+    );
+    assert_eq!(poll_all(&r.cq).len(), 4);
 }
