@@ -3,6 +3,7 @@
 #![allow(missing_docs)]
 mod calibration;
 mod determinism;
+mod steps;
 mod table;
 
 use doorbell_sim::Profile;
