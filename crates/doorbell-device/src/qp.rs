@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use doorbell_types::{Instant, Psn, Qpn};
 
 use crate::sq::SentMsg;
-use doorbell_hif::{CmdError, QpAttrs, QpParams, QpState, qp::check_modify};
+use doorbell_hif::{CmdError, QpAttrs, QpParams, QpState, check_modify};
 
 /// Progress of an inbound multi-packet SEND.
 pub(crate) struct RecvInProgress {

@@ -28,8 +28,8 @@
 
 use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Psn, Qpn, UarIndex};
 
-use crate::cmd::QpParams;
-use crate::cmd::{CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, ObjKind, Param};
+use crate::cmd::{CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams};
+use crate::error::{CmdError, ObjKind, Param};
 use crate::qp::{Access, AddressVector, QpAttr, QpAttrs, QpState, QpType, Transition};
 
 /// The PRM's command opcodes, and doorbell's one for MODIFY_QP.

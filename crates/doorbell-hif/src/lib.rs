@@ -10,7 +10,7 @@
 //!   byte form ([`codec`]), so a command can cross a process boundary;
 //! - QP states, service types, access rights, the address vector, and the
 //!   attributes of MODIFY_QP with the rules of which transition takes which
-//!   ([`qp::check_modify`]);
+//!   ([`check_modify`]);
 //! - the device's capabilities ([`DeviceCaps`]) and asynchronous events
 //!   ([`NicEvent`]);
 //! - the device link ([`DeviceLink`]): how the driver reaches a device
@@ -29,14 +29,16 @@
 
 pub mod cmd;
 pub mod codec;
+pub mod error;
 pub mod event;
 pub mod link;
+pub mod modify;
 pub mod qp;
 
-pub use cmd::{
-    CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, ObjKind, Param, QpParams,
-};
+pub use cmd::{CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams};
 pub use codec::DecodeError;
+pub use error::{CmdError, ObjKind, Param};
 pub use event::NicEvent;
 pub use link::DeviceLink;
+pub use modify::check_modify;
 pub use qp::{Access, AddressVector, QpAttr, QpAttrs, QpState, QpType, Transition};

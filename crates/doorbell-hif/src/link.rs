@@ -5,7 +5,8 @@ use std::sync::Arc;
 use doorbell_host::{HostMemory, Mmio};
 use doorbell_types::Duration;
 
-use crate::cmd::{CmdError, CmdOut, Command};
+use crate::cmd::{CmdOut, Command};
+use crate::error::CmdError;
 use crate::event::NicEvent;
 
 /// A device as the host's driver sees it: a command interface, the host

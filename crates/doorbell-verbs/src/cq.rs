@@ -9,7 +9,8 @@ use doorbell_layout::uar::{CQ_DOORBELL, CqArmDoorbell};
 use doorbell_layout::wqe::WqeOpcode;
 use doorbell_types::{Cqn, HostAddr, Qpn};
 
-use crate::{Context, VerbsError};
+use crate::context::Context;
+use crate::error::VerbsError;
 
 /// Status of a completion (`enum ibv_wc_status`, same numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -358,5 +359,12 @@ impl std::fmt::Debug for Cq {
             .field("cqn", &self.inner.cqn)
             .field("ncqe", &self.inner.ncqe)
             .finish()
+    }
+}
+
+impl Context {
+    /// Creates a completion queue of at least `cqe` entries.
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq, VerbsError> {
+        Cq::new(self.clone(), cqe)
     }
 }

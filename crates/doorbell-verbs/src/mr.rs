@@ -5,7 +5,8 @@ use std::sync::Arc;
 use doorbell_hif::Access;
 use doorbell_types::{HostAddr, Lkey, Mkey, Pdn, Rkey};
 
-use crate::{Context, VerbsError};
+use crate::context::Context;
+use crate::error::VerbsError;
 
 pub(crate) struct PdInner {
     pub(crate) ctx: Context,
@@ -199,5 +200,12 @@ impl std::fmt::Debug for Mr {
 impl std::fmt::Debug for Pd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pd").field("pdn", &self.inner.pdn).finish()
+    }
+}
+
+impl Context {
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd, VerbsError> {
+        Pd::new(self.clone())
     }
 }

@@ -7,16 +7,20 @@ use doorbell_driver::CreateQpReq;
 use doorbell_hif::{AddressVector, QpAttrs, QpState, QpType};
 use doorbell_host::{PAGE_SIZE, offset};
 use doorbell_layout::dbr;
-use doorbell_layout::uar::BF_CHUNK;
+use doorbell_layout::uar::{BF_CHUNK, BFREGS_PER_UAR};
 use doorbell_layout::wqe::{
     self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode,
     ctrl_flags, field,
 };
 use doorbell_types::{HostAddr, Mkey, Qpn, Rkey};
 
+use crate::context::{Bfreg, BfregPlacement, Context};
+use crate::cq::Cq;
 use crate::cq::CqInner;
+use crate::error::VerbsError;
+use crate::mr::{Pd, Sge};
 use crate::report::{PostReport, Ring};
-use crate::{Bfreg, Context, Cq, Pd, Sge, VerbsError};
+use crate::wq::{QpShared, RqState, SqState};
 
 /// Requested queue sizes (`ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,48 +172,6 @@ pub struct RecvWr<'a> {
     pub wr_id: u64,
     /// Where data lands.
     pub sg_list: &'a [Sge],
-}
-
-pub(crate) struct SqState {
-    /// Free-running producer counter in WQEBBs.
-    cur_post: u16,
-    head: u32,
-    tail: u32,
-    wrid: Vec<u64>,
-    wqe_head: Vec<u32>,
-}
-
-pub(crate) struct RqState {
-    head: u32,
-    tail: u32,
-    wrid: Vec<u64>,
-}
-
-/// The part of a QP that poll_cq needs.
-pub(crate) struct QpShared {
-    pub(crate) qpn: Qpn,
-    sq: Mutex<SqState>,
-    rq: Mutex<RqState>,
-    sq_wqe_cnt: u32,
-    rq_wqe_cnt: u32,
-}
-
-impl QpShared {
-    /// Retires send WQEs up to the one at `wqe_counter`; returns its wr_id.
-    pub(crate) fn complete_send(&self, wqe_counter: u16) -> (u64, u32) {
-        let mut sq = self.sq.lock().unwrap_or_else(|e| e.into_inner());
-        let idx = (u32::from(wqe_counter) & (self.sq_wqe_cnt - 1)) as usize;
-        sq.tail = sq.wqe_head[idx].wrapping_add(1);
-        (sq.wrid[idx], sq.tail)
-    }
-
-    /// Retires the receive WQE at `wqe_counter`; returns its wr_id.
-    pub(crate) fn complete_recv(&self, wqe_counter: u16) -> u64 {
-        let mut rq = self.rq.lock().unwrap_or_else(|e| e.into_inner());
-        let idx = (u32::from(wqe_counter) & (self.rq_wqe_cnt - 1)) as usize;
-        rq.tail = rq.tail.wrapping_add(1);
-        rq.wrid[idx]
-    }
 }
 
 /// What [`Qp::build_wqe`] wrote.
@@ -918,4 +880,19 @@ pub struct RcEndpoint {
     pub qpn: Qpn,
     /// First PSN it sends.
     pub psn: doorbell_types::Psn,
+}
+
+impl Context {
+    /// Where the doorbells of QP `qpn` of this context go.
+    pub fn placement(&self, qp: &Qp) -> BfregPlacement {
+        let idx = qp.bfreg_index();
+        let bf = &qp.inner.bf;
+        BfregPlacement {
+            bfreg_index: idx,
+            uar_page: idx / BFREGS_PER_UAR,
+            uar_offset: bf.reg,
+            blueflame: bf.buf_size > 0 && !self.config().shut_up_bf,
+            lock: bf.need_lock,
+        }
+    }
 }

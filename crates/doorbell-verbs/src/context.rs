@@ -1,0 +1,299 @@
+//! A device context (`ibv_context`): the driver's user context, the
+//! provider's view of the UAR pages and their bfregs, the doorbell-record
+//! pages, and the registry of QPs that `poll_cq` consults.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use doorbell_driver::{AllocUcontextReq, AllocUcontextResp, DeviceLink, Ucontext};
+use doorbell_hif::{DeviceCaps, NicEvent};
+use doorbell_host::{HostMemory, Mmio, PAGE_SIZE};
+use doorbell_layout::uar;
+use doorbell_types::{HostAddr, Qpn, UarIndex};
+
+use crate::config::ProviderConfig;
+use crate::error::VerbsError;
+use crate::report::PostObserver;
+use crate::wq::QpShared;
+
+/// One doorbell/BlueFlame register as the provider sees it (`struct mlx5_bf`).
+pub(crate) struct Bfreg {
+    pub(crate) uar: UarIndex,
+    /// Offset of the register in its UAR page.
+    pub(crate) reg: u32,
+    /// Size of one of its two BlueFlame buffers; 0 for bfreg 0.
+    pub(crate) buf_size: u32,
+    pub(crate) need_lock: bool,
+    /// Which buffer the next write goes to (0 or `buf_size`). Under the
+    /// register's lock when `need_lock`; otherwise only its one QP writes it.
+    pub(crate) offset: Mutex<u32>,
+}
+
+/// Doorbell-record pages: one host page split into cache-line slots, first
+/// fit (`mlx5_alloc_dbrec`).
+struct DbrPages {
+    pages: Vec<(HostAddr, u64)>,
+}
+
+struct ContextInner {
+    ucontext: Ucontext,
+    cfg: ProviderConfig,
+    mem: Arc<dyn HostMemory>,
+    mmio: Arc<dyn Mmio>,
+    bfregs: Vec<Arc<Bfreg>>,
+    tot_uuars: u32,
+    low_lat_uuars: u32,
+    dbr: Mutex<DbrPages>,
+    qps: RwLock<BTreeMap<Qpn, Arc<QpShared>>>,
+    observer: RwLock<Option<Arc<dyn PostObserver>>>,
+}
+
+/// An open device context (`ibv_context`).
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+/// What a context reports about the device (`ibv_device_attr` and the
+/// provider's view of the alloc_ucontext response).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Device capabilities.
+    pub caps: DeviceCaps,
+    /// The alloc_ucontext response.
+    pub ucontext: AllocUcontextResp,
+}
+
+/// Where a QP's doorbells go: for `doorbell layout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BfregPlacement {
+    /// Gross bfreg index (four per UAR).
+    pub bfreg_index: u32,
+    /// Index of the UAR page in the context, from 0.
+    pub uar_page: u32,
+    /// Byte offset of the register in the UAR.
+    pub uar_offset: u32,
+    /// Whether doorbells may use BlueFlame.
+    pub blueflame: bool,
+    /// Whether doorbells take the register's lock.
+    pub lock: bool,
+}
+
+impl Context {
+    /// Opens a context with settings from the `MLX5_*` environment variables.
+    pub fn open(link: Arc<dyn DeviceLink>) -> Result<Self, VerbsError> {
+        Self::with_config(link, ProviderConfig::from_env()?)
+    }
+
+    /// Opens a context with explicit settings.
+    pub fn with_config(link: Arc<dyn DeviceLink>, cfg: ProviderConfig) -> Result<Self, VerbsError> {
+        let (total, low) = cfg.normalised()?;
+        let mem = Arc::clone(link.memory());
+        let mmio = Arc::clone(link.mmio());
+        let ucontext = Ucontext::alloc(
+            link,
+            AllocUcontextReq {
+                total_num_bfregs: total,
+                num_low_latency_bfregs: low,
+            },
+        )?;
+        let resp = ucontext.resp().clone();
+        let tot_uuars = resp.tot_bfregs;
+        let bf_reg_size = resp.bf_reg_size;
+        // Map every static UAR: four registers each, 0 and 1 for user QPs.
+        let mut bfregs = Vec::new();
+        for (page, uar_index) in ucontext.uar_pages().iter().enumerate() {
+            for k in 0..uar::BFREGS_PER_UAR {
+                let bfi = page as u32 * uar::BFREGS_PER_UAR + k;
+                let need_lock = need_uuar_lock(bfi, tot_uuars, low, cfg.single_threaded);
+                bfregs.push(Arc::new(Bfreg {
+                    uar: *uar_index,
+                    reg: uar::bfreg_offset(k, bf_reg_size as usize) as u32,
+                    buf_size: if bfi == 0 { 0 } else { bf_reg_size / 2 },
+                    need_lock,
+                    offset: Mutex::new(0),
+                }));
+            }
+        }
+        Ok(Self {
+            inner: Arc::new(ContextInner {
+                ucontext,
+                cfg,
+                mem,
+                mmio,
+                bfregs,
+                tot_uuars,
+                low_lat_uuars: low,
+                dbr: Mutex::new(DbrPages { pages: Vec::new() }),
+                qps: RwLock::new(BTreeMap::new()),
+                observer: RwLock::new(None),
+            }),
+        })
+    }
+
+    /// Device attributes.
+    pub fn query_device(&self) -> DeviceAttr {
+        DeviceAttr {
+            caps: self.inner.ucontext.caps().clone(),
+            ucontext: self.inner.ucontext.resp().clone(),
+        }
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> String {
+        self.inner.ucontext.link().name().to_string()
+    }
+
+    /// GID 0 of the port.
+    pub fn gid(&self) -> [u8; 16] {
+        self.inner.ucontext.link().gid()
+    }
+
+    /// Sets (or with `None` removes) the observer of every post of this
+    /// context's QPs.
+    pub fn set_post_observer(&self, observer: Option<Arc<dyn PostObserver>>) {
+        *self
+            .inner
+            .observer
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = observer;
+    }
+
+    pub(crate) fn post_observer(&self) -> Option<Arc<dyn PostObserver>> {
+        self.inner
+            .observer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The provider settings in force.
+    pub fn config(&self) -> &ProviderConfig {
+        &self.inner.cfg
+    }
+
+    /// The UAR pages mapped into this context.
+    pub fn uar_pages(&self) -> &[UarIndex] {
+        self.inner.ucontext.uar_pages()
+    }
+
+    /// Waits up to `timeout` for a completion event of one of this
+    /// context's CQs armed with [`Cq::req_notify`].
+    pub fn get_cq_event(&self, timeout: std::time::Duration) -> Option<doorbell_types::Cqn> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let wait =
+                doorbell_types::Duration::from_ns(left.as_nanos().min(u128::from(u64::MAX)) as u64);
+            match self.inner.ucontext.link().next_event(wait)? {
+                NicEvent::Completion(c) => return Some(c),
+                _ if left.is_zero() => return None,
+                _ => continue,
+            }
+        }
+    }
+
+    /// Pages holding this context's doorbell records, each with the number
+    /// of QPs and CQs whose record it holds (the driver's pinned pages).
+    pub fn doorbell_record_pages(&self) -> Vec<(HostAddr, u32)> {
+        self.inner.ucontext.db_pages()
+    }
+
+    /// Static and low-latency bfreg counts after adjustment.
+    pub fn bfreg_counts(&self) -> (u32, u32) {
+        (self.inner.tot_uuars, self.inner.low_lat_uuars)
+    }
+
+    /// Host memory, for the owner of a buffer.
+    pub(crate) fn mem(&self) -> &Arc<dyn HostMemory> {
+        &self.inner.mem
+    }
+
+    pub(crate) fn driver(&self) -> &Ucontext {
+        &self.inner.ucontext
+    }
+
+    /// Allocates a zeroed doorbell record.
+    pub(crate) fn alloc_dbrec(&self) -> Result<HostAddr, VerbsError> {
+        let line = u64::from(self.inner.ucontext.resp().cache_line_size.max(8));
+        let slots = (PAGE_SIZE / line).min(64) as u32;
+        let full = if slots == 64 {
+            u64::MAX
+        } else {
+            (1u64 << slots) - 1
+        };
+        let mut d = self.inner.dbr.lock().unwrap_or_else(|e| e.into_inner());
+        let pos = d.pages.iter().position(|(_, used)| *used != full);
+        let i = match pos {
+            Some(i) => i,
+            None => {
+                let page = self.inner.mem.alloc(PAGE_SIZE)?;
+                d.pages.push((page, 0));
+                d.pages.len() - 1
+            }
+        };
+        let (page, used) = &mut d.pages[i];
+        let slot = (!*used).trailing_zeros();
+        *used |= 1 << slot;
+        let addr = doorbell_host::offset(*page, u64::from(slot) * line)?;
+        self.inner.mem.write(addr, &[0u8; 8])?;
+        Ok(addr)
+    }
+
+    /// Releases a doorbell record; frees its page when it was the last.
+    pub(crate) fn free_dbrec(&self, addr: HostAddr) {
+        let line = u64::from(self.inner.ucontext.resp().cache_line_size.max(8));
+        let mut d = self.inner.dbr.lock().unwrap_or_else(|e| e.into_inner());
+        let page = addr.get() & !(PAGE_SIZE - 1);
+        if let Some(i) = d.pages.iter().position(|(p, _)| p.get() == page) {
+            d.pages[i].1 &= !(1u64 << ((addr.get() - page) / line));
+            if d.pages[i].1 == 0 {
+                let (p, _) = d.pages.remove(i);
+                let _ = self.inner.mem.free(p);
+            }
+        }
+    }
+
+    pub(crate) fn bfreg(&self, gross: u32) -> Option<&Arc<Bfreg>> {
+        self.inner.bfregs.get(gross as usize)
+    }
+
+    pub(crate) fn mmio(&self) -> &Arc<dyn Mmio> {
+        &self.inner.mmio
+    }
+
+    pub(crate) fn register_qp(&self, shared: Arc<QpShared>) {
+        self.inner
+            .qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(shared.qpn, shared);
+    }
+
+    pub(crate) fn unregister_qp(&self, qpn: Qpn) {
+        self.inner
+            .qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&qpn);
+    }
+
+    pub(crate) fn find_qp(&self, qpn: Qpn) -> Option<Arc<QpShared>> {
+        self.inner
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .cloned()
+    }
+}
+
+/// rdma-core's `need_uuar_lock`: bfreg 0 and the dedicated high class need
+/// no lock, nor does anything when single-threaded; the shared medium class does.
+fn need_uuar_lock(uuarn: u32, tot_uuars: u32, low_lat: u32, single_threaded: bool) -> bool {
+    if uuarn == 0 || single_threaded {
+        return false;
+    }
+    let i = uuarn / 2 + uuarn % 2;
+    i < tot_uuars - low_lat
+}
