@@ -497,7 +497,7 @@ fn a_late_packet_is_out_of_sequence_and_its_copy_a_duplicate() {
     // out of sequence, B NAKs, A goes back; the late FIRST is a duplicate.
     let (oa, _) = tap(|s, k| {
         if s.opcode == BthOpcode::RcRdmaWriteFirst && k == 0 {
-            Fate::Delay(Duration::from_millis(30))
+            Fate::Delay(doorbell_types::Duration::from_us(30_000))
         } else {
             Fate::Deliver
         }
