@@ -37,9 +37,11 @@
 
 pub mod profile;
 pub mod queue;
+#[cfg(test)]
+mod wire_faults;
 pub mod workload;
 mod world;
 
-pub use profile::Profile;
+pub use profile::{Profile, WireFaults};
 pub use workload::{Latency, Op, PerPost, Report, SimError, Steps, Utilisation, Workload};
 pub use world::LogLine;

@@ -3,6 +3,7 @@
 #![allow(missing_docs)]
 mod calibration;
 mod determinism;
+mod faults;
 mod table;
 
 use doorbell_sim::Profile;
