@@ -4,7 +4,10 @@
 //! A profile is a TOML file with the sections `[pcie]`, `[nic]`, `[cpu]` and
 //! `[network]`, and a `[sources]` table that says, for every number, where it
 //! comes from: a published figure (and which), a fit to one, or an
-//! assumption. Two profiles ship in the binary ([`Profile::builtin`]); copy
+//! assumption. An optional `[network.faults]` table ([`WireFaults`]) adds
+//! seeded loss, duplication, reordering and corruption to the wire; it is
+//! an experiment's setting, not a measured number, so it needs no source.
+//! Two profiles ship in the binary ([`Profile::builtin`]); copy
 //! one (`doorbell sim --profile connectib-haswell --print-profile`), change
 //! it, and pass its path to `--profile`.
 
