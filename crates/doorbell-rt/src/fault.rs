@@ -1,180 +1,58 @@
 //! Faults on the way out of a port: drop, duplicate, delay (and so
-//! reorder), and flip bits, frame by frame.
+//! reorder), and flip bits, frame by frame, on the wall clock.
 //!
 //! # Model
-//! A NIC started with a [`FaultPolicy`] hands every frame it sends to a
-//! relay thread of its own instead of to the port. The relay asks the
-//! policy for the frame's [`Fate`] and carries it out: a delayed frame
-//! waits in a bounded queue while later frames pass it. Give both NICs of
-//! a pair a policy and every packet between their ports, requests and
-//! responses, meets one; the frames stay the RoCEv2 packets the port would
-//! send, so a corrupted one reaches the peer and is dropped there by its
-//! ICRC check, as on a real link.
+//! The decisions and their timing are `doorbell-fault`'s: a sans-IO
+//! [`FaultStage`] that takes frames at an [`Instant`] and gives each back
+//! when it is due (re-exported here: [`Fate`], [`FaultPolicy`], [`Faults`],
+//! [`RandomFaults`], [`FaultStats`]). This module only drives one on real
+//! time. A NIC started with a [`FaultPolicy`] hands every frame it sends to
+//! a relay thread of its own instead of to the port. The relay maps the
+//! wall clock, from its start, to an [`Instant`], feeds the stage, sends
+//! what is due to the port, and sleeps until the stage's
+//! [`FaultStage::poll_timeout`] or the next frame. Give both NICs of a pair
+//! a policy and every packet between their ports, requests and responses,
+//! meets one; the frames stay the RoCEv2 packets the port would send, so a
+//! corrupted one reaches the peer and is dropped there by its ICRC check,
+//! as on a real link.
 //!
-//! [`Faults`] is the random policy: each frame is dropped, duplicated,
-//! delayed or corrupted with the probabilities it names, drawn from a
-//! ChaCha8 generator seeded by [`Faults::seed`], so the same seed makes the
-//! same decisions for the same sequence of frames. (Which frames a NIC sends
-//! depends on wall-clock timing, so a live run replays the decisions, not
-//! the run; print the seed when a run fails and start from it.) Any
-//! `FnMut(&[u8]) -> Fate` is a policy too, for tests that must hit one
-//! given packet.
+//! The same seed makes the same decisions for the same sequence of frames.
+//! Which frames a NIC sends depends on wall-clock timing, so a live run
+//! replays the decisions, not the run; the simulator and
+//! [`crate::LoopbackLink::with_faults`] drive the same stage on a virtual
+//! clock, where a seed replays the whole run.
 //!
 //! The relay stops by itself when its NIC stops: frames still waiting then
 //! are dropped, as a link that goes down drops them.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 use doorbell_device::Frame;
-use rand_chacha::ChaCha8Rng;
-use rand_core::{Rng, SeedableRng};
+pub use doorbell_fault::{
+    DEFAULT_QUEUE_LIMIT, Fate, FaultPolicy, FaultStage, FaultStats, Faults, Packet, ROCE_AT,
+    RandomFaults,
+};
+use doorbell_types::Instant;
 
-/// Bytes of IPv4 and UDP header before the BTH in a frame.
-const TRANSPORT_AT: usize = 28;
 /// Batches of frames the device thread may hand the relay before it drops.
 const HANDOFF_BATCHES: usize = 4096;
 
-/// What becomes of one frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fate {
-    /// Sent as it is.
-    Deliver,
-    /// Lost.
-    Drop,
-    /// Sent twice, back to back.
-    Duplicate,
-    /// Sent with the bits of `mask` flipped in byte `at` of the RoCEv2 part
-    /// (from the BTH on; `at` is taken modulo its length).
-    Corrupt {
-        /// Byte offset from the start of the BTH.
-        at: usize,
-        /// Bits to flip (non-zero to change anything).
-        mask: u8,
-    },
-    /// Held back this long; frames after it go first.
-    Delay(Duration),
-}
+/// A device frame as the stage sees it: its bytes, with the destination
+/// and readiness carried along.
+#[derive(Clone)]
+struct Out(Frame);
 
-/// Decides the fate of each frame a port sends. `frame` is the whole IPv4
-/// packet, headers included.
-pub trait FaultPolicy: Send {
-    /// The fate of the next frame.
-    fn fate(&mut self, frame: &[u8]) -> Fate;
-}
-
-impl<F: FnMut(&[u8]) -> Fate + Send> FaultPolicy for F {
-    fn fate(&mut self, frame: &[u8]) -> Fate {
-        self(frame)
-    }
-}
-
-/// Random faults, each frame independently, from a seeded generator.
-/// Probabilities are per frame and checked in the order of the fields;
-/// they should add up to at most 1.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Faults {
-    /// Seed of the generator: print it to replay the decisions.
-    pub seed: u64,
-    /// Probability a frame is dropped.
-    pub loss: f64,
-    /// Probability a frame is sent twice.
-    pub duplicate: f64,
-    /// Probability a frame is held back by up to [`Faults::max_delay`], so
-    /// that frames behind it overtake it.
-    pub reorder: f64,
-    /// Probability a frame has one bit flipped after the IP and UDP headers.
-    pub corrupt: f64,
-    /// Longest hold of a reordered frame.
-    pub max_delay: Duration,
-    /// Frames that may wait in the relay at once; more are dropped.
-    pub queue_limit: usize,
-}
-
-impl Faults {
-    /// No faults yet, with `seed`; set the probabilities on the result.
-    pub fn new(seed: u64) -> Self {
-        Self {
-            seed,
-            loss: 0.0,
-            duplicate: 0.0,
-            reorder: 0.0,
-            corrupt: 0.0,
-            max_delay: Duration::from_micros(200),
-            queue_limit: 4096,
-        }
-    }
-}
-
-/// The running random policy of a [`Faults`].
-pub struct RandomFaults {
-    cfg: Faults,
-    rng: ChaCha8Rng,
-}
-
-impl RandomFaults {
-    /// A policy drawing from `cfg.seed`.
-    pub fn new(cfg: Faults) -> Self {
-        Self {
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
-            cfg,
-        }
+impl Packet for Out {
+    fn bytes(&self) -> &[u8] {
+        &self.0.bytes
     }
 
-    /// A uniform draw in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0.bytes
     }
-}
-
-impl FaultPolicy for RandomFaults {
-    fn fate(&mut self, frame: &[u8]) -> Fate {
-        let mut x = self.unit();
-        let c = &self.cfg;
-        let (loss, dup, reorder, corrupt) = (c.loss, c.duplicate, c.reorder, c.corrupt);
-        let max_delay_ns = c.max_delay.as_nanos().max(1) as u64;
-        if x < loss {
-            return Fate::Drop;
-        }
-        x -= loss;
-        if x < dup {
-            return Fate::Duplicate;
-        }
-        x -= dup;
-        if x < reorder {
-            let ns = self.rng.next_u64() % max_delay_ns;
-            return Fate::Delay(Duration::from_nanos(ns.max(1)));
-        }
-        x -= reorder;
-        if x < corrupt {
-            let len = frame.len().saturating_sub(TRANSPORT_AT).max(1);
-            let at = (self.rng.next_u64() % len as u64) as usize;
-            let mask = 1u8 << (self.rng.next_u32() % 8);
-            return Fate::Corrupt { at, mask };
-        }
-        Fate::Deliver
-    }
-}
-
-/// What a relay did, frame by frame.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FaultStats {
-    /// Frames that reached the relay.
-    pub frames: u64,
-    /// Frames dropped by the policy.
-    pub dropped: u64,
-    /// Frames sent twice.
-    pub duplicated: u64,
-    /// Frames held back.
-    pub delayed: u64,
-    /// Frames sent with flipped bits.
-    pub corrupted: u64,
-    /// Frames dropped because the relay's queue was full.
-    pub overflowed: u64,
 }
 
 /// Where frames leave a NIC: a fabric or a socket.
@@ -183,10 +61,35 @@ pub(crate) trait Sink: Send {
     fn send(&mut self, frames: &mut Vec<Frame>);
 }
 
+/// What a relay counted: its stage's counts, and the frames the device
+/// thread could not hand over because the relay was backed up.
+#[derive(Default)]
+struct Counts {
+    stage: FaultStats,
+    handoff_lost: u64,
+}
+
+/// A shared view of a relay's counts.
+#[derive(Clone)]
+pub(crate) struct StatsView(Arc<Mutex<Counts>>);
+
+impl StatsView {
+    /// The relay's [`FaultStats`], frames lost at the handoff counted as
+    /// frames in and overflowed.
+    pub(crate) fn get(&self) -> FaultStats {
+        let c = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        FaultStats {
+            frames: c.stage.frames + c.handoff_lost,
+            overflowed: c.stage.overflowed + c.handoff_lost,
+            ..c.stage
+        }
+    }
+}
+
 /// The relay: its thread, and the end the device thread sends to.
 pub(crate) struct Relay {
     tx: Option<Sender<Vec<Frame>>>,
-    stats: Arc<Mutex<FaultStats>>,
+    stats: StatsView,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -200,11 +103,12 @@ impl Relay {
         queue_limit: usize,
     ) -> std::io::Result<Self> {
         let (tx, rx) = bounded(HANDOFF_BATCHES);
-        let stats = Arc::new(Mutex::new(FaultStats::default()));
+        let stats = StatsView(Arc::default());
         let st = stats.clone();
+        let stage = FaultStage::new(policy, queue_limit);
         let thread = std::thread::Builder::new()
             .name(format!("doorbell-{name}-relay"))
-            .spawn(move || relay_loop(rx, policy, sink, st, queue_limit))?;
+            .spawn(move || relay_loop(rx, stage, sink, st))?;
         Ok(Self {
             tx: Some(tx),
             stats,
@@ -225,14 +129,13 @@ impl Relay {
             Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) | None => true,
         };
         if full {
-            let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-            s.frames += n;
-            s.overflowed += n;
+            let mut c = self.stats.0.lock().unwrap_or_else(|e| e.into_inner());
+            c.handoff_lost += n;
         }
     }
 
     /// A shared view of the relay's counts.
-    pub(crate) fn stats(&self) -> Arc<Mutex<FaultStats>> {
+    pub(crate) fn stats(&self) -> StatsView {
         self.stats.clone()
     }
 }
@@ -246,82 +149,50 @@ impl Drop for Relay {
     }
 }
 
+/// The wall clock since the relay started, as the stage's [`Instant`].
+struct WallClock(std::time::Instant);
+
+impl WallClock {
+    fn now(&self) -> Instant {
+        let ps = self.0.elapsed().as_nanos().saturating_mul(1000);
+        Instant::from_ps(ps.min(u128::from(u64::MAX)) as u64)
+    }
+
+    /// How long to sleep until `t`, rounded up to whole nanoseconds, so
+    /// that the relay wakes at or after it, not just before.
+    fn until(&self, t: Instant) -> Duration {
+        Duration::from_nanos(t.since(self.now()).as_ps().div_ceil(1000))
+    }
+}
+
 fn relay_loop(
     rx: Receiver<Vec<Frame>>,
-    mut policy: Box<dyn FaultPolicy>,
+    mut stage: FaultStage<Out>,
     mut sink: Box<dyn Sink>,
-    stats: Arc<Mutex<FaultStats>>,
-    queue_limit: usize,
+    stats: StatsView,
 ) {
-    // Delayed frames by (release time, arrival order).
-    let mut held: BinaryHeap<Reverse<(Instant, u64, usize)>> = BinaryHeap::new();
-    let mut slots: Vec<Option<Frame>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut seq = 0u64;
+    let clock = WallClock(std::time::Instant::now());
     let mut out: Vec<Frame> = Vec::new();
     loop {
-        let wait = held
-            .peek()
-            .map(|Reverse((t, _, _))| t.saturating_duration_since(Instant::now()))
+        let wait = stage
+            .poll_timeout()
+            .map(|t| clock.until(t))
             .unwrap_or(Duration::from_secs(3600));
-        let batch = match rx.recv_timeout(wait) {
-            Ok(b) => Some(b),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
-        let now = Instant::now();
-        if let Some(batch) = batch {
-            let mut s = stats.lock().unwrap_or_else(|e| e.into_inner());
-            for mut f in batch {
-                s.frames += 1;
-                match policy.fate(&f.bytes) {
-                    Fate::Deliver => out.push(f),
-                    Fate::Drop => s.dropped += 1,
-                    Fate::Duplicate => {
-                        s.duplicated += 1;
-                        out.push(f.clone());
-                        out.push(f);
-                    }
-                    Fate::Corrupt { at, mask } => {
-                        s.corrupted += 1;
-                        let n = f.bytes.len().saturating_sub(TRANSPORT_AT);
-                        if n > 0 {
-                            f.bytes[TRANSPORT_AT + at % n] ^= mask;
-                        }
-                        out.push(f);
-                    }
-                    Fate::Delay(d) => {
-                        if held.len() >= queue_limit {
-                            s.overflowed += 1;
-                            continue;
-                        }
-                        s.delayed += 1;
-                        let slot = match free.pop() {
-                            Some(i) => {
-                                slots[i] = Some(f);
-                                i
-                            }
-                            None => {
-                                slots.push(Some(f));
-                                slots.len() - 1
-                            }
-                        };
-                        held.push(Reverse((now + d, seq, slot)));
-                        seq += 1;
-                    }
+        match rx.recv_timeout(wait) {
+            Ok(batch) => {
+                let now = clock.now();
+                for f in batch {
+                    stage.handle_frame(now, Out(f));
                 }
+                // Counted before the frames go on, so that whoever sees a
+                // fault's effect sees it counted too.
+                stats.0.lock().unwrap_or_else(|e| e.into_inner()).stage = stage.stats();
             }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
         }
-        while let Some(&Reverse((t, _, slot))) = held.peek() {
-            if t > now {
-                break;
-            }
-            held.pop();
-            if let Some(f) = slots.get_mut(slot).and_then(Option::take) {
-                out.push(f);
-            }
-            free.push(slot);
-        }
+        let now = clock.now();
+        out.extend(std::iter::from_fn(|| stage.poll_ready(now)).map(|Out(f)| f));
         sink.send(&mut out);
         out.clear();
     }
@@ -331,39 +202,12 @@ fn relay_loop(
 mod tests {
     use super::*;
 
+    use std::time::Instant;
+
+    use doorbell_types::Duration as Span;
+
     fn frame(len: usize) -> Vec<u8> {
         vec![0u8; len]
-    }
-
-    #[test]
-    fn the_same_seed_makes_the_same_decisions() {
-        let mut cfg = Faults::new(42);
-        cfg.loss = 0.05;
-        cfg.duplicate = 0.02;
-        cfg.reorder = 0.02;
-        cfg.corrupt = 0.01;
-        let f = frame(100);
-        let run = |c: Faults| {
-            let mut p = RandomFaults::new(c);
-            (0..2000).map(|_| p.fate(&f)).collect::<Vec<_>>()
-        };
-        let a = run(cfg.clone());
-        assert_eq!(a, run(cfg.clone()));
-        cfg.seed = 43;
-        assert_ne!(a, run(cfg));
-        let drops = a.iter().filter(|x| **x == Fate::Drop).count();
-        assert!((60..=140).contains(&drops), "{drops} drops of 2000 at 5%");
-        for x in &a {
-            if let Fate::Corrupt { at, mask } = x {
-                assert!(*at < 72 && mask.count_ones() == 1);
-            }
-        }
-    }
-
-    #[test]
-    fn no_probabilities_deliver_everything() {
-        let mut p = RandomFaults::new(Faults::new(7));
-        assert!((0..1000).all(|_| p.fate(&frame(64)) == Fate::Deliver));
     }
 
     struct Collect(Arc<Mutex<Vec<Vec<u8>>>>);
@@ -377,7 +221,7 @@ mod tests {
 
     fn tagged(i: u8) -> Frame {
         let mut bytes = frame(40);
-        bytes[TRANSPORT_AT] = i;
+        bytes[ROCE_AT] = i;
         Frame {
             dst: [127, 0, 0, 1],
             bytes,
@@ -392,7 +236,7 @@ mod tests {
         let policy = move |_: &[u8]| {
             n += 1;
             match n {
-                1 => Fate::Delay(Duration::from_millis(30)),
+                1 => Fate::Delay(Span::from_us(30_000)),
                 2 => Fate::Drop,
                 3 => Fate::Duplicate,
                 4 => Fate::Corrupt { at: 1, mask: 0x80 },
@@ -410,11 +254,11 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         let v = got.lock().unwrap().clone();
-        let order: Vec<u8> = v.iter().map(|b| b[TRANSPORT_AT]).collect();
+        let order: Vec<u8> = v.iter().map(|b| b[ROCE_AT]).collect();
         assert_eq!(order, [3, 3, 4, 5, 1], "the delayed frame comes last");
-        assert_eq!(v[2][TRANSPORT_AT + 1], 0x80, "one bit flipped");
+        assert_eq!(v[2][ROCE_AT + 1], 0x80, "one bit flipped");
         assert_eq!(
-            *stats.lock().unwrap(),
+            stats.get(),
             FaultStats {
                 frames: 5,
                 dropped: 1,

@@ -42,7 +42,7 @@ pub mod procmem;
 mod sys;
 mod udp;
 
-pub use fault::{Fate, FaultPolicy, FaultStats, Faults, RandomFaults};
+pub use fault::{Fate, FaultPolicy, FaultStage, FaultStats, Faults, RandomFaults};
 pub use udp::PortCounters;
 
 use std::collections::BTreeMap;
@@ -164,7 +164,7 @@ impl Default for NicOptions {
         Self {
             link: LinkConfig::default(),
             faults: None,
-            relay_queue: 4096,
+            relay_queue: fault::DEFAULT_QUEUE_LIMIT,
             memory: None,
         }
     }
@@ -231,7 +231,7 @@ pub struct LiveNic {
     mmio: Arc<dyn Mmio>,
     events: Receiver<NicEvent>,
     port: PortHandle,
-    faults: Option<Arc<Mutex<FaultStats>>>,
+    faults: Option<fault::StatsView>,
     ipv4: [u8; 4],
     thread: Option<JoinHandle<()>>,
 }
@@ -372,9 +372,7 @@ impl LiveNic {
 
     /// What the fault relay did, if the NIC has one.
     pub fn fault_stats(&self) -> Option<FaultStats> {
-        self.faults
-            .as_ref()
-            .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+        self.faults.as_ref().map(fault::StatsView::get)
     }
 
     /// Starts or stops recording bus crossings; returns those recorded so far.

@@ -14,6 +14,12 @@
 //! transport's timers (ACK timeouts, RNR waits) that fall due, so a test of
 //! a retry or a timeout takes no wall-clock time and cannot fail by chance.
 //!
+//! [`LoopbackLink::with_faults`] puts a [`FaultStage`] on the loopback path:
+//! every frame the NIC sends to itself, request or response, meets the
+//! policy, and a delayed frame comes back in when [`LoopbackLink::advance`]
+//! reaches its due time on the virtual clock, so a test of loss, reordering
+//! or corruption is exact too.
+//!
 //! It exists so that the driver and the provider get tests of their own,
 //! single-threaded and deterministic; the live runtime proper is
 //! [`crate::LiveNic`].
@@ -22,6 +28,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use doorbell_device::{Nic, NicConfig, NicCounters};
+use doorbell_fault::{DEFAULT_QUEUE_LIMIT, FaultPolicy, FaultStage, FaultStats};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::{Bus, Counters, LinkConfig};
@@ -34,20 +41,31 @@ struct Device {
     events: VecDeque<NicEvent>,
     /// Frames sent to an address other than the NIC's own.
     dropped: u64,
+    /// Faults on the way from the NIC back to itself.
+    faults: Option<FaultStage<Vec<u8>>>,
 }
 
 impl Device {
     /// Runs the NIC until it has nothing left to do at `now`: frames to
-    /// itself go back in, timers due fire, events queue.
+    /// itself go back in (through the fault stage, if there is one), timers
+    /// due fire, events queue.
     fn settle(&mut self, own: [u8; 4]) {
         loop {
             let mut moved = false;
             while let Some(f) = self.nic.poll_transmit() {
                 moved = true;
-                if f.dst == own {
-                    self.nic.handle_frame(self.now, &f.bytes, &mut self.bus);
-                } else {
+                if f.dst != own {
                     self.dropped += 1;
+                } else if let Some(stage) = &mut self.faults {
+                    stage.handle_frame(self.now, f.bytes);
+                } else {
+                    self.nic.handle_frame(self.now, &f.bytes, &mut self.bus);
+                }
+            }
+            if let Some(stage) = &mut self.faults {
+                while let Some(bytes) = stage.poll_ready(self.now) {
+                    moved = true;
+                    self.nic.handle_frame(self.now, &bytes, &mut self.bus);
                 }
             }
             if self.nic.poll_timeout().is_some_and(|t| t <= self.now) {
@@ -60,6 +78,15 @@ impl Device {
             if !moved {
                 return;
             }
+        }
+    }
+
+    /// The next time something happens: a NIC timer or a held frame due.
+    fn next_due(&self) -> Option<Instant> {
+        let frames = self.faults.as_ref().and_then(FaultStage::poll_timeout);
+        match (self.nic.poll_timeout(), frames) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }
@@ -99,6 +126,18 @@ impl LoopbackLink {
     /// A NIC named `name` at `ipv4` over fresh host memory, with the default
     /// PCIe link.
     pub fn new(name: &str, ipv4: [u8; 4]) -> Self {
+        Self::build(name, ipv4, None)
+    }
+
+    /// As [`LoopbackLink::new`], with `policy` deciding the fate of every
+    /// frame the NIC sends to itself; delays run on the virtual clock, and
+    /// at most [`DEFAULT_QUEUE_LIMIT`] delayed frames wait at once.
+    pub fn with_faults(name: &str, ipv4: [u8; 4], policy: impl FaultPolicy + 'static) -> Self {
+        let stage = FaultStage::new(Box::new(policy), DEFAULT_QUEUE_LIMIT);
+        Self::build(name, ipv4, Some(stage))
+    }
+
+    fn build(name: &str, ipv4: [u8; 4], faults: Option<FaultStage<Vec<u8>>>) -> Self {
         let mem: Arc<dyn HostMemory> = Arc::new(HostRam::new());
         let cfg = NicConfig::new(ipv4);
         let gid = cfg.gid();
@@ -109,6 +148,7 @@ impl LoopbackLink {
                 now: Instant::ZERO,
                 events: VecDeque::new(),
                 dropped: 0,
+                faults,
             }),
             own: ipv4,
         });
@@ -127,23 +167,28 @@ impl LoopbackLink {
     }
 
     /// Moves the clock on by `d`, firing every timer that falls due on the
-    /// way, each at its own deadline, in order.
+    /// way and delivering every held frame that comes due, each at its own
+    /// time, in order.
     pub fn advance(&self, d: Duration) {
         let mut dev = self.shared.lock();
         let end = dev.now.add(d);
-        while let Some(t) = dev.nic.poll_timeout().filter(|&t| t <= end) {
+        while let Some(t) = dev.next_due().filter(|&t| t <= end) {
             dev.now = dev.now.max(t);
-            let Device { nic, bus, now, .. } = &mut *dev;
-            nic.handle_timeout(*now, bus);
             dev.settle(self.shared.own);
         }
         dev.now = end;
         dev.settle(self.shared.own);
     }
 
-    /// When the NIC's next timer falls due, if it has one.
+    /// When the next thing is due: a NIC timer, or a frame the fault stage
+    /// holds back.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.shared.lock().nic.poll_timeout()
+        self.shared.lock().next_due()
+    }
+
+    /// What the fault stage did, if the link has one.
+    pub fn fault_stats(&self) -> Option<FaultStats> {
+        self.shared.lock().faults.as_ref().map(FaultStage::stats)
     }
 
     /// Bus counters (all, or one QP's) and device counters.

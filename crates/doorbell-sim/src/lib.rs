@@ -38,10 +38,12 @@
 mod post_cost;
 pub mod profile;
 pub mod queue;
+#[cfg(test)]
+mod wire_faults;
 pub mod workload;
 mod world;
 
 pub use doorbell_pcie::PerPost;
-pub use profile::Profile;
+pub use profile::{Profile, WireFaults};
 pub use workload::{Latency, Op, Report, SimError, Steps, Utilisation, Workload};
 pub use world::LogLine;

@@ -4,7 +4,10 @@
 //! A profile is a TOML file with the sections `[pcie]`, `[nic]`, `[cpu]` and
 //! `[network]`, and a `[sources]` table that says, for every number, where it
 //! comes from: a published figure (and which), a fit to one, or an
-//! assumption. Two profiles ship in the binary ([`Profile::builtin`]); copy
+//! assumption. An optional `[network.faults]` table ([`WireFaults`]) adds
+//! seeded loss, duplication, reordering and corruption to the wire; it is
+//! an experiment's setting, not a measured number, so it needs no source.
+//! Two profiles ship in the binary ([`Profile::builtin`]); copy
 //! one (`doorbell sim --profile connectib-haswell --print-profile`), change
 //! it, and pass its path to `--profile`.
 
@@ -148,6 +151,78 @@ pub struct NetworkProfile {
     pub frame_overhead_bytes: i32,
     /// One-way latency through cables and switches, ns.
     pub one_way_ns: f64,
+    /// Faults on the wire (`[network.faults]`); none if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<WireFaults>,
+}
+
+/// Random faults on each direction of the wire: `doorbell_fault`'s
+/// [`Faults`](doorbell_fault::Faults), with delays in virtual time. The
+/// frames each NIC sends meet a stage of their own, seeded from `seed` and
+/// the direction, so a run with the same profile, workload and seed makes
+/// the same faults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireFaults {
+    /// Seed of the decisions (direction `d` draws from `seed + d`).
+    pub seed: u64,
+    /// Probability a frame is lost.
+    #[serde(default)]
+    pub loss: f64,
+    /// Probability a frame arrives twice.
+    #[serde(default)]
+    pub duplicate: f64,
+    /// Probability a frame is held back, so that later frames pass it.
+    #[serde(default)]
+    pub reorder: f64,
+    /// Probability a frame has a bit flipped (the receiver's ICRC check
+    /// drops it).
+    #[serde(default)]
+    pub corrupt: f64,
+    /// Longest hold of a reordered frame, ns.
+    #[serde(default = "WireFaults::default_max_delay_ns")]
+    pub max_delay_ns: f64,
+}
+
+impl WireFaults {
+    fn default_max_delay_ns() -> f64 {
+        200_000.0
+    }
+
+    /// No faults yet, with `seed`; set the probabilities on the result.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            max_delay_ns: Self::default_max_delay_ns(),
+        }
+    }
+
+    /// The fault configuration of the frames NIC `direction` sends.
+    pub fn faults(&self, direction: usize) -> doorbell_fault::Faults {
+        let mut f = doorbell_fault::Faults::new(self.seed.wrapping_add(direction as u64));
+        f.loss = self.loss;
+        f.duplicate = self.duplicate;
+        f.reorder = self.reorder;
+        f.corrupt = self.corrupt;
+        f.max_delay = ns(self.max_delay_ns);
+        f
+    }
+
+    /// What is wrong with the probabilities, if anything.
+    fn check(&self) -> Option<&'static str> {
+        let p = [self.loss, self.duplicate, self.reorder, self.corrupt];
+        if p.iter().any(|x| !(0.0..=1.0).contains(x)) || p.iter().sum::<f64>() > 1.0 {
+            return Some("network.faults: each probability in [0, 1], their sum at most 1");
+        }
+        if !self.max_delay_ns.is_finite() || self.max_delay_ns < 0.0 {
+            return Some("network.faults.max_delay_ns must be a finite number, not negative");
+        }
+        None
+    }
 }
 
 /// A whole machine.
@@ -225,6 +300,9 @@ impl Profile {
         }
         if let Some(key) = p.negative_or_nan() {
             return invalid(format!("{key} must be a finite number, not negative"));
+        }
+        if let Some(what) = p.network.faults.as_ref().and_then(WireFaults::check) {
+            return invalid(what.into());
         }
         if !p.nic.atomic_bucket_bytes.is_power_of_two() {
             return invalid("nic.atomic_bucket_bytes must be a power of two".into());

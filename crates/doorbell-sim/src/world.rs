@@ -9,13 +9,16 @@
 //!   core's virtual time (plus its cost) and reaches the NIC when the link
 //!   delivers it;
 //! - the wire: each port serialises frames at its rate, then the network
-//!   delays them by its one-way latency.
+//!   delays them by its one-way latency; with `[network.faults]`, the
+//!   frames of each direction pass a `doorbell_fault` stage on the way,
+//!   which may drop, duplicate, corrupt or hold them back in virtual time.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use doorbell_device::{Nic, NicConfig};
+use doorbell_fault::{FaultStage, FaultStats, Packet};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::model::{Direction, LinkModel};
@@ -346,6 +349,25 @@ pub(crate) enum Ev {
     Timer { nic: usize },
     /// A host thread runs.
     Wake { thread: usize },
+    /// Frames the fault stage of NIC `from`'s wire held back come due.
+    Faults { from: usize },
+}
+
+/// A frame on the wire, as the fault stage holds it.
+#[derive(Clone)]
+struct Wired {
+    dst: usize,
+    bytes: Vec<u8>,
+}
+
+impl Packet for Wired {
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
 }
 
 /// One line of the event log, for determinism checks.
@@ -353,7 +375,8 @@ pub(crate) enum Ev {
 pub struct LogLine {
     /// When.
     pub at: Instant,
-    /// What kind of event (0 MMIO, 1 frame, 2 write visible, 3 timer, 4 wake).
+    /// What kind of event (0 MMIO, 1 frame, 2 write visible, 3 timer, 4 wake,
+    /// 5 held frames due on a faulty wire).
     pub kind: u8,
     /// The NIC or core.
     pub who: u32,
@@ -384,6 +407,9 @@ pub(crate) struct World {
     /// When the first MMIO store left its core, while tracing arrivals.
     pub(crate) first_store: Option<Instant>,
     pub(crate) events: u64,
+    /// Faults on the frames each NIC sends, and when its stage is next due.
+    faults: Vec<Option<FaultStage<Wired>>>,
+    faults_at: Vec<Option<Instant>>,
 }
 
 impl World {
@@ -450,7 +476,54 @@ impl World {
             first_store: None,
             frames: Vec::new(),
             events: 0,
+            faults: (0..2)
+                .map(|d| n.faults.as_ref().map(|f| FaultStage::random(f.faults(d))))
+                .collect(),
+            faults_at: vec![None; 2],
         }
+    }
+
+    /// Puts a frame from NIC `from` for NIC `dst` on the wire once it has
+    /// left the port, at `at`: through the fault stage, if there is one.
+    fn wire(&mut self, from: usize, at: Instant, dst: usize, bytes: Vec<u8>) {
+        match &mut self.faults[from] {
+            None => self
+                .q
+                .push(at.add(self.one_way), Ev::Frame { nic: dst, bytes }),
+            Some(stage) => {
+                stage.handle_frame(at, Wired { dst, bytes });
+                self.release(from, at);
+            }
+        }
+    }
+
+    /// Sends on the frames of `from`'s fault stage due by `upto`, each at
+    /// its own due time, and schedules the stage's next one.
+    fn release(&mut self, from: usize, upto: Instant) {
+        let Some(stage) = &mut self.faults[from] else {
+            return;
+        };
+        while let Some(t) = stage.poll_timeout().filter(|&t| t <= upto) {
+            while let Some(w) = stage.poll_ready(t) {
+                let ev = Ev::Frame {
+                    nic: w.dst,
+                    bytes: w.bytes,
+                };
+                self.q.push(t.add(self.one_way), ev);
+            }
+        }
+        if let Some(t) = stage.poll_timeout()
+            && self.faults_at[from].is_none_or(|s| t < s)
+        {
+            self.faults_at[from] = Some(t);
+            self.q.push(t, Ev::Faults { from });
+        }
+    }
+
+    /// What the fault stage on NIC `i`'s wire did, if it has one.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn fault_stats(&self, i: usize) -> Option<FaultStats> {
+        self.faults[i].as_ref().map(FaultStage::stats)
     }
 
     /// Moves everything the NICs and cores produced into the event queue.
@@ -532,13 +605,7 @@ impl World {
                 (wire_bytes * self.port_ps_per_byte).round() as u64,
             ));
             self.port_free[i] = done;
-            self.q.push(
-                done.add(self.one_way),
-                Ev::Frame {
-                    nic: dst,
-                    bytes: f.bytes,
-                },
-            );
+            self.wire(i, done, dst, f.bytes);
         }
         self.frames = frames;
         if let Some(t) = timer
@@ -625,6 +692,11 @@ impl World {
             Ev::Wake { thread } => {
                 run = Some(thread);
                 line(4, thread, 0)
+            }
+            Ev::Faults { from } => {
+                self.faults_at[from] = None;
+                self.release(from, at);
+                line(5, from, 0)
             }
         };
         if let Some(log) = &mut self.log {

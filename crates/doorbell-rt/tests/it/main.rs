@@ -11,4 +11,5 @@ mod net;
 mod provider;
 mod soak;
 mod udp;
+mod virtual_time;
 mod wrap;

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use doorbell_device::NicCounters;
-use doorbell_rt::{Fabric, Fate, LiveNic, NicOptions, Port};
+use doorbell_rt::{Fabric, Fate, FaultPolicy, LiveNic, NicOptions, Port};
 use doorbell_types::Psn;
 use doorbell_verbs::{Access, AddressVector, ProviderConfig, QpAttrs, QpCaps, QpState, RcEndpoint};
 use doorbell_wire::{BthOpcode, ParsedRoce, parse_roce};
@@ -180,8 +180,20 @@ pub struct Seen {
 /// `decide` gets the frame and the number of earlier frames that matched
 /// the same opcode.
 pub fn tap(
-    mut decide: impl FnMut(&Seen, usize) -> Fate + Send + 'static,
+    decide: impl FnMut(&Seen, usize) -> Fate + Send + 'static,
 ) -> (NicOptions, Arc<Mutex<Vec<Seen>>>) {
+    let (policy, log) = tap_policy(decide);
+    let opts = NicOptions {
+        faults: Some(Box::new(policy)),
+        ..NicOptions::default()
+    };
+    (opts, log)
+}
+
+/// The policy of [`tap`] on its own, for a [`doorbell_rt::LoopbackLink`].
+pub fn tap_policy(
+    mut decide: impl FnMut(&Seen, usize) -> Fate + Send + 'static,
+) -> (impl FaultPolicy + 'static, Arc<Mutex<Vec<Seen>>>) {
     let log = Arc::new(Mutex::new(Vec::<Seen>::new()));
     let l = log.clone();
     let policy = move |frame: &[u8]| {
@@ -201,17 +213,30 @@ pub fn tap(
         v.push(seen);
         fate
     };
-    let opts = NicOptions {
-        faults: Some(Box::new(policy)),
-        ..NicOptions::default()
-    };
-    (opts, log)
+    (policy, log)
 }
 
 /// Waits until the NIC's thread has handled everything queued to it and
 /// returns its counters.
 pub fn sync(s: &Side) -> NicCounters {
     s.nic.counters(None).1
+}
+
+/// Waits, up to 10 s, until the counters of `s` satisfy `until` (an event
+/// such as "B has sent two RNR NAKs"), and returns them.
+pub fn wait_counters(s: &Side, what: &str, until: impl Fn(&NicCounters) -> bool) -> NicCounters {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let c = sync(s);
+        if until(&c) {
+            return c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {c:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
 }
 
 /// The counters both NICs have once traffic between them has settled:

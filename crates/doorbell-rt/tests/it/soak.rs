@@ -161,7 +161,7 @@ fn soak_ten_thousand_mixed_operations_over_lossy_udp() {
         f.duplicate = 0.01;
         f.reorder = 0.02;
         f.corrupt = 0.005;
-        f.max_delay = Duration::from_micros(300);
+        f.max_delay = doorbell_types::Duration::from_us(300);
         NicOptions::with_faults(f)
     };
     let t = Timers {

@@ -1,0 +1,448 @@
+//! The timing tests, on the virtual clock: two RC QPs of one NIC on a
+//! [`LoopbackLink`], with scripted faults on its loopback path where a case
+//! needs them. Nothing moves until the test advances the clock, so each
+//! test asserts the exact virtual time of a retry or a completion and the
+//! exact number of NAKs and retries, where the live versions of these tests
+//! could only bound them by how long a sleep took.
+//!
+//! One NIC holds both QPs, so its counters count both ends: the
+//! requester's (`rnr_nak_retry_err`, `implied_nak_seq_err`, ...) and the
+//! responder's (`rnr_nak_sent`, `duplicate_request`, ...) in one set.
+
+use std::sync::Arc;
+
+use doorbell_device::NicCounters;
+use doorbell_rt::{Fate, FaultPolicy, LoopbackLink};
+use doorbell_types::{Duration, Instant, Psn, Qpn};
+use doorbell_verbs::{
+    Access, Context, Cq, Mr, Qp, QpCaps, QpInitAttr, QpState, QpType, RcEndpoint, RecvWr,
+    RemoteAddr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode,
+};
+use doorbell_wire::BthOpcode;
+
+use crate::common::{FULL, pattern};
+use crate::net::{Timers, connect_qp, tap_policy};
+
+const MR_LEN: usize = 1 << 16;
+
+/// Two RC QPs of one NIC: A the requester, B the responder, each with its
+/// own CQ and MR.
+struct Loop {
+    link: Arc<LoopbackLink>,
+    _ctx: Context,
+    a: Qp,
+    b: Qp,
+    cq_a: Cq,
+    cq_b: Cq,
+    mr_a: Mr,
+    mr_b: Mr,
+}
+
+impl Loop {
+    /// Connects A with `ta` and B with `tb` on `link` (B's `min_rnr_timer`
+    /// is the wait it asks of A after an RNR NAK).
+    fn on(link: LoopbackLink, ta: Timers, tb: Timers) -> Self {
+        let link = Arc::new(link);
+        let ctx = Context::open(link.clone()).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cap = QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        };
+        let cq_a = ctx.create_cq(64).unwrap();
+        let cq_b = ctx.create_cq(64).unwrap();
+        let qp = |cq: &Cq| {
+            pd.create_qp(&QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: cq.clone(),
+                recv_cq: cq.clone(),
+                cap,
+                sq_sig_all: false,
+            })
+            .unwrap()
+        };
+        let (a, b) = (qp(&cq_a), qp(&cq_b));
+        let ea = RcEndpoint {
+            gid: ctx.gid(),
+            qpn: a.qpn(),
+            psn: Psn::new(0x00ff_fffe),
+        };
+        let eb = RcEndpoint {
+            gid: ctx.gid(),
+            qpn: b.qpn(),
+            psn: Psn::new(0x10),
+        };
+        connect_qp(&a, &ea, &eb, ta);
+        connect_qp(&b, &eb, &ea, tb);
+        let mr_a = pd.reg_mr(MR_LEN, Access(FULL)).unwrap();
+        let mr_b = pd.reg_mr(MR_LEN, Access(FULL)).unwrap();
+        Self {
+            link,
+            _ctx: ctx,
+            a,
+            b,
+            cq_a,
+            cq_b,
+            mr_a,
+            mr_b,
+        }
+    }
+
+    /// No faults: A asks for RNR retries `rnr_retry` times, B asks for
+    /// `min_rnr_timer` between them.
+    fn rnr(min_rnr_timer: u8, rnr_retry: u8) -> Self {
+        let ta = Timers {
+            rnr_retry,
+            ..Timers::default()
+        };
+        let tb = Timers {
+            min_rnr_timer,
+            ..Timers::default()
+        };
+        Self::on(LoopbackLink::new("vt", [10, 0, 0, 7]), ta, tb)
+    }
+
+    /// Both QPs with `t`, every loopback frame through `policy`.
+    fn faulty(policy: impl FaultPolicy + 'static, t: Timers) -> Self {
+        Self::on(LoopbackLink::with_faults("vt", [10, 0, 0, 7], policy), t, t)
+    }
+
+    fn counters(&self) -> NicCounters {
+        self.link.counters(None).1
+    }
+
+    fn now(&self) -> Instant {
+        self.link.now()
+    }
+
+    /// Moves the clock to `t` (not before now).
+    fn advance_to(&self, t: Instant) {
+        self.link.advance(t.since(self.now()));
+    }
+
+    fn remote_b(&self, off: u64) -> RemoteAddr {
+        RemoteAddr {
+            addr: self.mr_b.addr() + off,
+            rkey: self.mr_b.rkey(),
+        }
+    }
+}
+
+fn signaled<'a>(wr_id: u64, sg_list: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
+    SendWr {
+        wr_id,
+        sg_list,
+        opcode,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }
+}
+
+/// Every completion `cq` holds now.
+fn poll(cq: &Cq) -> Vec<Wc> {
+    let mut buf = [Wc {
+        wr_id: 0,
+        status: WcStatus::GeneralErr,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: Qpn::default(),
+        src_qp: 0,
+        grh: false,
+        vendor_err: 0,
+    }; 16];
+    let mut out = Vec::new();
+    loop {
+        let n = cq.poll(&mut buf).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+fn outcome(wcs: &[Wc]) -> Vec<(u64, WcStatus, WcOpcode)> {
+    wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect()
+}
+
+fn post_recv(qp: &Qp, wr_id: u64, sges: &[Sge]) {
+    qp.post_recv(&[RecvWr {
+        wr_id,
+        sg_list: sges,
+    }])
+    .unwrap();
+}
+
+/// The error counters of the reliability rules that are not zero.
+fn errors(c: &NicCounters) -> Vec<(&'static str, u64)> {
+    [
+        ("out_of_sequence", c.out_of_sequence),
+        ("packet_seq_err", c.packet_seq_err),
+        ("implied_nak_seq_err", c.implied_nak_seq_err),
+        ("duplicate_request", c.duplicate_request),
+        ("local_ack_timeout_err", c.local_ack_timeout_err),
+        ("rnr_nak_retry_err", c.rnr_nak_retry_err),
+        ("out_of_buffer", c.out_of_buffer),
+        (
+            "req_transport_retries_exceeded",
+            c.req_transport_retries_exceeded,
+        ),
+        ("req_rnr_retries_exceeded", c.req_rnr_retries_exceeded),
+        ("rx_icrc_errors", c.rx_icrc_errors),
+    ]
+    .into_iter()
+    .filter(|&(_, v)| v != 0)
+    .collect()
+}
+
+fn us(n: u64) -> Duration {
+    Duration::from_us(n)
+}
+
+/// One picosecond before `t`.
+fn just_before(t: Instant) -> Instant {
+    Instant::from_ps(t.as_ps() - 1)
+}
+
+// Moved from errors.rs.
+#[test]
+fn rnr_retry_seven_waits_until_a_receive_is_posted() {
+    // Timer code 8: 160 µs between retries, forever.
+    let p = Loop::rnr(8, 7);
+    let data = pattern(700, 3);
+    p.mr_a.write(0, &data).unwrap();
+    let t0 = p.now();
+    p.a.post_send(&[signaled(1, &[p.mr_a.sge(0, 700).unwrap()], WrOpcode::Send)])
+        .unwrap();
+    // Refused at once, then once more at every 160 µs: in 20 ms, 125 tries.
+    assert_eq!(p.counters().rnr_nak_sent, 1);
+    p.advance_to(t0.add(us(20_000)));
+    assert!(poll(&p.cq_a).is_empty(), "still waiting");
+    let c = p.counters();
+    assert_eq!(c.rnr_nak_sent, 126, "one RNR NAK per try");
+    assert_eq!(c.rnr_nak_retry_err, 126, "each RNR NAK retried once");
+    assert_eq!(
+        errors(&c),
+        [("rnr_nak_retry_err", 126), ("out_of_buffer", 126)]
+    );
+    // The receive comes; the next try, one RNR timer after the last,
+    // lands in it, and not a picosecond before.
+    post_recv(&p.b, 2, &[p.mr_b.sge(0, 1024).unwrap()]);
+    let retry = t0.add(us(20_160));
+    assert_eq!(p.link.next_deadline(), Some(retry));
+    p.advance_to(just_before(retry));
+    assert!(poll(&p.cq_a).is_empty());
+    p.advance_to(retry);
+    assert_eq!(
+        outcome(&poll(&p.cq_a)),
+        [(1, WcStatus::Success, WcOpcode::Send)]
+    );
+    let r = poll(&p.cq_b);
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].wr_id, r[0].status, r[0].byte_len),
+        (2, WcStatus::Success, 700)
+    );
+    let mut got = vec![0u8; 700];
+    p.mr_b.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let c = p.counters();
+    assert_eq!((c.rnr_nak_sent, c.rnr_nak_retry_err), (126, 126));
+    assert_eq!(c.req_rnr_retries_exceeded, 0);
+    assert_eq!(
+        (p.a.query().unwrap().0, p.b.query().unwrap().0),
+        (QpState::Rts, QpState::Rts)
+    );
+}
+
+// Moved from errors.rs.
+#[test]
+fn the_rnr_timer_paces_retries_with_several_messages_in_flight() {
+    // Timer code 20: 10.24 ms; 6 retries. The receives come after 5 ms, so
+    // the first retry, one period after the refusal, takes all three
+    // messages, whatever else was in flight behind the refused SEND.
+    let p = Loop::rnr(20, 6);
+    let sges: Vec<Sge> = (0..3).map(|i| p.mr_a.sge(i * 256, 200).unwrap()).collect();
+    let wrs: Vec<SendWr<'_>> = (0..3)
+        .map(|i| signaled(i as u64, &sges[i..=i], WrOpcode::Send))
+        .collect();
+    let t0 = p.now();
+    p.a.post_send(&wrs).unwrap();
+    p.advance_to(t0.add(us(5_000)));
+    for i in 0..3 {
+        post_recv(&p.b, 10 + i, &[p.mr_b.sge(i * 256, 256).unwrap()]);
+    }
+    let c = p.counters();
+    assert_eq!((c.rnr_nak_sent, c.rnr_nak_retry_err), (1, 1));
+    let retry = t0.add(us(10_240));
+    assert_eq!(p.link.next_deadline(), Some(retry));
+    p.advance_to(just_before(retry));
+    assert!(poll(&p.cq_a).is_empty(), "nothing before the RNR timer");
+    p.advance_to(retry);
+    assert_eq!(
+        outcome(&poll(&p.cq_a)),
+        [
+            (0, WcStatus::Success, WcOpcode::Send),
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::Success, WcOpcode::Send)
+        ]
+    );
+    assert_eq!(
+        poll(&p.cq_b)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>(),
+        [
+            (10, WcStatus::Success),
+            (11, WcStatus::Success),
+            (12, WcStatus::Success)
+        ]
+    );
+    // One refusal, one retry: the messages behind it cost none.
+    let c = p.counters();
+    assert_eq!((c.rnr_nak_sent, c.rnr_nak_retry_err), (1, 1));
+    assert_eq!(c.req_rnr_retries_exceeded, 0);
+    // Nothing is left to happen.
+    p.link.advance(us(100_000));
+    assert_eq!(p.counters(), c);
+}
+
+// Moved from counters.rs.
+#[test]
+fn an_ack_past_a_lost_atomic_answer_asks_for_it_again_at_once() {
+    // FAA then SEND: the atomic's answer is lost, the SEND's ACK comes,
+    // so the answer is known lost without waiting for the ACK timer.
+    let (policy, log) = tap_policy(|s, k| {
+        if s.opcode == BthOpcode::RcAtomicAck && k == 0 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let t = Timers {
+        // 4.096 µs × 2^17 ≈ 537 ms.
+        timeout: 17,
+        ..Timers::default()
+    };
+    let p = Loop::faulty(policy, t);
+    post_recv(&p.b, 1, &[p.mr_b.sge(1024, 64).unwrap()]);
+    p.mr_b.write(0, &1u64.to_le_bytes()).unwrap();
+    let t0 = p.now();
+    let old = [p.mr_a.sge(0, 8).unwrap()];
+    p.a.post_send(&[signaled(
+        1,
+        &old,
+        WrOpcode::AtomicFetchAdd {
+            remote: p.remote_b(0),
+            add: 1,
+        },
+    )])
+    .unwrap();
+    p.a.post_send(&[signaled(2, &[p.mr_a.sge(64, 32).unwrap()], WrOpcode::Send)])
+        .unwrap();
+    // Both done at t0: not a picosecond of the ACK timeout was waited.
+    assert_eq!(p.now(), t0);
+    let ids: Vec<u64> = poll(&p.cq_a).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [1, 2], "completions in posting order");
+    let mut w = [0u8; 8];
+    p.mr_b.read(0, &mut w).unwrap();
+    assert_eq!(u64::from_le_bytes(w), 2, "added once");
+    let c = p.counters();
+    assert_eq!(
+        errors(&c),
+        [("implied_nak_seq_err", 1), ("duplicate_request", 1)]
+    );
+    let answers = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.opcode == BthOpcode::RcAtomicAck)
+        .count();
+    assert_eq!(answers, 2, "the lost answer, and the one sent again");
+    // The ACK timer was never needed: nothing more happens when it would
+    // have fired.
+    p.link.advance(us(1_000_000));
+    assert_eq!(p.counters(), c);
+}
+
+// Moved from counters.rs.
+#[test]
+fn a_late_packet_is_out_of_sequence_and_its_copy_a_duplicate() {
+    // The FIRST of a 4-packet WRITE is held back 30 ms: the 3 after it are
+    // out of sequence, B NAKs, A goes back; the late FIRST is a duplicate
+    // when it comes, 30 ms later, exactly.
+    let (policy, _) = tap_policy(|s, k| {
+        if s.opcode == BthOpcode::RcRdmaWriteFirst && k == 0 {
+            Fate::Delay(us(30_000))
+        } else {
+            Fate::Deliver
+        }
+    });
+    let mtu = 1024;
+    let p = Loop::faulty(
+        policy,
+        Timers {
+            mtu,
+            ..Timers::default()
+        },
+    );
+    let len = 4 * mtu as usize;
+    let data = pattern(len, 7);
+    p.mr_a.write(0, &data).unwrap();
+    let t0 = p.now();
+    p.a.post_send(&[signaled(
+        1,
+        &[p.mr_a.sge(0, len as u32).unwrap()],
+        WrOpcode::RdmaWrite(p.remote_b(0)),
+    )])
+    .unwrap();
+    let wc = poll(&p.cq_a);
+    assert_eq!(outcome(&wc), [(1, WcStatus::Success, WcOpcode::RdmaWrite)]);
+    let c = p.counters();
+    assert_eq!(errors(&c), [("out_of_sequence", 3), ("packet_seq_err", 1)]);
+    let late = t0.add(us(30_000));
+    assert_eq!(p.link.next_deadline(), Some(late));
+    p.advance_to(just_before(late));
+    assert_eq!(p.counters().duplicate_request, 0, "not yet");
+    p.advance_to(late);
+    let c = p.counters();
+    assert_eq!(
+        errors(&c),
+        [
+            ("out_of_sequence", 3),
+            ("packet_seq_err", 1),
+            ("duplicate_request", 1)
+        ]
+    );
+    assert_eq!(p.link.fault_stats().unwrap().delayed, 1);
+    let mut got = vec![0u8; len];
+    p.mr_b.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+// Moved from counters.rs.
+#[test]
+fn rnr_naks_count_at_both_ends() {
+    // 0.16 ms between tries; the receive comes after 10 ms.
+    let p = Loop::rnr(8, 7);
+    let t0 = p.now();
+    p.a.post_send(&[signaled(1, &[p.mr_a.sge(0, 64).unwrap()], WrOpcode::Send)])
+        .unwrap();
+    p.advance_to(t0.add(us(10_000)));
+    post_recv(&p.b, 1, &[p.mr_b.sge(0, 64).unwrap()]);
+    // Tries at 0, 160, ..., 9920 µs: 63 refused; the 64th, at 10080 µs,
+    // lands.
+    p.advance_to(t0.add(us(10_080)));
+    assert!(poll(&p.cq_a)[0].is_ok());
+    let c = p.counters();
+    let naks = c.rnr_nak_sent;
+    assert_eq!(naks, 63, "RNR NAKs in 10 ms at 0.16 ms");
+    assert_eq!(
+        errors(&c),
+        [("rnr_nak_retry_err", naks), ("out_of_buffer", naks)]
+    );
+    assert_eq!(c.tx_retransmits, naks);
+}
