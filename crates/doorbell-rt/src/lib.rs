@@ -36,6 +36,7 @@
 #![warn(unreachable_pub)]
 
 pub mod fault;
+mod inbox;
 pub mod loopback;
 pub mod procmem;
 #[allow(unsafe_code)]
@@ -57,6 +58,7 @@ use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
 use doorbell_types::{Instant, Qpn, UarIndex};
 
+use inbox::Msg;
 pub use loopback::LoopbackLink;
 pub use procmem::ProcessMemory;
 
@@ -81,21 +83,6 @@ pub enum RtError {
         /// What the OS said.
         kind: std::io::ErrorKind,
     },
-}
-
-pub(crate) enum Msg {
-    Mmio {
-        uar: UarIndex,
-        offset: u32,
-        len: u8,
-        data: [u8; 64],
-    },
-    Frame(Vec<u8>),
-    Frames(Vec<Vec<u8>>),
-    Cmd(Command, Sender<Result<CmdOut, CmdError>>),
-    Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
-    Record(bool, Sender<Vec<Crossing>>),
-    Stop,
 }
 
 /// An in-process network of NICs, addressed by IPv4.

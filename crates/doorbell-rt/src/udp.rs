@@ -33,7 +33,7 @@ use doorbell_wire::{
     IpProtocol, Ipv4Header, Ipv4Repr, ROCE_V2_UDP_PORT, UdpHeader, UdpRepr, ipv4, udp,
 };
 
-use crate::Msg;
+use crate::inbox::Msg;
 use crate::fault::Sink;
 use crate::sys::{self, RecvBatch};
 

@@ -1,0 +1,24 @@
+//! What a device thread receives: the one queue through which MMIO stores,
+//! frames from the port, commands and control reach a live NIC, in order.
+
+use crossbeam_channel::Sender;
+use doorbell_device::NicCounters;
+use doorbell_hif::{CmdError, CmdOut, Command};
+use doorbell_pcie::{Counters, Crossing};
+use doorbell_types::{Qpn, UarIndex};
+
+/// One input of a device thread.
+pub(crate) enum Msg {
+    Mmio {
+        uar: UarIndex,
+        offset: u32,
+        len: u8,
+        data: [u8; 64],
+    },
+    Frame(Vec<u8>),
+    Frames(Vec<Vec<u8>>),
+    Cmd(Command, Sender<Result<CmdOut, CmdError>>),
+    Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
+    Record(bool, Sender<Vec<Crossing>>),
+    Stop,
+}
