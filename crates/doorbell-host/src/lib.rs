@@ -79,6 +79,10 @@ pub enum MemError {
 ///   matching [`unpin`](Self::unpin) with the same range, and returns the
 ///   bus address of each 4 KiB page it covers (the PAS or MTT list the
 ///   driver hands to the device). Pins nest: each takes one reference.
+/// - [`adopt`](Self::adopt) takes a buffer the caller owned and makes it host
+///   memory, as an allocation; [`release`](Self::release) gives it back with
+///   what was written into it. Whether the bytes stay in place is the
+///   implementation's affair (the process's own memory keeps them there).
 pub trait HostMemory: Send + Sync {
     /// Copies `buf.len()` bytes at `addr` into `buf`.
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError>;
@@ -89,6 +93,12 @@ pub trait HostMemory: Send + Sync {
     fn alloc(&self, len: u64) -> Result<HostAddr, MemError>;
     /// Frees the allocation that starts at `addr`.
     fn free(&self, addr: HostAddr) -> Result<(), MemError>;
+    /// Makes `buf` host memory, as an allocation starting at the returned
+    /// address; on failure the buffer comes back untouched.
+    fn adopt(&self, buf: Vec<u8>) -> Result<HostAddr, (MemError, Vec<u8>)>;
+    /// Gives back the buffer adopted at `addr`, with its current bytes. Like
+    /// [`free`](Self::free), it refuses while the memory is pinned.
+    fn release(&self, addr: HostAddr) -> Result<Vec<u8>, MemError>;
     /// Pins `[addr, addr + len)` for DMA and returns its page list.
     fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError>;
     /// Releases one pin of `[addr, addr + len)` taken by [`Self::pin`].
@@ -178,6 +188,44 @@ impl HostRam {
         }
     }
 
+    /// Places `bytes` as a region at a fresh page-aligned address.
+    fn insert(&self, bytes: Box<[u8]>) -> HostAddr {
+        let len = bytes.len() as u64;
+        let pages = len.div_ceil(PAGE_SIZE);
+        let base = {
+            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            let base = *next;
+            // Leave one unmapped guard page after every region.
+            *next += (pages + 1) * PAGE_SIZE;
+            base
+        };
+        let region = Region {
+            len,
+            pins: AtomicU32::new(0),
+            bytes: Mutex::new(bytes),
+        };
+        self.regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(base, region);
+        HostAddr::new(base)
+    }
+
+    /// Removes the region that starts at `addr` unless it is pinned.
+    fn remove(&self, addr: HostAddr) -> Result<Box<[u8]>, MemError> {
+        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
+        // Pins change under the map's read lock; this write lock excludes them.
+        let pins = region.pins.load(Ordering::Relaxed);
+        if pins > 0 {
+            return Err(MemError::Pinned(addr, pins));
+        }
+        let region = map
+            .remove(&addr.get())
+            .ok_or(MemError::NotAllocated(addr))?;
+        Ok(region.bytes.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Number of live regions.
     pub fn region_count(&self) -> usize {
         self.regions.read().unwrap_or_else(|e| e.into_inner()).len()
@@ -221,37 +269,25 @@ impl HostMemory for HostRam {
         if len == 0 || len > MAX_ALLOC {
             return Err(MemError::BadSize(len));
         }
-        let pages = len.div_ceil(PAGE_SIZE);
-        let base = {
-            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
-            let base = *next;
-            // Leave one unmapped guard page after every region.
-            *next += (pages + 1) * PAGE_SIZE;
-            base
-        };
-        let region = Region {
-            len,
-            pins: AtomicU32::new(0),
-            bytes: Mutex::new(vec![0u8; len as usize].into_boxed_slice()),
-        };
-        self.regions
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(base, region);
-        Ok(HostAddr::new(base))
+        Ok(self.insert(vec![0u8; len as usize].into_boxed_slice()))
     }
 
     /// Frees the region that starts at `addr`.
     fn free(&self, addr: HostAddr) -> Result<(), MemError> {
-        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
-        let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
-        // Pins change under the map's read lock; this write lock excludes them.
-        let pins = region.pins.load(Ordering::Relaxed);
-        if pins > 0 {
-            return Err(MemError::Pinned(addr, pins));
+        self.remove(addr).map(drop)
+    }
+
+    /// Takes the buffer's storage as a region of its own (no copy).
+    fn adopt(&self, buf: Vec<u8>) -> Result<HostAddr, (MemError, Vec<u8>)> {
+        let len = buf.len() as u64;
+        if len == 0 || len > MAX_ALLOC {
+            return Err((MemError::BadSize(len), buf));
         }
-        map.remove(&addr.get());
-        Ok(())
+        Ok(self.insert(buf.into_boxed_slice()))
+    }
+
+    fn release(&self, addr: HostAddr) -> Result<Vec<u8>, MemError> {
+        self.remove(addr).map(<[u8]>::into_vec)
     }
 
     /// Pins the region containing `[addr, addr + len)` for DMA and returns the
@@ -347,6 +383,20 @@ mod tests {
         ram.unpin(a.checked_add(100).unwrap(), 8192).unwrap();
         assert!(matches!(ram.unpin(a, 1), Err(MemError::NotPinned { .. })));
         ram.free(a).unwrap();
+    }
+
+    #[test]
+    fn an_adopted_buffer_comes_back_with_what_was_written() {
+        let ram = HostRam::new();
+        let a = ram.adopt(b"hello world".to_vec()).unwrap();
+        ram.write(a.checked_add(6).unwrap(), b"rdma!").unwrap();
+        ram.pin(a, 11).unwrap();
+        assert_eq!(ram.release(a), Err(MemError::Pinned(a, 1)));
+        ram.unpin(a, 11).unwrap();
+        assert_eq!(ram.release(a).unwrap(), b"hello rdma!");
+        assert!(ram.read(a, &mut [0u8; 1]).is_err());
+        let (e, back) = ram.adopt(Vec::new()).unwrap_err();
+        assert_eq!((e, back), (MemError::BadSize(0), Vec::new()));
     }
 
     #[test]

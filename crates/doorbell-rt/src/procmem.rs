@@ -11,13 +11,18 @@
 //!   [`HostMemory::free`], which refuses while they are pinned, so reads
 //!   and writes copy straight in and out of them, each under the
 //!   allocation's lock, in safe code.
-//! - **Pinned ranges** of memory it did not allocate ([`HostMemory::pin`]
-//!   of any mapped range: `ibv_reg_mr` on the application's buffer). The
-//!   application owns them and may unmap them at any time, so every access
+//!   [`HostMemory::adopt`] makes a caller's `Vec<u8>` such an allocation,
+//!   in place (its address is the vector's), and
+//!   [`HostMemory::release`] gives it back.
+//! - **Granted ranges**: memory it does not own, which a caller handed over
+//!   with [`ProcessMemory::grant`] (`ibv_reg_mr` on a C application's
+//!   buffer). The application may unmap them at any time, so every access
 //!   goes through the kernel (`process_vm_readv`/`writev` on our own pid, in
 //!   the `vm` module, the only `unsafe` here), which answers EFAULT for a
 //!   page that is gone. The device turns that error into a protection
 //!   error CQE, as hardware reports an access to an invalidated MR.
+//!   [`HostMemory::pin`] of anything else fails: safe code can never make
+//!   the NIC write memory that Rust references point into.
 //!
 //! An address that is in neither is refused, so the NIC reaches only what
 //! host software allocated or registered (DESIGN invariant 6).
@@ -25,8 +30,8 @@
 //! # Guarantees
 //! - No access panics or raises a signal, whatever the application did to
 //!   its memory; each fails with [`MemError::Unmapped`] instead.
-//! - An access is allowed only wholly inside one allocation or one pinned
-//!   range.
+//! - An access is allowed only wholly inside one allocation, or one range
+//!   that is both granted and pinned.
 //! - Pinning checks that every page of the range is mapped (EFAULT, as the
 //!   kernel's `ib_umem_get` answers, becomes [`MemError::Unmapped`]).
 //!
@@ -49,11 +54,28 @@ use memmap2::MmapMut;
 /// Largest single allocation (1 GiB), as for `HostRam`.
 const MAX_ALLOC: u64 = 1 << 30;
 
+/// What an allocation's bytes live in.
+enum Backing {
+    /// An anonymous mapping of our own.
+    Map(MmapMut),
+    /// A caller's buffer, adopted in place.
+    Owned(Vec<u8>),
+}
+
+impl Backing {
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            Backing::Map(m) => &mut m[..],
+            Backing::Owned(v) => &mut v[..],
+        }
+    }
+}
+
 struct Alloc {
     /// Fixed at allocation, so it is read without the lock.
     len: u64,
     pins: u32,
-    map: Mutex<MmapMut>,
+    map: Mutex<Backing>,
 }
 
 /// The process's own memory as host memory. See the module docs.
@@ -62,6 +84,9 @@ pub struct ProcessMemory {
     allocs: RwLock<BTreeMap<u64, Alloc>>,
     /// Pinned ranges outside the allocations: `(start, len)` → pins.
     pinned: RwLock<BTreeMap<(u64, u64), u32>>,
+    /// Ranges handed over by [`ProcessMemory::grant`]: `(start, len)` →
+    /// grants.
+    granted: RwLock<BTreeMap<(u64, u64), u32>>,
 }
 
 fn unmapped(addr: HostAddr, len: usize) -> MemError {
@@ -77,6 +102,59 @@ impl ProcessMemory {
     /// Number of live allocations.
     pub fn alloc_count(&self) -> usize {
         read_lock(&self.allocs).len()
+    }
+
+    fn insert(&self, base: u64, len: u64, backing: Backing) -> HostAddr {
+        write_lock(&self.allocs).insert(
+            base,
+            Alloc {
+                len,
+                pins: 0,
+                map: Mutex::new(backing),
+            },
+        );
+        HostAddr::new(base)
+    }
+
+    fn remove(&self, addr: HostAddr) -> Result<Backing, MemError> {
+        let mut allocs = write_lock(&self.allocs);
+        let al = allocs
+            .get(&addr.get())
+            .ok_or(MemError::NotAllocated(addr))?;
+        if al.pins > 0 {
+            return Err(MemError::Pinned(addr, al.pins));
+        }
+        let al = allocs
+            .remove(&addr.get())
+            .ok_or(MemError::NotAllocated(addr))?;
+        Ok(al.map.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// True if one granted range holds all of `[addr, addr + len)`.
+    fn is_granted(&self, addr: HostAddr, len: u64) -> bool {
+        let a = addr.get();
+        let Some(end) = a.checked_add(len) else {
+            return false;
+        };
+        read_lock(&self.granted)
+            .range(..=(a, u64::MAX))
+            .any(|(&(start, n), _)| end <= start.saturating_add(n))
+    }
+
+    /// Withdraws one grant of exactly `[addr, addr + len)` made by
+    /// [`ProcessMemory::grant`]. A range still pinned stays reachable until
+    /// it is unpinned (as a registration outlives nothing: the driver unpins
+    /// before it revokes).
+    pub fn revoke(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
+        let mut g = write_lock(&self.granted);
+        let n = g
+            .get_mut(&(addr.get(), len))
+            .ok_or(MemError::NotPinned { addr, len })?;
+        *n -= 1;
+        if *n == 0 {
+            g.remove(&(addr.get(), len));
+        }
+        Ok(())
     }
 
     /// Number of pinned ranges outside the allocations.
@@ -101,7 +179,7 @@ impl ProcessMemory {
         }
         let off = (a - base) as usize;
         let mut map = al.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get_mut(off..off + len).map(f)
+        map.bytes().get_mut(off..off + len).map(f)
     }
 
     /// Checks that one pinned range holds all of `[addr, addr + len)`.
@@ -169,28 +247,33 @@ impl HostMemory for ProcessMemory {
             .map_err(|_| MemError::BadSize(len))?;
         let map = MmapMut::map_anon(size).map_err(|_| MemError::BadSize(len))?;
         let base = map.as_ptr() as u64;
-        write_lock(&self.allocs).insert(
-            base,
-            Alloc {
-                len,
-                pins: 0,
-                map: Mutex::new(map),
-            },
-        );
-        Ok(HostAddr::new(base))
+        Ok(self.insert(base, len, Backing::Map(map)))
+    }
+
+    fn adopt(&self, buf: Vec<u8>) -> Result<HostAddr, (MemError, Vec<u8>)> {
+        let len = buf.len() as u64;
+        if len == 0 || len > MAX_ALLOC {
+            return Err((MemError::BadSize(len), buf));
+        }
+        // The address is only a key: the bytes are reached through the
+        // vector, never through it.
+        let base = buf.as_ptr() as u64;
+        Ok(self.insert(base, len, Backing::Owned(buf)))
+    }
+
+    fn release(&self, addr: HostAddr) -> Result<Vec<u8>, MemError> {
+        match self.remove(addr)? {
+            Backing::Owned(v) => Ok(v),
+            Backing::Map(m) => {
+                // An allocation of our own: give its bytes as a vector.
+                Ok(m[..].to_vec())
+            }
+        }
     }
 
     fn free(&self, addr: HostAddr) -> Result<(), MemError> {
-        let mut allocs = write_lock(&self.allocs);
-        let al = allocs
-            .get(&addr.get())
-            .ok_or(MemError::NotAllocated(addr))?;
-        if al.pins > 0 {
-            return Err(MemError::Pinned(addr, al.pins));
-        }
         // Dropping the map unmaps it; nothing else refers to it.
-        allocs.remove(&addr.get());
-        Ok(())
+        self.remove(addr).map(drop)
     }
 
     fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
@@ -203,6 +286,9 @@ impl HostMemory for ProcessMemory {
                 al.pins += 1;
                 return Ok(pages);
             }
+        }
+        if !self.is_granted(addr, len) {
+            return Err(unmapped(addr, len as usize));
         }
         Self::probe(addr, len)?;
         *write_lock(&self.pinned)
@@ -280,15 +366,27 @@ mod tests {
         m.free(a).unwrap();
     }
 
+    /// Hands `len` bytes at `at` to `m`.
+    #[allow(unsafe_code)]
+    fn grant(m: &ProcessMemory, at: HostAddr, len: u64) {
+        // SAFETY: every caller passes memory it allocated for the test and
+        // reads or writes only through `m` until the test has revoked it
+        // (or the memory is gone, which is the case under test).
+        unsafe { m.grant(at, len) }
+    }
+
     #[test]
-    fn a_caller_buffer_is_registered_in_place() {
+    fn a_granted_buffer_is_registered_in_place() {
         let m = ProcessMemory::new();
         let mut buf = vec![0u8; 10_000];
         buf[..4].copy_from_slice(b"ping");
         let at = addr_of(&buf);
-        // Not reachable before registration.
+        // Not reachable before registration, nor pinnable before a grant.
         let mut b = [0u8; 4];
         assert!(m.read(at, &mut b).is_err());
+        assert!(matches!(m.pin(at, 64), Err(MemError::Unmapped { .. })));
+        grant(&m, at, buf.len() as u64);
+        assert!(m.read(at, &mut b).is_err(), "granted is not yet pinned");
         let pages = m.pin(at, buf.len() as u64).unwrap();
         assert_eq!(pages[0].get(), at.get() & !(PAGE_SIZE - 1));
         m.read(at, &mut b).unwrap();
@@ -313,6 +411,7 @@ mod tests {
         let m = ProcessMemory::new();
         let map = MmapMut::map_anon(2 * PAGE_SIZE as usize).unwrap();
         let at = HostAddr::new(map.as_ptr() as u64);
+        grant(&m, at, 2 * PAGE_SIZE);
         m.pin(at, 2 * PAGE_SIZE).unwrap();
         m.write(at, b"still here").unwrap();
         // The application unmaps its buffer while it is registered.
@@ -325,10 +424,26 @@ mod tests {
     }
 
     #[test]
+    fn an_adopted_vector_is_used_in_place_and_given_back() {
+        let m = ProcessMemory::new();
+        let v = b"abcdefgh".to_vec();
+        let at_vec = v.as_ptr() as u64;
+        let at = m.adopt(v).unwrap();
+        assert_eq!(at.get(), at_vec, "in place: the address is the vector's");
+        m.pin(at, 8).unwrap();
+        m.write(at.checked_add(2).unwrap(), b"CD").unwrap();
+        assert_eq!(m.release(at), Err(MemError::Pinned(at, 1)));
+        m.unpin(at, 8).unwrap();
+        assert_eq!(m.release(at).unwrap(), b"abCDefgh");
+        assert_eq!(m.alloc_count(), 0);
+    }
+
+    #[test]
     fn pinning_unmapped_memory_fails() {
         let m = ProcessMemory::new();
         let map = MmapMut::map_anon(PAGE_SIZE as usize).unwrap();
         let at = HostAddr::new(map.as_ptr() as u64);
+        grant(&m, at, PAGE_SIZE);
         drop(map);
         assert!(matches!(m.pin(at, 64), Err(MemError::Unmapped { .. })));
         assert_eq!(m.pinned_count(), 0);

@@ -33,8 +33,8 @@ use doorbell_wire::{
     IpProtocol, Ipv4Header, Ipv4Repr, ROCE_V2_UDP_PORT, UdpHeader, UdpRepr, ipv4, udp,
 };
 
-use crate::inbox::Msg;
 use crate::fault::Sink;
+use crate::inbox::Msg;
 use crate::sys::{self, RecvBatch};
 
 /// Receive buffer asked of the kernel: room for a burst of a few MiB (a

@@ -53,27 +53,80 @@ impl Pd {
         }
         let mem = self.inner.ctx.mem();
         let addr = mem.alloc(len as u64)?;
-        match self
+        self.register(addr, len, access, Backing::Allocated)
+            .inspect_err(|_| {
+                let _ = mem.free(addr);
+            })
+    }
+
+    /// Registers `buf`, which the region owns until [`Mr::into_buffer`]
+    /// gives it back with whatever was written into it. Over the process's
+    /// own memory the bytes stay where they are (no copy). On failure the
+    /// buffer comes back untouched with the error.
+    pub fn reg_mr_buffer(&self, buf: Vec<u8>, access: Access) -> Result<Mr, (VerbsError, Vec<u8>)> {
+        let len = buf.len();
+        if len == 0 {
+            return Err((
+                VerbsError::InvalidArgument("a memory region needs at least one byte"),
+                buf,
+            ));
+        }
+        let mem = self.inner.ctx.mem();
+        let addr = mem.adopt(buf).map_err(|(e, b)| (e.into(), b))?;
+        self.register(addr, len, access, Backing::Adopted)
+            .map_err(|e| (e, mem.release(addr).unwrap_or_default()))
+    }
+
+    /// Registers `len` bytes of host memory at `addr` that the caller owns
+    /// (`ibv_reg_mr` on an application's buffer). Host memory decides what
+    /// may be registered: the process's own memory accepts only ranges
+    /// handed to it by `ProcessMemory::grant`, and a private address space
+    /// only its own allocations; anything else is refused as unmapped
+    /// (EFAULT), as the kernel refuses to pin it.
+    pub fn reg_mr_at(&self, addr: u64, len: usize, access: Access) -> Result<Mr, VerbsError> {
+        if len == 0 {
+            return Err(VerbsError::InvalidArgument(
+                "a memory region needs at least one byte",
+            ));
+        }
+        self.register(HostAddr::new(addr), len, access, Backing::Borrowed)
+    }
+
+    fn register(
+        &self,
+        addr: HostAddr,
+        len: usize,
+        access: Access,
+        backing: Backing,
+    ) -> Result<Mr, VerbsError> {
+        let key = self
             .inner
             .ctx
             .driver()
-            .reg_mr(self.inner.pdn, addr, len as u64, access)
-        {
-            Ok(key) => Ok(Mr {
-                inner: Arc::new(MrInner {
-                    pd: self.clone(),
-                    addr,
-                    len,
-                    key,
-                    access,
-                }),
+            .reg_mr(self.inner.pdn, addr, len as u64, access)?;
+        Ok(Mr {
+            inner: Arc::new(MrInner {
+                pd: self.clone(),
+                addr,
+                len,
+                key,
+                access,
+                backing,
             }),
-            Err(e) => {
-                let _ = mem.free(addr);
-                Err(e.into())
-            }
-        }
+        })
     }
+}
+
+/// Where a region's bytes come from, and what deregistration does to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// Allocated by [`Pd::reg_mr`]; freed.
+    Allocated,
+    /// A caller's buffer the region owns; given back by [`Mr::into_buffer`],
+    /// dropped otherwise.
+    Adopted,
+    /// The caller's memory; left as it is.
+    Borrowed,
 }
 
 struct MrInner {
@@ -82,14 +135,28 @@ struct MrInner {
     len: usize,
     key: Mkey,
     access: Access,
+    backing: Backing,
+}
+
+impl MrInner {
+    /// Deregisters, and hands back an adopted buffer.
+    fn dereg(&mut self) -> Option<Vec<u8>> {
+        let ctx = &self.pd.inner.ctx;
+        ctx.driver().dereg_mr(self.key).ok()?;
+        match std::mem::replace(&mut self.backing, Backing::Borrowed) {
+            Backing::Allocated => {
+                let _ = ctx.mem().free(self.addr);
+                None
+            }
+            Backing::Adopted => ctx.mem().release(self.addr).ok(),
+            Backing::Borrowed => None,
+        }
+    }
 }
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        let ctx = &self.pd.inner.ctx;
-        if ctx.driver().dereg_mr(self.key).is_ok() {
-            let _ = ctx.mem().free(self.addr);
-        }
+        self.dereg();
     }
 }
 
@@ -177,6 +244,17 @@ impl Mr {
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VerbsError> {
         let a = self.check(offset, buf.len() as u64)?;
         Ok(self.inner.pd.inner.ctx.mem().read(a, buf)?)
+    }
+
+    /// Deregisters the region and gives back the buffer it owned
+    /// ([`Pd::reg_mr_buffer`]), with what the NIC and the CPU wrote into it.
+    /// `None` for a region over allocated or borrowed memory. Fails, giving
+    /// the region back, while other clones of it exist.
+    pub fn into_buffer(self) -> Result<Option<Vec<u8>>, Mr> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => Ok(inner.dereg()),
+            Err(inner) => Err(Mr { inner }),
+        }
     }
 
     /// The whole region as a vector.

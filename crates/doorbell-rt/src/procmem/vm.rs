@@ -1,6 +1,8 @@
-//! The only `unsafe` of process memory: copies between a buffer of ours and
-//! an address range of this process that Rust holds no reference to, by
-//! `process_vm_readv(2)` / `process_vm_writev(2)` on our own pid.
+//! The only `unsafe` of process memory: the contract under which a caller
+//! hands over a range of memory it does not give to Rust
+//! ([`ProcessMemory::grant`]), and copies between a buffer of ours and such
+//! a range, by `process_vm_readv(2)` / `process_vm_writev(2)` on our own
+//! pid.
 //!
 //! The kernel does the copy and checks the range against the process's
 //! mappings as it goes: an unmapped page, or a read-only page for a write,
@@ -13,6 +15,30 @@
 //! `procmem.rs` declares it.)
 
 use std::io;
+
+use doorbell_types::HostAddr;
+
+use super::{ProcessMemory, write_lock};
+
+impl ProcessMemory {
+    /// Hands `[addr, addr + len)` to this memory, so that
+    /// [`HostMemory::pin`](doorbell_host::HostMemory::pin) may register it
+    /// and the NIC may then read and write it. Grants nest; each is withdrawn
+    /// by one [`ProcessMemory::revoke`] of the same range.
+    ///
+    /// # Safety
+    /// Until the grant is revoked, no Rust reference may point into the
+    /// range: the NIC writes it behind the compiler's back (through the
+    /// kernel), which is sound only for memory Rust does not see, such as a
+    /// C program's buffer that the C library registers. The range need not
+    /// stay mapped: memory unmapped under a grant makes accesses fail, not
+    /// crash.
+    pub unsafe fn grant(&self, addr: HostAddr, len: u64) {
+        *write_lock(&self.granted)
+            .entry((addr.get(), len))
+            .or_insert(0) += 1;
+    }
+}
 
 /// Copies `buf.len()` bytes from address `addr` of this process into `buf`.
 /// Fails with the OS error (EFAULT for unmapped memory); a copy cut short by

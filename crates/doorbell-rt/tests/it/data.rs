@@ -3,8 +3,8 @@
 
 use doorbell_types::Psn;
 use doorbell_verbs::{
-    AddressVector, Ah, QpAttrs, QpCaps, QpInitAttr, QpState, QpType, RemoteAddr, SendFlags, SendWr,
-    UdTarget, WcOpcode, WcStatus, WrOpcode,
+    Access, AddressVector, Ah, QpAttrs, QpCaps, QpInitAttr, QpState, QpType, RemoteAddr, SendFlags,
+    SendWr, UdTarget, WcOpcode, WcStatus, WrOpcode,
 };
 
 use crate::common::*;
@@ -405,5 +405,45 @@ fn receives_posted_after_the_error_state_are_flushed() {
             .map(|w| (w.wr_id, w.status))
             .collect::<Vec<_>>(),
         vec![(2, WcStatus::WrFlushErr), (3, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn on_process_memory_a_vector_is_registered_in_place_and_foreign_memory_needs_a_grant() {
+    let p = pair_on_process_memory();
+    let v = vec![0u8; 4096];
+    let at = v.as_ptr() as u64;
+    let target =
+        p.b.pd
+            .reg_mr_buffer(v, Access(FULL))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    assert_eq!(target.addr(), at, "the vector's own address is the IOVA");
+    let data = pattern(3000, 5);
+    p.a.mr.write(0, &data).unwrap();
+    post(
+        &p.a.qp,
+        SendWr {
+            wr_id: 1,
+            sg_list: &[p.a.mr.sge(0, 3000).unwrap()],
+            opcode: WrOpcode::RdmaWrite(RemoteAddr {
+                addr: target.addr() + 96,
+                rkey: target.rkey(),
+            }),
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        },
+    );
+    assert_eq!(wait(&p.a.cq, 1)[0].status, WcStatus::Success);
+    let v = target.into_buffer().unwrap().unwrap();
+    assert_eq!(v.as_ptr() as u64, at, "the same allocation came back");
+    assert_eq!(&v[96..3096], &data[..]);
+    // A buffer the NIC was not given cannot be registered: the kernel's
+    // pin would fail with EFAULT.
+    let foreign = vec![7u8; 4096];
+    assert!(
+        p.b.pd
+            .reg_mr_at(foreign.as_ptr() as u64, foreign.len(), Access(FULL))
+            .is_err()
     );
 }

@@ -250,3 +250,62 @@ fn the_provider_reports_what_each_post_wrote_and_how_it_rang() {
     );
     assert_eq!(poll_all(&r.cq).len(), 4);
 }
+
+#[test]
+fn a_region_over_a_callers_vector_gives_it_back_with_what_the_nic_wrote() {
+    let r = rig();
+    let pd = r.mr.pd().clone();
+    let target = pd
+        .reg_mr_buffer(vec![0u8; 64], Access(FULL))
+        .map_err(|(e, _)| e)
+        .unwrap();
+    r.mr.write(0, b"into the vector").unwrap();
+    let sge = [r.mr.sge(0, 15).unwrap()];
+    r.a.post_send(&[SendWr {
+        wr_id: 9,
+        sg_list: &sge,
+        opcode: WrOpcode::RdmaWrite(RemoteAddr {
+            addr: target.addr() + 8,
+            rkey: target.rkey(),
+        }),
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }])
+    .unwrap();
+    assert!(poll_all(&r.cq)[0].is_ok());
+    // A clone keeps the registration alive: the buffer cannot come back yet.
+    let other = target.clone();
+    let target = target.into_buffer().unwrap_err();
+    drop(other);
+    let v = target.into_buffer().unwrap().expect("an adopted buffer");
+    assert_eq!(v.len(), 64);
+    assert_eq!(&v[8..23], b"into the vector");
+    assert_eq!(&v[..8], &[0; 8]);
+    // An allocated region has no buffer to give.
+    assert_eq!(
+        pd.reg_mr(8, Access(0)).unwrap().into_buffer().unwrap(),
+        None
+    );
+    // A zero-length vector is refused and returned.
+    let (e, back) = pd.reg_mr_buffer(Vec::new(), Access(0)).unwrap_err();
+    assert!(matches!(e, doorbell_verbs::VerbsError::InvalidArgument(_)));
+    assert!(back.is_empty());
+}
+
+#[test]
+fn memory_the_host_did_not_hand_out_cannot_be_registered() {
+    let r = rig();
+    let pd = r.mr.pd().clone();
+    let outside = r.mr.addr() + (1 << 30);
+    assert!(matches!(
+        pd.reg_mr_at(outside, 4096, Access(FULL)),
+        Err(doorbell_verbs::VerbsError::Driver(_))
+    ));
+    // Inside an existing region it can: a second key over the same bytes.
+    let second = pd.reg_mr_at(r.mr.addr(), 4096, Access(FULL)).unwrap();
+    assert_ne!(second.lkey(), r.mr.lkey());
+    second.write(0, b"shared").unwrap();
+    let mut got = [0u8; 6];
+    r.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"shared");
+}
