@@ -10,13 +10,23 @@
 //! one million posts, and the live runtime's post rate for the same
 //! workload (8-byte inline RDMA WRITEs, postlist 16, one in 16 signalled,
 //! one QP); then the TLP rate of 16 KiB WRITEs by pointer, whose posts cross
-//! the link in many TLPs each. Without `--bench` (as `cargo test` runs it)
-//! it does a short smoke run.
+//! the link in many TLPs each; then what a post costs against the number
+//! of QPs: the same 100 000 posts (`DOORBELL_SIM_SPREAD_POSTS`) on one QP
+//! and spread round-robin over 1 000 QPs (`DOORBELL_SIM_SPREAD_QPS`), setup
+//! not counted, and their ratio. Without `--bench` (as `cargo test` runs
+//! it) it does a short smoke run.
 
 use std::time::Instant;
 
 use doorbell_cli::seed::{SeedConfig, SeedOptions};
 use doorbell_sim::{Op, Profile, Workload};
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
@@ -79,6 +89,50 @@ fn main() {
     println!(
         "| 16 KiB WRITE: simulated TLPs per wall second | {:.2} M |",
         rb.tlps as f64 / bulk_wall / 1e6
+    );
+    // What a post costs as QPs are added: the same posts on one QP and
+    // spread round-robin over many. Each run's setup (creating and
+    // connecting the QPs) is timed on its own with one post per QP and
+    // taken off.
+    let spread_posts: u64 = env_or(
+        "DOORBELL_SIM_SPREAD_POSTS",
+        if bench { 100_000 } else { 4_000 },
+    );
+    let spread_qps: u32 = env_or("DOORBELL_SIM_SPREAD_QPS", if bench { 1_000 } else { 100 });
+    let per_post = |qps: u32| {
+        let iters = (spread_posts / u64::from(qps)).max(2);
+        let spread = Workload {
+            qps,
+            iters,
+            ..w.clone()
+        };
+        let t = Instant::now();
+        spread.run(&profile).expect("the spread workload runs");
+        let full = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        Workload { iters: 1, ..spread }
+            .run(&profile)
+            .expect("the setup-only workload runs");
+        let setup = t.elapsed().as_secs_f64();
+        let posts = (iters - 1) * u64::from(qps);
+        ((full - setup).max(0.0) / posts as f64, setup)
+    };
+    let (one, one_setup) = per_post(1);
+    let (many, many_setup) = per_post(spread_qps);
+    println!(
+        "| posts on 1 QP: wall time per post | {:.3} µs |",
+        one * 1e6
+    );
+    println!(
+        "| posts over {spread_qps} QPs: wall time per post | {:.3} µs |",
+        many * 1e6
+    );
+    println!(
+        "| setup (not counted): 1 QP, {spread_qps} QPs | {one_setup:.3} s, {many_setup:.3} s |"
+    );
+    println!(
+        "| per-post cost, {spread_qps} QPs / 1 QP | {:.2}x |",
+        many / one
     );
     // The live runtime on the same workload: the seed's postlist row runs
     // 8-byte WRITEs in postlists of 16 through two live NICs.

@@ -8,6 +8,8 @@ use doorbell_types::{HostAddr, Instant, Qpn, UarIndex};
 
 use doorbell_hif::CqParams;
 
+use crate::dma::{dma_read, dma_write};
+
 /// What the device knows of one CQ.
 pub(crate) struct Cq {
     pub(crate) p: CqParams,
@@ -70,12 +72,15 @@ impl Cq {
         let tag = DmaTag::new(qpn, DmaPurpose::Cqe);
         if self.pi.wrapping_sub(self.ci) >= self.ncqe {
             // Looks full: refresh the consumer index from the doorbell record.
-            let mut w = [0u8; 4];
-            let ci_addr = self.p.dbr_addr.checked_add((dbr::CQ_SET_CI * 4) as u64);
+            // Only the consumer-index word is read, into its place in a
+            // record.
+            let mut rec = [0u8; dbr::DBR_LEN];
+            let word = dbr::field::WORD0;
+            let ci_addr = self.p.dbr_addr.checked_add(word.start as u64);
             let tag_dbr = DmaTag::new(qpn, DmaPurpose::DoorbellRecord);
-            match ci_addr.map(|a| crate::dma_read(dma, t, tag_dbr, a, &mut w)) {
+            match ci_addr.map(|a| dma_read(dma, t, tag_dbr, a, &mut rec[word])) {
                 Some(true) => {
-                    let ci24 = u32::from_be_bytes(w) & 0x00ff_ffff;
+                    let ci24 = dbr::CqDoorbellRecord::new_unchecked(&rec[..]).consumer_index();
                     // Extend the 24-bit index to the producer's epoch.
                     let back = self.pi.wrapping_sub(ci24) & 0x00ff_ffff;
                     self.ci = self.pi.wrapping_sub(back);
@@ -95,7 +100,7 @@ impl Cq {
         };
         // One DMA write whose last byte is op_own: the consumer never sees
         // the owner bit before the body.
-        if !crate::dma_write(dma, t, tag, addr, &buf) {
+        if !dma_write(dma, t, tag, addr, &buf) {
             return CqeWrite::DmaFault;
         }
         self.pi = self.pi.wrapping_add(1);

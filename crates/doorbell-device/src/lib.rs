@@ -22,226 +22,84 @@
 //! host), then ask [`Nic::poll_timeout`] when to call
 //! [`Nic::handle_timeout`] next.
 //!
+//! # Cost
+//! Nothing on the path of a post, a frame or a timer looks at every QP:
+//! QPs are found by number, and the timers of all QPs sit in one index
+//! ordered by deadline, so [`Nic::poll_timeout`] is O(log n) and
+//! [`Nic::handle_timeout`] visits only the QPs that are due.
+//!
 //! # Bad input
 //! Every index, key, length and address read from host memory or a frame is
 //! checked. A bad WQE becomes an error CQE with the mlx5 syndrome and moves
 //! its QP to the error state, flushing the rest; a doorbell through a UAR the
 //! QP does not own is dropped and counted; a malformed or corrupt frame is
 //! dropped and counted. Nothing here panics on input.
+//!
+//! # Modules
+//! In layers; a module uses only modules of lower layers or its own
+//! (`DESIGN.md` draws the graph):
+//! - data: [`config`](NicConfig) (configuration, frames, counters), `qp`
+//!   (a QP split into send queue, receive queue, RC requester and responder
+//!   from [`doorbell_roce`], and its timers), `wq` (queue state, SGEs, sent
+//!   messages), `wqe` (send-WQE parsing), `cq`, `mkey`, `timer` (the
+//!   NIC-wide timer index), `fault` (what an engine reports);
+//! - plumbing: `dma` (DMA helpers), `ctx` (what one input's work runs in),
+//!   `cqe` (the CQE writer), `emit` (the frame emitter), `sge` (the one SGE
+//!   walker behind payload gather and receive scatter), `fetch` (send and
+//!   receive WQE fetch, doorbell records);
+//! - shared steps: `transmit` (the requester's window and go-back-N),
+//!   `complete` (completion in order, flushes, and turning a fault into the
+//!   error state);
+//! - engines: `send` (doorbells and WQE execution), `response` (ACKs, NAKs,
+//!   READ and atomic responses, the requester's timers), `recv` (the
+//!   responder and UD receive). Engines never call each other: they return
+//!   a fault, or ask for the send engine to run, and the [`Nic`] does it.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod complete;
+mod config;
 mod cq;
+mod cqe;
+mod ctx;
+mod dma;
+mod emit;
+mod fault;
+mod fetch;
 mod mkey;
 mod qp;
-mod rq;
-mod sq;
+mod recv;
+mod response;
+mod send;
+mod sge;
+mod timer;
+mod transmit;
+mod wq;
+mod wqe;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use doorbell_layout::uar::{self, CqArmDoorbell, SendDoorbell, UarRegister};
-use doorbell_layout::wqe;
-use doorbell_pcie::{Dma, DmaTag};
-use doorbell_types::{Cqn, Duration, HostAddr, Instant, Pdn, Qpn, UarIndex};
+use doorbell_layout::wqe as wqe_layout;
+use doorbell_pcie::Dma;
+use doorbell_types::{Cqn, Duration, Instant, Pdn, Qpn, UarIndex};
 
-use doorbell_hif::{
-    CmdError, CmdOut, Command, DeviceCaps, NicEvent, ObjKind, Param, QpParams, QpState,
-};
+use doorbell_hif::{CmdError, CmdOut, Command, NicEvent, ObjKind, Param, QpParams, QpState};
+
+pub use config::{Frame, NicConfig, NicCounters, NicTiming};
 
 use cq::Cq;
+use ctx::{Ctx, Outputs};
+use fault::Outcome;
 use mkey::MkeyTable;
 use qp::Qp;
-
-/// Static configuration of one NIC.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NicConfig {
-    /// The port's IPv4 address; its GID 0 is the IPv4-mapped form.
-    pub ipv4: [u8; 4],
-    /// What the device reports.
-    pub caps: DeviceCaps,
-    /// Processing costs (all zero: work takes no time of its own).
-    pub timing: NicTiming,
-    /// UDP source port of every frame. `None`: per QP, `0xC000 | (qpn &
-    /// 0x3fff)`, as rxe picks flow entropy. A port that sends through a UDP
-    /// socket sets the socket's own port here, since the ICRC covers the
-    /// source port the kernel writes.
-    pub udp_src_port: Option<u16>,
-}
-
-impl NicConfig {
-    /// A NIC on `ipv4` with default capabilities and no processing costs.
-    pub fn new(ipv4: [u8; 4]) -> Self {
-        Self {
-            ipv4,
-            caps: DeviceCaps::default(),
-            timing: NicTiming::default(),
-            udp_src_port: None,
-        }
-    }
-
-    /// GID 0 of the port: `::ffff:a.b.c.d`.
-    pub fn gid(&self) -> [u8; 16] {
-        doorbell_wire::Gid::from_ipv4(self.ipv4).octets()
-    }
-}
-
-/// How long the NIC's own work takes. Work runs on a pool of processing
-/// units: each input (a doorbell, a frame, a timer) takes the unit that
-/// frees up first, holds it for the costs it incurs, and waits for its DMA
-/// reads without holding it longer (the device overlaps DMA with other
-/// work). All zero by default: the live runtime runs at the host's speed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NicTiming {
-    /// Processing units (at least one).
-    pub processing_units: u32,
-    /// Per doorbell or BlueFlame burst taken in.
-    pub doorbell: Duration,
-    /// Per send WQE executed.
-    pub wqe: Duration,
-    /// Per packet built and sent.
-    pub tx_packet: Duration,
-    /// Per packet received.
-    pub rx_packet: Duration,
-    /// Per CQE written.
-    pub cqe: Duration,
-    /// Time an atomic holds its address bucket.
-    pub atomic: Duration,
-    /// Bytes of address that share one atomic bucket (a power of two).
-    pub atomic_bucket_bytes: u64,
-}
-
-impl Default for NicTiming {
-    fn default() -> Self {
-        Self {
-            processing_units: 1,
-            doorbell: Duration::ZERO,
-            wqe: Duration::ZERO,
-            tx_packet: Duration::ZERO,
-            rx_packet: Duration::ZERO,
-            cqe: Duration::ZERO,
-            atomic: Duration::ZERO,
-            atomic_bucket_bytes: 64,
-        }
-    }
-}
-
-/// A frame for the fabric: an IPv4 packet carrying RoCEv2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
-    /// Destination IPv4 address.
-    pub dst: [u8; 4],
-    /// The IP packet, ICRC included.
-    pub bytes: Vec<u8>,
-    /// When the NIC had it ready for the port.
-    pub ready: Instant,
-}
-
-/// What the device counted. Where the kernel's RDMA `hw_counters` (mlx5's
-/// q counters, `drivers/infiniband/hw/mlx5/counters.c`) have a counter for
-/// the same event, the field has its name and meaning; [`Self::hw_counters`]
-/// lists them under those names.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NicCounters {
-    /// Frames sent, retransmissions included.
-    pub tx_packets: u64,
-    /// Request packets sent again by go-back-N (after a NAK, a timeout, an
-    /// RNR wait or an implied NAK); READ and atomic requests included.
-    pub tx_retransmits: u64,
-    /// Frames received and accepted for processing.
-    pub rx_packets: u64,
-    /// Frames dropped for a bad ICRC (`rx_icrc_encapsulated`).
-    pub rx_icrc_errors: u64,
-    /// Frames dropped as malformed, or for an unknown or unready QP.
-    pub rx_dropped: u64,
-    /// Responder: request packets that arrived ahead of the expected PSN and
-    /// were dropped (`out_of_sequence`).
-    pub out_of_sequence: u64,
-    /// Requester: PSN-sequence-error NAKs received (`packet_seq_err`).
-    pub packet_seq_err: u64,
-    /// Requester: READ or atomic responses found missing because a later
-    /// PSN was answered first, and asked for again (`implied_nak_seq_err`).
-    pub implied_nak_seq_err: u64,
-    /// Responder: requests received again after they were executed
-    /// (`duplicate_request`).
-    pub duplicate_request: u64,
-    /// Requester: ACK timeouts that led to a retry, that is with retries
-    /// left (`local_ack_timeout_err`).
-    pub local_ack_timeout_err: u64,
-    /// Requester: RNR NAKs received and retried, that is with RNR retries
-    /// left (`rnr_nak_retry_err`).
-    pub rnr_nak_retry_err: u64,
-    /// Responder: RNR NAKs sent for want of a receive WQE.
-    pub rnr_nak_sent: u64,
-    /// Responder: messages that found no receive WQE: RNR NAKs sent, and UD
-    /// datagrams dropped (`out_of_buffer`).
-    pub out_of_buffer: u64,
-    /// Requester: ACK timeouts or PSN-sequence NAKs with no retry left; the
-    /// WQE completed with transport retry exceeded, syndrome 0x15
-    /// (`req_transport_retries_exceeded`).
-    pub req_transport_retries_exceeded: u64,
-    /// Requester: RNR NAKs with no RNR retry left; the WQE completed with
-    /// RNR retry exceeded, syndrome 0x16 (`req_rnr_retries_exceeded`).
-    pub req_rnr_retries_exceeded: u64,
-    /// Responder: RDMA WRITE requests executed (`rx_write_requests`).
-    pub rx_write_requests: u64,
-    /// Responder: RDMA READ requests executed, duplicates included
-    /// (`rx_read_requests`).
-    pub rx_read_requests: u64,
-    /// Responder: atomic requests executed (`rx_atomic_requests`); replays
-    /// from the response cache are not executions.
-    pub rx_atomic_requests: u64,
-    /// Doorbells dropped: unknown QP, or a UAR the QP does not own.
-    pub bad_doorbells: u64,
-    /// Doorbells for a QP not in a state that sends.
-    pub doorbells_not_ready: u64,
-}
-
-impl NicCounters {
-    /// The counters the kernel's mlx5 driver also has, under its names (as
-    /// `/sys/class/infiniband/*/ports/1/hw_counters/*` shows them).
-    pub fn hw_counters(&self) -> [(&'static str, u64); 13] {
-        [
-            ("duplicate_request", self.duplicate_request),
-            ("implied_nak_seq_err", self.implied_nak_seq_err),
-            ("local_ack_timeout_err", self.local_ack_timeout_err),
-            ("out_of_buffer", self.out_of_buffer),
-            ("out_of_sequence", self.out_of_sequence),
-            ("packet_seq_err", self.packet_seq_err),
-            ("req_rnr_retries_exceeded", self.req_rnr_retries_exceeded),
-            (
-                "req_transport_retries_exceeded",
-                self.req_transport_retries_exceeded,
-            ),
-            ("rnr_nak_retry_err", self.rnr_nak_retry_err),
-            ("rx_atomic_requests", self.rx_atomic_requests),
-            ("rx_icrc_encapsulated", self.rx_icrc_errors),
-            ("rx_read_requests", self.rx_read_requests),
-            ("rx_write_requests", self.rx_write_requests),
-        ]
-    }
-}
+use response::Then;
+use timer::{Timer, TimerIndex};
 
 /// BlueFlame chunks collected for one buffer of one bfreg.
 #[derive(Default)]
 struct BfAssembly {
     bytes: Vec<u8>,
-}
-
-/// Shared outputs and tables a QP's engines need.
-pub(crate) struct Ctx<'a, D: Dma> {
-    /// When the input that started this work arrived.
-    pub(crate) now: Instant,
-    /// How far this work has got: advanced by processing costs and by the
-    /// bus's answers. Frames leave, and DMAs are issued, at this time.
-    pub(crate) t: Instant,
-    /// Processing-unit time this work has used.
-    pub(crate) busy: Duration,
-    pub(crate) atomic_free: &'a mut BTreeMap<u64, Instant>,
-    pub(crate) dma: &'a mut D,
-    pub(crate) cqs: &'a mut BTreeMap<Cqn, Cq>,
-    pub(crate) mkeys: &'a MkeyTable,
-    pub(crate) out: &'a mut Outputs,
-    pub(crate) cfg: &'a NicConfig,
 }
 
 macro_rules! ctx {
@@ -260,58 +118,6 @@ macro_rules! ctx {
     };
 }
 
-impl<D: Dma> Ctx<'_, D> {
-    /// Spends `d` of processing-unit time.
-    pub(crate) fn charge(&mut self, d: Duration) {
-        self.t = self.t.add(d);
-        self.busy = self.busy.add(d);
-    }
-
-    /// A DMA read at the current time; the work waits for its data.
-    pub(crate) fn read(&mut self, tag: DmaTag, addr: HostAddr, buf: &mut [u8]) -> bool {
-        dma_read(self.dma, &mut self.t, tag, addr, buf)
-    }
-
-    /// A DMA write at the current time.
-    pub(crate) fn write(&mut self, tag: DmaTag, addr: HostAddr, data: &[u8]) -> bool {
-        dma_write(self.dma, &mut self.t, tag, addr, data)
-    }
-}
-
-/// A DMA read at `*t`, moving `*t` to when its data is in; false on error.
-pub(crate) fn dma_read<D: Dma>(
-    dma: &mut D,
-    t: &mut Instant,
-    tag: DmaTag,
-    addr: HostAddr,
-    buf: &mut [u8],
-) -> bool {
-    match dma.dma_read(*t, tag, addr, buf) {
-        Ok(done) => {
-            *t = done.max(*t);
-            true
-        }
-        Err(_) => false,
-    }
-}
-
-/// A DMA write at `*t`, moving `*t` to when the next may be issued.
-pub(crate) fn dma_write<D: Dma>(
-    dma: &mut D,
-    t: &mut Instant,
-    tag: DmaTag,
-    addr: HostAddr,
-    data: &[u8],
-) -> bool {
-    match dma.dma_write(*t, tag, addr, data) {
-        Ok(done) => {
-            *t = done.max(*t);
-            true
-        }
-        Err(_) => false,
-    }
-}
-
 /// Picks the processing unit that frees up first; work starts at `now` or
 /// when it is free, whichever is later.
 fn acquire_pu(pus: &mut [Instant], now: Instant) -> (usize, Instant) {
@@ -324,12 +130,23 @@ fn acquire_pu(pus: &mut [Instant], now: Instant) -> (usize, Instant) {
     (i, free.max(now))
 }
 
-/// Queues of outputs and the counters.
-#[derive(Default)]
-pub(crate) struct Outputs {
-    pub(crate) tx: VecDeque<Frame>,
-    pub(crate) events: VecDeque<NicEvent>,
-    pub(crate) counters: NicCounters,
+/// Acts on what an engine returned: runs the send engine if asked, and
+/// turns a fault into the error state.
+fn settle<D: Dma>(qp: &mut Qp, r: Outcome<Then>, ctx: &mut Ctx<'_, D>) {
+    let r = match r {
+        Ok(Then::Pump) => send::pump(qp, ctx),
+        Ok(Then::Done) => Ok(()),
+        Err(f) => Err(f),
+    };
+    if let Err(f) = r {
+        complete::fault(qp, f, ctx);
+    }
+}
+
+/// Brings the NIC's timer index in line with `qp`'s timers.
+fn sync_timers(index: &mut TimerIndex, qp: &mut Qp) {
+    let at = Timer::ALL.map(|t| qp.timer(t));
+    index.sync(qp.qpn, &mut qp.indexed, at);
 }
 
 /// One NIC with one port.
@@ -352,6 +169,8 @@ pub struct Nic {
     atomic_free: BTreeMap<u64, Instant>,
     /// Processing-unit time spent, all units together.
     pu_busy: Duration,
+    /// Every QP's running timers, by deadline.
+    timers: TimerIndex,
 }
 
 impl Nic {
@@ -374,6 +193,7 @@ impl Nic {
             pus: vec![Instant::ZERO; cfg_pus],
             atomic_free: BTreeMap::new(),
             pu_busy: Duration::ZERO,
+            timers: TimerIndex::default(),
         }
     }
 
@@ -547,9 +367,10 @@ impl Nic {
                 let from = qp.modify(state, &attrs)?;
                 if state == QpState::Err && from != QpState::Err {
                     let mut ctx = ctx!(self, now, now, dma);
-                    sq::flush(qp, &mut ctx);
-                    rq::flush(qp, &mut ctx);
+                    complete::flush_sq(qp, &mut ctx);
+                    complete::flush_rq(qp, &mut ctx);
                 }
+                sync_timers(&mut self.timers, qp);
                 Ok(CmdOut::Done)
             }
             Command::QueryQp(qpn) => {
@@ -563,10 +384,12 @@ impl Nic {
                 })
             }
             Command::DestroyQp(qpn) => {
-                let qp = self.qps.remove(&qpn).ok_or(CmdError::NoSuchObject {
+                let mut qp = self.qps.remove(&qpn).ok_or(CmdError::NoSuchObject {
                     kind: ObjKind::Qp,
                     id: qpn.get(),
                 })?;
+                self.timers
+                    .sync(qpn, &mut qp.indexed, [None; Timer::ALL.len()]);
                 for c in [qp.p.send_cq, qp.p.recv_cq] {
                     if let Some(cq) = self.cqs.get_mut(&c) {
                         cq.users = cq.users.saturating_sub(1);
@@ -724,10 +547,11 @@ impl Nic {
             return;
         }
         asm.bytes.extend_from_slice(data);
-        let ctrl = wqe::CtrlSeg::new_unchecked(&asm.bytes[..wqe::field::CTRL_LEN]);
+        let ctrl = wqe_layout::CtrlSeg::new_unchecked(&asm.bytes[..wqe_layout::field::CTRL_LEN]);
         let qpn = ctrl.qpn();
         dma.record_mmio(now, Some(Qpn::new(qpn)), data.len());
-        let need = (usize::from(ctrl.ds()) * wqe::DS_LEN).div_ceil(uar::BF_CHUNK) * uar::BF_CHUNK;
+        let need =
+            (usize::from(ctrl.ds()) * wqe_layout::DS_LEN).div_ceil(uar::BF_CHUNK) * uar::BF_CHUNK;
         if need > half_size {
             // A WQE larger than its BlueFlame buffer cannot arrive whole: the
             // burst is dropped (the provider never sends one).
@@ -767,8 +591,10 @@ impl Nic {
         }
         let (pu, start) = acquire_pu(&mut self.pus, now);
         let mut ctx = ctx!(self, now, start, dma);
-        sq::doorbell(qp, db, bf, &mut ctx);
+        let r = send::doorbell(qp, db, bf, &mut ctx);
+        settle(qp, r.map(|()| Then::Done), &mut ctx);
         let busy = ctx.busy;
+        sync_timers(&mut self.timers, qp);
         self.pus[pu] = start.add(busy);
         self.pu_busy = self.pu_busy.add(busy);
     }
@@ -795,27 +621,33 @@ impl Nic {
         let payload = frame.get(parsed.payload.clone()).unwrap_or(&[]);
         let mut ctx = ctx!(self, now, start, dma);
         ctx.charge(ctx.cfg.timing.rx_packet);
-        if parsed.repr.bth.opcode.is_response() {
-            sq::handle_response(qp, &parsed.repr, payload, &mut ctx);
+        let r = if parsed.repr.bth.opcode.is_response() {
+            response::handle_response(qp, &parsed.repr, payload, &mut ctx)
         } else {
             let ip_header = frame.get(..parsed.repr.ip.header_len()).unwrap_or(&[]);
-            rq::handle_request(qp, &parsed.repr, ip_header, payload, &mut ctx);
-        }
+            recv::handle_request(qp, &parsed.repr, ip_header, payload, &mut ctx)
+                .map(|()| Then::Done)
+        };
+        settle(qp, r, &mut ctx);
         let busy = ctx.busy;
+        sync_timers(&mut self.timers, qp);
         self.pus[pu] = start.add(busy);
         self.pu_busy = self.pu_busy.add(busy);
     }
 
     /// Fires every transport timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant, dma: &mut impl Dma) {
-        for qp in self.qps.values_mut() {
-            if sq::next_deadline(qp).is_none_or(|t| t > now) {
+        // QPs due, in QPN order; firing one QP's timers touches no other's.
+        for qpn in self.timers.due(now) {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
-            }
+            };
             let (pu, start) = acquire_pu(&mut self.pus, now);
             let mut ctx = ctx!(self, now, start, &mut *dma);
-            sq::handle_timeout(qp, &mut ctx);
+            let r = response::handle_timeout(qp, &mut ctx);
+            settle(qp, r, &mut ctx);
             let busy = ctx.busy;
+            sync_timers(&mut self.timers, qp);
             self.pus[pu] = start.add(busy);
             self.pu_busy = self.pu_busy.add(busy);
         }
@@ -836,6 +668,6 @@ impl Nic {
     /// When [`Nic::handle_timeout`] should next be called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(sq::next_deadline).min()
+        self.timers.next()
     }
 }

@@ -102,7 +102,11 @@ impl MkeyTable {
             return Err(KeyError::NoAccess);
         }
         let end = addr.checked_add(len).ok_or(KeyError::OutOfBounds)?;
-        if addr < e.p.start || end > e.p.start + e.p.len {
+        let limit =
+            e.p.start
+                .checked_add(e.p.len)
+                .ok_or(KeyError::OutOfBounds)?;
+        if addr < e.p.start || end > limit {
             return Err(KeyError::OutOfBounds);
         }
         if len == 0 {
@@ -118,9 +122,11 @@ impl MkeyTable {
             let in_page = at % PAGE_SIZE;
             let n = (PAGE_SIZE - in_page).min(end - at);
             let base = *e.p.mtt.get(page).ok_or(KeyError::OutOfBounds)?;
-            let host = HostAddr::new(base.get() + in_page);
+            // A page address from the driver's MTT: one that runs past
+            // 2^64 is outside any memory the device can reach.
+            let host = base.checked_add(in_page).ok_or(KeyError::OutOfBounds)?;
             run = match run {
-                Some((h, b, o)) if h.get() + b == host.get() => Some((h, b + n, o)),
+                Some((h, b, o)) if h.checked_add(b) == Some(host) => Some((h, b + n, o)),
                 Some((h, b, o)) => {
                     f(h, b, o);
                     Some((host, n, done))

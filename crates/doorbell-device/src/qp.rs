@@ -1,33 +1,17 @@
 //! QP contexts and the state machine of MODIFY_QP (mlx5 reference §9.1).
+//!
+//! A [`Qp`] is split the way its engines use it: the send and receive
+//! queues ([`crate::wq`]), the RC requester and responder
+//! ([`doorbell_roce`]), and the responder's messages in progress.
 
-use std::collections::VecDeque;
+use doorbell_host::PAGE_SIZE;
+use doorbell_layout::dbr;
+use doorbell_roce::{Requester, RequesterConfig, Responder};
+use doorbell_types::{HostAddr, Instant, Qpn};
 
-use doorbell_types::{Instant, Psn, Qpn};
-
-use crate::sq::SentMsg;
+use crate::timer::Timer;
+use crate::wq::{Inbound, RecvQueue, SendQueue};
 use doorbell_hif::{CmdError, QpAttrs, QpParams, QpState, check_modify};
-
-/// Progress of an inbound multi-packet SEND.
-pub(crate) struct RecvInProgress {
-    pub(crate) wqe_index: u16,
-    pub(crate) sges: Vec<crate::sq::Sge>,
-    pub(crate) offset: u64,
-    pub(crate) imm: Option<u32>,
-}
-
-/// Progress of an inbound multi-packet RDMA WRITE.
-pub(crate) struct WriteInProgress {
-    pub(crate) va: u64,
-    pub(crate) rkey: u32,
-    pub(crate) len: u64,
-    pub(crate) offset: u64,
-}
-
-/// Responder memory of one executed atomic, for replaying duplicates.
-pub(crate) struct AtomicReplay {
-    pub(crate) psn: Psn,
-    pub(crate) orig: u64,
-}
 
 /// Everything the device keeps for one QP.
 pub(crate) struct Qp {
@@ -35,89 +19,61 @@ pub(crate) struct Qp {
     pub(crate) p: QpParams,
     pub(crate) state: QpState,
     pub(crate) attrs: QpAttrs,
-    // Send queue, in WQEBBs.
-    pub(crate) sq_size: u16,
-    pub(crate) sq_ci: u16,
-    pub(crate) sq_pi: u16,
-    /// WQEBBs fetched ahead of `sq_ci` (a WQE cache), starting at `sq_ci`.
-    pub(crate) wqe_cache: VecDeque<[u8; 64]>,
-    // Receive queue, in WQEs.
-    pub(crate) rq_size: u32,
-    pub(crate) rq_stride: u32,
-    pub(crate) rq_ci: u16,
-    pub(crate) rq_pi: u16,
-    // Requester.
-    /// PSN the next new message starts at.
-    pub(crate) next_psn: Psn,
-    /// One past the highest PSN ever transmitted: ACKs beyond it are forged.
-    pub(crate) high_psn: Psn,
-    /// The highest PSN the responder has acknowledged (explicitly, or
-    /// implicitly by a NAK, a READ response or an atomic ACK); the send
-    /// window starts right after it.
-    pub(crate) ack_psn: Psn,
-    /// Messages executed and not yet completed, in posting order.
-    pub(crate) outstanding: VecDeque<SentMsg>,
-    pub(crate) retry_left: u8,
-    pub(crate) rnr_left: u8,
-    pub(crate) ack_deadline: Option<Instant>,
-    pub(crate) rnr_resume: Option<(Instant, Psn)>,
-    /// In the error state: when to look at the receive doorbell record
-    /// again for receives posted since, to flush them.
-    pub(crate) rq_flush_poll: Option<Instant>,
-    /// The PSN a PSN-sequence NAK last made us go back to; a copy of that
-    /// NAK before any progress is ignored.
-    pub(crate) nak_retry_psn: Option<Psn>,
-    // Responder.
-    pub(crate) epsn: Psn,
-    pub(crate) msn: u32,
-    pub(crate) recv_ip: Option<RecvInProgress>,
-    pub(crate) write_ip: Option<WriteInProgress>,
-    pub(crate) nak_sent: bool,
-    pub(crate) atomic_replay: VecDeque<AtomicReplay>,
+    pub(crate) sq: SendQueue,
+    pub(crate) rq: RecvQueue,
+    /// The RC requester: PSNs out, window, retries, its timers.
+    pub(crate) req: Requester,
+    /// The RC responder: expected PSN, MSN, atomic replay.
+    pub(crate) resp: Responder,
+    pub(crate) inbound: Inbound,
+    /// The deadlines the NIC's timer index holds for this QP, indexed by
+    /// [`Timer`]: the NIC brings them in line with [`Qp::timer`] after
+    /// each input.
+    pub(crate) indexed: [Option<Instant>; Timer::ALL.len()],
 }
 
 impl Qp {
     pub(crate) fn new(qpn: Qpn, p: QpParams) -> Self {
         Self {
             qpn,
-            sq_size: 1 << p.log_sq_size,
-            rq_size: 1 << p.log_rq_size,
-            rq_stride: 16 << p.log_rq_stride,
+            sq: SendQueue::new(p.log_sq_size),
+            rq: RecvQueue::new(p.log_rq_size, p.log_rq_stride),
             p,
             state: QpState::Reset,
             attrs: QpAttrs::default(),
-            sq_ci: 0,
-            sq_pi: 0,
-            wqe_cache: VecDeque::new(),
-            rq_ci: 0,
-            rq_pi: 0,
-            next_psn: Psn::new(0),
-            high_psn: Psn::new(0),
-            ack_psn: Psn::new(Psn::MASK),
-            outstanding: VecDeque::new(),
-            retry_left: 0,
-            rnr_left: 0,
-            ack_deadline: None,
-            rnr_resume: None,
-            rq_flush_poll: None,
-            nak_retry_psn: None,
-            epsn: Psn::new(0),
-            msn: 0,
-            recv_ip: None,
-            write_ip: None,
-            nak_sent: false,
-            atomic_replay: VecDeque::new(),
+            req: Requester::new(),
+            resp: Responder::new(),
+            inbound: Inbound::default(),
+            indexed: [None; Timer::ALL.len()],
+        }
+    }
+
+    /// When timer `t` of this QP fires, if it runs.
+    pub(crate) fn timer(&self, t: Timer) -> Option<Instant> {
+        match t {
+            Timer::Ack => self.req.timers().get(doorbell_roce::Timer::Ack),
+            Timer::RnrResume => self.req.timers().get(doorbell_roce::Timer::RnrResume),
+            Timer::RqFlushPoll => self.rq.flush_poll,
         }
     }
 
     /// Byte offset of the send queue in the QP buffer (after the RQ).
     pub(crate) fn sq_offset(&self) -> u64 {
-        u64::from(self.rq_size) * u64::from(self.rq_stride)
+        self.rq.bytes()
     }
 
     /// Path MTU in bytes.
     pub(crate) fn mtu(&self) -> u32 {
         self.attrs.path_mtu.unwrap_or(1024)
+    }
+
+    /// What the attributes say about retries.
+    fn requester_config(&self) -> RequesterConfig {
+        RequesterConfig {
+            ack_timeout: doorbell_roce::ack_timeout(self.attrs.timeout.unwrap_or(0)),
+            retry_cnt: self.attrs.retry_cnt.unwrap_or(doorbell_roce::RETRY_FOREVER),
+            rnr_retry: self.attrs.rnr_retry.unwrap_or(doorbell_roce::RETRY_FOREVER),
+        }
     }
 
     /// Checks and applies a MODIFY_QP. Returns the previous state.
@@ -130,27 +86,25 @@ impl Qp {
             self.reset();
         }
         if let Some(psn) = a.rq_psn {
-            self.epsn = psn;
+            self.resp.set_psn(psn);
         }
         if let Some(psn) = a.sq_psn {
-            self.next_psn = psn;
-            self.high_psn = psn;
-            self.ack_psn = psn.add(Psn::MASK);
+            self.req.set_psn(psn);
         }
+        self.req.configure(self.requester_config());
         if to == QpState::Rts {
-            self.retry_left = self.attrs.retry_cnt.unwrap_or(7);
-            self.rnr_left = self.attrs.rnr_retry.unwrap_or(7);
+            self.req.refill_retries();
         }
         Ok(from)
     }
 
+    /// Back to a fresh QP; what the NIC's timer index holds stays known.
     fn reset(&mut self) {
-        let (qpn, p) = (self.qpn, self.p.clone());
+        let (qpn, p, indexed) = (self.qpn, self.p.clone(), self.indexed);
         *self = Qp::new(qpn, p);
+        self.indexed = indexed;
     }
-}
 
-impl Qp {
     /// Calls `f(host_addr, bytes, offset_into_range)` for each run of the QP
     /// buffer `[off, off + len)` that is contiguous in host memory. Returns
     /// false if the range is outside the buffer's pages.
@@ -158,22 +112,25 @@ impl Qp {
         &self,
         off: u64,
         len: u64,
-        mut f: impl FnMut(doorbell_types::HostAddr, u64, u64),
+        mut f: impl FnMut(HostAddr, u64, u64),
     ) -> bool {
-        use doorbell_host::PAGE_SIZE;
-        let end = off + len;
+        let Some(end) = off.checked_add(len) else {
+            return false;
+        };
         let mut at = off;
-        let mut run: Option<(u64, u64, u64)> = None;
+        let mut run: Option<(HostAddr, u64, u64)> = None;
         while at < end {
             let Some(page) = self.p.pas.get((at / PAGE_SIZE) as usize) else {
                 return false;
             };
-            let host = page.get() + at % PAGE_SIZE;
+            let Some(host) = page.checked_add(at % PAGE_SIZE) else {
+                return false;
+            };
             let n = (PAGE_SIZE - at % PAGE_SIZE).min(end - at);
             run = match run {
-                Some((h, b, o)) if h + b == host => Some((h, b + n, o)),
+                Some((h, b, o)) if h.checked_add(b) == Some(host) => Some((h, b + n, o)),
                 Some((h, b, o)) => {
-                    f(doorbell_types::HostAddr::new(h), b, o);
+                    f(h, b, o);
                     Some((host, n, at - off))
                 }
                 None => Some((host, n, at - off)),
@@ -181,36 +138,24 @@ impl Qp {
             at += n;
         }
         if let Some((h, b, o)) = run {
-            f(doorbell_types::HostAddr::new(h), b, o);
+            f(h, b, o);
         }
         true
     }
 
-    /// Host address of the QP's doorbell record word `word`.
-    pub(crate) fn dbr_word(&self, word: usize) -> Option<doorbell_types::HostAddr> {
-        self.p.dbr_addr.checked_add(4 * word as u64)
-    }
-
-    /// Time the ACK timer waits: 4.096 µs × 2^timeout; `None` when infinite.
-    pub(crate) fn ack_timeout(&self) -> Option<doorbell_types::Duration> {
-        match self.attrs.timeout.unwrap_or(0) {
-            0 => None,
-            t => Some(doorbell_types::Duration::from_ps(4_096_000u64 << t.min(31))),
-        }
+    /// Host address of the receive counter of the QP's doorbell record,
+    /// and where it sits in a record.
+    pub(crate) fn recv_counter_addr(&self) -> Option<(HostAddr, std::ops::Range<usize>)> {
+        let word = dbr::field::WORD0;
+        Some((self.p.dbr_addr.checked_add(word.start as u64)?, word))
     }
 }
-
-/// RNR NAK timer codes in microseconds (IBTA Vol 1 Table 45).
-pub(crate) const RNR_TIMER_US: [u32; 32] = [
-    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
-    5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760,
-    327_680, 491_520,
-];
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use doorbell_hif::{Access, AddressVector, Param, QpAttr, QpType};
+    use doorbell_types::Psn;
     use doorbell_types::{Cqn, HostAddr, Pdn, UarIndex};
 
     fn qp(ty: QpType) -> Qp {
@@ -274,9 +219,9 @@ mod tests {
         let mut q = qp(QpType::Rc);
         q.modify(QpState::Init, &init_attrs()).unwrap();
         q.modify(QpState::Rtr, &rtr_attrs()).unwrap();
-        assert_eq!(q.epsn, Psn::new(100));
+        assert_eq!(q.resp.epsn(), Psn::new(100));
         q.modify(QpState::Rts, &rts_attrs()).unwrap();
-        assert_eq!((q.state, q.next_psn), (QpState::Rts, Psn::new(200)));
+        assert_eq!((q.state, q.req.next_psn()), (QpState::Rts, Psn::new(200)));
     }
 
     #[test]

@@ -1,144 +1,29 @@
-//! The receive side: receive-WQE fetch, scatter and receive CQEs, and the
-//! responder half of RC (PSN checking, ACK/NAK, RNR, READ and atomic
-//! execution, duplicates).
+//! The receive engine, the responder half of RC and UD receive: the PSN
+//! checks ([`doorbell_roce::Responder`] decides), receive-WQE use and
+//! scatter, RDMA WRITE placement, READ and atomic execution, ACK/NAK/RNR
+//! answers, duplicates, and receive completions.
 
+use doorbell_hif::{Access, QpState, QpType};
 use doorbell_layout::cqe::{CqeOpcode, Syndrome};
-use doorbell_layout::dbr;
-use doorbell_layout::wqe::{DataSeg, field as wf};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
+use doorbell_roce::{CREDITS_INVALID, RequestPsn};
 use doorbell_types::{Mkey, Psn};
 use doorbell_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, BthOpcode, BthRepr, ExtHeaders, NakCode, RoceRepr,
 };
 
-use crate::Ctx;
-use crate::qp::{AtomicReplay, Qp, RecvInProgress, WriteInProgress};
-use crate::sq::{ScatterError, Sge, emit, peer_ip, scatter, to_error, write_cqe};
-use doorbell_hif::{Access, QpState, QpType};
+use crate::cqe::{RecvDone, recv_done, recv_error};
+use crate::ctx::Ctx;
+use crate::dma::dma_write;
+use crate::emit::{emit, peer_ip};
+use crate::fault::{Fault, Outcome};
+use crate::fetch::{RecvFetchError, next_recv_wqe};
+use crate::qp::Qp;
+use crate::sge::{MAX_MSG_LEN, ScatterError, scatter};
+use crate::wq::{RecvInProgress, WriteInProgress};
 
-/// Atomic results kept for replaying duplicates.
-const ATOMIC_REPLAY_DEPTH: usize = 16;
 /// Bytes of the GRH area a UD receive buffer starts with.
 const GRH_LEN: usize = 40;
-/// ACK syndrome credit field meaning "no credits advertised".
-const CREDITS_INVALID: u8 = 0x1f;
-
-/// A receive WQE taken from the RQ.
-struct RecvWqe {
-    index: u16,
-    sges: Vec<Sge>,
-}
-
-/// Fetches the next receive WQE, reading the doorbell record when the
-/// device's copy of the producer index says the RQ is empty.
-fn next_recv_wqe<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Result<Option<RecvWqe>, ()> {
-    if qp.rq_ci == qp.rq_pi {
-        let mut w = [0u8; 4];
-        let addr = qp.dbr_word(dbr::RCV_DBR).ok_or(())?;
-        if !ctx.read(
-            DmaTag::new(qp.qpn, DmaPurpose::DoorbellRecord),
-            addr,
-            &mut w,
-        ) {
-            return Err(());
-        }
-        let pi = u32::from_be_bytes(w) as u16;
-        if u32::from(pi.wrapping_sub(qp.rq_ci)) > qp.rq_size {
-            return Err(());
-        }
-        qp.rq_pi = pi;
-        if qp.rq_ci == qp.rq_pi {
-            return Ok(None);
-        }
-    }
-    let index = qp.rq_ci;
-    let slot = u64::from(u32::from(index) & (qp.rq_size - 1));
-    let stride = qp.rq_stride as usize;
-    let mut buf = vec![0u8; stride];
-    let mut ok = true;
-    let tag = DmaTag::new(qp.qpn, DmaPurpose::RecvWqe);
-    let mut runs = Vec::new();
-    if !qp.buf_runs(slot * stride as u64, stride as u64, |h, n, o| {
-        runs.push((h, n, o))
-    }) {
-        return Err(());
-    }
-    for (h, n, o) in runs {
-        ok &= ctx.read(tag, h, &mut buf[o as usize..(o + n) as usize]);
-    }
-    if !ok {
-        return Err(());
-    }
-    let mut sges = Vec::new();
-    for seg in buf.chunks_exact(wf::DATA_LEN) {
-        let d = DataSeg::new_unchecked(seg);
-        if d.lkey() == Mkey::INVALID.raw() {
-            break;
-        }
-        if d.byte_count() > 0 {
-            sges.push(Sge {
-                lkey: d.lkey(),
-                addr: d.addr(),
-                len: d.byte_count(),
-            });
-        }
-    }
-    qp.rq_ci = qp.rq_ci.wrapping_add(1);
-    Ok(Some(RecvWqe { index, sges }))
-}
-
-/// A successful receive completion.
-struct RecvDone {
-    index: u16,
-    opcode: CqeOpcode,
-    byte_cnt: u32,
-    imm: Option<u32>,
-    solicited: bool,
-    ud_src: Option<u32>,
-}
-
-fn recv_cqe<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, d: RecvDone) {
-    let qpn = qp.qpn;
-    write_cqe(ctx, qp.p.recv_cq, qpn, d.opcode, d.solicited, |c| {
-        c.set_sop_qpn(0, qpn.get());
-        c.set_wqe_counter(d.index);
-        c.set_byte_cnt(d.byte_cnt);
-        if let Some(imm) = d.imm {
-            c.set_imm(imm);
-        }
-        if let Some(src) = d.ud_src {
-            c.set_flags_rqpn(src, 0, 1);
-        }
-    });
-}
-
-fn recv_error_cqe<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, index: u16, s: Syndrome) {
-    let qpn = qp.qpn;
-    write_cqe(ctx, qp.p.recv_cq, qpn, CqeOpcode::RespErr, false, |c| {
-        c.set_sop_qpn(0, qpn.get());
-        c.set_wqe_counter(index);
-        c.set_syndrome(s, 0);
-    });
-}
-
-/// How often a QP in the error state looks for receives posted since its
-/// last flush (there is no receive doorbell to tell it).
-pub(crate) const ERR_RQ_POLL: doorbell_types::Duration = doorbell_types::Duration::from_us(1000);
-
-/// Completes every posted receive WQE with WR_FLUSH_ERR; in the error state,
-/// looks again after [`ERR_RQ_POLL`] for receives posted meanwhile.
-pub(crate) fn flush<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
-    if qp.state == QpState::Err {
-        qp.rq_flush_poll = Some(ctx.now.add(ERR_RQ_POLL));
-    }
-    if let Some(ip) = qp.recv_ip.take() {
-        recv_error_cqe(qp, ctx, ip.wqe_index, Syndrome::WrFlushErr);
-    }
-    qp.write_ip = None;
-    while let Ok(Some(w)) = next_recv_wqe(qp, ctx) {
-        recv_error_cqe(qp, ctx, w.index, Syndrome::WrFlushErr);
-    }
-}
 
 fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
     let Some(dst) = peer_ip(qp) else { return };
@@ -146,7 +31,7 @@ fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSynd
     let ext = ExtHeaders {
         aeth: Some(AethRepr {
             syndrome,
-            msn: qp.msn,
+            msn: qp.resp.msn(),
         }),
         ..ExtHeaders::default()
     };
@@ -166,9 +51,9 @@ fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
 
 /// A class-C/D responder error: NAK the request, complete what the error
 /// consumed, and move the QP to ERR.
-fn nak_fatal<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) {
+fn nak_fatal<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) -> Outcome {
     send_aeth(qp, ctx, psn, AethSyndrome::Nak(code));
-    to_error(qp, ctx);
+    Err(Fault::Qp)
 }
 
 /// Handles a request packet for `qp`.
@@ -178,7 +63,7 @@ pub(crate) fn handle_request<D: Dma>(
     ip_header: &[u8],
     payload: &[u8],
     ctx: &mut Ctx<'_, D>,
-) {
+) -> Outcome {
     match qp.p.qp_type {
         QpType::Ud => ud_receive(qp, repr, ip_header, payload, ctx),
         QpType::Rc => rc_request(qp, repr, payload, ctx),
@@ -191,7 +76,7 @@ fn ud_receive<D: Dma>(
     ip_header: &[u8],
     payload: &[u8],
     ctx: &mut Ctx<'_, D>,
-) {
+) -> Outcome {
     let op = repr.bth.opcode;
     let (Some(deth), true) = (
         repr.ext.deth,
@@ -201,11 +86,11 @@ fn ud_receive<D: Dma>(
         ),
     ) else {
         ctx.out.counters.rx_dropped += 1;
-        return;
+        return Ok(());
     };
     if !matches!(qp.state, QpState::Rtr | QpState::Rts) || Some(deth.qkey) != qp.attrs.qkey {
         ctx.out.counters.rx_dropped += 1;
-        return;
+        return Ok(());
     }
     let wqe = match next_recv_wqe(qp, ctx) {
         Ok(Some(w)) => w,
@@ -213,12 +98,9 @@ fn ud_receive<D: Dma>(
             // UD has no RNR: the datagram is dropped.
             ctx.out.counters.rx_dropped += 1;
             ctx.out.counters.out_of_buffer += 1;
-            return;
+            return Ok(());
         }
-        Err(()) => {
-            to_error(qp, ctx);
-            return;
-        }
+        Err(RecvFetchError) => return Err(Fault::Qp),
     };
     // The GRH area: the IPv6 header, or for IPv4 20 zero bytes and then the
     // IPv4 header.
@@ -236,7 +118,7 @@ fn ud_receive<D: Dma>(
                 CqeOpcode::RespSend
             };
             let n = (GRH_LEN + payload.len()) as u32;
-            recv_cqe(
+            recv_done(
                 qp,
                 ctx,
                 RecvDone {
@@ -248,6 +130,7 @@ fn ud_receive<D: Dma>(
                     ud_src: Some(deth.src_qp.get()),
                 },
             );
+            Ok(())
         }
         Err(e) => {
             let s = if e == ScatterError::Length {
@@ -255,33 +138,35 @@ fn ud_receive<D: Dma>(
             } else {
                 Syndrome::LocalProtErr
             };
-            recv_error_cqe(qp, ctx, wqe.index, s);
-            to_error(qp, ctx);
+            recv_error(qp, ctx, wqe.index, s);
+            Err(Fault::Qp)
         }
     }
 }
 
-fn rc_request<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut Ctx<'_, D>) {
+fn rc_request<D: Dma>(
+    qp: &mut Qp,
+    repr: &RoceRepr,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Outcome {
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
         ctx.out.counters.rx_dropped += 1;
-        return;
+        return Ok(());
     }
     let bth = repr.bth;
     let psn = bth.psn;
-    let d = psn.diff(qp.epsn);
-    if d > 0 {
-        ctx.out.counters.out_of_sequence += 1;
-        if !qp.nak_sent {
-            qp.nak_sent = true;
-            send_aeth(qp, ctx, qp.epsn, AethSyndrome::Nak(NakCode::PsnSeqErr));
+    match qp.resp.handle_psn(psn) {
+        RequestPsn::OutOfSequence { nak } => {
+            ctx.out.counters.out_of_sequence += 1;
+            if let Some(epsn) = nak {
+                send_aeth(qp, ctx, epsn, AethSyndrome::Nak(NakCode::PsnSeqErr));
+            }
+            return Ok(());
         }
-        return;
+        RequestPsn::Duplicate => return duplicate(qp, repr, ctx),
+        RequestPsn::Expected => {}
     }
-    if d < 0 {
-        duplicate(qp, repr, ctx);
-        return;
-    }
-    qp.nak_sent = false;
     use BthOpcode::*;
     match bth.opcode {
         RcSendFirst
@@ -302,20 +187,24 @@ fn rc_request<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut Ct
     }
 }
 
-fn inbound_send<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut Ctx<'_, D>) {
+fn inbound_send<D: Dma>(
+    qp: &mut Qp,
+    repr: &RoceRepr,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Outcome {
     use BthOpcode::*;
     let bth = repr.bth;
     let op = bth.opcode;
     let first = matches!(op, RcSendFirst | RcSendOnly | RcSendOnlyWithImmediate);
     let last = !matches!(op, RcSendFirst | RcSendMiddle);
     if first {
-        if qp.recv_ip.is_some() || qp.write_ip.is_some() {
-            nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
-            return;
+        if qp.inbound.recv.is_some() || qp.inbound.write.is_some() {
+            return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
         }
         match next_recv_wqe(qp, ctx) {
             Ok(Some(w)) => {
-                qp.recv_ip = Some(RecvInProgress {
+                qp.inbound.recv = Some(RecvInProgress {
                     wqe_index: w.index,
                     sges: w.sges,
                     offset: 0,
@@ -327,38 +216,37 @@ fn inbound_send<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut 
                 ctx.out.counters.out_of_buffer += 1;
                 let timer = qp.attrs.min_rnr_timer.unwrap_or(0);
                 send_aeth(qp, ctx, bth.psn, AethSyndrome::RnrNak { timer });
-                return;
+                return Ok(());
             }
-            Err(()) => {
-                nak_fatal(qp, ctx, bth.psn, NakCode::RemoteOpErr);
-                return;
+            Err(RecvFetchError) => {
+                return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteOpErr);
             }
         }
-    } else if qp.recv_ip.is_none() {
-        nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
-        return;
+    } else if qp.inbound.recv.is_none() {
+        return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
     }
-    let Some(ip) = qp.recv_ip.take() else { return };
+    let Some(ip) = qp.inbound.recv.take() else {
+        return Ok(());
+    };
     if let Err(e) = scatter(qp, &ip.sges, ip.offset, payload, ctx) {
         let (s, code) = match e {
             ScatterError::Length => (Syndrome::LocalLengthErr, NakCode::InvalidRequest),
             ScatterError::Protection => (Syndrome::LocalProtErr, NakCode::RemoteOpErr),
         };
-        recv_error_cqe(qp, ctx, ip.wqe_index, s);
-        nak_fatal(qp, ctx, bth.psn, code);
-        return;
+        recv_error(qp, ctx, ip.wqe_index, s);
+        return nak_fatal(qp, ctx, bth.psn, code);
     }
     let offset = ip.offset + payload.len() as u64;
-    qp.epsn = qp.epsn.add(1);
+    qp.resp.advance(1);
     if last {
-        qp.msn = (qp.msn + 1) & 0x00ff_ffff;
+        qp.resp.complete_message();
         let imm = repr.ext.immdt.map(|i| i.imm).or(ip.imm);
         let opcode = if imm.is_some() {
             CqeOpcode::RespSendImm
         } else {
             CqeOpcode::RespSend
         };
-        recv_cqe(
+        recv_done(
             qp,
             ctx,
             RecvDone {
@@ -371,14 +259,20 @@ fn inbound_send<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut 
             },
         );
     } else {
-        qp.recv_ip = Some(RecvInProgress { offset, ..ip });
+        qp.inbound.recv = Some(RecvInProgress { offset, ..ip });
     }
     if bth.ack_req {
         ack(qp, ctx, bth.psn);
     }
+    Ok(())
 }
 
-fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut Ctx<'_, D>) {
+fn inbound_write<D: Dma>(
+    qp: &mut Qp,
+    repr: &RoceRepr,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Outcome {
     use BthOpcode::*;
     let bth = repr.bth;
     let op = bth.opcode;
@@ -392,13 +286,11 @@ fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
         RcRdmaWriteLastWithImmediate | RcRdmaWriteOnlyWithImmediate
     );
     if first {
-        if qp.recv_ip.is_some() || qp.write_ip.is_some() {
-            nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
-            return;
+        if qp.inbound.recv.is_some() || qp.inbound.write.is_some() {
+            return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
         }
         let Some(reth) = repr.ext.reth else {
-            nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
-            return;
+            return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
         };
         let allowed = qp
             .attrs
@@ -417,24 +309,21 @@ fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
             )
             .is_ok();
         if !allowed || !key_ok {
-            nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
-            return;
+            return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
         }
-        qp.write_ip = Some(WriteInProgress {
+        qp.inbound.write = Some(WriteInProgress {
             va: reth.va,
             rkey: reth.rkey.raw(),
             len: reth.dma_len.into(),
             offset: 0,
         });
     }
-    let Some(w) = qp.write_ip.take() else {
-        nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
-        return;
+    let Some(w) = qp.inbound.write.take() else {
+        return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
     };
     let end = w.offset + payload.len() as u64;
     if end > w.len || (last && end != w.len) {
-        nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
-        return;
+        return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
     }
     // An immediate needs a receive WQE: look for it before touching memory,
     // so that an RNR NAK leaves nothing half done.
@@ -447,17 +336,21 @@ fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
                 let timer = qp.attrs.min_rnr_timer.unwrap_or(0);
                 send_aeth(qp, ctx, bth.psn, AethSyndrome::RnrNak { timer });
                 if !first {
-                    qp.write_ip = Some(w);
+                    qp.inbound.write = Some(w);
                 }
-                return;
+                return Ok(());
             }
-            Err(()) => {
-                nak_fatal(qp, ctx, bth.psn, NakCode::RemoteOpErr);
-                return;
+            Err(RecvFetchError) => {
+                return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteOpErr);
             }
         }
     } else {
         None
+    };
+    // The first packet's key check covered `va..va + len`: the sum cannot
+    // overflow, but the address came from the wire.
+    let Some(va) = w.va.checked_add(w.offset) else {
+        return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
     };
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
     let mut ok = true;
@@ -467,21 +360,20 @@ fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
         Mkey::from_raw(w.rkey),
         qp.p.pd,
         Access::REMOTE_WRITE,
-        w.va + w.offset,
+        va,
         payload.len() as u64,
-        |h, n, o| ok &= crate::dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
+        |h, n, o| ok &= dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
     );
     if translated.is_err() || !ok {
-        nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
-        return;
+        return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
     }
-    qp.epsn = qp.epsn.add(1);
+    qp.resp.advance(1);
     if last {
-        qp.msn = (qp.msn + 1) & 0x00ff_ffff;
+        qp.resp.complete_message();
         ctx.out.counters.rx_write_requests += 1;
         if let Some(r) = recv {
             let imm = repr.ext.immdt.map(|i| i.imm);
-            recv_cqe(
+            recv_done(
                 qp,
                 ctx,
                 RecvDone {
@@ -495,20 +387,25 @@ fn inbound_write<D: Dma>(qp: &mut Qp, repr: &RoceRepr, payload: &[u8], ctx: &mut
             );
         }
     } else {
-        qp.write_ip = Some(WriteInProgress { offset: end, ..w });
+        qp.inbound.write = Some(WriteInProgress { offset: end, ..w });
     }
     if bth.ack_req {
         ack(qp, ctx, bth.psn);
     }
+    Ok(())
 }
 
 /// Executes a READ request: `fresh` is false for a duplicate, which is
 /// answered again without moving the responder's state.
-fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fresh: bool) {
+fn inbound_read<D: Dma>(
+    qp: &mut Qp,
+    repr: &RoceRepr,
+    ctx: &mut Ctx<'_, D>,
+    fresh: bool,
+) -> Outcome {
     let psn = repr.bth.psn;
     let Some(reth) = repr.ext.reth else {
-        nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
-        return;
+        return nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
     };
     let allowed = qp
         .attrs
@@ -519,9 +416,8 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
     // The length comes from the wire: check it, then key and range, before
     // allocating. A READ longer than the largest message is an invalid
     // request, as for hardware, even where the key covers it.
-    if len > crate::sq::MAX_MSG_LEN {
-        nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
-        return;
+    if len > MAX_MSG_LEN {
+        return nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
     }
     let mut runs = Vec::new();
     let translated = ctx.mkeys.translate(
@@ -533,8 +429,7 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
         |h, n, o| runs.push((h, n, o)),
     );
     if !allowed || translated.is_err() {
-        nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
-        return;
+        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
     }
     let mut data = vec![0u8; len as usize];
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
@@ -543,17 +438,18 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
         ok &= ctx.read(tag, h, &mut data[o as usize..(o + n) as usize]);
     }
     if !ok {
-        nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
-        return;
+        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
     }
     let mtu = qp.mtu() as usize;
     let n = data.len().div_ceil(mtu).max(1) as u32;
     ctx.out.counters.rx_read_requests += 1;
     if fresh {
-        qp.msn = (qp.msn + 1) & 0x00ff_ffff;
-        qp.epsn = qp.epsn.add(n);
+        qp.resp.complete_message();
+        qp.resp.advance(n);
     }
-    let Some(dst) = peer_ip(qp) else { return };
+    let Some(dst) = peer_ip(qp) else {
+        return Ok(());
+    };
     let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
     for i in 0..n {
         use BthOpcode::*;
@@ -570,7 +466,7 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
                 syndrome: AethSyndrome::Ack {
                     credits: CREDITS_INVALID,
                 },
-                msn: qp.msn,
+                msn: qp.resp.msn(),
             }),
             ..ExtHeaders::default()
         };
@@ -578,17 +474,16 @@ fn inbound_read<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>, fres
         let end = ((i as usize + 1) * mtu).min(data.len());
         emit(qp, ctx, dst, bth, ext, &data[start..end]);
     }
+    Ok(())
 }
 
-fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
+fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) -> Outcome {
     let psn = repr.bth.psn;
     let Some(a) = repr.ext.atomic_eth else {
-        nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
-        return;
+        return nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
     };
     if a.va % 8 != 0 {
-        nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
-        return;
+        return nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
     }
     let allowed = qp
         .attrs
@@ -609,8 +504,7 @@ fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
         },
     );
     let (Some(h), true, Ok(())) = (host, allowed, translated) else {
-        nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
-        return;
+        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
     };
     // Read-modify-write of the 64-bit word, in the responder's byte order,
     // one at a time per address bucket.
@@ -621,8 +515,7 @@ fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Atomic);
     let mut b = [0u8; 8];
     if !ctx.read(tag, h, &mut b) {
-        nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
-        return;
+        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
     }
     let orig = u64::from_le_bytes(b);
     let new = if repr.bth.opcode == BthOpcode::RcCompareSwap {
@@ -633,19 +526,16 @@ fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
     if (new != orig || repr.bth.opcode == BthOpcode::RcFetchAdd)
         && !ctx.write(tag, h, &new.to_le_bytes())
     {
-        nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
-        return;
+        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
     }
     ctx.charge(ctx.cfg.timing.atomic);
     ctx.atomic_free.insert(bucket, ctx.t);
     ctx.out.counters.rx_atomic_requests += 1;
-    qp.msn = (qp.msn + 1) & 0x00ff_ffff;
-    qp.epsn = qp.epsn.add(1);
-    if qp.atomic_replay.len() == ATOMIC_REPLAY_DEPTH {
-        qp.atomic_replay.pop_front();
-    }
-    qp.atomic_replay.push_back(AtomicReplay { psn, orig });
+    qp.resp.complete_message();
+    qp.resp.advance(1);
+    qp.resp.record_atomic(psn, orig);
     atomic_ack(qp, ctx, psn, orig);
+    Ok(())
 }
 
 fn atomic_ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, orig: u64) {
@@ -660,7 +550,7 @@ fn atomic_ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, orig: u64) {
             syndrome: AethSyndrome::Ack {
                 credits: CREDITS_INVALID,
             },
-            msn: qp.msn,
+            msn: qp.resp.msn(),
         }),
         atomic_ack_eth: Some(AtomicAckEthRepr { orig }),
         ..ExtHeaders::default()
@@ -670,22 +560,22 @@ fn atomic_ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, orig: u64) {
 
 /// A request behind the expected PSN: answer it again, never re-execute
 /// anything but a READ.
-fn duplicate<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) {
+fn duplicate<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) -> Outcome {
     ctx.out.counters.duplicate_request += 1;
     let psn = repr.bth.psn;
     match repr.bth.opcode {
         BthOpcode::RcRdmaReadRequest => inbound_read(qp, repr, ctx, false),
         BthOpcode::RcCompareSwap | BthOpcode::RcFetchAdd => {
-            if let Some(r) = qp.atomic_replay.iter().find(|r| r.psn == psn) {
-                let orig = r.orig;
+            if let Some(orig) = qp.resp.replay_atomic(psn) {
                 atomic_ack(qp, ctx, psn, orig);
             }
+            Ok(())
         }
         _ => {
             if repr.bth.ack_req {
-                let last = qp.epsn.add(Psn::MASK);
-                ack(qp, ctx, last);
+                ack(qp, ctx, qp.resp.last_psn());
             }
+            Ok(())
         }
     }
 }

@@ -1,0 +1,148 @@
+//! Completions in posting order, and the way to the error state: retiring
+//! acknowledged messages, flushing both queues, and turning an engine's
+//! [`Fault`] into error completions, ERR, an async event and flushes.
+
+use doorbell_hif::{NicEvent, QpState};
+use doorbell_layout::cqe::Syndrome;
+use doorbell_layout::wqe::{CtrlSeg, WqeOpcode, wqebbs_for_ds};
+use doorbell_pcie::Dma;
+use doorbell_types::Duration;
+
+use crate::cqe::{recv_error, send_done, send_error};
+use crate::ctx::Ctx;
+use crate::fault::Fault;
+use crate::fetch::{fetch_upto, next_recv_wqe};
+use crate::qp::Qp;
+
+/// How often a QP in the error state looks for receives posted since its
+/// last flush (there is no receive doorbell to tell it).
+pub(crate) const ERR_RQ_POLL: Duration = Duration::from_us(1000);
+
+/// Completes, in posting order, the messages at the head that the
+/// responder has acknowledged; a READ or atomic at the head completes once
+/// its response is all in.
+pub(crate) fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    let ack_psn = qp.req.ack_psn();
+    while let Some(m) = qp.sq.outstanding.front_mut() {
+        if m.npsn() == 0 {
+            let m = qp.sq.outstanding.pop_front().expect("front exists");
+            if m.signaled {
+                send_done(qp, m.wqe_index, m.opcode, 0, ctx);
+            }
+            continue;
+        }
+        if m.is_read_or_atomic() && m.answered {
+            let m = qp.sq.outstanding.pop_front().expect("front exists");
+            if m.signaled {
+                let n = if m.opcode == WqeOpcode::RdmaRead {
+                    m.len
+                } else {
+                    8
+                };
+                send_done(qp, m.wqe_index, m.opcode, n as u32, ctx);
+            }
+            continue;
+        }
+        if m.is_read_or_atomic() {
+            break;
+        }
+        if m.last_psn().diff(ack_psn) > 0 {
+            // Partly acknowledged: never send the acknowledged part again.
+            m.sent = m.sent.max(m.psns.acked(ack_psn));
+            break;
+        }
+        let m = qp.sq.outstanding.pop_front().expect("front exists");
+        if m.signaled {
+            send_done(qp, m.wqe_index, m.opcode, 0, ctx);
+        }
+    }
+}
+
+/// Acts on an engine's fault: error completions in posting order, then
+/// the QP to ERR and both queues flushed.
+pub(crate) fn fault<D: Dma>(qp: &mut Qp, f: Fault, ctx: &mut Ctx<'_, D>) {
+    match f {
+        Fault::Wqe {
+            index,
+            opcode,
+            syndrome,
+        } => fail_wqe(qp, index, opcode, syndrome, ctx),
+        Fault::Head(s) => match qp.sq.outstanding.pop_front() {
+            Some(m) => fail_wqe(qp, m.wqe_index, m.opcode, s, ctx),
+            None => to_error(qp, ctx),
+        },
+        Fault::Qp => to_error(qp, ctx),
+    }
+}
+
+/// Completes WQE `index` in error, moves the QP to ERR and flushes the rest.
+///
+/// Completions leave in posting order: messages posted before `index` and
+/// still unacknowledged are flushed first, and `index` itself, if it is
+/// still among the outstanding messages, completes only with the error.
+fn fail_wqe<D: Dma>(qp: &mut Qp, index: u16, opcode: WqeOpcode, s: Syndrome, ctx: &mut Ctx<'_, D>) {
+    while let Some(m) = qp.sq.outstanding.front() {
+        // Posting order modulo the 16-bit WQEBB counter: a send queue holds
+        // at most 2^15 WQEBBs, so the distance fits an i16.
+        let before = index.wrapping_sub(m.wqe_index) as i16;
+        if before < 0 {
+            break;
+        }
+        let m = qp.sq.outstanding.pop_front().expect("front exists");
+        if before > 0 {
+            send_error(qp, m.wqe_index, m.opcode, Syndrome::WrFlushErr, ctx);
+        }
+    }
+    send_error(qp, index, opcode, s, ctx);
+    to_error(qp, ctx);
+}
+
+/// Moves a QP to ERR on its own and flushes both queues.
+fn to_error<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    if qp.state != QpState::Err {
+        qp.state = QpState::Err;
+        ctx.out.events.push_back(NicEvent::QpFatal(qp.qpn));
+    }
+    flush_sq(qp, ctx);
+    flush_rq(qp, ctx);
+}
+
+/// Completes every outstanding and posted send WQE with WR_FLUSH_ERR.
+pub(crate) fn flush_sq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    while let Some(m) = qp.sq.outstanding.pop_front() {
+        send_error(qp, m.wqe_index, m.opcode, Syndrome::WrFlushErr, ctx);
+    }
+    while qp.sq.ci != qp.sq.pi {
+        if qp.sq.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq.pi, ctx) {
+            break;
+        }
+        let Some(head) = qp.sq.wqe_cache.front() else {
+            break;
+        };
+        let ctrl = CtrlSeg::new_unchecked(&head[..]);
+        let (index, opcode, n) = (ctrl.wqe_index(), ctrl.opcode(), wqebbs_for_ds(ctrl.ds()));
+        if n == 0 || n > qp.sq.posted() || index != qp.sq.ci {
+            break;
+        }
+        send_error(qp, index, opcode, Syndrome::WrFlushErr, ctx);
+        qp.sq.consume(n);
+    }
+    qp.sq.wqe_cache.clear();
+    qp.sq.ci = qp.sq.pi;
+    qp.req.cancel();
+}
+
+/// Completes every posted receive WQE with WR_FLUSH_ERR; in the error state,
+/// looks again after [`ERR_RQ_POLL`] for receives posted meanwhile.
+pub(crate) fn flush_rq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    if qp.state == QpState::Err {
+        qp.rq.flush_poll = Some(ctx.now.add(ERR_RQ_POLL));
+    }
+    if let Some(ip) = qp.inbound.recv.take() {
+        recv_error(qp, ctx, ip.wqe_index, Syndrome::WrFlushErr);
+    }
+    qp.inbound.write = None;
+    while let Ok(Some(w)) = next_recv_wqe(qp, ctx) {
+        recv_error(qp, ctx, w.index, Syndrome::WrFlushErr);
+    }
+}

@@ -1,0 +1,173 @@
+//! What a NIC is configured with, what it hands out, and what it counts.
+
+use doorbell_hif::DeviceCaps;
+use doorbell_types::{Duration, Instant};
+
+/// Static configuration of one NIC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicConfig {
+    /// The port's IPv4 address; its GID 0 is the IPv4-mapped form.
+    pub ipv4: [u8; 4],
+    /// What the device reports.
+    pub caps: DeviceCaps,
+    /// Processing costs (all zero: work takes no time of its own).
+    pub timing: NicTiming,
+    /// UDP source port of every frame. `None`: per QP, `0xC000 | (qpn &
+    /// 0x3fff)`, as rxe picks flow entropy. A port that sends through a UDP
+    /// socket sets the socket's own port here, since the ICRC covers the
+    /// source port the kernel writes.
+    pub udp_src_port: Option<u16>,
+}
+
+impl NicConfig {
+    /// A NIC on `ipv4` with default capabilities and no processing costs.
+    pub fn new(ipv4: [u8; 4]) -> Self {
+        Self {
+            ipv4,
+            caps: DeviceCaps::default(),
+            timing: NicTiming::default(),
+            udp_src_port: None,
+        }
+    }
+
+    /// GID 0 of the port: `::ffff:a.b.c.d`.
+    pub fn gid(&self) -> [u8; 16] {
+        doorbell_wire::Gid::from_ipv4(self.ipv4).octets()
+    }
+}
+
+/// How long the NIC's own work takes. Work runs on a pool of processing
+/// units: each input (a doorbell, a frame, a timer) takes the unit that
+/// frees up first, holds it for the costs it incurs, and waits for its DMA
+/// reads without holding it longer (the device overlaps DMA with other
+/// work). All zero by default: the live runtime runs at the host's speed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicTiming {
+    /// Processing units (at least one).
+    pub processing_units: u32,
+    /// Per doorbell or BlueFlame burst taken in.
+    pub doorbell: Duration,
+    /// Per send WQE executed.
+    pub wqe: Duration,
+    /// Per packet built and sent.
+    pub tx_packet: Duration,
+    /// Per packet received.
+    pub rx_packet: Duration,
+    /// Per CQE written.
+    pub cqe: Duration,
+    /// Time an atomic holds its address bucket.
+    pub atomic: Duration,
+    /// Bytes of address that share one atomic bucket (a power of two).
+    pub atomic_bucket_bytes: u64,
+}
+
+impl Default for NicTiming {
+    fn default() -> Self {
+        Self {
+            processing_units: 1,
+            doorbell: Duration::ZERO,
+            wqe: Duration::ZERO,
+            tx_packet: Duration::ZERO,
+            rx_packet: Duration::ZERO,
+            cqe: Duration::ZERO,
+            atomic: Duration::ZERO,
+            atomic_bucket_bytes: 64,
+        }
+    }
+}
+
+/// A frame for the fabric: an IPv4 packet carrying RoCEv2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Destination IPv4 address.
+    pub dst: [u8; 4],
+    /// The IP packet, ICRC included.
+    pub bytes: Vec<u8>,
+    /// When the NIC had it ready for the port.
+    pub ready: Instant,
+}
+
+/// What the device counted. Where the kernel's RDMA `hw_counters` (mlx5's
+/// q counters, `drivers/infiniband/hw/mlx5/counters.c`) have a counter for
+/// the same event, the field has its name and meaning; [`Self::hw_counters`]
+/// lists them under those names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NicCounters {
+    /// Frames sent, retransmissions included.
+    pub tx_packets: u64,
+    /// Request packets sent again by go-back-N (after a NAK, a timeout, an
+    /// RNR wait or an implied NAK); READ and atomic requests included.
+    pub tx_retransmits: u64,
+    /// Frames received and accepted for processing.
+    pub rx_packets: u64,
+    /// Frames dropped for a bad ICRC (`rx_icrc_encapsulated`).
+    pub rx_icrc_errors: u64,
+    /// Frames dropped as malformed, or for an unknown or unready QP.
+    pub rx_dropped: u64,
+    /// Responder: request packets that arrived ahead of the expected PSN and
+    /// were dropped (`out_of_sequence`).
+    pub out_of_sequence: u64,
+    /// Requester: PSN-sequence-error NAKs received (`packet_seq_err`).
+    pub packet_seq_err: u64,
+    /// Requester: READ or atomic responses found missing because a later
+    /// PSN was answered first, and asked for again (`implied_nak_seq_err`).
+    pub implied_nak_seq_err: u64,
+    /// Responder: requests received again after they were executed
+    /// (`duplicate_request`).
+    pub duplicate_request: u64,
+    /// Requester: ACK timeouts that led to a retry, that is with retries
+    /// left (`local_ack_timeout_err`).
+    pub local_ack_timeout_err: u64,
+    /// Requester: RNR NAKs received and retried, that is with RNR retries
+    /// left (`rnr_nak_retry_err`).
+    pub rnr_nak_retry_err: u64,
+    /// Responder: RNR NAKs sent for want of a receive WQE.
+    pub rnr_nak_sent: u64,
+    /// Responder: messages that found no receive WQE: RNR NAKs sent, and UD
+    /// datagrams dropped (`out_of_buffer`).
+    pub out_of_buffer: u64,
+    /// Requester: ACK timeouts or PSN-sequence NAKs with no retry left; the
+    /// WQE completed with transport retry exceeded, syndrome 0x15
+    /// (`req_transport_retries_exceeded`).
+    pub req_transport_retries_exceeded: u64,
+    /// Requester: RNR NAKs with no RNR retry left; the WQE completed with
+    /// RNR retry exceeded, syndrome 0x16 (`req_rnr_retries_exceeded`).
+    pub req_rnr_retries_exceeded: u64,
+    /// Responder: RDMA WRITE requests executed (`rx_write_requests`).
+    pub rx_write_requests: u64,
+    /// Responder: RDMA READ requests executed, duplicates included
+    /// (`rx_read_requests`).
+    pub rx_read_requests: u64,
+    /// Responder: atomic requests executed (`rx_atomic_requests`); replays
+    /// from the response cache are not executions.
+    pub rx_atomic_requests: u64,
+    /// Doorbells dropped: unknown QP, or a UAR the QP does not own.
+    pub bad_doorbells: u64,
+    /// Doorbells for a QP not in a state that sends.
+    pub doorbells_not_ready: u64,
+}
+
+impl NicCounters {
+    /// The counters the kernel's mlx5 driver also has, under its names (as
+    /// `/sys/class/infiniband/*/ports/1/hw_counters/*` shows them).
+    pub fn hw_counters(&self) -> [(&'static str, u64); 13] {
+        [
+            ("duplicate_request", self.duplicate_request),
+            ("implied_nak_seq_err", self.implied_nak_seq_err),
+            ("local_ack_timeout_err", self.local_ack_timeout_err),
+            ("out_of_buffer", self.out_of_buffer),
+            ("out_of_sequence", self.out_of_sequence),
+            ("packet_seq_err", self.packet_seq_err),
+            ("req_rnr_retries_exceeded", self.req_rnr_retries_exceeded),
+            (
+                "req_transport_retries_exceeded",
+                self.req_transport_retries_exceeded,
+            ),
+            ("rnr_nak_retry_err", self.rnr_nak_retry_err),
+            ("rx_atomic_requests", self.rx_atomic_requests),
+            ("rx_icrc_encapsulated", self.rx_icrc_errors),
+            ("rx_read_requests", self.rx_read_requests),
+            ("rx_write_requests", self.rx_write_requests),
+        ]
+    }
+}

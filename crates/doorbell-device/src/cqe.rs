@@ -1,0 +1,101 @@
+//! The CQE writer: send and receive completions, good and bad, and the
+//! events they raise.
+
+use doorbell_hif::NicEvent;
+use doorbell_layout::cqe::{Cqe64, CqeOpcode, Syndrome};
+use doorbell_layout::wqe::WqeOpcode;
+use doorbell_pcie::Dma;
+use doorbell_types::{Cqn, Qpn};
+
+use crate::cq::CqeWrite;
+use crate::ctx::Ctx;
+use crate::qp::Qp;
+
+/// Writes a CQE to `cqn` and raises the events it causes.
+pub(crate) fn write_cqe<D: Dma>(
+    ctx: &mut Ctx<'_, D>,
+    cqn: Cqn,
+    qpn: Qpn,
+    opcode: CqeOpcode,
+    solicited: bool,
+    fill: impl FnOnce(&mut Cqe64<&mut [u8]>),
+) {
+    let Some(cq) = ctx.cqs.get_mut(&cqn) else {
+        return;
+    };
+    ctx.t = ctx.t.add(ctx.cfg.timing.cqe);
+    ctx.busy = ctx.busy.add(ctx.cfg.timing.cqe);
+    match cq.write(ctx.dma, &mut ctx.t, qpn, opcode, solicited, fill) {
+        CqeWrite::Written { event: true } => ctx.out.events.push_back(NicEvent::Completion(cqn)),
+        CqeWrite::Written { event: false } => {}
+        CqeWrite::Overrun | CqeWrite::DmaFault => ctx.out.events.push_back(NicEvent::CqError(cqn)),
+    }
+}
+
+/// A successful send-side completion.
+pub(crate) fn send_done<D: Dma>(
+    qp: &Qp,
+    index: u16,
+    opcode: WqeOpcode,
+    byte_cnt: u32,
+    ctx: &mut Ctx<'_, D>,
+) {
+    let qpn = qp.qpn;
+    write_cqe(ctx, qp.p.send_cq, qpn, CqeOpcode::Req, false, |c| {
+        c.set_sop_qpn(u8::from(opcode), qpn.get());
+        c.set_wqe_counter(index);
+        c.set_byte_cnt(byte_cnt);
+    });
+}
+
+/// A send-side error completion.
+pub(crate) fn send_error<D: Dma>(
+    qp: &Qp,
+    index: u16,
+    opcode: WqeOpcode,
+    s: Syndrome,
+    ctx: &mut Ctx<'_, D>,
+) {
+    let qpn = qp.qpn;
+    write_cqe(ctx, qp.p.send_cq, qpn, CqeOpcode::ReqErr, false, |c| {
+        c.set_sop_qpn(u8::from(opcode), qpn.get());
+        c.set_wqe_counter(index);
+        c.set_syndrome(s, 0);
+    });
+}
+
+/// A successful receive completion.
+pub(crate) struct RecvDone {
+    pub(crate) index: u16,
+    pub(crate) opcode: CqeOpcode,
+    pub(crate) byte_cnt: u32,
+    pub(crate) imm: Option<u32>,
+    pub(crate) solicited: bool,
+    pub(crate) ud_src: Option<u32>,
+}
+
+/// Writes a successful receive completion.
+pub(crate) fn recv_done<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, d: RecvDone) {
+    let qpn = qp.qpn;
+    write_cqe(ctx, qp.p.recv_cq, qpn, d.opcode, d.solicited, |c| {
+        c.set_sop_qpn(0, qpn.get());
+        c.set_wqe_counter(d.index);
+        c.set_byte_cnt(d.byte_cnt);
+        if let Some(imm) = d.imm {
+            c.set_imm(imm);
+        }
+        if let Some(src) = d.ud_src {
+            c.set_flags_rqpn(src, 0, 1);
+        }
+    });
+}
+
+/// A receive-side error completion.
+pub(crate) fn recv_error<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, index: u16, s: Syndrome) {
+    let qpn = qp.qpn;
+    write_cqe(ctx, qp.p.recv_cq, qpn, CqeOpcode::RespErr, false, |c| {
+        c.set_sop_qpn(0, qpn.get());
+        c.set_wqe_counter(index);
+        c.set_syndrome(s, 0);
+    });
+}

@@ -1,0 +1,56 @@
+//! The context one input's work runs in: the time it has reached, the bus,
+//! the tables it may read, and the queues its outputs go to.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use doorbell_hif::NicEvent;
+use doorbell_pcie::{Dma, DmaTag};
+use doorbell_types::{Cqn, Duration, HostAddr, Instant};
+
+use crate::config::{Frame, NicConfig, NicCounters};
+use crate::cq::Cq;
+use crate::dma::{dma_read, dma_write};
+use crate::mkey::MkeyTable;
+
+/// Shared outputs and tables a QP's engines need.
+pub(crate) struct Ctx<'a, D: Dma> {
+    /// When the input that started this work arrived.
+    pub(crate) now: Instant,
+    /// How far this work has got: advanced by processing costs and by the
+    /// bus's answers. Frames leave, and DMAs are issued, at this time.
+    pub(crate) t: Instant,
+    /// Processing-unit time this work has used.
+    pub(crate) busy: Duration,
+    pub(crate) atomic_free: &'a mut BTreeMap<u64, Instant>,
+    pub(crate) dma: &'a mut D,
+    pub(crate) cqs: &'a mut BTreeMap<Cqn, Cq>,
+    pub(crate) mkeys: &'a MkeyTable,
+    pub(crate) out: &'a mut Outputs,
+    pub(crate) cfg: &'a NicConfig,
+}
+
+impl<D: Dma> Ctx<'_, D> {
+    /// Spends `d` of processing-unit time.
+    pub(crate) fn charge(&mut self, d: Duration) {
+        self.t = self.t.add(d);
+        self.busy = self.busy.add(d);
+    }
+
+    /// A DMA read at the current time; the work waits for its data.
+    pub(crate) fn read(&mut self, tag: DmaTag, addr: HostAddr, buf: &mut [u8]) -> bool {
+        dma_read(self.dma, &mut self.t, tag, addr, buf)
+    }
+
+    /// A DMA write at the current time.
+    pub(crate) fn write(&mut self, tag: DmaTag, addr: HostAddr, data: &[u8]) -> bool {
+        dma_write(self.dma, &mut self.t, tag, addr, data)
+    }
+}
+
+/// Queues of outputs and the counters.
+#[derive(Default)]
+pub(crate) struct Outputs {
+    pub(crate) tx: VecDeque<Frame>,
+    pub(crate) events: VecDeque<NicEvent>,
+    pub(crate) counters: NicCounters,
+}

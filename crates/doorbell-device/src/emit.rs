@@ -1,0 +1,47 @@
+//! The frame emitter: RoCEv2 frames out of a QP, ready once the NIC has
+//! spent its per-packet cost.
+
+use doorbell_pcie::Dma;
+use doorbell_wire::{BthRepr, ExtHeaders, RoceIp, RoceRepr};
+
+use crate::config::Frame;
+use crate::ctx::Ctx;
+use crate::qp::Qp;
+
+/// Builds a frame from `qp` to `dst` and queues it for the port, ready
+/// once the NIC has spent its per-packet cost.
+pub(crate) fn emit<D: Dma>(
+    qp: &Qp,
+    ctx: &mut Ctx<'_, D>,
+    dst: [u8; 4],
+    bth: BthRepr,
+    ext: ExtHeaders,
+    payload: &[u8],
+) {
+    let repr = RoceRepr {
+        ip: RoceIp::v4(ctx.cfg.ipv4, dst),
+        src_port: ctx
+            .cfg
+            .udp_src_port
+            .unwrap_or(0xc000 | (qp.qpn.get() & 0x3fff) as u16),
+        bth,
+        ext,
+    };
+    let mut bytes = Vec::with_capacity(repr.frame_len(payload.len()));
+    if repr.emit_to_vec(payload, &mut bytes).is_ok() {
+        ctx.charge(ctx.cfg.timing.tx_packet);
+        ctx.out.counters.tx_packets += 1;
+        ctx.out.tx.push_back(Frame {
+            dst,
+            bytes,
+            ready: ctx.t,
+        });
+    }
+}
+
+/// Destination IPv4 address of an RC QP.
+pub(crate) fn peer_ip(qp: &Qp) -> Option<[u8; 4]> {
+    qp.attrs
+        .av
+        .and_then(|av| doorbell_wire::Gid::new(av.dgid).to_ipv4())
+}

@@ -1,0 +1,127 @@
+//! WQE fetch: send WQEBBs into the WQE cache, and receive WQEs, by DMA
+//! from the QP buffer; the receive producer index from the doorbell record.
+
+use doorbell_layout::dbr::QpDoorbellRecord;
+use doorbell_layout::wqe::{DataSeg, WQEBB_LEN, field as wf};
+use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
+use doorbell_types::Mkey;
+
+use crate::ctx::Ctx;
+use crate::qp::Qp;
+use crate::wq::{RecvWqe, Sge};
+
+/// Fetches by DMA every WQEBB from the end of the WQE cache up to `upto`.
+pub(crate) fn fetch_upto<D: Dma>(qp: &mut Qp, upto: u16, ctx: &mut Ctx<'_, D>) -> bool {
+    let sq = &qp.sq;
+    let start = sq.ci.wrapping_add(sq.wqe_cache.len() as u16);
+    let count = upto.wrapping_sub(start);
+    if count == 0 || count > sq.size {
+        return count == 0;
+    }
+    let mask = sq.size - 1;
+    let first = start & mask;
+    // Split at the end of the ring: at most two DMA reads.
+    let till_end = sq.size - first;
+    let pieces = [
+        (first, count.min(till_end)),
+        (0, count.saturating_sub(till_end)),
+    ];
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::SendWqe);
+    let mut buf = vec![0u8; usize::from(count) * WQEBB_LEN];
+    let mut filled = 0usize;
+    for (slot, n) in pieces {
+        if n == 0 {
+            continue;
+        }
+        let off = qp.sq_offset() + u64::from(slot) * WQEBB_LEN as u64;
+        let len = u64::from(n) * WQEBB_LEN as u64;
+        let mut ok = true;
+        let mut runs = Vec::new();
+        let covered = qp.buf_runs(off, len, |h, b, o| runs.push((h, b, o)));
+        if !covered {
+            return false;
+        }
+        // One DMA for the piece when the pages are contiguous, as they are
+        // for a buffer the provider allocated in one go.
+        for (h, b, o) in runs {
+            let dst = &mut buf[filled + o as usize..filled + (o + b) as usize];
+            ok &= ctx.read(tag, h, dst);
+        }
+        if !ok {
+            return false;
+        }
+        filled += len as usize;
+    }
+    for chunk in buf.chunks_exact(WQEBB_LEN) {
+        let mut b = [0u8; WQEBB_LEN];
+        b.copy_from_slice(chunk);
+        qp.sq.wqe_cache.push_back(b);
+    }
+    true
+}
+
+/// Why the next receive WQE could not be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecvFetchError;
+
+/// Fetches the next receive WQE, reading the doorbell record when the
+/// device's copy of the producer index says the RQ is empty.
+pub(crate) fn next_recv_wqe<D: Dma>(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_, D>,
+) -> Result<Option<RecvWqe>, RecvFetchError> {
+    if qp.rq.ci == qp.rq.pi {
+        // Only the receive counter is read, into its place in a record.
+        let mut rec = [0u8; doorbell_layout::dbr::DBR_LEN];
+        let (addr, word) = qp.recv_counter_addr().ok_or(RecvFetchError)?;
+        if !ctx.read(
+            DmaTag::new(qp.qpn, DmaPurpose::DoorbellRecord),
+            addr,
+            &mut rec[word],
+        ) {
+            return Err(RecvFetchError);
+        }
+        let pi = QpDoorbellRecord::new_unchecked(&rec[..]).recv_counter();
+        if u32::from(pi.wrapping_sub(qp.rq.ci)) > qp.rq.size {
+            return Err(RecvFetchError);
+        }
+        qp.rq.pi = pi;
+        if qp.rq.ci == qp.rq.pi {
+            return Ok(None);
+        }
+    }
+    let index = qp.rq.ci;
+    let slot = u64::from(u32::from(index) & (qp.rq.size - 1));
+    let stride = qp.rq.stride as usize;
+    let mut buf = vec![0u8; stride];
+    let mut ok = true;
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::RecvWqe);
+    let mut runs = Vec::new();
+    if !qp.buf_runs(slot * stride as u64, stride as u64, |h, n, o| {
+        runs.push((h, n, o))
+    }) {
+        return Err(RecvFetchError);
+    }
+    for (h, n, o) in runs {
+        ok &= ctx.read(tag, h, &mut buf[o as usize..(o + n) as usize]);
+    }
+    if !ok {
+        return Err(RecvFetchError);
+    }
+    let mut sges = Vec::new();
+    for seg in buf.chunks_exact(wf::DATA_LEN) {
+        let d = DataSeg::new_unchecked(seg);
+        if d.lkey() == Mkey::INVALID.raw() {
+            break;
+        }
+        if d.byte_count() > 0 {
+            sges.push(Sge {
+                lkey: d.lkey(),
+                addr: d.addr(),
+                len: d.byte_count(),
+            });
+        }
+    }
+    qp.rq.ci = qp.rq.ci.wrapping_add(1);
+    Ok(Some(RecvWqe { index, sges }))
+}

@@ -1,0 +1,283 @@
+//! The send engine: doorbells, WQE execution in posting order, and new
+//! request messages (RC through the transmitter, UD at once).
+
+use doorbell_hif::{Access, QpState, QpType};
+use doorbell_layout::cqe::Syndrome;
+use doorbell_layout::uar::SendDoorbell;
+use doorbell_layout::wqe::{self, CtrlSeg, WQEBB_LEN, WqeOpcode, wqebbs_for_ds};
+use doorbell_pcie::Dma;
+use doorbell_roce::PsnRange;
+use doorbell_types::Qpn;
+use doorbell_wire::{BthOpcode, BthRepr, DethRepr, ExtHeaders, ImmDtRepr};
+
+use crate::complete::{flush_sq, retire};
+use crate::cqe::send_done;
+use crate::ctx::Ctx;
+use crate::emit::emit;
+use crate::fault::{Fault, Outcome};
+use crate::fetch::fetch_upto;
+use crate::qp::Qp;
+use crate::sge::{MAX_MSG_LEN, check_keys, gather};
+use crate::transmit::send_window;
+use crate::wq::{Payload, SentMsg};
+use crate::wqe::{Wqe, parse_wqe};
+
+/// Takes a send doorbell (8 bytes, or a BlueFlame WQE) for `qp`.
+pub(crate) fn doorbell<D: Dma>(
+    qp: &mut Qp,
+    db: SendDoorbell,
+    bf: Option<&[u8]>,
+    ctx: &mut Ctx<'_, D>,
+) -> Outcome {
+    ctx.charge(ctx.cfg.timing.doorbell);
+    if !matches!(qp.state, QpState::Rts | QpState::Err) {
+        ctx.out.counters.doorbells_not_ready += 1;
+        return Ok(());
+    }
+    let new_pi = db.wqe_index.wrapping_add(wqebbs_for_ds(db.ds).max(1));
+    let ahead = new_pi.wrapping_sub(qp.sq.ci);
+    if ahead == 0 || ahead > qp.sq.size || ahead < qp.sq.posted() {
+        ctx.out.counters.bad_doorbells += 1;
+        return Ok(());
+    }
+    qp.sq.pi = new_pi;
+    if qp.state == QpState::Err {
+        flush_sq(qp, ctx);
+        return Ok(());
+    }
+    if let Some(bf) = bf {
+        // The WQE came with the doorbell: fetch only what precedes it.
+        if fetch_upto(qp, db.wqe_index, ctx) {
+            let n = usize::from(wqebbs_for_ds(db.ds));
+            for chunk in bf.chunks_exact(WQEBB_LEN).take(n) {
+                let mut b = [0u8; WQEBB_LEN];
+                b.copy_from_slice(chunk);
+                qp.sq.wqe_cache.push_back(b);
+            }
+        }
+    }
+    pump(qp, ctx)
+}
+
+/// Executes WQEs from the consumer index while the QP may send, then sends
+/// what the window allows (also when the next WQE has to wait).
+pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
+    execute(qp, ctx)?;
+    if qp.state == QpState::Rts && qp.p.qp_type == QpType::Rc {
+        send_window(qp, ctx)?;
+    }
+    Ok(())
+}
+
+/// A malformed WQE at the consumer index.
+fn bad_wqe(qp: &Qp, opcode: WqeOpcode, syndrome: Syndrome) -> Fault {
+    Fault::Wqe {
+        index: qp.sq.ci,
+        opcode,
+        syndrome,
+    }
+}
+
+/// Executes WQEs from the consumer index while the QP may send.
+fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
+    while qp.state == QpState::Rts && qp.sq.ci != qp.sq.pi && !qp.req.is_rnr_waiting() {
+        if qp.sq.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq.pi, ctx) {
+            return Err(bad_wqe(qp, WqeOpcode::Nop, Syndrome::LocalQpOpErr));
+        }
+        let avail = qp.sq.posted();
+        let Some(head) = qp.sq.wqe_cache.front() else {
+            return Ok(());
+        };
+        let ctrl = CtrlSeg::new_unchecked(&head[..]);
+        let (ds, index, opcode) = (ctrl.ds(), ctrl.wqe_index(), ctrl.opcode());
+        let n = wqebbs_for_ds(ds);
+        let too_big = usize::from(ds) * wqe::DS_LEN > ctx.cfg.caps.max_sq_desc_sz as usize;
+        if ds == 0 || n > avail || too_big || index != qp.sq.ci || ctrl.qpn() != qp.qpn.get() {
+            let f = bad_wqe(qp, opcode, Syndrome::LocalQpOpErr);
+            skip_head(qp, n);
+            return Err(f);
+        }
+        if usize::from(n) > qp.sq.wqe_cache.len() && !fetch_upto(qp, qp.sq.pi, ctx) {
+            return Err(bad_wqe(qp, opcode, Syndrome::LocalQpOpErr));
+        }
+        let mut bytes = [0u8; 1024];
+        for (i, b) in qp.sq.wqe_cache.iter().take(usize::from(n)).enumerate() {
+            bytes[i * WQEBB_LEN..(i + 1) * WQEBB_LEN].copy_from_slice(b);
+        }
+        let w = match parse_wqe(&bytes[..usize::from(ds) * wqe::DS_LEN], qp.p.qp_type) {
+            Ok(w) => w,
+            Err(s) => {
+                let f = bad_wqe(qp, opcode, s);
+                skip_head(qp, n);
+                return Err(f);
+            }
+        };
+        // READ and atomics wait for the outstanding-request limit; a fenced
+        // WQE waits for every READ and atomic before it.
+        let rd_out = qp
+            .sq
+            .outstanding
+            .iter()
+            .filter(|m| m.is_read_or_atomic())
+            .count() as u8;
+        let is_rd = matches!(
+            w.opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        );
+        let fenced = w.fm_ce_se & wqe::ctrl_flags::FM_MASK != 0;
+        if qp.p.qp_type == QpType::Rc
+            && ((is_rd && rd_out >= qp.attrs.max_rd_atomic.unwrap_or(1).max(1))
+                || (fenced && rd_out > 0))
+        {
+            return Ok(());
+        }
+        qp.sq.consume(n);
+        ctx.charge(ctx.cfg.timing.wqe);
+        match qp.p.qp_type {
+            QpType::Rc => execute_rc(qp, w, ctx)?,
+            QpType::Ud => execute_ud(qp, w, ctx)?,
+        }
+    }
+    Ok(())
+}
+
+/// Steps over the malformed WQE at the consumer index, taken as `n`
+/// WQEBBs (at least one) when that many are posted, so that the flush after
+/// its error completion does not complete it a second time. A WQE whose
+/// size runs past the producer index is left for the flush to stop at.
+fn skip_head(qp: &mut Qp, n: u16) {
+    let n = n.max(1);
+    if n <= qp.sq.posted() {
+        qp.sq.consume(n);
+    }
+}
+
+/// Checks that the device may write the local buffers of a READ or atomic.
+fn check_local_write<D: Dma>(qp: &Qp, p: &Payload, ctx: &Ctx<'_, D>) -> Result<(), Syndrome> {
+    let Payload::Sges(sges) = p else {
+        return Err(Syndrome::LocalQpOpErr);
+    };
+    check_keys(ctx.mkeys, qp.p.pd, Access::LOCAL_WRITE, sges)
+}
+
+/// Checks that the device may read the local buffers of a SEND or WRITE
+/// (the data itself is read when its packets go out).
+fn check_local_read<D: Dma>(
+    qp: &Qp,
+    p: &Payload,
+    len: u64,
+    ctx: &Ctx<'_, D>,
+) -> Result<(), Syndrome> {
+    if len > MAX_MSG_LEN {
+        return Err(Syndrome::LocalLengthErr);
+    }
+    let Payload::Sges(sges) = p else {
+        return Ok(());
+    };
+    check_keys(ctx.mkeys, qp.p.pd, 0, sges)
+}
+
+fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
+    let fail = |syndrome| Fault::Wqe {
+        index: w.index,
+        opcode: w.opcode,
+        syndrome,
+    };
+    let signaled = w.fm_ce_se & wqe::ctrl_flags::CE_MASK == wqe::ctrl_flags::CQ_UPDATE;
+    let len = w.payload.len();
+    let mtu = u64::from(qp.mtu());
+    let npsn = match w.opcode {
+        // A NOP uses no PSN; it completes in its turn, after everything
+        // posted before it.
+        WqeOpcode::Nop => 0,
+        WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => {
+            check_local_read(qp, &w.payload, len, ctx).map_err(fail)?;
+            len.div_ceil(mtu).max(1) as u32
+        }
+        WqeOpcode::RdmaRead => {
+            if len > MAX_MSG_LEN {
+                return Err(fail(Syndrome::LocalLengthErr));
+            }
+            check_local_write(qp, &w.payload, ctx).map_err(fail)?;
+            len.div_ceil(mtu).max(1) as u32
+        }
+        WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
+            if len != 8 {
+                return Err(fail(Syndrome::LocalLengthErr));
+            }
+            check_local_write(qp, &w.payload, ctx).map_err(fail)?;
+            1
+        }
+        _ => return Err(fail(Syndrome::LocalQpOpErr)),
+    };
+    let first = qp.req.alloc(npsn);
+    qp.sq.outstanding.push_back(SentMsg {
+        wqe_index: w.index,
+        opcode: w.opcode,
+        signaled,
+        solicited: w.fm_ce_se & wqe::ctrl_flags::SOLICITED != 0,
+        imm: w.imm,
+        raddr: w.raddr,
+        rkey: w.rkey,
+        swap_add: w.swap_add,
+        compare: w.compare,
+        payload: w.payload,
+        len,
+        psns: PsnRange { first, len: npsn },
+        sent: 0,
+        done_bytes: 0,
+        answered: false,
+        implied: Default::default(),
+    });
+    if npsn == 0 {
+        retire(qp, ctx);
+        return Ok(());
+    }
+    send_window(qp, ctx)
+}
+
+fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
+    let fail = |syndrome| Fault::Wqe {
+        index: w.index,
+        opcode: w.opcode,
+        syndrome,
+    };
+    let signaled = w.fm_ce_se & wqe::ctrl_flags::CE_MASK == wqe::ctrl_flags::CQ_UPDATE;
+    let Some(dest) = w.ud else {
+        return Err(fail(Syndrome::LocalQpOpErr));
+    };
+    if w.payload.len() > u64::from(ctx.cfg.caps.max_mtu) {
+        return Err(fail(Syndrome::LocalLengthErr));
+    }
+    let data = gather(qp, &w.payload, 0, w.payload.len(), ctx).map_err(fail)?;
+    let with_imm = w.opcode == WqeOpcode::SendImm;
+    let opcode = if with_imm {
+        BthOpcode::UdSendOnlyWithImmediate
+    } else {
+        BthOpcode::UdSendOnly
+    };
+    // A Q_Key with its top bit set means "use the QP's own".
+    let qkey = if dest.qkey & 0x8000_0000 != 0 {
+        qp.attrs.qkey.unwrap_or(0)
+    } else {
+        dest.qkey
+    };
+    let psn = qp.req.alloc(1);
+    let mut bth = BthRepr::new(opcode, Qpn::new(dest.dqpn), psn);
+    bth.solicited = w.fm_ce_se & wqe::ctrl_flags::SOLICITED != 0;
+    let ext = ExtHeaders {
+        deth: Some(DethRepr {
+            qkey,
+            src_qp: qp.qpn,
+        }),
+        immdt: with_imm.then_some(ImmDtRepr { imm: w.imm }),
+        ..ExtHeaders::default()
+    };
+    if let Some(dst) = doorbell_wire::Gid::new(dest.dgid).to_ipv4() {
+        emit(qp, ctx, dst, bth, ext, &data);
+    }
+    if signaled {
+        send_done(qp, w.index, w.opcode, 0, ctx);
+    }
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! The SGE walker: bytes `[offset, offset + len)` of the buffers a list of
+//! SGEs names, key-checked and turned into runs of host memory, one DMA
+//! per run. Payload gather (reads) and receive scatter (writes) are the
+//! two directions of the same walk.
+
+use std::ops::Range;
+
+use doorbell_hif::Access;
+use doorbell_layout::cqe::Syndrome;
+use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
+use doorbell_types::{HostAddr, Mkey, Pdn};
+
+use crate::ctx::Ctx;
+use crate::dma::{dma_read, dma_write};
+use crate::mkey::MkeyTable;
+use crate::qp::Qp;
+use crate::wq::{Payload, Sge};
+
+/// Largest message, 2^31 bytes (`max_msg_sz`).
+pub(crate) const MAX_MSG_LEN: u64 = 1 << 31;
+
+/// Why a walk stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WalkError {
+    /// The SGEs end before the range does.
+    Short,
+    /// An address past 2^64, a key that does not grant the access, or a
+    /// failed DMA.
+    Protection,
+}
+
+/// Walks bytes `[offset, offset + len)` of `sges` with `need` access in
+/// `pd`, calling `dma(host, range_in_walk)` for each contiguous run; a run
+/// returns false when its DMA failed, which stops the walk after that SGE.
+fn walk(
+    mkeys: &MkeyTable,
+    pd: Pdn,
+    need: u32,
+    sges: &[Sge],
+    offset: u64,
+    len: u64,
+    mut dma: impl FnMut(HostAddr, Range<usize>) -> bool,
+) -> Result<(), WalkError> {
+    let mut at = 0u64;
+    let mut skip = offset;
+    for s in sges {
+        if at == len {
+            break;
+        }
+        let sl = u64::from(s.len);
+        if skip >= sl {
+            skip -= sl;
+            continue;
+        }
+        let n = (sl - skip).min(len - at);
+        // The SGE comes from host memory: an address past 2^64 is a
+        // protection error, not an overflow.
+        let addr = s.addr.checked_add(skip).ok_or(WalkError::Protection)?;
+        let mut ok = true;
+        let base = at as usize;
+        mkeys
+            .translate(Mkey::from_raw(s.lkey), pd, need, addr, n, |h, b, o| {
+                let start = base + o as usize;
+                ok &= dma(h, start..start + b as usize);
+            })
+            .map_err(|_| WalkError::Protection)?;
+        if !ok {
+            return Err(WalkError::Protection);
+        }
+        at += n;
+        skip = 0;
+    }
+    if at == len {
+        Ok(())
+    } else {
+        Err(WalkError::Short)
+    }
+}
+
+/// Reads bytes `offset..offset + len` of a message's payload from host
+/// memory (one DMA per contiguous run).
+pub(crate) fn gather<D: Dma>(
+    qp: &Qp,
+    p: &Payload,
+    offset: u64,
+    len: u64,
+    ctx: &mut Ctx<'_, D>,
+) -> Result<Vec<u8>, Syndrome> {
+    let end = offset.checked_add(len).ok_or(Syndrome::LocalLengthErr)?;
+    if end > p.len() || len > MAX_MSG_LEN {
+        return Err(Syndrome::LocalLengthErr);
+    }
+    match p {
+        Payload::Inline(v) => Ok(v[offset as usize..end as usize].to_vec()),
+        Payload::Sges(sges) => {
+            let mut buf = vec![0u8; len as usize];
+            let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
+            let Ctx { dma, t, mkeys, .. } = ctx;
+            walk(mkeys, qp.p.pd, 0, sges, offset, len, |h, r| {
+                dma_read(*dma, t, tag, h, &mut buf[r])
+            })
+            .map_err(|e| match e {
+                WalkError::Short => Syndrome::LocalLengthErr,
+                WalkError::Protection => Syndrome::LocalProtErr,
+            })?;
+            Ok(buf)
+        }
+    }
+}
+
+/// Why data could not be placed into an SGE list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScatterError {
+    /// The SGEs are shorter than the data.
+    Length,
+    /// A key did not grant local write, or a DMA failed.
+    Protection,
+}
+
+/// Writes `data` at byte `offset` of the buffers `sges` names: receive
+/// scatter, READ responses and atomic results.
+pub(crate) fn scatter<D: Dma>(
+    qp: &Qp,
+    sges: &[Sge],
+    offset: u64,
+    data: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Result<(), ScatterError> {
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
+    let Ctx { dma, t, mkeys, .. } = ctx;
+    walk(
+        mkeys,
+        qp.p.pd,
+        Access::LOCAL_WRITE,
+        sges,
+        offset,
+        data.len() as u64,
+        |h, r| dma_write(*dma, t, tag, h, &data[r]),
+    )
+    .map_err(|e| match e {
+        WalkError::Short => ScatterError::Length,
+        WalkError::Protection => ScatterError::Protection,
+    })
+}
+
+/// Writes `data` at byte `offset` of a READ's or atomic's local buffers.
+pub(crate) fn place<D: Dma>(
+    qp: &Qp,
+    p: &Payload,
+    offset: u64,
+    data: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Result<(), Syndrome> {
+    let Payload::Sges(sges) = p else {
+        return Err(Syndrome::LocalQpOpErr);
+    };
+    scatter(qp, sges, offset, data, ctx).map_err(|e| match e {
+        ScatterError::Length => Syndrome::LocalLengthErr,
+        ScatterError::Protection => Syndrome::LocalProtErr,
+    })
+}
+
+/// Checks that `sges` grant `need` access in full, each on its own (the
+/// data itself moves later).
+pub(crate) fn check_keys(
+    mkeys: &MkeyTable,
+    pd: Pdn,
+    need: u32,
+    sges: &[Sge],
+) -> Result<(), Syndrome> {
+    for s in sges {
+        mkeys
+            .translate(
+                Mkey::from_raw(s.lkey),
+                pd,
+                need,
+                s.addr,
+                s.len.into(),
+                |_, _, _| {},
+            )
+            .map_err(|_| Syndrome::LocalProtErr)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! The NIC's timers: each QP's deadlines, indexed by [`Timer`], and one
+//! NIC-wide ordered index of them all, so that the next deadline is found
+//! in O(log n) and a timeout visits only the QPs that are due.
+
+use std::collections::BTreeSet;
+
+use doorbell_types::{Instant, Qpn};
+
+/// A timer of one QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Timer {
+    /// The requester's ACK timer.
+    Ack,
+    /// The end of the requester's RNR wait.
+    RnrResume,
+    /// In the error state: look for receives posted since the last flush.
+    RqFlushPoll,
+}
+
+impl Timer {
+    /// Every timer, in index order.
+    pub(crate) const ALL: [Timer; 3] = [Timer::Ack, Timer::RnrResume, Timer::RqFlushPoll];
+}
+
+/// Every running timer of every QP, in deadline order.
+#[derive(Default)]
+pub(crate) struct TimerIndex {
+    by_deadline: BTreeSet<(Instant, Qpn, Timer)>,
+}
+
+impl TimerIndex {
+    /// Brings the index in line with QP `qpn`'s timers `now_at`; `indexed`
+    /// is what the index held for it, and becomes `now_at`.
+    pub(crate) fn sync(
+        &mut self,
+        qpn: Qpn,
+        indexed: &mut [Option<Instant>; Timer::ALL.len()],
+        now_at: [Option<Instant>; Timer::ALL.len()],
+    ) {
+        for t in Timer::ALL {
+            let i = t as usize;
+            if indexed[i] == now_at[i] {
+                continue;
+            }
+            if let Some(old) = indexed[i] {
+                self.by_deadline.remove(&(old, qpn, t));
+            }
+            if let Some(new) = now_at[i] {
+                self.by_deadline.insert((new, qpn, t));
+            }
+            indexed[i] = now_at[i];
+        }
+    }
+
+    /// The earliest deadline of all.
+    pub(crate) fn next(&self) -> Option<Instant> {
+        self.by_deadline.first().map(|&(at, _, _)| at)
+    }
+
+    /// The QPs with a timer due at `now`, in QPN order.
+    pub(crate) fn due(&self, now: Instant) -> BTreeSet<Qpn> {
+        self.by_deadline
+            .iter()
+            .take_while(|&&(at, _, _)| at <= now)
+            .map(|&(_, qpn, _)| qpn)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_index_follows_each_qps_timers() {
+        let mut ix = TimerIndex::default();
+        let (a, b) = (Qpn::new(0x101), Qpn::new(0x100));
+        let t = Instant::from_ps;
+        let (mut ia, mut ib) = ([None; 3], [None; 3]);
+        ix.sync(a, &mut ia, [Some(t(30)), None, None]);
+        ix.sync(b, &mut ib, [None, Some(t(20)), Some(t(40))]);
+        assert_eq!(ix.next(), Some(t(20)));
+        assert_eq!(ix.due(t(30)).into_iter().collect::<Vec<_>>(), vec![b, a]);
+        ix.sync(b, &mut ib, [None, None, Some(t(40))]);
+        assert_eq!(ix.next(), Some(t(30)));
+        assert_eq!(ix.due(t(35)).into_iter().collect::<Vec<_>>(), vec![a]);
+        ix.sync(a, &mut ia, [None; 3]);
+        ix.sync(b, &mut ib, [None; 3]);
+        assert_eq!(ix.next(), None);
+        assert!(ix.due(t(u64::MAX)).is_empty());
+    }
+}

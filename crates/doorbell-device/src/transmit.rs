@@ -1,0 +1,211 @@
+//! The requester's transmitter: request packets for the outstanding
+//! messages, as far as the RC window allows, and go-back-N. Shared by the
+//! send engine (new messages) and response handling (resends).
+
+use doorbell_hif::QpState;
+use doorbell_layout::wqe::WqeOpcode;
+use doorbell_pcie::Dma;
+use doorbell_roce::ACK_EVERY_PACKETS;
+use doorbell_types::{Mkey, Psn};
+use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr};
+
+use crate::ctx::Ctx;
+use crate::emit::{emit, peer_ip};
+use crate::fault::{Fault, Outcome};
+use crate::qp::Qp;
+use crate::sge::gather;
+use crate::wq::SentMsg;
+
+/// Sends what the window allows of the outstanding messages: packets not
+/// yet sent in this pass, while they stay within
+/// [`doorbell_roce::MAX_UNACKED_PSNS`] of the oldest unacknowledged PSN.
+/// Payload is read from host memory for the packets that go, so a long
+/// message is read as its window moves.
+///
+/// A payload that cannot be read fails its WQE.
+pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
+    if qp.state != QpState::Rts || qp.req.is_rnr_waiting() {
+        return Ok(());
+    }
+    let una = qp.req.una();
+    let mtu = u64::from(qp.mtu());
+    let mut sent_any = false;
+    for i in 0..qp.sq.outstanding.len() {
+        let m = &qp.sq.outstanding[i];
+        if m.is_sent() {
+            continue;
+        }
+        let rd_atomic = m.is_read_or_atomic();
+        // SENDs and WRITEs the responder has already acknowledged (behind a
+        // READ still waiting for its data) are not sent again.
+        if !rd_atomic && m.last_psn().precedes(una) {
+            qp.sq.outstanding[i].sent = m.npsn();
+            continue;
+        }
+        let mut from = if m.opcode == WqeOpcode::RdmaRead {
+            (m.done_bytes / mtu) as u32
+        } else {
+            m.sent
+        };
+        if !rd_atomic && m.psns.nth(from).precedes(una) {
+            from = una.diff(m.first_psn()) as u32;
+        }
+        let psn = m.psns.nth(from);
+        let room = qp.req.window_room(psn);
+        if room <= 0 {
+            break;
+        }
+        let to = if rd_atomic {
+            m.npsn()
+        } else {
+            m.npsn().min(from.saturating_add(room as u32))
+        };
+        let payload = if rd_atomic {
+            Vec::new()
+        } else {
+            let start = u64::from(from) * mtu;
+            let end = (u64::from(to) * mtu).min(m.len);
+            gather(qp, &m.payload, start, end.saturating_sub(start), ctx).map_err(|syndrome| {
+                Fault::Wqe {
+                    index: m.wqe_index,
+                    opcode: m.opcode,
+                    syndrome,
+                }
+            })?
+        };
+        let m = &qp.sq.outstanding[i];
+        let count = transmit(qp, m, from, to, &payload, ctx);
+        let end = psn.add(if rd_atomic {
+            m.npsn() - from
+        } else {
+            to - from
+        });
+        ctx.out.counters.tx_retransmits += qp.req.note_sent(psn, count, end);
+        qp.sq.outstanding[i].sent = to;
+        sent_any = true;
+        if to < qp.sq.outstanding[i].npsn() {
+            break;
+        }
+    }
+    if sent_any {
+        qp.req.arm_ack_timer(ctx.now);
+    }
+    Ok(())
+}
+
+/// Sends packets `from..to` of `msg`, whose bytes from packet `from` on
+/// are `payload`; a READ is asked for from response `from` on. Returns the
+/// number of packets sent.
+fn transmit<D: Dma>(
+    qp: &Qp,
+    msg: &SentMsg,
+    from: u32,
+    to: u32,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> u32 {
+    let Some(dst) = peer_ip(qp) else { return 0 };
+    let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
+    let mtu = qp.mtu() as usize;
+    match msg.opcode {
+        WqeOpcode::RdmaRead => {
+            let skip = u64::from(from) * mtu as u64;
+            let mut bth = BthRepr::new(BthOpcode::RcRdmaReadRequest, dqpn, msg.psns.nth(from));
+            bth.ack_req = true;
+            let ext = ExtHeaders {
+                reth: Some(RethRepr {
+                    va: msg.raddr.wrapping_add(skip),
+                    rkey: Mkey::from_raw(msg.rkey),
+                    dma_len: msg.len.saturating_sub(skip) as u32,
+                }),
+                ..ExtHeaders::default()
+            };
+            emit(qp, ctx, dst, bth, ext, &[]);
+            1
+        }
+        WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
+            let op = if msg.opcode == WqeOpcode::AtomicCs {
+                BthOpcode::RcCompareSwap
+            } else {
+                BthOpcode::RcFetchAdd
+            };
+            let mut bth = BthRepr::new(op, dqpn, msg.first_psn());
+            bth.ack_req = true;
+            let ext = ExtHeaders {
+                atomic_eth: Some(AtomicEthRepr {
+                    va: msg.raddr,
+                    rkey: Mkey::from_raw(msg.rkey),
+                    swap_add: msg.swap_add,
+                    compare: msg.compare,
+                }),
+                ..ExtHeaders::default()
+            };
+            emit(qp, ctx, dst, bth, ext, &[]);
+            1
+        }
+        _ => {
+            let is_write = matches!(msg.opcode, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
+            let has_imm = matches!(msg.opcode, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
+            let n = msg.npsn();
+            for i in from..to {
+                let (first, last) = (i == 0, i + 1 == n);
+                let op = request_opcode(is_write, has_imm, first, last);
+                let mut bth = BthRepr::new(op, dqpn, msg.psns.nth(i));
+                // An ACK for the last packet, every ACK_EVERY_PACKETS inside
+                // a long message, and where the window closes, so that an
+                // ACK always comes back to open it again.
+                bth.ack_req = last || i % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1 || i + 1 == to;
+                bth.solicited = last && msg.solicited;
+                let ext = ExtHeaders {
+                    reth: (is_write && first).then_some(RethRepr {
+                        va: msg.raddr,
+                        rkey: Mkey::from_raw(msg.rkey),
+                        dma_len: msg.len as u32,
+                    }),
+                    immdt: (has_imm && last).then_some(ImmDtRepr { imm: msg.imm }),
+                    ..ExtHeaders::default()
+                };
+                let start = ((i - from) as usize * mtu).min(payload.len());
+                let end = ((i - from + 1) as usize * mtu).min(payload.len());
+                emit(qp, ctx, dst, bth, ext, &payload[start..end]);
+            }
+            to - from
+        }
+    }
+}
+
+fn request_opcode(write: bool, imm: bool, first: bool, last: bool) -> BthOpcode {
+    use BthOpcode::*;
+    match (write, first, last, imm) {
+        (false, true, true, false) => RcSendOnly,
+        (false, true, true, true) => RcSendOnlyWithImmediate,
+        (false, true, false, _) => RcSendFirst,
+        (false, false, false, _) => RcSendMiddle,
+        (false, false, true, false) => RcSendLast,
+        (false, false, true, true) => RcSendLastWithImmediate,
+        (true, true, true, false) => RcRdmaWriteOnly,
+        (true, true, true, true) => RcRdmaWriteOnlyWithImmediate,
+        (true, true, false, _) => RcRdmaWriteFirst,
+        (true, false, false, _) => RcRdmaWriteMiddle,
+        (true, false, true, false) => RcRdmaWriteLast,
+        (true, false, true, true) => RcRdmaWriteLastWithImmediate,
+    }
+}
+
+/// Go-back-N: marks every packet from `psn` on to be sent again, and every
+/// READ and atomic still waiting for its response to be asked for again
+/// (from the first READ response not yet received), then sends what the
+/// window allows and restarts the ACK timer.
+pub(crate) fn retransmit_from<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> Outcome {
+    for m in qp.sq.outstanding.iter_mut() {
+        if m.is_read_or_atomic() {
+            if !m.answered {
+                m.sent = 0;
+            }
+        } else {
+            m.sent = m.psns.rewind(m.sent, psn);
+        }
+    }
+    qp.req.go_back(ctx.now);
+    send_window(qp, ctx)
+}

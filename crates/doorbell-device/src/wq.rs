@@ -1,0 +1,193 @@
+//! The work queues of a QP as the device keeps them: the send queue with
+//! its WQE cache and the messages sent and not yet completed, the receive
+//! queue, and the inbound messages in progress. Data only; the engines
+//! move it.
+
+use std::collections::VecDeque;
+
+use doorbell_layout::wqe::{WQEBB_LEN, WqeOpcode};
+use doorbell_roce::{ImpliedNak, PsnRange};
+use doorbell_types::{Instant, Psn};
+
+/// A local scatter/gather entry from a data segment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sge {
+    pub(crate) lkey: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u32,
+}
+
+/// Where a message's data comes from.
+pub(crate) enum Payload {
+    /// Copied into the WQE.
+    Inline(Vec<u8>),
+    /// Named by data segments.
+    Sges(Vec<Sge>),
+}
+
+impl Payload {
+    /// Bytes of data.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Payload::Inline(v) => v.len() as u64,
+            Payload::Sges(s) => s.iter().map(|s| u64::from(s.len)).sum(),
+        }
+    }
+}
+
+/// A request message sent and not yet completed.
+pub(crate) struct SentMsg {
+    pub(crate) wqe_index: u16,
+    pub(crate) opcode: WqeOpcode,
+    pub(crate) signaled: bool,
+    pub(crate) solicited: bool,
+    pub(crate) imm: u32,
+    pub(crate) raddr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) swap_add: u64,
+    pub(crate) compare: u64,
+    pub(crate) payload: Payload,
+    pub(crate) len: u64,
+    /// PSNs the message uses: its packets, or for a READ its responses;
+    /// none for a NOP, which only keeps its place in the completion order.
+    pub(crate) psns: PsnRange,
+    /// Packets of this message sent in the current pass (go-back-N sets it
+    /// back). A READ or atomic has one request packet: `psns.len` once sent.
+    pub(crate) sent: u32,
+    /// READ response bytes already placed.
+    pub(crate) done_bytes: u64,
+    /// A READ or atomic whose response is all in and placed: it completes
+    /// when everything posted before it has.
+    pub(crate) answered: bool,
+    /// Asking a READ or atomic again when its responses are found missing.
+    pub(crate) implied: ImpliedNak,
+}
+
+impl SentMsg {
+    pub(crate) fn first_psn(&self) -> Psn {
+        self.psns.first
+    }
+
+    pub(crate) fn npsn(&self) -> u32 {
+        self.psns.len
+    }
+
+    pub(crate) fn last_psn(&self) -> Psn {
+        self.psns.last()
+    }
+
+    pub(crate) fn is_sent(&self) -> bool {
+        self.sent >= self.psns.len
+    }
+
+    pub(crate) fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self.opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        )
+    }
+
+    /// The response PSN a READ expects next (an atomic: its only one).
+    pub(crate) fn expected_response(&self, mtu: u64) -> Psn {
+        if self.opcode == WqeOpcode::RdmaRead {
+            self.psns.nth((self.done_bytes / mtu) as u32)
+        } else {
+            self.psns.first
+        }
+    }
+}
+
+/// The send queue, in WQEBBs.
+pub(crate) struct SendQueue {
+    pub(crate) size: u16,
+    pub(crate) ci: u16,
+    pub(crate) pi: u16,
+    /// WQEBBs fetched ahead of `ci` (a WQE cache), starting at `ci`.
+    pub(crate) wqe_cache: VecDeque<[u8; WQEBB_LEN]>,
+    /// Messages executed and not yet completed, in posting order.
+    pub(crate) outstanding: VecDeque<SentMsg>,
+}
+
+impl SendQueue {
+    pub(crate) fn new(log_size: u8) -> Self {
+        Self {
+            size: 1 << log_size,
+            ci: 0,
+            pi: 0,
+            wqe_cache: VecDeque::new(),
+            outstanding: VecDeque::new(),
+        }
+    }
+
+    /// WQEBBs posted and not yet consumed.
+    pub(crate) fn posted(&self) -> u16 {
+        self.pi.wrapping_sub(self.ci)
+    }
+
+    /// Consumes `n` WQEBBs at the consumer index.
+    pub(crate) fn consume(&mut self, n: u16) {
+        for _ in 0..n {
+            self.wqe_cache.pop_front();
+        }
+        self.ci = self.ci.wrapping_add(n);
+    }
+}
+
+/// The receive queue, in WQEs.
+pub(crate) struct RecvQueue {
+    pub(crate) size: u32,
+    pub(crate) stride: u32,
+    pub(crate) ci: u16,
+    /// The producer index last read from the doorbell record.
+    pub(crate) pi: u16,
+    /// In the error state: when to look at the receive doorbell record
+    /// again for receives posted since, to flush them.
+    pub(crate) flush_poll: Option<Instant>,
+}
+
+impl RecvQueue {
+    pub(crate) fn new(log_size: u8, log_stride: u8) -> Self {
+        Self {
+            size: 1 << log_size,
+            stride: 16 << log_stride,
+            ci: 0,
+            pi: 0,
+            flush_poll: None,
+        }
+    }
+
+    /// Bytes of the receive queue: the send queue follows it in the QP
+    /// buffer.
+    pub(crate) fn bytes(&self) -> u64 {
+        u64::from(self.size) * u64::from(self.stride)
+    }
+}
+
+/// A receive WQE taken from the RQ.
+pub(crate) struct RecvWqe {
+    pub(crate) index: u16,
+    pub(crate) sges: Vec<Sge>,
+}
+
+/// Progress of an inbound multi-packet SEND.
+pub(crate) struct RecvInProgress {
+    pub(crate) wqe_index: u16,
+    pub(crate) sges: Vec<Sge>,
+    pub(crate) offset: u64,
+    pub(crate) imm: Option<u32>,
+}
+
+/// Progress of an inbound multi-packet RDMA WRITE.
+pub(crate) struct WriteInProgress {
+    pub(crate) va: u64,
+    pub(crate) rkey: u32,
+    pub(crate) len: u64,
+    pub(crate) offset: u64,
+}
+
+/// The responder's messages in progress, beside its PSN state.
+#[derive(Default)]
+pub(crate) struct Inbound {
+    pub(crate) recv: Option<RecvInProgress>,
+    pub(crate) write: Option<WriteInProgress>,
+}
