@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need (scripts/setup.sh), then runs every check:
-# formatting, clippy, the whole test suite, and the rc_pingpong example.
+# formatting, clippy, the module graph of each crate, the whole test suite,
+# and the rc_pingpong example.
 #
 #   scripts/test.sh
 #
@@ -15,6 +16,9 @@ cargo fmt --all -- --check
 
 echo "test.sh: cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "test.sh: no circle of modules"
+/usr/bin/python3 scripts/check-modules.py
 
 echo "test.sh: cargo test"
 cargo test --workspace --locked
