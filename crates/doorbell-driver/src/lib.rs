@@ -137,7 +137,7 @@ struct QpRecord {
 
 struct State {
     bfregs: BfregAllocator,
-    db_pages: BTreeMap<u64, DbPage>,
+    db_pages: BTreeMap<HostAddr, DbPage>,
     qps: BTreeMap<Qpn, QpRecord>,
     /// Each CQ's buffer, its length, and its doorbell record.
     cqs: BTreeMap<Cqn, (HostAddr, u64, HostAddr)>,
@@ -316,11 +316,11 @@ impl Ucontext {
     /// `mlx5_ib_db_map_user`: pins the page holding a doorbell record (once
     /// per page, reference-counted) and returns its bus address.
     fn db_map(&self, st: &mut State, db: HostAddr) -> Result<HostAddr, DriverError> {
-        let page = db.get() & !(PAGE_SIZE - 1);
+        let page = db.align_down(PAGE_SIZE);
         match st.db_pages.get_mut(&page) {
             Some(p) => p.refs += 1,
             None => {
-                self.link.memory().pin(HostAddr::new(page), PAGE_SIZE)?;
+                self.link.memory().pin(page, PAGE_SIZE)?;
                 st.db_pages.insert(page, DbPage { refs: 1 });
             }
         }
@@ -328,12 +328,12 @@ impl Ucontext {
     }
 
     fn db_unmap(&self, st: &mut State, db: HostAddr) {
-        let page = db.get() & !(PAGE_SIZE - 1);
+        let page = db.align_down(PAGE_SIZE);
         if let Some(p) = st.db_pages.get_mut(&page) {
             p.refs -= 1;
             if p.refs == 0 {
                 st.db_pages.remove(&page);
-                let _ = self.link.memory().unpin(HostAddr::new(page), PAGE_SIZE);
+                let _ = self.link.memory().unpin(page, PAGE_SIZE);
             }
         }
     }
@@ -343,7 +343,7 @@ impl Ucontext {
         self.state()
             .db_pages
             .iter()
-            .map(|(&a, p)| (HostAddr::new(a), p.refs))
+            .map(|(&a, p)| (a, p.refs))
             .collect()
     }
 

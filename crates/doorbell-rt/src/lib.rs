@@ -21,6 +21,15 @@
 //! Either way the port's GID 0 is the IPv4-mapped form of its address, and
 //! frames may pass a fault-injecting relay on their way out ([`fault`]).
 //!
+//! The host memory a NIC serves is a fresh [`doorbell_host::HostRam`] unless
+//! [`NicOptions::memory`] names another: [`ProcessMemory`] is the process's
+//! own memory, where registration pins a caller's buffer in place (what the
+//! C library uses).
+//!
+//! [`LoopbackLink`] is the third way to drive the same NIC: no thread, every
+//! call run to completion, time on a virtual clock that only tests move;
+//! host software tests itself against it.
+//!
 //! # Example
 //! ```no_run
 //! use doorbell_pcie::LinkConfig;

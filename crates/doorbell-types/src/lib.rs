@@ -329,6 +329,12 @@ impl HostAddr {
         }
     }
 
+    /// The start of the aligned block of `align` bytes (a power of two) that
+    /// holds `self`: the page of an address, for `align` = the page size.
+    pub const fn align_down(self, align: u64) -> Self {
+        Self(self.0 & !(align - 1))
+    }
+
     /// Offset of `self` within an aligned block of `align` bytes (power of two).
     pub const fn offset_in(self, align: u64) -> u64 {
         self.0 & (align - 1)
@@ -442,6 +448,14 @@ mod tests {
         assert_eq!(k.index(), 0x12345);
         assert_eq!(k.variant(), 0x6a);
         assert_eq!(Mkey::INVALID.index(), 1);
+    }
+
+    #[test]
+    fn host_addresses_align_down_and_add_checked() {
+        let a = HostAddr::new(0x1_2345);
+        assert_eq!(a.align_down(4096), HostAddr::new(0x1_2000));
+        assert_eq!(a.offset_in(4096), 0x345);
+        assert_eq!(HostAddr::new(u64::MAX).checked_add(1), None);
     }
 
     #[test]
