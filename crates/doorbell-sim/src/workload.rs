@@ -231,13 +231,21 @@ struct Thread {
 enum Kind {
     Client {
         qps: Vec<ClientQp>,
+        /// Index in `qps` of each QP, to find a completion's QP without a
+        /// scan (a post's cost must not grow with the number of QPs).
+        by_qpn: BTreeMap<Qpn, usize>,
         cq: Cq,
         next: usize,
     },
     Server {
         qps: Vec<(Qp, Sge)>,
+        by_qpn: BTreeMap<Qpn, usize>,
         cq: Cq,
     },
+}
+
+fn index_by_qpn<'a>(qpns: impl Iterator<Item = &'a Qp>) -> BTreeMap<Qpn, usize> {
+    qpns.enumerate().map(|(i, q)| (q.qpn(), i)).collect()
 }
 
 struct Costs {
@@ -488,7 +496,12 @@ impl Run {
             threads_v.push(Thread {
                 core: t % client_cores,
                 host: 0,
-                kind: Kind::Client { qps, cq, next: 0 },
+                kind: Kind::Client {
+                    by_qpn: index_by_qpn(qps.iter().map(|q| &q.qp)),
+                    qps,
+                    cq,
+                    next: 0,
+                },
             });
         }
         for (t, (qps, cq)) in server_qps
@@ -499,7 +512,11 @@ impl Run {
             threads_v.push(Thread {
                 core: client_cores + t % server_cores,
                 host: 1,
-                kind: Kind::Server { qps, cq },
+                kind: Kind::Server {
+                    by_qpn: index_by_qpn(qps.iter().map(|(q, _)| q)),
+                    qps,
+                    cq,
+                },
             });
         }
         let c = &profile.cpu;
@@ -604,7 +621,7 @@ impl Run {
     }
 
     fn run_server(&mut self, t: usize, core: usize) {
-        let Kind::Server { qps, cq } = &mut self.threads[t].kind else {
+        let Kind::Server { qps, by_qpn, cq } = &mut self.threads[t].kind else {
             return;
         };
         let mut wc = [blank_wc(); 16];
@@ -636,7 +653,7 @@ impl Run {
                 if w.status != WcStatus::Success && w.status != WcStatus::WrFlushErr {
                     self.error = Some(w.status);
                 }
-                if let Some((qp, sge)) = qps.iter().find(|(q, _)| q.qpn() == w.qp_num) {
+                if let Some((qp, sge)) = by_qpn.get(&w.qp_num).and_then(|&i| qps.get(i)) {
                     let _ = qp.post_recv(&[RecvWr {
                         wr_id: 0,
                         sg_list: std::slice::from_ref(sge),
@@ -661,7 +678,10 @@ impl Run {
         let mut wc = [blank_wc(); 16];
         loop {
             // Poll first.
-            let Kind::Client { qps, cq, .. } = &mut self.threads[t].kind else {
+            let Kind::Client {
+                qps, by_qpn, cq, ..
+            } = &mut self.threads[t].kind
+            else {
                 return;
             };
             let n = cq.poll(&mut wc).unwrap_or(0);
@@ -680,7 +700,7 @@ impl Run {
                     self.error.get_or_insert(w.status);
                     continue;
                 }
-                let Some(q) = qps.iter_mut().find(|q| q.qp.qpn() == w.qp_num) else {
+                let Some(q) = by_qpn.get(&w.qp_num).and_then(|&i| qps.get_mut(i)) else {
                     continue;
                 };
                 if let Some((upto, posted_at)) = q.signals.remove(&w.wr_id) {
