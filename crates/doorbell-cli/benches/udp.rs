@@ -48,7 +48,7 @@ use doorbell_rt::LiveNic;
 use doorbell_types::Psn;
 use doorbell_verbs::{
     Access, Context, Cq, Mr, Pd, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint, RemoteAddr, SendFlags,
-    SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
+    SendWr, Wc, WcStatus, WrOpcode,
 };
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -592,17 +592,7 @@ fn doorbell_stream(secs: f64) -> Result<(Rate, Rate)> {
         addr: addr + off,
         rkey: doorbell_types::Rkey::from_raw(rkey),
     };
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Default::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }; 32];
+    let mut wc = [Wc::default(); 32];
     let check = |w: &Wc| -> Result<()> {
         if w.status != WcStatus::Success {
             return Err(format!("WRITE failed: {w:?}").into());

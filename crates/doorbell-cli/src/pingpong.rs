@@ -65,7 +65,7 @@ use doorbell_rt::{LiveNic, RtError};
 use doorbell_types::{Psn, Qpn};
 use doorbell_verbs::{
     Access, AddressVector, Context, Cq, Mr, Pd, Qp, QpAttrs, QpCaps, QpInitAttr, QpState, QpType,
-    RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
+    RecvWr, SendFlags, SendWr, Wc, WcStatus, WrOpcode,
 };
 use serde::Serialize;
 
@@ -591,17 +591,7 @@ impl Endpoint {
         }
         let start = Instant::now();
         let (mut rcnt, mut scnt, mut cq_events) = (0u32, 0u32, 0u64);
-        let mut wc = [Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: None,
-            qp_num: Qpn::default(),
-            src_qp: 0,
-            grh: false,
-            vendor_err: 0,
-        }; 2];
+        let mut wc = [Wc::default(); 2];
         let mut last = Instant::now();
         let mut idle = 0u32;
         while rcnt < iters || scnt < iters {

@@ -11,7 +11,7 @@ use doorbell_rt::{Fabric, LiveNic};
 use doorbell_types::Psn;
 use doorbell_verbs::{
     Access, Context, Cq, ProviderConfig, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint, RemoteAddr,
-    SendFlags, SendWr, Wc, WcStatus, WrOpcode,
+    SendFlags, SendWr, Wc, WrOpcode,
 };
 use serde::Serialize;
 
@@ -199,17 +199,7 @@ fn connect(cfg: SeedConfig, o: &SeedOptions, sq_depth: u32) -> Result<Endpoints>
 
 fn wait(cq: &Cq, n: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: doorbell_verbs::WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Default::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }; 16];
+    let mut wc = [Wc::default(); 16];
     let mut got = 0;
     while got < n {
         let k = cq.poll(&mut wc[..(n - got).min(16)])?;

@@ -131,16 +131,8 @@ fn check_values(a: &QpAttrs) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qp::Access;
+    use crate::qp::tests::init_attrs;
 
-    fn init_attrs() -> QpAttrs {
-        QpAttrs {
-            pkey_index: Some(0),
-            port: Some(1),
-            access: Some(Access(0)),
-            ..Default::default()
-        }
-    }
 
     #[test]
     fn rules_name_the_missing_and_the_extra_attribute() {

@@ -353,10 +353,11 @@ impl QpAttrs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn init_attrs() -> QpAttrs {
+    /// RST2INIT's attributes for an RC QP (also used by `modify`'s tests).
+    pub(crate) fn init_attrs() -> QpAttrs {
         QpAttrs {
             pkey_index: Some(0),
             port: Some(1),

@@ -428,17 +428,7 @@ fn pair(cap: QpCaps, mr_len: usize, cqe: u32, mtu: u32) -> Pair {
 }
 
 fn blank_wc() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Default::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }
+    Wc::default()
 }
 
 /// Deterministic pattern bytes.

@@ -9,7 +9,7 @@ use doorbell_hif::DeviceLink;
 use doorbell_types::{Instant, Psn};
 use doorbell_verbs::{
     Access, Context, Cq, Mr, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint, RecvWr, RemoteAddr,
-    SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
+    SendFlags, SendWr, Wc, WcStatus, WrOpcode,
 };
 
 use crate::profile::{Profile, WireFaults};
@@ -66,17 +66,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 fn poll(cq: &Cq, out: &mut Vec<Wc>) {
-    let mut buf = [Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Default::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }; 32];
+    let mut buf = [Wc::default(); 32];
     loop {
         let n = cq.poll(&mut buf).unwrap();
         if n == 0 {

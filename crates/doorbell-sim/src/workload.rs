@@ -9,7 +9,7 @@ use doorbell_pcie::{DmaPurpose, PerPost};
 use doorbell_types::{Duration, Instant, Psn, Qpn};
 use doorbell_verbs::{
     Access, Ah, Context, Cq, ProviderConfig, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr,
-    RemoteAddr, SendFlags, SendWr, Sge, UdTarget, Wc, WcOpcode, WcStatus, WrOpcode,
+    RemoteAddr, SendFlags, SendWr, Sge, UdTarget, Wc, WcStatus, WrOpcode,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -270,17 +270,7 @@ struct Run {
 }
 
 fn blank_wc() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Qpn::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }
+    Wc::default()
 }
 
 impl Workload {

@@ -124,6 +124,23 @@ pub struct Wc {
     pub vendor_err: u8,
 }
 
+impl Default for Wc {
+    /// A blank completion, to fill a poll buffer with: success, no bytes.
+    fn default() -> Self {
+        Wc {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            qp_num: Qpn::default(),
+            src_qp: 0,
+            grh: false,
+            vendor_err: 0,
+        }
+    }
+}
+
 impl Wc {
     /// True if the status is success.
     pub fn is_ok(&self) -> bool {

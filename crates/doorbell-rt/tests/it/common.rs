@@ -149,17 +149,7 @@ pub fn pair() -> Pair {
 pub fn wait(cq: &Cq, n: usize) -> Vec<Wc> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut out = Vec::new();
-    let mut buf = [Wc {
-        wr_id: 0,
-        status: doorbell_verbs::WcStatus::GeneralErr,
-        opcode: doorbell_verbs::WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Default::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }; 16];
+    let mut buf = [Wc::default(); 16];
     while out.len() < n {
         let k = cq.poll(&mut buf).unwrap();
         out.extend_from_slice(&buf[..k]);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use doorbell_device::NicCounters;
 use doorbell_rt::Fate;
-use doorbell_verbs::{QpState, RemoteAddr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
+use doorbell_verbs::{QpState, RemoteAddr, SendFlags, SendWr, Sge, WcStatus, WrOpcode};
 use doorbell_wire::{AethSyndrome, BthOpcode, NakCode};
 
 use crate::common::*;
@@ -232,17 +232,7 @@ fn wait_none(s: &Side) -> Vec<doorbell_verbs::Wc> {
 }
 
 fn blank() -> doorbell_verbs::Wc {
-    doorbell_verbs::Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Default::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }
+    doorbell_verbs::Wc::default()
 }
 
 #[test]

@@ -66,17 +66,7 @@ fn settle(p: &Pair) -> (NicCounters, NicCounters) {
 }
 
 fn blank() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Qpn::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }
+    Wc::default()
 }
 
 /// Asserts that `cq` holds no completion.

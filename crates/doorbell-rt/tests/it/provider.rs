@@ -277,17 +277,7 @@ fn receives_and_polling_make_no_mmio() {
 }
 
 fn wait_placeholder() -> doorbell_verbs::Wc {
-    doorbell_verbs::Wc {
-        wr_id: 0,
-        status: doorbell_verbs::WcStatus::Success,
-        opcode: doorbell_verbs::WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Default::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }
+    doorbell_verbs::Wc::default()
 }
 
 #[test]

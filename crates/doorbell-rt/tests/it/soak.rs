@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use doorbell_rt::{Faults, NicOptions};
-use doorbell_verbs::{RemoteAddr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
+use doorbell_verbs::{RemoteAddr, SendFlags, SendWr, Wc, WcStatus, WrOpcode};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -134,17 +134,7 @@ impl Drop for SeedOnFailure {
 }
 
 fn blank() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Default::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }
+    Wc::default()
 }
 
 #[test]

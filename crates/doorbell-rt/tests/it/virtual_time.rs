@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use doorbell_device::NicCounters;
 use doorbell_rt::{Fate, FaultPolicy, LoopbackLink};
-use doorbell_types::{Duration, Instant, Psn, Qpn};
+use doorbell_types::{Duration, Instant, Psn};
 use doorbell_verbs::{
     Access, Context, Cq, Mr, Qp, QpCaps, QpInitAttr, QpState, QpType, RcEndpoint, RecvWr,
     RemoteAddr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode,
@@ -143,17 +143,7 @@ fn signaled<'a>(wr_id: u64, sg_list: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> 
 
 /// Every completion `cq` holds now.
 fn poll(cq: &Cq) -> Vec<Wc> {
-    let mut buf = [Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: Qpn::default(),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }; 16];
+    let mut buf = [Wc::default(); 16];
     let mut out = Vec::new();
     loop {
         let n = cq.poll(&mut buf).unwrap();

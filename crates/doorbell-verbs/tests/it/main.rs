@@ -11,7 +11,7 @@ use doorbell_rt::LoopbackLink;
 use doorbell_types::{Duration, Psn};
 use doorbell_verbs::{
     Access, Context, Cq, Mr, PostObserver, PostReport, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint,
-    RecvWr, RemoteAddr, Ring, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
+    RecvWr, RemoteAddr, Ring, SendFlags, SendWr, Wc, WcStatus, WrOpcode,
 };
 
 const FULL: u32 =
@@ -70,17 +70,7 @@ fn rig() -> Rig {
 }
 
 fn poll_all(cq: &Cq) -> Vec<Wc> {
-    let mut wc = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: None,
-        qp_num: doorbell_types::Qpn::new(0),
-        src_qp: 0,
-        grh: false,
-        vendor_err: 0,
-    }; 16];
+    let mut wc = [Wc::default(); 16];
     let n = cq.poll(&mut wc).unwrap();
     wc[..n].to_vec()
 }
