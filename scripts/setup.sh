@@ -13,6 +13,13 @@
 #     libibverbs-dev itself, so the rdma-core package is not needed.
 #   - ibverbs-utils (ibv_devinfo, ibv_rc_pingpong, ...), iproute2 (ip netns,
 #     veth), tshark (RoCEv2 dissector), gcc and pkg-config.
+#   - The C clients of doorbell's libibverbs.so.1 (crates/doorbell-ibverbs),
+#     whose imports define its export set and whose loading its tests check:
+#     perftest (ib_write_bw, ...), rdmacm-utils (rping, ...), python3-pyverbs,
+#     ibverbs-providers (Debian's libmlx5/libefa, which perftest and pyverbs
+#     load), and binutils (objdump, readelf, and ld.bfd, which links the
+#     library). UCX (libucx0, ucx-utils) too when the archive has it: its
+#     libuct_ib is one more importer.
 #   - A Python virtual environment at <repo>/.venv with scapy. Tests and tools
 #     run it as <repo>/.venv/bin/python. It is built from Debian's
 #     /usr/bin/python3 (python3-venv supplies ensurepip), not from whatever
@@ -57,6 +64,19 @@ need_cmd ip iproute2
 need_cmd gcc gcc
 need_cmd cc gcc
 need_cmd pkg-config pkg-config
+need_cmd ibv_devices ibverbs-utils
+need_cmd ib_write_bw perftest
+need_cmd rping rdmacm-utils
+need_file /usr/lib/python3/dist-packages/pyverbs/__init__.py python3-pyverbs
+need_file /usr/lib/x86_64-linux-gnu/libmlx5.so.1 ibverbs-providers
+need_file /usr/lib/x86_64-linux-gnu/libefa.so.1 ibverbs-providers
+need_cmd objdump binutils
+need_cmd readelf binutils
+need_cmd ld.bfd binutils
+# Optional: only where the archive has UCX (Debian 12 does).
+ucx_wanted=()
+[[ -e /usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0 ]] || ucx_wanted+=(libucx0)
+command -v ucx_info >/dev/null 2>&1 || ucx_wanted+=(ucx-utils)
 if command -v pkg-config >/dev/null 2>&1 && ! pkg-config --exists libibverbs; then
     log "missing pkg-config data for libibverbs (package libibverbs-dev)"
     want libibverbs-dev
@@ -82,7 +102,7 @@ if ! venv_ok; then
     fi
 fi
 
-if ((${#missing[@]} == 0)); then
+if ((${#missing[@]} == 0 && ${#ucx_wanted[@]} == 0)); then
     log "Debian packages: all present, apt skipped"
 else
     export DEBIAN_FRONTEND=noninteractive
@@ -94,9 +114,20 @@ else
     fi
     log "apt-get update"
     "${sudo[@]}" apt-get update -q
-    log "apt-get install ${missing[*]}"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -q --no-install-recommends "${missing[@]}"
+    # The optional packages join the list only if the archive has them.
+    for p in "${ucx_wanted[@]}"; do
+        if [[ -n $(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ && $2 != "(none)"') ]]; then
+            log "missing $p (optional, in the archive)"
+            want "$p"
+        else
+            log "optional $p is not in the archive, skipped"
+        fi
+    done
+    if ((${#missing[@]} > 0)); then
+        log "apt-get install ${missing[*]}"
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
 fi
 
 # --- Python venv with scapy --------------------------------------------------

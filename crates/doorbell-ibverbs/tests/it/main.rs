@@ -1,0 +1,19 @@
+//! doorbell-ibverbs' integration tests (one binary, STYLE R15).
+//!
+//! They need the clients and tools of `scripts/setup.sh` (objdump, readelf,
+//! ibv_devices, perftest, python3-pyverbs, the C compiler and verbs.h) and
+//! fail, never skip, when one is missing.
+//!
+//! The library under test is the `libibverbs.so` that cargo built for this
+//! test binary: the cdylib of this package, in the `deps` directory beside the
+//! test executable (see [`library`]).
+
+#[allow(dead_code)]
+mod c_probe;
+#[path = "../../src/export_list.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod export_list;
+mod layout;
+mod library;
+mod loader;
+mod symbols;
