@@ -133,7 +133,6 @@ mod tests {
     use super::*;
     use crate::qp::tests::init_attrs;
 
-
     #[test]
     fn rules_name_the_missing_and_the_extra_attribute() {
         let q = Qpn::new(1);
