@@ -66,3 +66,45 @@ impl From<CmdError> for VerbsError {
         VerbsError::Driver(DriverError::Command(e))
     }
 }
+
+impl VerbsError {
+    /// The errno rdma-core and the kernel answer for this failure, so the C
+    /// library and Rust callers report the same thing.
+    pub fn errno(&self) -> i32 {
+        match self {
+            VerbsError::Driver(d) => driver_errno(d),
+            VerbsError::Memory(m) => mem_errno(m),
+            VerbsError::BadEnv { .. }
+            | VerbsError::InvalidArgument(_)
+            | VerbsError::BadQpState { .. }
+            | VerbsError::OutOfRange { .. } => libc::EINVAL,
+            // mlx5's post_send answers ENOMEM for a full queue and for
+            // inline data over max_inline_data.
+            VerbsError::QueueFull { .. } | VerbsError::InlineTooLong { .. } => libc::ENOMEM,
+        }
+    }
+}
+
+fn driver_errno(e: &DriverError) -> i32 {
+    match e {
+        DriverError::Command(c) => match c {
+            CmdError::Exhausted(_) => libc::ENOMEM,
+            CmdError::Busy { .. } => libc::EBUSY,
+            CmdError::DeviceGone => libc::EIO,
+            _ => libc::EINVAL,
+        },
+        DriverError::Memory(m) => mem_errno(m),
+        DriverError::Protocol => libc::EIO,
+        _ => libc::EINVAL,
+    }
+}
+
+fn mem_errno(e: &MemError) -> i32 {
+    match e {
+        // The kernel's pin of an unmapped range.
+        MemError::Unmapped { .. } => libc::EFAULT,
+        MemError::Pinned(..) => libc::EBUSY,
+        MemError::BadSize(_) => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}

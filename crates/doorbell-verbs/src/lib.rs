@@ -40,7 +40,7 @@ pub use doorbell_hif::{Access, AddressVector, DeviceCaps, QpAttrs, QpState, QpTy
 pub use error::VerbsError;
 pub use mr::{Mr, Pd, Sge};
 pub use qp::{
-    Ah, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr, RemoteAddr, SendFlags, SendWr, UdTarget,
-    WrOpcode,
+    Ah, PostError, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr, RemoteAddr, SendFlags, SendWr,
+    UdTarget, WrOpcode,
 };
 pub use report::{PostObserver, PostReport, Ring};

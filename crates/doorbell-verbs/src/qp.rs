@@ -174,6 +174,16 @@ pub struct RecvWr<'a> {
     pub sg_list: &'a [Sge],
 }
 
+/// A post that failed part-way: the WR at `index` failed with `error`; those
+/// before it were posted, it and those after were not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostError {
+    /// Index of the failing WR in the list.
+    pub index: usize,
+    /// Why it failed.
+    pub error: VerbsError,
+}
+
 /// What [`Qp::build_wqe`] wrote.
 struct Built {
     /// Bytes of the WQE, a multiple of 16.
@@ -436,13 +446,20 @@ impl Qp {
     /// Posts receive WRs (`ibv_post_recv`): writes the WQEs and the doorbell
     /// record's receive counter. No MMIO.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
+        self.post_recv_list(wrs).map_err(|e| e.error)
+    }
+
+    /// [`Qp::post_recv`], saying which WR failed (`ibv_post_recv`'s
+    /// `bad_wr`): the WRs before it are posted, it and those after are not.
+    pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let at = |index: usize| move |error| PostError { index, error };
         let inner = &*self.inner;
         let state = self.state();
         if matches!(state, QpState::Reset) {
-            return Err(VerbsError::BadQpState {
+            return Err(at(0)(VerbsError::BadQpState {
                 qpn: self.qpn().get(),
                 state,
-            });
+            }));
         }
         let mem = self.ctx().mem();
         let shared = &inner.shared;
@@ -452,15 +469,17 @@ impl Qp {
         for (n, wr) in wrs.iter().enumerate() {
             let posted = rq.head.wrapping_sub(rq.tail).wrapping_add(n as u32);
             if posted >= inner.max_recv_post {
-                self.publish_recv(&mut rq, n as u32)?;
-                return Err(VerbsError::QueueFull {
+                self.publish_recv(&mut rq, n as u32).map_err(at(n))?;
+                return Err(at(n)(VerbsError::QueueFull {
                     posted,
                     max: inner.max_recv_post,
-                });
+                }));
             }
             if wr.sg_list.len() as u32 > inner.max_recv_gs {
-                self.publish_recv(&mut rq, n as u32)?;
-                return Err(VerbsError::InvalidArgument("more SGEs than max_recv_sge"));
+                self.publish_recv(&mut rq, n as u32).map_err(at(n))?;
+                return Err(at(n)(VerbsError::InvalidArgument(
+                    "more SGEs than max_recv_sge",
+                )));
             }
             let ind = (rq.head.wrapping_add(n as u32) & (shared.rq_wqe_cnt - 1)) as usize;
             let mut i = 0;
@@ -478,11 +497,15 @@ impl Qp {
                 d.set_addr(0);
                 i += 1;
             }
-            let at = offset(inner.buf, (ind * stride) as u64)?;
-            mem.write(at, &wqe[..i * 16])?;
+            let written =
+                offset(inner.buf, (ind * stride) as u64).and_then(|a| mem.write(a, &wqe[..i * 16]));
+            if let Err(e) = written {
+                self.publish_recv(&mut rq, n as u32).map_err(at(n))?;
+                return Err(at(n)(e.into()));
+            }
             rq.wrid[ind] = wr.wr_id;
         }
-        self.publish_recv(&mut rq, wrs.len() as u32)
+        self.publish_recv(&mut rq, wrs.len() as u32).map_err(at(0))
     }
 
     fn publish_recv(&self, rq: &mut RqState, nreq: u32) -> Result<(), VerbsError> {
@@ -496,12 +519,21 @@ impl Qp {
     /// Posts send WRs (`ibv_post_send`). On error, the WRs before the failing
     /// one are posted and rung; the failing one and those after are not.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError> {
+        self.post_send_list(wrs).map_err(|e| e.error)
+    }
+
+    /// [`Qp::post_send`], saying which WR failed (`ibv_post_send`'s
+    /// `bad_wr`).
+    pub fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         let inner = &*self.inner;
         let state = self.state();
         if state != QpState::Rts {
-            return Err(VerbsError::BadQpState {
-                qpn: self.qpn().get(),
-                state,
+            return Err(PostError {
+                index: 0,
+                error: VerbsError::BadQpState {
+                    qpn: self.qpn().get(),
+                    state,
+                },
             });
         }
         let shared = &inner.shared;
@@ -556,7 +588,8 @@ impl Qp {
             sq.head = sq.head.wrapping_add(nreq);
             // The WQEs are in memory before the record (a compiler barrier
             // on x86); the record before the doorbell (sfence).
-            self.write_dbr_word(dbr::field::WORD1, |r| r.set_send_counter(sq.cur_post))?;
+            self.write_dbr_word(dbr::field::WORD1, |r| r.set_send_counter(sq.cur_post))
+                .map_err(|error| PostError { index: 0, error })?;
             let bf = &inner.bf;
             let mut report = PostReport {
                 qpn: self.qpn(),
@@ -577,7 +610,10 @@ impl Qp {
                 o.after_ring(&report);
             }
         }
-        result
+        result.map_err(|error| PostError {
+            index: nreq as usize,
+            error,
+        })
     }
 
     /// Builds one WQE at producer index `cur_post`; says what it wrote.

@@ -299,3 +299,38 @@ fn memory_the_host_did_not_hand_out_cannot_be_registered() {
     r.mr.read(0, &mut got).unwrap();
     assert_eq!(&got, b"shared");
 }
+
+#[test]
+fn a_failing_wr_is_named_and_those_before_it_are_posted() {
+    let r = rig();
+    let one = [r.mr.sge(0, 8).unwrap()];
+    // One SGE more than each queue's real limit (mlx5 may grant more than
+    // asked).
+    let sges = |n: u32| -> Vec<_> {
+        (0..n)
+            .map(|i| r.mr.sge(u64::from(i) * 8, 8).unwrap())
+            .collect()
+    };
+    let too_many = sges(r.a.caps().max_send_sge + 1);
+    let good = write_wr(&r, &one, SendFlags::SIGNALED);
+    let bad = write_wr(&r, &too_many, SendFlags::SIGNALED);
+    let e = r.a.post_send_list(&[good, bad, good]).unwrap_err();
+    assert_eq!(e.index, 1);
+    assert_eq!(e.error.errno(), libc::EINVAL, "more SGEs than max_send_sge");
+    assert_eq!(
+        poll_all(&r.cq).len(),
+        1,
+        "only the WR before the bad one ran"
+    );
+    let rgood = RecvWr {
+        wr_id: 1,
+        sg_list: &one,
+    };
+    let many = sges(r.b.caps().max_recv_sge + 1);
+    let rbad = RecvWr {
+        wr_id: 2,
+        sg_list: &many,
+    };
+    let e = r.b.post_recv_list(&[rgood, rgood, rbad]).unwrap_err();
+    assert_eq!(e.index, 2);
+}
