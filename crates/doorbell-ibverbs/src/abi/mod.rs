@@ -21,6 +21,7 @@
 mod attr;
 mod base;
 mod checks;
+pub mod consts;
 mod device;
 mod object;
 mod work;
