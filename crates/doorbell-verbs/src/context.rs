@@ -64,6 +64,25 @@ pub struct DeviceAttr {
     pub ucontext: AllocUcontextResp,
 }
 
+/// The port as `ibv_query_port` reports it: one port, RoCE on Ethernet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// Always active: the port is up as long as the device is.
+    pub active: bool,
+    /// Largest path MTU in bytes.
+    pub max_mtu: u32,
+    /// The MTU in use: the largest, so that any path MTU up to it works.
+    pub active_mtu: u32,
+    /// GID table entries (index 0 holds the port's address).
+    pub gid_tbl_len: u32,
+    /// Largest message in bytes (2^31, as mlx5 reports).
+    pub max_msg_sz: u32,
+    /// P_Key table entries.
+    pub pkey_tbl_len: u16,
+    /// Ethernet (RoCE), not InfiniBand: no LID.
+    pub ethernet: bool,
+}
+
 /// Where a QP's doorbells go: for `doorbell layout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BfregPlacement {
@@ -165,6 +184,26 @@ impl Context {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The one port's attributes (port 1).
+    pub fn query_port(&self) -> PortAttr {
+        let caps = self.inner.ucontext.caps();
+        PortAttr {
+            active: true,
+            max_mtu: caps.max_mtu,
+            active_mtu: caps.max_mtu,
+            gid_tbl_len: GID_TABLE_LEN,
+            max_msg_sz: 1 << 31,
+            pkey_tbl_len: 1,
+            ethernet: true,
+        }
+    }
+
+    /// GID `index` of port 1: index 0 is the IPv4-mapped form of the port's
+    /// address; the other entries of the table are empty (`None`).
+    pub fn query_gid(&self, index: u32) -> Option<[u8; 16]> {
+        (index == 0).then(|| self.gid())
     }
 
     /// The provider settings in force.
@@ -287,6 +326,9 @@ impl Context {
             .cloned()
     }
 }
+
+/// GID table entries of the port (mlx5's RoCE ports have 256; one is used).
+pub const GID_TABLE_LEN: u32 = 256;
 
 /// rdma-core's `need_uuar_lock`: bfreg 0 and the dedicated high class need
 /// no lock, nor does anything when single-threaded; the shared medium class does.

@@ -34,7 +34,7 @@ mod report;
 mod wq;
 
 pub use config::ProviderConfig;
-pub use context::{BfregPlacement, Context, DeviceAttr};
+pub use context::{BfregPlacement, Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
 pub use cq::{Cq, Wc, WcOpcode, WcStatus};
 pub use doorbell_hif::{Access, AddressVector, DeviceCaps, QpAttrs, QpState, QpType};
 pub use error::VerbsError;

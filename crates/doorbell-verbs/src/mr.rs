@@ -99,6 +99,15 @@ impl Pd {
         access: Access,
         backing: Backing,
     ) -> Result<Mr, VerbsError> {
+        // As the kernel's ib_check_mr_access: a peer may write only memory
+        // the device may write locally.
+        if (access.allows(Access::REMOTE_WRITE) || access.allows(Access::REMOTE_ATOMIC))
+            && !access.allows(Access::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidArgument(
+                "remote write or atomic access needs local write",
+            ));
+        }
         let key = self
             .inner
             .ctx
