@@ -47,6 +47,7 @@
 pub mod fault;
 mod inbox;
 pub mod loopback;
+pub mod process;
 pub mod procmem;
 #[allow(unsafe_code)]
 mod sys;
@@ -69,6 +70,7 @@ use doorbell_types::{Instant, Qpn, UarIndex};
 
 use inbox::Msg;
 pub use loopback::LoopbackLink;
+pub use process::{ProcessNic, ProcessNicConfig, ProcessNicError};
 pub use procmem::ProcessMemory;
 
 /// Errors of the live runtime.
@@ -230,6 +232,9 @@ pub struct LiveNic {
     faults: Option<fault::StatsView>,
     ipv4: [u8; 4],
     thread: Option<JoinHandle<()>>,
+    /// The process that started the NIC. In a child after `fork()` the
+    /// NIC's threads do not exist: see [`LiveNic::is_forked_copy`].
+    pid: u32,
 }
 
 impl LiveNic {
@@ -345,12 +350,34 @@ impl LiveNic {
             faults,
             ipv4,
             thread: Some(thread),
+            pid: std::process::id(),
         })
+    }
+
+    /// True in a child process after `fork()`: this is the copy of a NIC
+    /// whose threads stayed in the parent. Such a copy answers nothing
+    /// (commands fail with [`CmdError::DeviceGone`], counters are zero),
+    /// and dropping it joins no thread: it only closes the child's copy of
+    /// the port's socket if nothing else holds it.
+    pub fn is_forked_copy(&self) -> bool {
+        self.pid != std::process::id()
+    }
+
+    /// The raw descriptor of the UDP port's socket (`None` on the fabric),
+    /// for the fork handler of [`process`], which closes the child's copy.
+    pub(crate) fn port_fd(&self) -> Option<std::os::fd::RawFd> {
+        match &self.port {
+            PortHandle::Udp(p) => Some(p.raw_fd()),
+            PortHandle::Fabric(_) => None,
+        }
     }
 
     /// Bus counters (all, or one QP's) and device counters, after every
     /// MMIO write made so far has been handled.
     pub fn counters(&self, qpn: Option<Qpn>) -> (Counters, NicCounters) {
+        if self.is_forked_copy() {
+            return Default::default();
+        }
         let (tx, rx) = bounded(1);
         if self.tx.send(Msg::Counters(qpn, tx)).is_err() {
             return Default::default();
@@ -373,6 +400,9 @@ impl LiveNic {
 
     /// Starts or stops recording bus crossings; returns those recorded so far.
     pub fn record(&self, on: bool) -> Vec<Crossing> {
+        if self.is_forked_copy() {
+            return Vec::new();
+        }
         let (tx, rx) = bounded(1);
         if self.tx.send(Msg::Record(on, tx)).is_err() {
             return Vec::new();
@@ -393,6 +423,15 @@ impl LiveNic {
 
 impl Drop for LiveNic {
     fn drop(&mut self) {
+        if self.is_forked_copy() {
+            // The threads are the parent's: never join them (that would
+            // wait forever) nor detach them; their handles are forgotten.
+            std::mem::forget(self.thread.take());
+            if let PortHandle::Udp(p) = &mut self.port {
+                p.abandon();
+            }
+            return;
+        }
         if let PortHandle::Fabric(f) = &self.port {
             f.routes
                 .lock()
@@ -415,6 +454,10 @@ impl DeviceLink for LiveNic {
     }
 
     fn exec(&self, cmd: Command) -> Result<CmdOut, CmdError> {
+        if self.is_forked_copy() {
+            // No device thread would ever answer.
+            return Err(CmdError::DeviceGone);
+        }
         let (tx, rx) = bounded(1);
         self.tx
             .send(Msg::Cmd(cmd, tx))

@@ -146,10 +146,22 @@ impl UdpPort {
     /// the case where that is lost).
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        let _ = self.sock.send_to(&[], self.addr);
         if let Some(t) = self.rx.take() {
+            let _ = self.sock.send_to(&[], self.addr);
             let _ = t.join();
         }
+    }
+
+    /// Forgets the receive thread without stopping it: in a child after
+    /// `fork()` it is the parent's, and does not exist here.
+    pub(crate) fn abandon(&mut self) {
+        std::mem::forget(self.rx.take());
+    }
+
+    /// The socket's descriptor.
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd as _;
+        self.sock.as_raw_fd()
     }
 }
 

@@ -8,6 +8,7 @@ mod counters;
 mod data;
 mod errors;
 mod net;
+mod process;
 mod provider;
 mod soak;
 mod udp;

@@ -1,0 +1,486 @@
+//! The process's own NIC: the one a C program's first `ibv_open_device`
+//! starts.
+//!
+//! # Model
+//! A process has at most one NIC of its own. [`ProcessNic::acquire`] starts
+//! it on the first call: a [`LiveNic`] named [`ProcessNicConfig::name`],
+//! whose port is a UDP socket on port 4791 ([`Port::Udp`], RoCEv2), serving
+//! the process's own memory ([`ProcessMemory`]). Every later call, while
+//! any [`ProcessNic`] of it lives, gets the same NIC; when the last one is
+//! dropped the NIC stops (its threads are joined and its port unbound), and
+//! a later call starts a new one. A NIC delivers frames addressed to itself
+//! (the kernel loops them back to its socket), so two QPs of one process
+//! can talk to each other.
+//!
+//! The address is [`ProcessNicConfig::addr`] if set (between hosts: the
+//! host's own address). Otherwise the NIC takes the first loopback address
+//! from 127.0.0.2 up to 127.0.0.254 whose port 4791 is free, so that
+//! several processes on one host need no configuration: the address is
+//! picked when the NIC starts, not before, and is known only from
+//! [`ProcessNic::addr`]. The name needs no NIC: a device list can show
+//! [`ProcessNicConfig::name`] before anything is opened.
+//!
+//! # Guarantees
+//! - Starting and stopping are serialised: an acquire that comes while the
+//!   last holder is still stopping the NIC waits for the port to be
+//!   unbound, then starts a new NIC on the same address.
+//! - The NIC's threads (device thread, UDP receive thread) run with every
+//!   blockable signal blocked, so a program's `alarm()` or `SIGINT` is
+//!   delivered to one of its own threads, never to ours.
+//! - After `fork()` the child has none of the NIC's threads. A
+//!   `pthread_atfork` child handler, registered by the first acquire,
+//!   forgets the parent's NIC there: nothing of it is joined or stopped, its
+//!   socket is released (so the parent can unbind and rebind the address),
+//!   and the next acquire in the child starts a fresh NIC. A copy of the
+//!   parent's NIC that the child still holds answers nothing
+//!   ([`LiveNic::is_forked_copy`]) and can be dropped safely.
+//!
+//! # Limits
+//! - The configuration is read by the acquire that starts the NIC; while it
+//!   runs, acquires with another configuration share it.
+//! - The NIC stops when the last [`ProcessNic`] *and* every clone of
+//!   [`ProcessNic::nic`] are gone: a clone kept longer keeps the port bound,
+//!   and a new NIC then needs another address. Drop the clones first.
+//! - In a child after `fork()`, a fixed address is still the parent's, so an
+//!   acquire there fails with [`ProcessNicError::AddressInUse`]; an address
+//!   picked automatically moves on to the next free one.
+
+#[allow(unsafe_code)]
+mod os;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+
+use crate::{LiveNic, NicOptions, Port, ProcessMemory, RtError};
+
+/// First address tried when none is configured.
+pub const AUTO_FIRST: [u8; 4] = [127, 0, 0, 2];
+/// Last host number tried when none is configured (127.0.0.254).
+pub const AUTO_LAST_HOST: u8 = 254;
+
+/// How the process's NIC is set up: its device name and address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessNicConfig {
+    /// The device name (`ibv_get_device_name`): 1 to 63 bytes, without
+    /// `/` or NUL.
+    pub name: String,
+    /// The port's IPv4 address; `None`: the first free one of
+    /// 127.0.0.2..=127.0.0.254, picked when the NIC starts.
+    pub addr: Option<[u8; 4]>,
+}
+
+impl Default for ProcessNicConfig {
+    fn default() -> Self {
+        Self {
+            name: Self::DEFAULT_NAME.to_owned(),
+            addr: None,
+        }
+    }
+}
+
+impl ProcessNicConfig {
+    /// The variable naming the device; unset: [`Self::DEFAULT_NAME`].
+    pub const NAME_VAR: &'static str = "DOORBELL_NAME";
+    /// The variable giving the port's IPv4 address; unset or empty: picked
+    /// automatically.
+    pub const ADDR_VAR: &'static str = "DOORBELL_ADDR";
+    /// The device name when [`Self::NAME_VAR`] is unset.
+    pub const DEFAULT_NAME: &'static str = "doorbell0";
+    /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
+    /// its NUL.
+    pub const MAX_NAME_LEN: usize = 63;
+
+    /// The configuration that [`Self::NAME_VAR`] and [`Self::ADDR_VAR`]
+    /// give in the process's environment.
+    pub fn from_env() -> Result<Self, ProcessNicError> {
+        Self::from_lookup(|var| std::env::var_os(var))
+    }
+
+    /// The configuration that the variables give, as `get` reads them
+    /// (`None`: unset). An error names the variable and its value.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> Result<Self, ProcessNicError> {
+        let name = match get(Self::NAME_VAR) {
+            None => Self::DEFAULT_NAME.to_owned(),
+            Some(v) => {
+                let value = v.into_string().map_err(|v| ProcessNicError::BadName {
+                    var: Self::NAME_VAR,
+                    value: v.to_string_lossy().into_owned(),
+                })?;
+                check_name(&value)?;
+                value
+            }
+        };
+        let addr = match get(Self::ADDR_VAR) {
+            None => None,
+            Some(v) if v.is_empty() => None,
+            Some(v) => Some(parse_addr(Self::ADDR_VAR, &v.to_string_lossy())?),
+        };
+        Ok(Self { name, addr })
+    }
+
+    /// Checks what [`Self::from_lookup`] checks, for a configuration made
+    /// by hand.
+    pub fn validate(&self) -> Result<(), ProcessNicError> {
+        check_name(&self.name)?;
+        if let Some(a) = self.addr {
+            if !is_unicast(a) {
+                return Err(ProcessNicError::BadAddr {
+                    var: Self::ADDR_VAR,
+                    value: Ipv4Addr::from(a).to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_name(name: &str) -> Result<(), ProcessNicError> {
+    let ok = !name.is_empty()
+        && name.len() <= ProcessNicConfig::MAX_NAME_LEN
+        && !name.contains(['/', '\0']);
+    if ok {
+        Ok(())
+    } else {
+        Err(ProcessNicError::BadName {
+            var: ProcessNicConfig::NAME_VAR,
+            value: name.to_owned(),
+        })
+    }
+}
+
+fn is_unicast(a: [u8; 4]) -> bool {
+    let ip = Ipv4Addr::from(a);
+    !(ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast())
+}
+
+/// Parses a dotted-quad unicast IPv4 address, the value of `var`.
+fn parse_addr(var: &'static str, value: &str) -> Result<[u8; 4], ProcessNicError> {
+    value
+        .parse::<Ipv4Addr>()
+        .ok()
+        .map(|ip| ip.octets())
+        .filter(|&a| is_unicast(a))
+        .ok_or_else(|| ProcessNicError::BadAddr {
+            var,
+            value: value.to_owned(),
+        })
+}
+
+/// Why the process's NIC could not be configured or started. Each is
+/// fatal to the one `ibv_open_device` that met it, never to the process:
+/// a later acquire tries again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessNicError {
+    /// A variable (or a configuration field it sets) is not a unicast
+    /// IPv4 address.
+    #[error("{var}={value:?} is not a unicast IPv4 address (a.b.c.d)")]
+    BadAddr {
+        /// The variable, [`ProcessNicConfig::ADDR_VAR`].
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// A device name that is empty, longer than 63 bytes, or holds `/`
+    /// or NUL.
+    #[error("{var}={value:?}: a device name is 1 to 63 bytes, without '/'")]
+    BadName {
+        /// The variable, [`ProcessNicConfig::NAME_VAR`].
+        var: &'static str,
+        /// Its value (lossily, if it was not UTF-8).
+        value: String,
+    },
+    /// The configured address has a socket on UDP port 4791 already
+    /// (another NIC, in this process or another).
+    #[error("{}:4791 is in use (another doorbell NIC?); choose another address", Ipv4Addr::from(*.addr))]
+    AddressInUse {
+        /// The address.
+        addr: [u8; 4],
+    },
+    /// No address configured, and every one searched is in use.
+    #[error("no free address in {}..={}: each has a socket on UDP port 4791", Ipv4Addr::from(*.first), Ipv4Addr::from(*.last))]
+    NoFreeAddress {
+        /// First address tried.
+        first: [u8; 4],
+        /// Last address tried.
+        last: [u8; 4],
+    },
+    /// The live runtime could not start the NIC (socket, thread).
+    #[error("cannot start the NIC on {}", Ipv4Addr::from(*.addr))]
+    Start {
+        /// The address it was to use.
+        addr: [u8; 4],
+        /// What the runtime said.
+        #[source]
+        source: RtError,
+    },
+    /// `pthread_atfork` refused to register the fork handler.
+    #[error("cannot register the fork handler (errno {errno})")]
+    AtFork {
+        /// What it returned.
+        errno: i32,
+    },
+}
+
+impl ProcessNicError {
+    /// The `errno` a C caller reports this as: `EINVAL` for a bad
+    /// setting, `EADDRINUSE` for a taken address, `EADDRNOTAVAIL` for an
+    /// address not on this host, `EAGAIN` when a thread could not start,
+    /// `EIO` otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Self::BadAddr { .. } | Self::BadName { .. } => libc::EINVAL,
+            Self::AddressInUse { .. } | Self::NoFreeAddress { .. } => libc::EADDRINUSE,
+            Self::AtFork { errno } => *errno,
+            Self::Start { source, .. } => match source {
+                RtError::Link(_) => libc::EINVAL,
+                RtError::AddressInUse(_) => libc::EADDRINUSE,
+                RtError::Spawn => libc::EAGAIN,
+                RtError::Socket { kind, .. } => match kind {
+                    std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+                    std::io::ErrorKind::PermissionDenied => libc::EACCES,
+                    std::io::ErrorKind::OutOfMemory => libc::ENOMEM,
+                    _ => libc::EIO,
+                },
+            },
+        }
+    }
+}
+
+/// The process's NIC, shared by every holder. See the module docs.
+#[derive(Clone)]
+pub struct ProcessNic {
+    shared: Arc<Shared>,
+}
+
+/// One started NIC. Fields drop in order: the NIC stops first, then
+/// `_stop` tells waiting acquires that its port is free.
+struct Shared {
+    nic: Arc<LiveNic>,
+    memory: Arc<ProcessMemory>,
+    name: String,
+    addr: [u8; 4],
+    _stop: StopMark,
+}
+
+/// Marks the NIC `id` stopped when dropped.
+struct StopMark {
+    id: u64,
+}
+
+impl Drop for StopMark {
+    fn drop(&mut self) {
+        let mut st = lock_state();
+        if st.running == Some(self.id) {
+            st.running = None;
+            st.port_fd = None;
+            STOPPED.notify_all();
+        }
+    }
+}
+
+/// What the process knows of its NIC.
+struct State {
+    /// The running NIC, if any holder is left.
+    live: Weak<Shared>,
+    /// The NIC that runs or is still stopping.
+    running: Option<u64>,
+    next_id: u64,
+    /// The running NIC's socket, released in a forked child.
+    port_fd: Option<RawFd>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    live: Weak::new(),
+    running: None,
+    next_id: 0,
+    port_fd: None,
+});
+/// Signalled when a NIC has stopped.
+static STOPPED: Condvar = Condvar::new();
+
+fn lock_state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// In a forked child, with the state locked (by the prepare handler):
+/// forgets the parent's NIC without touching its threads or objects.
+fn forget_in_child(st: &mut State) {
+    if let Some(fd) = st.port_fd.take() {
+        os::release_fd(fd);
+    }
+    // Dropping the weak reference could free memory; leak it instead.
+    std::mem::forget(std::mem::take(&mut st.live));
+    st.running = None;
+}
+
+impl ProcessNic {
+    /// The process's NIC: started by the first call (UDP port on
+    /// `cfg.addr`, or on the first free address of
+    /// 127.0.0.2..=127.0.0.254, serving a [`ProcessMemory`]), shared by
+    /// every later call while any `ProcessNic` lives; the last drop stops
+    /// it; a later acquire starts a new one. `cfg` is read only when the
+    /// NIC starts.
+    pub fn acquire(cfg: &ProcessNicConfig) -> Result<ProcessNic, ProcessNicError> {
+        Self::acquire_from(cfg, AUTO_FIRST)
+    }
+
+    /// [`ProcessNic::acquire`], but an address picked automatically is the
+    /// first free one from `first` up to host number 254 of its /24 (tests
+    /// use a subnet of their own). A configured address is used as is.
+    pub fn acquire_from(
+        cfg: &ProcessNicConfig,
+        first: [u8; 4],
+    ) -> Result<ProcessNic, ProcessNicError> {
+        cfg.validate()?;
+        os::register_fork_handlers().map_err(|errno| ProcessNicError::AtFork { errno })?;
+        let mut st = lock_state();
+        loop {
+            if let Some(shared) = st.live.upgrade() {
+                return Ok(ProcessNic { shared });
+            }
+            if st.running.is_none() {
+                break;
+            }
+            // The last holder is stopping it: wait until the port is free.
+            st = STOPPED.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let (nic, memory, addr) = start(cfg, first)?;
+        let id = st.next_id;
+        st.next_id += 1;
+        st.port_fd = nic.port_fd();
+        let shared = Arc::new(Shared {
+            nic,
+            memory,
+            name: cfg.name.clone(),
+            addr,
+            _stop: StopMark { id },
+        });
+        st.live = Arc::downgrade(&shared);
+        st.running = Some(id);
+        Ok(ProcessNic { shared })
+    }
+
+    /// The NIC, the device link of a verbs context. Clones keep it running
+    /// (see the module's limits).
+    pub fn nic(&self) -> &Arc<LiveNic> {
+        &self.shared.nic
+    }
+
+    /// The process memory the NIC serves: `ibv_reg_mr` grants the
+    /// application's buffers to it.
+    pub fn memory(&self) -> &Arc<ProcessMemory> {
+        &self.shared.memory
+    }
+
+    /// The port's IPv4 address (GID 0 is its IPv4-mapped form).
+    pub fn addr(&self) -> [u8; 4] {
+        self.shared.addr
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+}
+
+impl fmt::Debug for ProcessNic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessNic")
+            .field("name", &self.shared.name)
+            .field("addr", &Ipv4Addr::from(self.shared.addr))
+            .finish_non_exhaustive()
+    }
+}
+
+type Started = (Arc<LiveNic>, Arc<ProcessMemory>, [u8; 4]);
+
+/// Starts the NIC on the configured address, or on the first free one
+/// from `first`, with every signal blocked in the threads it spawns.
+fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicError> {
+    let [a, b, c, h] = first;
+    let last = [a, b, c, AUTO_LAST_HOST];
+    let candidates: Vec<[u8; 4]> = match cfg.addr {
+        Some(addr) => vec![addr],
+        None => (h..=AUTO_LAST_HOST).map(|h| [a, b, c, h]).collect(),
+    };
+    for addr in candidates {
+        let memory = Arc::new(ProcessMemory::new());
+        let opts = NicOptions {
+            memory: Some(memory.clone()),
+            ..NicOptions::default()
+        };
+        let started = {
+            // Threads inherit the mask of the thread that creates them.
+            let _blocked = os::SignalsBlocked::all();
+            LiveNic::start_with(&cfg.name, addr, Port::Udp, opts)
+        };
+        match started {
+            Ok(nic) => return Ok((Arc::new(nic), memory, addr)),
+            Err(RtError::AddressInUse(_)) if cfg.addr.is_none() => continue,
+            Err(RtError::AddressInUse(addr)) => {
+                return Err(ProcessNicError::AddressInUse { addr });
+            }
+            Err(source) => return Err(ProcessNicError::Start { addr, source }),
+        }
+    }
+    Err(ProcessNicError::NoFreeAddress { first, last })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn errors_map_to_the_errno_a_c_caller_reports() {
+        let bad = ProcessNicConfig::from_lookup(lookup(&[("DOORBELL_ADDR", "x")])).unwrap_err();
+        assert_eq!(bad.errno(), libc::EINVAL);
+        let inuse = ProcessNicError::AddressInUse {
+            addr: [127, 0, 0, 2],
+        };
+        assert_eq!(inuse.errno(), libc::EADDRINUSE);
+        assert_eq!(
+            inuse.to_string(),
+            "127.0.0.2:4791 is in use (another doorbell NIC?); choose another address"
+        );
+        let start = |source| ProcessNicError::Start {
+            addr: [10, 0, 0, 1],
+            source,
+        };
+        assert_eq!(start(RtError::Spawn).errno(), libc::EAGAIN);
+        let sock = |kind| {
+            start(RtError::Socket {
+                addr: [10, 0, 0, 1],
+                kind,
+            })
+        };
+        assert_eq!(
+            sock(std::io::ErrorKind::AddrNotAvailable).errno(),
+            libc::EADDRNOTAVAIL
+        );
+        assert_eq!(sock(std::io::ErrorKind::Other).errno(), libc::EIO);
+        assert_eq!(
+            ProcessNicError::NoFreeAddress {
+                first: [127, 0, 0, 2],
+                last: [127, 0, 0, 254]
+            }
+            .errno(),
+            libc::EADDRINUSE
+        );
+    }
+}

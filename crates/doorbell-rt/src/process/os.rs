@@ -1,0 +1,106 @@
+//! The only `unsafe` of the process's NIC: the `pthread_atfork` handlers,
+//! the signal mask of the threads it starts, and releasing a forked
+//! child's copy of the port's socket. Thin wrappers over `libc`.
+//! (`unsafe_code` is allowed for this module alone, where `process.rs`
+//! declares it.)
+//!
+//! Fork: the prepare handler takes the state lock in the forking thread
+//! and keeps its guard in that thread's thread-local; the parent handler
+//! drops it; the child handler (in the child's only thread, the copy of
+//! the forking one, with the same thread-locals) resets the state under
+//! it, then drops it. So the child never finds the lock held by a thread
+//! it does not have, and never sees a NIC half started.
+
+use std::cell::Cell;
+use std::os::fd::RawFd;
+use std::sync::{MutexGuard, OnceLock};
+
+use super::{State, forget_in_child, lock_state};
+
+thread_local! {
+    /// The state lock, held by this thread across a `fork()`.
+    static HELD: Cell<Option<MutexGuard<'static, State>>> = const { Cell::new(None) };
+}
+
+extern "C" fn prepare() {
+    let guard = lock_state();
+    // A thread that is exiting has no thread-locals left; it then forks
+    // without the lock, as if no handler were registered.
+    let _ = HELD.try_with(|h| h.set(Some(guard)));
+}
+
+extern "C" fn parent() {
+    let _ = HELD.try_with(|h| drop(h.take()));
+}
+
+extern "C" fn child() {
+    let _ = HELD.try_with(|h| {
+        if let Some(mut guard) = h.take() {
+            forget_in_child(&mut guard);
+        }
+    });
+}
+
+/// Registers the fork handlers, once per process (a child inherits them).
+/// `Err(errno)` if `pthread_atfork` refused (it fails only for want of
+/// memory); every later call reports the same.
+pub(super) fn register_fork_handlers() -> Result<(), i32> {
+    static RC: OnceLock<i32> = OnceLock::new();
+    // SAFETY: the handlers are `extern "C"` functions without arguments
+    // that live as long as the process and never unwind (they only lock,
+    // move a guard and make the calls of `forget_in_child`).
+    let rc = *RC
+        .get_or_init(|| unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) });
+    if rc == 0 { Ok(()) } else { Err(rc) }
+}
+
+/// In a forked child: makes `fd`, the child's copy of the parent NIC's
+/// socket, refer to `/dev/null` instead, so the child no longer holds the
+/// parent's port. The number stays taken, so the socket object the child
+/// never drops can never close another file under that number.
+pub(super) fn release_fd(fd: RawFd) {
+    // SAFETY: open, dup3 and close are async-signal-safe, as a child
+    // handler needs. `fd` is the descriptor of the socket of the NIC the
+    // child forgets; no Rust object does I/O on it in the child (a forked
+    // copy of a LiveNic answers nothing), and the number stays open.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null >= 0 {
+            libc::dup3(null, fd, libc::O_CLOEXEC);
+            libc::close(null);
+        }
+    }
+}
+
+/// Every blockable signal blocked in the calling thread, until dropped;
+/// threads spawned meanwhile keep that mask for their whole life.
+pub(super) struct SignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl SignalsBlocked {
+    /// Blocks all signals (the kernel keeps SIGKILL and SIGSTOP, glibc its
+    /// own two) and remembers the mask before.
+    pub(super) fn all() -> Self {
+        // SAFETY: sigset_t is a plain bit array, valid all-zero; sigfillset
+        // and pthread_sigmask write only the sets they are given, which are
+        // live locals.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            Self { old }
+        }
+    }
+}
+
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: `self.old` is the mask pthread_sigmask filled in `all`;
+        // it is only read.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        }
+    }
+}
