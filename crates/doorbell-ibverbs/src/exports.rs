@@ -14,7 +14,7 @@
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::sync::atomic::AtomicBool;
 
-use libc::{EOPNOTSUPP, size_t, ssize_t};
+use libc::{EOPNOTSUPP, size_t};
 
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
@@ -74,52 +74,24 @@ stubs! {
     [void] fn ibv_copy_path_rec_from_kern(dst: *mut ibv_sa_path_rec, src: *mut ib_user_path_rec);
     [void] fn ibv_copy_path_rec_to_kern(dst: *mut ib_user_path_rec, src: *mut ibv_sa_path_rec);
     [void] fn ibv_copy_qp_attr_from_kern(dst: *mut ibv_qp_attr, src: *mut ib_uverbs_qp_attr);
-    [null] fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel;
-    [errno] fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int;
     [neg1] fn ibv_read_sysfs_file(dir: *const c_char, file: *const c_char, buf: *mut c_char, size: size_t) -> c_int;
     // --- IBVERBS_1.1
     [void] fn ibv_ack_async_event(event: *mut ibv_async_event);
-    [void] fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint);
-    [null] fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd;
     [errno] fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
-    [errno] fn ibv_close_device(context: *mut ibv_context) -> c_int;
     [void] fn ibv_copy_ah_attr_from_kern(dst: *mut ibv_ah_attr, src: *mut ib_uverbs_ah_attr);
-    [null] fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
     [null] fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port_num: u8) -> *mut ibv_ah;
-    [null] fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> *mut ibv_cq;
-    [null] fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
     [null] fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
-    [errno] fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int;
-    [errno] fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int;
-    [errno] fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
-    [errno] fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int;
-    [errno] fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
     [errno] fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
     [errno] fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [neg1] fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int;
-    [neg1] fn ibv_get_cq_event(channel: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_context: *mut *mut c_void) -> c_int;
-    [zero] fn ibv_get_device_guid(device: *mut ibv_device) -> u64;
-    [null] fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char;
     [errno] fn ibv_init_ah_from_wc(context: *mut ibv_context, port_num: u8, wc: *mut ibv_wc, grh: *mut ibv_grh, ah_attr: *mut ibv_ah_attr) -> c_int;
-    [errno] fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int;
     [errno] fn ibv_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int) -> c_int;
-    [null] fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context;
-    [errno] fn ibv_query_device(context: *mut ibv_context, device_attr: *mut ibv_device_attr) -> c_int;
-    [neg1] fn ibv_query_gid(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
-    [neg1] fn ibv_query_pkey(context: *mut ibv_context, port_num: u8, index: c_int, pkey: *mut u16) -> c_int;
-    [errno] fn ibv_query_port(context: *mut ibv_context, port_num: u8, port_attr: *mut _compat_ibv_port_attr) -> c_int;
-    [errno] fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int;
     [errno] fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int;
-    [null] fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, access: c_int) -> *mut ibv_mr;
     [neg1] fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: size_t, access: c_int) -> c_int;
     [errno] fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int;
     [errno] fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> c_int;
     // --- IBVERBS_1.5 to 1.14
-    [neg1] fn ibv_get_pkey_index(context: *mut ibv_context, port_num: u8, pkey: u16) -> c_int;
     [null] fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex;
-    [null] fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, iova: u64, access: c_int) -> *mut ibv_mr;
-    [null] fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, iova: u64, access: c_uint) -> *mut ibv_mr;
-    [neg1] fn ibv_get_device_index(device: *mut ibv_device) -> c_int;
     [null] fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context;
     [null] fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr;
     [null] fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd;
@@ -127,8 +99,6 @@ stubs! {
     [errno] fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int;
     [void] fn ibv_unimport_mr(mr: *mut ibv_mr);
     [void] fn ibv_unimport_pd(pd: *mut ibv_pd);
-    [errno] fn _ibv_query_gid_ex(context: *mut ibv_context, port_num: u32, gid_index: u32, entry: *mut ibv_gid_entry, flags: u32, entry_size: size_t) -> c_int;
-    [neg_errno] fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: size_t, flags: u32, entry_size: size_t) -> ssize_t;
     [null] fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: size_t, iova: u64, fd: c_int, access: c_int) -> *mut ibv_mr;
     [null] fn ibv_import_dm(context: *mut ibv_context, dm_handle: u32) -> *mut ibv_dm;
     [void] fn ibv_unimport_dm(dm: *mut ibv_dm);
@@ -188,7 +158,6 @@ stubs! {
     [errno] fn ibv_cmd_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, hca_va: u64, access: c_int, vmr: *mut verbs_mr, cmd: *mut ibv_reg_mr, cmd_size: size_t, resp: *mut ib_uverbs_reg_mr_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_rereg_mr(vmr: *mut verbs_mr, flags: u32, addr: *mut c_void, length: size_t, hca_va: u64, access: c_int, pd: *mut ibv_pd, cmd: *mut ibv_rereg_mr, cmd_sz: size_t, resp: *mut ib_uverbs_rereg_mr_resp, resp_sz: size_t) -> c_int;
     [errno] fn ibv_cmd_resize_cq(cq: *mut ibv_cq, cqe: c_int, cmd: *mut ibv_resize_cq, cmd_size: size_t, resp: *mut ib_uverbs_resize_cq_resp, resp_size: size_t) -> c_int;
-    [neg1] fn ibv_query_gid_type(context: *mut ibv_context, port_num: u8, index: c_uint, type_: *mut ibv_gid_type_sysfs) -> c_int;
     [void] fn verbs_init_cq(cq: *mut ibv_cq, context: *mut ibv_context, channel: *mut ibv_comp_channel, cq_context: *mut c_void);
     [null] fn verbs_open_device(device: *mut ibv_device, private_data: *mut c_void) -> *mut ibv_context;
     [void] fn verbs_set_ops(vctx: *mut verbs_context, ops: *const verbs_context_ops);
@@ -200,10 +169,42 @@ stubs! {
     [void] fn __verbs_log(ctx: *mut verbs_context, level: u32, fmt: *const c_char);
 }
 
-/// Functions with behaviour, in the order they are defined below.
+/// Functions with behaviour: those of `device` and `objects`, then those
+/// defined below.
 pub const IMPLEMENTED: &[&str] = &[
     "ibv_get_device_list",
     "ibv_free_device_list",
+    "ibv_get_device_name",
+    "ibv_get_device_guid",
+    "ibv_get_device_index",
+    "ibv_open_device",
+    "ibv_close_device",
+    "ibv_query_device",
+    "ibv_query_port",
+    "ibv_query_gid",
+    "ibv_query_gid_type",
+    "_ibv_query_gid_ex",
+    "_ibv_query_gid_table",
+    "ibv_query_pkey",
+    "ibv_get_pkey_index",
+    "ibv_alloc_pd",
+    "ibv_dealloc_pd",
+    "ibv_reg_mr",
+    "ibv_reg_mr_iova",
+    "ibv_reg_mr_iova2",
+    "ibv_dereg_mr",
+    "ibv_create_comp_channel",
+    "ibv_destroy_comp_channel",
+    "ibv_create_cq",
+    "ibv_destroy_cq",
+    "ibv_get_cq_event",
+    "ibv_ack_cq_events",
+    "ibv_create_ah",
+    "ibv_destroy_ah",
+    "ibv_create_qp",
+    "ibv_destroy_qp",
+    "ibv_modify_qp",
+    "ibv_query_qp",
     "ibv_fork_init",
     "ibv_is_fork_initialized",
     "ibv_dontfork_range",
@@ -219,50 +220,6 @@ pub const IMPLEMENTED: &[&str] = &[
     "ibv_rate_to_mbps",
     "mbps_to_ibv_rate",
 ];
-
-/// `ibv_get_device_list`: the devices, as a NULL-terminated array that
-/// [`ibv_free_device_list`] frees; `*num_devices` (if not NULL) gets the
-/// count. There are none yet: the array is just the NULL.
-///
-/// # Safety
-/// `num_devices` is NULL or points to a writable `int`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
-    guard("ibv_get_device_list", Conv::Null, || {
-        let list: Box<[*mut ibv_device]> = vec![core::ptr::null_mut()].into_boxed_slice();
-        if !num_devices.is_null() {
-            // SAFETY: the caller passes NULL or a writable int (checked non-NULL above).
-            unsafe { num_devices.write(0) };
-        }
-        Ok(Box::into_raw(list).cast::<*mut ibv_device>())
-    })
-}
-
-/// `ibv_free_device_list`: frees an array from [`ibv_get_device_list`]
-/// (NULL is ignored). The devices stay valid; a second free of the same
-/// array is undefined behaviour, as in rdma-core.
-///
-/// # Safety
-/// `list` is NULL or an array returned by [`ibv_get_device_list`] and not yet
-/// freed.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
-    guard("ibv_free_device_list", Conv::Abort, || {
-        if list.is_null() {
-            return Ok(());
-        }
-        let mut len = 0;
-        // SAFETY: `list` came from ibv_get_device_list, so it is a boxed
-        // slice whose last element, and only that one, is NULL.
-        while !unsafe { *list.add(len) }.is_null() {
-            len += 1;
-        }
-        // SAFETY: the same boxed slice, `len + 1` elements long, given back
-        // once (the caller's promise).
-        drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(list, len + 1)) });
-        Ok(())
-    })
-}
 
 /// `ibv_fork_init`: 0. Memory is reached by virtual address in the same
 /// process, so nothing has to be protected across `fork()`.

@@ -27,38 +27,59 @@
 //! channel (`void` functions, string tables). A panic reports `EIO`.
 //! Pointers, lengths and enum values from C are checked before any Rust
 //! reference is made from them; `unsafe` is allowed only in the FFI modules
-//! (`exports`, `boundary`), each block with its `// SAFETY:` reason.
+//! (`exports`, `boundary`, `handles`, `device`, `objects`), each block with
+//! its `// SAFETY:` reason.
 //!
 //! # Ownership, per handle
+//!
+//! Every handle but the device list is a C struct at a fixed offset inside a
+//! boxed Rust object that owns the verbs object it stands for; the handle
+//! is registered with its kind when it is made, and each call finds the
+//! object again through `handles`, the one audited place, which refuses a
+//! pointer that is not a live handle of that kind (EINVAL), so a use after
+//! destroy that C makes is caught, not followed.
 //!
 //! | handle | allocated by | freed by | a second free |
 //! |---|---|---|---|
 //! | device list (`struct ibv_device **`) | `ibv_get_device_list` (a boxed slice of pointers, NULL-terminated) | `ibv_free_device_list` | undefined, as in rdma-core |
+//! | `ibv_device` | the first `ibv_get_device_list` | never (C may keep it after freeing the list) | — |
+//! | `ibv_context` (after its `verbs_context`) | `ibv_open_device` | `ibv_close_device` | EINVAL |
+//! | `ibv_pd` | `ibv_alloc_pd` | `ibv_dealloc_pd` (EBUSY while an MR, QP or AH uses it) | EINVAL |
+//! | `ibv_mr` | `ibv_reg_mr*` (the caller's buffer, granted and pinned in place) | `ibv_dereg_mr` | EINVAL |
+//! | `ibv_comp_channel` | `ibv_create_comp_channel` (an eventfd) | `ibv_destroy_comp_channel` (EBUSY while a CQ uses it) | EINVAL |
+//! | `ibv_cq` | `ibv_create_cq` | `ibv_destroy_cq` (EBUSY while a QP uses it) | EINVAL |
+//! | `ibv_qp` (inside an `ibv_qp_ex`) | `ibv_create_qp` | `ibv_destroy_qp` | EINVAL |
+//! | `ibv_ah` | `ibv_create_ah` | `ibv_destroy_ah` | EINVAL |
 //!
-//! Rows are added as the handles arrive (contexts, PDs, MRs, CQs, QPs, …).
-//! Objects that C reads directly will live inside a Rust object that owns
-//! them, found again from the C pointer in one audited place.
-//!
+//! A closed context's objects keep what they need of it alive on the Rust
+//! side until they are destroyed.
+
 //! # What works and what is stubbed
 //!
-//! Working: `ibv_get_device_list` (an empty list, `*num = 0`),
-//! `ibv_free_device_list`, `ibv_fork_init` (0), `ibv_is_fork_initialized`
+//! Working ([`exports::IMPLEMENTED`]): the device list (one device,
+//! `doorbell0` or `DOORBELL_NAME`), opening and closing a context (the first
+//! open starts the process's NIC, `doorbell_rt::ProcessNic`), the queries of
+//! device, port (both the exported compat `ibv_query_port` and the
+//! extended one the inline function calls), GID (index 0 the IPv4-mapped
+//! address, RoCE v2; `ibv_query_gid_type`, `_ibv_query_gid_ex`,
+//! `_ibv_query_gid_table`) and P_Key; PDs; MRs over the caller's own buffer
+//! (`ibv_reg_mr`, `_iova`, `_iova2`); completion channels (eventfds), CQs,
+//! `ibv_get_cq_event` and `ibv_ack_cq_events`; RC and UD QPs
+//! (create, modify, query, destroy) and AHs; and the fast path through the
+//! context's ops: `poll_cq`, `req_notify_cq`, `post_send`, `post_recv`.
+//! Also `ibv_fork_init` (0), `ibv_is_fork_initialized`
 //! (`IBV_FORK_UNNEEDED`), `ibv_dontfork_range`/`ibv_dofork_range` (0),
 //! `ibv_get_sysfs_path` (`"/sys"`), `verbs_register_driver_34` (accepted and
-//! ignored), the strings of `ibv_wc_status_str`, `ibv_event_type_str`,
-//! `ibv_node_type_str`, `ibv_port_state_str`, the rate conversions
-//! (`ibv_rate_to_mult`, `mult_to_ibv_rate`, `ibv_rate_to_mbps`,
-//! `mbps_to_ibv_rate`), and the data object
-//! `verbs_allow_disassociate_destroy` (false). See
-//! [`exports::IMPLEMENTED`].
+//! ignored), the `*_str` tables, the rate conversions and the data object
+//! `verbs_allow_disassociate_destroy` (false).
 //!
 //! Stubbed, each failing with `EOPNOTSUPP` by its convention (see
-//! [`exports::STUBS`]): everything else, i.e. all of device opening and
-//! querying, PD/MR/CQ/QP/SRQ/AH/completion-channel creation and destruction,
-//! events, multicast, import/export, ECE, GID queries, `ibv_qp_to_qp_ex`,
-//! and every private `ibv_cmd_*`/`verbs_*` call that only providers make
-//! (and they never get one of our devices). `void` stubs do nothing.
-//!
+//! [`exports::STUBS`]): SRQs, UC, memory windows, the extended verbs
+//! (`ibv_qp_to_qp_ex`, `create_cq_ex` …), async events, multicast,
+//! import/export, ECE, and every private `ibv_cmd_*`/`verbs_*` call that only
+//! providers make (and they never get one of our devices). `void` stubs do
+//! nothing.
+
 //! # Layouts
 //!
 //! [`abi`] holds the structs C reads directly, checked at compile time and
@@ -69,5 +90,8 @@
 
 pub mod abi;
 mod boundary;
+mod device;
 pub mod exports;
+mod handles;
+mod objects;
 mod tables;

@@ -233,6 +233,13 @@ impl Cq {
         self.inner.cqn
     }
 
+    /// True while anything besides this handle holds the CQ: a QP that
+    /// completes into it, or another clone (so `ibv_destroy_cq` answers
+    /// EBUSY).
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
     /// Where the CQE ring lies in host memory, and its length in bytes (what
     /// `mlx5dv_init_obj` reports as the CQ's buffer).
     pub fn ring(&self) -> (HostAddr, u64) {

@@ -33,6 +33,12 @@ impl Pd {
         })
     }
 
+    /// True while anything besides this handle holds the PD: a region, a
+    /// QP, or another clone (so `ibv_dealloc_pd` answers EBUSY).
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
     /// The PD number.
     pub fn pdn(&self) -> Pdn {
         self.inner.pdn

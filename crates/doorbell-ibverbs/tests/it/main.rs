@@ -10,6 +10,7 @@
 
 #[allow(dead_code)]
 mod c_probe;
+mod clients;
 mod consts;
 #[path = "../../src/export_list.rs"]
 #[allow(dead_code, unreachable_pub)]

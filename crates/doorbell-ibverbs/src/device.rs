@@ -1,0 +1,535 @@
+//! The device and its contexts: the device list, opening and closing, and
+//! the queries of device, port, GID and P_Key.
+
+#![allow(unsafe_code)]
+// The exports are reached from C by their symbols, not from Rust.
+#![allow(unreachable_pub)]
+
+use core::ffi::{c_char, c_int, c_void};
+use core::ptr::null_mut;
+use std::sync::{Mutex, OnceLock};
+
+use doorbell_rt::{ProcessNic, ProcessNicConfig};
+use doorbell_verbs::{Context, ProviderConfig};
+use libc::{EINVAL, ENODATA, size_t};
+
+use crate::abi::consts::*;
+use crate::abi::*;
+use crate::boundary::{Conv, guard};
+use crate::handles::{self, Handle, Kind};
+use crate::objects::{CQ_OPS, QP_OPS};
+
+/// The one device of this process, allocated once and never freed (C may
+/// keep a device pointer after freeing the list, as with rdma-core).
+struct Device {
+    dev: verbs_device,
+    config: ProcessNicConfig,
+}
+
+// SAFETY: the raw pointers in `verbs_device` are all NULL and never
+// written; the struct is read-only after creation.
+unsafe impl Send for Device {}
+// SAFETY: as above.
+unsafe impl Sync for Device {}
+
+static DEVICE: OnceLock<Result<Box<Device>, c_int>> = OnceLock::new();
+
+fn copy_str(dst: &mut [c_char], s: &str) {
+    let room = dst.len().saturating_sub(1);
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {
+        *d = b as c_char;
+    }
+}
+
+fn device() -> Result<&'static Device, c_int> {
+    DEVICE
+        .get_or_init(|| {
+            let config = ProcessNicConfig::from_env().map_err(|e| {
+                eprintln!("libibverbs.so.1 (doorbell): {e}");
+                e.errno()
+            })?;
+            // SAFETY: verbs_device is plain data (integers, arrays, NULL
+            // pointers); all-zero is its empty state, as rdma-core callocs it.
+            let mut dev: verbs_device = unsafe { core::mem::zeroed() };
+            dev.device.node_type = IBV_NODE_CA;
+            dev.device.transport_type = IBV_TRANSPORT_IB;
+            copy_str(&mut dev.device.name, &config.name);
+            copy_str(&mut dev.device.dev_name, "uverbs0");
+            copy_str(
+                &mut dev.device.dev_path,
+                "/sys/class/infiniband_verbs/uverbs0",
+            );
+            copy_str(
+                &mut dev.device.ibdev_path,
+                &format!("/sys/class/infiniband/{}", config.name),
+            );
+            Ok(Box::new(Device { dev, config }))
+        })
+        .as_ref()
+        .map(|d| &**d)
+        .map_err(|&e| e)
+}
+
+fn device_ptr(d: &'static Device) -> *mut ibv_device {
+    core::ptr::from_ref(&d.dev.device).cast_mut()
+}
+
+/// Checks that `dev` is this library's device.
+fn our_device(dev: *mut ibv_device) -> Result<&'static Device, c_int> {
+    let d = device()?;
+    if dev == device_ptr(d) {
+        Ok(d)
+    } else {
+        Err(EINVAL)
+    }
+}
+
+/// An open context: the C `verbs_context` (with the `ibv_context` at its
+/// end) first, then what it stands for.
+#[repr(C)]
+pub(crate) struct CContext {
+    vctx: verbs_context,
+    pub(crate) ctx: Context,
+    pub(crate) nic: ProcessNic,
+    /// Completion events taken from the device for a channel other than
+    /// the one being waited on.
+    pub(crate) pending_events: Mutex<Vec<doorbell_types::Cqn>>,
+    /// The C handle of each of this context's CQs, by CQ number.
+    pub(crate) cqs: Mutex<std::collections::BTreeMap<doorbell_types::Cqn, usize>>,
+}
+
+// SAFETY: the C part is only raw pointers and plain data that this library
+// writes before handing out the handle; the Rust part is Send + Sync.
+unsafe impl Send for CContext {}
+// SAFETY: as above.
+unsafe impl Sync for CContext {}
+
+// SAFETY: repr(C); `vctx.context` is at offset_of!(CContext, vctx) +
+// offset_of!(verbs_context, context).
+unsafe impl Handle for CContext {
+    type C = ibv_context;
+    const C_AT: usize =
+        core::mem::offset_of!(CContext, vctx) + core::mem::offset_of!(verbs_context, context);
+    const KIND: Kind = Kind::Context;
+}
+
+/// `ibv_get_device_list`: the one device, NULL-terminated.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    guard("ibv_get_device_list", Conv::Null, || {
+        let list: Box<[*mut ibv_device]> = match device() {
+            Ok(d) => vec![device_ptr(d), null_mut()].into_boxed_slice(),
+            Err(_) => vec![null_mut()].into_boxed_slice(),
+        };
+        let n = list.len() - 1;
+        if !num_devices.is_null() {
+            // SAFETY: non-NULL, and the caller passes an int to write.
+            unsafe { *num_devices = n as c_int };
+        }
+        Ok(Box::into_raw(list).cast::<*mut ibv_device>())
+    })
+}
+
+/// `ibv_free_device_list`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    guard("ibv_free_device_list", Conv::Abort, || {
+        if list.is_null() {
+            return Ok(());
+        }
+        // The list is one device and a NULL, or only a NULL.
+        // SAFETY: `list` came from ibv_get_device_list, whose slice holds a
+        // NULL terminator; reading up to it stays inside the slice.
+        let len = unsafe {
+            let mut n = 0;
+            while !(*list.add(n)).is_null() {
+                n += 1;
+            }
+            n + 1
+        };
+        // SAFETY: the same slice, rebuilt with its length, freed once.
+        drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(list, len)) });
+        Ok(())
+    })
+}
+
+/// `ibv_get_device_name`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
+    guard("ibv_get_device_name", Conv::Null, || {
+        Ok(our_device(dev)?.dev.device.name.as_ptr())
+    })
+}
+
+/// The node GUID: an EUI-64 made of a locally administered prefix and the
+/// device name's bytes, fixed for a name (big-endian, as C reads it).
+fn node_guid(d: &Device) -> u64 {
+    let h = d
+        .config
+        .name
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+    (0x0200_00ff_fe00_0000u64 | (h & 0xff_ffff) | ((h >> 24) & 0xff) << 40).to_be()
+}
+
+/// `ibv_get_device_guid`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
+    guard("ibv_get_device_guid", Conv::Value(0), || {
+        Ok(node_guid(our_device(dev)?))
+    })
+}
+
+/// `ibv_get_device_index`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
+    guard("ibv_get_device_index", Conv::MinusOne, || {
+        our_device(dev).map(|_| 0)
+    })
+}
+
+/// `ibv_open_device`: starts the process's NIC on the first open.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    guard("ibv_open_device", Conv::Null, || {
+        let d = our_device(dev)?;
+        let nic = ProcessNic::acquire(&d.config).map_err(|e| e.errno())?;
+        let cfg = ProviderConfig::from_env().map_err(|e| e.errno())?;
+        let ctx = Context::with_config(nic.nic().clone(), cfg).map_err(|e| e.errno())?;
+        // SAFETY: verbs_context is function pointers (None when zero),
+        // integers, a pthread mutex (all-zero is PTHREAD_MUTEX_INITIALIZER
+        // on glibc) and NULL pointers: zero is a valid empty value.
+        let mut vctx: verbs_context = unsafe { core::mem::zeroed() };
+        vctx.sz = core::mem::size_of::<verbs_context>();
+        vctx.query_port = Some(query_port_ex);
+        let c = &mut vctx.context;
+        c.device = dev;
+        c.ops.poll_cq = Some(CQ_OPS.poll_cq);
+        c.ops.req_notify_cq = Some(CQ_OPS.req_notify_cq);
+        c.ops.post_send = Some(QP_OPS.post_send);
+        c.ops.post_recv = Some(QP_OPS.post_recv);
+        c.cmd_fd = -1;
+        c.async_fd = -1;
+        c.num_comp_vectors = 1;
+        // __VERBS_ABI_IS_EXTENDED: a verbs_context precedes this context.
+        c.abi_compat = usize::MAX as *mut c_void;
+        let obj = Box::new(CContext {
+            vctx,
+            ctx,
+            nic,
+            pending_events: Mutex::new(Vec::new()),
+            cqs: Mutex::new(std::collections::BTreeMap::new()),
+        });
+        Ok(handles::register(obj))
+    })
+}
+
+/// `ibv_close_device`. Objects still open in the context keep it alive on
+/// the Rust side until they are destroyed, as the kernel keeps a ucontext.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    guard("ibv_close_device", Conv::Errno, || {
+        drop(handles::take::<CContext>(context)?);
+        Ok(0)
+    })
+}
+
+/// The context behind `c`.
+pub(crate) fn context<'a>(c: *mut ibv_context) -> Result<&'a CContext, c_int> {
+    handles::get::<CContext>(c)
+}
+
+/// `ibv_query_device`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_query_device(
+    context_: *mut ibv_context,
+    device_attr: *mut ibv_device_attr,
+) -> c_int {
+    guard("ibv_query_device", Conv::Errno, || {
+        let c = context(context_)?;
+        if device_attr.is_null() {
+            return Err(EINVAL);
+        }
+        let dev = device()?;
+        let caps = c.ctx.query_device().caps;
+        let clamp = |v: u32| v.min(i32::MAX as u32) as c_int;
+        // SAFETY: ibv_device_attr is plain data; zero is its empty value.
+        let mut a: ibv_device_attr = unsafe { core::mem::zeroed() };
+        copy_str(
+            &mut a.fw_ver,
+            concat!("doorbell ", env!("CARGO_PKG_VERSION")),
+        );
+        a.node_guid = node_guid(dev);
+        a.sys_image_guid = a.node_guid;
+        a.max_mr_size = u64::MAX;
+        a.page_size_cap = 0xffff_f000;
+        a.vendor_id = caps.vendor_id;
+        a.vendor_part_id = caps.vendor_part_id;
+        a.max_qp = clamp(1 << caps.log_max_qp);
+        a.max_qp_wr = clamp(caps.max_send_wqebb.min(caps.max_recv_wr));
+        a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+        a.max_sge = clamp(caps.max_rq_desc_sz / 16);
+        a.max_sge_rd = a.max_sge;
+        a.max_cq = 1 << 24;
+        a.max_cqe = clamp(caps.max_cqe - 1);
+        a.max_mr = clamp(caps.max_mkeys);
+        a.max_pd = clamp(caps.max_pd);
+        a.max_qp_rd_atom = c_int::from(caps.max_rd_atomic);
+        a.max_res_rd_atom = a.max_qp_rd_atom * a.max_qp;
+        a.max_qp_init_rd_atom = a.max_qp_rd_atom;
+        a.atomic_cap = IBV_ATOMIC_HCA;
+        a.max_ah = c_int::MAX;
+        a.max_pkeys = 1;
+        a.local_ca_ack_delay = 16;
+        a.phys_port_cnt = 1;
+        // SAFETY: checked non-NULL; the caller passes a whole ibv_device_attr.
+        unsafe { device_attr.write(a) };
+        Ok(0)
+    })
+}
+
+fn mtu_enum(bytes: u32) -> ibv_mtu {
+    match bytes {
+        0..=256 => IBV_MTU_256,
+        257..=512 => IBV_MTU_512,
+        513..=1024 => IBV_MTU_1024,
+        1025..=2048 => IBV_MTU_2048,
+        _ => IBV_MTU_4096,
+    }
+}
+
+fn port_attr(c: &CContext, port: u8) -> Result<ibv_port_attr, c_int> {
+    if port != 1 {
+        return Err(EINVAL);
+    }
+    let p = c.ctx.query_port();
+    // SAFETY: ibv_port_attr is plain data; zero is its empty value.
+    let mut a: ibv_port_attr = unsafe { core::mem::zeroed() };
+    a.state = if p.active { IBV_PORT_ACTIVE } else { 1 };
+    a.max_mtu = mtu_enum(p.max_mtu);
+    a.active_mtu = mtu_enum(p.active_mtu);
+    a.gid_tbl_len = p.gid_tbl_len as c_int;
+    a.max_msg_sz = p.max_msg_sz;
+    a.pkey_tbl_len = p.pkey_tbl_len;
+    a.active_width = 2; // 4x
+    a.active_speed = 32; // EDR, 25 Gb/s per lane
+    a.phys_state = 5; // LinkUp
+    a.link_layer = if p.ethernet {
+        IBV_LINK_LAYER_ETHERNET as u8
+    } else {
+        1
+    };
+    a.max_vl_num = 1;
+    Ok(a)
+}
+
+/// `ibv_query_port@IBVERBS_1.1`: writes the 48-byte compat struct only.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_query_port(
+    context_: *mut ibv_context,
+    port_num: u8,
+    port_attr_: *mut _compat_ibv_port_attr,
+) -> c_int {
+    guard("ibv_query_port", Conv::Errno, || {
+        let a = port_attr(context(context_)?, port_num)?;
+        if port_attr_.is_null() {
+            return Err(EINVAL);
+        }
+        let n = core::mem::size_of::<_compat_ibv_port_attr>();
+        // SAFETY: the first 48 bytes of ibv_port_attr are the compat
+        // struct's fields (checked by the layout test); the caller gives 48.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                core::ptr::from_ref(&a).cast::<u8>(),
+                port_attr_.cast::<u8>(),
+                n,
+            )
+        };
+        Ok(0)
+    })
+}
+
+/// `verbs_context.query_port`: the inline `ibv_query_port`, with the size
+/// of the caller's struct (52 with v44 headers, 56 with later ones).
+unsafe extern "C" fn query_port_ex(
+    context_: *mut ibv_context,
+    port_num: u8,
+    port_attr_: *mut ibv_port_attr,
+    port_attr_len: size_t,
+) -> c_int {
+    guard("ibv_query_port", Conv::Errno, || {
+        let a = port_attr(context(context_)?, port_num)?;
+        if port_attr_.is_null() {
+            return Err(EINVAL);
+        }
+        let ours = core::mem::size_of::<ibv_port_attr>();
+        // SAFETY: the caller's struct has `port_attr_len` bytes; we write
+        // at most that many, zeroing what we do not know past ours.
+        unsafe {
+            let dst = port_attr_.cast::<u8>();
+            core::ptr::write_bytes(dst, 0, port_attr_len);
+            core::ptr::copy_nonoverlapping(
+                core::ptr::from_ref(&a).cast::<u8>(),
+                dst,
+                ours.min(port_attr_len),
+            );
+        }
+        Ok(0)
+    })
+}
+
+/// `ibv_query_gid`: index 0 is the port's IPv4-mapped address; the other
+/// entries of the table read as zero.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_query_gid(
+    context_: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    guard("ibv_query_gid", Conv::MinusOne, || {
+        let c = context(context_)?;
+        let len = c.ctx.query_port().gid_tbl_len;
+        if port_num != 1 || index < 0 || index as u32 >= len || gid.is_null() {
+            return Err(EINVAL);
+        }
+        let raw = c.ctx.query_gid(index as u32).unwrap_or([0; 16]);
+        // SAFETY: checked non-NULL; ibv_gid is 16 bytes.
+        unsafe { gid.cast::<[u8; 16]>().write(raw) };
+        Ok(0)
+    })
+}
+
+/// `ibv_query_gid_type` (IBVERBS_PRIVATE_34): RoCE v2 for every entry.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_query_gid_type(
+    context_: *mut ibv_context,
+    port_num: u8,
+    index: core::ffi::c_uint,
+    type_: *mut ibv_gid_type_sysfs,
+) -> c_int {
+    guard("ibv_query_gid_type", Conv::MinusOne, || {
+        let c = context(context_)?;
+        if port_num != 1 || index >= c.ctx.query_port().gid_tbl_len || type_.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: checked non-NULL.
+        unsafe { type_.write(1) }; // IBV_GID_TYPE_SYSFS_ROCE_V2
+        Ok(0)
+    })
+}
+
+fn gid_entry(c: &CContext, index: u32) -> Option<ibv_gid_entry> {
+    let gid = c.ctx.query_gid(index)?;
+    // SAFETY: ibv_gid_entry is plain data.
+    let mut e: ibv_gid_entry = unsafe { core::mem::zeroed() };
+    // SAFETY: ibv_gid is a 16-byte union of byte views.
+    unsafe {
+        core::ptr::from_mut(&mut e.gid)
+            .cast::<[u8; 16]>()
+            .write(gid)
+    };
+    e.gid_index = index;
+    e.port_num = 1;
+    e.gid_type = IBV_GID_TYPE_ROCE_V2;
+    e.ndev_ifindex = 1;
+    Some(e)
+}
+
+/// `_ibv_query_gid_ex` (the inline `ibv_query_gid_ex`): ENODATA for an
+/// empty entry.
+#[unsafe(no_mangle)]
+pub extern "C" fn _ibv_query_gid_ex(
+    context_: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: size_t,
+) -> c_int {
+    guard("_ibv_query_gid_ex", Conv::Errno, || {
+        let c = context(context_)?;
+        if flags != 0 || entry.is_null() || entry_size < core::mem::size_of::<ibv_gid_entry>() {
+            return Err(EINVAL);
+        }
+        if port_num != 1 || gid_index >= c.ctx.query_port().gid_tbl_len {
+            return Err(EINVAL);
+        }
+        let e = gid_entry(c, gid_index).ok_or(ENODATA)?;
+        // SAFETY: checked non-NULL and large enough.
+        unsafe { entry.write(e) };
+        Ok(0)
+    })
+}
+
+/// `_ibv_query_gid_table`: the valid entries, as many as fit.
+#[unsafe(no_mangle)]
+pub extern "C" fn _ibv_query_gid_table(
+    context_: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: size_t,
+    flags: u32,
+    entry_size: size_t,
+) -> libc::ssize_t {
+    guard("_ibv_query_gid_table", Conv::NegErrno, || {
+        let c = context(context_)?;
+        if flags != 0 || entry_size < core::mem::size_of::<ibv_gid_entry>() {
+            return Err(EINVAL);
+        }
+        let valid: Vec<ibv_gid_entry> = (0..c.ctx.query_port().gid_tbl_len)
+            .filter_map(|i| gid_entry(c, i))
+            .collect();
+        if valid.len() > max_entries {
+            return Err(EINVAL);
+        }
+        if !valid.is_empty() && entries.is_null() {
+            return Err(EINVAL);
+        }
+        for (i, e) in valid.iter().enumerate() {
+            // SAFETY: the caller's array holds max_entries entries of
+            // entry_size bytes; i < valid.len() <= max_entries.
+            unsafe {
+                entries
+                    .cast::<u8>()
+                    .add(i * entry_size)
+                    .cast::<ibv_gid_entry>()
+                    .write_unaligned(*e)
+            };
+        }
+        Ok(valid.len() as libc::ssize_t)
+    })
+}
+
+/// `ibv_query_pkey`: the one entry is the default P_Key.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_query_pkey(
+    context_: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    guard("ibv_query_pkey", Conv::MinusOne, || {
+        context(context_)?;
+        if port_num != 1 || index != 0 || pkey.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: checked non-NULL.
+        unsafe { pkey.write(0xffff_u16.to_be()) };
+        Ok(0)
+    })
+}
+
+/// `ibv_get_pkey_index`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_pkey_index(context_: *mut ibv_context, port_num: u8, pkey: u16) -> c_int {
+    guard("ibv_get_pkey_index", Conv::MinusOne, || {
+        context(context_)?;
+        if port_num == 1 && u16::from_be(pkey) | 0x8000 == 0xffff {
+            Ok(0)
+        } else {
+            Err(libc::ENOENT)
+        }
+    })
+}

@@ -1,0 +1,97 @@
+//! The one audited place where a C pointer becomes a Rust object again
+//! (STYLE R16).
+//!
+//! Every object C holds a handle to is a `Box` of a `#[repr(C)]` Rust struct
+//! whose C part ([`Handle::C`]) sits at a fixed offset ([`Handle::C_AT`]):
+//! first for most, after the `verbs_context` prefix for a context. The box is
+//! leaked into the C pointer at creation and registered here with its kind;
+//! [`get`] finds it again only if that exact address is registered as that
+//! kind, so a pointer C made up, a handle of another kind, or one already
+//! destroyed is refused (EINVAL, or as the function's convention says)
+//! instead of being dereferenced. [`take`] unregisters and gives the box
+//! back for destruction.
+//!
+//! The rule C callers keep, as with rdma-core: an object is not used by one
+//! thread while another destroys it.
+
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use libc::EINVAL;
+
+/// The kinds of handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Context,
+    Pd,
+    Mr,
+    Cq,
+    Channel,
+    Qp,
+    Ah,
+}
+
+/// A Rust object that owns a C struct handed out as a handle.
+///
+/// # Safety
+/// `Self` must be `#[repr(C)]` with a `Self::C` at byte offset `C_AT`, so
+/// that a `*mut Self::C` made by [`register`] points into the object.
+pub(crate) unsafe trait Handle: Sized + Send + Sync + 'static {
+    /// The C struct the handle points to.
+    type C;
+    /// Its offset in `Self`.
+    const C_AT: usize;
+    /// The handle's kind.
+    const KIND: Kind;
+}
+
+static LIVE: Mutex<BTreeMap<usize, Kind>> = Mutex::new(BTreeMap::new());
+
+fn live() -> std::sync::MutexGuard<'static, BTreeMap<usize, Kind>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Leaks `obj` and returns the C handle to it, registered as `T::KIND`.
+pub(crate) fn register<T: Handle>(obj: Box<T>) -> *mut T::C {
+    let base = Box::into_raw(obj).cast::<u8>();
+    // SAFETY: C_AT is inside the object (Handle's contract), so the offset
+    // stays within the allocation.
+    let c = unsafe { base.add(T::C_AT) }.cast::<T::C>();
+    live().insert(c as usize, T::KIND);
+    c
+}
+
+fn object_of<T: Handle>(c: *mut T::C) -> Result<*mut T, i32> {
+    if c.is_null() || live().get(&(c as usize)) != Some(&T::KIND) {
+        return Err(EINVAL);
+    }
+    // SAFETY: the address was registered by `register::<T>`, so it is
+    // `C_AT` bytes into a live `Box<T>`.
+    Ok(unsafe { c.cast::<u8>().sub(T::C_AT) }.cast::<T>())
+}
+
+/// The object behind handle `c`, or EINVAL if `c` is not a live handle of
+/// this kind.
+pub(crate) fn get<'a, T: Handle>(c: *mut T::C) -> Result<&'a T, i32> {
+    let p = object_of::<T>(c)?;
+    // SAFETY: `p` is a live boxed `T` (object_of); it is freed only by
+    // `take`, which callers do not race with uses (module rule).
+    Ok(unsafe { &*p })
+}
+
+/// Unregisters handle `c` and gives its object back to be dropped.
+pub(crate) fn take<T: Handle>(c: *mut T::C) -> Result<Box<T>, i32> {
+    let p = object_of::<T>(c)?;
+    live().remove(&(c as usize));
+    // SAFETY: `p` came from Box::into_raw in `register` and, now that it is
+    // unregistered, nothing else will turn it back into a Box.
+    Ok(unsafe { Box::from_raw(p) })
+}
+
+/// Puts back an object [`take`] returned when its destruction is refused
+/// (EBUSY): the handle stays valid.
+pub(crate) fn restore<T: Handle>(obj: Box<T>) -> *mut T::C {
+    register(obj)
+}

@@ -1,0 +1,151 @@
+//! Debian's unmodified rdma-core tools on doorbell, as two processes:
+//! `ibv_devices`, `ibv_devinfo -v`, and `ibv_rc_pingpong` between a server
+//! and a client, each process with its own NIC on its own loopback address
+//! (`DOORBELL_ADDR`), talking RoCEv2 over UDP.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::library::{lib_dir, run};
+
+/// An address on this test process's own loopback subnet, so that parallel
+/// test runs never share a port.
+fn addr(net: u8, host: u8) -> String {
+    format!("127.{}.{net}.{host}", 1 + std::process::id() % 250)
+}
+
+fn client(prog: &str, nic_addr: &str) -> Command {
+    let mut cmd = Command::new(prog);
+    cmd.env("LD_BIND_NOW", "1")
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("DOORBELL_ADDR", nic_addr)
+        .env_remove("DOORBELL_NAME")
+        .env_remove("LD_PRELOAD");
+    cmd
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits for `child` at most `secs`, killing it after that.
+fn finish(mut child: Child, secs: u64, what: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("collect output");
+                panic!("{what} did not finish in {secs} s:\n{}", text(&out));
+            }
+        }
+    }
+}
+
+#[test]
+fn ibv_devices_lists_doorbell0() {
+    let out = run(&mut client("ibv_devices", &addr(1, 2)));
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let line = all
+        .lines()
+        .find(|l| l.trim_start().starts_with("doorbell0"))
+        .unwrap_or_else(|| panic!("no doorbell0 in:\n{all}"));
+    let guid = line.split_whitespace().nth(1).unwrap_or("");
+    assert_eq!(guid.len(), 16, "a 64-bit node GUID: {line}");
+    assert_ne!(guid, "0000000000000000", "{line}");
+}
+
+#[test]
+fn a_device_name_comes_from_doorbell_name() {
+    let out = run(client("ibv_devices", &addr(1, 3)).env("DOORBELL_NAME", "rxe_test7"));
+    assert!(text(&out).contains("rxe_test7"), "{}", text(&out));
+}
+
+#[test]
+fn ibv_devinfo_shows_an_active_roce_port() {
+    let a = addr(2, 2);
+    let out = run(client("ibv_devinfo", &a).arg("-v"));
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    for want in [
+        "hca_id:\tdoorbell0",
+        "vendor_id:\t\t\t0x02c9",
+        "phys_port_cnt:\t\t\t1",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "max_mtu:\t\t4096 (5)",
+        "active_mtu:\t\t4096 (5)",
+        "link_layer:\t\tEthernet",
+    ] {
+        assert!(all.contains(want), "{want:?} missing:\n{all}");
+    }
+    // GID 0 is the IPv4-mapped address (ibv_devinfo prints it with
+    // inet_ntop), reported as RoCE v2.
+    let mapped = format!("::ffff:{a}, RoCE v2");
+    let gid_line = all
+        .lines()
+        .find(|l| l.contains("GID[  0]"))
+        .unwrap_or_else(|| panic!("no GID[0] in:\n{all}"));
+    assert!(gid_line.contains(&mapped), "{gid_line} vs {mapped}");
+    assert!(
+        !all.contains("GID[  1]"),
+        "the other entries are empty:\n{all}"
+    );
+}
+
+/// Runs ibv_rc_pingpong as a server and a client with `args` on both, and
+/// returns their outputs.
+fn rc_pingpong(net: u8, port: u16, args: &[&str]) -> (Output, Output) {
+    let (sa, ca) = (addr(net, 2), addr(net, 3));
+    let port = (port + (std::process::id() % 1000) as u16).to_string();
+    let common = |c: &mut Command| {
+        c.args(["-d", "doorbell0", "-g", "0", "-p", &port])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    };
+    let mut s = client("ibv_rc_pingpong", &sa);
+    common(&mut s);
+    let server = s.spawn().expect("start the server");
+    // The server listens on TCP before it opens the device's QP; give it a
+    // moment, then the client retries the connection itself.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = client("ibv_rc_pingpong", &ca);
+    common(&mut c);
+    c.arg("127.0.0.1");
+    let client = c.spawn().expect("start the client");
+    let c_out = finish(client, 30, "the ibv_rc_pingpong client");
+    let s_out = finish(server, 30, "the ibv_rc_pingpong server");
+    (s_out, c_out)
+}
+
+fn assert_pingpong_ok(s: &Output, c: &Output, iters: &str) {
+    for (who, out) in [("server", s), ("client", c)] {
+        let all = text(out);
+        assert!(out.status.success(), "{who}:\n{all}");
+        assert!(all.contains(&format!("{iters} iters in")), "{who}:\n{all}");
+        assert!(
+            all.contains("local address:") && all.contains("remote address:"),
+            "{who}:\n{all}"
+        );
+    }
+}
+
+#[test]
+fn ibv_rc_pingpong_runs_between_two_processes() {
+    let (s, c) = rc_pingpong(3, 18515, &["-n", "200", "-s", "4096", "-c"]);
+    assert_pingpong_ok(&s, &c, "200");
+}
+
+#[test]
+fn ibv_rc_pingpong_with_completion_events() {
+    let (s, c) = rc_pingpong(4, 19515, &["-n", "100", "-s", "64", "-e"]);
+    assert_pingpong_ok(&s, &c, "100");
+}
