@@ -16,7 +16,8 @@ use libc::{EINVAL, ENODATA, size_t};
 use crate::abi::consts::*;
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
-use crate::handles::{self, Handle, Kind};
+use crate::ctx::{CContext, context};
+use crate::handles;
 use crate::objects::{CQ_OPS, QP_OPS};
 
 /// The one device of this process, allocated once and never freed (C may
@@ -82,35 +83,6 @@ fn our_device(dev: *mut ibv_device) -> Result<&'static Device, c_int> {
     } else {
         Err(EINVAL)
     }
-}
-
-/// An open context: the C `verbs_context` (with the `ibv_context` at its
-/// end) first, then what it stands for.
-#[repr(C)]
-pub(crate) struct CContext {
-    vctx: verbs_context,
-    pub(crate) ctx: Context,
-    pub(crate) nic: ProcessNic,
-    /// Completion events taken from the device for a channel other than
-    /// the one being waited on.
-    pub(crate) pending_events: Mutex<Vec<doorbell_types::Cqn>>,
-    /// The C handle of each of this context's CQs, by CQ number.
-    pub(crate) cqs: Mutex<std::collections::BTreeMap<doorbell_types::Cqn, usize>>,
-}
-
-// SAFETY: the C part is only raw pointers and plain data that this library
-// writes before handing out the handle; the Rust part is Send + Sync.
-unsafe impl Send for CContext {}
-// SAFETY: as above.
-unsafe impl Sync for CContext {}
-
-// SAFETY: repr(C); `vctx.context` is at offset_of!(CContext, vctx) +
-// offset_of!(verbs_context, context).
-unsafe impl Handle for CContext {
-    type C = ibv_context;
-    const C_AT: usize =
-        core::mem::offset_of!(CContext, vctx) + core::mem::offset_of!(verbs_context, context);
-    const KIND: Kind = Kind::Context;
 }
 
 /// `ibv_get_device_list`: the one device, NULL-terminated.
@@ -234,11 +206,6 @@ pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         drop(handles::take::<CContext>(context)?);
         Ok(0)
     })
-}
-
-/// The context behind `c`.
-pub(crate) fn context<'a>(c: *mut ibv_context) -> Result<&'a CContext, c_int> {
-    handles::get::<CContext>(c)
 }
 
 /// `ibv_query_device`.

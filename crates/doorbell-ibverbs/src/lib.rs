@@ -90,6 +90,7 @@
 
 pub mod abi;
 mod boundary;
+mod ctx;
 mod device;
 pub mod exports;
 mod handles;

@@ -25,7 +25,7 @@ use libc::{EINVAL, EOPNOTSUPP, size_t};
 use crate::abi::consts::*;
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
-use crate::device::context;
+use crate::ctx::context;
 use crate::handles::{self, Handle, Kind};
 
 macro_rules! handle {
