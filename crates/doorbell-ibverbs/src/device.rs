@@ -16,9 +16,10 @@ use libc::{EINVAL, ENODATA, size_t};
 use crate::abi::consts::*;
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
+use crate::cq::CQ_OPS;
 use crate::ctx::{CContext, context};
 use crate::handles;
-use crate::objects::{CQ_OPS, QP_OPS};
+use crate::qp::QP_OPS;
 
 /// The one device of this process, allocated once and never freed (C may
 /// keep a device pointer after freeing the list, as with rdma-core).

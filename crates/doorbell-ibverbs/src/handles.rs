@@ -95,3 +95,23 @@ pub(crate) fn take<T: Handle>(c: *mut T::C) -> Result<Box<T>, i32> {
 pub(crate) fn restore<T: Handle>(obj: Box<T>) -> *mut T::C {
     register(obj)
 }
+
+/// Implements [`Handle`] (and `Send`/`Sync`) for a `#[repr(C)]` object whose
+/// C struct is the named field.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! handle {
+    ($t:ty, $c:ty, $field:ident, $kind:ident) => {
+        // SAFETY: repr(C) with the C struct as the field named here.
+        unsafe impl $crate::handles::Handle for $t {
+            type C = $c;
+            const C_AT: usize = core::mem::offset_of!($t, $field);
+            const KIND: $crate::handles::Kind = $crate::handles::Kind::$kind;
+        }
+        // SAFETY: the C part is raw pointers and plain data written before
+        // the handle is handed out; the Rust part is Send + Sync.
+        unsafe impl Send for $t {}
+        // SAFETY: as above.
+        unsafe impl Sync for $t {}
+    };
+}

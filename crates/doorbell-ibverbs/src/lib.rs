@@ -27,7 +27,7 @@
 //! channel (`void` functions, string tables). A panic reports `EIO`.
 //! Pointers, lengths and enum values from C are checked before any Rust
 //! reference is made from them; `unsafe` is allowed only in the FFI modules
-//! (`exports`, `boundary`, `handles`, `device`, `objects`), each block with
+//! (`exports`, `boundary`, `handles`, `ctx`, `device`, `pd`, `cq`, `qp`), each block with
 //! its `// SAFETY:` reason.
 //!
 //! # Ownership, per handle
@@ -90,9 +90,11 @@
 
 pub mod abi;
 mod boundary;
+mod cq;
 mod ctx;
 mod device;
 pub mod exports;
 mod handles;
-mod objects;
+mod pd;
+mod qp;
 mod tables;

@@ -1,0 +1,339 @@
+//! Completion channels (real eventfds) and CQs, with the CQ entries of the
+//! context's op table (`poll_cq`, `req_notify_cq`).
+
+#![allow(unsafe_code)]
+// The exports are reached from C by their symbols, not from Rust.
+#![allow(unreachable_pub)]
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_uint, c_void};
+use std::sync::Mutex;
+
+use doorbell_verbs::{Cq, Wc};
+use libc::EINVAL;
+
+use crate::abi::consts::*;
+use crate::abi::*;
+use crate::boundary::{Conv, guard};
+use crate::ctx::context;
+use crate::handle;
+use crate::handles;
+
+#[repr(C)]
+struct CChannel {
+    /// C reads `fd`; this library counts its CQs in `refcnt`.
+    ch: UnsafeCell<ibv_comp_channel>,
+}
+
+impl CChannel {
+    fn get(&self) -> ibv_comp_channel {
+        // SAFETY: a copy of plain data; writes happen through `refcnt`
+        // below, under the rule that a channel is not destroyed in use.
+        unsafe { self.ch.get().read() }
+    }
+
+    fn add_cq(&self, n: c_int) {
+        // SAFETY: the cell's own pointer; C never writes refcnt.
+        unsafe { (*self.ch.get()).refcnt += n };
+    }
+}
+handle!(CChannel, ibv_comp_channel, ch, Channel);
+
+impl Drop for CChannel {
+    fn drop(&mut self) {
+        // SAFETY: the fd was made by eventfd for this channel alone.
+        unsafe { libc::close(self.get().fd) };
+    }
+}
+
+/// `ibv_create_comp_channel`: its fd is a real eventfd.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_create_comp_channel(context_: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard("ibv_create_comp_channel", Conv::Null, || {
+        context(context_)?;
+        // SAFETY: eventfd takes no pointers; a negative result is an error.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE));
+        }
+        let ch = ibv_comp_channel {
+            context: context_,
+            fd,
+            refcnt: 0,
+        };
+        Ok(handles::register(Box::new(CChannel {
+            ch: UnsafeCell::new(ch),
+        })))
+    })
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while a CQ uses it.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard("ibv_destroy_comp_channel", Conv::Errno, || {
+        let obj = handles::take::<CChannel>(channel)?;
+        if obj.get().refcnt > 0 {
+            handles::restore(obj);
+            return Err(libc::EBUSY);
+        }
+        drop(obj);
+        Ok(0)
+    })
+}
+
+#[repr(C)]
+pub(crate) struct CCq {
+    /// C reads it; this library counts acknowledged events in it.
+    cq: UnsafeCell<ibv_cq>,
+    pub(crate) inner: Cq,
+    /// Completion events delivered and not yet acknowledged.
+    unacked: Mutex<u32>,
+}
+handle!(CCq, ibv_cq, cq, Cq);
+
+/// `ibv_create_cq`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_create_cq(
+    context_: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard("ibv_create_cq", Conv::Null, || {
+        let c = context(context_)?;
+        if cqe < 1 || comp_vector != 0 {
+            return Err(EINVAL);
+        }
+        let ch = if channel.is_null() {
+            None
+        } else {
+            Some(handles::get::<CChannel>(channel)?)
+        };
+        let inner = c.ctx.create_cq(cqe as u32).map_err(|e| e.errno())?;
+        // SAFETY: ibv_cq is pointers, integers and pthread objects whose
+        // all-zero value is their static initializer on glibc.
+        let mut cq: ibv_cq = unsafe { core::mem::zeroed() };
+        cq.context = context_;
+        cq.channel = channel;
+        cq.cq_context = cq_context;
+        cq.handle = inner.cqn().get();
+        // One CQE stays free, as mlx5 reports (2^n - 1 of 2^n).
+        cq.cqe = (inner.capacity() - 1) as c_int;
+        let cqn = inner.cqn();
+        let h = handles::register(Box::new(CCq {
+            cq: UnsafeCell::new(cq),
+            inner,
+            unacked: Mutex::new(0),
+        }));
+        if let Some(ch) = ch {
+            ch.add_cq(1);
+        }
+        lock(&c.cqs).insert(cqn, h as usize);
+        Ok(h)
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `ibv_destroy_cq`: EBUSY while a QP uses it.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard("ibv_destroy_cq", Conv::Errno, || {
+        let obj = handles::take::<CCq>(cq)?;
+        if obj.inner.is_shared() {
+            handles::restore(obj);
+            return Err(libc::EBUSY);
+        }
+        let cq = obj.c();
+        if let Ok(c) = context(cq.context) {
+            lock(&c.cqs).remove(&obj.inner.cqn());
+            lock(&c.pending_events).retain(|&n| n != obj.inner.cqn());
+        }
+        if !cq.channel.is_null()
+            && let Ok(ch) = handles::get::<CChannel>(cq.channel)
+        {
+            ch.add_cq(-1);
+        }
+        drop(obj);
+        Ok(0)
+    })
+}
+
+impl CCq {
+    fn c(&self) -> ibv_cq {
+        // SAFETY: a copy of the cell's plain data (pointers, integers, and
+        // pthread objects that are never used by value).
+        unsafe { self.cq.get().read() }
+    }
+}
+
+fn wc_flags(w: &Wc) -> c_uint {
+    (if w.grh { IBV_WC_GRH } else { 0 })
+        | (if w.imm_data.is_some() {
+            IBV_WC_WITH_IMM
+        } else {
+            0
+        })
+}
+
+fn to_c_wc(w: &Wc) -> ibv_wc {
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status as c_uint,
+        opcode: w.opcode as c_uint,
+        vendor_err: u32::from(w.vendor_err),
+        byte_len: w.byte_len,
+        // C holds immediate data in network order.
+        imm_data: w.imm_data.unwrap_or(0).to_be(),
+        qp_num: w.qp_num.get(),
+        src_qp: w.src_qp,
+        wc_flags: wc_flags(w),
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// `ops.poll_cq`.
+unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    guard("ibv_poll_cq", Conv::MinusOne, || {
+        let c = handles::get::<CCq>(cq)?;
+        if num_entries < 0 || (num_entries > 0 && wc.is_null()) {
+            return Err(EINVAL);
+        }
+        let mut buf = [Wc::default(); 16];
+        let mut done = 0usize;
+        while done < num_entries as usize {
+            let want = (num_entries as usize - done).min(buf.len());
+            let n = c.inner.poll(&mut buf[..want]).map_err(|e| e.errno())?;
+            for (i, w) in buf[..n].iter().enumerate() {
+                // SAFETY: the caller's array has num_entries entries;
+                // done + i < num_entries.
+                unsafe { wc.add(done + i).write(to_c_wc(w)) };
+            }
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(done as c_int)
+    })
+}
+
+/// `ops.req_notify_cq`.
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard("ibv_req_notify_cq", Conv::Errno, || {
+        let c = handles::get::<CCq>(cq)?;
+        c.inner
+            .req_notify(solicited_only != 0)
+            .map_err(|e| e.errno())?;
+        Ok(0)
+    })
+}
+
+/// The completion-queue entries of the context's op table.
+pub(crate) struct CqOps {
+    pub(crate) poll_cq: PollCqFn,
+    pub(crate) req_notify_cq: unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int,
+}
+
+/// The CQ ops every context gets.
+pub(crate) const CQ_OPS: CqOps = CqOps {
+    poll_cq,
+    req_notify_cq,
+};
+
+fn nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL takes no pointer.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// `ibv_get_cq_event`: waits for the next completion event of a CQ on
+/// `channel`; EAGAIN at once if the channel's fd is non-blocking and none
+/// is there.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard("ibv_get_cq_event", Conv::MinusOne, || {
+        let ch = handles::get::<CChannel>(channel)?;
+        if cq.is_null() || cq_context.is_null() {
+            return Err(EINVAL);
+        }
+        let chv = ch.get();
+        let c = context(chv.context)?;
+        let wait = if nonblocking(chv.fd) {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_secs(3600)
+        };
+        let mine = |cqn: doorbell_types::Cqn| -> Option<*mut ibv_cq> {
+            let h = *lock(&c.cqs).get(&cqn)? as *mut ibv_cq;
+            let obj = handles::get::<CCq>(h).ok()?;
+            (obj.c().channel == channel).then_some(h)
+        };
+        loop {
+            let taken = {
+                let mut p = lock(&c.pending_events);
+                p.iter()
+                    .position(|&n| mine(n).is_some())
+                    .map(|i| p.remove(i))
+            };
+            let cqn = match taken {
+                Some(n) => n,
+                None => match c.ctx.get_cq_event(wait) {
+                    Some(n) => n,
+                    None if wait.is_zero() => return Err(libc::EAGAIN),
+                    None => continue,
+                },
+            };
+            match mine(cqn) {
+                Some(h) => {
+                    let obj = handles::get::<CCq>(h)?;
+                    *lock(&obj.unacked) += 1;
+                    // SAFETY: both checked non-NULL.
+                    unsafe {
+                        cq.write(h);
+                        cq_context.write(obj.c().cq_context);
+                    }
+                    return Ok(0);
+                }
+                None => {
+                    if lock(&c.cqs).contains_key(&cqn) {
+                        lock(&c.pending_events).push(cqn);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// `ibv_ack_cq_events`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    guard("ibv_ack_cq_events", Conv::Abort, || {
+        if let Ok(c) = handles::get::<CCq>(cq) {
+            let mut u = lock(&c.unacked);
+            let n = nevents.min(*u);
+            *u -= n;
+            for _ in 0..n {
+                c.inner.ack_event();
+            }
+            // SAFETY: the cell's own pointer; C only reads this counter.
+            unsafe {
+                let p = c.cq.get();
+                (*p).comp_events_completed = (*p).comp_events_completed.wrapping_add(n);
+            }
+        }
+        Ok(())
+    })
+}

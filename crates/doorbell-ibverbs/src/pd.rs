@@ -1,0 +1,195 @@
+//! Protection domains and memory regions: `ibv_reg_mr` grants the caller's
+//! buffer to the process's memory and registers it in place.
+
+#![allow(unsafe_code)]
+// The exports are reached from C by their symbols, not from Rust.
+#![allow(unreachable_pub)]
+
+use core::ffi::{c_int, c_uint, c_void};
+
+use doorbell_hif::Access;
+use doorbell_types::HostAddr;
+use doorbell_verbs::{Mr, Pd};
+use libc::{EINVAL, EOPNOTSUPP, size_t};
+
+use crate::abi::consts::*;
+use crate::abi::*;
+use crate::boundary::{Conv, guard};
+use crate::ctx::context;
+use crate::handle;
+use crate::handles;
+
+#[repr(C)]
+pub(crate) struct CPd {
+    pub(crate) pd: ibv_pd,
+    pub(crate) inner: Pd,
+}
+handle!(CPd, ibv_pd, pd, Pd);
+
+/// `ibv_alloc_pd`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_alloc_pd(context_: *mut ibv_context) -> *mut ibv_pd {
+    guard("ibv_alloc_pd", Conv::Null, || {
+        let c = context(context_)?;
+        let inner = c.ctx.alloc_pd().map_err(|e| e.errno())?;
+        let pd = ibv_pd {
+            context: context_,
+            handle: inner.pdn().get(),
+        };
+        Ok(handles::register(Box::new(CPd { pd, inner })))
+    })
+}
+
+/// `ibv_dealloc_pd`: EBUSY while an MR, QP or AH of it exists.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard("ibv_dealloc_pd", Conv::Errno, || {
+        let obj = handles::take::<CPd>(pd)?;
+        // The verbs Pd is shared by every object made in it: only the last
+        // holder frees the device's PD.
+        if obj.inner.is_shared() {
+            handles::restore(obj);
+            return Err(libc::EBUSY);
+        }
+        drop(obj);
+        Ok(0)
+    })
+}
+
+pub(crate) fn pd_of<'a>(pd: *mut ibv_pd) -> Result<&'a CPd, c_int> {
+    handles::get::<CPd>(pd)
+}
+
+#[repr(C)]
+struct CMr {
+    mr: ibv_mr,
+    inner: Option<Mr>,
+    /// The range handed to process memory, revoked at deregistration.
+    granted: (HostAddr, u64),
+    ctx: *mut ibv_context,
+}
+handle!(CMr, ibv_mr, mr, Mr);
+
+impl Drop for CMr {
+    fn drop(&mut self) {
+        // Deregister (unpin) before the grant is withdrawn.
+        self.inner.take();
+        if let Ok(c) = context(self.ctx) {
+            let _ = c.nic.memory().revoke(self.granted.0, self.granted.1);
+        }
+    }
+}
+
+/// The access bits the kernel knows; anything else is EINVAL.
+const KNOWN_ACCESS: c_uint = IBV_ACCESS_LOCAL_WRITE
+    | IBV_ACCESS_REMOTE_WRITE
+    | IBV_ACCESS_REMOTE_READ
+    | IBV_ACCESS_REMOTE_ATOMIC
+    | IBV_ACCESS_MW_BIND
+    | IBV_ACCESS_ZERO_BASED
+    | IBV_ACCESS_ON_DEMAND
+    | IBV_ACCESS_HUGETLB
+    | IBV_ACCESS_OPTIONAL_RANGE;
+
+fn reg_mr(
+    pd_: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    iova: u64,
+    access: c_uint,
+) -> Result<*mut ibv_mr, c_int> {
+    let pd = pd_of(pd_)?;
+    if access & !KNOWN_ACCESS != 0 {
+        return Err(EINVAL);
+    }
+    // Memory windows, zero-based MRs and on-demand paging are not doorbell's.
+    if access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND) != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    if iova != addr as u64 {
+        return Err(EOPNOTSUPP);
+    }
+    let c = context(pd.pd.context)?;
+    let at = HostAddr::new(addr as u64);
+    let len = length as u64;
+    let mem = c.nic.memory();
+    // SAFETY: the C program registers its own buffer: from here until
+    // ibv_dereg_mr no Rust reference points into it (this library makes
+    // none; Rust callers in the same process use the Rust API, not this
+    // one), and memory it unmaps meanwhile makes accesses fail, not crash.
+    unsafe { mem.grant(at, len) };
+    let access = Access(access & 0xf);
+    let mr = match pd.inner.reg_mr_at(addr as u64, length, access) {
+        Ok(mr) => mr,
+        Err(e) => {
+            let _ = mem.revoke(at, len);
+            return Err(e.errno());
+        }
+    };
+    let m = ibv_mr {
+        context: pd.pd.context,
+        pd: pd_,
+        addr,
+        length,
+        handle: mr.lkey().raw(),
+        lkey: mr.lkey().raw(),
+        rkey: mr.rkey().raw(),
+    };
+    Ok(handles::register(Box::new(CMr {
+        mr: m,
+        inner: Some(mr),
+        granted: (at, len),
+        ctx: pd.pd.context,
+    })))
+}
+
+/// `ibv_reg_mr@IBVERBS_1.1`: registers the caller's buffer in place.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard("ibv_reg_mr", Conv::Null, || {
+        reg_mr(pd, addr, length, addr as u64, access as c_uint)
+    })
+}
+
+/// `ibv_reg_mr_iova`: the IOVA must be the address (no zero-based MRs).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard("ibv_reg_mr_iova", Conv::Null, || {
+        reg_mr(pd, addr, length, iova, access as c_uint)
+    })
+}
+
+/// `ibv_reg_mr_iova2`: what the inline `ibv_reg_mr` calls for access flags
+/// that are not compile-time constants.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    guard("ibv_reg_mr_iova2", Conv::Null, || {
+        reg_mr(pd, addr, length, iova, access)
+    })
+}
+
+/// `ibv_dereg_mr`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard("ibv_dereg_mr", Conv::Errno, || {
+        drop(handles::take::<CMr>(mr)?);
+        Ok(0)
+    })
+}
