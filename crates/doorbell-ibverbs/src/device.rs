@@ -177,6 +177,7 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         let mut vctx: verbs_context = unsafe { core::mem::zeroed() };
         vctx.sz = core::mem::size_of::<verbs_context>();
         vctx.query_port = Some(query_port_ex);
+        vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
         let c = &mut vctx.context;
         c.device = dev;
         c.ops.poll_cq = Some(CQ_OPS.poll_cq);

@@ -91,7 +91,6 @@ stubs! {
     [errno] fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int;
     [errno] fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> c_int;
     // --- IBVERBS_1.5 to 1.14
-    [null] fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex;
     [null] fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context;
     [null] fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr;
     [null] fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd;
@@ -205,6 +204,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "ibv_destroy_qp",
     "ibv_modify_qp",
     "ibv_query_qp",
+    "ibv_qp_to_qp_ex",
     "ibv_fork_init",
     "ibv_is_fork_initialized",
     "ibv_dontfork_range",

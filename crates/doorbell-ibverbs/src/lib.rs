@@ -97,4 +97,6 @@ pub mod exports;
 mod handles;
 mod pd;
 mod qp;
+mod qp_ex;
 mod tables;
+mod wr_batch;

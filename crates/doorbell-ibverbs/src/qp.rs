@@ -9,9 +9,12 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint};
 use core::ptr::null_mut;
+use std::sync::{Arc, Mutex};
+
+use doorbell_host::HostMemory;
 
 use doorbell_hif::{Access, AddressVector, QpAttrs, QpState, QpType};
-use doorbell_types::{Mkey, Psn, Qpn};
+use doorbell_types::{HostAddr, Mkey, Psn, Qpn};
 use doorbell_verbs::{
     Ah, Pd, Qp, QpCaps, QpInitAttr, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
 };
@@ -21,9 +24,10 @@ use crate::abi::consts::*;
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
 use crate::cq::CCq;
+use crate::ctx::context;
 use crate::handle;
 use crate::handles;
-use crate::pd::pd_of;
+use crate::pd::{CPd, pd_of};
 
 #[repr(C)]
 struct CAh {
@@ -72,6 +76,11 @@ pub extern "C" fn ibv_create_ah(pd_: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mu
     })
 }
 
+/// The path of address handle `ah`.
+pub(crate) fn ah_of(ah: *mut ibv_ah) -> Result<Ah, c_int> {
+    Ok(handles::get::<CAh>(ah)?.inner)
+}
+
 /// `ibv_destroy_ah`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
@@ -82,11 +91,94 @@ pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
 }
 
 #[repr(C)]
-struct CQp {
-    /// C reads it (`qp_num`, `state`); this library updates `state`.
-    qp: UnsafeCell<ibv_qp_ex>,
-    inner: Qp,
+pub(crate) struct CQp {
+    /// C reads it (`qp_num`, `state`, and, for the `ibv_wr_*` API,
+    /// `wr_id`, `wr_flags` and the op pointers); this library updates
+    /// `state`.
+    pub(crate) qp: UnsafeCell<ibv_qp_ex>,
+    pub(crate) inner: Qp,
     sq_sig_all: bool,
+    /// Made by `ibv_create_qp_ex` with send ops: `ibv_qp_to_qp_ex` works.
+    pub(crate) ex: bool,
+    /// The `ibv_wr_*` batch being built.
+    pub(crate) batch: Mutex<crate::wr_batch::Batch>,
+    /// Where inline data is copied from C before the provider takes it.
+    pub(crate) staging: Mutex<Staging>,
+}
+
+/// Host memory of the QP's own into which inline payloads are copied from
+/// the C program's memory (which need not be registered for inline data),
+/// so the provider reads them as it reads any host memory. Big enough for a
+/// full send queue of the QP's largest inline WRs.
+pub(crate) struct Staging {
+    base: HostAddr,
+    len: u64,
+    mem: Arc<doorbell_rt::ProcessMemory>,
+    /// Bytes handed out in the current post.
+    used: u64,
+}
+
+impl Staging {
+    fn new(pd: &CPd, qp: &Qp) -> Result<Self, c_int> {
+        let c = context(pd.pd.context)?;
+        let caps = qp.caps();
+        let per = u64::from(caps.max_inline_data.max(1)).div_ceil(64) * 64;
+        let len = per * u64::from(caps.max_send_wr.max(1));
+        let mem = c.nic.memory().clone();
+        let base = mem.alloc(len).map_err(|_| libc::ENOMEM)?;
+        Ok(Self {
+            base,
+            len,
+            mem,
+            used: 0,
+        })
+    }
+
+    /// Starts a post: the buffer is free again (the provider copied the
+    /// last post's inline data into its WQEs before post_send returned).
+    pub(crate) fn reset(&mut self) {
+        self.used = 0;
+    }
+
+    /// Copies `pieces` (C buffers) to the next free bytes and returns one
+    /// SGE over them; ENOMEM past the QP's room for inline data.
+    ///
+    /// # Safety
+    /// Each piece is `(address, length)` of memory the C caller gives to be
+    /// read now, as `ibv_post_send` and `ibv_wr_set_inline_data*` take it.
+    pub(crate) unsafe fn stage(&mut self, pieces: &[(u64, usize)]) -> Result<Sge, c_int> {
+        let total: usize = pieces.iter().map(|p| p.1).sum();
+        let start = self.used;
+        if start + total as u64 > self.len {
+            return Err(libc::ENOMEM);
+        }
+        let mut at = start;
+        for &(addr, len) in pieces {
+            if len == 0 {
+                continue;
+            }
+            if addr == 0 {
+                return Err(libc::EFAULT);
+            }
+            // SAFETY: the caller's promise: `len` readable bytes at `addr`.
+            let bytes = unsafe { core::slice::from_raw_parts(addr as *const u8, len) };
+            let dst = self.base.checked_add(at).ok_or(libc::EFAULT)?;
+            self.mem.write(dst, bytes).map_err(|_| libc::EFAULT)?;
+            at += len as u64;
+        }
+        self.used = at.div_ceil(64) * 64;
+        Ok(Sge {
+            addr: self.base.get() + start,
+            length: total as u32,
+            lkey: Mkey::INVALID,
+        })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = self.mem.free(self.base);
+    }
 }
 handle!(CQp, ibv_qp, qp, Qp);
 
@@ -148,59 +240,82 @@ fn c_caps(c: QpCaps) -> ibv_qp_cap {
     }
 }
 
-/// `ibv_create_qp`. The caps it grants are written back to the caller's
+/// What creating a QP takes from C: the parts of `ibv_qp_init_attr` and
+/// `ibv_qp_init_attr_ex` they share.
+pub(crate) struct NewQp<'a> {
+    pub(crate) pd: *mut ibv_pd,
+    pub(crate) attr: &'a mut ibv_qp_init_attr,
+    /// `ibv_qp_init_attr_ex.send_ops_flags` when the `ibv_wr_*` API is asked
+    /// for.
+    pub(crate) send_ops: Option<u64>,
+}
+
+/// Creates a QP; the caps it grants are written back to the caller's
 /// attributes, as rdma-core does.
+pub(crate) fn create_qp(n: NewQp<'_>) -> Result<*mut ibv_qp, c_int> {
+    let pd = pd_of(n.pd)?;
+    let attr = n.attr;
+    if !attr.srq.is_null() {
+        return Err(EOPNOTSUPP);
+    }
+    let qp_type = qp_type_of(attr.qp_type)?;
+    let send_cq = handles::get::<CCq>(attr.send_cq)?;
+    let recv_cq = handles::get::<CCq>(attr.recv_cq)?;
+    let cap = QpCaps {
+        max_send_wr: attr.cap.max_send_wr,
+        max_recv_wr: attr.cap.max_recv_wr,
+        max_send_sge: attr.cap.max_send_sge,
+        max_recv_sge: attr.cap.max_recv_sge,
+        max_inline_data: attr.cap.max_inline_data,
+    };
+    let inner = pd
+        .inner
+        .create_qp(&QpInitAttr {
+            qp_type,
+            send_cq: send_cq.inner.clone(),
+            recv_cq: recv_cq.inner.clone(),
+            cap,
+            sq_sig_all: attr.sq_sig_all != 0,
+        })
+        .map_err(|e| e.errno())?;
+    attr.cap = c_caps(inner.caps());
+    // SAFETY: ibv_qp_ex is pointers, integers, pthread objects (zero is
+    // their initializer on glibc) and NULL function pointers.
+    let mut qp: ibv_qp_ex = unsafe { core::mem::zeroed() };
+    let q = &mut qp.qp_base;
+    q.context = pd.pd.context;
+    q.qp_context = attr.qp_context;
+    q.pd = n.pd;
+    q.send_cq = attr.send_cq;
+    q.recv_cq = attr.recv_cq;
+    q.handle = inner.qpn().get();
+    q.qp_num = inner.qpn().get();
+    q.state = IBV_QPS_RESET;
+    q.qp_type = attr.qp_type;
+    let staging = Staging::new(pd, &inner)?;
+    Ok(handles::register(Box::new(CQp {
+        qp: UnsafeCell::new(qp),
+        inner,
+        sq_sig_all: attr.sq_sig_all != 0,
+        ex: n.send_ops.is_some(),
+        batch: Mutex::new(crate::wr_batch::Batch::default()),
+        staging: Mutex::new(staging),
+    })))
+}
+
+/// `ibv_create_qp`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_qp(pd_: *mut ibv_pd, attr_: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard("ibv_create_qp", Conv::Null, || {
-        let pd = pd_of(pd_)?;
         if attr_.is_null() {
             return Err(EINVAL);
         }
-        // SAFETY: checked non-NULL; the caller passes an ibv_qp_init_attr.
-        let attr = unsafe { &mut *attr_ };
-        if !attr.srq.is_null() {
-            return Err(EOPNOTSUPP);
-        }
-        let qp_type = qp_type_of(attr.qp_type)?;
-        let send_cq = handles::get::<CCq>(attr.send_cq)?;
-        let recv_cq = handles::get::<CCq>(attr.recv_cq)?;
-        let cap = QpCaps {
-            max_send_wr: attr.cap.max_send_wr,
-            max_recv_wr: attr.cap.max_recv_wr,
-            max_send_sge: attr.cap.max_send_sge,
-            max_recv_sge: attr.cap.max_recv_sge,
-            max_inline_data: attr.cap.max_inline_data,
-        };
-        let inner = pd
-            .inner
-            .create_qp(&QpInitAttr {
-                qp_type,
-                send_cq: send_cq.inner.clone(),
-                recv_cq: recv_cq.inner.clone(),
-                cap,
-                sq_sig_all: attr.sq_sig_all != 0,
-            })
-            .map_err(|e| e.errno())?;
-        attr.cap = c_caps(inner.caps());
-        // SAFETY: ibv_qp_ex is pointers, integers, pthread objects (zero is
-        // their initializer on glibc) and NULL function pointers.
-        let mut qp: ibv_qp_ex = unsafe { core::mem::zeroed() };
-        let q = &mut qp.qp_base;
-        q.context = pd.pd.context;
-        q.qp_context = attr.qp_context;
-        q.pd = pd_;
-        q.send_cq = attr.send_cq;
-        q.recv_cq = attr.recv_cq;
-        q.handle = inner.qpn().get();
-        q.qp_num = inner.qpn().get();
-        q.state = IBV_QPS_RESET;
-        q.qp_type = attr.qp_type;
-        Ok(handles::register(Box::new(CQp {
-            qp: UnsafeCell::new(qp),
-            inner,
-            sq_sig_all: attr.sq_sig_all != 0,
-        })))
+        create_qp(NewQp {
+            pd: pd_,
+            // SAFETY: checked non-NULL; the caller passes an ibv_qp_init_attr.
+            attr: unsafe { &mut *attr_ },
+            send_ops: None,
+        })
     })
 }
 
@@ -213,7 +328,7 @@ pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
-fn qp_of<'a>(qp: *mut ibv_qp) -> Result<&'a CQp, c_int> {
+pub(crate) fn qp_of<'a>(qp: *mut ibv_qp) -> Result<&'a CQp, c_int> {
     handles::get::<CQp>(qp)
 }
 
@@ -384,7 +499,11 @@ const KNOWN_SEND_FLAGS: c_uint =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE | (1 << 4);
 
 /// One C send WR as the provider's: its opcode, flags and UD target.
-fn send_parts(w: &ibv_send_wr) -> Result<(WrOpcode, SendFlags, Option<UdTarget>), c_int> {
+/// (`wr.ud` shares its bytes with `wr.rdma`: it is read only for a UD QP.)
+fn send_parts(
+    w: &ibv_send_wr,
+    is_ud: bool,
+) -> Result<(WrOpcode, SendFlags, Option<UdTarget>), c_int> {
     // SAFETY: the union's variants are plain data; which one the opcode
     // names is read, the others are not interpreted.
     let (rdma, atomic, ud) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
@@ -423,7 +542,7 @@ fn send_parts(w: &ibv_send_wr) -> Result<(WrOpcode, SendFlags, Option<UdTarget>)
         return Err(EINVAL);
     }
     let flags = SendFlags(w.send_flags & 0xf);
-    let ud = if ud.ah.is_null() {
+    let ud = if !is_ud || ud.ah.is_null() {
         None
     } else {
         let ah = handles::get::<CAh>(ud.ah)?;
@@ -464,14 +583,24 @@ unsafe extern "C" fn post_send(
         let mut lists: Vec<Vec<Sge>> = Vec::new();
         let mut parts = Vec::new();
         let mut failed = None;
+        let mut staging = lock(&q.staging);
+        staging.reset();
         let mut at = wr;
         while !at.is_null() {
             // SAFETY: each pointer of the chain is a WR the caller owns.
             let w = unsafe { &*at };
             let converted = sges(w.sg_list, w.num_sge).and_then(|s| {
-                let p = send_parts(w)?;
+                let p = send_parts(w, is_ud)?;
                 if is_ud && p.2.is_none() {
                     return Err(EINVAL);
+                }
+                if p.1.contains(SendFlags::INLINE) && is_inline_op(&p.0) {
+                    let pieces: Vec<(u64, usize)> =
+                        s.iter().map(|g| (g.addr, g.length as usize)).collect();
+                    // SAFETY: ibv_post_send reads inline data from the
+                    // caller's SGEs at post time; they need no lkey.
+                    let one = unsafe { staging.stage(&pieces) }?;
+                    return Ok((vec![one], p));
                 }
                 Ok((s, p))
             });
@@ -509,6 +638,18 @@ unsafe extern "C" fn post_send(
         }
         Ok(0)
     })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether an opcode carries its payload from the SGEs (so may be inline).
+pub(crate) fn is_inline_op(op: &WrOpcode) -> bool {
+    !matches!(
+        op,
+        WrOpcode::RdmaRead(_) | WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. }
+    )
 }
 
 /// `ops.post_recv`.

@@ -18,4 +18,5 @@ mod export_list;
 mod layout;
 mod library;
 mod loader;
+mod perftest;
 mod symbols;

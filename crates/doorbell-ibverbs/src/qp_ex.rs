@@ -1,0 +1,402 @@
+//! The extended QP: `ibv_create_qp_ex` (the context's `create_qp_ex` op),
+//! `ibv_qp_to_qp_ex`, and the `ibv_wr_*` posting API, whose functions C
+//! calls through pointers in `struct ibv_qp_ex`.
+//!
+//! `ibv_wr_start` opens a batch; each `ibv_wr_<opcode>` starts a WR with the
+//! `wr_id` and `wr_flags` C has just written into the `ibv_qp_ex`;
+//! `ibv_wr_set_sge*` / `ibv_wr_set_inline_data*` / `ibv_wr_set_ud_addr` fill
+//! it in; `ibv_wr_complete` posts the batch through the provider and
+//! answers the errno of the first failure (none of the batch is posted past
+//! it), and `ibv_wr_abort` drops it. The builder functions have no error
+//! channel of their own: a misuse (a setter with no WR started, too much
+//! inline data) is kept and reported by `ibv_wr_complete`, as mlx5 does.
+
+#![allow(unsafe_code)]
+// The exports are reached from C by their symbols, not from Rust.
+#![allow(unreachable_pub)]
+
+use core::ffi::{c_int, c_void};
+
+use doorbell_types::{Mkey, Qpn};
+use doorbell_verbs::{RemoteAddr, SendFlags, SendWr, Sge, UdTarget, WrOpcode};
+use libc::{EINVAL, EOPNOTSUPP, size_t};
+
+use crate::abi::*;
+use crate::boundary::{Conv, guard};
+use crate::ctx::context;
+use crate::handles;
+use crate::qp::{CQp, NewQp, create_qp, is_inline_op, qp_of};
+use crate::wr_batch::{Batch, Pending};
+
+/// `IBV_QP_INIT_ATTR_PD`, `_CREATE_FLAGS`, `_SEND_OPS_FLAGS`.
+const ATTR_PD: u32 = 1 << 0;
+const ATTR_CREATE_FLAGS: u32 = 1 << 2;
+const ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+/// The `IBV_QP_EX_WITH_*` ops doorbell has: RDMA WRITE (and with
+/// immediate), SEND (and with immediate), RDMA READ, both atomics.
+const SUPPORTED_SEND_OPS: u64 = 0x7f;
+
+/// Sets the `ibv_wr_*` pointers of a new extended QP.
+fn fill_ops(qp: &mut ibv_qp_ex) {
+    qp.wr_start = Some(wr_start);
+    qp.wr_complete = Some(wr_complete);
+    qp.wr_abort = Some(wr_abort);
+    qp.wr_rdma_write = Some(wr_rdma_write);
+    qp.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    qp.wr_rdma_read = Some(wr_rdma_read);
+    qp.wr_send = Some(wr_send);
+    qp.wr_send_imm = Some(wr_send_imm);
+    qp.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    qp.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    qp.wr_set_sge = Some(wr_set_sge);
+    qp.wr_set_sge_list = Some(wr_set_sge_list);
+    qp.wr_set_inline_data = Some(wr_set_inline_data);
+    qp.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    qp.wr_set_ud_addr = Some(wr_set_ud_addr);
+}
+
+/// `verbs_context.create_qp_ex`.
+pub(crate) unsafe extern "C" fn create_qp_ex(
+    context_: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard("ibv_create_qp_ex", Conv::Null, || {
+        context(context_)?;
+        if attr.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: checked non-NULL; the caller passes an ibv_qp_init_attr_ex.
+        let a = unsafe { &mut *attr };
+        if a.comp_mask & ATTR_PD == 0 {
+            return Err(EINVAL);
+        }
+        if a.comp_mask & !(ATTR_PD | ATTR_CREATE_FLAGS | ATTR_SEND_OPS_FLAGS) != 0
+            || (a.comp_mask & ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+        {
+            return Err(EOPNOTSUPP);
+        }
+        let send_ops = (a.comp_mask & ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+        if send_ops.is_some_and(|f| f & !SUPPORTED_SEND_OPS != 0) {
+            return Err(EOPNOTSUPP);
+        }
+        // The plain attributes are the first fields of the extended ones.
+        let mut plain = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let qp = create_qp(NewQp {
+            pd: a.pd,
+            attr: &mut plain,
+            send_ops,
+        })?;
+        a.cap = plain.cap;
+        if send_ops.is_some() {
+            let q = qp_of(qp)?;
+            // SAFETY: the QP was made just now and its handle not yet
+            // returned: nothing else reads or writes its ibv_qp_ex.
+            fill_ops(unsafe { &mut *q.qp.get() });
+        }
+        Ok(qp)
+    })
+}
+
+/// `ibv_qp_to_qp_ex`: the extended QP of one made with send ops.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    guard("ibv_qp_to_qp_ex", Conv::Null, || {
+        let q = qp_of(qp)?;
+        if !q.ex {
+            return Err(EOPNOTSUPP);
+        }
+        Ok(q.qp.get())
+    })
+}
+
+/// The QP behind the extended QP `qpx` (whose first field is its `ibv_qp`).
+fn qpx_of<'a>(qpx: *mut ibv_qp_ex) -> Result<&'a CQp, c_int> {
+    handles::get::<CQp>(qpx.cast::<ibv_qp>())
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` on the batch of `qpx`; a QP that is not one of ours is ignored
+/// (these calls have no error channel).
+fn with_batch(name: &str, qpx: *mut ibv_qp_ex, f: impl FnOnce(&CQp, &mut Batch)) {
+    guard(name, Conv::Abort, || {
+        if let Ok(q) = qpx_of(qpx) {
+            f(q, &mut lock(&q.batch));
+        }
+        Ok(())
+    });
+}
+
+fn fail(b: &mut Batch, errno: c_int) {
+    b.error.get_or_insert(errno);
+}
+
+/// Starts a WR of opcode `op` with the `wr_id`/`wr_flags` C just set.
+fn begin(name: &str, qpx: *mut ibv_qp_ex, op: WrOpcode) {
+    with_batch(name, qpx, |q, b| {
+        if !b.open {
+            return fail(b, EINVAL);
+        }
+        // SAFETY: the QP is live; C wrote these fields just before the call.
+        let (wr_id, flags) = unsafe {
+            let x = q.qp.get();
+            ((*x).wr_id, (*x).wr_flags)
+        };
+        b.wrs.push(Pending {
+            wr_id,
+            flags: SendFlags(flags & 0xf),
+            op,
+            sges: Vec::new(),
+            inline: None,
+            ud: None,
+        });
+    });
+}
+
+/// Runs `f` on the WR being built.
+fn current(
+    name: &str,
+    qpx: *mut ibv_qp_ex,
+    f: impl FnOnce(&CQp, &mut Pending) -> Result<(), c_int>,
+) {
+    with_batch(name, qpx, |q, b| match b.wrs.last_mut() {
+        Some(w) => {
+            if let Err(e) = f(q, w) {
+                fail(b, e);
+            }
+        }
+        None => fail(b, EINVAL),
+    });
+}
+
+fn remote(rkey: u32, addr: u64) -> RemoteAddr {
+    RemoteAddr {
+        addr,
+        rkey: Mkey::from_raw(rkey),
+    }
+}
+
+unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
+    with_batch("ibv_wr_start", qpx, |q, b| {
+        *b = Batch {
+            open: true,
+            ..Batch::default()
+        };
+        lock(&q.staging).reset();
+    });
+}
+
+unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
+    with_batch("ibv_wr_abort", qpx, |_, b| *b = Batch::default());
+}
+
+unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
+    guard("ibv_wr_complete", Conv::Errno, || {
+        let q = qpx_of(qpx)?;
+        let batch = std::mem::take(&mut *lock(&q.batch));
+        if !batch.open {
+            return Err(EINVAL);
+        }
+        if let Some(e) = batch.error {
+            return Err(e);
+        }
+        let lists: Vec<Vec<Sge>> = batch
+            .wrs
+            .iter()
+            .map(|w| match w.inline {
+                Some(one) => vec![one],
+                None => w.sges.clone(),
+            })
+            .collect();
+        let wrs: Vec<SendWr<'_>> = batch
+            .wrs
+            .iter()
+            .zip(&lists)
+            .map(|(w, s)| SendWr {
+                wr_id: w.wr_id,
+                sg_list: s,
+                opcode: w.op,
+                flags: if w.inline.is_some() {
+                    w.flags | SendFlags::INLINE
+                } else {
+                    w.flags
+                },
+                ud: w.ud,
+            })
+            .collect();
+        q.inner.post_send_list(&wrs).map_err(|e| e.error.errno())?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    begin(
+        "ibv_wr_rdma_write",
+        qpx,
+        WrOpcode::RdmaWrite(remote(rkey, remote_addr)),
+    );
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
+    begin(
+        "ibv_wr_rdma_write_imm",
+        qpx,
+        WrOpcode::RdmaWriteWithImm(remote(rkey, remote_addr), u32::from_be(imm)),
+    );
+}
+
+unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    begin(
+        "ibv_wr_rdma_read",
+        qpx,
+        WrOpcode::RdmaRead(remote(rkey, remote_addr)),
+    );
+}
+
+unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
+    begin("ibv_wr_send", qpx, WrOpcode::Send);
+}
+
+unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
+    begin(
+        "ibv_wr_send_imm",
+        qpx,
+        WrOpcode::SendWithImm(u32::from_be(imm)),
+    );
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    begin(
+        "ibv_wr_atomic_cmp_swp",
+        qpx,
+        WrOpcode::AtomicCmpSwp {
+            remote: remote(rkey, remote_addr),
+            compare,
+            swap,
+        },
+    );
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
+    begin(
+        "ibv_wr_atomic_fetch_add",
+        qpx,
+        WrOpcode::AtomicFetchAdd {
+            remote: remote(rkey, remote_addr),
+            add,
+        },
+    );
+}
+
+unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    current("ibv_wr_set_sge", qpx, |_, w| {
+        w.sges = vec![Sge {
+            addr,
+            length,
+            lkey: Mkey::from_raw(lkey),
+        }];
+        w.inline = None;
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn wr_set_sge_list(
+    qpx: *mut ibv_qp_ex,
+    num_sge: size_t,
+    sg_list: *const ibv_sge,
+) {
+    current("ibv_wr_set_sge_list", qpx, |_, w| {
+        if num_sge > 0 && sg_list.is_null() {
+            return Err(EINVAL);
+        }
+        let list: &[ibv_sge] = if num_sge == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's array holds num_sge SGEs (non-NULL).
+            unsafe { core::slice::from_raw_parts(sg_list, num_sge) }
+        };
+        w.sges = list
+            .iter()
+            .map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: Mkey::from_raw(s.lkey),
+            })
+            .collect();
+        w.inline = None;
+        Ok(())
+    });
+}
+
+fn set_inline(name: &str, qpx: *mut ibv_qp_ex, pieces: &[(u64, usize)]) {
+    current(name, qpx, |q, w| {
+        if !is_inline_op(&w.op) {
+            return Err(EINVAL);
+        }
+        // SAFETY: ibv_wr_set_inline_data* read the caller's buffers now.
+        let one = unsafe { lock(&q.staging).stage(pieces) }?;
+        w.inline = Some(one);
+        w.sges.clear();
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: size_t) {
+    set_inline("ibv_wr_set_inline_data", qpx, &[(addr as u64, length)]);
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    qpx: *mut ibv_qp_ex,
+    num_buf: size_t,
+    buf_list: *const ibv_data_buf,
+) {
+    if num_buf > 0 && buf_list.is_null() {
+        return with_batch("ibv_wr_set_inline_data_list", qpx, |_, b| fail(b, EINVAL));
+    }
+    let bufs: &[ibv_data_buf] = if num_buf == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's array holds num_buf buffers (non-NULL).
+        unsafe { core::slice::from_raw_parts(buf_list, num_buf) }
+    };
+    let pieces: Vec<(u64, usize)> = bufs.iter().map(|b| (b.addr as u64, b.length)).collect();
+    set_inline("ibv_wr_set_inline_data_list", qpx, &pieces);
+}
+
+unsafe extern "C" fn wr_set_ud_addr(
+    qpx: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    current("ibv_wr_set_ud_addr", qpx, |_, w| {
+        let ah = crate::qp::ah_of(ah)?;
+        w.ud = Some(UdTarget {
+            ah,
+            remote_qpn: Qpn::new(remote_qpn),
+            remote_qkey,
+        });
+        Ok(())
+    });
+}

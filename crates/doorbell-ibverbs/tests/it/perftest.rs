@@ -1,0 +1,191 @@
+//! Debian's unmodified perftest 4.5 on doorbell, server and client as two
+//! processes, each on its own NIC: every bandwidth and latency test over
+//! RC (and UD for SEND), on both of perftest's posting paths (the `ibv_wr_*`
+//! API it picks for a ConnectX-4 part ID, and `ibv_post_send` with
+//! `--use_old_post_send`), with the options people use: sizes (`-s`, `-a`),
+//! iterations (`-n`) or duration (`-D`), postlists (`-l`), inline (`-I`), CQ
+//! moderation (`-Q`), several QPs (`-q`), GID index (`-x`).
+
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::library::lib_dir;
+
+/// Each run gets its own loopback /24 and TCP port.
+static NEXT: AtomicU16 = AtomicU16::new(0);
+
+fn addr(net: u16, host: u8) -> String {
+    format!("127.{}.{}.{host}", 1 + std::process::id() % 250, 100 + net)
+}
+
+fn spawn(tool: &str, nic: &str, port: &str, args: &[&str], server: Option<&str>) -> Child {
+    let mut c = Command::new(tool);
+    c.env("LD_BIND_NOW", "1")
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("DOORBELL_ADDR", nic)
+        .env_remove("DOORBELL_NAME")
+        .args(["-d", "doorbell0", "-x", "0", "-F", "-p", port])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(s) = server {
+        c.arg(s);
+    }
+    c.spawn()
+        .unwrap_or_else(|e| panic!("cannot run {tool} ({e}); scripts/setup.sh installs perftest"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("collect output");
+                panic!("{what} did not finish in 60 s:\n{}", text(&out));
+            }
+        }
+    }
+}
+
+/// Runs `tool args` as server and client; returns the client's result
+/// rows: (bytes, iterations) of each line of the result table.
+fn run(tool: &str, args: &[&str]) -> Vec<(u64, u64)> {
+    let k = NEXT.fetch_add(1, Ordering::Relaxed);
+    let port = (21000 + (std::process::id() % 500) as u16 * 40 + k).to_string();
+    let server = spawn(tool, &addr(k, 2), &port, args, None);
+    // perftest's client retries its TCP connect while the server sets up.
+    std::thread::sleep(Duration::from_millis(200));
+    let client = spawn(tool, &addr(k, 3), &port, args, Some("127.0.0.1"));
+    let what = format!("{tool} {}", args.join(" "));
+    let c = finish(client, &format!("client of {what}"));
+    let s = finish(server, &format!("server of {what}"));
+    for (who, out) in [("server", &s), ("client", &c)] {
+        assert!(out.status.success(), "{who} of {what}:\n{}", text(out));
+    }
+    let stdout = String::from_utf8_lossy(&c.stdout);
+    let rows: Vec<(u64, u64)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "no result rows from {what}:\n{}",
+        text(&c)
+    );
+    rows
+}
+
+#[test]
+fn bandwidth_tests_over_rc_on_the_new_post_api() {
+    for tool in ["ib_write_bw", "ib_read_bw", "ib_send_bw"] {
+        assert_eq!(
+            run(tool, &["-s", "4096", "-n", "200"]),
+            [(4096, 200)],
+            "{tool}"
+        );
+    }
+    assert_eq!(run("ib_atomic_bw", &["-n", "200"]), [(8, 200)]);
+}
+
+#[test]
+fn bandwidth_tests_over_rc_on_ibv_post_send() {
+    for tool in ["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw"] {
+        let rows = run(tool, &["-n", "100", "--use_old_post_send"]);
+        assert_eq!(rows.len(), 1, "{tool}");
+        assert_eq!(rows[0].1, 100, "{tool}");
+    }
+}
+
+#[test]
+fn latency_tests_over_rc() {
+    for tool in [
+        "ib_write_lat",
+        "ib_read_lat",
+        "ib_send_lat",
+        "ib_atomic_lat",
+    ] {
+        let rows = run(tool, &["-n", "100"]);
+        assert_eq!(rows.len(), 1, "{tool}");
+        assert_eq!(rows[0].1, 100, "{tool}");
+    }
+    let rows = run(
+        "ib_write_lat",
+        &["-s", "8", "-n", "50", "--use_old_post_send"],
+    );
+    assert_eq!(rows, [(8, 50)]);
+}
+
+#[test]
+fn send_over_ud() {
+    assert_eq!(
+        run("ib_send_bw", &["-c", "UD", "-s", "1024", "-n", "100"]),
+        [(1024, 100)]
+    );
+    assert_eq!(
+        run("ib_send_lat", &["-c", "UD", "-s", "512", "-n", "50"]),
+        [(512, 50)]
+    );
+    assert_eq!(
+        run(
+            "ib_send_bw",
+            &["-c", "UD", "-s", "256", "-n", "50", "--use_old_post_send"]
+        ),
+        [(256, 50)]
+    );
+}
+
+#[test]
+fn write_bw_with_postlists_inline_moderation_and_several_qps() {
+    assert_eq!(
+        run("ib_write_bw", &["-s", "65536", "-n", "100", "-l", "4"]),
+        [(65536, 100)]
+    );
+    assert_eq!(
+        run(
+            "ib_write_bw",
+            &["-s", "64", "-n", "200", "-I", "64", "-Q", "8"]
+        ),
+        [(64, 200)]
+    );
+    // Two QPs: perftest counts iterations over all of them.
+    assert_eq!(
+        run("ib_write_bw", &["-s", "512", "-n", "100", "-q", "2"]),
+        [(512, 200)]
+    );
+    assert_eq!(
+        run(
+            "ib_send_bw",
+            &["-s", "256", "-n", "100", "-l", "4", "--use_old_post_send"]
+        ),
+        [(256, 100)]
+    );
+}
+
+#[test]
+fn write_bw_over_all_sizes_and_for_a_duration() {
+    let rows = run("ib_write_bw", &["-a", "-n", "10"]);
+    let sizes: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    let want: Vec<u64> = (1..=23).map(|i| 1u64 << i).collect();
+    assert_eq!(sizes, want, "every size from 2 to 2^23");
+    assert!(rows.iter().all(|r| r.1 == 10));
+    // A one-second run reports how many it did, at least one.
+    let rows = run("ib_write_bw", &["-s", "64", "-D", "1"]);
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].1 > 0, "{rows:?}");
+}
