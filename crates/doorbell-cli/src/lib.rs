@@ -9,12 +9,16 @@
 //!   of MWr and MRd streams of one size.
 //! - [`pingpong`]: ibv_rc_pingpong between processes or hosts, over a NIC
 //!   whose port is a UDP socket.
+//! - [`run`]: `doorbell run` / `doorbell env`: unmodified C programs on
+//!   the drop-in `libibverbs.so.1`, found by [`libdir`].
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
 pub mod layout;
+pub mod libdir;
 pub mod pcie;
 pub mod pingpong;
+pub mod run;
 pub mod seed;
 pub mod sim;
 

@@ -75,6 +75,23 @@ enum Cmd {
         #[command(flatten)]
         args: doorbell_cli::pingpong::PingpongArgs,
     },
+    /// Run an unmodified program on doorbell: puts the drop-in
+    /// libibverbs.so.1 first on LD_LIBRARY_PATH, sets DOORBELL_* from the
+    /// options, and execs PROGRAM (which then sees device doorbell0).
+    /// Builds nothing: `cargo build --release` builds the library too.
+    #[command(after_help = "Example, in two terminals:\n  \
+        doorbell run --addr 127.0.0.2 -- ibv_rc_pingpong -d doorbell0 -g 0\n  \
+        doorbell run --addr 127.0.0.3 -- ibv_rc_pingpong -d doorbell0 -g 0 127.0.0.1")]
+    Run {
+        #[command(flatten)]
+        args: doorbell_cli::run::RunArgs,
+    },
+    /// Print the settings of `doorbell run` as export lines for a shell:
+    /// eval "$(doorbell env --addr 127.0.0.2)".
+    Env {
+        #[command(flatten)]
+        args: doorbell_cli::run::EnvArgs,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -126,6 +143,12 @@ fn run(cli: Cli) -> Result<()> {
         }
         Some(Cmd::Sim { args }) => doorbell_cli::sim::main(&args, cli.json)?,
         Some(Cmd::Pingpong { args }) => doorbell_cli::pingpong::main(&args, cli.json)?,
+        Some(Cmd::Env { args }) => {
+            let lines = doorbell_cli::run::env_lines(&args)?;
+            doorbell_cli::print_out(lines.trim_end());
+        }
+        // Returns only if the program could not be started.
+        Some(Cmd::Run { args }) => std::process::exit(i32::from(doorbell_cli::run::exec(&args)?)),
     }
     Ok(())
 }

@@ -9,5 +9,6 @@ mod netns;
 mod pcie;
 mod pingpong;
 mod procs;
+mod run;
 mod seed;
 mod sim;

@@ -12,13 +12,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+#[path = "../../../doorbell-cli/src/libdir.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod libdir;
+
 /// The `libibverbs.so` built for this test run.
 pub(crate) fn built_library() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         let exe = std::env::current_exe().expect("path of the test executable");
         let deps = exe.parent().expect("test executable has a directory");
-        let lib = deps.join("libibverbs.so");
+        let lib = deps.join(libdir::BUILT_NAME);
         assert!(
             lib.is_file(),
             "{} missing: cargo builds it with the tests (crate-type cdylib); \
@@ -29,7 +33,8 @@ pub(crate) fn built_library() -> &'static Path {
     })
 }
 
-/// A directory holding only `libibverbs.so.1` → [`built_library`].
+/// A directory holding only `libibverbs.so.1` → [`built_library`]: made
+/// by the same code as `doorbell run`'s (doorbell-cli's `libdir`).
 pub(crate) fn lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -38,18 +43,7 @@ pub(crate) fn lib_dir() -> &'static Path {
             .parent()
             .and_then(Path::parent)
             .expect("deps has a parent");
-        let dir = profile_dir.join("doorbell-ibverbs");
-        std::fs::create_dir_all(&dir)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-        // Replace atomically, so that a run of another test binary at the
-        // same time never sees the name missing.
-        let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(lib, &tmp)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", tmp.display()));
-        std::fs::rename(&tmp, dir.join("libibverbs.so.1"))
-            .unwrap_or_else(|e| panic!("cannot rename {}: {e}", tmp.display()));
-        dir
+        libdir::link_dir(lib, profile_dir).unwrap_or_else(|e| panic!("cannot make the link: {e}"))
     })
 }
 

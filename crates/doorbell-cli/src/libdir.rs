@@ -1,0 +1,51 @@
+//! Where the built drop-in `libibverbs.so` is, and a directory in which it
+//! is called `libibverbs.so.1`.
+//!
+//! Cargo builds the cdylib as `libibverbs.so`: into `target/<profile>/` for
+//! `cargo build -p doorbell-ibverbs`, and into `target/<profile>/deps/`
+//! whenever a package depending on it is built (`doorbell`'s, or the
+//! crate's own tests). A loader looks for the SONAME, `libibverbs.so.1`, so
+//! [`link_dir`] makes a directory holding only a symlink of that name;
+//! `LD_LIBRARY_PATH=<that dir>` then puts it before the system's.
+//!
+//! This file uses `std` alone: doorbell-ibverbs' integration tests include
+//! it by path, so both make the link the same way.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The variable naming the library to use, overriding the search.
+pub const LIB_VAR: &str = "DOORBELL_LIBIBVERBS";
+/// The file name cargo gives the built library.
+pub const BUILT_NAME: &str = "libibverbs.so";
+/// The name the loader looks for.
+pub const SONAME: &str = "libibverbs.so.1";
+/// The directory [`link_dir`] makes.
+pub const LINK_DIR_NAME: &str = "doorbell-ibverbs";
+
+/// Where a build puts the library for executables in `exe_dir`
+/// (`target/<profile>/`), in search order: beside them, then in `deps/`.
+pub fn candidates(exe_dir: &Path) -> [PathBuf; 2] {
+    [
+        exe_dir.join(BUILT_NAME),
+        exe_dir.join("deps").join(BUILT_NAME),
+    ]
+}
+
+/// Makes `<under>/doorbell-ibverbs/` (if missing) with `libibverbs.so.1`
+/// a symlink to `lib`, and returns that directory. The link is replaced
+/// atomically (a temporary symlink renamed over it), so another process
+/// using the directory meanwhile never finds the name missing.
+pub fn link_dir(lib: &Path, under: &Path) -> io::Result<PathBuf> {
+    let dir = under.join(LINK_DIR_NAME);
+    std::fs::create_dir_all(&dir).map_err(|e| with_path(e, &dir))?;
+    let tmp = dir.join(format!(".{SONAME}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(lib, &tmp).map_err(|e| with_path(e, &tmp))?;
+    std::fs::rename(&tmp, dir.join(SONAME)).map_err(|e| with_path(e, &tmp))?;
+    Ok(dir)
+}
+
+fn with_path(e: io::Error, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}

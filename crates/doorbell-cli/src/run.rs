@@ -1,0 +1,250 @@
+//! `doorbell run` and `doorbell env`: an unmodified program on doorbell.
+//!
+//! Nothing is built at run time. `doorbell run` finds the drop-in
+//! `libibverbs.so` that cargo built ([`find_library`]), makes a directory
+//! where it is called `libibverbs.so.1` ([`libdir::link_dir`]), puts that
+//! directory first on `LD_LIBRARY_PATH`, sets the `DOORBELL_*` variables
+//! the library reads when the program opens a device, and execs the
+//! program in its own place. `doorbell env` prints the same settings as
+//! `export` lines for a shell (`eval "$(doorbell env)"`).
+//!
+//! The library is, in order: `$DOORBELL_LIBIBVERBS`; `libibverbs.so` beside
+//! the `doorbell` executable (`cargo build -p doorbell-ibverbs`); the same
+//! in its `deps/` directory, where building the `doorbell` package puts it
+//! (this package depends on doorbell-ibverbs for that alone).
+
+use std::ffi::{OsStr, OsString};
+use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use doorbell_rt::ProcessNicConfig;
+
+use crate::libdir;
+
+/// The variable for `--stats`.
+pub const STATS_VAR: &str = "DOORBELL_STATS";
+/// The variable for `--provider`.
+pub const PROVIDER_VAR: &str = "DOORBELL_PROVIDER";
+
+/// The settings of `doorbell env` and `doorbell run`. Each one not given is
+/// left as the environment has it (unset: the library's default).
+#[derive(Args, Debug, Clone, Default)]
+pub struct EnvArgs {
+    /// IPv4 address of the NIC's port (sets DOORBELL_ADDR); between hosts,
+    /// the host's own. Without it each process takes the first free
+    /// loopback address from 127.0.0.2 up.
+    #[arg(long, value_name = "IP", value_parser = parse_addr)]
+    pub addr: Option<Ipv4Addr>,
+    /// Device name (sets DOORBELL_NAME; the library's default: doorbell0).
+    #[arg(long, value_parser = parse_name)]
+    pub name: Option<String>,
+    /// Where the library writes its counters at exit, `-` for a table on
+    /// stderr (sets DOORBELL_STATS).
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<OsString>,
+    /// Provider (sets DOORBELL_PROVIDER; the library's default: doorbell).
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
+}
+
+/// `doorbell run`: the settings, then the program and its arguments.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The settings.
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// The program to run, found on PATH as a shell would, and its
+    /// arguments (after `--`, or after the first word that is not an
+    /// option of `doorbell run`).
+    #[arg(
+        value_name = "PROGRAM",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub program: Vec<OsString>,
+}
+
+/// The same rules as the library's for DOORBELL_ADDR.
+fn parse_addr(s: &str) -> Result<Ipv4Addr, String> {
+    check(ProcessNicConfig::ADDR_VAR, s).and_then(|c| {
+        c.addr
+            .map(Ipv4Addr::from)
+            .ok_or_else(|| "an empty address: leave --addr out to pick one".to_owned())
+    })
+}
+
+/// The same rules as the library's for DOORBELL_NAME.
+fn parse_name(s: &str) -> Result<String, String> {
+    check(ProcessNicConfig::NAME_VAR, s).map(|c| c.name)
+}
+
+fn check(var: &str, value: &str) -> Result<ProcessNicConfig, String> {
+    ProcessNicConfig::from_lookup(|k| (k == var).then(|| value.into())).map_err(|e| match e {
+        doorbell_rt::ProcessNicError::BadAddr { .. } => {
+            "not a unicast IPv4 address (a.b.c.d, e.g. 127.0.0.2)".to_owned()
+        }
+        doorbell_rt::ProcessNicError::BadName { .. } => format!(
+            "a device name is 1 to {} bytes, without '/'",
+            ProcessNicConfig::MAX_NAME_LEN
+        ),
+        other => other.to_string(),
+    })
+}
+
+/// The built `libibverbs.so` (see the module docs), as an absolute path
+/// (symlinks not resolved), and whether `$DOORBELL_LIBIBVERBS` named it.
+pub fn find_library() -> Result<(PathBuf, bool)> {
+    if let Some(v) = std::env::var_os(libdir::LIB_VAR) {
+        let p = PathBuf::from(&v);
+        if !p.is_file() {
+            bail!("{}={} is not a file", libdir::LIB_VAR, p.display());
+        }
+        let abs = std::path::absolute(&p).with_context(|| p.display().to_string())?;
+        return Ok((abs, true));
+    }
+    let dir = exe_dir()?;
+    let tried = libdir::candidates(&dir);
+    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        return Ok((p.clone(), false));
+    }
+    bail!(
+        "the doorbell libibverbs is not built (looked for {} and {}): run \
+         `cargo build --release -p doorbell-ibverbs` (without --release for a \
+         debug doorbell), or set {} to a built libibverbs.so",
+        tried[0].display(),
+        tried[1].display(),
+        libdir::LIB_VAR
+    )
+}
+
+fn exe_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the doorbell executable")?;
+    Ok(exe
+        .parent()
+        .context("the doorbell executable has no directory")?
+        .to_path_buf())
+}
+
+/// The directory to put first on `LD_LIBRARY_PATH`, where the library is
+/// called `libibverbs.so.1`: `$DOORBELL_LIBIBVERBS`'s own if it has that
+/// name, else `doorbell-ibverbs/` beside it, or beside the executable for
+/// a library found by the search, made or refreshed.
+pub fn library_dir() -> Result<PathBuf> {
+    let (lib, named) = find_library()?;
+    let parent = lib.parent().unwrap_or(Path::new("/")).to_path_buf();
+    if named && lib.file_name() == Some(OsStr::new(libdir::SONAME)) {
+        return Ok(parent);
+    }
+    let target = std::fs::canonicalize(&lib).with_context(|| lib.display().to_string())?;
+    let under = if named { parent } else { exe_dir()? };
+    libdir::link_dir(&target, &under).with_context(|| {
+        format!(
+            "cannot make the directory of {}; set {} to a libibverbs.so.1",
+            libdir::SONAME,
+            libdir::LIB_VAR
+        )
+    })
+}
+
+/// The variables `doorbell run` sets and `doorbell env` prints, in order.
+pub fn settings(args: &EnvArgs) -> Result<Vec<(&'static str, OsString)>> {
+    let dir = library_dir()?;
+    let mut path = dir.clone().into_os_string();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        for p in std::env::split_paths(&old).filter(|p| !p.as_os_str().is_empty() && *p != dir) {
+            path.push(":");
+            path.push(p);
+        }
+    }
+    let mut vars = vec![("LD_LIBRARY_PATH", path)];
+    if let Some(a) = args.addr {
+        vars.push((ProcessNicConfig::ADDR_VAR, a.to_string().into()));
+    }
+    if let Some(n) = &args.name {
+        vars.push((ProcessNicConfig::NAME_VAR, n.into()));
+    }
+    if let Some(s) = &args.stats {
+        vars.push((STATS_VAR, s.clone()));
+    }
+    if let Some(p) = &args.provider {
+        vars.push((PROVIDER_VAR, p.into()));
+    }
+    Ok(vars)
+}
+
+/// `doorbell env`: the settings as `export` lines, shell-quoted.
+pub fn env_lines(args: &EnvArgs) -> Result<String> {
+    Ok(settings(args)?
+        .iter()
+        .map(|(k, v)| format!("export {k}={}\n", shell_quote(v)))
+        .collect())
+}
+
+/// `v` as one word for a POSIX shell: as is if every byte is plainly
+/// safe, else in single quotes (a `'` written `'\''`).
+pub fn shell_quote(v: &OsStr) -> String {
+    let s = v.to_string_lossy();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:,+=@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// `doorbell run`: execs the program with the settings. Returns only if
+/// that failed: the exit status a shell would give (127: no such program,
+/// 126: not executable), after saying why on stderr.
+pub fn exec(args: &RunArgs) -> Result<u8> {
+    let vars = settings(&args.env)?;
+    let (prog, rest) = args
+        .program
+        .split_first()
+        .context("no program to run: doorbell run -- PROGRAM [ARGS...]")?;
+    let mut cmd = Command::new(prog);
+    cmd.args(rest);
+    for (k, v) in &vars {
+        cmd.env(k, v);
+    }
+    let err = cmd.exec();
+    let name = prog.to_string_lossy();
+    Ok(if err.kind() == std::io::ErrorKind::NotFound {
+        eprintln!("doorbell run: {name}: command not found");
+        127
+    } else {
+        eprintln!("doorbell run: {name}: {err}");
+        126
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_quoted_only_when_a_shell_would_split_them() {
+        let q = |s: &str| shell_quote(OsStr::new(s));
+        assert_eq!(
+            q("/a/b-c/doorbell-ibverbs:/x"),
+            "/a/b-c/doorbell-ibverbs:/x"
+        );
+        assert_eq!(q("127.0.0.2"), "127.0.0.2");
+        assert_eq!(q(""), "''");
+        assert_eq!(q("a b"), "'a b'");
+        assert_eq!(q("it's $HOME"), r"'it'\''s $HOME'");
+    }
+
+    #[test]
+    fn settings_follow_the_librarys_rules() {
+        assert_eq!(parse_addr("10.0.0.1"), Ok(Ipv4Addr::new(10, 0, 0, 1)));
+        assert!(parse_addr("10.0.0").unwrap_err().contains("IPv4"));
+        assert!(parse_addr("").is_err());
+        assert_eq!(parse_name("mlx5_0"), Ok("mlx5_0".to_owned()));
+        assert!(parse_name(&"x".repeat(64)).unwrap_err().contains("63"));
+    }
+}
