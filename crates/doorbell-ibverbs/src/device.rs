@@ -178,6 +178,7 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         vctx.sz = core::mem::size_of::<verbs_context>();
         vctx.query_port = Some(query_port_ex);
         vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
+        vctx.query_device_ex = Some(query_device_ex);
         let c = &mut vctx.context;
         c.device = dev;
         c.ops.poll_cq = Some(CQ_OPS.poll_cq);
@@ -255,6 +256,47 @@ pub extern "C" fn ibv_query_device(
         a.phys_port_cnt = 1;
         // SAFETY: checked non-NULL; the caller passes a whole ibv_device_attr.
         unsafe { device_attr.write(a) };
+        Ok(0)
+    })
+}
+
+/// `verbs_context.query_device_ex`: the legacy attributes, and of the
+/// extended ones the port count (doorbell has no ODP, TSO, RSS, tag
+/// matching, device memory or PCIe atomics: those read as zero). Writes no
+/// more than the caller's `attr_size`.
+unsafe extern "C" fn query_device_ex(
+    context_: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: size_t,
+) -> c_int {
+    guard("ibv_query_device_ex", Conv::Errno, || {
+        // SAFETY: NULL or the caller's input struct.
+        if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+            return Err(EINVAL);
+        }
+        let base = core::mem::size_of::<ibv_device_attr>();
+        if attr.is_null() || attr_size < base {
+            return Err(EINVAL);
+        }
+        // SAFETY: ibv_device_attr_ex is plain data; zero is its empty value.
+        let mut a: ibv_device_attr_ex = unsafe { core::mem::zeroed() };
+        let r = ibv_query_device(context_, &mut a.orig_attr);
+        if r != 0 {
+            return Err(r);
+        }
+        a.phys_port_cnt_ex = u32::from(a.orig_attr.phys_port_cnt);
+        a.device_cap_flags_ex = u64::from(a.orig_attr.device_cap_flags);
+        let n = attr_size.min(core::mem::size_of::<ibv_device_attr_ex>());
+        // SAFETY: the caller's struct has attr_size bytes; n <= attr_size.
+        unsafe {
+            core::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
+            core::ptr::copy_nonoverlapping(
+                core::ptr::from_ref(&a).cast::<u8>(),
+                attr.cast::<u8>(),
+                n,
+            );
+        }
         Ok(0)
     })
 }

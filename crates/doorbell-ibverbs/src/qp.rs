@@ -186,7 +186,11 @@ fn qp_type_of(t: c_uint) -> Result<QpType, c_int> {
     match t {
         IBV_QPT_RC => Ok(QpType::Rc),
         IBV_QPT_UD => Ok(QpType::Ud),
-        IBV_QPT_UC => Err(EOPNOTSUPP),
+        // Types verbs.h names that doorbell does not have: UC (for now),
+        // raw packet, XRC send and receive, driver-specific.
+        IBV_QPT_UC | IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_DRIVER => {
+            Err(EOPNOTSUPP)
+        }
         _ => Err(EINVAL),
     }
 }

@@ -32,6 +32,8 @@ use crate::wr_batch::{Batch, Pending};
 const ATTR_PD: u32 = 1 << 0;
 const ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
+const CREATE_BLOCK_SELF_MCAST_LB: u32 = 1 << 1;
 /// The `IBV_QP_EX_WITH_*` ops doorbell has: RDMA WRITE (and with
 /// immediate), SEND (and with immediate), RDMA READ, both atomics.
 const SUPPORTED_SEND_OPS: u64 = 0x7f;
@@ -70,8 +72,11 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         if a.comp_mask & ATTR_PD == 0 {
             return Err(EINVAL);
         }
+        // Of the create flags only "block self multicast loopback" is
+        // honoured, trivially: doorbell has no multicast to loop back.
         if a.comp_mask & !(ATTR_PD | ATTR_CREATE_FLAGS | ATTR_SEND_OPS_FLAGS) != 0
-            || (a.comp_mask & ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+            || (a.comp_mask & ATTR_CREATE_FLAGS != 0
+                && a.create_flags & !CREATE_BLOCK_SELF_MCAST_LB != 0)
         {
             return Err(EOPNOTSUPP);
         }

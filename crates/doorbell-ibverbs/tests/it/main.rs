@@ -19,4 +19,5 @@ mod layout;
 mod library;
 mod loader;
 mod perftest;
+mod pyverbs;
 mod symbols;
