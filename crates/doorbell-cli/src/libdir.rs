@@ -24,7 +24,8 @@ pub const SONAME: &str = "libibverbs.so.1";
 pub const LINK_DIR_NAME: &str = "doorbell-ibverbs";
 
 /// Where a build puts the library for executables in `exe_dir`
-/// (`target/<profile>/`), in search order: beside them, then in `deps/`.
+/// (`target/<profile>/`): beside them, and in `deps/`. Where both exist the
+/// newer is the one built last.
 pub fn candidates(exe_dir: &Path) -> [PathBuf; 2] {
     [
         exe_dir.join(BUILT_NAME),

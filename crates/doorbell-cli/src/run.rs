@@ -109,7 +109,14 @@ pub fn find_library() -> Result<(PathBuf, bool)> {
     }
     let dir = exe_dir()?;
     let tried = libdir::candidates(&dir);
-    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+    // Both may exist, one stale (`cargo build -p doorbell-ibverbs` writes
+    // the first, building doorbell updates only the second): the newest is
+    // the one built last.
+    let newest = tried
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t);
+    if let Some((_, p)) = newest {
         return Ok((p.clone(), false));
     }
     bail!(
