@@ -168,6 +168,11 @@ impl Context {
         self.inner.ucontext.link().gid()
     }
 
+    /// True if `self` and `other` are the same context (clones of one open).
+    pub fn same_as(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Sets (or with `None` removes) the observer of every post of this
     /// context's QPs.
     pub fn set_post_observer(&self, observer: Option<Arc<dyn PostObserver>>) {

@@ -228,6 +228,11 @@ impl Cq {
         })
     }
 
+    /// The context the CQ was made in.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
     /// The CQ number.
     pub fn cqn(&self) -> Cqn {
         self.inner.cqn

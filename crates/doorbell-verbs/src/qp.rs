@@ -250,6 +250,10 @@ impl Pd {
     /// provider does.
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
         let ctx = self.context().clone();
+        // As the kernel's uverbs: every object a QP names is of its context.
+        if !attr.send_cq.context().same_as(&ctx) || !attr.recv_cq.context().same_as(&ctx) {
+            return Err(VerbsError::InvalidArgument("a CQ of another context"));
+        }
         let resp = ctx.driver().resp().clone();
         let cap = attr.cap;
         if cap.max_send_wr == 0

@@ -8,6 +8,7 @@
 //! test binary: the cdylib of this package, in the `deps` directory beside the
 //! test executable (see [`library`]).
 
+mod bad_input;
 #[allow(dead_code)]
 mod c_probe;
 mod clients;

@@ -334,3 +334,20 @@ fn a_failing_wr_is_named_and_those_before_it_are_posted() {
     let e = r.b.post_recv_list(&[rgood, rgood, rbad]).unwrap_err();
     assert_eq!(e.index, 2);
 }
+
+#[test]
+fn a_qp_cannot_complete_into_a_cq_of_another_context() {
+    let r = rig();
+    let other = Context::open(r.link.clone()).unwrap();
+    let pd = other.alloc_pd().unwrap();
+    let e = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: r.cq.clone(),
+            recv_cq: r.cq.clone(),
+            cap: QpCaps::default(),
+            sq_sig_all: false,
+        })
+        .unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
+}

@@ -1,0 +1,247 @@
+/* Bad input through the C API: each call gets the errno rdma-core (or the
+ * kernel) would give, and nothing else breaks. Built by the tests against
+ * the installed <infiniband/verbs.h>; run on doorbell's libibverbs.so.1.
+ * Prints "ok <name>" per check and "FAIL <name>: ..." for a failed one;
+ * exits 0 only if every check passed. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(name, cond, ...)                                                  \
+	do {                                                                    \
+		if (cond) {                                                     \
+			printf("ok %s\n", name);                                \
+		} else {                                                        \
+			printf("FAIL %s: ", name);                              \
+			printf(__VA_ARGS__);                                    \
+			printf("\n");                                           \
+			failures++;                                             \
+		}                                                               \
+	} while (0)
+
+static struct ibv_context *open_first(void)
+{
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1) {
+		printf("FAIL no device\n");
+		exit(2);
+	}
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	if (!ctx) {
+		printf("FAIL open: %s\n", strerror(errno));
+		exit(2);
+	}
+	return ctx;
+}
+
+static int to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+						   IBV_ACCESS_REMOTE_READ};
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					  IBV_QP_ACCESS_FLAGS))
+		return -1;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+					  IBV_QP_MIN_RNR_TIMER))
+		return -1;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	for (long i = 0; i < 200000000; i++) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n != 0)
+			return n;
+	}
+	return 0;
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IONBF, 0);
+	struct ibv_context *ctx = open_first();
+	union ibv_gid gid;
+	ibv_query_gid(ctx, 1, 0, &gid);
+
+	/* Queries with bad arguments. */
+	struct ibv_port_attr pa;
+	CHECK("query_port_bad_port", ibv_query_port(ctx, 2, &pa) == EINVAL, "port 2");
+	errno = 0;
+	CHECK("query_gid_bad_index", ibv_query_gid(ctx, 1, -1, &gid) == -1 && errno == EINVAL,
+	      "errno %d", errno);
+	ibv_query_gid(ctx, 1, 0, &gid);
+
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	CHECK("setup", pd && cq, "pd %p cq %p", (void *)pd, (void *)cq);
+
+	/* CQ sizes and vectors. */
+	errno = 0;
+	CHECK("create_cq_zero", !ibv_create_cq(ctx, 0, NULL, NULL, 0) && errno == EINVAL,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("create_cq_huge", !ibv_create_cq(ctx, 1 << 30, NULL, NULL, 0) && errno == EINVAL,
+	      "errno %d", errno);
+
+	/* Registration. */
+	char *buf = malloc(1 << 16);
+	errno = 0;
+	CHECK("reg_mr_unknown_flag", !ibv_reg_mr(pd, buf, 4096, 1 << 30) && errno == EINVAL,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("reg_mr_remote_write_needs_local_write",
+	      !ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL,
+	      "errno %d", errno);
+	char *gone = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	munmap(gone, 8192);
+	errno = 0;
+	CHECK("reg_mr_unmapped", !ibv_reg_mr(pd, gone, 8192, IBV_ACCESS_LOCAL_WRITE) &&
+					 errno == EFAULT,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("reg_mr_zero_length", !ibv_reg_mr(pd, buf, 0, IBV_ACCESS_LOCAL_WRITE) &&
+					    errno == EINVAL,
+	      "errno %d", errno);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 1 << 16,
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					       IBV_ACCESS_REMOTE_READ);
+	CHECK("reg_mr", mr != NULL, "errno %d", errno);
+
+	/* QPs: a loop-back pair on one NIC. */
+	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 8, .max_recv_wr = 8,
+					      .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *a = ibv_create_qp(pd, &ia);
+	struct ibv_qp *b = ibv_create_qp(pd, &ia);
+	CHECK("create_qps", a && b, "errno %d", errno);
+	struct ibv_qp_init_attr bad = ia;
+	bad.qp_type = 77;
+	errno = 0;
+	CHECK("create_qp_unknown_type", !ibv_create_qp(pd, &bad) && errno == EINVAL, "errno %d",
+	      errno);
+
+	/* Objects of another context. */
+	struct ibv_context *ctx2 = open_first();
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx2);
+	errno = 0;
+	CHECK("create_qp_with_a_foreign_cq", !ibv_create_qp(pd2, &ia) && errno == EINVAL,
+	      "errno %d", errno);
+	ibv_dealloc_pd(pd2);
+	ibv_close_device(ctx2);
+
+	/* A transition missing a required attribute. */
+	struct ibv_qp_attr qa = {.qp_state = IBV_QPS_INIT};
+	CHECK("modify_missing_attr", ibv_modify_qp(a, &qa, IBV_QP_STATE) == EINVAL, "");
+	CHECK("to_rts", to_rts(a, b->qp_num, gid) == 0 && to_rts(b, a->qp_num, gid) == 0,
+	      "errno %d", errno);
+
+	/* A WR chain with a bad WR in the middle: the one before it runs,
+	 * bad_wr names the bad one, the one after does not run. */
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey};
+	struct ibv_sge sges[8];
+	for (int i = 0; i < 8; i++)
+		sges[i] = sge;
+	struct ibv_send_wr w3 = {.wr_id = 3, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+	w3.wr.rdma.remote_addr = (uintptr_t)buf + 4096;
+	w3.wr.rdma.rkey = mr->rkey;
+	struct ibv_send_wr w2 = w3, w1 = w3, *bad_wr = NULL;
+	w2.wr_id = 2;
+	w2.sg_list = sges;
+	w2.num_sge = 8;
+	w2.next = &w3;
+	w1.wr_id = 1;
+	w1.next = &w2;
+	CHECK("post_send_too_many_sges", ibv_post_send(a, &w1, &bad_wr) == EINVAL &&
+						 bad_wr == &w2,
+	      "bad_wr %p (w2 %p)", (void *)bad_wr, (void *)&w2);
+	struct ibv_wc wc;
+	int n = wait_wc(cq, &wc);
+	CHECK("only_the_first_ran", n == 1 && wc.wr_id == 1 && wc.status == IBV_WC_SUCCESS,
+	      "n %d wr_id %llu status %d", n, (unsigned long long)wc.wr_id, wc.status);
+	CHECK("nothing_after_it", ibv_poll_cq(cq, 1, &wc) == 0, "another completion");
+
+	w1.next = NULL;
+	w1.opcode = 99;
+	bad_wr = NULL;
+	CHECK("post_send_unknown_opcode", ibv_post_send(a, &w1, &bad_wr) == EINVAL &&
+						  bad_wr == &w1,
+	      "");
+	w1.opcode = IBV_WR_RDMA_WRITE;
+	w1.num_sge = -1;
+	CHECK("post_send_negative_num_sge", ibv_post_send(a, &w1, &bad_wr) == EINVAL, "");
+	w1.num_sge = 1;
+	w1.sg_list = NULL;
+	CHECK("post_send_null_sg_list", ibv_post_send(a, &w1, &bad_wr) == EINVAL, "");
+	w1.sg_list = &sge;
+
+	/* Destroying what is in use. */
+	CHECK("destroy_cq_in_use", ibv_destroy_cq(cq) == EBUSY, "");
+	CHECK("dealloc_pd_in_use", ibv_dealloc_pd(pd) == EBUSY, "");
+
+	/* Memory the program unmaps while it is registered: the WR fails with
+	 * a protection error; the process does not crash. */
+	char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mm = ibv_reg_mr(pd, m, 8192, IBV_ACCESS_LOCAL_WRITE);
+	CHECK("reg_mmapped", mm != NULL, "errno %d", errno);
+	munmap(m, 8192);
+	struct ibv_sge gs = {.addr = (uintptr_t)m, .length = 64, .lkey = mm->lkey};
+	struct ibv_send_wr wg = w1;
+	wg.wr_id = 9;
+	wg.sg_list = &gs;
+	CHECK("post_from_unmapped", ibv_post_send(a, &wg, &bad_wr) == 0, "errno");
+	n = wait_wc(cq, &wc);
+	CHECK("unmapped_is_a_protection_error",
+	      n == 1 && wc.wr_id == 9 && wc.status == IBV_WC_LOC_PROT_ERR,
+	      "n %d wr_id %llu status %d (%s)", n, (unsigned long long)wc.wr_id, wc.status,
+	      ibv_wc_status_str(wc.status));
+	ibv_dereg_mr(mm);
+
+	/* Use after destroy through an exported function is refused, not
+	 * followed. */
+	CHECK("destroy_qp", ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0, "");
+	CHECK("destroy_qp_twice", ibv_destroy_qp(a) == EINVAL, "");
+	CHECK("dereg_mr", ibv_dereg_mr(mr) == 0, "");
+	CHECK("dereg_mr_twice", ibv_dereg_mr(mr) == EINVAL, "");
+	CHECK("destroy_cq", ibv_destroy_cq(cq) == 0, "");
+	/* (A destroyed CQ cannot be polled safely: the inline ibv_poll_cq reads
+	 * cq->context from the freed handle before any call reaches us.) */
+	CHECK("dealloc_pd", ibv_dealloc_pd(pd) == 0, "");
+	CHECK("close", ibv_close_device(ctx) == 0, "");
+	CHECK("close_twice", ibv_close_device(ctx) == EINVAL, "");
+	free(buf);
+	printf("%d failed\n", failures);
+	return failures != 0;
+}
