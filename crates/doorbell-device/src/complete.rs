@@ -138,6 +138,9 @@ pub(crate) fn flush_rq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     if qp.state == QpState::Err {
         qp.rq.flush_poll = Some(ctx.now.add(ERR_RQ_POLL));
     }
+    if let Some(w) = qp.inbound.spare.take() {
+        recv_error(qp, ctx, w.index, Syndrome::WrFlushErr);
+    }
     if let Some(ip) = qp.inbound.recv.take() {
         recv_error(qp, ctx, ip.wqe_index, Syndrome::WrFlushErr);
     }

@@ -1,7 +1,12 @@
-//! The receive engine, the responder half of RC and UD receive: the PSN
-//! checks ([`doorbell_roce::Responder`] decides), receive-WQE use and
-//! scatter, RDMA WRITE placement, READ and atomic execution, ACK/NAK/RNR
-//! answers, duplicates, and receive completions.
+//! The receive engine, the responder half of RC and UC and UD receive: the
+//! PSN checks ([`doorbell_roce::Responder`] decides for RC), receive-WQE
+//! use and scatter, RDMA WRITE placement, READ and atomic execution,
+//! ACK/NAK/RNR answers, duplicates, and receive completions.
+//!
+//! UC (IBTA §9.7.5.2.4, and rxe's UC responder): a packet out of sequence
+//! never NAKs; it aborts the message in progress, whose receive WQE is kept
+//! for the next SEND, and everything up to the next First or Only packet
+//! is dropped. A First or Only packet starts a message at its own PSN.
 
 use doorbell_hif::{Access, QpState, QpType};
 use doorbell_layout::cqe::{CqeOpcode, Syndrome};
@@ -20,7 +25,7 @@ use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
 use crate::qp::Qp;
 use crate::sge::{MAX_MSG_LEN, ScatterError, scatter};
-use crate::wq::{RecvInProgress, WriteInProgress};
+use crate::wq::{RecvInProgress, RecvWqe, WriteInProgress};
 
 /// Bytes of the GRH area a UD receive buffer starts with.
 const GRH_LEN: usize = 40;
@@ -66,8 +71,273 @@ pub(crate) fn handle_request<D: Dma>(
 ) -> Outcome {
     match qp.p.qp_type {
         QpType::Ud => ud_receive(qp, repr, ip_header, payload, ctx),
+        QpType::Uc => uc_request(qp, repr, payload, ctx),
+        // A packet of another transport is silently dropped.
+        QpType::Rc if repr.bth.opcode.is_uc() => {
+            ctx.out.counters.rx_dropped += 1;
+            Ok(())
+        }
         QpType::Rc => rc_request(qp, repr, payload, ctx),
     }
+}
+
+/// Drops a UC packet and the rest of its message.
+fn uc_drop<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
+    qp.inbound.abort();
+    qp.inbound.uc_drop = true;
+    ctx.out.counters.rx_dropped += 1;
+    Ok(())
+}
+
+fn uc_request<D: Dma>(
+    qp: &mut Qp,
+    repr: &RoceRepr,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Outcome {
+    use BthOpcode::*;
+    let bth = repr.bth;
+    let op = bth.opcode.uc_as_rc();
+    let (Some(op), true) = (
+        op,
+        matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd),
+    ) else {
+        ctx.out.counters.rx_dropped += 1;
+        return Ok(());
+    };
+    let start = matches!(
+        op,
+        RcSendFirst
+            | RcSendOnly
+            | RcSendOnlyWithImmediate
+            | RcRdmaWriteFirst
+            | RcRdmaWriteOnly
+            | RcRdmaWriteOnlyWithImmediate
+    );
+    let is_send = matches!(
+        op,
+        RcSendFirst
+            | RcSendMiddle
+            | RcSendLast
+            | RcSendLastWithImmediate
+            | RcSendOnly
+            | RcSendOnlyWithImmediate
+    );
+    let in_seq = bth.psn == qp.resp.epsn();
+    if !in_seq {
+        ctx.out.counters.out_of_sequence += 1;
+    }
+    if start {
+        // A new message, at its own PSN; one in progress is given up.
+        if !in_seq || qp.inbound.recv.is_some() || qp.inbound.write.is_some() {
+            qp.inbound.abort();
+        }
+        qp.inbound.uc_drop = false;
+        qp.resp.set_psn(bth.psn);
+    } else {
+        let continues = if is_send {
+            qp.inbound.recv.is_some()
+        } else {
+            qp.inbound.write.is_some()
+        };
+        if !in_seq || qp.inbound.uc_drop || !continues {
+            return uc_drop(qp, ctx);
+        }
+    }
+    if is_send {
+        uc_send(qp, repr, op, payload, ctx)
+    } else {
+        uc_write(qp, repr, op, payload, ctx)
+    }
+}
+
+/// The receive WQE for a new UC message: the one an aborted SEND left, or
+/// the next posted.
+fn uc_recv_wqe<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Result<Option<RecvWqe>, Fault> {
+    if let Some(w) = qp.inbound.spare.take() {
+        return Ok(Some(w));
+    }
+    next_recv_wqe(qp, ctx).map_err(|RecvFetchError| Fault::Qp)
+}
+
+fn uc_send<D: Dma>(
+    qp: &mut Qp,
+    repr: &RoceRepr,
+    op: BthOpcode,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Outcome {
+    use BthOpcode::*;
+    let bth = repr.bth;
+    let first = matches!(op, RcSendFirst | RcSendOnly | RcSendOnlyWithImmediate);
+    let last = !matches!(op, RcSendFirst | RcSendMiddle);
+    if first {
+        let Some(w) = uc_recv_wqe(qp, ctx)? else {
+            // No receive WQE: UC has no RNR, the message is dropped.
+            ctx.out.counters.out_of_buffer += 1;
+            return uc_drop(qp, ctx);
+        };
+        qp.inbound.recv = Some(RecvInProgress {
+            wqe_index: w.index,
+            sges: w.sges,
+            offset: 0,
+            imm: None,
+        });
+    }
+    let Some(ip) = qp.inbound.recv.take() else {
+        return uc_drop(qp, ctx);
+    };
+    if let Err(e) = scatter(qp, &ip.sges, ip.offset, payload, ctx) {
+        // A local error of the receiver (class D): the WQE completes in
+        // error and the QP goes to ERR, as for UD.
+        let s = if e == ScatterError::Length {
+            Syndrome::LocalLengthErr
+        } else {
+            Syndrome::LocalProtErr
+        };
+        recv_error(qp, ctx, ip.wqe_index, s);
+        return Err(Fault::Qp);
+    }
+    let offset = ip.offset + payload.len() as u64;
+    qp.resp.advance(1);
+    if last {
+        let imm = repr.ext.immdt.map(|i| i.imm);
+        let opcode = if imm.is_some() {
+            CqeOpcode::RespSendImm
+        } else {
+            CqeOpcode::RespSend
+        };
+        recv_done(
+            qp,
+            ctx,
+            RecvDone {
+                index: ip.wqe_index,
+                opcode,
+                byte_cnt: offset as u32,
+                imm,
+                solicited: bth.solicited,
+                ud_src: None,
+            },
+        );
+    } else {
+        qp.inbound.recv = Some(RecvInProgress { offset, ..ip });
+    }
+    Ok(())
+}
+
+fn uc_write<D: Dma>(
+    qp: &mut Qp,
+    repr: &RoceRepr,
+    op: BthOpcode,
+    payload: &[u8],
+    ctx: &mut Ctx<'_, D>,
+) -> Outcome {
+    use BthOpcode::*;
+    let bth = repr.bth;
+    let first = matches!(
+        op,
+        RcRdmaWriteFirst | RcRdmaWriteOnly | RcRdmaWriteOnlyWithImmediate
+    );
+    let last = !matches!(op, RcRdmaWriteFirst | RcRdmaWriteMiddle);
+    let with_imm = matches!(
+        op,
+        RcRdmaWriteLastWithImmediate | RcRdmaWriteOnlyWithImmediate
+    );
+    if first {
+        let Some(reth) = repr.ext.reth else {
+            return uc_drop(qp, ctx);
+        };
+        let allowed = qp
+            .attrs
+            .access
+            .unwrap_or_default()
+            .allows(Access::REMOTE_WRITE);
+        let key_ok = ctx
+            .mkeys
+            .translate(
+                reth.rkey,
+                qp.p.pd,
+                Access::REMOTE_WRITE,
+                reth.va,
+                reth.dma_len.into(),
+                |_, _, _| {},
+            )
+            .is_ok();
+        if !allowed || !key_ok {
+            // UC answers nothing: a WRITE the responder may not do is
+            // dropped whole.
+            return uc_drop(qp, ctx);
+        }
+        qp.inbound.write = Some(WriteInProgress {
+            va: reth.va,
+            rkey: reth.rkey.raw(),
+            len: reth.dma_len.into(),
+            offset: 0,
+        });
+    }
+    let Some(w) = qp.inbound.write.take() else {
+        return uc_drop(qp, ctx);
+    };
+    let end = w.offset + payload.len() as u64;
+    if end > w.len || (last && end != w.len) {
+        // More or less data than the RETH said: a length error (class D).
+        return Err(Fault::Qp);
+    }
+    // An immediate needs a receive WQE: found before touching memory, so
+    // that a message without one leaves its last packet unwritten.
+    let recv = if last && with_imm {
+        match uc_recv_wqe(qp, ctx)? {
+            Some(r) => Some(r),
+            None => {
+                ctx.out.counters.out_of_buffer += 1;
+                return uc_drop(qp, ctx);
+            }
+        }
+    } else {
+        None
+    };
+    let Some(va) = w.va.checked_add(w.offset) else {
+        return uc_drop(qp, ctx);
+    };
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
+    let mut ok = true;
+    let dma = &mut *ctx.dma;
+    let t = &mut ctx.t;
+    let translated = ctx.mkeys.translate(
+        Mkey::from_raw(w.rkey),
+        qp.p.pd,
+        Access::REMOTE_WRITE,
+        va,
+        payload.len() as u64,
+        |h, n, o| ok &= dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
+    );
+    if translated.is_err() || !ok {
+        if let Some(r) = recv {
+            qp.inbound.spare = Some(r);
+        }
+        return uc_drop(qp, ctx);
+    }
+    qp.resp.advance(1);
+    if last {
+        ctx.out.counters.rx_write_requests += 1;
+        if let Some(r) = recv {
+            recv_done(
+                qp,
+                ctx,
+                RecvDone {
+                    index: r.index,
+                    opcode: CqeOpcode::RespWrImm,
+                    byte_cnt: w.len as u32,
+                    imm: repr.ext.immdt.map(|i| i.imm),
+                    solicited: bth.solicited,
+                    ud_src: None,
+                },
+            );
+        }
+    } else {
+        qp.inbound.write = Some(WriteInProgress { offset: end, ..w });
+    }
+    Ok(())
 }
 
 fn ud_receive<D: Dma>(

@@ -1,5 +1,6 @@
 //! The send engine: doorbells, WQE execution in posting order, and new
-//! request messages (RC through the transmitter, UD at once).
+//! request messages (RC through the transmitter; UC and UD at once, since
+//! nothing comes back for them).
 
 use doorbell_hif::{Access, QpState, QpType};
 use doorbell_layout::cqe::Syndrome;
@@ -7,18 +8,19 @@ use doorbell_layout::uar::SendDoorbell;
 use doorbell_layout::wqe::{self, CtrlSeg, WQEBB_LEN, WqeOpcode, wqebbs_for_ds};
 use doorbell_pcie::Dma;
 use doorbell_roce::PsnRange;
+use doorbell_types::Mkey;
 use doorbell_types::Qpn;
-use doorbell_wire::{BthOpcode, BthRepr, DethRepr, ExtHeaders, ImmDtRepr};
+use doorbell_wire::{BthOpcode, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, RethRepr};
 
 use crate::complete::{flush_sq, retire};
 use crate::cqe::send_done;
 use crate::ctx::Ctx;
-use crate::emit::emit;
+use crate::emit::{emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::fetch_upto;
 use crate::qp::Qp;
 use crate::sge::{MAX_MSG_LEN, check_keys, gather};
-use crate::transmit::send_window;
+use crate::transmit::{request_opcode, send_window};
 use crate::wq::{Payload, SentMsg};
 use crate::wqe::{Wqe, parse_wqe};
 
@@ -135,6 +137,7 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         ctx.charge(ctx.cfg.timing.wqe);
         match qp.p.qp_type {
             QpType::Rc => execute_rc(qp, w, ctx)?,
+            QpType::Uc => execute_uc(qp, w, ctx)?,
             QpType::Ud => execute_ud(qp, w, ctx)?,
         }
     }
@@ -234,6 +237,66 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         return Ok(());
     }
     send_window(qp, ctx)
+}
+
+/// A UC SEND or RDMA WRITE: every packet leaves now, with its PSN and no
+/// ACK request, and the WQE completes when the last has left (UC has no
+/// ACKs, so nothing is retransmitted and no timer runs).
+fn execute_uc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
+    let fail = |syndrome| Fault::Wqe {
+        index: w.index,
+        opcode: w.opcode,
+        syndrome,
+    };
+    let signaled = w.fm_ce_se & wqe::ctrl_flags::CE_MASK == wqe::ctrl_flags::CQ_UPDATE;
+    let (is_write, has_imm) = match w.opcode {
+        WqeOpcode::Nop => {
+            if signaled {
+                send_done(qp, w.index, w.opcode, 0, ctx);
+            }
+            return Ok(());
+        }
+        WqeOpcode::Send => (false, false),
+        WqeOpcode::SendImm => (false, true),
+        WqeOpcode::RdmaWrite => (true, false),
+        WqeOpcode::RdmaWriteImm => (true, true),
+        // UC has no READ and no atomics (the provider refuses them at post).
+        _ => return Err(fail(Syndrome::LocalQpOpErr)),
+    };
+    let len = w.payload.len();
+    check_local_read(qp, &w.payload, len, ctx).map_err(fail)?;
+    let mtu = u64::from(qp.mtu());
+    let n = len.div_ceil(mtu).max(1) as u32;
+    let first_psn = qp.req.alloc(n);
+    let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
+    let dst = peer_ip(qp);
+    for i in 0..n {
+        let start = u64::from(i) * mtu;
+        let data = gather(qp, &w.payload, start, mtu.min(len - start), ctx).map_err(fail)?;
+        let (first, last) = (i == 0, i + 1 == n);
+        let op = request_opcode(is_write, has_imm, first, last);
+        let Some(op) = op.rc_as_uc() else {
+            return Err(fail(Syndrome::LocalQpOpErr));
+        };
+        let mut bth = BthRepr::new(op, dqpn, first_psn.add(i));
+        bth.solicited = last && w.fm_ce_se & wqe::ctrl_flags::SOLICITED != 0;
+        let ext = ExtHeaders {
+            reth: (is_write && first).then_some(RethRepr {
+                va: w.raddr,
+                rkey: Mkey::from_raw(w.rkey),
+                dma_len: len as u32,
+            }),
+            immdt: (has_imm && last).then_some(ImmDtRepr { imm: w.imm }),
+            ..ExtHeaders::default()
+        };
+        if let Some(dst) = dst {
+            emit(qp, ctx, dst, bth, ext, &data);
+        }
+    }
+    if signaled {
+        send_done(qp, w.index, w.opcode, 0, ctx);
+    }
+    Ok(())
 }
 
 fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {

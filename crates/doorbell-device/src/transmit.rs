@@ -174,7 +174,9 @@ fn transmit<D: Dma>(
     }
 }
 
-fn request_opcode(write: bool, imm: bool, first: bool, last: bool) -> BthOpcode {
+/// The RC opcode of packet `first`/`last` of a SEND or RDMA WRITE, with an
+/// immediate or not (UC sends its [`BthOpcode::rc_as_uc`] twin).
+pub(crate) fn request_opcode(write: bool, imm: bool, first: bool, last: bool) -> BthOpcode {
     use BthOpcode::*;
     match (write, first, last, imm) {
         (false, true, true, false) => RcSendOnly,

@@ -190,4 +190,24 @@ pub(crate) struct WriteInProgress {
 pub(crate) struct Inbound {
     pub(crate) recv: Option<RecvInProgress>,
     pub(crate) write: Option<WriteInProgress>,
+    /// UC: the receive WQE of a SEND that was aborted (a packet of it was
+    /// lost); the next SEND uses it, from its first byte (IBTA §9.7.5.2.4).
+    pub(crate) spare: Option<RecvWqe>,
+    /// UC: the rest of the current message is dropped, up to the next
+    /// First or Only packet.
+    pub(crate) uc_drop: bool,
+}
+
+impl Inbound {
+    /// UC: gives up the message in progress; its receive WQE, if it had one,
+    /// is kept for the next SEND.
+    pub(crate) fn abort(&mut self) {
+        if let Some(ip) = self.recv.take() {
+            self.spare = Some(RecvWqe {
+                index: ip.wqe_index,
+                sges: ip.sges,
+            });
+        }
+        self.write = None;
+    }
 }

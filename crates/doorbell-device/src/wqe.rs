@@ -67,9 +67,8 @@ pub(crate) fn parse_wqe(b: &[u8], ty: QpType) -> Result<Wqe, Syndrome> {
     match (w.opcode, ty) {
         (WqeOpcode::Nop, _) => return Ok(w),
         (WqeOpcode::Send | WqeOpcode::SendImm, _) => {}
-        (WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm | WqeOpcode::RdmaRead, QpType::Rc) => {
-            remote(&mut w, &mut off)?
-        }
+        (WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm, QpType::Rc | QpType::Uc)
+        | (WqeOpcode::RdmaRead, QpType::Rc) => remote(&mut w, &mut off)?,
         (WqeOpcode::AtomicCs | WqeOpcode::AtomicFa, QpType::Rc) => {
             remote(&mut w, &mut off)?;
             let a = AtomicSeg::new_unchecked(seg(off, wqe::field::ATOMIC_LEN)?);

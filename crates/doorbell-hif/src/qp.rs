@@ -49,15 +49,18 @@ impl QpState {
 pub enum QpType {
     /// Reliable connected.
     Rc,
+    /// Unreliable connected: SEND and RDMA WRITE, no ACKs, no retries.
+    Uc,
     /// Unreliable datagram.
     Ud,
 }
 
 impl QpType {
-    /// The PRM's `st` code: RC 0x0, UD 0x3.
+    /// The PRM's `st` code: RC 0x0, UC 0x1, UD 0x3.
     pub const fn code(self) -> u8 {
         match self {
             QpType::Rc => 0x0,
+            QpType::Uc => 0x1,
             QpType::Ud => 0x3,
         }
     }
@@ -66,6 +69,7 @@ impl QpType {
     pub fn from_code(code: u8) -> Option<Self> {
         match code {
             0x0 => Some(QpType::Rc),
+            0x1 => Some(QpType::Uc),
             0x3 => Some(QpType::Ud),
             _ => None,
         }
@@ -387,7 +391,7 @@ pub(crate) mod tests {
             assert_eq!(QpState::from_code(s as u8), Some(s));
         }
         assert_eq!(QpState::from_code(7), None);
-        for t in [QpType::Rc, QpType::Ud] {
+        for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
             assert_eq!(QpType::from_code(t.code()), Some(t));
         }
     }

@@ -98,6 +98,7 @@ pub struct Workload {
 fn ser_qp_type<S: serde::Serializer>(t: &QpType, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(match t {
         QpType::Rc => "rc",
+        QpType::Uc => "uc",
         QpType::Ud => "ud",
     })
 }
@@ -289,6 +290,9 @@ impl Workload {
         if self.qp_type == QpType::Ud && !matches!(self.op, Op::Send | Op::SendImm) {
             return bad("UD QPs only SEND (--op send or send_imm)");
         }
+        if self.qp_type == QpType::Uc && (self.op == Op::Read || self.op.is_atomic()) {
+            return bad("UC QPs have no READ and no atomics");
+        }
         if self.qp_type == QpType::Ud && self.size > self.mtu {
             return bad("a UD message must fit the MTU");
         }
@@ -421,6 +425,20 @@ impl Run {
                         };
                         qa.connect_rc_with(&ea, &eb, w.mtu, RD_ATOMIC)?;
                         qb.connect_rc_with(&eb, &ea, w.mtu, RD_ATOMIC)?;
+                    }
+                    QpType::Uc => {
+                        let ea = RcEndpoint {
+                            gid: ca.gid(),
+                            qpn: qa.qpn(),
+                            psn: psn_a,
+                        };
+                        let eb = RcEndpoint {
+                            gid: cb.gid(),
+                            qpn: qb.qpn(),
+                            psn: psn_b,
+                        };
+                        qa.connect_uc(&ea, &eb, w.mtu)?;
+                        qb.connect_uc(&eb, &ea, w.mtu)?;
                     }
                     QpType::Ud => {
                         for (q, psn) in [(&qa, psn_a), (&qb, psn_b)] {

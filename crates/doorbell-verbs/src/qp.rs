@@ -237,10 +237,12 @@ pub struct Qp {
 }
 
 /// Bytes of fixed segments a send WQE of this type may need before its data
-/// (`sq_overhead`): RC ctrl + raddr + atomic, UD ctrl + datagram.
+/// (`sq_overhead`): RC ctrl + raddr + atomic, UC ctrl + raddr, UD ctrl +
+/// datagram.
 fn sq_overhead(t: QpType) -> u32 {
     match t {
         QpType::Rc => (field::CTRL_LEN + field::RADDR_LEN + field::ATOMIC_LEN) as u32,
+        QpType::Uc => (field::CTRL_LEN + field::RADDR_LEN) as u32,
         QpType::Ud => (field::CTRL_LEN + field::AV_LEN) as u32,
     }
 }
@@ -652,6 +654,12 @@ impl Qp {
                 "UD QPs send only SENDs, each with a UD target",
             ));
         }
+        if inner.qp_type == QpType::Uc && is_rd {
+            // mlx5 refuses READ and atomics on UC at post (EINVAL).
+            return Err(VerbsError::InvalidArgument(
+                "UC QPs have no RDMA READ and no atomics",
+            ));
+        }
         if wr.sg_list.len() as u32 > inner.max_send_gs {
             return Err(VerbsError::InvalidArgument("more SGEs than max_send_sge"));
         }
@@ -910,8 +918,55 @@ impl Qp {
     }
 }
 
-/// What two RC peers exchange out of band to connect (ibv_rc_pingpong's
-/// `pingpong_dest`).
+impl Qp {
+    /// Convenience: moves a UC QP through INIT, RTR and RTS to `remote`
+    /// with UC's attributes (RC's, without the reliable ones: no READ or
+    /// atomic depths, no RNR timer, no ACK timeout or retries). Peers may
+    /// RDMA WRITE into this QP's memory regions.
+    pub fn connect_uc(
+        &self,
+        local: &RcEndpoint,
+        remote: &RcEndpoint,
+        mtu: u32,
+    ) -> Result<(), VerbsError> {
+        use doorbell_hif::Access;
+        self.modify(
+            QpState::Init,
+            &QpAttrs {
+                pkey_index: Some(0),
+                port: Some(1),
+                access: Some(Access(Access::LOCAL_WRITE | Access::REMOTE_WRITE)),
+                ..Default::default()
+            },
+        )?;
+        self.modify(
+            QpState::Rtr,
+            &QpAttrs {
+                av: Some(AddressVector {
+                    dgid: remote.gid,
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    sl: 0,
+                }),
+                path_mtu: Some(mtu),
+                dest_qpn: Some(remote.qpn),
+                rq_psn: Some(remote.psn),
+                ..Default::default()
+            },
+        )?;
+        self.modify(
+            QpState::Rts,
+            &QpAttrs {
+                sq_psn: Some(local.psn),
+                ..Default::default()
+            },
+        )
+    }
+}
+
+/// What two RC (or UC) peers exchange out of band to connect
+/// (ibv_rc_pingpong's `pingpong_dest`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RcEndpoint {
     /// GID.

@@ -41,6 +41,11 @@ pub mod field {
     pub const PSN: Field = 9..12;
 }
 
+/// The transport bits of the UC opcodes (reference A.5).
+const UC_TRANSPORT: u8 = 0x20;
+/// The last operation UC has: RDMA WRITE Only with Immediate.
+const UC_LAST_OP: u8 = 0x0b;
+
 /// Length of the BTH.
 pub const HEADER_LEN: usize = field::PSN.end;
 
@@ -52,7 +57,7 @@ pub const CNP_RESERVED_LEN: usize = 16;
 
 enum_with_unknown! {
     /// BTH OpCode (reference A.5): the top three bits name the transport
-    /// (000 RC, 011 UD, 100 CNP), the low five the operation.
+    /// (000 RC, 001 UC, 011 UD, 100 CNP), the low five the operation.
     pub enum BthOpcode(u8) {
         /// RC SEND First.
         RcSendFirst = 0x00,
@@ -100,6 +105,30 @@ enum_with_unknown! {
         RcSendLastWithInvalidate = 0x16,
         /// RC SEND Only with Invalidate (IETH).
         RcSendOnlyWithInvalidate = 0x17,
+        /// UC SEND First.
+        UcSendFirst = 0x20,
+        /// UC SEND Middle.
+        UcSendMiddle = 0x21,
+        /// UC SEND Last.
+        UcSendLast = 0x22,
+        /// UC SEND Last with Immediate (ImmDt).
+        UcSendLastWithImmediate = 0x23,
+        /// UC SEND Only.
+        UcSendOnly = 0x24,
+        /// UC SEND Only with Immediate (ImmDt).
+        UcSendOnlyWithImmediate = 0x25,
+        /// UC RDMA WRITE First (RETH).
+        UcRdmaWriteFirst = 0x26,
+        /// UC RDMA WRITE Middle.
+        UcRdmaWriteMiddle = 0x27,
+        /// UC RDMA WRITE Last.
+        UcRdmaWriteLast = 0x28,
+        /// UC RDMA WRITE Last with Immediate (ImmDt).
+        UcRdmaWriteLastWithImmediate = 0x29,
+        /// UC RDMA WRITE Only (RETH).
+        UcRdmaWriteOnly = 0x2a,
+        /// UC RDMA WRITE Only with Immediate (RETH, ImmDt).
+        UcRdmaWriteOnlyWithImmediate = 0x2b,
         /// UD SEND Only (DETH).
         UdSendOnly = 0x64,
         /// UD SEND Only with Immediate (DETH, ImmDt).
@@ -128,6 +157,9 @@ impl BthOpcode {
                 | Self::RcRdmaWriteOnly
                 | Self::RcRdmaWriteOnlyWithImmediate
                 | Self::RcRdmaReadRequest
+                | Self::UcRdmaWriteFirst
+                | Self::UcRdmaWriteOnly
+                | Self::UcRdmaWriteOnlyWithImmediate
         )
     }
 
@@ -161,6 +193,10 @@ impl BthOpcode {
                 | Self::RcSendOnlyWithImmediate
                 | Self::RcRdmaWriteLastWithImmediate
                 | Self::RcRdmaWriteOnlyWithImmediate
+                | Self::UcSendLastWithImmediate
+                | Self::UcSendOnlyWithImmediate
+                | Self::UcRdmaWriteLastWithImmediate
+                | Self::UcRdmaWriteOnlyWithImmediate
                 | Self::UdSendOnlyWithImmediate
         )
     }
@@ -199,9 +235,56 @@ impl BthOpcode {
                 | Self::RcFetchAdd
                 | Self::RcSendLastWithInvalidate
                 | Self::RcSendOnlyWithInvalidate
+                | Self::UcSendFirst
+                | Self::UcSendMiddle
+                | Self::UcSendLast
+                | Self::UcSendLastWithImmediate
+                | Self::UcSendOnly
+                | Self::UcSendOnlyWithImmediate
+                | Self::UcRdmaWriteFirst
+                | Self::UcRdmaWriteMiddle
+                | Self::UcRdmaWriteLast
+                | Self::UcRdmaWriteLastWithImmediate
+                | Self::UcRdmaWriteOnly
+                | Self::UcRdmaWriteOnlyWithImmediate
                 | Self::UdSendOnly
                 | Self::UdSendOnlyWithImmediate
         )
+    }
+
+    /// True for the UC opcodes (0x20..=0x2b).
+    pub const fn is_uc(self) -> bool {
+        self.uc_as_rc().is_some()
+    }
+
+    /// The UC opcode of the same operation (0x20 + op, reference A.5), for
+    /// the RC SEND and RDMA WRITE opcodes (0x00..=0x0b); `None` for the
+    /// rest, which UC does not have.
+    pub fn rc_as_uc(self) -> Option<Self> {
+        let op = u8::from(self);
+        (op <= UC_LAST_OP).then(|| Self::from(UC_TRANSPORT | op))
+    }
+
+    /// The RC opcode of the same operation, for the UC opcodes: the
+    /// responder checks a UC packet's sequence by the same rules as RC's
+    /// SEND and WRITE packets.
+    pub const fn uc_as_rc(self) -> Option<Self> {
+        use BthOpcode::*;
+        Some(match self {
+            UcSendFirst => RcSendFirst,
+            UcSendMiddle => RcSendMiddle,
+            UcSendLast => RcSendLast,
+            UcSendLastWithImmediate => RcSendLastWithImmediate,
+            UcSendOnly => RcSendOnly,
+            UcSendOnlyWithImmediate => RcSendOnlyWithImmediate,
+            UcRdmaWriteFirst => RcRdmaWriteFirst,
+            UcRdmaWriteMiddle => RcRdmaWriteMiddle,
+            UcRdmaWriteLast => RcRdmaWriteLast,
+            UcRdmaWriteLastWithImmediate => RcRdmaWriteLastWithImmediate,
+            UcRdmaWriteOnly => RcRdmaWriteOnly,
+            UcRdmaWriteOnlyWithImmediate => RcRdmaWriteOnlyWithImmediate,
+            _ => return None,
+        })
     }
 
     /// True for responses: READ responses, ACK and ATOMIC ACK.
@@ -444,9 +527,10 @@ pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    pub(crate) const KNOWN: [u8; 26] = [
+    pub(crate) const KNOWN: [u8; 38] = [
         0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e,
-        0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x64, 0x65, 0x81,
+        0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26,
+        0x27, 0x28, 0x29, 0x2a, 0x2b, 0x64, 0x65, 0x81,
     ];
 
     pub(crate) fn arb_opcode() -> impl Strategy<Value = BthOpcode> {
@@ -513,7 +597,7 @@ pub(crate) mod tests {
     #[test]
     fn rejects_unknown_opcode_tver_and_short() {
         let mut b = [0u8; HEADER_LEN];
-        b[0] = 0x20; // UC SEND_FIRST: not supported
+        b[0] = 0x2c; // UC 0x0c (READ): UC has no such operation
         assert_eq!(
             BthRepr::parse(&BthHeader::new_unchecked(&b[..])),
             Err(Error::Malformed)
@@ -551,6 +635,16 @@ pub(crate) mod tests {
             assert_eq!(u8::from(op), raw);
             assert_eq!(op.is_known(), KNOWN.contains(&raw));
             // Known opcodes are exactly one of request, response or CNP.
+            // UC is RC's SEND and WRITE with the transport bits 001: the
+            // same extension headers, and a way back.
+            if let Some(rc) = op.uc_as_rc() {
+                assert_eq!(u8::from(rc) | 0x20, raw);
+                assert_eq!(rc.rc_as_uc(), Some(op));
+                assert_eq!(rc.ext_headers_len(), op.ext_headers_len(), "{op:?}");
+                assert!(op.is_uc() && op.is_request());
+            } else {
+                assert!(!op.is_uc());
+            }
             if op.is_known() {
                 let kinds = [op.is_request(), op.is_response(), op.is_cnp()];
                 assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{op:?}");

@@ -576,7 +576,7 @@ mod tests {
         assert_eq!(parse_roce(&f), Err(Error::Malformed));
 
         f = good.clone();
-        f[28] = 0x20; // UC SEND_FIRST
+        f[28] = 0x2c; // UC 0x0c: UC has no READ
         refresh_v4(&mut f);
         assert_eq!(parse_roce(&f), Err(Error::Malformed));
 

@@ -66,7 +66,7 @@ fn attrs() -> impl Strategy<Value = QpAttrs> {
 }
 
 fn command() -> impl Strategy<Value = Command> {
-    let ty = prop_oneof![Just(QpType::Rc), Just(QpType::Ud)];
+    let ty = prop_oneof![Just(QpType::Rc), Just(QpType::Uc), Just(QpType::Ud)];
     prop_oneof![
         Just(Command::QueryCaps),
         Just(Command::AllocUar),

@@ -11,6 +11,7 @@ mod net;
 mod process;
 mod provider;
 mod soak;
+mod uc;
 mod udp;
 mod virtual_time;
 mod wrap;
