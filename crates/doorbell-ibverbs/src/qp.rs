@@ -185,10 +185,11 @@ handle!(CQp, ibv_qp, qp, Qp);
 fn qp_type_of(t: c_uint) -> Result<QpType, c_int> {
     match t {
         IBV_QPT_RC => Ok(QpType::Rc),
+        IBV_QPT_UC => Ok(QpType::Uc),
         IBV_QPT_UD => Ok(QpType::Ud),
-        // Types verbs.h names that doorbell does not have: UC (for now),
-        // raw packet, XRC send and receive, driver-specific.
-        IBV_QPT_UC | IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_DRIVER => {
+        // Types verbs.h names that doorbell does not have: raw packet, XRC
+        // send and receive, driver-specific.
+        IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_DRIVER => {
             Err(EOPNOTSUPP)
         }
         _ => Err(EINVAL),
@@ -198,6 +199,7 @@ fn qp_type_of(t: c_uint) -> Result<QpType, c_int> {
 fn c_qp_type(t: QpType) -> c_uint {
     match t {
         QpType::Rc => IBV_QPT_RC,
+        QpType::Uc => IBV_QPT_UC,
         QpType::Ud => IBV_QPT_UD,
     }
 }

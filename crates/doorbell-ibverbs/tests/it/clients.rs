@@ -103,6 +103,12 @@ fn ibv_devinfo_shows_an_active_roce_port() {
 /// Runs ibv_rc_pingpong as a server and a client with `args` on both, and
 /// returns their outputs.
 fn rc_pingpong(net: u8, port: u16, args: &[&str]) -> (Output, Output) {
+    pingpong("ibv_rc_pingpong", net, port, args)
+}
+
+/// Runs one of rdma-core's pingpong examples (`tool`) as a server and a
+/// client with `args` on both.
+fn pingpong(tool: &str, net: u8, port: u16, args: &[&str]) -> (Output, Output) {
     let (sa, ca) = (addr(net, 2), addr(net, 3));
     let port = (port + (std::process::id() % 1000) as u16).to_string();
     let common = |c: &mut Command| {
@@ -111,18 +117,18 @@ fn rc_pingpong(net: u8, port: u16, args: &[&str]) -> (Output, Output) {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
     };
-    let mut s = client("ibv_rc_pingpong", &sa);
+    let mut s = client(tool, &sa);
     common(&mut s);
     let server = s.spawn().expect("start the server");
     // The server listens on TCP before it opens the device's QP; give it a
     // moment, then the client retries the connection itself.
     std::thread::sleep(Duration::from_millis(300));
-    let mut c = client("ibv_rc_pingpong", &ca);
+    let mut c = client(tool, &ca);
     common(&mut c);
     c.arg("127.0.0.1");
     let client = c.spawn().expect("start the client");
-    let c_out = finish(client, 30, "the ibv_rc_pingpong client");
-    let s_out = finish(server, 30, "the ibv_rc_pingpong server");
+    let c_out = finish(client, 30, &format!("the {tool} client"));
+    let s_out = finish(server, 30, &format!("the {tool} server"));
     (s_out, c_out)
 }
 
@@ -147,5 +153,23 @@ fn ibv_rc_pingpong_runs_between_two_processes() {
 #[test]
 fn ibv_rc_pingpong_with_completion_events() {
     let (s, c) = rc_pingpong(4, 19515, &["-n", "100", "-s", "64", "-e"]);
+    assert_pingpong_ok(&s, &c, "100");
+}
+
+#[test]
+fn ibv_uc_pingpong_runs_between_two_processes() {
+    let (s, c) = pingpong("ibv_uc_pingpong", 5, 20515, &["-n", "100", "-s", "2048"]);
+    assert_pingpong_ok(&s, &c, "100");
+}
+
+#[test]
+fn ibv_ud_pingpong_runs_between_two_processes() {
+    let (s, c) = pingpong("ibv_ud_pingpong", 6, 21515, &["-n", "100", "-s", "1024"]);
+    assert_pingpong_ok(&s, &c, "100");
+}
+
+#[test]
+fn ibv_rc_pingpong_on_the_new_send_api() {
+    let (s, c) = rc_pingpong(7, 22515, &["-n", "100", "-s", "256", "-N"]);
     assert_pingpong_ok(&s, &c, "100");
 }
