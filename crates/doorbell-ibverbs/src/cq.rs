@@ -7,7 +7,7 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint, c_void};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use doorbell_verbs::{Cq, Wc};
 use libc::EINVAL;
@@ -16,13 +16,16 @@ use crate::abi::consts::*;
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
 use crate::ctx::context;
+use crate::events::{self, Queue, ROUTER};
 use crate::handle;
 use crate::handles;
 
 #[repr(C)]
-struct CChannel {
+pub(crate) struct CChannel {
     /// C reads `fd`; this library counts its CQs in `refcnt`.
     ch: UnsafeCell<ibv_comp_channel>,
+    /// Completion events waiting: the C handle of each event's CQ.
+    pub(crate) queue: Queue<usize>,
 }
 
 impl CChannel {
@@ -39,32 +42,21 @@ impl CChannel {
 }
 handle!(CChannel, ibv_comp_channel, ch, Channel);
 
-impl Drop for CChannel {
-    fn drop(&mut self) {
-        // SAFETY: the fd was made by eventfd for this channel alone.
-        unsafe { libc::close(self.get().fd) };
-    }
-}
-
-/// `ibv_create_comp_channel`: its fd is a real eventfd.
+/// `ibv_create_comp_channel`: its fd is a real eventfd, readable while
+/// events wait.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_comp_channel(context_: *mut ibv_context) -> *mut ibv_comp_channel {
     guard("ibv_create_comp_channel", Conv::Null, || {
         context(context_)?;
-        // SAFETY: eventfd takes no pointers; a negative result is an error.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EMFILE));
-        }
+        let queue = Queue::new()?;
         let ch = ibv_comp_channel {
             context: context_,
-            fd,
+            fd: queue.fd.raw(),
             refcnt: 0,
         };
         Ok(handles::register(Box::new(CChannel {
             ch: UnsafeCell::new(ch),
+            queue,
         })))
     })
 }
@@ -90,6 +82,8 @@ pub(crate) struct CCq {
     pub(crate) inner: Cq,
     /// Completion events delivered and not yet acknowledged.
     unacked: Mutex<u32>,
+    /// Signalled as events are acknowledged (`ibv_destroy_cq` waits).
+    acked: Condvar,
 }
 handle!(CCq, ibv_cq, cq, Cq);
 
@@ -127,11 +121,14 @@ pub extern "C" fn ibv_create_cq(
             cq: UnsafeCell::new(cq),
             inner,
             unacked: Mutex::new(0),
+            acked: Condvar::new(),
         }));
         if let Some(ch) = ch {
             ch.add_cq(1);
         }
-        lock(&c.cqs).insert(cqn, h as usize);
+        events::lock(&ROUTER)
+            .cqs
+            .insert(cqn, (h as usize, channel as usize, context_ as usize));
         Ok(h)
     })
 }
@@ -144,22 +141,27 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard("ibv_destroy_cq", Conv::Errno, || {
-        let obj = handles::take::<CCq>(cq)?;
+        let obj = handles::get::<CCq>(cq)?;
         if obj.inner.is_shared() {
-            handles::restore(obj);
             return Err(libc::EBUSY);
         }
-        let cq = obj.c();
-        if let Ok(c) = context(cq.context) {
-            lock(&c.cqs).remove(&obj.inner.cqn());
-            lock(&c.pending_events).retain(|&n| n != obj.inner.cqn());
-        }
-        if !cq.channel.is_null()
-            && let Ok(ch) = handles::get::<CChannel>(cq.channel)
+        let cq_c = obj.c();
+        events::lock(&ROUTER).cqs.remove(&obj.inner.cqn());
+        if !cq_c.channel.is_null()
+            && let Ok(ch) = handles::get::<CChannel>(cq_c.channel)
         {
+            // Events of the CQ not yet taken go with it.
+            ch.queue.remove(|&h| h == cq as usize);
             ch.add_cq(-1);
         }
-        drop(obj);
+        // As ibv_destroy_cq: wait until every event taken is acknowledged
+        // (the handle stays valid meanwhile, so ibv_ack_cq_events finds it).
+        let mut u = lock(&obj.unacked);
+        while *u > 0 {
+            u = obj.acked.wait(u).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(u);
+        drop(handles::take::<CCq>(cq)?);
         Ok(0)
     })
 }
@@ -249,12 +251,6 @@ pub(crate) const CQ_OPS: CqOps = CqOps {
     req_notify_cq,
 };
 
-fn nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL takes no pointer.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    fl >= 0 && fl & libc::O_NONBLOCK != 0
-}
-
 /// `ibv_get_cq_event`: waits for the next completion event of a CQ on
 /// `channel`; EAGAIN at once if the channel's fd is non-blocking and none
 /// is there.
@@ -269,50 +265,19 @@ pub extern "C" fn ibv_get_cq_event(
         if cq.is_null() || cq_context.is_null() {
             return Err(EINVAL);
         }
-        let chv = ch.get();
-        let c = context(chv.context)?;
-        let wait = if nonblocking(chv.fd) {
-            std::time::Duration::ZERO
-        } else {
-            std::time::Duration::from_secs(3600)
-        };
-        let mine = |cqn: doorbell_types::Cqn| -> Option<*mut ibv_cq> {
-            let h = *lock(&c.cqs).get(&cqn)? as *mut ibv_cq;
-            let obj = handles::get::<CCq>(h).ok()?;
-            (obj.c().channel == channel).then_some(h)
-        };
         loop {
-            let taken = {
-                let mut p = lock(&c.pending_events);
-                p.iter()
-                    .position(|&n| mine(n).is_some())
-                    .map(|i| p.remove(i))
+            let h = ch.queue.pop()? as *mut ibv_cq;
+            // A CQ destroyed meanwhile took its events with it; skip any left.
+            let Ok(obj) = handles::get::<CCq>(h) else {
+                continue;
             };
-            let cqn = match taken {
-                Some(n) => n,
-                None => match c.ctx.get_cq_event(wait) {
-                    Some(n) => n,
-                    None if wait.is_zero() => return Err(libc::EAGAIN),
-                    None => continue,
-                },
-            };
-            match mine(cqn) {
-                Some(h) => {
-                    let obj = handles::get::<CCq>(h)?;
-                    *lock(&obj.unacked) += 1;
-                    // SAFETY: both checked non-NULL.
-                    unsafe {
-                        cq.write(h);
-                        cq_context.write(obj.c().cq_context);
-                    }
-                    return Ok(0);
-                }
-                None => {
-                    if lock(&c.cqs).contains_key(&cqn) {
-                        lock(&c.pending_events).push(cqn);
-                    }
-                }
+            *lock(&obj.unacked) += 1;
+            // SAFETY: both checked non-NULL.
+            unsafe {
+                cq.write(h);
+                cq_context.write(obj.c().cq_context);
             }
+            return Ok(0);
         }
     })
 }
@@ -325,6 +290,7 @@ pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
             let mut u = lock(&c.unacked);
             let n = nevents.min(*u);
             *u -= n;
+            c.acked.notify_all();
             for _ in 0..n {
                 c.inner.ack_event();
             }

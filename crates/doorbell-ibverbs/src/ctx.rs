@@ -6,12 +6,12 @@
 #![allow(unsafe_code)]
 
 use core::ffi::c_int;
-use std::sync::Mutex;
 
 use doorbell_rt::ProcessNic;
 use doorbell_verbs::Context;
 
 use crate::abi::*;
+use crate::events::{AsyncEvent, Dispatcher, Queue};
 use crate::handles::{self, Handle, Kind};
 
 /// An open context: the C `verbs_context` (with the `ibv_context` at its
@@ -19,13 +19,12 @@ use crate::handles::{self, Handle, Kind};
 #[repr(C)]
 pub(crate) struct CContext {
     pub(crate) vctx: verbs_context,
+    /// Stops (and is joined) first when the context is dropped.
+    pub(crate) dispatcher: Option<Dispatcher>,
     pub(crate) ctx: Context,
     pub(crate) nic: ProcessNic,
-    /// Completion events taken from the device for a channel other than
-    /// the one being waited on.
-    pub(crate) pending_events: Mutex<Vec<doorbell_types::Cqn>>,
-    /// The C handle of each of this context's CQs, by CQ number.
-    pub(crate) cqs: Mutex<std::collections::BTreeMap<doorbell_types::Cqn, usize>>,
+    /// The context's async events (`async_fd` is its eventfd).
+    pub(crate) async_events: Queue<AsyncEvent>,
 }
 
 // SAFETY: the C part is only raw pointers and plain data that this library

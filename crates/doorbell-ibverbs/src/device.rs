@@ -7,7 +7,7 @@
 
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use doorbell_rt::{ProcessNic, ProcessNicConfig};
 use doorbell_verbs::{Context, ProviderConfig};
@@ -16,8 +16,10 @@ use libc::{EINVAL, ENODATA, size_t};
 use crate::abi::consts::*;
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
+use crate::cq::CChannel;
 use crate::cq::CQ_OPS;
 use crate::ctx::{CContext, context};
+use crate::events::{AsyncEvent, Deliver, Dispatcher, Queue};
 use crate::handles;
 use crate::qp::QP_OPS;
 
@@ -185,19 +187,66 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         c.ops.req_notify_cq = Some(CQ_OPS.req_notify_cq);
         c.ops.post_send = Some(QP_OPS.post_send);
         c.ops.post_recv = Some(QP_OPS.post_recv);
+        let async_events = Queue::new()?;
         c.cmd_fd = -1;
-        c.async_fd = -1;
+        c.async_fd = async_events.fd.raw();
         c.num_comp_vectors = 1;
         // __VERBS_ABI_IS_EXTENDED: a verbs_context precedes this context.
         c.abi_compat = usize::MAX as *mut c_void;
+        let dispatcher = Dispatcher::start(ctx.clone(), Arc::new(Handles))?;
         let obj = Box::new(CContext {
             vctx,
+            dispatcher: Some(dispatcher),
             ctx,
             nic,
-            pending_events: Mutex::new(Vec::new()),
-            cqs: Mutex::new(std::collections::BTreeMap::new()),
+            async_events,
         });
         Ok(handles::register(obj))
+    })
+}
+
+/// Delivers routed events to the handles they belong to.
+struct Handles;
+
+impl Deliver for Handles {
+    fn completion(&self, channel: usize, cq: usize, _cqn: doorbell_types::Cqn) {
+        if let Ok(ch) = handles::get::<CChannel>(channel as *mut ibv_comp_channel) {
+            ch.queue.push(cq);
+        }
+    }
+
+    fn async_event(&self, ctx: usize, event: AsyncEvent) {
+        if let Ok(c) = context(ctx as *mut ibv_context) {
+            c.async_events.push(event);
+        }
+    }
+}
+
+/// `ibv_get_async_event`: waits for the context's next async event (EAGAIN
+/// at once if `async_fd` was made non-blocking and none is there).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_async_event(
+    context_: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    guard("ibv_get_async_event", Conv::MinusOne, || {
+        let c = context(context_)?;
+        if event.is_null() {
+            return Err(EINVAL);
+        }
+        let e = c.async_events.pop()?;
+        // SAFETY: checked non-NULL; the caller passes an ibv_async_event.
+        unsafe { event.write(e.0) };
+        Ok(0)
+    })
+}
+
+/// `ibv_ack_async_event`: nothing waits on async acknowledgements here.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    guard("ibv_ack_async_event", Conv::Abort, || {
+        let _ = event;
+        Ok(())
     })
 }
 

@@ -76,14 +76,12 @@ stubs! {
     [void] fn ibv_copy_qp_attr_from_kern(dst: *mut ibv_qp_attr, src: *mut ib_uverbs_qp_attr);
     [neg1] fn ibv_read_sysfs_file(dir: *const c_char, file: *const c_char, buf: *mut c_char, size: size_t) -> c_int;
     // --- IBVERBS_1.1
-    [void] fn ibv_ack_async_event(event: *mut ibv_async_event);
     [errno] fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [void] fn ibv_copy_ah_attr_from_kern(dst: *mut ibv_ah_attr, src: *mut ib_uverbs_ah_attr);
     [null] fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port_num: u8) -> *mut ibv_ah;
     [null] fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
     [errno] fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
     [errno] fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
-    [neg1] fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int;
     [errno] fn ibv_init_ah_from_wc(context: *mut ibv_context, port_num: u8, wc: *mut ibv_wc, grh: *mut ibv_grh, ah_attr: *mut ibv_ah_attr) -> c_int;
     [errno] fn ibv_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int) -> c_int;
     [errno] fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int;
@@ -205,6 +203,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "ibv_modify_qp",
     "ibv_query_qp",
     "ibv_qp_to_qp_ex",
+    "ibv_get_async_event",
+    "ibv_ack_async_event",
     "ibv_fork_init",
     "ibv_is_fork_initialized",
     "ibv_dontfork_range",

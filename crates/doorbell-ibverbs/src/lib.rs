@@ -93,6 +93,7 @@ mod boundary;
 mod cq;
 mod ctx;
 mod device;
+mod events;
 pub mod exports;
 mod handles;
 mod pd;

@@ -25,6 +25,7 @@ use crate::abi::*;
 use crate::boundary::{Conv, guard};
 use crate::cq::CCq;
 use crate::ctx::context;
+use crate::events::{self, ROUTER};
 use crate::handle;
 use crate::handles;
 use crate::pd::{CPd, pd_of};
@@ -299,14 +300,18 @@ pub(crate) fn create_qp(n: NewQp<'_>) -> Result<*mut ibv_qp, c_int> {
     q.state = IBV_QPS_RESET;
     q.qp_type = attr.qp_type;
     let staging = Staging::new(pd, &inner)?;
-    Ok(handles::register(Box::new(CQp {
+    let qpn = inner.qpn();
+    let ctx = pd.pd.context as usize;
+    let h = handles::register(Box::new(CQp {
         qp: UnsafeCell::new(qp),
         inner,
         sq_sig_all: attr.sq_sig_all != 0,
         ex: n.send_ops.is_some(),
         batch: Mutex::new(crate::wr_batch::Batch::default()),
         staging: Mutex::new(staging),
-    })))
+    }));
+    events::lock(&ROUTER).qps.insert(qpn, (h as usize, ctx));
+    Ok(h)
 }
 
 /// `ibv_create_qp`.
@@ -329,7 +334,9 @@ pub extern "C" fn ibv_create_qp(pd_: *mut ibv_pd, attr_: *mut ibv_qp_init_attr) 
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard("ibv_destroy_qp", Conv::Errno, || {
-        drop(handles::take::<CQp>(qp)?);
+        let obj = handles::take::<CQp>(qp)?;
+        events::lock(&ROUTER).qps.remove(&obj.inner.qpn());
+        drop(obj);
         Ok(0)
     })
 }

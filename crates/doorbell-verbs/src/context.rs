@@ -221,6 +221,17 @@ impl Context {
         self.inner.ucontext.uar_pages()
     }
 
+    /// Waits up to `timeout` for the device's next asynchronous event of any
+    /// kind (completion, CQ error, QP fatal ...). The device's events are
+    /// one stream for every context on it: a caller that serves several
+    /// routes them (the C library does, to completion channels and async
+    /// event queues).
+    pub fn next_event(&self, timeout: std::time::Duration) -> Option<NicEvent> {
+        let wait =
+            doorbell_types::Duration::from_ns(timeout.as_nanos().min(u128::from(u64::MAX)) as u64);
+        self.inner.ucontext.link().next_event(wait)
+    }
+
     /// Waits up to `timeout` for a completion event of one of this
     /// context's CQs armed with [`Cq::req_notify`].
     pub fn get_cq_event(&self, timeout: std::time::Duration) -> Option<doorbell_types::Cqn> {

@@ -27,7 +27,7 @@ static int failures;
 		}                                                               \
 	} while (0)
 
-static struct ibv_context *open_first(void)
+static struct ibv_context *open_first(const char *which)
 {
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
@@ -38,7 +38,7 @@ static struct ibv_context *open_first(void)
 	struct ibv_context *ctx = ibv_open_device(list[0]);
 	ibv_free_device_list(list);
 	if (!ctx) {
-		printf("FAIL open: %s\n", strerror(errno));
+		printf("FAIL open %s: %s\n", which, strerror(errno));
 		exit(2);
 	}
 	return ctx;
@@ -91,7 +91,7 @@ static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
-	struct ibv_context *ctx = open_first();
+	struct ibv_context *ctx = open_first("first");
 	union ibv_gid gid;
 	ibv_query_gid(ctx, 1, 0, &gid);
 
@@ -153,7 +153,7 @@ int main(void)
 	      errno);
 
 	/* Objects of another context. */
-	struct ibv_context *ctx2 = open_first();
+	struct ibv_context *ctx2 = open_first("second");
 	struct ibv_pd *pd2 = ibv_alloc_pd(ctx2);
 	errno = 0;
 	CHECK("create_qp_with_a_foreign_cq", !ibv_create_qp(pd2, &ia) && errno == EINVAL,

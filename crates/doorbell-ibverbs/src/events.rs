@@ -1,0 +1,252 @@
+//! Completion channels and the async event queue as real file descriptors,
+//! as uverbs gives them: an eventfd each (semaphore mode, so it is readable
+//! exactly while events wait), which a program may `poll`/`epoll` or make
+//! non-blocking (then an empty queue answers EAGAIN).
+//!
+//! The device's events are one stream for every context of the process's
+//! NIC. Each context runs a dispatcher thread (the library playing the
+//! kernel's event handler) that takes events from the device and routes
+//! them by number, through [`ROUTER`], to where they belong: a completion
+//! to the channel of its CQ, a CQ error or QP fatal error to the async
+//! queue of the context that owns the object. The threads start with every
+//! signal blocked.
+
+#![allow(unsafe_code)]
+
+use core::ffi::c_int;
+use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use doorbell_hif::NicEvent;
+use doorbell_types::{Cqn, Qpn};
+use doorbell_verbs::Context;
+
+use crate::abi::*;
+
+/// An eventfd in semaphore mode: each [`EventFd::signal`] makes one read
+/// succeed.
+pub(crate) struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub(crate) fn new() -> Result<Self, c_int> {
+        // SAFETY: eventfd takes no pointers; a negative result is an error.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE));
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Makes one more read succeed.
+    pub(crate) fn signal(&self) {
+        let one = 1u64;
+        // SAFETY: writes the 8 bytes of `one` to our own eventfd.
+        let _ = unsafe { libc::write(self.raw(), core::ptr::from_ref(&one).cast(), 8) };
+    }
+
+    /// Takes one signal: blocks until there is one, unless the fd was made
+    /// non-blocking (by the program), when it answers EAGAIN.
+    pub(crate) fn wait(&self) -> Result<(), c_int> {
+        let mut v = 0u64;
+        loop {
+            // SAFETY: reads 8 bytes into `v` from our own eventfd.
+            let n = unsafe { libc::read(self.raw(), core::ptr::from_mut(&mut v).cast(), 8) };
+            if n == 8 {
+                return Ok(());
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(e) => return Err(e),
+                None => return Err(libc::EIO),
+            }
+        }
+    }
+
+    /// Takes one signal if there is one, never blocking.
+    pub(crate) fn try_take(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, timeout 0.
+        let ready = unsafe { libc::poll(&mut p, 1, 0) } == 1;
+        ready && self.wait().is_ok()
+    }
+}
+
+/// Where each object's events go, by the device's numbers.
+#[derive(Default)]
+pub(crate) struct Router {
+    /// CQ → (its C handle, its channel's C handle or 0, its context's).
+    pub(crate) cqs: BTreeMap<Cqn, (usize, usize, usize)>,
+    /// QP → (its C handle, its context's).
+    pub(crate) qps: BTreeMap<Qpn, (usize, usize)>,
+}
+
+/// The process's one router.
+pub(crate) static ROUTER: Mutex<Router> = Mutex::new(Router {
+    cqs: BTreeMap::new(),
+    qps: BTreeMap::new(),
+});
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A queue of events behind an eventfd.
+pub(crate) struct Queue<T> {
+    pub(crate) fd: EventFd,
+    items: Mutex<VecDeque<T>>,
+}
+
+impl<T> Queue<T> {
+    pub(crate) fn new() -> Result<Self, c_int> {
+        Ok(Self {
+            fd: EventFd::new()?,
+            items: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    pub(crate) fn push(&self, item: T) {
+        lock(&self.items).push_back(item);
+        self.fd.signal();
+    }
+
+    /// The next item: waits for one (or EAGAIN on a non-blocking fd).
+    pub(crate) fn pop(&self) -> Result<T, c_int> {
+        loop {
+            self.fd.wait()?;
+            if let Some(i) = lock(&self.items).pop_front() {
+                return Ok(i);
+            }
+        }
+    }
+
+    /// Drops the queued items `drop_it` picks, with their signals.
+    pub(crate) fn remove(&self, mut drop_it: impl FnMut(&T) -> bool) {
+        let mut q = lock(&self.items);
+        let before = q.len();
+        q.retain(|i| !drop_it(i));
+        for _ in q.len()..before {
+            self.fd.try_take();
+        }
+    }
+}
+
+/// An async event with its element, as C gets it.
+#[derive(Clone, Copy)]
+pub(crate) struct AsyncEvent(pub(crate) ibv_async_event);
+
+// SAFETY: the element is a handle (an address) or a port number, plain data
+// that C alone dereferences.
+unsafe impl Send for AsyncEvent {}
+
+/// What routes a completion: the channel behind a CQ's handle.
+pub(crate) trait Deliver: Send + Sync {
+    /// Puts a completion event of CQ `cqn` on channel `channel`.
+    fn completion(&self, channel: usize, cq: usize, cqn: Cqn);
+    /// Puts an async event on the queue of context `ctx`.
+    fn async_event(&self, ctx: usize, event: AsyncEvent);
+}
+
+/// Routes one device event.
+fn route(ev: NicEvent, to: &dyn Deliver) {
+    let r = lock(&ROUTER);
+    let event = |element: ibv_async_event_element, event_type| {
+        AsyncEvent(ibv_async_event {
+            element,
+            event_type,
+        })
+    };
+    match ev {
+        NicEvent::Completion(cqn) => {
+            if let Some(&(cq, ch, _)) = r.cqs.get(&cqn)
+                && ch != 0
+            {
+                drop(r);
+                to.completion(ch, cq, cqn);
+            }
+        }
+        NicEvent::CqError(cqn) => {
+            if let Some(&(cq, _, ctx)) = r.cqs.get(&cqn) {
+                drop(r);
+                let e = ibv_async_event_element {
+                    cq: cq as *mut ibv_cq,
+                };
+                to.async_event(ctx, event(e, 0)); // IBV_EVENT_CQ_ERR
+            }
+        }
+        NicEvent::QpFatal(qpn) => {
+            if let Some(&(qp, ctx)) = r.qps.get(&qpn) {
+                drop(r);
+                let e = ibv_async_event_element {
+                    qp: qp as *mut ibv_qp,
+                };
+                to.async_event(ctx, event(e, 1)); // IBV_EVENT_QP_FATAL
+            }
+        }
+    }
+}
+
+/// A context's dispatcher thread.
+pub(crate) struct Dispatcher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Dispatcher {
+    /// Starts routing the device's events through `ctx` to `to`.
+    pub(crate) fn start(ctx: Context, to: Arc<dyn Deliver>) -> Result<Self, c_int> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("doorbell-events".into())
+            .spawn(move || {
+                block_signals();
+                while !flag.load(Ordering::Acquire) {
+                    if let Some(ev) = ctx.next_event(std::time::Duration::from_millis(20)) {
+                        route(ev, &*to);
+                    }
+                }
+            })
+            .map_err(|_| libc::EAGAIN)?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        // Release pairs with the thread's Acquire load: it stops within one
+        // 20 ms wait.
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Blocks every signal in the calling thread (one of the library's own),
+/// so that the program's handlers (perftest's `alarm()`) run in its threads.
+fn block_signals() {
+    // SAFETY: sigfillset initialises the set it is given; pthread_sigmask
+    // reads it and changes only the calling thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
+    }
+}
