@@ -194,6 +194,7 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         // __VERBS_ABI_IS_EXTENDED: a verbs_context precedes this context.
         c.abi_compat = usize::MAX as *mut c_void;
         let dispatcher = Dispatcher::start(ctx.clone(), Arc::new(Handles))?;
+        crate::stats::opened(nic.nic());
         let obj = Box::new(CContext {
             vctx,
             dispatcher: Some(dispatcher),
@@ -255,7 +256,9 @@ pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     guard("ibv_close_device", Conv::Errno, || {
-        drop(handles::take::<CContext>(context)?);
+        let c = handles::take::<CContext>(context)?;
+        crate::stats::closing(c.nic.nic());
+        drop(c);
         Ok(0)
     })
 }

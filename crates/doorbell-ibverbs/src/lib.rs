@@ -27,7 +27,8 @@
 //! channel (`void` functions, string tables). A panic reports `EIO`.
 //! Pointers, lengths and enum values from C are checked before any Rust
 //! reference is made from them; `unsafe` is allowed only in the FFI modules
-//! (`exports`, `boundary`, `handles`, `ctx`, `device`, `pd`, `cq`, `qp`), each block with
+//! (`exports`, `boundary`, `handles`, `ctx`, `device`, `events`, `pd`, `cq`,
+//! `qp`, `qp_ex`, `stats`), each block with
 //! its `// SAFETY:` reason.
 //!
 //! # Ownership, per handle
@@ -99,5 +100,6 @@ mod handles;
 mod pd;
 mod qp;
 mod qp_ex;
+mod stats;
 mod tables;
 mod wr_batch;

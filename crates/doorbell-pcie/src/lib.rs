@@ -192,6 +192,20 @@ impl DmaPurpose {
     const fn index(self) -> usize {
         self as usize
     }
+
+    /// A short name, for reports: `wqe`, `payload`, `recv_wqe`, `scatter`,
+    /// `atomic`, `cqe`, `doorbell_record`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DmaPurpose::SendWqe => "wqe",
+            DmaPurpose::Payload => "payload",
+            DmaPurpose::RecvWqe => "recv_wqe",
+            DmaPurpose::Scatter => "scatter",
+            DmaPurpose::Atomic => "atomic",
+            DmaPurpose::Cqe => "cqe",
+            DmaPurpose::DoorbellRecord => "doorbell_record",
+        }
+    }
 }
 
 /// Who a DMA is for.
@@ -405,6 +419,11 @@ impl Bus {
     /// Counters of one QP (zero if it never crossed the bus).
     pub fn qp_counters(&self, qpn: Qpn) -> Counters {
         self.per_qp.get(&qpn).copied().unwrap_or_default()
+    }
+
+    /// Every QP that crossed the bus, with its counters, in QPN order.
+    pub fn all_qp_counters(&self) -> Vec<(Qpn, Counters)> {
+        self.per_qp.iter().map(|(&q, &c)| (q, c)).collect()
     }
 
     /// Starts or stops recording each crossing.

@@ -20,5 +20,7 @@ pub(crate) enum Msg {
     Cmd(Command, Sender<Result<CmdOut, CmdError>>),
     Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
     Record(bool, Sender<Vec<Crossing>>),
+    /// Every QP's bus counters, the totals and the device's counters.
+    Snapshot(Sender<crate::stats::BusSnapshot>),
     Stop,
 }

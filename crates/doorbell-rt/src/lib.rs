@@ -49,6 +49,7 @@ mod inbox;
 pub mod loopback;
 pub mod process;
 pub mod procmem;
+pub mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod udp;
@@ -385,6 +386,27 @@ impl LiveNic {
         rx.recv().unwrap_or_default()
     }
 
+    /// Everything the NIC counted, for a report: bus counters in total and
+    /// per QP, the device's counters and the port's. All zero in a forked
+    /// copy, or if the device thread has stopped.
+    pub fn snapshot(&self) -> stats::NicStats {
+        let bus = if self.is_forked_copy() {
+            stats::BusSnapshot::default()
+        } else {
+            let (tx, rx) = bounded(1);
+            match self.tx.send(Msg::Snapshot(tx)) {
+                Ok(()) => rx.recv().unwrap_or_default(),
+                Err(_) => stats::BusSnapshot::default(),
+            }
+        };
+        stats::NicStats {
+            name: self.name.clone(),
+            addr: self.ipv4,
+            bus,
+            port: self.port_counters(),
+        }
+    }
+
     /// What the UDP port counted (all zero on the fabric).
     pub fn port_counters(&self) -> PortCounters {
         match &self.port {
@@ -527,6 +549,13 @@ fn device_loop(
                     .map(|q| bus.qp_counters(q))
                     .unwrap_or_else(|| bus.counters());
                 let _ = reply.send((c, nic.counters()));
+            }
+            Ok(Msg::Snapshot(reply)) => {
+                let _ = reply.send(stats::BusSnapshot {
+                    total: bus.counters(),
+                    qps: bus.all_qp_counters(),
+                    nic: nic.counters(),
+                });
             }
             Ok(Msg::Record(on, reply)) => {
                 let log = bus.take_log();

@@ -5,7 +5,8 @@
 //!   destroyed while in use, registered memory unmapped under the NIC, use
 //!   after destroy. Each call must get the errno rdma-core or the kernel
 //!   would give, and the process must not crash.
-//! - `events.c`: completion channels and the async queue as real fds.
+//! - `events.c`: completion channels and the async queue as real fds; run
+//!   again with `DOORBELL_STATS`, the counters it leaves at exit.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -44,11 +45,12 @@ fn build(name: &str) -> PathBuf {
     exe
 }
 
-/// Builds and runs `tests/c/<name>.c`; it must report at least `min_checks`
-/// checks and no failure.
-fn run_c_program(name: &str, min_checks: usize) {
+/// Builds and runs `tests/c/<name>.c` with the extra `env`; it must report
+/// at least `min_checks` checks and no failure. Returns its stderr.
+fn run_c_program_with(name: &str, min_checks: usize, env: &[(&str, &str)]) -> String {
     let exe = build(name);
     let out = Command::new(&exe)
+        .envs(env.iter().copied())
         .env("LD_LIBRARY_PATH", lib_dir())
         // The program talks only to itself: the library picks a free
         // loopback address.
@@ -63,6 +65,50 @@ fn run_c_program(name: &str, min_checks: usize) {
     let oks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
     assert!(oks >= min_checks, "only {oks} checks ran:\n{all}");
     assert!(stdout.contains("\n0 failed"), "{all}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn run_c_program(name: &str, min_checks: usize) {
+    run_c_program_with(name, min_checks, &[]);
+}
+
+#[test]
+fn doorbell_stats_writes_what_the_program_cost_on_the_bus() {
+    let file = lib_dir()
+        .parent()
+        .expect("lib dir has a parent")
+        .join(format!("stats-{}.json", std::process::id()));
+    let path = file.to_string_lossy().into_owned();
+    run_c_program_with("events", 18, &[("DOORBELL_STATS", &path)]);
+    let text = std::fs::read_to_string(&file).expect("the stats file was written at exit");
+    let _ = std::fs::remove_file(&file);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("the stats file is JSON");
+    assert_eq!(v["device"], "doorbell0");
+    let qps = v["qps"].as_array().expect("qps");
+    assert_eq!(qps.len(), 2, "the sender and the receiver:\n{text}");
+    // events.c sends three 8-byte SENDs on its first QP, each alone and
+    // small: one BlueFlame write of one 64-byte chunk each, no WQE read,
+    // one payload read, one CQE.
+    let a = &qps[0];
+    assert_eq!(a["mmio_writes"], 3, "{text}");
+    assert_eq!(a["mmio_bytes"], 192, "{text}");
+    assert_eq!(a["dma_reads"]["wqe"], 0, "{text}");
+    assert_eq!(a["dma_reads"]["payload"], 3, "{text}");
+    assert_eq!(a["dma_writes"]["cqe"], 3, "{text}");
+    // The receiver posted three receives (no MMIO) and got three CQEs.
+    assert_eq!(qps[1]["mmio_writes"], 0, "{text}");
+    assert_eq!(qps[1]["dma_writes"]["cqe"], 3, "{text}");
+    // Two QPs of one NIC: every packet sent came back in.
+    assert_eq!(v["packets"]["tx"], v["packets"]["rx"], "{text}");
+    assert_eq!(v["packets"]["retransmits"], 0, "{text}");
+    assert!(v["total"]["mmio_writes"].as_u64() >= Some(3), "{text}");
+    assert_eq!(v["hw_counters"].as_object().map(|m| m.len()), Some(13));
+
+    let table = run_c_program_with("events", 18, &[("DOORBELL_STATS", "-")]);
+    assert!(
+        table.contains("doorbell0") && table.lines().any(|l| l.trim_start().starts_with("total")),
+        "a table on stderr:\n{table}"
+    );
 }
 
 #[test]

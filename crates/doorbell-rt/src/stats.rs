@@ -1,0 +1,183 @@
+//! What a live NIC counted, as a report: the bus crossings in total and per
+//! QP (MMIO writes and bytes, DMA reads and writes by purpose, TLPs by
+//! kind), the packets and retransmissions, the kernel-named `hw_counters`
+//! and the UDP port's counters. [`NicStats::to_json`] is the statistics
+//! file the C library writes at exit (`DOORBELL_STATS`), and
+//! [`NicStats::to_table`] the short table it prints for `-`.
+
+use std::fmt::Write as _;
+
+use doorbell_device::NicCounters;
+use doorbell_pcie::{Counters, DmaPurpose};
+use doorbell_types::Qpn;
+use serde_json::{Map, Value, json};
+
+use crate::udp::PortCounters;
+
+/// The device thread's part of a [`NicStats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BusSnapshot {
+    /// Bus counters of every crossing.
+    pub total: Counters,
+    /// Bus counters of each QP that crossed the bus, in QPN order.
+    pub qps: Vec<(Qpn, Counters)>,
+    /// The device's own counters.
+    pub nic: NicCounters,
+}
+
+/// Everything one NIC counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NicStats {
+    /// The device name.
+    pub name: String,
+    /// The port's IPv4 address.
+    pub addr: [u8; 4],
+    /// Bus and device counters.
+    pub bus: BusSnapshot,
+    /// The UDP port's counters (zero on the in-process fabric).
+    pub port: PortCounters,
+}
+
+fn by_purpose(v: &[u64; 7]) -> Value {
+    let mut m = Map::new();
+    for p in DmaPurpose::ALL {
+        m.insert(p.name().into(), json!(v[p as usize]));
+    }
+    Value::Object(m)
+}
+
+fn bus_json(c: &Counters) -> Value {
+    json!({
+        "mmio_writes": c.mmio_writes,
+        "mmio_bytes": c.mmio_bytes,
+        "dma_reads": by_purpose(&c.dma_reads),
+        "dma_read_bytes": by_purpose(&c.dma_read_bytes),
+        "dma_writes": by_purpose(&c.dma_writes),
+        "dma_write_bytes": by_purpose(&c.dma_write_bytes),
+        "tlps": { "mwr": c.mwr_tlps(), "mrd": c.mrd_tlps, "cpld": c.cpld_tlps },
+    })
+}
+
+impl NicStats {
+    /// The report as JSON: `device`, `address`, `total` and `qps` (bus
+    /// counters), `packets` (`tx`, `rx`, `retransmits`), `hw_counters` and
+    /// `port`.
+    pub fn to_json(&self) -> String {
+        let n = &self.bus.nic;
+        let mut hw = Map::new();
+        for (k, v) in n.hw_counters() {
+            hw.insert(k.into(), json!(v));
+        }
+        let qps: Vec<Value> = self
+            .bus
+            .qps
+            .iter()
+            .map(|(q, c)| {
+                let mut v = bus_json(c);
+                v["qpn"] = json!(q.get());
+                v
+            })
+            .collect();
+        let p = &self.port;
+        let doc = json!({
+            "device": self.name,
+            "address": std::net::Ipv4Addr::from(self.addr).to_string(),
+            "total": bus_json(&self.bus.total),
+            "qps": qps,
+            "packets": {
+                "tx": n.tx_packets,
+                "rx": n.rx_packets,
+                "retransmits": n.tx_retransmits,
+                "rx_dropped": n.rx_dropped,
+                "rx_icrc_errors": n.rx_icrc_errors,
+            },
+            "hw_counters": Value::Object(hw),
+            "port": {
+                "tx_datagrams": p.tx_datagrams,
+                "tx_refused": p.tx_refused,
+                "rx_datagrams": p.rx_datagrams,
+                "rx_truncated": p.rx_truncated,
+                "rx_socket_drops": p.rx_socket_drops,
+            },
+        });
+        serde_json::to_string_pretty(&doc).unwrap_or_default()
+    }
+
+    /// A short table: one line per QP and the total.
+    pub fn to_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "doorbell: {} at {}: {} packets out ({} retransmitted), {} in",
+            self.name,
+            std::net::Ipv4Addr::from(self.addr),
+            self.bus.nic.tx_packets,
+            self.bus.nic.tx_retransmits,
+            self.bus.nic.rx_packets
+        );
+        let _ = writeln!(
+            s,
+            "{:>10} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "qp", "MMIO", "MMIO B", "WQE rd", "data rd", "CQE wr", "MWr", "MRd", "CplD", "DMA B"
+        );
+        let line = |s: &mut String, what: String, c: &Counters| {
+            let _ = writeln!(
+                s,
+                "{:>10} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                what,
+                c.mmio_writes,
+                c.mmio_bytes,
+                c.reads(DmaPurpose::SendWqe),
+                c.reads(DmaPurpose::Payload),
+                c.writes(DmaPurpose::Cqe),
+                c.mwr_tlps(),
+                c.mrd_tlps,
+                c.cpld_tlps,
+                c.total_read_bytes() + c.total_write_bytes()
+            );
+        };
+        for (q, c) in &self.bus.qps {
+            line(&mut s, format!("{:#x}", q.get()), c);
+        }
+        line(&mut s, "total".into(), &self.bus.total);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_names_every_purpose_qp_and_hw_counter() {
+        let mut total = Counters {
+            mmio_writes: 3,
+            mmio_bytes: 24,
+            cpld_tlps: 5,
+            ..Counters::default()
+        };
+        total.dma_reads[DmaPurpose::SendWqe as usize] = 2;
+        let stats = NicStats {
+            name: "doorbell0".into(),
+            addr: [127, 0, 0, 2],
+            bus: BusSnapshot {
+                total,
+                qps: vec![(Qpn::new(0x100), total)],
+                nic: NicCounters {
+                    tx_packets: 9,
+                    ..NicCounters::default()
+                },
+            },
+            port: PortCounters::default(),
+        };
+        let v: Value = serde_json::from_str(&stats.to_json()).unwrap();
+        assert_eq!(v["address"], "127.0.0.2");
+        assert_eq!(v["total"]["mmio_writes"], 3);
+        assert_eq!(v["total"]["dma_reads"]["wqe"], 2);
+        assert_eq!(v["total"]["tlps"]["cpld"], 5);
+        assert_eq!(v["qps"][0]["qpn"], 0x100);
+        assert_eq!(v["packets"]["tx"], 9);
+        assert_eq!(v["hw_counters"].as_object().unwrap().len(), 13);
+        assert!(stats.to_table().contains("0x100"));
+    }
+}
