@@ -21,6 +21,17 @@ pub(crate) enum Msg {
     Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
     Record(bool, Sender<Vec<Crossing>>),
     /// Every QP's bus counters, the totals and the device's counters.
-    Snapshot(Sender<crate::stats::BusSnapshot>),
+    Snapshot(Sender<BusSnapshot>),
     Stop,
+}
+
+/// The device thread's part of a `stats::NicStats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BusSnapshot {
+    /// Bus counters of every crossing.
+    pub total: Counters,
+    /// Bus counters of each QP that crossed the bus, in QPN order.
+    pub qps: Vec<(Qpn, Counters)>,
+    /// The device's own counters.
+    pub nic: NicCounters,
 }

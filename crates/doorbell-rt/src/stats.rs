@@ -7,23 +7,11 @@
 
 use std::fmt::Write as _;
 
-use doorbell_device::NicCounters;
 use doorbell_pcie::{Counters, DmaPurpose};
-use doorbell_types::Qpn;
 use serde_json::{Map, Value, json};
 
+pub use crate::inbox::BusSnapshot;
 use crate::udp::PortCounters;
-
-/// The device thread's part of a [`NicStats`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BusSnapshot {
-    /// Bus counters of every crossing.
-    pub total: Counters,
-    /// Bus counters of each QP that crossed the bus, in QPN order.
-    pub qps: Vec<(Qpn, Counters)>,
-    /// The device's own counters.
-    pub nic: NicCounters,
-}
 
 /// Everything one NIC counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -147,6 +135,8 @@ impl NicStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use doorbell_device::NicCounters;
+    use doorbell_types::Qpn;
 
     #[test]
     fn the_report_names_every_purpose_qp_and_hw_counter() {
