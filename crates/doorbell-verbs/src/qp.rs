@@ -311,6 +311,7 @@ impl Pd {
             log_rq_size: rq_wqe_cnt.trailing_zeros() as u8,
             log_rq_stride: (rq_stride.trailing_zeros() - 4) as u8,
             db_addr: dbr_addr,
+            srq: None,
         };
         let out = ctx.driver().create_qp(req);
         let (out, bf) = match out.map(|o| (o, ctx.bfreg(o.bfreg_index).cloned())) {

@@ -1396,6 +1396,7 @@ fn objects_in_use_cannot_be_destroyed() {
             log_rq_size: 2,
             log_rq_stride: 0,
             db_addr: qp_db,
+            srq: None,
         })
         .unwrap()
         .qpn;
