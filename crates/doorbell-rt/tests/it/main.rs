@@ -11,6 +11,7 @@ mod net;
 mod process;
 mod provider;
 mod soak;
+mod srq;
 mod uc;
 mod udp;
 mod virtual_time;

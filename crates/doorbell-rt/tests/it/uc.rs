@@ -45,6 +45,7 @@ fn end(link: Arc<dyn DeviceLink>) -> End {
                 max_inline_data: 64,
             },
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let mr = pd.reg_mr(MR_LEN, Access(FULL)).unwrap();

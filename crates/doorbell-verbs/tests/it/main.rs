@@ -43,6 +43,7 @@ fn rig() -> Rig {
             max_inline_data: 64,
         },
         sq_sig_all: false,
+        srq: None,
     };
     let a = pd.create_qp(&attr).unwrap();
     let b = pd.create_qp(&attr).unwrap();
