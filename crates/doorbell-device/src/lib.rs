@@ -356,6 +356,35 @@ impl Nic {
                 self.cqs.insert(c, Cq::new(p));
                 Ok(CmdOut::Cq(c))
             }
+            Command::ResizeCq { cqn, log_size, pas } => {
+                let max_cqe = caps.max_cqe;
+                let cq = self.cqs.get_mut(&cqn).ok_or(CmdError::NoSuchObject {
+                    kind: ObjKind::Cq,
+                    id: cqn.get(),
+                })?;
+                let n = 1u64 << log_size.min(31);
+                if log_size > 24 || n > u64::from(max_cqe) {
+                    return Err(CmdError::BadParam {
+                        name: Param::LogCqSize,
+                        value: log_size.into(),
+                    });
+                }
+                if (pas.len() as u64) < (n * 64).div_ceil(doorbell_host::PAGE_SIZE) {
+                    return Err(CmdError::BadParam {
+                        name: Param::CqPasEntries,
+                        value: pas.len() as u64,
+                    });
+                }
+                let mut t = now;
+                if cq.resize(dma, &mut t, log_size, pas) {
+                    Ok(CmdOut::Done)
+                } else {
+                    Err(CmdError::BadParam {
+                        name: Param::LogCqSize,
+                        value: log_size.into(),
+                    })
+                }
+            }
             Command::DestroyCq(c) => {
                 let cq = self.cqs.get(&c).ok_or(CmdError::NoSuchObject {
                     kind: ObjKind::Cq,

@@ -407,6 +407,28 @@ impl Ucontext {
         }
     }
 
+    /// resize_cq: pins the new CQE buffer and moves the CQ to it; the old
+    /// buffer is unpinned once the device has let it go, the new one if it
+    /// refuses (its CQEs still there would not fit).
+    pub fn resize_cq(&self, cqn: Cqn, log_size: u8, buf: HostAddr) -> Result<(), DriverError> {
+        let (old, old_len, db) = self
+            .state()
+            .cqs
+            .get(&cqn)
+            .copied()
+            .ok_or(DriverError::NoSuchObject(cqn.get()))?;
+        let mem = self.link.memory();
+        let len = 64u64 << log_size;
+        let pas = mem.pin(buf, len)?;
+        if let Err(e) = self.link.exec(Command::ResizeCq { cqn, log_size, pas }) {
+            let _ = mem.unpin(buf, len);
+            return Err(e.into());
+        }
+        self.state().cqs.insert(cqn, (buf, len, db));
+        mem.unpin(old, old_len)?;
+        Ok(())
+    }
+
     /// The UAR CQ arm doorbells go through.
     pub fn cq_uar(&self) -> UarIndex {
         self.uars.first().copied().unwrap_or_default()

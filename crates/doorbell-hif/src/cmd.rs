@@ -172,6 +172,18 @@ pub enum Command {
     CreateCq(CqParams),
     /// DESTROY_CQ.
     DestroyCq(Cqn),
+    /// MODIFY_CQ with the resize op_mod (`ibv_resize_cq`): CQEs from the
+    /// next one on go to the new buffer, at the same producer count; the
+    /// provider copies the ones it has not polled. Refused if the new size
+    /// cannot hold them.
+    ResizeCq {
+        /// The CQ.
+        cqn: Cqn,
+        /// log2 of the new number of CQEs.
+        log_size: u8,
+        /// Pages of the new CQE buffer.
+        pas: Vec<HostAddr>,
+    },
     /// CREATE_QP.
     CreateQp(QpParams),
     /// The RST2INIT … 2ERR family: move to `state` with `attrs`.

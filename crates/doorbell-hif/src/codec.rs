@@ -20,6 +20,7 @@
 //!   CREATE_SRQ) is a `u32` count and that many `u64` page addresses.
 //! - An optional number (CREATE_QP's SRQ) is a flag byte (0 or 1) and,
 //!   for 1, the `u32`.
+//! - RESIZE_CQ is MODIFY_CQ 0x403 with `op_mod` [`MODIFY_CQ_RESIZE`].
 //! - The SRQ commands are the PRM's CREATE_SRQ 0x700, DESTROY_SRQ 0x701,
 //!   QUERY_SRQ 0x702 and ARM_RQ 0x703 with `op_mod` [`ARM_RQ_SRQ`]
 //!   (MODIFY_SRQ: the limit).
@@ -49,6 +50,8 @@ pub mod opcode {
     pub const CREATE_CQ: u16 = 0x400;
     /// DESTROY_CQ.
     pub const DESTROY_CQ: u16 = 0x401;
+    /// MODIFY_CQ; `op_mod` [`super::MODIFY_CQ_RESIZE`] resizes.
+    pub const MODIFY_CQ: u16 = 0x403;
     /// CREATE_QP.
     pub const CREATE_QP: u16 = 0x500;
     /// DESTROY_QP.
@@ -75,6 +78,9 @@ pub mod opcode {
     /// DEALLOC_UAR.
     pub const DEALLOC_UAR: u16 = 0x803;
 }
+
+/// MODIFY_CQ's `op_mod` for a resize (the PRM's `MLX5_CQ_OPMOD_RESIZE`).
+pub const MODIFY_CQ_RESIZE: u16 = 0x1;
 
 /// ARM_RQ's `op_mod` for an SRQ (the PRM's `MLX5_ARM_RQ_IN_OP_MOD_SRQ`).
 pub const ARM_RQ_SRQ: u16 = 0x1;
@@ -351,6 +357,12 @@ impl Command {
                 head(&mut w, opcode::DESTROY_CQ, 0);
                 w.u32(c.get());
             }
+            Command::ResizeCq { cqn, log_size, pas } => {
+                head(&mut w, opcode::MODIFY_CQ, MODIFY_CQ_RESIZE);
+                w.u32(cqn.get());
+                w.u8(*log_size);
+                w.pages(pas);
+            }
             Command::CreateQp(q) => {
                 head(&mut w, opcode::CREATE_QP, 0);
                 w.u8(q.qp_type.code());
@@ -434,6 +446,12 @@ impl Command {
                 pas: r.pages()?,
             }),
             opcode::DESTROY_CQ => Command::DestroyCq(Cqn::new(r.u32()?)),
+            opcode::MODIFY_CQ if op_mod == MODIFY_CQ_RESIZE => Command::ResizeCq {
+                cqn: Cqn::new(r.u32()?),
+                log_size: r.u8()?,
+                pas: r.pages()?,
+            },
+            opcode::MODIFY_CQ => return unknown("MODIFY_CQ op_mod", op_mod),
             opcode::CREATE_QP => Command::CreateQp(QpParams {
                 qp_type: qp_type(r.u8()?)?,
                 pd: Pdn::new(r.u32()?),
@@ -809,5 +827,11 @@ mod tests {
             pas: vec![HostAddr::new(0x2000)],
         });
         assert_eq!(bytes(create)[..4], [0x07, 0x00, 0, 0]);
+        let resize = Command::ResizeCq {
+            cqn: Cqn::new(3),
+            log_size: 7,
+            pas: vec![],
+        };
+        assert_eq!(bytes(resize), [0x04, 0x03, 0, 1, 0, 0, 0, 3, 7, 0, 0, 0, 0]);
     }
 }

@@ -99,6 +99,11 @@ fn command() -> impl Strategy<Value = Command> {
             })
         }),
         any::<u32>().prop_map(|c| Command::DestroyCq(Cqn::new(c))),
+        (any::<u32>(), any::<u8>(), pages()).prop_map(|(c, log_size, pas)| Command::ResizeCq {
+            cqn: Cqn::new(c),
+            log_size,
+            pas,
+        }),
         (
             ty,
             any::<[u32; 4]>(),

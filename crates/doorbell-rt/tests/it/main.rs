@@ -10,6 +10,7 @@ mod errors;
 mod net;
 mod process;
 mod provider;
+mod resize;
 mod soak;
 mod srq;
 mod uc;
