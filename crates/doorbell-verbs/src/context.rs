@@ -229,7 +229,7 @@ impl Context {
     }
 
     /// Waits up to `timeout` for a completion event of one of this
-    /// context's CQs armed with [`Cq::req_notify`]. Other events met while
+    /// context's CQs armed with [`crate::Cq::req_notify`]. Other events met while
     /// waiting are kept for [`Context::get_async_event`].
     pub fn get_cq_event(&self, timeout: std::time::Duration) -> Option<doorbell_types::Cqn> {
         self.next_event(
