@@ -466,6 +466,7 @@ fn side(name: &str, ip: [u8; 4], mr_len: usize, access: u32) -> Result<Side> {
             max_inline_data: SMALL as u32,
         },
         sq_sig_all: false,
+        srq: None,
     })?;
     let mr = pd.reg_mr(mr_len, Access(access))?;
     Ok(Side {

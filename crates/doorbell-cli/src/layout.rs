@@ -54,6 +54,7 @@ pub fn run(qps: u32, cfg: ProviderConfig) -> Result<(Vec<QpPlacement>, (u32, u32
             recv_cq: cq.clone(),
             cap,
             sq_sig_all: false,
+            srq: None,
         })?;
         let p = ctx.placement(&qp);
         rows.push(QpPlacement {

@@ -438,6 +438,7 @@ impl Endpoint {
                     max_inline_data: 0,
                 },
                 sq_sig_all: false,
+                srq: None,
             })
             .context("Couldn't create QP")?;
         let inline = qp.caps().max_inline_data >= s.size;

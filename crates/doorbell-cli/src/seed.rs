@@ -166,6 +166,7 @@ fn connect(cfg: SeedConfig, o: &SeedOptions, sq_depth: u32) -> Result<Endpoints>
             recv_cq: cq.clone(),
             cap,
             sq_sig_all: false,
+            srq: None,
         })?;
         let mr = pd.reg_mr(
             (o.size as usize).max(64),

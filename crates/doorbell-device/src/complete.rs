@@ -134,8 +134,13 @@ pub(crate) fn flush_sq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
 
 /// Completes every posted receive WQE with WR_FLUSH_ERR; in the error state,
 /// looks again after [`ERR_RQ_POLL`] for receives posted meanwhile.
+///
+/// A QP with an SRQ flushes only the WQEs it took (its message in
+/// progress); the SRQ's others are for its other QPs. Once in the error
+/// state, it raises [`NicEvent::QpLastWqeReached`]: it takes no more.
 pub(crate) fn flush_rq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
-    if qp.state == QpState::Err {
+    let shared = qp.p.srq.is_some();
+    if qp.state == QpState::Err && !shared {
         qp.rq.flush_poll = Some(ctx.now.add(ERR_RQ_POLL));
     }
     if let Some(w) = qp.inbound.spare.take() {
@@ -145,6 +150,13 @@ pub(crate) fn flush_rq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
         recv_error(qp, ctx, ip.wqe_index, Syndrome::WrFlushErr);
     }
     qp.inbound.write = None;
+    if shared {
+        if qp.state == QpState::Err && !qp.last_wqe_reported {
+            qp.last_wqe_reported = true;
+            ctx.out.events.push_back(NicEvent::QpLastWqeReached(qp.qpn));
+        }
+        return;
+    }
     while let Ok(Some(w)) = next_recv_wqe(qp, ctx) {
         recv_error(qp, ctx, w.index, Syndrome::WrFlushErr);
     }

@@ -115,6 +115,41 @@ impl Cq {
         CqeWrite::Written { event }
     }
 
+    /// Resizes to `2^log_size` CQEs in the buffer `pas` (MODIFY_CQ
+    /// resize): the producer count goes on, so CQE `n` goes to slot `n`
+    /// of the new ring, where the provider also copies the ones it has
+    /// not polled. Refused (false) when the new ring cannot hold those,
+    /// as the consumer index in the doorbell record says.
+    pub(crate) fn resize(
+        &mut self,
+        dma: &mut impl Dma,
+        t: &mut Instant,
+        log_size: u8,
+        pas: Vec<HostAddr>,
+    ) -> bool {
+        let mut rec = [0u8; dbr::DBR_LEN];
+        let word = dbr::field::WORD0;
+        let tag = DmaTag::new(Qpn::new(0), DmaPurpose::DoorbellRecord);
+        let read = self
+            .p
+            .dbr_addr
+            .checked_add(word.start as u64)
+            .is_some_and(|a| dma_read(dma, t, tag, a, &mut rec[word]));
+        if read {
+            let ci24 = dbr::CqDoorbellRecord::new_unchecked(&rec[..]).consumer_index();
+            let back = self.pi.wrapping_sub(ci24) & 0x00ff_ffff;
+            self.ci = self.pi.wrapping_sub(back);
+        }
+        let ncqe = 1u32 << log_size;
+        if !read || self.pi.wrapping_sub(self.ci) > ncqe {
+            return false;
+        }
+        self.ncqe = ncqe;
+        self.p.log_size = log_size;
+        self.p.pas = pas;
+        true
+    }
+
     /// Handles an arm doorbell; returns true if an event is due at once
     /// because CQEs beyond `ci` are already there.
     pub(crate) fn arm(&mut self, solicited_only: bool, ci: u32) -> bool {

@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, VecDeque};
 
 use doorbell_hif::NicEvent;
 use doorbell_pcie::{Dma, DmaTag};
-use doorbell_types::{Cqn, Duration, HostAddr, Instant};
+use doorbell_types::{Cqn, Duration, HostAddr, Instant, Srqn};
 
 use crate::config::{Frame, NicConfig, NicCounters};
 use crate::cq::Cq;
 use crate::dma::{dma_read, dma_write};
 use crate::mkey::MkeyTable;
+use crate::srq::Srq;
 
 /// Shared outputs and tables a QP's engines need.
 pub(crate) struct Ctx<'a, D: Dma> {
@@ -25,6 +26,7 @@ pub(crate) struct Ctx<'a, D: Dma> {
     pub(crate) dma: &'a mut D,
     pub(crate) cqs: &'a mut BTreeMap<Cqn, Cq>,
     pub(crate) mkeys: &'a MkeyTable,
+    pub(crate) srqs: &'a mut BTreeMap<Srqn, Srq>,
     pub(crate) out: &'a mut Outputs,
     pub(crate) cfg: &'a NicConfig,
 }

@@ -1,7 +1,47 @@
-//! DMA through the caller's bus, at the time the work has reached.
+//! DMA through the caller's bus, at the time the work has reached, and
+//! the walk of a buffer's page list.
 
+use doorbell_host::PAGE_SIZE;
 use doorbell_pcie::{Dma, DmaTag};
 use doorbell_types::{HostAddr, Instant};
+
+/// Calls `f(host_addr, bytes, offset_into_range)` for each run of bytes
+/// `[off, off + len)` of a buffer whose pages are `pas` that is contiguous
+/// in host memory. Returns false if the range is outside the pages.
+pub(crate) fn page_runs(
+    pas: &[HostAddr],
+    off: u64,
+    len: u64,
+    mut f: impl FnMut(HostAddr, u64, u64),
+) -> bool {
+    let Some(end) = off.checked_add(len) else {
+        return false;
+    };
+    let mut at = off;
+    let mut run: Option<(HostAddr, u64, u64)> = None;
+    while at < end {
+        let Some(page) = pas.get((at / PAGE_SIZE) as usize) else {
+            return false;
+        };
+        let Some(host) = page.checked_add(at % PAGE_SIZE) else {
+            return false;
+        };
+        let n = (PAGE_SIZE - at % PAGE_SIZE).min(end - at);
+        run = match run {
+            Some((h, b, o)) if h.checked_add(b) == Some(host) => Some((h, b + n, o)),
+            Some((h, b, o)) => {
+                f(h, b, o);
+                Some((host, n, at - off))
+            }
+            None => Some((host, n, at - off)),
+        };
+        at += n;
+    }
+    if let Some((h, b, o)) = run {
+        f(h, b, o);
+    }
+    true
+}
 
 /// A DMA read at `*t`, moving `*t` to when its data is in; false on error.
 pub(crate) fn dma_read<D: Dma>(

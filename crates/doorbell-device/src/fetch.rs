@@ -1,13 +1,17 @@
 //! WQE fetch: send WQEBBs into the WQE cache, and receive WQEs, by DMA
-//! from the QP buffer; the receive producer index from the doorbell record.
+//! from the QP buffer or the QP's SRQ; the receive producer index from the
+//! doorbell record; the SRQ's limit event.
 
-use doorbell_layout::dbr::QpDoorbellRecord;
-use doorbell_layout::wqe::{DataSeg, WQEBB_LEN, field as wf};
+use doorbell_hif::NicEvent;
+use doorbell_layout::dbr::{self, QpDoorbellRecord};
+use doorbell_layout::wqe::{DataSeg, SrqNextSeg, WQEBB_LEN, field as wf};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
-use doorbell_types::Mkey;
+use doorbell_types::{Instant, Mkey, Qpn, Srqn};
 
 use crate::ctx::Ctx;
+use crate::dma::dma_read;
 use crate::qp::Qp;
+use crate::srq::Srq;
 use crate::wq::{RecvWqe, Sge};
 
 /// Fetches by DMA every WQEBB from the end of the WQE cache up to `upto`.
@@ -70,6 +74,9 @@ pub(crate) fn next_recv_wqe<D: Dma>(
     qp: &mut Qp,
     ctx: &mut Ctx<'_, D>,
 ) -> Result<Option<RecvWqe>, RecvFetchError> {
+    if let Some(srqn) = qp.p.srq {
+        return next_srq_wqe(qp.qpn, srqn, ctx);
+    }
     if qp.rq.ci == qp.rq.pi {
         // Only the receive counter is read, into its place in a record.
         let mut rec = [0u8; doorbell_layout::dbr::DBR_LEN];
@@ -108,6 +115,15 @@ pub(crate) fn next_recv_wqe<D: Dma>(
     if !ok {
         return Err(RecvFetchError);
     }
+    qp.rq.ci = qp.rq.ci.wrapping_add(1);
+    Ok(Some(RecvWqe {
+        index,
+        sges: data_segs(&buf),
+    }))
+}
+
+/// The SGEs of a receive WQE's data segments, up to the terminator.
+fn data_segs(buf: &[u8]) -> Vec<Sge> {
     let mut sges = Vec::new();
     for seg in buf.chunks_exact(wf::DATA_LEN) {
         let d = DataSeg::new_unchecked(seg);
@@ -122,6 +138,89 @@ pub(crate) fn next_recv_wqe<D: Dma>(
             });
         }
     }
-    qp.rq.ci = qp.rq.ci.wrapping_add(1);
-    Ok(Some(RecvWqe { index, sges }))
+    sges
+}
+
+/// Reads the count of WQEs posted from an SRQ's doorbell record (word 0;
+/// the provider writes all 32 bits, the device keeps the low 16).
+fn refresh_srq_pi<D: Dma>(
+    qpn: Qpn,
+    srq: &mut Srq,
+    dma: &mut D,
+    t: &mut Instant,
+) -> Result<(), RecvFetchError> {
+    let mut rec = [0u8; dbr::DBR_LEN];
+    let word = dbr::field::WORD0;
+    let addr = srq
+        .p
+        .dbr_addr
+        .checked_add(word.start as u64)
+        .ok_or(RecvFetchError)?;
+    let tag = DmaTag::new(qpn, DmaPurpose::DoorbellRecord);
+    if !dma_read(dma, t, tag, addr, &mut rec[word]) {
+        return Err(RecvFetchError);
+    }
+    let pi = QpDoorbellRecord::new_unchecked(&rec[..]).recv_counter();
+    if u32::from(pi.wrapping_sub(srq.ci)) > srq.size {
+        return Err(RecvFetchError);
+    }
+    srq.pi = pi;
+    Ok(())
+}
+
+/// Takes the next WQE of SRQ `srqn` for QP `qpn`: the one at the SRQ's
+/// head, whose next segment says which is next. With a limit armed and
+/// fewer WQEs than the limit left, raises [`NicEvent::SrqLimit`] once and
+/// disarms (the count is read again from the doorbell record first, so a
+/// stale copy never raises it).
+fn next_srq_wqe<D: Dma>(
+    qpn: Qpn,
+    srqn: Srqn,
+    ctx: &mut Ctx<'_, D>,
+) -> Result<Option<RecvWqe>, RecvFetchError> {
+    let srq = ctx.srqs.get_mut(&srqn).ok_or(RecvFetchError)?;
+    if srq.ci == srq.pi {
+        refresh_srq_pi(qpn, srq, ctx.dma, &mut ctx.t)?;
+        if srq.ci == srq.pi {
+            return Ok(None);
+        }
+    }
+    let index = u32::from(srq.head) & (srq.size - 1);
+    let stride = srq.stride as usize;
+    let mut buf = vec![0u8; stride];
+    let mut runs = Vec::new();
+    if !srq.buf_runs(
+        u64::from(index) * stride as u64,
+        stride as u64,
+        |h, n, o| runs.push((h, n, o)),
+    ) {
+        return Err(RecvFetchError);
+    }
+    let tag = DmaTag::new(qpn, DmaPurpose::RecvWqe);
+    let mut ok = true;
+    for (h, n, o) in runs {
+        ok &= dma_read(
+            ctx.dma,
+            &mut ctx.t,
+            tag,
+            h,
+            &mut buf[o as usize..(o + n) as usize],
+        );
+    }
+    if !ok || stride < wf::SRQ_NEXT_LEN {
+        return Err(RecvFetchError);
+    }
+    srq.head = SrqNextSeg::new_unchecked(&buf[..wf::SRQ_NEXT_LEN]).next_wqe_index();
+    srq.ci = srq.ci.wrapping_add(1);
+    if srq.limit > 0 && srq.posted() < srq.limit {
+        refresh_srq_pi(qpn, srq, ctx.dma, &mut ctx.t)?;
+        if srq.posted() < srq.limit {
+            srq.limit = 0;
+            ctx.out.events.push_back(NicEvent::SrqLimit(srqn));
+        }
+    }
+    Ok(Some(RecvWqe {
+        index: index as u16,
+        sges: data_segs(&buf[wf::SRQ_NEXT_LEN..]),
+    }))
 }

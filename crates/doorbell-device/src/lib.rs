@@ -72,6 +72,7 @@ mod recv;
 mod response;
 mod send;
 mod sge;
+mod srq;
 mod timer;
 mod transmit;
 mod wq;
@@ -82,9 +83,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use doorbell_layout::uar::{self, CqArmDoorbell, SendDoorbell, UarRegister};
 use doorbell_layout::wqe as wqe_layout;
 use doorbell_pcie::Dma;
-use doorbell_types::{Cqn, Duration, Instant, Pdn, Qpn, UarIndex};
+use doorbell_types::{Cqn, Duration, Instant, Pdn, Qpn, Srqn, UarIndex};
 
-use doorbell_hif::{CmdError, CmdOut, Command, NicEvent, ObjKind, Param, QpParams, QpState};
+use doorbell_hif::{
+    CmdError, CmdOut, Command, NicEvent, ObjKind, Param, QpParams, QpState, SrqParams,
+};
 
 pub use config::{Frame, NicConfig, NicCounters, NicTiming};
 
@@ -94,6 +97,7 @@ use fault::Outcome;
 use mkey::MkeyTable;
 use qp::Qp;
 use response::Then;
+use srq::Srq;
 use timer::{Timer, TimerIndex};
 
 /// BlueFlame chunks collected for one buffer of one bfreg.
@@ -112,6 +116,7 @@ macro_rules! ctx {
             dma: $dma,
             cqs: &mut $self.cqs,
             mkeys: &$self.mkeys,
+            srqs: &mut $self.srqs,
             out: &mut $self.out,
             cfg: &$self.cfg,
         }
@@ -161,6 +166,8 @@ pub struct Nic {
     next_cqn: u32,
     qps: BTreeMap<Qpn, Qp>,
     next_qpn: u32,
+    srqs: BTreeMap<Srqn, Srq>,
+    next_srqn: u32,
     bf: BTreeMap<(UarIndex, u32, u32), BfAssembly>,
     out: Outputs,
     /// When each processing unit is next free.
@@ -188,6 +195,8 @@ impl Nic {
             next_cqn: 1,
             qps: BTreeMap::new(),
             next_qpn: 0x100,
+            srqs: BTreeMap::new(),
+            next_srqn: 1,
             bf: BTreeMap::new(),
             out: Outputs::default(),
             pus: vec![Instant::ZERO; cfg_pus],
@@ -269,7 +278,10 @@ impl Nic {
                         id: p.get(),
                     });
                 }
-                if self.mkeys.count_in_pd(p) > 0 || self.qps.values().any(|q| q.p.pd == p) {
+                if self.mkeys.count_in_pd(p) > 0
+                    || self.qps.values().any(|q| q.p.pd == p)
+                    || self.srqs.values().any(|s| s.p.pd == p)
+                {
                     return Err(CmdError::Busy {
                         kind: ObjKind::Pd,
                         id: p.get(),
@@ -344,6 +356,35 @@ impl Nic {
                 self.cqs.insert(c, Cq::new(p));
                 Ok(CmdOut::Cq(c))
             }
+            Command::ResizeCq { cqn, log_size, pas } => {
+                let max_cqe = caps.max_cqe;
+                let cq = self.cqs.get_mut(&cqn).ok_or(CmdError::NoSuchObject {
+                    kind: ObjKind::Cq,
+                    id: cqn.get(),
+                })?;
+                let n = 1u64 << log_size.min(31);
+                if log_size > 24 || n > u64::from(max_cqe) {
+                    return Err(CmdError::BadParam {
+                        name: Param::LogCqSize,
+                        value: log_size.into(),
+                    });
+                }
+                if (pas.len() as u64) < (n * 64).div_ceil(doorbell_host::PAGE_SIZE) {
+                    return Err(CmdError::BadParam {
+                        name: Param::CqPasEntries,
+                        value: pas.len() as u64,
+                    });
+                }
+                let mut t = now;
+                if cq.resize(dma, &mut t, log_size, pas) {
+                    Ok(CmdOut::Done)
+                } else {
+                    Err(CmdError::BadParam {
+                        name: Param::LogCqSize,
+                        value: log_size.into(),
+                    })
+                }
+            }
             Command::DestroyCq(c) => {
                 let cq = self.cqs.get(&c).ok_or(CmdError::NoSuchObject {
                     kind: ObjKind::Cq,
@@ -395,6 +436,47 @@ impl Nic {
                         cq.users = cq.users.saturating_sub(1);
                     }
                 }
+                if let Some(srq) = qp.p.srq.and_then(|s| self.srqs.get_mut(&s)) {
+                    srq.users = srq.users.saturating_sub(1);
+                }
+                Ok(CmdOut::Done)
+            }
+            Command::CreateSrq(p) => self.create_srq(p),
+            Command::ModifySrq { srqn, limit } => {
+                let srq = self.srqs.get_mut(&srqn).ok_or(CmdError::NoSuchObject {
+                    kind: ObjKind::Srq,
+                    id: srqn.get(),
+                })?;
+                // One WQE of the ring is the list's end: at most size - 1
+                // are ever posted.
+                if limit >= srq.size {
+                    return Err(CmdError::BadParam {
+                        name: Param::SrqLimit,
+                        value: limit.into(),
+                    });
+                }
+                srq.limit = limit;
+                Ok(CmdOut::Done)
+            }
+            Command::QuerySrq(srqn) => {
+                let srq = self.srqs.get(&srqn).ok_or(CmdError::NoSuchObject {
+                    kind: ObjKind::Srq,
+                    id: srqn.get(),
+                })?;
+                Ok(CmdOut::SrqInfo { limit: srq.limit })
+            }
+            Command::DestroySrq(srqn) => {
+                let srq = self.srqs.get(&srqn).ok_or(CmdError::NoSuchObject {
+                    kind: ObjKind::Srq,
+                    id: srqn.get(),
+                })?;
+                if srq.users > 0 {
+                    return Err(CmdError::Busy {
+                        kind: ObjKind::Srq,
+                        id: srqn.get(),
+                    });
+                }
+                self.srqs.remove(&srqn);
                 Ok(CmdOut::Done)
             }
             #[allow(unreachable_patterns)]
@@ -403,6 +485,43 @@ impl Nic {
                 value: 0,
             }),
         }
+    }
+
+    fn create_srq(&mut self, p: SrqParams) -> Result<CmdOut, CmdError> {
+        let caps = &self.cfg.caps;
+        if !self.pds.contains(&p.pd) {
+            return Err(CmdError::NoSuchObject {
+                kind: ObjKind::Pd,
+                id: p.pd.get(),
+            });
+        }
+        if p.log_size > 15 || (1u32 << p.log_size) > caps.max_recv_wr {
+            return Err(CmdError::BadParam {
+                name: Param::LogSrqSize,
+                value: p.log_size.into(),
+            });
+        }
+        // A WQE holds its next segment and at least one data segment.
+        if p.log_stride == 0 || p.log_stride > 8 || (16u32 << p.log_stride) > caps.max_rq_desc_sz {
+            return Err(CmdError::BadParam {
+                name: Param::LogSrqStride,
+                value: p.log_stride.into(),
+            });
+        }
+        let srq = Srq::new(p);
+        if (srq.p.pas.len() as u64) < srq.pages() {
+            return Err(CmdError::BadParam {
+                name: Param::SrqPasEntries,
+                value: srq.p.pas.len() as u64,
+            });
+        }
+        if self.next_srqn > Srqn::MAX {
+            return Err(CmdError::Exhausted(ObjKind::Srq));
+        }
+        let s = Srqn::new(self.next_srqn);
+        self.next_srqn += 1;
+        self.srqs.insert(s, srq);
+        Ok(CmdOut::Srq(s))
     }
 
     fn create_qp(&mut self, p: QpParams) -> Result<CmdOut, CmdError> {
@@ -436,20 +555,33 @@ impl Nic {
                 value: p.log_sq_size.into(),
             });
         }
-        if (1u32 << p.log_rq_size.min(31)) > caps.max_recv_wr || p.log_rq_size > 15 {
+        if let Some(s) = p.srq
+            && !self.srqs.contains_key(&s)
+        {
+            return Err(CmdError::NoSuchObject {
+                kind: ObjKind::Srq,
+                id: s.get(),
+            });
+        }
+        let own_rq = p.srq.is_none();
+        if own_rq && ((1u32 << p.log_rq_size.min(31)) > caps.max_recv_wr || p.log_rq_size > 15) {
             return Err(CmdError::BadParam {
                 name: Param::LogRqSize,
                 value: p.log_rq_size.into(),
             });
         }
-        if p.log_rq_stride > 8 || (16u32 << p.log_rq_stride) > caps.max_rq_desc_sz {
+        if own_rq && (p.log_rq_stride > 8 || (16u32 << p.log_rq_stride) > caps.max_rq_desc_sz) {
             return Err(CmdError::BadParam {
                 name: Param::LogRqStride,
                 value: p.log_rq_stride.into(),
             });
         }
-        let bytes =
-            (16u64 << p.log_rq_stride) * (1u64 << p.log_rq_size) + 64 * (1u64 << p.log_sq_size);
+        let rq_bytes = if own_rq {
+            (16u64 << p.log_rq_stride) * (1u64 << p.log_rq_size)
+        } else {
+            0
+        };
+        let bytes = rq_bytes + 64 * (1u64 << p.log_sq_size);
         if (p.pas.len() as u64) < bytes.div_ceil(doorbell_host::PAGE_SIZE) {
             return Err(CmdError::BadParam {
                 name: Param::QpPasEntries,
@@ -462,6 +594,9 @@ impl Nic {
             if let Some(cq) = self.cqs.get_mut(&c) {
                 cq.users += 1;
             }
+        }
+        if let Some(srq) = p.srq.and_then(|s| self.srqs.get_mut(&s)) {
+            srq.users += 1;
         }
         self.qps.insert(qpn, Qp::new(qpn, p));
         Ok(CmdOut::Qp(qpn))

@@ -4,11 +4,11 @@
 //! queues ([`crate::wq`]), the RC requester and responder
 //! ([`doorbell_roce`]), and the responder's messages in progress.
 
-use doorbell_host::PAGE_SIZE;
 use doorbell_layout::dbr;
 use doorbell_roce::{Requester, RequesterConfig, Responder};
 use doorbell_types::{HostAddr, Instant, Qpn};
 
+use crate::dma::page_runs;
 use crate::timer::Timer;
 use crate::wq::{Inbound, RecvQueue, SendQueue};
 use doorbell_hif::{CmdError, QpAttrs, QpParams, QpState, check_modify};
@@ -30,6 +30,8 @@ pub(crate) struct Qp {
     /// [`Timer`]: the NIC brings them in line with [`Qp::timer`] after
     /// each input.
     pub(crate) indexed: [Option<Instant>; Timer::ALL.len()],
+    /// In the error state with an SRQ: QP_LAST_WQE_REACHED was raised.
+    pub(crate) last_wqe_reported: bool,
 }
 
 impl Qp {
@@ -37,7 +39,12 @@ impl Qp {
         Self {
             qpn,
             sq: SendQueue::new(p.log_sq_size),
-            rq: RecvQueue::new(p.log_rq_size, p.log_rq_stride),
+            // A QP with an SRQ has no receive queue of its own.
+            rq: if p.srq.is_some() {
+                RecvQueue::none()
+            } else {
+                RecvQueue::new(p.log_rq_size, p.log_rq_stride)
+            },
             p,
             state: QpState::Reset,
             attrs: QpAttrs::default(),
@@ -45,6 +52,7 @@ impl Qp {
             resp: Responder::new(),
             inbound: Inbound::default(),
             indexed: [None; Timer::ALL.len()],
+            last_wqe_reported: false,
         }
     }
 
@@ -108,39 +116,8 @@ impl Qp {
     /// Calls `f(host_addr, bytes, offset_into_range)` for each run of the QP
     /// buffer `[off, off + len)` that is contiguous in host memory. Returns
     /// false if the range is outside the buffer's pages.
-    pub(crate) fn buf_runs(
-        &self,
-        off: u64,
-        len: u64,
-        mut f: impl FnMut(HostAddr, u64, u64),
-    ) -> bool {
-        let Some(end) = off.checked_add(len) else {
-            return false;
-        };
-        let mut at = off;
-        let mut run: Option<(HostAddr, u64, u64)> = None;
-        while at < end {
-            let Some(page) = self.p.pas.get((at / PAGE_SIZE) as usize) else {
-                return false;
-            };
-            let Some(host) = page.checked_add(at % PAGE_SIZE) else {
-                return false;
-            };
-            let n = (PAGE_SIZE - at % PAGE_SIZE).min(end - at);
-            run = match run {
-                Some((h, b, o)) if h.checked_add(b) == Some(host) => Some((h, b + n, o)),
-                Some((h, b, o)) => {
-                    f(h, b, o);
-                    Some((host, n, at - off))
-                }
-                None => Some((host, n, at - off)),
-            };
-            at += n;
-        }
-        if let Some((h, b, o)) = run {
-            f(h, b, o);
-        }
-        true
+    pub(crate) fn buf_runs(&self, off: u64, len: u64, f: impl FnMut(HostAddr, u64, u64)) -> bool {
+        page_runs(&self.p.pas, off, len, f)
     }
 
     /// Host address of the receive counter of the QP's doorbell record,
@@ -172,6 +149,7 @@ mod tests {
                 log_rq_stride: 0,
                 dbr_addr: HostAddr::new(0),
                 pas: vec![],
+                srq: None,
             },
         )
     }

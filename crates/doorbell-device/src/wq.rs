@@ -156,6 +156,17 @@ impl RecvQueue {
         }
     }
 
+    /// The receive queue of a QP with an SRQ: none.
+    pub(crate) fn none() -> Self {
+        Self {
+            size: 0,
+            stride: 0,
+            ci: 0,
+            pi: 0,
+            flush_poll: None,
+        }
+    }
+
     /// Bytes of the receive queue: the send queue follows it in the QP
     /// buffer.
     pub(crate) fn bytes(&self) -> u64 {

@@ -23,11 +23,11 @@ use std::sync::{Arc, Mutex};
 pub use doorbell_hif::DeviceLink;
 use doorbell_hif::{
     Access, CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, ObjKind, QpAttrs,
-    QpParams, QpState, QpType,
+    QpParams, QpState, QpType, SrqParams,
 };
 use doorbell_host::{HostMemory, MemError, PAGE_SIZE};
 use doorbell_layout::uar;
-use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, UarIndex};
+use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, Srqn, UarIndex};
 
 pub use bfreg::{BfregAllocator, BfregError, BfregInfo, gross_index};
 
@@ -113,6 +113,27 @@ pub struct CreateQpReq {
     pub log_rq_stride: u8,
     /// The doorbell record's address.
     pub db_addr: HostAddr,
+    /// The SRQ the QP receives from; the buffer then holds only the send
+    /// queue and the RQ sizes are ignored.
+    pub srq: Option<Srqn>,
+}
+
+/// create_srq request: the WQE ring and doorbell record the provider made
+/// (`mlx5_ib_create_srq`'s `buf_addr` and `db_addr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateSrqReq {
+    /// Protection domain.
+    pub pd: Pdn,
+    /// Start of the WQE ring.
+    pub buf_addr: HostAddr,
+    /// Its length.
+    pub buf_len: u64,
+    /// log2 of the number of WQEs.
+    pub log_size: u8,
+    /// log2(WQE stride) − 4.
+    pub log_stride: u8,
+    /// The doorbell record's address.
+    pub db_addr: HostAddr,
 }
 
 /// create_qp response.
@@ -143,6 +164,8 @@ struct State {
     cqs: BTreeMap<Cqn, (HostAddr, u64, HostAddr)>,
     /// Each MR's pinned range.
     mrs: BTreeMap<Mkey, (HostAddr, u64)>,
+    /// Each SRQ's ring, its length, and its doorbell record.
+    srqs: BTreeMap<Srqn, (HostAddr, u64, HostAddr)>,
 }
 
 /// A user context: its UARs, bfregs, pinned pages and objects.
@@ -220,6 +243,7 @@ impl Ucontext {
                 qps: BTreeMap::new(),
                 cqs: BTreeMap::new(),
                 mrs: BTreeMap::new(),
+                srqs: BTreeMap::new(),
             }),
         })
     }
@@ -383,6 +407,28 @@ impl Ucontext {
         }
     }
 
+    /// resize_cq: pins the new CQE buffer and moves the CQ to it; the old
+    /// buffer is unpinned once the device has let it go, the new one if it
+    /// refuses (its CQEs still there would not fit).
+    pub fn resize_cq(&self, cqn: Cqn, log_size: u8, buf: HostAddr) -> Result<(), DriverError> {
+        let (old, old_len, db) = self
+            .state()
+            .cqs
+            .get(&cqn)
+            .copied()
+            .ok_or(DriverError::NoSuchObject(cqn.get()))?;
+        let mem = self.link.memory();
+        let len = 64u64 << log_size;
+        let pas = mem.pin(buf, len)?;
+        if let Err(e) = self.link.exec(Command::ResizeCq { cqn, log_size, pas }) {
+            let _ = mem.unpin(buf, len);
+            return Err(e.into());
+        }
+        self.state().cqs.insert(cqn, (buf, len, db));
+        mem.unpin(old, old_len)?;
+        Ok(())
+    }
+
     /// The UAR CQ arm doorbells go through.
     pub fn cq_uar(&self) -> UarIndex {
         self.uars.first().copied().unwrap_or_default()
@@ -435,6 +481,7 @@ impl Ucontext {
             log_rq_stride: req.log_rq_stride,
             dbr_addr,
             pas,
+            srq: req.srq,
         });
         let out = match params {
             Some(p) => self.link.exec(Command::CreateQp(p)),
@@ -497,6 +544,71 @@ impl Ucontext {
             self.db_unmap(&mut st, r.db);
             self.link.memory().unpin(r.buf, r.buf_len)?;
         }
+        Ok(())
+    }
+
+    /// create_srq: pins the WQE ring and the doorbell record and creates
+    /// the SRQ over them.
+    pub fn create_srq(&self, req: CreateSrqReq) -> Result<Srqn, DriverError> {
+        let mem = self.link.memory();
+        let pas = mem.pin(req.buf_addr, req.buf_len)?;
+        let mut st = self.state();
+        let dbr_addr = match self.db_map(&mut st, req.db_addr) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = mem.unpin(req.buf_addr, req.buf_len);
+                return Err(e);
+            }
+        };
+        match self.link.exec(Command::CreateSrq(SrqParams {
+            pd: req.pd,
+            log_size: req.log_size,
+            log_stride: req.log_stride,
+            dbr_addr,
+            pas,
+        })) {
+            Ok(CmdOut::Srq(s)) => {
+                st.srqs.insert(s, (req.buf_addr, req.buf_len, req.db_addr));
+                Ok(s)
+            }
+            other => {
+                self.db_unmap(&mut st, req.db_addr);
+                let _ = mem.unpin(req.buf_addr, req.buf_len);
+                Err(other
+                    .err()
+                    .map(DriverError::from)
+                    .unwrap_or(DriverError::Protocol))
+            }
+        }
+    }
+
+    /// modify_srq with IBV_SRQ_LIMIT: arms the SRQ's limit event (ARM_RQ).
+    pub fn modify_srq(&self, srqn: Srqn, limit: u32) -> Result<(), DriverError> {
+        self.link.exec(Command::ModifySrq { srqn, limit })?;
+        Ok(())
+    }
+
+    /// query_srq: the armed limit (0 once its event has fired).
+    pub fn query_srq(&self, srqn: Srqn) -> Result<u32, DriverError> {
+        match self.link.exec(Command::QuerySrq(srqn))? {
+            CmdOut::SrqInfo { limit } => Ok(limit),
+            _ => Err(DriverError::Protocol),
+        }
+    }
+
+    /// destroy_srq: refused (EBUSY) while a QP uses it.
+    pub fn destroy_srq(&self, srqn: Srqn) -> Result<(), DriverError> {
+        let (buf, len, db) = self
+            .state()
+            .srqs
+            .get(&srqn)
+            .copied()
+            .ok_or(DriverError::NoSuchObject(srqn.get()))?;
+        self.link.exec(Command::DestroySrq(srqn))?;
+        let mut st = self.state();
+        st.srqs.remove(&srqn);
+        self.db_unmap(&mut st, db);
+        self.link.memory().unpin(buf, len)?;
         Ok(())
     }
 

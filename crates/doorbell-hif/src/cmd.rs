@@ -6,7 +6,7 @@
 //! carried as typed structs. [`crate::codec`] gives each its byte form.
 
 use doorbell_layout::uar;
-use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, UarIndex};
+use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, Srqn, UarIndex};
 
 use crate::qp::{Access, QpAttrs, QpState, QpType};
 
@@ -125,6 +125,29 @@ pub struct QpParams {
     pub dbr_addr: HostAddr,
     /// Pages of the QP buffer: receive queue first, send queue after it.
     pub pas: Vec<HostAddr>,
+    /// The shared receive queue the QP takes its receive WQEs from
+    /// (QPC.rq_type SRQ). A QP with one has no receive queue of its own:
+    /// `log_rq_size` and `log_rq_stride` are ignored and the buffer holds
+    /// only the send queue.
+    pub srq: Option<Srqn>,
+}
+
+/// Shared-receive-queue context (CREATE_SRQ): a ring of receive WQEs,
+/// each a 16-byte next segment (`next_wqe_index` at bytes 2..4) and data
+/// segments, linked in the order the device takes them, with its own
+/// doorbell record (word 0: the count of WQEs posted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SrqParams {
+    /// Protection domain.
+    pub pd: Pdn,
+    /// log2 of the number of WQEs.
+    pub log_size: u8,
+    /// log2(WQE stride) − 4.
+    pub log_stride: u8,
+    /// Bus address of the SRQ's doorbell record.
+    pub dbr_addr: HostAddr,
+    /// Pages of the WQE ring.
+    pub pas: Vec<HostAddr>,
 }
 
 /// A device command.
@@ -149,6 +172,18 @@ pub enum Command {
     CreateCq(CqParams),
     /// DESTROY_CQ.
     DestroyCq(Cqn),
+    /// MODIFY_CQ with the resize op_mod (`ibv_resize_cq`): CQEs from the
+    /// next one on go to the new buffer, at the same producer count; the
+    /// provider copies the ones it has not polled. Refused if the new size
+    /// cannot hold them.
+    ResizeCq {
+        /// The CQ.
+        cqn: Cqn,
+        /// log2 of the new number of CQEs.
+        log_size: u8,
+        /// Pages of the new CQE buffer.
+        pas: Vec<HostAddr>,
+    },
     /// CREATE_QP.
     CreateQp(QpParams),
     /// The RST2INIT … 2ERR family: move to `state` with `attrs`.
@@ -164,6 +199,21 @@ pub enum Command {
     QueryQp(Qpn),
     /// DESTROY_QP.
     DestroyQp(Qpn),
+    /// CREATE_SRQ.
+    CreateSrq(SrqParams),
+    /// ARM_RQ of an SRQ (`ibv_modify_srq` with IBV_SRQ_LIMIT): raise
+    /// [`crate::NicEvent::SrqLimit`] once when fewer than `limit` WQEs
+    /// stay posted; 0 disarms.
+    ModifySrq {
+        /// The SRQ.
+        srqn: Srqn,
+        /// The limit (the PRM's `lwm`).
+        limit: u32,
+    },
+    /// QUERY_SRQ.
+    QuerySrq(Srqn),
+    /// DESTROY_SRQ.
+    DestroySrq(Srqn),
 }
 
 /// What a successful command returns.
@@ -190,5 +240,12 @@ pub enum CmdOut {
         state: QpState,
         /// Attributes as set.
         attrs: QpAttrs,
+    },
+    /// A new SRQ.
+    Srq(Srqn),
+    /// What QUERY_SRQ reports.
+    SrqInfo {
+        /// The armed limit; 0 when disarmed (after its event fired).
+        limit: u32,
     },
 }

@@ -16,8 +16,14 @@
 //!   error's fields. The statuses are the PRM's (`BAD_PARAM` 0x3,
 //!   `BAD_RESOURCE` 0x5, `RESOURCE_BUSY` 0x6, `BAD_RES_STATE` 0x9,
 //!   `NO_RESOURCES` 0xf; `INTERNAL_ERR` 0x1 for a device that is gone).
-//! - A list (the MTT of CREATE_MKEY, the PAS of CREATE_CQ and CREATE_QP) is
-//!   a `u32` count and that many `u64` page addresses.
+//! - A list (the MTT of CREATE_MKEY, the PAS of CREATE_CQ, CREATE_QP and
+//!   CREATE_SRQ) is a `u32` count and that many `u64` page addresses.
+//! - An optional number (CREATE_QP's SRQ) is a flag byte (0 or 1) and,
+//!   for 1, the `u32`.
+//! - RESIZE_CQ is MODIFY_CQ 0x403 with `op_mod` [`MODIFY_CQ_RESIZE`].
+//! - The SRQ commands are the PRM's CREATE_SRQ 0x700, DESTROY_SRQ 0x701,
+//!   QUERY_SRQ 0x702 and ARM_RQ 0x703 with `op_mod` [`ARM_RQ_SRQ`]
+//!   (MODIFY_SRQ: the limit).
 //! - [`QpAttrs`] is the attribute mask ([`QpAttrs::mask`]) and the fields
 //!   present, in mask-bit order.
 //!
@@ -26,9 +32,9 @@
 //! decoding never panics: truncated, over-long or out-of-range input is a
 //! [`DecodeError`].
 
-use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Psn, Qpn, UarIndex};
+use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Psn, Qpn, Srqn, UarIndex};
 
-use crate::cmd::{CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams};
+use crate::cmd::{CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams, SrqParams};
 use crate::error::{CmdError, ObjKind, Param};
 use crate::qp::{Access, AddressVector, QpAttr, QpAttrs, QpState, QpType, Transition};
 
@@ -44,6 +50,8 @@ pub mod opcode {
     pub const CREATE_CQ: u16 = 0x400;
     /// DESTROY_CQ.
     pub const DESTROY_CQ: u16 = 0x401;
+    /// MODIFY_CQ; `op_mod` [`super::MODIFY_CQ_RESIZE`] resizes.
+    pub const MODIFY_CQ: u16 = 0x403;
     /// CREATE_QP.
     pub const CREATE_QP: u16 = 0x500;
     /// DESTROY_QP.
@@ -53,6 +61,14 @@ pub mod opcode {
     /// The MODIFY_QP family (doorbell's own opcode; the target state is in
     /// `op_mod`).
     pub const MODIFY_QP: u16 = 0x5ff;
+    /// CREATE_SRQ.
+    pub const CREATE_SRQ: u16 = 0x700;
+    /// DESTROY_SRQ.
+    pub const DESTROY_SRQ: u16 = 0x701;
+    /// QUERY_SRQ.
+    pub const QUERY_SRQ: u16 = 0x702;
+    /// ARM_RQ; `op_mod` [`super::ARM_RQ_SRQ`] names an SRQ.
+    pub const ARM_RQ: u16 = 0x703;
     /// ALLOC_PD.
     pub const ALLOC_PD: u16 = 0x800;
     /// DEALLOC_PD.
@@ -62,6 +78,12 @@ pub mod opcode {
     /// DEALLOC_UAR.
     pub const DEALLOC_UAR: u16 = 0x803;
 }
+
+/// MODIFY_CQ's `op_mod` for a resize (the PRM's `MLX5_CQ_OPMOD_RESIZE`).
+pub const MODIFY_CQ_RESIZE: u16 = 0x1;
+
+/// ARM_RQ's `op_mod` for an SRQ (the PRM's `MLX5_ARM_RQ_IN_OP_MOD_SRQ`).
+pub const ARM_RQ_SRQ: u16 = 0x1;
 
 /// The PRM's command statuses that [`CmdError`] maps to.
 pub mod status {
@@ -335,6 +357,12 @@ impl Command {
                 head(&mut w, opcode::DESTROY_CQ, 0);
                 w.u32(c.get());
             }
+            Command::ResizeCq { cqn, log_size, pas } => {
+                head(&mut w, opcode::MODIFY_CQ, MODIFY_CQ_RESIZE);
+                w.u32(cqn.get());
+                w.u8(*log_size);
+                w.pages(pas);
+            }
             Command::CreateQp(q) => {
                 head(&mut w, opcode::CREATE_QP, 0);
                 w.u8(q.qp_type.code());
@@ -347,6 +375,13 @@ impl Command {
                 w.u8(q.log_rq_stride);
                 w.u64(q.dbr_addr.get());
                 w.pages(&q.pas);
+                match q.srq {
+                    Some(s) => {
+                        w.u8(1);
+                        w.u32(s.get());
+                    }
+                    None => w.u8(0),
+                }
             }
             Command::ModifyQp { qpn, state, attrs } => {
                 head(&mut w, opcode::MODIFY_QP, *state as u16);
@@ -360,6 +395,27 @@ impl Command {
             Command::DestroyQp(q) => {
                 head(&mut w, opcode::DESTROY_QP, 0);
                 w.u32(q.get());
+            }
+            Command::CreateSrq(p) => {
+                head(&mut w, opcode::CREATE_SRQ, 0);
+                w.u32(p.pd.get());
+                w.u8(p.log_size);
+                w.u8(p.log_stride);
+                w.u64(p.dbr_addr.get());
+                w.pages(&p.pas);
+            }
+            Command::ModifySrq { srqn, limit } => {
+                head(&mut w, opcode::ARM_RQ, ARM_RQ_SRQ);
+                w.u32(srqn.get());
+                w.u32(*limit);
+            }
+            Command::QuerySrq(s) => {
+                head(&mut w, opcode::QUERY_SRQ, 0);
+                w.u32(s.get());
+            }
+            Command::DestroySrq(s) => {
+                head(&mut w, opcode::DESTROY_SRQ, 0);
+                w.u32(s.get());
             }
         }
     }
@@ -390,6 +446,12 @@ impl Command {
                 pas: r.pages()?,
             }),
             opcode::DESTROY_CQ => Command::DestroyCq(Cqn::new(r.u32()?)),
+            opcode::MODIFY_CQ if op_mod == MODIFY_CQ_RESIZE => Command::ResizeCq {
+                cqn: Cqn::new(r.u32()?),
+                log_size: r.u8()?,
+                pas: r.pages()?,
+            },
+            opcode::MODIFY_CQ => return unknown("MODIFY_CQ op_mod", op_mod),
             opcode::CREATE_QP => Command::CreateQp(QpParams {
                 qp_type: qp_type(r.u8()?)?,
                 pd: Pdn::new(r.u32()?),
@@ -401,6 +463,11 @@ impl Command {
                 log_rq_stride: r.u8()?,
                 dbr_addr: HostAddr::new(r.u64()?),
                 pas: r.pages()?,
+                srq: match r.u8()? {
+                    0 => None,
+                    1 => Some(Srqn::new(r.u32()?)),
+                    f => return unknown("SRQ flag", f),
+                },
             }),
             opcode::MODIFY_QP => {
                 let state = u8::try_from(op_mod)
@@ -415,6 +482,20 @@ impl Command {
             }
             opcode::QUERY_QP => Command::QueryQp(Qpn::new(r.u32()?)),
             opcode::DESTROY_QP => Command::DestroyQp(Qpn::new(r.u32()?)),
+            opcode::CREATE_SRQ => Command::CreateSrq(SrqParams {
+                pd: Pdn::new(r.u32()?),
+                log_size: r.u8()?,
+                log_stride: r.u8()?,
+                dbr_addr: HostAddr::new(r.u64()?),
+                pas: r.pages()?,
+            }),
+            opcode::ARM_RQ if op_mod == ARM_RQ_SRQ => Command::ModifySrq {
+                srqn: Srqn::new(r.u32()?),
+                limit: r.u32()?,
+            },
+            opcode::ARM_RQ => return unknown("ARM_RQ op_mod", op_mod),
+            opcode::QUERY_SRQ => Command::QuerySrq(Srqn::new(r.u32()?)),
+            opcode::DESTROY_SRQ => Command::DestroySrq(Srqn::new(r.u32()?)),
             other => return unknown("opcode", other),
         };
         r.end()?;
@@ -432,6 +513,8 @@ mod tag {
     pub(super) const CQ: u8 = 5;
     pub(super) const QP: u8 = 6;
     pub(super) const QP_INFO: u8 = 7;
+    pub(super) const SRQ: u8 = 8;
+    pub(super) const SRQ_INFO: u8 = 9;
 }
 
 /// Detail bytes of an error result, under its status.
@@ -542,6 +625,14 @@ pub fn encode_result(result: &Result<CmdOut, CmdError>, out: &mut Vec<u8>) {
                 w.u8(*state as u8);
                 put_attrs(&mut w, attrs);
             }
+            CmdOut::Srq(s) => {
+                head(&mut w, status::OK, tag::SRQ);
+                w.u32(s.get());
+            }
+            CmdOut::SrqInfo { limit } => {
+                head(&mut w, status::OK, tag::SRQ_INFO);
+                w.u32(*limit);
+            }
         },
         Err(e) => match e {
             CmdError::Exhausted(k) => {
@@ -613,6 +704,8 @@ pub fn decode_result(bytes: &[u8]) -> Result<Result<CmdOut, CmdError>, DecodeErr
             state: state(r.u8()?)?,
             attrs: get_attrs(&mut r)?,
         }),
+        (status::OK, tag::SRQ) => Ok(CmdOut::Srq(Srqn::new(r.u32()?))),
+        (status::OK, tag::SRQ_INFO) => Ok(CmdOut::SrqInfo { limit: r.u32()? }),
         (status::NO_RESOURCES, detail::EXHAUSTED) => Err(CmdError::Exhausted(kind(&mut r)?)),
         (status::BAD_RESOURCE, detail::NO_SUCH_OBJECT) => Err(CmdError::NoSuchObject {
             kind: kind(&mut r)?,
@@ -705,5 +798,40 @@ mod tests {
         b.extend_from_slice(&[0xff; 4]);
         assert_eq!(Command::decode(&b), Err(DecodeError::BadLength(u32::MAX)));
         assert!(decode_result(&[0x42, 0, 0, 0, 0]).is_err());
+        // ARM_RQ of an RQ (op_mod 0) is not a doorbell command.
+        assert!(matches!(
+            Command::decode(&[0x07, 0x03, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]),
+            Err(DecodeError::Unknown { value: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn srq_commands_use_the_prm_opcodes() {
+        let bytes = |c: Command| {
+            let mut b = Vec::new();
+            c.encode(&mut b);
+            b
+        };
+        let s = Srqn::new(0x12);
+        assert_eq!(
+            bytes(Command::ModifySrq { srqn: s, limit: 5 }),
+            [0x07, 0x03, 0, 1, 0, 0, 0, 0x12, 0, 0, 0, 5]
+        );
+        assert_eq!(bytes(Command::QuerySrq(s))[..4], [0x07, 0x02, 0, 0]);
+        assert_eq!(bytes(Command::DestroySrq(s))[..4], [0x07, 0x01, 0, 0]);
+        let create = Command::CreateSrq(SrqParams {
+            pd: Pdn::new(1),
+            log_size: 4,
+            log_stride: 1,
+            dbr_addr: HostAddr::new(0x1000),
+            pas: vec![HostAddr::new(0x2000)],
+        });
+        assert_eq!(bytes(create)[..4], [0x07, 0x00, 0, 0]);
+        let resize = Command::ResizeCq {
+            cqn: Cqn::new(3),
+            log_size: 7,
+            pas: vec![],
+        };
+        assert_eq!(bytes(resize), [0x04, 0x03, 0, 1, 0, 0, 0, 3, 7, 0, 0, 0, 0]);
     }
 }

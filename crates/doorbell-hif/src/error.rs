@@ -20,16 +20,19 @@ pub enum ObjKind {
     Cq,
     /// A queue pair.
     Qp,
+    /// A shared receive queue.
+    Srq,
 }
 
 impl ObjKind {
     /// Every kind, in code order.
-    pub const ALL: [ObjKind; 5] = [
+    pub const ALL: [ObjKind; 6] = [
         ObjKind::Uar,
         ObjKind::Pd,
         ObjKind::Mkey,
         ObjKind::Cq,
         ObjKind::Qp,
+        ObjKind::Srq,
     ];
 }
 
@@ -41,6 +44,7 @@ impl fmt::Display for ObjKind {
             ObjKind::Mkey => "mkey",
             ObjKind::Cq => "CQ",
             ObjKind::Qp => "QP",
+            ObjKind::Srq => "SRQ",
         })
     }
 }
@@ -79,11 +83,19 @@ pub enum Param {
     RnrRetry,
     /// A command the device does not know.
     Command,
+    /// CREATE_SRQ: log2 of the SRQ size.
+    LogSrqSize,
+    /// CREATE_SRQ: WQE stride.
+    LogSrqStride,
+    /// CREATE_SRQ: fewer pages than the ring needs.
+    SrqPasEntries,
+    /// ARM_RQ: a limit larger than the SRQ.
+    SrqLimit,
 }
 
 impl Param {
     /// Every parameter, in code order.
-    pub const ALL: [Param; 15] = [
+    pub const ALL: [Param; 19] = [
         Param::MkeyLength,
         Param::MttEntries,
         Param::LogCqSize,
@@ -99,6 +111,10 @@ impl Param {
         Param::RetryCnt,
         Param::RnrRetry,
         Param::Command,
+        Param::LogSrqSize,
+        Param::LogSrqStride,
+        Param::SrqPasEntries,
+        Param::SrqLimit,
     ];
 
     /// The parameter's name.
@@ -119,6 +135,10 @@ impl Param {
             Param::RetryCnt => "retry_cnt",
             Param::RnrRetry => "rnr_retry",
             Param::Command => "command",
+            Param::LogSrqSize => "log_srq_size",
+            Param::LogSrqStride => "log_srq_stride",
+            Param::SrqPasEntries => "srq pas entries",
+            Param::SrqLimit => "srq_limit",
         }
     }
 }

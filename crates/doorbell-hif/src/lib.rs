@@ -11,6 +11,8 @@
 //! - QP states, service types, access rights, the address vector, and the
 //!   attributes of MODIFY_QP with the rules of which transition takes which
 //!   ([`check_modify`]);
+//! - shared receive queues ([`SrqParams`]): CREATE_SRQ, ARM_RQ with a
+//!   limit, QUERY_SRQ, DESTROY_SRQ;
 //! - the device's capabilities ([`DeviceCaps`]) and asynchronous events
 //!   ([`NicEvent`]);
 //! - the device link ([`DeviceLink`]): how the driver reaches a device
@@ -35,7 +37,7 @@ pub mod link;
 pub mod modify;
 pub mod qp;
 
-pub use cmd::{CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams};
+pub use cmd::{CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams, SrqParams};
 pub use codec::DecodeError;
 pub use error::{CmdError, ObjKind, Param};
 pub use event::NicEvent;

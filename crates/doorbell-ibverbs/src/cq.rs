@@ -114,8 +114,8 @@ pub extern "C" fn ibv_create_cq(
         cq.channel = channel;
         cq.cq_context = cq_context;
         cq.handle = inner.cqn().get();
-        // One CQE stays free, as mlx5 reports (2^n - 1 of 2^n).
-        cq.cqe = (inner.capacity() - 1) as c_int;
+        // One CQE stays free: mlx5 reports 2^n - 1 of 2^n, as capacity() does.
+        cq.cqe = inner.capacity() as c_int;
         let cqn = inner.cqn();
         let h = handles::register(Box::new(CCq {
             cq: UnsafeCell::new(cq),
@@ -301,5 +301,21 @@ pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
             }
         }
         Ok(())
+    })
+}
+
+/// `ibv_resize_cq`: the CQ keeps its unpolled completions; `cqe` reads back
+/// the new size.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard("ibv_resize_cq", Conv::Errno, || {
+        let c = handles::get::<CCq>(cq)?;
+        if cqe < 1 {
+            return Err(EINVAL);
+        }
+        c.inner.resize(cqe as u32).map_err(|e| e.errno())?;
+        // SAFETY: the cell's own pointer; C only reads `cqe`.
+        unsafe { (*c.cq.get()).cqe = c.inner.capacity() as c_int };
+        Ok(0)
     })
 }

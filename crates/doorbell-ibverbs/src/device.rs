@@ -187,6 +187,7 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         c.ops.req_notify_cq = Some(CQ_OPS.req_notify_cq);
         c.ops.post_send = Some(QP_OPS.post_send);
         c.ops.post_recv = Some(QP_OPS.post_recv);
+        c.ops.post_srq_recv = Some(crate::srq::post_srq_recv);
         let async_events = Queue::new()?;
         c.cmd_fd = -1;
         c.async_fd = async_events.fd.raw();

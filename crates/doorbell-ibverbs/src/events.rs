@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use doorbell_hif::NicEvent;
-use doorbell_types::{Cqn, Qpn};
+use doorbell_types::{Cqn, Qpn, Srqn};
 use doorbell_verbs::Context;
 
 use crate::abi::*;
@@ -92,12 +92,15 @@ pub(crate) struct Router {
     pub(crate) cqs: BTreeMap<Cqn, (usize, usize, usize)>,
     /// QP → (its C handle, its context's).
     pub(crate) qps: BTreeMap<Qpn, (usize, usize)>,
+    /// SRQ → (its C handle, its context's).
+    pub(crate) srqs: BTreeMap<Srqn, (usize, usize)>,
 }
 
 /// The process's one router.
 pub(crate) static ROUTER: Mutex<Router> = Mutex::new(Router {
     cqs: BTreeMap::new(),
     qps: BTreeMap::new(),
+    srqs: BTreeMap::new(),
 });
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -187,13 +190,28 @@ fn route(ev: NicEvent, to: &dyn Deliver) {
                 to.async_event(ctx, event(e, 0)); // IBV_EVENT_CQ_ERR
             }
         }
-        NicEvent::QpFatal(qpn) => {
+        NicEvent::QpFatal(qpn) | NicEvent::QpLastWqeReached(qpn) => {
             if let Some(&(qp, ctx)) = r.qps.get(&qpn) {
                 drop(r);
                 let e = ibv_async_event_element {
                     qp: qp as *mut ibv_qp,
                 };
-                to.async_event(ctx, event(e, 1)); // IBV_EVENT_QP_FATAL
+                // IBV_EVENT_QP_FATAL, IBV_EVENT_QP_LAST_WQE_REACHED.
+                let t = if matches!(ev, NicEvent::QpFatal(_)) {
+                    1
+                } else {
+                    16
+                };
+                to.async_event(ctx, event(e, t));
+            }
+        }
+        NicEvent::SrqLimit(srqn) => {
+            if let Some(&(srq, ctx)) = r.srqs.get(&srqn) {
+                drop(r);
+                let e = ibv_async_event_element {
+                    srq: srq as *mut ibv_srq,
+                };
+                to.async_event(ctx, event(e, 15)); // IBV_EVENT_SRQ_LIMIT_REACHED
             }
         }
     }

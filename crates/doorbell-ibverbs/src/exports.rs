@@ -79,14 +79,9 @@ stubs! {
     [errno] fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [void] fn ibv_copy_ah_attr_from_kern(dst: *mut ibv_ah_attr, src: *mut ib_uverbs_ah_attr);
     [null] fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port_num: u8) -> *mut ibv_ah;
-    [null] fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
-    [errno] fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
     [errno] fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [errno] fn ibv_init_ah_from_wc(context: *mut ibv_context, port_num: u8, wc: *mut ibv_wc, grh: *mut ibv_grh, ah_attr: *mut ibv_ah_attr) -> c_int;
-    [errno] fn ibv_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int) -> c_int;
-    [errno] fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int;
     [neg1] fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: size_t, access: c_int) -> c_int;
-    [errno] fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int;
     [errno] fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> c_int;
     // --- IBVERBS_1.5 to 1.14
     [null] fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context;
@@ -205,6 +200,11 @@ pub const IMPLEMENTED: &[&str] = &[
     "ibv_qp_to_qp_ex",
     "ibv_get_async_event",
     "ibv_ack_async_event",
+    "ibv_create_srq",
+    "ibv_destroy_srq",
+    "ibv_modify_srq",
+    "ibv_query_srq",
+    "ibv_resize_cq",
     "ibv_fork_init",
     "ibv_is_fork_initialized",
     "ibv_dontfork_range",

@@ -31,6 +31,7 @@ pub(crate) enum Kind {
     Channel,
     Qp,
     Ah,
+    Srq,
 }
 
 /// A Rust object that owns a C struct handed out as a handle.

@@ -100,6 +100,7 @@ mod handles;
 mod pd;
 mod qp;
 mod qp_ex;
+mod srq;
 mod stats;
 mod tables;
 mod wr_batch;

@@ -8,7 +8,6 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint};
-use core::ptr::null_mut;
 use std::sync::{Arc, Mutex};
 
 use doorbell_host::HostMemory;
@@ -29,6 +28,7 @@ use crate::events::{self, ROUTER};
 use crate::handle;
 use crate::handles;
 use crate::pd::{CPd, pd_of};
+use crate::wr_batch::sges;
 
 #[repr(C)]
 struct CAh {
@@ -262,9 +262,11 @@ pub(crate) struct NewQp<'a> {
 pub(crate) fn create_qp(n: NewQp<'_>) -> Result<*mut ibv_qp, c_int> {
     let pd = pd_of(n.pd)?;
     let attr = n.attr;
-    if !attr.srq.is_null() {
-        return Err(EOPNOTSUPP);
-    }
+    let srq = if attr.srq.is_null() {
+        None
+    } else {
+        Some(crate::srq::srq_of(attr.srq)?.inner.clone())
+    };
     let qp_type = qp_type_of(attr.qp_type)?;
     let send_cq = handles::get::<CCq>(attr.send_cq)?;
     let recv_cq = handles::get::<CCq>(attr.recv_cq)?;
@@ -283,6 +285,7 @@ pub(crate) fn create_qp(n: NewQp<'_>) -> Result<*mut ibv_qp, c_int> {
             recv_cq: recv_cq.inner.clone(),
             cap,
             sq_sig_all: attr.sq_sig_all != 0,
+            srq,
         })
         .map_err(|e| e.errno())?;
     attr.cap = c_caps(inner.caps());
@@ -295,6 +298,7 @@ pub(crate) fn create_qp(n: NewQp<'_>) -> Result<*mut ibv_qp, c_int> {
     q.pd = n.pd;
     q.send_cq = attr.send_cq;
     q.recv_cq = attr.recv_cq;
+    q.srq = attr.srq;
     q.handle = inner.qpn().get();
     q.qp_num = inner.qpn().get();
     q.state = IBV_QPS_RESET;
@@ -475,7 +479,7 @@ pub extern "C" fn ibv_query_qp(
             qp_context: b.qp_context,
             send_cq: b.send_cq,
             recv_cq: b.recv_cq,
-            srq: null_mut(),
+            srq: b.srq,
             cap: a.cap,
             qp_type: c_qp_type(q.inner.qp_type()),
             sq_sig_all: c_int::from(q.sq_sig_all),
@@ -487,25 +491,6 @@ pub extern "C" fn ibv_query_qp(
         }
         Ok(0)
     })
-}
-
-fn sges(list: *mut ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
-    if n < 0 || (n > 0 && list.is_null()) {
-        return Err(EINVAL);
-    }
-    let c: &[ibv_sge] = if n == 0 {
-        &[]
-    } else {
-        // SAFETY: the caller's array holds `n` SGEs (checked non-NULL).
-        unsafe { core::slice::from_raw_parts(list, n as usize) }
-    };
-    Ok(c.iter()
-        .map(|s| Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: Mkey::from_raw(s.lkey),
-        })
-        .collect())
 }
 
 const KNOWN_SEND_FLAGS: c_uint =

@@ -105,6 +105,16 @@ pub mod field {
     /// Length of a data (scatter/gather) segment.
     pub const DATA_LEN: usize = ADDR.end;
 
+    /// SRQ next segment: reserved, BE16.
+    pub const SRQ_NEXT_RSVD0: Field = 0..2;
+    /// SRQ next segment: `next_wqe_index`, BE16: the WQE the device takes
+    /// after this one.
+    pub const SRQ_NEXT_WQE_INDEX: Field = 2..4;
+    /// SRQ next segment: signature byte and reserved bytes.
+    pub const SRQ_NEXT_RSVD1: Field = 4..16;
+    /// Length of the SRQ next segment (`struct mlx5_wqe_srq_next_seg`).
+    pub const SRQ_NEXT_LEN: usize = SRQ_NEXT_RSVD1.end;
+
     /// Inline header: BE32 byte count | 0x8000_0000.
     pub const INLINE_BYTE_COUNT: Field = 0..4;
     /// Length of the inline header.
@@ -248,6 +258,28 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RaddrSeg<T> {
     pub fn set_rkey(&mut self, v: u32) {
         set_be32(self.buffer.as_mut(), field::RKEY, v);
         set_be32(self.buffer.as_mut(), field::RADDR_RSVD, 0);
+    }
+}
+
+fixed_view!(
+    /// The 16-byte segment an SRQ WQE starts with (`struct
+    /// mlx5_wqe_srq_next_seg`, mlx5 reference §7): the index of the next WQE
+    /// of the SRQ's list. Data segments follow it.
+    SrqNextSeg,
+    field::SRQ_NEXT_LEN
+);
+
+impl<T: AsRef<[u8]>> SrqNextSeg<T> {
+    /// The WQE after this one.
+    pub fn next_wqe_index(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::SRQ_NEXT_WQE_INDEX)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> SrqNextSeg<T> {
+    /// Sets the WQE after this one.
+    pub fn set_next_wqe_index(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::SRQ_NEXT_WQE_INDEX, v);
     }
 }
 
@@ -502,6 +534,16 @@ mod tests {
                 0, 0xff, 0xfe, 0x0b, 0xab, 0xcd, 0xef, 0x02, 0, 0, 0, 0x0a, 1, 2, 3, 4
             ]
         );
+    }
+
+    #[test]
+    fn srq_next_segment_names_bytes_2_and_3() {
+        let mut buf = [0xa5u8; 16];
+        SrqNextSeg::new_unchecked(&mut buf[..]).set_next_wqe_index(0x1234);
+        assert_eq!(buf[..4], [0xa5, 0xa5, 0x12, 0x34]);
+        assert_eq!(buf[4..], [0xa5; 12]);
+        let n = SrqNextSeg::new_checked(&buf[..]).unwrap();
+        assert_eq!(n.next_wqe_index(), 0x1234);
     }
 
     #[test]

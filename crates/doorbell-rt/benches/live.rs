@@ -392,6 +392,7 @@ fn side(fabric: &Fabric, name: &str, ip: [u8; 4], cap: QpCaps, mr_len: usize, cq
             recv_cq: cq.clone(),
             cap,
             sq_sig_all: false,
+            srq: None,
         })
         .expect("create QP");
     let mr = pd.reg_mr(mr_len, Access(FULL)).expect("register MR");

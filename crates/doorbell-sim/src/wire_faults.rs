@@ -45,6 +45,7 @@ fn end(link: Arc<dyn DeviceLink>) -> End {
                 max_inline_data: 0,
             },
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let access = Access(

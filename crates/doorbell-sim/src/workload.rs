@@ -405,6 +405,7 @@ impl Run {
                     recv_cq: cq.clone(),
                     cap,
                     sq_sig_all: false,
+                    srq: None,
                 };
                 let qa = pa.create_qp(&attr(&cq))?;
                 let qb = pb.create_qp(&attr(&server_cqs[t]))?;

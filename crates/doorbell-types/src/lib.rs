@@ -208,6 +208,11 @@ id_newtype!(
     0x00ff_ffff
 );
 id_newtype!(
+    /// Shared receive queue number, 24 bits (the CQE's `srqn`).
+    Srqn(u32),
+    0x00ff_ffff
+);
+id_newtype!(
     /// Protection domain number, 24 bits.
     Pdn(u32),
     0x00ff_ffff
@@ -462,5 +467,6 @@ mod tests {
     fn ids_keep_only_their_bits() {
         assert_eq!(Qpn::new(0xff12_3456).get(), 0x12_3456);
         assert_eq!(Cqn::MAX, 0xff_ffff);
+        assert_eq!(Srqn::new(0x0100_0007), Srqn::new(7));
     }
 }

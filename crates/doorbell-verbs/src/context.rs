@@ -2,14 +2,14 @@
 //! provider's view of the UAR pages and their bfregs, the doorbell-record
 //! pages, and the registry of QPs that `poll_cq` consults.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
 use doorbell_driver::{AllocUcontextReq, AllocUcontextResp, DeviceLink, Ucontext};
 use doorbell_hif::{DeviceCaps, NicEvent};
 use doorbell_host::{HostMemory, Mmio, PAGE_SIZE};
 use doorbell_layout::uar;
-use doorbell_types::{HostAddr, Qpn, UarIndex};
+use doorbell_types::{Cqn, HostAddr, Qpn, UarIndex};
 
 use crate::config::ProviderConfig;
 use crate::error::VerbsError;
@@ -46,6 +46,17 @@ struct ContextInner {
     dbr: Mutex<DbrPages>,
     qps: RwLock<BTreeMap<Qpn, Arc<QpShared>>>,
     observer: RwLock<Option<Arc<dyn PostObserver>>>,
+    /// Events read from the device while waiting for the other kind.
+    pending: Mutex<PendingEvents>,
+}
+
+/// The device has one event queue; the context hands completion events to
+/// [`Context::get_cq_event`] and the rest to [`Context::get_async_event`],
+/// keeping each kind that one of them reads while waiting for the other.
+#[derive(Default)]
+struct PendingEvents {
+    cq: VecDeque<Cqn>,
+    other: VecDeque<NicEvent>,
 }
 
 /// An open device context (`ibv_context`).
@@ -146,6 +157,7 @@ impl Context {
                 dbr: Mutex::new(DbrPages { pages: Vec::new() }),
                 qps: RwLock::new(BTreeMap::new()),
                 observer: RwLock::new(None),
+                pending: Mutex::new(PendingEvents::default()),
             }),
         })
     }
@@ -225,7 +237,8 @@ impl Context {
     /// kind (completion, CQ error, QP fatal ...). The device's events are
     /// one stream for every context on it: a caller that serves several
     /// routes them (the C library does, to completion channels and async
-    /// event queues).
+    /// event queues); it bypasses what [`Context::get_cq_event`] and
+    /// [`Context::get_async_event`] keep, so use one way or the other.
     pub fn next_event(&self, timeout: std::time::Duration) -> Option<NicEvent> {
         let wait =
             doorbell_types::Duration::from_ns(timeout.as_nanos().min(u128::from(u64::MAX)) as u64);
@@ -233,17 +246,68 @@ impl Context {
     }
 
     /// Waits up to `timeout` for a completion event of one of this
-    /// context's CQs armed with [`Cq::req_notify`].
+    /// context's CQs armed with [`crate::Cq::req_notify`]. Other events met while
+    /// waiting are kept for [`Context::get_async_event`].
     pub fn get_cq_event(&self, timeout: std::time::Duration) -> Option<doorbell_types::Cqn> {
+        self.wait_event(
+            timeout,
+            |p| p.cq.pop_front(),
+            |e, p| match e {
+                NicEvent::Completion(c) => Some(c),
+                other => {
+                    p.other.push_back(other);
+                    None
+                }
+            },
+        )
+    }
+
+    /// Waits up to `timeout` for the next asynchronous event of the device
+    /// (`ibv_get_async_event`): a CQ error, a QP fatal error, an SRQ's limit
+    /// ([`NicEvent::SrqLimit`]), a QP with an SRQ that will take no more
+    /// WQEs ([`NicEvent::QpLastWqeReached`]). Completion events met while
+    /// waiting are kept for [`Context::get_cq_event`].
+    pub fn get_async_event(&self, timeout: std::time::Duration) -> Option<NicEvent> {
+        self.wait_event(
+            timeout,
+            |p| p.other.pop_front(),
+            |e, p| match e {
+                NicEvent::Completion(c) => {
+                    p.cq.push_back(c);
+                    None
+                }
+                other => Some(other),
+            },
+        )
+    }
+
+    /// The next event `take` finds kept, or the next one of the device that
+    /// `route` keeps for itself rather than for the other kind.
+    fn wait_event<T>(
+        &self,
+        timeout: std::time::Duration,
+        take: impl Fn(&mut PendingEvents) -> Option<T>,
+        route: impl Fn(NicEvent, &mut PendingEvents) -> Option<T>,
+    ) -> Option<T> {
+        let pending = || self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = take(&mut pending()) {
+            return Some(t);
+        }
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let wait =
                 doorbell_types::Duration::from_ns(left.as_nanos().min(u128::from(u64::MAX)) as u64);
-            match self.inner.ucontext.link().next_event(wait)? {
-                NicEvent::Completion(c) => return Some(c),
-                _ if left.is_zero() => return None,
-                _ => continue,
+            match self.inner.ucontext.link().next_event(wait) {
+                Some(e) => {
+                    if let Some(t) = route(e, &mut pending()) {
+                        return Some(t);
+                    }
+                    if left.is_zero() {
+                        return None;
+                    }
+                }
+                None => return None,
             }
         }
     }

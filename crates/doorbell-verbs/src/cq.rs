@@ -151,24 +151,41 @@ impl Wc {
 pub(crate) struct CqState {
     cons_index: u32,
     arm_sn: u32,
+    /// The CQE ring and its size, which [`Cq::resize`] changes.
+    buf: HostAddr,
+    ncqe: u32,
 }
 
 pub(crate) struct CqInner {
     ctx: Context,
     pub(crate) cqn: Cqn,
-    buf: HostAddr,
-    ncqe: u32,
     dbr: HostAddr,
     state: Mutex<CqState>,
 }
 
+impl CqInner {
+    fn state(&self) -> std::sync::MutexGuard<'_, CqState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl Drop for CqInner {
     fn drop(&mut self) {
+        let buf = self.state().buf;
         if self.ctx.driver().destroy_cq(self.cqn).is_ok() {
-            let _ = self.ctx.mem().free(self.buf);
+            let _ = self.ctx.mem().free(buf);
         }
         self.ctx.free_dbrec(self.dbr);
     }
+}
+
+/// A ring of `ncqe` invalid CQEs, owner 0 (`mlx5_alloc_cq_buf`).
+fn blank_ring(ncqe: u32) -> Vec<u8> {
+    let mut init = vec![0u8; ncqe as usize * CQE_LEN];
+    for e in init.chunks_exact_mut(CQE_LEN) {
+        e[CQE_LEN - 1] = OP_OWN_INIT;
+    }
+    init
 }
 
 /// A completion queue (`ibv_cq`).
@@ -190,11 +207,7 @@ impl Cq {
         let len = u64::from(ncqe) * CQE_LEN as u64;
         let buf = mem.alloc(len)?;
         // Every entry starts invalid with owner 0.
-        let mut init = vec![0u8; len as usize];
-        for e in init.chunks_exact_mut(CQE_LEN) {
-            e[CQE_LEN - 1] = OP_OWN_INIT;
-        }
-        mem.write(buf, &init)?;
+        mem.write(buf, &blank_ring(ncqe))?;
         let dbr = match ctx.alloc_dbrec() {
             Ok(d) => d,
             Err(e) => {
@@ -217,12 +230,12 @@ impl Cq {
             inner: Arc::new(CqInner {
                 ctx,
                 cqn,
-                buf,
-                ncqe,
                 dbr,
                 state: Mutex::new(CqState {
                     cons_index: 0,
                     arm_sn: 0,
+                    buf,
+                    ncqe,
                 }),
             }),
         })
@@ -248,12 +261,81 @@ impl Cq {
     /// Where the CQE ring lies in host memory, and its length in bytes (what
     /// `mlx5dv_init_obj` reports as the CQ's buffer).
     pub fn ring(&self) -> (HostAddr, u64) {
-        (self.inner.buf, u64::from(self.inner.ncqe) * CQE_LEN as u64)
+        let st = self.inner.state();
+        (st.buf, u64::from(st.ncqe) * CQE_LEN as u64)
     }
 
     /// Usable entries (`ibv_cq.cqe`).
     pub fn capacity(&self) -> u32 {
-        self.inner.ncqe - 1
+        self.inner.state().ncqe - 1
+    }
+
+    /// Grows or shrinks the CQ to at least `cqe` entries
+    /// (`ibv_resize_cq`), keeping the completions not yet polled: the
+    /// device moves to a new ring at once (MODIFY_CQ resize) and the
+    /// provider copies what it has not polled into the new ring, each at
+    /// its own count, as mlx5 copies CQEs. Refused if the new size cannot
+    /// hold them (EINVAL). The same size is a no-op.
+    pub fn resize(&self, cqe: u32) -> Result<(), VerbsError> {
+        let inner = &*self.inner;
+        let ctx = &inner.ctx;
+        let max = ctx.driver().caps().max_cqe;
+        if cqe == 0 || cqe >= max {
+            return Err(VerbsError::InvalidArgument(
+                "CQ size must be between 1 and max_cqe - 1",
+            ));
+        }
+        let ncqe = (cqe + 1).next_power_of_two();
+        let mut st = inner.state();
+        if ncqe == st.ncqe {
+            return Ok(());
+        }
+        let mem = ctx.mem();
+        let len = u64::from(ncqe) * CQE_LEN as u64;
+        let buf = mem.alloc(len)?;
+        if let Err(e) = mem.write(buf, &blank_ring(ncqe)) {
+            let _ = mem.free(buf);
+            return Err(e.into());
+        }
+        // From here the device writes CQEs into the new ring only.
+        if let Err(e) = ctx
+            .driver()
+            .resize_cq(inner.cqn, ncqe.trailing_zeros() as u8, buf)
+        {
+            let _ = mem.free(buf);
+            return Err(e.into());
+        }
+        // Copy the old ring's unpolled CQEs, each to its count's slot with
+        // the new ring's owner bit. The device writes new CQEs at later
+        // counts, which it keeps within the new ring's size of
+        // `cons_index`: the slots never meet.
+        let mut cqe_buf = [0u8; CQE_LEN];
+        let mut ci = st.cons_index;
+        let mut copied = Vec::new();
+        loop {
+            let slot = ci & (st.ncqe - 1);
+            mem.read(
+                offset(st.buf, u64::from(slot) * CQE_LEN as u64)?,
+                &mut cqe_buf,
+            )?;
+            let c = Cqe64::new_unchecked(&cqe_buf[..]);
+            if c.opcode() == CqeOpcode::Invalid || c.owner() != owner_for(ci, st.ncqe) {
+                break;
+            }
+            let (opcode, solicited) = (c.opcode(), c.is_solicited());
+            let mut w = Cqe64::new_unchecked(&mut cqe_buf[..]);
+            w.set_op_own(opcode, solicited, owner_for(ci, ncqe));
+            copied.push((ci, cqe_buf));
+            ci = ci.wrapping_add(1);
+        }
+        for (n, bytes) in copied {
+            let slot = u64::from(n & (ncqe - 1));
+            mem.write(offset(buf, slot * CQE_LEN as u64)?, &bytes)?;
+        }
+        let old = std::mem::replace(&mut st.buf, buf);
+        st.ncqe = ncqe;
+        let _ = mem.free(old);
+        Ok(())
     }
 
     /// Polls up to `wc.len()` completions into `wc`; returns how many.
@@ -266,13 +348,10 @@ impl Cq {
         let start = st.cons_index;
         while n < wc.len() {
             let ci = st.cons_index;
-            let slot = ci & (inner.ncqe - 1);
-            mem.read(
-                offset(inner.buf, u64::from(slot) * CQE_LEN as u64)?,
-                &mut buf,
-            )?;
+            let slot = ci & (st.ncqe - 1);
+            mem.read(offset(st.buf, u64::from(slot) * CQE_LEN as u64)?, &mut buf)?;
             let cqe = Cqe64::new_unchecked(&buf[..]);
-            if cqe.opcode() == CqeOpcode::Invalid || cqe.owner() != owner_for(ci, inner.ncqe) {
+            if cqe.opcode() == CqeOpcode::Invalid || cqe.owner() != owner_for(ci, st.ncqe) {
                 break;
             }
             st.cons_index = ci.wrapping_add(1);
@@ -386,7 +465,7 @@ impl std::fmt::Debug for Cq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cq")
             .field("cqn", &self.inner.cqn)
-            .field("ncqe", &self.inner.ncqe)
+            .field("ncqe", &self.inner.state().ncqe)
             .finish()
     }
 }

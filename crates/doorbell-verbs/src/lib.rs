@@ -11,6 +11,8 @@
 //!   a BlueFlame copy of the whole WQE, in 64-byte chunks, alternating the
 //!   bfreg's two buffers;
 //! - [`Qp::post_recv`] writes receive WQEs and the doorbell record, no MMIO;
+//!   [`Srq::post_recv`] does the same for a shared receive queue, whose
+//!   WQEs any of its QPs may take;
 //! - [`Cq::poll`] finds new CQEs by their owner bit and publishes the
 //!   consumer index in the CQ's doorbell record.
 //!
@@ -31,16 +33,19 @@ mod error;
 mod mr;
 mod qp;
 mod report;
+mod srq;
 mod wq;
+mod wr;
 
 pub use config::ProviderConfig;
 pub use context::{BfregPlacement, Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
 pub use cq::{Cq, Wc, WcOpcode, WcStatus};
-pub use doorbell_hif::{Access, AddressVector, DeviceCaps, QpAttrs, QpState, QpType};
+pub use doorbell_hif::{Access, AddressVector, DeviceCaps, NicEvent, QpAttrs, QpState, QpType};
 pub use error::VerbsError;
 pub use mr::{Mr, Pd, Sge};
 pub use qp::{
-    Ah, PostError, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr, RemoteAddr, SendFlags, SendWr,
-    UdTarget, WrOpcode,
+    Ah, Qp, QpCaps, QpInitAttr, RcEndpoint, RemoteAddr, SendFlags, SendWr, UdTarget, WrOpcode,
 };
 pub use report::{PostObserver, PostReport, Ring};
+pub use srq::{Srq, SrqAttr, SrqInitAttr};
+pub use wr::{PostError, RecvWr};

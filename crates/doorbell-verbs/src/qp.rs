@@ -20,7 +20,9 @@ use crate::cq::CqInner;
 use crate::error::VerbsError;
 use crate::mr::{Pd, Sge};
 use crate::report::{PostReport, Ring};
+use crate::srq::Srq;
 use crate::wq::{QpShared, RqState, SqState};
+use crate::wr::{PostError, RecvWr};
 
 /// Requested queue sizes (`ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +64,12 @@ pub struct QpInitAttr {
     pub cap: QpCaps,
     /// Signal every send WR, whatever its flags.
     pub sq_sig_all: bool,
+    /// The shared receive queue the QP takes its receive WQEs from; `None`
+    /// gives it a receive queue of its own (`cap.max_recv_wr`,
+    /// `cap.max_recv_sge`). With one, those two are ignored, the QP has no
+    /// receive queue and [`Qp::post_recv`] is refused; its receive
+    /// completions carry its own `qp_num` and the wr_id posted to the SRQ.
+    pub srq: Option<Srq>,
 }
 
 /// Where a remote RDMA or atomic operation goes.
@@ -165,25 +173,6 @@ pub struct SendWr<'a> {
     pub ud: Option<UdTarget>,
 }
 
-/// A receive work request (`ibv_recv_wr`).
-#[derive(Debug, Clone, Copy)]
-pub struct RecvWr<'a> {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// Where data lands.
-    pub sg_list: &'a [Sge],
-}
-
-/// A post that failed part-way: the WR at `index` failed with `error`; those
-/// before it were posted, it and those after were not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PostError {
-    /// Index of the failing WR in the list.
-    pub index: usize,
-    /// Why it failed.
-    pub error: VerbsError,
-}
-
 /// What [`Qp::build_wqe`] wrote.
 struct Built {
     /// Bytes of the WQE, a multiple of 16.
@@ -201,6 +190,7 @@ struct QpInner {
     pd: Pd,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    _srq: Option<Srq>,
     shared: Arc<QpShared>,
     qp_type: QpType,
     sq_sig_all: bool,
@@ -258,9 +248,10 @@ impl Pd {
         }
         let resp = ctx.driver().resp().clone();
         let cap = attr.cap;
+        let own_rq = attr.srq.is_none();
         if cap.max_send_wr == 0
             || cap.max_send_wr > resp.max_send_wqebb
-            || cap.max_recv_wr > resp.max_recv_wr
+            || (own_rq && cap.max_recv_wr > resp.max_recv_wr)
         {
             return Err(VerbsError::InvalidArgument("queue depth out of range"));
         }
@@ -285,15 +276,20 @@ impl Pd {
         let max_send_post = (sq_bytes / u64::from(wqe_size)) as u32;
         let max_send_gs = (wqe_size - overhead) / wqe::DS_LEN as u32;
         // Receive queue: stride for the SGEs, at least one WQEBB in all.
+        // A QP with an SRQ has none: its buffer is the send queue.
         let rq_stride = (cap.max_recv_sge.max(1) * 16).next_power_of_two();
-        if rq_stride > resp.max_rq_desc_sz {
+        if own_rq && rq_stride > resp.max_rq_desc_sz {
             return Err(VerbsError::InvalidArgument(
                 "receive WQE larger than max_rq_desc_sz",
             ));
         }
-        let rq_bytes =
-            (u64::from(cap.max_recv_wr.max(1).next_power_of_two()) * u64::from(rq_stride)).max(64);
+        let rq_bytes = if own_rq {
+            (u64::from(cap.max_recv_wr.max(1).next_power_of_two()) * u64::from(rq_stride)).max(64)
+        } else {
+            0
+        };
         let rq_wqe_cnt = (rq_bytes / u64::from(rq_stride)) as u32;
+        let rq_stride = if own_rq { rq_stride } else { 16 };
         let buf_len = (rq_bytes + sq_bytes).div_ceil(PAGE_SIZE) * PAGE_SIZE;
         let mem = ctx.mem();
         let buf = mem.alloc(buf_len)?;
@@ -312,9 +308,14 @@ impl Pd {
             buf_addr: buf,
             buf_len,
             log_sq_size: sq_wqe_cnt.trailing_zeros() as u8,
-            log_rq_size: rq_wqe_cnt.trailing_zeros() as u8,
+            log_rq_size: if own_rq {
+                rq_wqe_cnt.trailing_zeros() as u8
+            } else {
+                0
+            },
             log_rq_stride: (rq_stride.trailing_zeros() - 4) as u8,
             db_addr: dbr_addr,
+            srq: attr.srq.as_ref().map(Srq::srqn),
         };
         let out = ctx.driver().create_qp(req);
         let (out, bf) = match out.map(|o| (o, ctx.bfreg(o.bfreg_index).cloned())) {
@@ -349,13 +350,14 @@ impl Pd {
             }),
             sq_wqe_cnt,
             rq_wqe_cnt,
+            srq: attr.srq.as_ref().map(|s| Arc::clone(s.shared())),
         });
         ctx.register_qp(Arc::clone(&shared));
         let granted = QpCaps {
             max_send_wr: max_send_post,
             max_recv_wr: rq_wqe_cnt,
             max_send_sge: max_send_gs,
-            max_recv_sge: rq_stride / 16,
+            max_recv_sge: if own_rq { rq_stride / 16 } else { 0 },
             max_inline_data: max_inline,
         };
         Ok(Qp {
@@ -363,6 +365,7 @@ impl Pd {
                 pd: self.clone(),
                 _send_cq: Arc::clone(&attr.send_cq.inner),
                 _recv_cq: Arc::clone(&attr.recv_cq.inner),
+                _srq: attr.srq.clone(),
                 shared,
                 qp_type: attr.qp_type,
                 sq_sig_all: attr.sq_sig_all,
@@ -375,7 +378,7 @@ impl Pd {
                 max_send_post,
                 max_recv_post: rq_wqe_cnt,
                 max_send_gs,
-                max_recv_gs: rq_stride / 16,
+                max_recv_gs: if own_rq { rq_stride / 16 } else { 0 },
                 max_inline,
                 state: Mutex::new(QpState::Reset),
                 cap: granted,
@@ -460,6 +463,11 @@ impl Qp {
     pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         let at = |index: usize| move |error| PostError { index, error };
         let inner = &*self.inner;
+        if inner._srq.is_some() {
+            return Err(at(0)(VerbsError::InvalidArgument(
+                "a QP with an SRQ has no receive queue: post to the SRQ",
+            )));
+        }
         let state = self.state();
         if matches!(state, QpState::Reset) {
             return Err(at(0)(VerbsError::BadQpState {
@@ -847,6 +855,11 @@ impl Qp {
     /// The PD.
     pub fn pd(&self) -> &Pd {
         &self.inner.pd
+    }
+
+    /// The SRQ the QP receives from, if it has one.
+    pub fn srq(&self) -> Option<&Srq> {
+        self.inner._srq.as_ref()
     }
 
     /// Convenience: moves an RC QP through INIT, RTR and RTS to `remote`

@@ -1,9 +1,14 @@
-//! The work-queue bookkeeping that a QP and the CQs it completes into
-//! share: which WR each WQE came from, and how far each queue has retired.
+//! The work-queue bookkeeping that a QP (or an SRQ) and the CQs it
+//! completes into share: which WR each WQE came from, and how far each
+//! queue has retired; for an SRQ, its free list of WQEs.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use doorbell_types::Qpn;
+use doorbell_host::{HostMemory, offset};
+use doorbell_layout::wqe::{SrqNextSeg, field};
+use doorbell_types::{HostAddr, Qpn};
+
+use crate::error::VerbsError;
 
 pub(crate) struct SqState {
     /// Free-running producer counter in WQEBBs.
@@ -27,6 +32,8 @@ pub(crate) struct QpShared {
     pub(crate) rq: Mutex<RqState>,
     pub(crate) sq_wqe_cnt: u32,
     pub(crate) rq_wqe_cnt: u32,
+    /// The SRQ the QP receives from, instead of its own RQ.
+    pub(crate) srq: Option<Arc<SrqShared>>,
 }
 
 impl QpShared {
@@ -38,11 +45,62 @@ impl QpShared {
         (sq.wrid[idx], sq.tail)
     }
 
-    /// Retires the receive WQE at `wqe_counter`; returns its wr_id.
+    /// Retires the receive WQE at `wqe_counter` (of the SRQ, for a QP with
+    /// one); returns its wr_id.
     pub(crate) fn complete_recv(&self, wqe_counter: u16) -> u64 {
+        if let Some(srq) = &self.srq {
+            return srq.complete(wqe_counter);
+        }
         let mut rq = self.rq.lock().unwrap_or_else(|e| e.into_inner());
         let idx = (u32::from(wqe_counter) & (self.rq_wqe_cnt - 1)) as usize;
         rq.tail = rq.tail.wrapping_add(1);
         rq.wrid[idx]
+    }
+}
+
+pub(crate) struct SrqState {
+    /// The next free WQE: where the next post writes.
+    pub(crate) head: u16,
+    /// The last free WQE, the list's end.
+    pub(crate) tail: u16,
+    /// WQEs posted, free-running (the doorbell record's value).
+    pub(crate) counter: u32,
+    /// Each WQE's link, as written in its next segment.
+    pub(crate) next: Vec<u16>,
+    pub(crate) wrid: Vec<u64>,
+}
+
+/// The part of an SRQ that `poll_cq` needs: the wr_ids and the free list.
+pub(crate) struct SrqShared {
+    pub(crate) mem: Arc<dyn HostMemory>,
+    pub(crate) buf: HostAddr,
+    pub(crate) stride: u32,
+    pub(crate) state: Mutex<SrqState>,
+}
+
+impl SrqShared {
+    /// Retires the WQE at `index` (a CQE's `wqe_counter`): returns its
+    /// wr_id and links it back at the end of the free list.
+    pub(crate) fn complete(&self, index: u16) -> u64 {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let idx = usize::from(index) & (st.wrid.len() - 1);
+        let wr_id = st.wrid[idx];
+        let tail = st.tail;
+        st.next[usize::from(tail)] = idx as u16;
+        // The device reads the tail's link only once it is posted, which
+        // is after this write: the list's end is never posted.
+        let _ = self.write_next(tail, idx as u16);
+        st.tail = idx as u16;
+        wr_id
+    }
+
+    fn write_next(&self, wqe: u16, next: u16) -> Result<(), VerbsError> {
+        let mut seg = [0u8; field::SRQ_NEXT_LEN];
+        SrqNextSeg::new_unchecked(&mut seg[..]).set_next_wqe_index(next);
+        let at = offset(
+            self.buf,
+            u64::from(wqe) * u64::from(self.stride) + field::SRQ_NEXT_WQE_INDEX.start as u64,
+        )?;
+        Ok(self.mem.write(at, &seg[field::SRQ_NEXT_WQE_INDEX])?)
     }
 }

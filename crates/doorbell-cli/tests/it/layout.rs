@@ -173,6 +173,7 @@ fn destroying_a_qp_returns_its_dedicated_bfreg() {
         recv_cq: cq.clone(),
         cap: QpCaps::default(),
         sq_sig_all: false,
+        srq: None,
     };
     let mut qps: Vec<_> = (0..5).map(|_| pd.create_qp(&attr).unwrap()).collect();
     let idx: Vec<u32> = qps.iter().map(|q| q.bfreg_index()).collect();

@@ -127,6 +127,7 @@ impl Rig {
             log_rq_stride: 0,
             dbr_addr: qp_dbr,
             pas: qp_pas,
+            srq: None,
         })) else {
             panic!("no QP")
         };
@@ -1159,6 +1160,7 @@ fn commands_with_ranges_past_the_address_space_are_refused() {
             log_rq_stride: 60,
             dbr_addr: rig.qp_dbr,
             pas: vec![rig.qp_buf; 64],
+            srq: None,
         })),
         Err(CmdError::BadParam {
             name: Param::LogRqStride,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use doorbell_driver::{
-    AllocUcontextReq, CreateQpReq, DeviceLink, DriverError, Ucontext, gross_index,
+    AllocUcontextReq, CreateQpReq, CreateSrqReq, DeviceLink, DriverError, Ucontext, gross_index,
 };
 use doorbell_hif::{Access, CmdError, ObjKind, QpType};
 use doorbell_host::{MemError, PAGE_SIZE};
@@ -120,6 +120,7 @@ fn a_create_qp_the_device_refuses_unpins_and_frees_its_bfreg() {
         log_rq_size: 4,
         log_rq_stride: 0,
         db_addr: db,
+        srq: None,
     };
     assert_eq!(
         uc.create_qp(req),
@@ -145,4 +146,67 @@ fn a_create_qp_the_device_refuses_unpins_and_frees_its_bfreg() {
         })
         .unwrap();
     assert_eq!(ok.bfreg_index, gross_index(12));
+}
+
+#[test]
+fn an_srq_in_use_is_not_destroyed_and_its_pins_go_with_it() {
+    let (link, uc) = ucontext();
+    let mem = link.memory();
+    let pd = uc.alloc_pd().unwrap();
+    let db = mem.alloc(PAGE_SIZE).unwrap();
+    let ring = mem.alloc(PAGE_SIZE).unwrap();
+    let srq = uc
+        .create_srq(CreateSrqReq {
+            pd,
+            buf_addr: ring,
+            buf_len: PAGE_SIZE,
+            log_size: 4,
+            log_stride: 1,
+            db_addr: db,
+        })
+        .unwrap();
+    assert_eq!(uc.query_srq(srq), Ok(0));
+    uc.modify_srq(srq, 3).unwrap();
+    assert_eq!(uc.query_srq(srq), Ok(3));
+    // A limit as large as the ring is refused: one WQE is the list's end.
+    assert!(matches!(
+        uc.modify_srq(srq, 16),
+        Err(DriverError::Command(CmdError::BadParam { .. }))
+    ));
+    let cq_buf = mem.alloc(64 * 16).unwrap();
+    let cq = uc.create_cq(4, cq_buf, db).unwrap();
+    let buf = mem.alloc(PAGE_SIZE).unwrap();
+    let qp = uc
+        .create_qp(CreateQpReq {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            buf_addr: buf,
+            buf_len: PAGE_SIZE,
+            log_sq_size: 4,
+            log_rq_size: 0,
+            log_rq_stride: 0,
+            db_addr: db,
+            srq: Some(srq),
+        })
+        .unwrap();
+    assert_eq!(
+        uc.destroy_srq(srq),
+        Err(DriverError::Command(CmdError::Busy {
+            kind: ObjKind::Srq,
+            id: srq.get()
+        }))
+    );
+    uc.destroy_qp(qp.qpn).unwrap();
+    uc.destroy_srq(srq).unwrap();
+    uc.destroy_cq(cq).unwrap();
+    assert!(
+        uc.db_pages().is_empty(),
+        "every doorbell record is unmapped"
+    );
+    assert_eq!(
+        uc.destroy_srq(srq),
+        Err(DriverError::NoSuchObject(srq.get()))
+    );
 }

@@ -5,9 +5,9 @@
 use doorbell_hif::codec::{decode_result, encode_result};
 use doorbell_hif::{
     Access, AddressVector, CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, ObjKind,
-    Param, QpAttr, QpAttrs, QpParams, QpState, QpType, Transition,
+    Param, QpAttr, QpAttrs, QpParams, QpState, QpType, SrqParams, Transition,
 };
-use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Psn, Qpn, UarIndex};
+use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Psn, Qpn, Srqn, UarIndex};
 use proptest::prelude::*;
 
 fn state() -> impl Strategy<Value = QpState> {
@@ -99,15 +99,21 @@ fn command() -> impl Strategy<Value = Command> {
             })
         }),
         any::<u32>().prop_map(|c| Command::DestroyCq(Cqn::new(c))),
+        (any::<u32>(), any::<u8>(), pages()).prop_map(|(c, log_size, pas)| Command::ResizeCq {
+            cqn: Cqn::new(c),
+            log_size,
+            pas,
+        }),
         (
             ty,
             any::<[u32; 4]>(),
             any::<[u8; 3]>(),
             any::<u64>(),
-            pages()
+            pages(),
+            proptest::option::of(any::<u32>().prop_map(Srqn::new)),
         )
             .prop_map(
-                |(qp_type, ids, logs, dbr, pas)| Command::CreateQp(QpParams {
+                |(qp_type, ids, logs, dbr, pas, srq)| Command::CreateQp(QpParams {
                     qp_type,
                     pd: Pdn::new(ids[0]),
                     send_cq: Cqn::new(ids[1]),
@@ -118,6 +124,7 @@ fn command() -> impl Strategy<Value = Command> {
                     log_rq_stride: logs[2],
                     dbr_addr: HostAddr::new(dbr),
                     pas,
+                    srq,
                 })
             ),
         (any::<u32>(), state(), attrs()).prop_map(|(q, state, attrs)| Command::ModifyQp {
@@ -127,6 +134,21 @@ fn command() -> impl Strategy<Value = Command> {
         }),
         any::<u32>().prop_map(|q| Command::QueryQp(Qpn::new(q))),
         any::<u32>().prop_map(|q| Command::DestroyQp(Qpn::new(q))),
+        (any::<u32>(), any::<[u8; 2]>(), any::<u64>(), pages()).prop_map(|(pd, logs, dbr, pas)| {
+            Command::CreateSrq(SrqParams {
+                pd: Pdn::new(pd),
+                log_size: logs[0],
+                log_stride: logs[1],
+                dbr_addr: HostAddr::new(dbr),
+                pas,
+            })
+        }),
+        (any::<u32>(), any::<u32>()).prop_map(|(s, limit)| Command::ModifySrq {
+            srqn: Srqn::new(s),
+            limit,
+        }),
+        any::<u32>().prop_map(|s| Command::QuerySrq(Srqn::new(s))),
+        any::<u32>().prop_map(|s| Command::DestroySrq(Srqn::new(s))),
     ]
 }
 
@@ -166,6 +188,8 @@ fn result() -> impl Strategy<Value = Result<CmdOut, CmdError>> {
         any::<u32>().prop_map(|u| Ok(CmdOut::Cq(Cqn::new(u)))),
         any::<u32>().prop_map(|u| Ok(CmdOut::Qp(Qpn::new(u)))),
         (state(), attrs()).prop_map(|(state, attrs)| Ok(CmdOut::QpInfo { state, attrs })),
+        any::<u32>().prop_map(|u| Ok(CmdOut::Srq(Srqn::new(u)))),
+        any::<u32>().prop_map(|limit| Ok(CmdOut::SrqInfo { limit })),
         kind.clone().prop_map(|k| Err(CmdError::Exhausted(k))),
         (kind.clone(), any::<u32>())
             .prop_map(|(kind, id)| Err(CmdError::NoSuchObject { kind, id })),

@@ -173,3 +173,9 @@ fn ibv_rc_pingpong_on_the_new_send_api() {
     let (s, c) = rc_pingpong(7, 22515, &["-n", "100", "-s", "256", "-N"]);
     assert_pingpong_ok(&s, &c, "100");
 }
+
+#[test]
+fn ibv_srq_pingpong_runs_between_two_processes() {
+    let (s, c) = pingpong("ibv_srq_pingpong", 8, 23515, &["-n", "100", "-s", "1024"]);
+    assert_pingpong_ok(&s, &c, "100");
+}

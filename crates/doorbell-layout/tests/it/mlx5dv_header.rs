@@ -377,6 +377,18 @@ fn struct_layouts_match_header() {
     field!("struct mlx5_wqe_data_seg", "lkey", wf::LKEY);
     field!("struct mlx5_wqe_data_seg", "addr", wf::ADDR);
 
+    size!("struct mlx5_wqe_srq_next_seg", wf::SRQ_NEXT_LEN);
+    size!(
+        "struct mlx5_wqe_srq_next_seg",
+        wqe::SrqNextSeg::<&[u8]>::LEN
+    );
+    field!("struct mlx5_wqe_srq_next_seg", "rsvd0", wf::SRQ_NEXT_RSVD0);
+    field!(
+        "struct mlx5_wqe_srq_next_seg",
+        "next_wqe_index",
+        wf::SRQ_NEXT_WQE_INDEX
+    );
+
     size!("struct mlx5_wqe_inl_data_seg", wf::INLINE_HDR_LEN);
     size!("struct mlx5_wqe_inl_data_seg", InlineSeg::<&[u8]>::LEN);
     field!(

@@ -44,6 +44,7 @@ fn many(n: usize, depth: u32, mtu: u32) -> Many {
         recv_cq: cq.clone(),
         cap,
         sq_sig_all: false,
+        srq: None,
     };
     let mut a_qps = Vec::with_capacity(n);
     let mut b_qps = Vec::with_capacity(n);

@@ -54,6 +54,7 @@ pub fn host(nic: Arc<LiveNic>, cfg: ProviderConfig, cap: QpCaps, mr_len: usize, 
             recv_cq: cq.clone(),
             cap,
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let mr = pd.reg_mr(mr_len, Access(FULL)).unwrap();

@@ -292,6 +292,7 @@ fn ud_send_every_size_up_to_the_mtu() {
                 recv_cq: s.cq.clone(),
                 cap,
                 sq_sig_all: true,
+                srq: None,
             })
             .unwrap();
         qp.modify(

@@ -447,6 +447,7 @@ fn an_error_on_one_qp_leaves_the_other_qps_of_both_nics_alone() {
                 recv_cq: cq.clone(),
                 cap: caps(),
                 sq_sig_all: false,
+                srq: None,
             })
             .unwrap();
         let mr = s.pd.reg_mr(MR_LEN, Access(FULL)).unwrap();
@@ -948,6 +949,7 @@ fn doorbells_through_a_uar_the_qp_does_not_own_are_dropped() {
             recv_cq: cq.clone(),
             cap: caps(),
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let mr = pd.reg_mr(MR_LEN, Access(FULL)).unwrap();
@@ -1099,6 +1101,7 @@ fn posts_in_the_wrong_state_are_refused_and_post_nothing() {
                 recv_cq: p.a.cq.clone(),
                 cap: caps(),
                 sq_sig_all: true,
+                srq: None,
             })
             .unwrap();
     let sge = p.a.mr.sge(0, 8).unwrap();
@@ -1396,6 +1399,7 @@ fn objects_in_use_cannot_be_destroyed() {
             log_rq_size: 2,
             log_rq_stride: 0,
             db_addr: qp_db,
+            srq: None,
         })
         .unwrap()
         .qpn;

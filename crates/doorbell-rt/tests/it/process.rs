@@ -64,6 +64,7 @@ impl Looped {
                 recv_cq: cq.clone(),
                 cap: caps(16),
                 sq_sig_all: false,
+                srq: None,
             })
             .unwrap()
         };

@@ -111,6 +111,7 @@ fn rig(cfg: ProviderConfig) -> Rig {
                 recv_cq: cq.clone(),
                 cap,
                 sq_sig_all: true,
+                srq: None,
             })
             .unwrap();
         let mr = pd.reg_mr(4096, Access(FULL)).unwrap();
@@ -294,6 +295,7 @@ fn doorbell_records_share_pages() {
                 recv_cq: cqs[1].clone(),
                 cap: QpCaps::default(),
                 sq_sig_all: false,
+                srq: None,
             })
             .unwrap()
         })

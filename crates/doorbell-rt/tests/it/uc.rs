@@ -45,6 +45,7 @@ fn end(link: Arc<dyn DeviceLink>) -> End {
                 max_inline_data: 64,
             },
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let mr = pd.reg_mr(MR_LEN, Access(FULL)).unwrap();
@@ -347,4 +348,74 @@ fn read_and_atomics_on_uc_are_refused_at_post() {
         .unwrap();
     assert_eq!(poll_all(&a.cq)[0].wr_id, 2);
     assert_eq!(poll_all(&b.cq)[0].wr_id, 9);
+}
+
+#[test]
+fn a_uc_qp_with_an_srq_keeps_the_wqe_of_a_lost_message_for_its_next() {
+    let (policy, _log) = tap_policy(|s, k| {
+        if s.opcode == BthOpcode::UcSendMiddle && k == 0 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let link = Arc::new(LoopbackLink::with_faults("uc-srq", [10, 0, 0, 4], policy));
+    let a = end(link.clone());
+    // B's QP takes its receives from an SRQ of B's PD.
+    let ctx = Context::open(link.clone()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let srq = pd
+        .create_srq(&doorbell_verbs::SrqInitAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Uc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            cap: QpCaps::default(),
+            sq_sig_all: false,
+            srq: Some(srq.clone()),
+        })
+        .unwrap();
+    let mr = pd.reg_mr(MR_LEN, Access(FULL)).unwrap();
+    let b = End { ctx, cq, qp, mr };
+    connect(&a, &b, 1024);
+    b.mr.write(0, &vec![0xee; 8192]).unwrap();
+    for (wr_id, off) in [(1u64, 0u64), (2, 4096)] {
+        let sge = [b.mr.sge(off, 4096).unwrap()];
+        srq.post_recv(&[RecvWr {
+            wr_id,
+            sg_list: &sge,
+        }])
+        .unwrap();
+    }
+    let (m1, m2) = (pattern(3000, 1), pattern(2000, 2));
+    a.mr.write(0, &m1).unwrap();
+    a.mr.write(4096, &m2).unwrap();
+    let (s1, s2) = (
+        [a.mr.sge(0, 3000).unwrap()],
+        [a.mr.sge(4096, 2000).unwrap()],
+    );
+    a.qp.post_send(&[
+        signaled(1, &s1, WrOpcode::Send),
+        signaled(2, &s2, WrOpcode::Send),
+    ])
+    .unwrap();
+    assert_eq!(poll_all(&a.cq).len(), 2);
+    let got = poll_all(&b.cq);
+    assert_eq!(
+        got.iter()
+            .map(|w| (w.wr_id, w.qp_num, w.byte_len))
+            .collect::<Vec<_>>(),
+        [(1, b.qp.qpn(), 2000)],
+        "the SRQ WQE the lost message took went to the next one"
+    );
+    let mut buf = vec![0u8; 2000];
+    b.mr.read(0, &mut buf).unwrap();
+    assert_eq!(buf, m2);
 }

@@ -244,6 +244,7 @@ fn ud_datagrams_over_udp_ports() {
                 recv_cq: s.cq.clone(),
                 cap,
                 sq_sig_all: true,
+                srq: None,
             })
             .unwrap();
         qp.modify(

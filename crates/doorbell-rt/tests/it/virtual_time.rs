@@ -61,6 +61,7 @@ impl Loop {
                 recv_cq: cq.clone(),
                 cap,
                 sq_sig_all: false,
+                srq: None,
             })
             .unwrap()
         };

@@ -43,6 +43,7 @@ fn rig() -> Rig {
             max_inline_data: 64,
         },
         sq_sig_all: false,
+        srq: None,
     };
     let a = pd.create_qp(&attr).unwrap();
     let b = pd.create_qp(&attr).unwrap();
@@ -347,6 +348,7 @@ fn a_qp_cannot_complete_into_a_cq_of_another_context() {
             recv_cq: r.cq.clone(),
             cap: QpCaps::default(),
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL);

@@ -1,0 +1,192 @@
+//! Shared receive queues: `ibv_create_srq`, `ibv_modify_srq` (arming the
+//! limit event; resizing is refused as mlx5 refuses it), `ibv_query_srq`,
+//! `ibv_destroy_srq` (EBUSY while a QP uses it), and the context op
+//! `post_srq_recv`.
+
+#![allow(unsafe_code)]
+// The exports are reached from C by their symbols, not from Rust.
+#![allow(unreachable_pub)]
+
+use core::ffi::c_int;
+
+use doorbell_verbs::{RecvWr, Srq, SrqInitAttr};
+use libc::{EINVAL, EOPNOTSUPP};
+
+use crate::abi::*;
+use crate::boundary::{Conv, guard};
+use crate::events::{self, ROUTER};
+use crate::handle;
+use crate::handles;
+use crate::pd::pd_of;
+use crate::wr_batch::sges;
+
+/// `IBV_SRQ_MAX_WR`, `IBV_SRQ_LIMIT`.
+const SRQ_MAX_WR: c_int = 1 << 0;
+const SRQ_LIMIT: c_int = 1 << 1;
+
+#[repr(C)]
+pub(crate) struct CSrq {
+    srq: ibv_srq,
+    pub(crate) inner: Srq,
+}
+handle!(CSrq, ibv_srq, srq, Srq);
+
+/// `ibv_create_srq`: the sizes it grants are written back, as rdma-core
+/// does.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_create_srq(pd_: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    guard("ibv_create_srq", Conv::Null, || {
+        let pd = pd_of(pd_)?;
+        if attr.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: checked non-NULL; the caller passes an ibv_srq_init_attr.
+        let a = unsafe { &mut *attr };
+        let inner = pd
+            .inner
+            .create_srq(&SrqInitAttr {
+                max_wr: a.attr.max_wr,
+                max_sge: a.attr.max_sge,
+                srq_limit: a.attr.srq_limit,
+            })
+            .map_err(|e| e.errno())?;
+        let got = inner.query();
+        a.attr.max_wr = got.max_wr;
+        a.attr.max_sge = got.max_sge;
+        // SAFETY: ibv_srq is pointers, integers and pthread objects whose
+        // all-zero value is their initializer on glibc.
+        let mut srq: ibv_srq = unsafe { core::mem::zeroed() };
+        srq.context = pd.pd.context;
+        srq.srq_context = a.srq_context;
+        srq.pd = pd_;
+        srq.handle = inner.srqn().get();
+        let srqn = inner.srqn();
+        let h = handles::register(Box::new(CSrq { srq, inner }));
+        events::lock(&ROUTER)
+            .srqs
+            .insert(srqn, (h as usize, pd.pd.context as usize));
+        Ok(h)
+    })
+}
+
+/// `ibv_destroy_srq`: EBUSY while a QP uses it.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard("ibv_destroy_srq", Conv::Errno, || {
+        let obj = handles::take::<CSrq>(srq)?;
+        if obj.inner.is_shared() {
+            handles::restore(obj);
+            return Err(libc::EBUSY);
+        }
+        events::lock(&ROUTER).srqs.remove(&obj.inner.srqn());
+        drop(obj);
+        Ok(0)
+    })
+}
+
+/// The SRQ behind `srq`.
+pub(crate) fn srq_of<'a>(srq: *mut ibv_srq) -> Result<&'a CSrq, c_int> {
+    handles::get::<CSrq>(srq)
+}
+
+/// `ibv_modify_srq`: `IBV_SRQ_LIMIT` arms the limit event; `IBV_SRQ_MAX_WR`
+/// (resizing) is refused with EINVAL by the provider, as mlx5 refuses it.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    srq_attr: *mut ibv_srq_attr,
+    srq_attr_mask: c_int,
+) -> c_int {
+    guard("ibv_modify_srq", Conv::Errno, || {
+        let s = srq_of(srq)?;
+        if srq_attr.is_null() {
+            return Err(EINVAL);
+        }
+        if srq_attr_mask & !(SRQ_MAX_WR | SRQ_LIMIT) != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        // SAFETY: checked non-NULL.
+        let a = unsafe { *srq_attr };
+        let max_wr = (srq_attr_mask & SRQ_MAX_WR != 0).then_some(a.max_wr);
+        let limit = (srq_attr_mask & SRQ_LIMIT != 0).then_some(a.srq_limit);
+        s.inner.modify(max_wr, limit).map_err(|e| e.errno())?;
+        Ok(0)
+    })
+}
+
+/// `ibv_query_srq`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int {
+    guard("ibv_query_srq", Conv::Errno, || {
+        let s = srq_of(srq)?;
+        if srq_attr.is_null() {
+            return Err(EINVAL);
+        }
+        let q = s.inner.query();
+        // SAFETY: checked non-NULL.
+        unsafe {
+            srq_attr.write(ibv_srq_attr {
+                max_wr: q.max_wr,
+                max_sge: q.max_sge,
+                srq_limit: q.srq_limit,
+            })
+        };
+        Ok(0)
+    })
+}
+
+/// `ops.post_srq_recv`.
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("ibv_post_srq_recv", Conv::Errno, || {
+        let set_bad = |w: *mut ibv_recv_wr| {
+            if !bad_wr.is_null() {
+                // SAFETY: non-NULL; the caller passes a pointer to write.
+                unsafe { bad_wr.write(w) };
+            }
+        };
+        let s = match srq_of(srq) {
+            Ok(s) => s,
+            Err(e) => {
+                set_bad(wr);
+                return Err(e);
+            }
+        };
+        let mut chain = Vec::new();
+        let mut lists = Vec::new();
+        let mut failed = None;
+        let mut at = wr;
+        while !at.is_null() {
+            // SAFETY: each pointer of the chain is a WR the caller owns.
+            let w = unsafe { &*at };
+            match sges(w.sg_list, w.num_sge) {
+                Ok(l) => {
+                    chain.push((at, w.wr_id));
+                    lists.push(l);
+                }
+                Err(e) => {
+                    failed = Some((at, e));
+                    break;
+                }
+            }
+            at = w.next;
+        }
+        let wrs: Vec<RecvWr<'_>> = chain
+            .iter()
+            .zip(&lists)
+            .map(|(&(_, wr_id), l)| RecvWr { wr_id, sg_list: l })
+            .collect();
+        if let Err(e) = s.inner.post_recv_list(&wrs) {
+            set_bad(chain.get(e.index).map_or(wr, |c| c.0));
+            return Err(e.error.errno());
+        }
+        if let Some((w, e)) = failed {
+            set_bad(w);
+            return Err(e);
+        }
+        Ok(0)
+    })
+}
