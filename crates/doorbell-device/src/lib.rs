@@ -86,7 +86,7 @@ use doorbell_pcie::Dma;
 use doorbell_types::{Cqn, Duration, Instant, Pdn, Qpn, Srqn, UarIndex};
 
 use doorbell_hif::{
-    CmdError, CmdOut, Command, NicEvent, ObjKind, Param, QpParams, QpState, SrqParams,
+    CmdError, CmdOut, Command, MkeyParams, NicEvent, ObjKind, Param, QpParams, QpState, SrqParams,
 };
 
 pub use config::{Frame, NicConfig, NicCounters, NicTiming};
@@ -226,6 +226,37 @@ impl Nic {
         self.qps.get(&qpn).map(|q| q.state)
     }
 
+    /// What CREATE_MKEY and MODIFY_MKEY check of an mkey context: its PD
+    /// exists, its range fits, and its MTT covers every page of it.
+    fn check_mkey(&self, params: &MkeyParams) -> Result<(), CmdError> {
+        if !self.pds.contains(&params.pd) {
+            return Err(CmdError::NoSuchObject {
+                kind: ObjKind::Pd,
+                id: params.pd.get(),
+            });
+        }
+        // The range must fit the 64-bit I/O space: every later
+        // bounds check adds to `start`.
+        let Some(pages) = params
+            .start
+            .checked_add(params.len)
+            .and_then(|_| (params.start % doorbell_host::PAGE_SIZE).checked_add(params.len))
+            .map(|b| b.div_ceil(doorbell_host::PAGE_SIZE))
+        else {
+            return Err(CmdError::BadParam {
+                name: Param::MkeyLength,
+                value: params.len,
+            });
+        };
+        if (params.mtt.len() as u64) < pages {
+            return Err(CmdError::BadParam {
+                name: Param::MttEntries,
+                value: params.mtt.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
     /// Executes a driver command.
     pub fn exec(
         &mut self,
@@ -291,35 +322,22 @@ impl Nic {
                 Ok(CmdOut::Done)
             }
             Command::CreateMkey(params) => {
-                if !self.pds.contains(&params.pd) {
-                    return Err(CmdError::NoSuchObject {
-                        kind: ObjKind::Pd,
-                        id: params.pd.get(),
-                    });
-                }
-                // The range must fit the 64-bit I/O space: every later
-                // bounds check adds to `start`.
-                let Some(pages) = params
-                    .start
-                    .checked_add(params.len)
-                    .and_then(|_| (params.start % doorbell_host::PAGE_SIZE).checked_add(params.len))
-                    .map(|b| b.div_ceil(doorbell_host::PAGE_SIZE))
-                else {
-                    return Err(CmdError::BadParam {
-                        name: Param::MkeyLength,
-                        value: params.len,
-                    });
-                };
-                if (params.mtt.len() as u64) < pages {
-                    return Err(CmdError::BadParam {
-                        name: Param::MttEntries,
-                        value: params.mtt.len() as u64,
-                    });
-                }
+                self.check_mkey(&params)?;
                 self.mkeys
                     .create(params)
                     .map(CmdOut::Mkey)
                     .ok_or(CmdError::Exhausted(ObjKind::Mkey))
+            }
+            Command::ModifyMkey(k, params) => {
+                self.check_mkey(&params)?;
+                if self.mkeys.modify(k, params) {
+                    Ok(CmdOut::Done)
+                } else {
+                    Err(CmdError::NoSuchObject {
+                        kind: ObjKind::Mkey,
+                        id: k.raw(),
+                    })
+                }
             }
             Command::DestroyMkey(k) => {
                 if self.mkeys.destroy(k) {

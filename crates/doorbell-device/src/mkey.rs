@@ -60,6 +60,17 @@ impl MkeyTable {
         Some(Mkey::from_parts(index as u32, variant))
     }
 
+    /// Replaces the context of `key`, which keeps its index and variant.
+    pub(crate) fn modify(&mut self, key: Mkey, p: MkeyParams) -> bool {
+        match self.entries.get_mut(key.index() as usize) {
+            Some(Some(e)) if e.variant == key.variant() => {
+                e.p = p;
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn destroy(&mut self, key: Mkey) -> bool {
         match self.entries.get_mut(key.index() as usize) {
             Some(e @ Some(_)) if e.as_ref().is_some_and(|x| x.variant == key.variant()) => {

@@ -323,6 +323,41 @@ impl Ucontext {
         }
     }
 
+    /// rereg_mr: gives mkey `key` a new PD, range or access in place; the
+    /// key stays. The new range is pinned before the old is unpinned, so a
+    /// refusal leaves the registration as it was.
+    pub fn rereg_mr(
+        &self,
+        key: Mkey,
+        pd: Pdn,
+        addr: HostAddr,
+        len: u64,
+        access: Access,
+    ) -> Result<(), DriverError> {
+        let (old_addr, old_len) = self
+            .state()
+            .mrs
+            .get(&key)
+            .copied()
+            .ok_or(DriverError::NoSuchObject(key.raw()))?;
+        let mem = self.link.memory();
+        let mtt = mem.pin(addr, len)?;
+        let params = MkeyParams {
+            pd,
+            access,
+            start: addr.get(),
+            len,
+            mtt,
+        };
+        if let Err(e) = self.link.exec(Command::ModifyMkey(key, params)) {
+            let _ = mem.unpin(addr, len);
+            return Err(e.into());
+        }
+        self.state().mrs.insert(key, (addr, len));
+        mem.unpin(old_addr, old_len)?;
+        Ok(())
+    }
+
     /// dereg_mr.
     pub fn dereg_mr(&self, key: Mkey) -> Result<(), DriverError> {
         let (addr, len) = self

@@ -168,6 +168,9 @@ pub enum Command {
     CreateMkey(MkeyParams),
     /// DESTROY_MKEY.
     DestroyMkey(Mkey),
+    /// Rewrites an mkey's context in place, keeping the key
+    /// (`ibv_rereg_mr`; the kernel does this with a UMR WQE on its own QP).
+    ModifyMkey(Mkey, MkeyParams),
     /// CREATE_CQ.
     CreateCq(CqParams),
     /// DESTROY_CQ.

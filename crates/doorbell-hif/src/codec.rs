@@ -46,6 +46,9 @@ pub mod opcode {
     pub const CREATE_MKEY: u16 = 0x200;
     /// DESTROY_MKEY.
     pub const DESTROY_MKEY: u16 = 0x202;
+    /// An mkey's context rewritten in place (doorbell's own opcode, for
+    /// what the kernel does with a UMR WQE).
+    pub const MODIFY_MKEY: u16 = 0x2ff;
     /// CREATE_CQ.
     pub const CREATE_CQ: u16 = 0x400;
     /// DESTROY_CQ.
@@ -336,11 +339,12 @@ impl Command {
             }
             Command::CreateMkey(m) => {
                 head(&mut w, opcode::CREATE_MKEY, 0);
-                w.u32(m.pd.get());
-                w.u32(m.access.0);
-                w.u64(m.start);
-                w.u64(m.len);
-                w.pages(&m.mtt);
+                mkey_params(&mut w, m);
+            }
+            Command::ModifyMkey(k, m) => {
+                head(&mut w, opcode::MODIFY_MKEY, 0);
+                w.u32(k.raw());
+                mkey_params(&mut w, m);
             }
             Command::DestroyMkey(k) => {
                 head(&mut w, opcode::DESTROY_MKEY, 0);
@@ -431,13 +435,11 @@ impl Command {
             opcode::DEALLOC_UAR => Command::DeallocUar(UarIndex::new(r.u32()?)),
             opcode::ALLOC_PD => Command::AllocPd,
             opcode::DEALLOC_PD => Command::DeallocPd(Pdn::new(r.u32()?)),
-            opcode::CREATE_MKEY => Command::CreateMkey(MkeyParams {
-                pd: Pdn::new(r.u32()?),
-                access: Access(r.u32()?),
-                start: r.u64()?,
-                len: r.u64()?,
-                mtt: r.pages()?,
-            }),
+            opcode::CREATE_MKEY => Command::CreateMkey(read_mkey_params(&mut r)?),
+            opcode::MODIFY_MKEY => {
+                let k = Mkey::from_raw(r.u32()?);
+                Command::ModifyMkey(k, read_mkey_params(&mut r)?)
+            }
             opcode::DESTROY_MKEY => Command::DestroyMkey(Mkey::from_raw(r.u32()?)),
             opcode::CREATE_CQ => Command::CreateCq(CqParams {
                 log_size: r.u8()?,
@@ -527,6 +529,24 @@ mod detail {
     pub(super) const MISSING_ATTR: u8 = 5;
     pub(super) const EXTRA_ATTR: u8 = 6;
     pub(super) const DEVICE_GONE: u8 = 7;
+}
+
+fn mkey_params(w: &mut Writer<'_>, m: &MkeyParams) {
+    w.u32(m.pd.get());
+    w.u32(m.access.0);
+    w.u64(m.start);
+    w.u64(m.len);
+    w.pages(&m.mtt);
+}
+
+fn read_mkey_params(r: &mut Reader<'_>) -> Result<MkeyParams, DecodeError> {
+    Ok(MkeyParams {
+        pd: Pdn::new(r.u32()?),
+        access: Access(r.u32()?),
+        start: r.u64()?,
+        len: r.u64()?,
+        mtt: r.pages()?,
+    })
 }
 
 fn index_of<T: PartialEq>(all: &[T], v: &T) -> u8 {

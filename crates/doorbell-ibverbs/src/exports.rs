@@ -81,7 +81,6 @@ stubs! {
     [null] fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port_num: u8) -> *mut ibv_ah;
     [errno] fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [errno] fn ibv_init_ah_from_wc(context: *mut ibv_context, port_num: u8, wc: *mut ibv_wc, grh: *mut ibv_grh, ah_attr: *mut ibv_ah_attr) -> c_int;
-    [neg1] fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: size_t, access: c_int) -> c_int;
     [errno] fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> c_int;
     // --- IBVERBS_1.5 to 1.14
     [null] fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context;
@@ -185,6 +184,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "ibv_reg_mr_iova",
     "ibv_reg_mr_iova2",
     "ibv_dereg_mr",
+    "ibv_rereg_mr",
     "ibv_create_comp_channel",
     "ibv_destroy_comp_channel",
     "ibv_create_cq",

@@ -9,12 +9,12 @@ use core::ffi::{c_int, c_uint, c_void};
 
 use doorbell_hif::Access;
 use doorbell_types::HostAddr;
-use doorbell_verbs::{Mr, Pd};
+use doorbell_verbs::{Mr, MrChange, Pd};
 use libc::{EINVAL, EOPNOTSUPP, size_t};
 
 use crate::abi::consts::*;
 use crate::abi::*;
-use crate::boundary::{Conv, guard};
+use crate::boundary::{Conv, guard, set_errno};
 use crate::ctx::context;
 use crate::handle;
 use crate::handles;
@@ -91,6 +91,19 @@ const KNOWN_ACCESS: c_uint = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_HUGETLB
     | IBV_ACCESS_OPTIONAL_RANGE;
 
+/// The device's rights for C access flags: unknown bits are EINVAL; memory
+/// windows, zero-based MRs and on-demand paging are not doorbell's
+/// (EOPNOTSUPP); the optional-range bits are hints it ignores.
+fn access_of(access: c_uint) -> Result<Access, c_int> {
+    if access & !KNOWN_ACCESS != 0 {
+        return Err(EINVAL);
+    }
+    if access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND) != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    Ok(Access(access & 0xf))
+}
+
 fn reg_mr(
     pd_: *mut ibv_pd,
     addr: *mut c_void,
@@ -99,13 +112,7 @@ fn reg_mr(
     access: c_uint,
 ) -> Result<*mut ibv_mr, c_int> {
     let pd = pd_of(pd_)?;
-    if access & !KNOWN_ACCESS != 0 {
-        return Err(EINVAL);
-    }
-    // Memory windows, zero-based MRs and on-demand paging are not doorbell's.
-    if access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND) != 0 {
-        return Err(EOPNOTSUPP);
-    }
+    let access = access_of(access)?;
     if iova != addr as u64 {
         return Err(EOPNOTSUPP);
     }
@@ -118,7 +125,6 @@ fn reg_mr(
     // none; Rust callers in the same process use the Rust API, not this
     // one), and memory it unmaps meanwhile makes accesses fail, not crash.
     unsafe { mem.grant(at, len) };
-    let access = Access(access & 0xf);
     let mr = match pd.inner.reg_mr_at(addr as u64, length, access) {
         Ok(mr) => mr,
         Err(e) => {
@@ -182,6 +188,113 @@ pub extern "C" fn ibv_reg_mr_iova2(
 ) -> *mut ibv_mr {
     guard("ibv_reg_mr_iova2", Conv::Null, || {
         reg_mr(pd, addr, length, iova, access)
+    })
+}
+
+/// What `ibv_rereg_mr` asks for, checked the way libibverbs checks it
+/// before it reaches a provider.
+struct Rereg {
+    flags: c_uint,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    access: c_uint,
+}
+
+impl Rereg {
+    fn check(&self) -> Result<(), c_int> {
+        let translation = self.flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+        if self.flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (translation && (self.length == 0 || self.addr.is_null()))
+            || (self.access != 0 && self.flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+        {
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+}
+
+/// Applies `req` to `obj` in place: the keys stay, a new range is granted
+/// to process memory before the old one is withdrawn, and a refusal leaves
+/// the MR as it was.
+fn rereg(obj: &mut CMr, req: &Rereg) -> Result<(), c_int> {
+    let mut change = MrChange::default();
+    if req.flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        let pd = pd_of(req.pd)?;
+        if pd.pd.context != obj.ctx {
+            return Err(EINVAL);
+        }
+        change.pd = Some(pd.inner.clone());
+    }
+    if req.flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+        change.access = Some(access_of(req.access)?);
+    }
+    let c = context(obj.ctx)?;
+    let mem = c.nic.memory();
+    let granted = if req.flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+        let at = HostAddr::new(req.addr as u64);
+        let len = req.length as u64;
+        // SAFETY: as for ibv_reg_mr: the caller hands this range to the NIC
+        // until it deregisters or re-registers the MR elsewhere.
+        unsafe { mem.grant(at, len) };
+        change.range = Some((req.addr as u64, req.length));
+        Some((at, len))
+    } else {
+        None
+    };
+    let mr = obj.inner.as_mut().ok_or(EINVAL)?;
+    if let Err(e) = mr.rereg(change) {
+        if let Some((at, len)) = granted {
+            let _ = mem.revoke(at, len);
+        }
+        return Err(e.errno());
+    }
+    if req.flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        obj.mr.pd = req.pd;
+    }
+    if let Some(new) = granted {
+        obj.mr.addr = req.addr;
+        obj.mr.length = req.length;
+        let (at, len) = core::mem::replace(&mut obj.granted, new);
+        let _ = mem.revoke(at, len);
+    }
+    Ok(())
+}
+
+/// `ibv_rereg_mr`: the MR takes the changed PD, range or access in place
+/// and keeps its keys, as mlx5 rewrites an mkey with a UMR. Bad arguments return `IBV_REREG_MR_ERR_INPUT`, a refusal
+/// `IBV_REREG_MR_ERR_CMD`, both with `errno` set and the MR unchanged (a
+/// kernel leaves it unusable after a refused command; keeping it is kinder).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: size_t,
+    access: c_int,
+) -> c_int {
+    let req = Rereg {
+        flags: flags as c_uint,
+        pd,
+        addr,
+        length,
+        access: access as c_uint,
+    };
+    // Conv::MinusOne is IBV_REREG_MR_ERR_INPUT with errno set.
+    guard("ibv_rereg_mr", Conv::MinusOne, || {
+        handles::get::<CMr>(mr)?;
+        req.check()?;
+        let mut obj = handles::take::<CMr>(mr)?;
+        let done = rereg(&mut obj, &req);
+        handles::restore(obj);
+        Ok(match done {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                IBV_REREG_MR_ERR_CMD
+            }
+        })
     })
 }
 

@@ -167,6 +167,94 @@ impl CqInner {
     fn state(&self) -> std::sync::MutexGuard<'_, CqState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Reads the CQE of count `n` into `buf`; true if the device has
+    /// written it (valid opcode, the owner bit of `n`'s pass of the ring).
+    fn read_cqe(&self, st: &CqState, n: u32, buf: &mut [u8; CQE_LEN]) -> Result<bool, VerbsError> {
+        let mem = self.ctx.mem();
+        mem.read(slot(st, n)?, buf)?;
+        let c = Cqe64::new_unchecked(&buf[..]);
+        Ok(c.opcode() != CqeOpcode::Invalid && c.owner() == owner_for(n, st.ncqe))
+    }
+
+    /// Tells the device how far the ring has been consumed.
+    fn publish_ci(&self, ci: u32) -> Result<(), VerbsError> {
+        let mut rec = [0u8; dbr::DBR_LEN];
+        dbr::CqDoorbellRecord::new_unchecked(&mut rec[..]).set_consumer_index(ci);
+        let word = dbr::field::WORD0;
+        self.ctx
+            .mem()
+            .write(offset(self.dbr, word.start as u64)?, &rec[word])?;
+        Ok(())
+    }
+
+    /// Removes QP `qpn`'s completions not yet polled and closes the gaps
+    /// (`__mlx5_cq_clean`, run when the QP is reset or destroyed): the other
+    /// QPs' CQEs move up towards the producer end, keeping their order, and
+    /// the consumer index steps over the freed slots. `freed_recv` is told
+    /// the `wqe_counter` of each receive CQE removed, so that an SRQ can
+    /// take its WQE back. The device only writes beyond the producer end
+    /// found here, which this never touches.
+    pub(crate) fn clean(
+        &self,
+        qpn: Qpn,
+        mut freed_recv: impl FnMut(u16),
+    ) -> Result<(), VerbsError> {
+        let mem = self.ctx.mem();
+        let mut st = self.state();
+        let mut buf = [0u8; CQE_LEN];
+        let mut prod = st.cons_index;
+        while prod.wrapping_sub(st.cons_index) < st.ncqe && self.read_cqe(&st, prod, &mut buf)? {
+            prod = prod.wrapping_add(1);
+        }
+        let mut freed = 0u32;
+        let mut n = prod;
+        while n != st.cons_index {
+            n = n.wrapping_sub(1);
+            self.read_cqe(&st, n, &mut buf)?;
+            let c = Cqe64::new_unchecked(&buf[..]);
+            if c.qpn() == qpn.get() {
+                if is_recv(c.opcode()) {
+                    freed_recv(c.wqe_counter());
+                }
+                freed += 1;
+            } else if freed > 0 {
+                let to = n.wrapping_add(freed);
+                let (opcode, solicited) = (c.opcode(), c.is_solicited());
+                Cqe64::new_unchecked(&mut buf[..]).set_op_own(
+                    opcode,
+                    solicited,
+                    owner_for(to, st.ncqe),
+                );
+                mem.write(slot(&st, to)?, &buf)?;
+            }
+        }
+        if freed > 0 {
+            st.cons_index = st.cons_index.wrapping_add(freed);
+            self.publish_ci(st.cons_index)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where the CQE of count `n` lies in the ring.
+fn slot(st: &CqState, n: u32) -> Result<HostAddr, VerbsError> {
+    Ok(offset(
+        st.buf,
+        u64::from(n & (st.ncqe - 1)) * CQE_LEN as u64,
+    )?)
+}
+
+/// A CQE that completes a receive WQE.
+fn is_recv(op: CqeOpcode) -> bool {
+    matches!(
+        op,
+        CqeOpcode::RespSend
+            | CqeOpcode::RespSendImm
+            | CqeOpcode::RespSendInv
+            | CqeOpcode::RespWrImm
+            | CqeOpcode::RespErr
+    )
 }
 
 impl Drop for CqInner {
@@ -312,16 +400,8 @@ impl Cq {
         let mut cqe_buf = [0u8; CQE_LEN];
         let mut ci = st.cons_index;
         let mut copied = Vec::new();
-        loop {
-            let slot = ci & (st.ncqe - 1);
-            mem.read(
-                offset(st.buf, u64::from(slot) * CQE_LEN as u64)?,
-                &mut cqe_buf,
-            )?;
+        while inner.read_cqe(&st, ci, &mut cqe_buf)? {
             let c = Cqe64::new_unchecked(&cqe_buf[..]);
-            if c.opcode() == CqeOpcode::Invalid || c.owner() != owner_for(ci, st.ncqe) {
-                break;
-            }
             let (opcode, solicited) = (c.opcode(), c.is_solicited());
             let mut w = Cqe64::new_unchecked(&mut cqe_buf[..]);
             w.set_op_own(opcode, solicited, owner_for(ci, ncqe));
@@ -341,31 +421,20 @@ impl Cq {
     /// Polls up to `wc.len()` completions into `wc`; returns how many.
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize, VerbsError> {
         let inner = &*self.inner;
-        let mem = inner.ctx.mem();
-        let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = inner.state();
         let mut n = 0;
         let mut buf = [0u8; CQE_LEN];
         let start = st.cons_index;
-        while n < wc.len() {
-            let ci = st.cons_index;
-            let slot = ci & (st.ncqe - 1);
-            mem.read(offset(st.buf, u64::from(slot) * CQE_LEN as u64)?, &mut buf)?;
-            let cqe = Cqe64::new_unchecked(&buf[..]);
-            if cqe.opcode() == CqeOpcode::Invalid || cqe.owner() != owner_for(ci, st.ncqe) {
-                break;
-            }
-            st.cons_index = ci.wrapping_add(1);
-            if let Some(w) = self.parse(&cqe) {
+        while n < wc.len() && inner.read_cqe(&st, st.cons_index, &mut buf)? {
+            st.cons_index = st.cons_index.wrapping_add(1);
+            if let Some(w) = self.parse(&Cqe64::new_unchecked(&buf[..])) {
                 wc[n] = w;
                 n += 1;
             }
         }
         // The record is written once per call, and only if CQEs were taken.
         if st.cons_index != start {
-            let mut rec = [0u8; dbr::DBR_LEN];
-            dbr::CqDoorbellRecord::new_unchecked(&mut rec[..]).set_consumer_index(st.cons_index);
-            let word = dbr::field::WORD0;
-            mem.write(offset(inner.dbr, word.start as u64)?, &rec[word])?;
+            inner.publish_ci(st.cons_index)?;
         }
         Ok(n)
     }

@@ -25,6 +25,9 @@ pub enum VerbsError {
     /// An argument is out of range (EINVAL).
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// The object is in use (EBUSY).
+    #[error("busy: {0}")]
+    Busy(&'static str),
     /// The work queue is full (ENOMEM from post_send / post_recv).
     #[error("work queue full: {posted} posted, room for {max}")]
     QueueFull {
@@ -81,6 +84,7 @@ impl VerbsError {
             // mlx5's post_send answers ENOMEM for a full queue and for
             // inline data over max_inline_data.
             VerbsError::QueueFull { .. } | VerbsError::InlineTooLong { .. } => libc::ENOMEM,
+            VerbsError::Busy(_) => libc::EBUSY,
         }
     }
 }

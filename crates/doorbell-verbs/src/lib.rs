@@ -42,7 +42,7 @@ pub use context::{BfregPlacement, Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
 pub use cq::{Cq, Wc, WcOpcode, WcStatus};
 pub use doorbell_hif::{Access, AddressVector, DeviceCaps, NicEvent, QpAttrs, QpState, QpType};
 pub use error::VerbsError;
-pub use mr::{Mr, Pd, Sge};
+pub use mr::{Mr, MrChange, Pd, Sge};
 pub use qp::{
     Ah, Qp, QpCaps, QpInitAttr, RcEndpoint, RemoteAddr, SendFlags, SendWr, UdTarget, WrOpcode,
 };

@@ -105,15 +105,7 @@ impl Pd {
         access: Access,
         backing: Backing,
     ) -> Result<Mr, VerbsError> {
-        // As the kernel's ib_check_mr_access: a peer may write only memory
-        // the device may write locally.
-        if (access.allows(Access::REMOTE_WRITE) || access.allows(Access::REMOTE_ATOMIC))
-            && !access.allows(Access::LOCAL_WRITE)
-        {
-            return Err(VerbsError::InvalidArgument(
-                "remote write or atomic access needs local write",
-            ));
-        }
+        check_access(access)?;
         let key = self
             .inner
             .ctx
@@ -130,6 +122,31 @@ impl Pd {
             }),
         })
     }
+}
+
+/// As the kernel's `ib_check_mr_access`: a peer may write only memory the
+/// device may write locally.
+fn check_access(access: Access) -> Result<(), VerbsError> {
+    if (access.allows(Access::REMOTE_WRITE) || access.allows(Access::REMOTE_ATOMIC))
+        && !access.allows(Access::LOCAL_WRITE)
+    {
+        return Err(VerbsError::InvalidArgument(
+            "remote write or atomic access needs local write",
+        ));
+    }
+    Ok(())
+}
+
+/// What [`Mr::rereg`] changes (`ibv_rereg_mr`'s flags): each `Some`
+/// replaces the region's own.
+#[derive(Debug, Clone, Default)]
+pub struct MrChange {
+    /// A new protection domain, of the same context.
+    pub pd: Option<Pd>,
+    /// A new start address and length.
+    pub range: Option<(u64, usize)>,
+    /// New access rights.
+    pub access: Option<Access>,
 }
 
 /// Where a region's bytes come from, and what deregistration does to them.
@@ -224,6 +241,48 @@ impl Mr {
     /// Access rights.
     pub fn access(&self) -> Access {
         self.inner.access
+    }
+
+    /// Re-registers the region with what `change` names (`ibv_rereg_mr`):
+    /// the keys stay, so peers that hold the rkey keep it. A new range is
+    /// for regions over the caller's memory ([`Pd::reg_mr_at`]); a region
+    /// that owns its buffer can change only PD and access. Refused with
+    /// the region unchanged if the arguments are bad (EINVAL), the new
+    /// range cannot be pinned (EFAULT), or other clones of the region exist
+    /// (EBUSY).
+    pub fn rereg(&mut self, change: MrChange) -> Result<(), VerbsError> {
+        let inner = Arc::get_mut(&mut self.inner)
+            .ok_or(VerbsError::Busy("other clones of the region exist"))?;
+        let pd = change.pd.unwrap_or_else(|| inner.pd.clone());
+        if !pd.context().same_as(inner.pd.context()) {
+            return Err(VerbsError::InvalidArgument(
+                "the new PD belongs to another context",
+            ));
+        }
+        let (addr, len) = match change.range {
+            Some(_) if inner.backing != Backing::Borrowed => {
+                return Err(VerbsError::InvalidArgument(
+                    "a region that owns its buffer cannot move",
+                ));
+            }
+            Some((_, 0)) => {
+                return Err(VerbsError::InvalidArgument(
+                    "a memory region needs at least one byte",
+                ));
+            }
+            Some((addr, len)) => (HostAddr::new(addr), len),
+            None => (inner.addr, inner.len),
+        };
+        let access = change.access.unwrap_or(inner.access);
+        check_access(access)?;
+        pd.context()
+            .driver()
+            .rereg_mr(inner.key, pd.pdn(), addr, len as u64, access)?;
+        inner.pd = pd;
+        inner.addr = addr;
+        inner.len = len;
+        inner.access = access;
+        Ok(())
     }
 
     /// The protection domain.

@@ -209,11 +209,30 @@ struct QpInner {
     cap: QpCaps,
 }
 
+impl QpInner {
+    /// Removes the QP's unpolled completions from its CQs, giving an SRQ
+    /// back the WQEs they held (mlx5 does so on reset and on destroy).
+    fn clean_cqs(&self) -> Result<(), VerbsError> {
+        let qpn = self.shared.qpn;
+        let srq = self.shared.srq.as_ref();
+        self._recv_cq.clean(qpn, |wqe| {
+            if let Some(srq) = srq {
+                srq.complete(wqe);
+            }
+        })?;
+        if !Arc::ptr_eq(&self._send_cq, &self._recv_cq) {
+            self._send_cq.clean(qpn, |_| {})?;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for QpInner {
     fn drop(&mut self) {
         let ctx = &self.pd.inner.ctx;
         ctx.unregister_qp(self.shared.qpn);
         if ctx.driver().destroy_qp(self.shared.qpn).is_ok() {
+            let _ = self.clean_cqs();
             let _ = ctx.mem().free(self.buf);
         }
         ctx.free_dbrec(self.dbr);
@@ -442,7 +461,9 @@ impl Qp {
                 .unwrap_or_else(|e| e.into_inner());
             rq.head = 0;
             rq.tail = 0;
+            drop((sq, rq));
             self.ctx().mem().write(self.inner.dbr, &[0u8; 8])?;
+            self.inner.clean_cqs()?;
         }
         Ok(())
     }

@@ -6,6 +6,8 @@
 //! doorbell or frame, the right NAK, and never a panic.
 #![allow(missing_docs, unreachable_pub)]
 
+mod mkey;
+
 use std::sync::Arc;
 
 use doorbell_device::{Frame, Nic, NicConfig, NicCounters};

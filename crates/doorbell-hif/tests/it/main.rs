@@ -65,6 +65,23 @@ fn attrs() -> impl Strategy<Value = QpAttrs> {
         )
 }
 
+fn mkey_params() -> impl Strategy<Value = MkeyParams> {
+    (
+        any::<u32>(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u64>(),
+        pages(),
+    )
+        .prop_map(|(pd, acc, start, len, mtt)| MkeyParams {
+            pd: Pdn::new(pd),
+            access: Access(acc),
+            start,
+            len,
+            mtt,
+        })
+}
+
 fn command() -> impl Strategy<Value = Command> {
     let ty = prop_oneof![Just(QpType::Rc), Just(QpType::Uc), Just(QpType::Ud)];
     prop_oneof![
@@ -73,22 +90,8 @@ fn command() -> impl Strategy<Value = Command> {
         Just(Command::AllocPd),
         any::<u32>().prop_map(|u| Command::DeallocUar(UarIndex::new(u))),
         any::<u32>().prop_map(|p| Command::DeallocPd(Pdn::new(p))),
-        (
-            any::<u32>(),
-            any::<u32>(),
-            any::<u64>(),
-            any::<u64>(),
-            pages()
-        )
-            .prop_map(
-                |(pd, acc, start, len, mtt)| Command::CreateMkey(MkeyParams {
-                    pd: Pdn::new(pd),
-                    access: Access(acc),
-                    start,
-                    len,
-                    mtt,
-                })
-            ),
+        mkey_params().prop_map(Command::CreateMkey),
+        (any::<u32>(), mkey_params()).prop_map(|(k, m)| Command::ModifyMkey(Mkey::from_raw(k), m)),
         any::<u32>().prop_map(|k| Command::DestroyMkey(Mkey::from_raw(k))),
         (any::<u8>(), any::<u32>(), any::<u64>(), pages()).prop_map(|(l, u, d, pas)| {
             Command::CreateCq(CqParams {

@@ -51,6 +51,11 @@ consts! {
         IBV_LINK_LAYER_ETHERNET = 2,
         IBV_GID_TYPE_ROCE_V2 = 2,
         IBV_DEVICE_RC_RNR_NAK_GEN = 1 << 12,
+        IBV_REREG_MR_CHANGE_TRANSLATION = 1 << 0, IBV_REREG_MR_CHANGE_PD = 1 << 1,
+        IBV_REREG_MR_CHANGE_ACCESS = 1 << 2, IBV_REREG_MR_FLAGS_SUPPORTED = 7,
+    }
+    c_int {
+        IBV_REREG_MR_ERR_INPUT = -1, IBV_REREG_MR_ERR_CMD = -4,
     }
 }
 

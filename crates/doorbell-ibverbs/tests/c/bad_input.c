@@ -139,6 +139,35 @@ int main(void)
 					       IBV_ACCESS_REMOTE_READ);
 	CHECK("reg_mr", mr != NULL, "errno %d", errno);
 
+	/* Re-registration: libibverbs' input checks, then the provider's. */
+	uint32_t rkey = mr->rkey;
+	errno = 0;
+	CHECK("rereg_unknown_flag", ibv_rereg_mr(mr, 1 << 4, NULL, NULL, 0, 0) ==
+					    IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("rereg_access_without_its_flag",
+	      ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, IBV_ACCESS_LOCAL_WRITE) ==
+			      IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("rereg_translation_without_a_range",
+	      ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, 0) ==
+			      IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("rereg_to_an_unmapped_range",
+	      ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, gone, 8192, 0) ==
+			      IBV_REREG_MR_ERR_CMD && errno == EFAULT && mr->addr == buf,
+	      "errno %d", errno);
+	CHECK("rereg_pd", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == 0 &&
+				  mr->pd == pd && mr->rkey == rkey,
+	      "errno %d", errno);
+	CHECK("rereg_translation",
+	      ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf, 1 << 16, 0) == 0 &&
+		      mr->addr == buf && mr->length == 1 << 16 && mr->rkey == rkey,
+	      "errno %d", errno);
+
 	/* QPs: a loop-back pair on one NIC. */
 	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 8, .max_recv_wr = 8,

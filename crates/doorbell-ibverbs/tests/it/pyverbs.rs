@@ -35,11 +35,6 @@ const NOT_DOORBELLS: [&str; 5] = [
     "Allocating dmabuf is not supported by",
 ];
 
-/// Capabilities the C library will have and does not have yet (issue:
-/// the C library, item 5): skips accepted for now, each named here so none
-/// hides among the others.
-const NOT_YET: [&str; 2] = ["Rereg MR is not supported", "Resize CQ is not supported"];
-
 /// A copy of the suite with its gzipped files unpacked (Debian ships most
 /// of them as .py.gz).
 fn suite_copy() -> PathBuf {
@@ -104,12 +99,7 @@ fn rdma_cores_pyverbs_suite_passes_on_doorbell() {
     let unexplained: Vec<&str> = all
         .lines()
         .filter_map(|l| Some(l.split_once("skipped '")?.1.trim_end_matches('\'')))
-        .filter(|reason| {
-            !NOT_DOORBELLS
-                .iter()
-                .chain(&NOT_YET)
-                .any(|p| reason.starts_with(p))
-        })
+        .filter(|reason| !NOT_DOORBELLS.iter().any(|p| reason.starts_with(p)))
         .collect();
     assert!(
         unexplained.is_empty(),

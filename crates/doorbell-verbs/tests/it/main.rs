@@ -4,6 +4,8 @@
 //! returns, so each test sees exactly what one post puts on the bus.
 #![allow(missing_docs, unreachable_pub)]
 
+mod rereg;
+
 use std::sync::Arc;
 
 use doorbell_pcie::DmaPurpose;
