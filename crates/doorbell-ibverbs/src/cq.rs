@@ -10,7 +10,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::sync::{Condvar, Mutex};
 
 use doorbell_verbs::{Cq, Wc};
-use libc::EINVAL;
+use libc::{EINVAL, ENOENT};
 
 use crate::abi::consts::*;
 use crate::abi::*;
@@ -77,9 +77,13 @@ pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_
 
 #[repr(C)]
 pub(crate) struct CCq {
-    /// C reads it; this library counts acknowledged events in it.
-    cq: UnsafeCell<ibv_cq>,
+    /// C reads it (as `ibv_cq`, its first part, or whole, for a CQ made by
+    /// `ibv_create_cq_ex`); this library counts acknowledged events in it
+    /// and sets the current completion's `status` and `wr_id`.
+    cq: UnsafeCell<ibv_cq_ex>,
     pub(crate) inner: Cq,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` stepped to.
+    current: Mutex<Wc>,
     /// Completion events delivered and not yet acknowledged.
     unacked: Mutex<u32>,
     /// Signalled as events are acknowledged (`ibv_destroy_cq` waits).
@@ -97,40 +101,66 @@ pub extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard("ibv_create_cq", Conv::Null, || {
-        let c = context(context_)?;
-        if cqe < 1 || comp_vector != 0 {
+        if cqe < 1 || comp_vector < 0 {
             return Err(EINVAL);
         }
-        let ch = if channel.is_null() {
-            None
-        } else {
-            Some(handles::get::<CChannel>(channel)?)
-        };
-        let inner = c.ctx.create_cq(cqe as u32).map_err(|e| e.errno())?;
-        // SAFETY: ibv_cq is pointers, integers and pthread objects whose
-        // all-zero value is their static initializer on glibc.
-        let mut cq: ibv_cq = unsafe { core::mem::zeroed() };
-        cq.context = context_;
-        cq.channel = channel;
-        cq.cq_context = cq_context;
-        cq.handle = inner.cqn().get();
-        // One CQE stays free: mlx5 reports 2^n - 1 of 2^n, as capacity() does.
-        cq.cqe = inner.capacity() as c_int;
-        let cqn = inner.cqn();
-        let h = handles::register(Box::new(CCq {
-            cq: UnsafeCell::new(cq),
-            inner,
-            unacked: Mutex::new(0),
-            acked: Condvar::new(),
-        }));
-        if let Some(ch) = ch {
-            ch.add_cq(1);
-        }
-        events::lock(&ROUTER)
-            .cqs
-            .insert(cqn, (h as usize, channel as usize, context_ as usize));
-        Ok(h)
+        create(
+            context_,
+            cqe as u32,
+            cq_context,
+            channel,
+            comp_vector as u32,
+            |_| {},
+        )
     })
+}
+
+/// Makes a CQ whose C struct `ops` completes (the extended CQ's polling
+/// functions) before it is handed out.
+pub(crate) fn create(
+    context_: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: u32,
+    ops: impl FnOnce(&mut ibv_cq_ex),
+) -> Result<*mut ibv_cq, c_int> {
+    let c = context(context_)?;
+    if comp_vector != 0 {
+        return Err(EINVAL);
+    }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        Some(handles::get::<CChannel>(channel)?)
+    };
+    let inner = c.ctx.create_cq(cqe).map_err(|e| e.errno())?;
+    // SAFETY: ibv_cq_ex is pointers, integers, pthread objects whose
+    // all-zero value is their static initializer on glibc, and optional
+    // function pointers (None when zero).
+    let mut cq: ibv_cq_ex = unsafe { core::mem::zeroed() };
+    cq.context = context_;
+    cq.channel = channel;
+    cq.cq_context = cq_context;
+    cq.handle = inner.cqn().get();
+    // One CQE stays free: mlx5 reports 2^n - 1 of 2^n, as capacity() does.
+    cq.cqe = inner.capacity() as c_int;
+    ops(&mut cq);
+    let cqn = inner.cqn();
+    let h = handles::register(Box::new(CCq {
+        cq: UnsafeCell::new(cq),
+        inner,
+        current: Mutex::new(Wc::default()),
+        unacked: Mutex::new(0),
+        acked: Condvar::new(),
+    }));
+    if let Some(ch) = ch {
+        ch.add_cq(1);
+    }
+    events::lock(&ROUTER)
+        .cqs
+        .insert(cqn, (h as usize, channel as usize, context_ as usize));
+    Ok(h)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -168,13 +198,37 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 
 impl CCq {
     fn c(&self) -> ibv_cq {
-        // SAFETY: a copy of the cell's plain data (pointers, integers, and
-        // pthread objects that are never used by value).
-        unsafe { self.cq.get().read() }
+        // SAFETY: a copy of the `ibv_cq` that begins the cell's `ibv_cq_ex`
+        // (plain data: pointers, integers, and pthread objects that are
+        // never used by value).
+        unsafe { self.cq.get().cast::<ibv_cq>().read() }
+    }
+
+    /// Polls one completion into `current` and the C struct's `status`
+    /// and `wr_id`; ENOENT if there is none.
+    pub(crate) fn step(&self) -> Result<(), c_int> {
+        let mut w = [Wc::default()];
+        if self.inner.poll(&mut w).map_err(|e| e.errno())? == 0 {
+            return Err(ENOENT);
+        }
+        // SAFETY: the cell's own pointer; C reads these two fields only
+        // between its poll calls, on the thread that polls.
+        unsafe {
+            let p = self.cq.get();
+            (*p).status = w[0].status as c_uint;
+            (*p).wr_id = w[0].wr_id;
+        }
+        *lock(&self.current) = w[0];
+        Ok(())
+    }
+
+    /// The completion the last step took.
+    pub(crate) fn current(&self) -> Wc {
+        *lock(&self.current)
     }
 }
 
-fn wc_flags(w: &Wc) -> c_uint {
+pub(crate) fn wc_flags(w: &Wc) -> c_uint {
     (if w.grh { IBV_WC_GRH } else { 0 })
         | (if w.imm_data.is_some() {
             IBV_WC_WITH_IMM

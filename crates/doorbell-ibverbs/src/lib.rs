@@ -92,6 +92,7 @@
 pub mod abi;
 mod boundary;
 mod cq;
+mod cq_ex;
 mod ctx;
 mod device;
 mod events;
