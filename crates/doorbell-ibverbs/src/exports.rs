@@ -78,9 +78,7 @@ stubs! {
     // --- IBVERBS_1.1
     [errno] fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [void] fn ibv_copy_ah_attr_from_kern(dst: *mut ibv_ah_attr, src: *mut ib_uverbs_ah_attr);
-    [null] fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut ibv_grh, port_num: u8) -> *mut ibv_ah;
     [errno] fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
-    [errno] fn ibv_init_ah_from_wc(context: *mut ibv_context, port_num: u8, wc: *mut ibv_wc, grh: *mut ibv_grh, ah_attr: *mut ibv_ah_attr) -> c_int;
     [errno] fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> c_int;
     // --- IBVERBS_1.5 to 1.14
     [null] fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context;
@@ -192,6 +190,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "ibv_get_cq_event",
     "ibv_ack_cq_events",
     "ibv_create_ah",
+    "ibv_create_ah_from_wc",
+    "ibv_init_ah_from_wc",
     "ibv_destroy_ah",
     "ibv_create_qp",
     "ibv_destroy_qp",

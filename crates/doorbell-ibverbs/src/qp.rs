@@ -15,7 +15,8 @@ use doorbell_host::HostMemory;
 use doorbell_hif::{Access, AddressVector, QpAttrs, QpState, QpType};
 use doorbell_types::{HostAddr, Mkey, Psn, Qpn};
 use doorbell_verbs::{
-    Ah, Pd, Qp, QpCaps, QpInitAttr, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
+    Ah, GRH_LEN, Pd, Qp, QpCaps, QpInitAttr, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdTarget,
+    WrOpcode,
 };
 use libc::{EINVAL, EOPNOTSUPP};
 
@@ -74,6 +75,75 @@ pub extern "C" fn ibv_create_ah(pd_: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mu
             inner: Ah { av },
             _pd: pd.inner.clone(),
         })))
+    })
+}
+
+/// `ibv_init_ah_from_wc`: the address attributes that reach the sender of
+/// the UD message `wc` completed, from the 40 bytes (`grh`) the device put
+/// in front of it. -1 with errno on failure: EINVAL for a NULL argument, a
+/// port other than 1, a multicast message or one sent to a GID of another
+/// port; EPROTONOSUPPORT if the bytes are not a RoCEv2 header.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_init_ah_from_wc(
+    context_: *mut ibv_context,
+    port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    guard("ibv_init_ah_from_wc", Conv::MinusOne, || {
+        let c = context(context_)?;
+        if wc.is_null() || grh.is_null() || ah_attr.is_null() || port_num != 1 {
+            return Err(EINVAL);
+        }
+        // SAFETY: checked non-NULL; the caller passes a work completion and
+        // the 40 bytes its receive buffer starts with, read once each (as
+        // bytes: the GRH area has no alignment).
+        let (w, bytes) = unsafe { (wc.read(), grh.cast::<[u8; GRH_LEN]>().read_unaligned()) };
+        // SAFETY: ibv_ah_attr is integers and a byte union: zero is valid.
+        let mut a: ibv_ah_attr = unsafe { core::mem::zeroed() };
+        a.dlid = w.slid;
+        a.sl = w.sl;
+        a.src_path_bits = w.dlid_path_bits;
+        a.port_num = port_num;
+        a.grh.flow_label = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) & 0xf_ffff;
+        if w.wc_flags & IBV_WC_GRH != 0 {
+            let path = c.ctx.return_path(&bytes).map_err(|e| e.errno())?;
+            a.is_global = 1;
+            a.grh = ibv_global_route {
+                dgid: ibv_gid { raw: path.av.dgid },
+                flow_label: path.flow_label,
+                sgid_index: path.av.sgid_index,
+                hop_limit: path.av.hop_limit,
+                traffic_class: path.av.traffic_class,
+            };
+        }
+        // SAFETY: checked non-NULL; the caller's attributes to fill.
+        unsafe { ah_attr.write(a) };
+        Ok(0)
+    })
+}
+
+/// `ibv_create_ah_from_wc`: `ibv_init_ah_from_wc`, then `ibv_create_ah`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port_num: u8,
+) -> *mut ibv_ah {
+    guard("ibv_create_ah_from_wc", Conv::Null, || {
+        let context_ = pd_of(pd)?.pd.context;
+        // SAFETY: ibv_ah_attr is integers and a byte union: zero is valid.
+        let mut attr: ibv_ah_attr = unsafe { core::mem::zeroed() };
+        if ibv_init_ah_from_wc(context_, port_num, wc, grh, &mut attr) != 0 {
+            return Err(crate::boundary::errno());
+        }
+        let ah = ibv_create_ah(pd, &mut attr);
+        if ah.is_null() {
+            return Err(crate::boundary::errno());
+        }
+        Ok(ah)
     })
 }
 

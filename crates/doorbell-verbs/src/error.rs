@@ -25,6 +25,9 @@ pub enum VerbsError {
     /// An argument is out of range (EINVAL).
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// A protocol this provider does not speak (EPROTONOSUPPORT).
+    #[error("protocol not supported: {0}")]
+    Protocol(&'static str),
     /// The object is in use (EBUSY).
     #[error("busy: {0}")]
     Busy(&'static str),
@@ -85,6 +88,7 @@ impl VerbsError {
             // inline data over max_inline_data.
             VerbsError::QueueFull { .. } | VerbsError::InlineTooLong { .. } => libc::ENOMEM,
             VerbsError::Busy(_) => libc::EBUSY,
+            VerbsError::Protocol(_) => libc::EPROTONOSUPPORT,
         }
     }
 }

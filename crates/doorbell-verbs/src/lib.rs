@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod ah;
 mod config;
 mod context;
 mod cq;
@@ -37,6 +38,7 @@ mod srq;
 mod wq;
 mod wr;
 
+pub use ah::{GRH_LEN, ReturnPath};
 pub use config::ProviderConfig;
 pub use context::{BfregPlacement, Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
 pub use cq::{Cq, Wc, WcOpcode, WcStatus};

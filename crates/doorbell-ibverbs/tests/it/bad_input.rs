@@ -117,6 +117,11 @@ fn bad_input_gets_rdma_cores_errno_and_breaks_nothing() {
 }
 
 #[test]
+fn a_ud_receiver_answers_through_an_ah_made_from_the_completion() {
+    run_c_program("ud_reply", 11);
+}
+
+#[test]
 fn completion_channels_and_async_events_are_real_fds() {
     run_c_program("events", 18);
 }
