@@ -182,6 +182,7 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
         vctx.query_device_ex = Some(query_device_ex);
         vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
+        vctx.create_srq_ex = Some(crate::srq::create_srq_ex);
         let c = &mut vctx.context;
         c.device = dev;
         c.ops.poll_cq = Some(CQ_OPS.poll_cq);

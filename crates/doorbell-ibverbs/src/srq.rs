@@ -12,6 +12,7 @@ use core::ffi::c_int;
 use doorbell_verbs::{RecvWr, Srq, SrqInitAttr};
 use libc::{EINVAL, EOPNOTSUPP};
 
+use crate::abi::consts::*;
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
 use crate::events::{self, ROUTER};
@@ -19,10 +20,6 @@ use crate::handle;
 use crate::handles;
 use crate::pd::pd_of;
 use crate::wr_batch::sges;
-
-/// `IBV_SRQ_MAX_WR`, `IBV_SRQ_LIMIT`.
-const SRQ_MAX_WR: c_int = 1 << 0;
-const SRQ_LIMIT: c_int = 1 << 1;
 
 #[repr(C)]
 pub(crate) struct CSrq {
@@ -69,6 +66,39 @@ pub extern "C" fn ibv_create_srq(pd_: *mut ibv_pd, attr: *mut ibv_srq_init_attr)
     })
 }
 
+/// `verbs_context.create_srq_ex`, which the inline `ibv_create_srq_ex`
+/// calls for what it does not pass to `ibv_create_srq` itself: a basic SRQ
+/// (no type, or `IBV_SRQT_BASIC`) is made as `ibv_create_srq` makes it, in
+/// the PD given (other fields ignored, as mlx5 ignores them); XRC and
+/// tag-matching SRQs are not doorbell's (EOPNOTSUPP); another type is
+/// EINVAL.
+pub(crate) unsafe extern "C" fn create_srq_ex(
+    context_: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard("ibv_create_srq_ex", Conv::Null, || {
+        // SAFETY: the caller's attributes; NULL is refused.
+        let a = unsafe { attr.as_ref() }.copied().ok_or(EINVAL)?;
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC {
+            return Err(if a.srq_type == IBV_SRQT_XRC || a.srq_type == IBV_SRQT_TM {
+                EOPNOTSUPP
+            } else {
+                EINVAL
+            });
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || pd_of(a.pd)?.pd.context != context_ {
+            return Err(EINVAL);
+        }
+        // ibv_srq_init_attr is the first part of ibv_srq_init_attr_ex: the
+        // sizes granted are written back into the caller's attributes.
+        let srq = ibv_create_srq(a.pd, attr.cast::<ibv_srq_init_attr>());
+        if srq.is_null() {
+            return Err(crate::boundary::errno());
+        }
+        Ok(srq)
+    })
+}
+
 /// `ibv_destroy_srq`: EBUSY while a QP uses it.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
@@ -102,13 +132,13 @@ pub extern "C" fn ibv_modify_srq(
         if srq_attr.is_null() {
             return Err(EINVAL);
         }
-        if srq_attr_mask & !(SRQ_MAX_WR | SRQ_LIMIT) != 0 {
+        if srq_attr_mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
             return Err(EOPNOTSUPP);
         }
         // SAFETY: checked non-NULL.
         let a = unsafe { *srq_attr };
-        let max_wr = (srq_attr_mask & SRQ_MAX_WR != 0).then_some(a.max_wr);
-        let limit = (srq_attr_mask & SRQ_LIMIT != 0).then_some(a.srq_limit);
+        let max_wr = (srq_attr_mask & IBV_SRQ_MAX_WR != 0).then_some(a.max_wr);
+        let limit = (srq_attr_mask & IBV_SRQ_LIMIT != 0).then_some(a.srq_limit);
         s.inner.modify(max_wr, limit).map_err(|e| e.errno())?;
         Ok(0)
     })

@@ -56,9 +56,12 @@ consts! {
         IBV_WC_STANDARD_FLAGS = 0x7f, IBV_CQ_INIT_ATTR_MASK_FLAGS = 1 << 0,
         IBV_CQ_INIT_ATTR_MASK_PD = 1 << 1, IBV_CREATE_CQ_ATTR_SINGLE_THREADED = 1 << 0,
         IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN = 1 << 1,
+        IBV_SRQ_INIT_ATTR_TYPE = 1 << 0, IBV_SRQ_INIT_ATTR_PD = 1 << 1,
+        IBV_SRQT_BASIC = 0, IBV_SRQT_XRC = 1, IBV_SRQT_TM = 2,
     }
     c_int {
         IBV_REREG_MR_ERR_INPUT = -1, IBV_REREG_MR_ERR_CMD = -4,
+        IBV_SRQ_MAX_WR = 1 << 0, IBV_SRQ_LIMIT = 1 << 1,
     }
 }
 

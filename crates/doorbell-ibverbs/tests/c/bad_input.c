@@ -168,6 +168,30 @@ int main(void)
 		      mr->addr == buf && mr->length == 1 << 16 && mr->rkey == rkey,
 	      "errno %d", errno);
 
+	/* Extended SRQs: basic ones only. The inline ibv_create_srq_ex passes
+	 * a plain PD + type request to ibv_create_srq; the CQ bit sends this
+	 * one through the context's create_srq_ex. */
+	struct ibv_srq_init_attr_ex sx = {.attr = {.max_wr = 16, .max_sge = 1},
+					  .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+						       IBV_SRQ_INIT_ATTR_CQ,
+					  .srq_type = IBV_SRQT_BASIC, .pd = pd, .cq = cq};
+	struct ibv_srq *srq = ibv_create_srq_ex(ctx, &sx);
+	CHECK("create_srq_ex_basic", srq && sx.attr.max_wr >= 16, "errno %d", errno);
+	CHECK("destroy_srq_ex", srq && ibv_destroy_srq(srq) == 0, "");
+	sx.srq_type = IBV_SRQT_XRC;
+	errno = 0;
+	CHECK("create_srq_ex_xrc", !ibv_create_srq_ex(ctx, &sx) && errno == EOPNOTSUPP,
+	      "errno %d", errno);
+	sx.srq_type = 7;
+	errno = 0;
+	CHECK("create_srq_ex_unknown_type", !ibv_create_srq_ex(ctx, &sx) && errno == EINVAL,
+	      "errno %d", errno);
+	sx.srq_type = IBV_SRQT_BASIC;
+	sx.comp_mask = IBV_SRQ_INIT_ATTR_CQ;
+	errno = 0;
+	CHECK("create_srq_ex_without_pd", !ibv_create_srq_ex(ctx, &sx) && errno == EINVAL,
+	      "errno %d", errno);
+
 	/* QPs: a loop-back pair on one NIC. */
 	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 8, .max_recv_wr = 8,
