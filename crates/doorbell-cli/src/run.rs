@@ -46,6 +46,11 @@ pub struct EnvArgs {
     /// stderr (sets DOORBELL_STATS).
     #[arg(long, value_name = "FILE")]
     pub stats: Option<OsString>,
+    /// Take the port's link down AT_MS after the NIC starts, for FOR_MS
+    /// (sets DOORBELL_LINK_DOWN): the program's contexts get
+    /// IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE.
+    #[arg(long, value_name = "AT_MS:FOR_MS", value_parser = parse_link_down)]
+    pub link_down: Option<String>,
     /// Provider (sets DOORBELL_PROVIDER; the library's default: doorbell).
     #[arg(long, value_name = "NAME")]
     pub provider: Option<String>,
@@ -81,6 +86,11 @@ fn parse_addr(s: &str) -> Result<Ipv4Addr, String> {
 /// The same rules as the library's for DOORBELL_NAME.
 fn parse_name(s: &str) -> Result<String, String> {
     check(ProcessNicConfig::NAME_VAR, s).map(|c| c.name)
+}
+
+/// The same rules as the library's for DOORBELL_LINK_DOWN.
+fn parse_link_down(s: &str) -> Result<String, String> {
+    check(ProcessNicConfig::LINK_DOWN_VAR, s).map(|_| s.to_owned())
 }
 
 fn check(var: &str, value: &str) -> Result<ProcessNicConfig, String> {
@@ -174,6 +184,9 @@ pub fn settings(args: &EnvArgs) -> Result<Vec<(&'static str, OsString)>> {
     }
     if let Some(n) = &args.name {
         vars.push((ProcessNicConfig::NAME_VAR, n.into()));
+    }
+    if let Some(l) = &args.link_down {
+        vars.push((ProcessNicConfig::LINK_DOWN_VAR, l.into()));
     }
     if let Some(s) = &args.stats {
         vars.push((STATS_VAR, s.clone()));

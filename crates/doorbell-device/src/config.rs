@@ -104,6 +104,8 @@ pub struct NicCounters {
     pub rx_icrc_errors: u64,
     /// Frames dropped as malformed, or for an unknown or unready QP.
     pub rx_dropped: u64,
+    /// Frames lost to a port whose link is down, both ways.
+    pub link_down_dropped: u64,
     /// Responder: request packets that arrived ahead of the expected PSN and
     /// were dropped (`out_of_sequence`).
     pub out_of_sequence: u64,

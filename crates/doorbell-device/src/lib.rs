@@ -178,6 +178,9 @@ pub struct Nic {
     pu_busy: Duration,
     /// Every QP's running timers, by deadline.
     timers: TimerIndex,
+    /// The port's link is down (administratively): no frame leaves or
+    /// arrives.
+    link_down: bool,
 }
 
 impl Nic {
@@ -203,6 +206,7 @@ impl Nic {
             atomic_free: BTreeMap::new(),
             pu_busy: Duration::ZERO,
             timers: TimerIndex::default(),
+            link_down: false,
         }
     }
 
@@ -320,6 +324,19 @@ impl Nic {
                 }
                 self.pds.remove(&p);
                 Ok(CmdOut::Done)
+            }
+            Command::AccessPaos(set) => {
+                if let Some(up) = set
+                    && up == self.link_down
+                {
+                    self.link_down = !up;
+                    self.out.events.push_back(if up {
+                        NicEvent::PortUp(1)
+                    } else {
+                        NicEvent::PortDown(1)
+                    });
+                }
+                Ok(CmdOut::PortUp(!self.link_down))
             }
             Command::CreateMkey(params) => {
                 self.check_mkey(&params)?;
@@ -754,6 +771,10 @@ impl Nic {
 
     /// Takes one frame from the fabric.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) {
+        if self.link_down {
+            self.out.counters.link_down_dropped += 1;
+            return;
+        }
         let parsed = match doorbell_wire::parse_roce(frame) {
             Ok(p) => p,
             Err(doorbell_wire::Error::BadIcrc) => {
@@ -809,6 +830,10 @@ impl Nic {
     /// The next frame for the fabric.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Frame> {
+        if self.link_down {
+            self.out.counters.link_down_dropped += self.out.tx.len() as u64;
+            self.out.tx.clear();
+        }
         self.out.tx.pop_front()
     }
 

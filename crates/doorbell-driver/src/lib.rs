@@ -272,6 +272,16 @@ impl Ucontext {
         &self.uars
     }
 
+    /// The port's link: with `Some`, sets its administrative state first
+    /// (ACCESS_REG PAOS, as `ip link set ... up/down` has the kernel do);
+    /// returns whether it is up.
+    pub fn port_admin(&self, set: Option<bool>) -> Result<bool, DriverError> {
+        match self.link.exec(Command::AccessPaos(set))? {
+            CmdOut::PortUp(up) => Ok(up),
+            _ => Err(DriverError::Protocol),
+        }
+    }
+
     /// Use count of net bfreg `n` (for inspection).
     pub fn bfreg_count(&self, n: u32) -> u32 {
         self.state().bfregs.count(n)

@@ -168,6 +168,10 @@ pub enum Command {
     CreateMkey(MkeyParams),
     /// DESTROY_MKEY.
     DestroyMkey(Mkey),
+    /// ACCESS_REG of the PAOS register (port 1): with `Some`, sets the
+    /// port's administrative state (what `ip link set ... up/down` makes
+    /// the driver do); either way reports the operational state.
+    AccessPaos(Option<bool>),
     /// Rewrites an mkey's context in place, keeping the key
     /// (`ibv_rereg_mr`; the kernel does this with a UMR WQE on its own QP).
     ModifyMkey(Mkey, MkeyParams),
@@ -246,6 +250,8 @@ pub enum CmdOut {
     },
     /// A new SRQ.
     Srq(Srqn),
+    /// The port's operational state (PAOS `oper_status` up).
+    PortUp(bool),
     /// What QUERY_SRQ reports.
     SrqInfo {
         /// The armed limit; 0 when disarmed (after its event fired).

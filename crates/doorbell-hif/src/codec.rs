@@ -80,6 +80,8 @@ pub mod opcode {
     pub const ALLOC_UAR: u16 = 0x802;
     /// DEALLOC_UAR.
     pub const DEALLOC_UAR: u16 = 0x803;
+    /// ACCESS_REG; `op_mod` 0 writes, 1 reads (only PAOS is modelled).
+    pub const ACCESS_REG: u16 = 0x805;
 }
 
 /// MODIFY_CQ's `op_mod` for a resize (the PRM's `MLX5_CQ_OPMOD_RESIZE`).
@@ -346,6 +348,10 @@ impl Command {
                 w.u32(k.raw());
                 mkey_params(&mut w, m);
             }
+            Command::AccessPaos(set) => {
+                head(&mut w, opcode::ACCESS_REG, u16::from(set.is_none()));
+                w.u8(u8::from(set.unwrap_or(false)));
+            }
             Command::DestroyMkey(k) => {
                 head(&mut w, opcode::DESTROY_MKEY, 0);
                 w.u32(k.raw());
@@ -440,6 +446,10 @@ impl Command {
                 let k = Mkey::from_raw(r.u32()?);
                 Command::ModifyMkey(k, read_mkey_params(&mut r)?)
             }
+            opcode::ACCESS_REG => {
+                let up = r.u8()? != 0;
+                Command::AccessPaos((op_mod == 0).then_some(up))
+            }
             opcode::DESTROY_MKEY => Command::DestroyMkey(Mkey::from_raw(r.u32()?)),
             opcode::CREATE_CQ => Command::CreateCq(CqParams {
                 log_size: r.u8()?,
@@ -517,6 +527,7 @@ mod tag {
     pub(super) const QP_INFO: u8 = 7;
     pub(super) const SRQ: u8 = 8;
     pub(super) const SRQ_INFO: u8 = 9;
+    pub(super) const PORT_UP: u8 = 10;
 }
 
 /// Detail bytes of an error result, under its status.
@@ -649,6 +660,10 @@ pub fn encode_result(result: &Result<CmdOut, CmdError>, out: &mut Vec<u8>) {
                 head(&mut w, status::OK, tag::SRQ);
                 w.u32(s.get());
             }
+            CmdOut::PortUp(up) => {
+                head(&mut w, status::OK, tag::PORT_UP);
+                w.u8(u8::from(*up));
+            }
             CmdOut::SrqInfo { limit } => {
                 head(&mut w, status::OK, tag::SRQ_INFO);
                 w.u32(*limit);
@@ -726,6 +741,7 @@ pub fn decode_result(bytes: &[u8]) -> Result<Result<CmdOut, CmdError>, DecodeErr
         }),
         (status::OK, tag::SRQ) => Ok(CmdOut::Srq(Srqn::new(r.u32()?))),
         (status::OK, tag::SRQ_INFO) => Ok(CmdOut::SrqInfo { limit: r.u32()? }),
+        (status::OK, tag::PORT_UP) => Ok(CmdOut::PortUp(r.u8()? != 0)),
         (status::NO_RESOURCES, detail::EXHAUSTED) => Err(CmdError::Exhausted(kind(&mut r)?)),
         (status::BAD_RESOURCE, detail::NO_SUCH_OBJECT) => Err(CmdError::NoSuchObject {
             kind: kind(&mut r)?,

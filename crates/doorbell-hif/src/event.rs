@@ -18,4 +18,8 @@ pub enum NicEvent {
     /// A QP with an SRQ is in the error state and will take no more WQEs
     /// from it (IBV_EVENT_QP_LAST_WQE_REACHED): its own WQEs are flushed.
     QpLastWqeReached(Qpn),
+    /// The port's link went down (IBV_EVENT_PORT_ERR).
+    PortDown(u8),
+    /// The port's link came up (IBV_EVENT_PORT_ACTIVE).
+    PortUp(u8),
 }

@@ -19,7 +19,7 @@ use crate::boundary::{Conv, guard};
 use crate::cq::CChannel;
 use crate::cq::CQ_OPS;
 use crate::ctx::{CContext, context};
-use crate::events::{AsyncEvent, Deliver, Dispatcher, Queue};
+use crate::events::{self, AsyncEvent, Deliver, Dispatcher, Queue, ROUTER};
 use crate::handles;
 use crate::qp::QP_OPS;
 
@@ -205,7 +205,9 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
             nic,
             async_events,
         });
-        Ok(handles::register(obj))
+        let h = handles::register(obj);
+        events::lock(&ROUTER).contexts.insert(h as usize);
+        Ok(h)
     })
 }
 
@@ -260,6 +262,7 @@ pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
 pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     guard("ibv_close_device", Conv::Errno, || {
         let c = handles::take::<CContext>(context)?;
+        events::lock(&ROUTER).contexts.remove(&(context as usize));
         crate::stats::closing(c.nic.nic());
         drop(c);
         Ok(0)
@@ -381,7 +384,8 @@ fn port_attr(c: &CContext, port: u8) -> Result<ibv_port_attr, c_int> {
     a.pkey_tbl_len = p.pkey_tbl_len;
     a.active_width = 2; // 4x
     a.active_speed = 32; // EDR, 25 Gb/s per lane
-    a.phys_state = 5; // LinkUp
+    // LinkUp, or Disabled for a link taken down.
+    a.phys_state = if p.active { 5 } else { 3 };
     a.link_layer = if p.ethernet {
         IBV_LINK_LAYER_ETHERNET as u8
     } else {

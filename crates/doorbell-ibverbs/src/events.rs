@@ -14,7 +14,7 @@
 #![allow(unsafe_code)]
 
 use core::ffi::c_int;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -94,6 +94,8 @@ pub(crate) struct Router {
     pub(crate) qps: BTreeMap<Qpn, (usize, usize)>,
     /// SRQ → (its C handle, its context's).
     pub(crate) srqs: BTreeMap<Srqn, (usize, usize)>,
+    /// Every open context's C handle: port events go to all of them.
+    pub(crate) contexts: BTreeSet<usize>,
 }
 
 /// The process's one router.
@@ -101,6 +103,7 @@ pub(crate) static ROUTER: Mutex<Router> = Mutex::new(Router {
     cqs: BTreeMap::new(),
     qps: BTreeMap::new(),
     srqs: BTreeMap::new(),
+    contexts: BTreeSet::new(),
 });
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -201,6 +204,22 @@ fn route(ev: NicEvent, to: &dyn Deliver) {
                     1
                 } else {
                     16
+                };
+                to.async_event(ctx, event(e, t));
+            }
+        }
+        NicEvent::PortDown(port) | NicEvent::PortUp(port) => {
+            let all: Vec<usize> = r.contexts.iter().copied().collect();
+            drop(r);
+            // IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE.
+            let t = if matches!(ev, NicEvent::PortDown(_)) {
+                10
+            } else {
+                9
+            };
+            for ctx in all {
+                let e = ibv_async_event_element {
+                    port_num: c_int::from(port),
                 };
                 to.async_event(ctx, event(e, t));
             }

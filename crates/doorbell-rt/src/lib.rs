@@ -71,7 +71,7 @@ use doorbell_types::{Instant, Qpn, UarIndex};
 
 use inbox::Msg;
 pub use loopback::LoopbackLink;
-pub use process::{ProcessNic, ProcessNicConfig, ProcessNicError};
+pub use process::{LinkDown, ProcessNic, ProcessNicConfig, ProcessNicError};
 pub use procmem::ProcessMemory;
 
 /// Errors of the live runtime.

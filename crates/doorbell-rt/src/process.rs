@@ -70,6 +70,21 @@ pub struct ProcessNicConfig {
     /// The port's IPv4 address; `None`: the first free one of
     /// 127.0.0.2..=127.0.0.254, picked when the NIC starts.
     pub addr: Option<[u8; 4]>,
+    /// Take the port's link down once, as an administrator would: `None`,
+    /// never.
+    pub link_down: Option<LinkDown>,
+}
+
+/// When the port's link goes down after the NIC starts, and for how long
+/// (`DOORBELL_LINK_DOWN=AT_MS:FOR_MS`): what `ip link set down`, then `up`,
+/// does to a real port, so that a program's handling of
+/// `IBV_EVENT_PORT_ERR` and `IBV_EVENT_PORT_ACTIVE` can be tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkDown {
+    /// Milliseconds after the NIC starts.
+    pub at_ms: u64,
+    /// Milliseconds it stays down.
+    pub for_ms: u64,
 }
 
 impl Default for ProcessNicConfig {
@@ -77,6 +92,7 @@ impl Default for ProcessNicConfig {
         Self {
             name: Self::DEFAULT_NAME.to_owned(),
             addr: None,
+            link_down: None,
         }
     }
 }
@@ -87,6 +103,8 @@ impl ProcessNicConfig {
     /// The variable giving the port's IPv4 address; unset or empty: picked
     /// automatically.
     pub const ADDR_VAR: &'static str = "DOORBELL_ADDR";
+    /// The variable that takes the link down once ([`LinkDown`]).
+    pub const LINK_DOWN_VAR: &'static str = "DOORBELL_LINK_DOWN";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -118,7 +136,16 @@ impl ProcessNicConfig {
             Some(v) if v.is_empty() => None,
             Some(v) => Some(parse_addr(Self::ADDR_VAR, &v.to_string_lossy())?),
         };
-        Ok(Self { name, addr })
+        let link_down = match get(Self::LINK_DOWN_VAR) {
+            None => None,
+            Some(v) if v.is_empty() => None,
+            Some(v) => Some(parse_link_down(&v.to_string_lossy())?),
+        };
+        Ok(Self {
+            name,
+            addr,
+            link_down,
+        })
     }
 
     /// Checks what [`Self::from_lookup`] checks, for a configuration made
@@ -135,6 +162,18 @@ impl ProcessNicConfig {
         }
         Ok(())
     }
+}
+
+fn parse_link_down(value: &str) -> Result<LinkDown, ProcessNicError> {
+    let bad = || ProcessNicError::BadLinkDown {
+        var: ProcessNicConfig::LINK_DOWN_VAR,
+        value: value.to_owned(),
+    };
+    let (at, dur) = value.split_once(':').ok_or_else(bad)?;
+    Ok(LinkDown {
+        at_ms: at.trim().parse().map_err(|_| bad())?,
+        for_ms: dur.trim().parse().map_err(|_| bad())?,
+    })
 }
 
 fn check_name(name: &str) -> Result<(), ProcessNicError> {
@@ -180,6 +219,16 @@ pub enum ProcessNicError {
     #[error("{var}={value:?} is not a unicast IPv4 address (a.b.c.d)")]
     BadAddr {
         /// The variable, [`ProcessNicConfig::ADDR_VAR`].
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// A link-down schedule that is not `AT_MS:FOR_MS`.
+    #[error(
+        "{var}={value:?}: expected AT_MS:FOR_MS, e.g. 200:300 (down 200 ms after start, for 300 ms)"
+    )]
+    BadLinkDown {
+        /// The variable, [`ProcessNicConfig::LINK_DOWN_VAR`].
         var: &'static str,
         /// Its value.
         value: String,
@@ -232,7 +281,7 @@ impl ProcessNicError {
     /// `EIO` otherwise.
     pub fn errno(&self) -> i32 {
         match self {
-            Self::BadAddr { .. } | Self::BadName { .. } => libc::EINVAL,
+            Self::BadAddr { .. } | Self::BadName { .. } | Self::BadLinkDown { .. } => libc::EINVAL,
             Self::AddressInUse { .. } | Self::NoFreeAddress { .. } => libc::EADDRINUSE,
             Self::AtFork { errno } => *errno,
             Self::Start { source, .. } => match source {
@@ -361,6 +410,9 @@ impl ProcessNic {
         });
         st.live = Arc::downgrade(&shared);
         st.running = Some(id);
+        if let Some(plan) = cfg.link_down {
+            take_link_down(Arc::downgrade(&shared.nic), plan);
+        }
         Ok(ProcessNic { shared })
     }
 
@@ -394,6 +446,27 @@ impl fmt::Debug for ProcessNic {
             .field("addr", &Ipv4Addr::from(self.shared.addr))
             .finish_non_exhaustive()
     }
+}
+
+/// Plays the administrator of [`LinkDown`]: a thread, with every signal
+/// blocked, that takes the link down and up again through the device's
+/// PAOS register, unless the NIC has stopped by then.
+fn take_link_down(nic: Weak<LiveNic>, plan: LinkDown) {
+    let set = move |up: bool| {
+        if let Some(n) = nic.upgrade() {
+            let _ =
+                doorbell_hif::DeviceLink::exec(&*n, doorbell_hif::Command::AccessPaos(Some(up)));
+        }
+    };
+    let _blocked = os::SignalsBlocked::all();
+    let _ = std::thread::Builder::new()
+        .name("doorbell-link".into())
+        .spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(plan.at_ms));
+            set(false);
+            std::thread::sleep(std::time::Duration::from_millis(plan.for_ms));
+            set(true);
+        });
 }
 
 type Started = (Arc<LiveNic>, Arc<ProcessMemory>, [u8; 4]);
@@ -444,6 +517,27 @@ mod tests {
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| OsString::from(v))
         }
+    }
+
+    #[test]
+    fn a_link_down_schedule_is_at_ms_colon_for_ms() {
+        let c =
+            ProcessNicConfig::from_lookup(lookup(&[("DOORBELL_LINK_DOWN", "300:200")])).unwrap();
+        assert_eq!(
+            c.link_down,
+            Some(LinkDown {
+                at_ms: 300,
+                for_ms: 200
+            })
+        );
+        for bad in ["300", "a:1", "1:", "-1:5"] {
+            let e =
+                ProcessNicConfig::from_lookup(lookup(&[("DOORBELL_LINK_DOWN", bad)])).unwrap_err();
+            assert!(matches!(e, ProcessNicError::BadLinkDown { .. }), "{bad}");
+            assert_eq!(e.errno(), libc::EINVAL);
+        }
+        let none = ProcessNicConfig::from_lookup(lookup(&[("DOORBELL_LINK_DOWN", "")])).unwrap();
+        assert_eq!(none.link_down, None);
     }
 
     #[test]

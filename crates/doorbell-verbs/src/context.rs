@@ -78,7 +78,8 @@ pub struct DeviceAttr {
 /// The port as `ibv_query_port` reports it: one port, RoCE on Ethernet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortAttr {
-    /// Always active: the port is up as long as the device is.
+    /// The link is up (ACTIVE); down (DOWN) after [`Context::set_port_up`]
+    /// took it down, or when the device is gone.
     pub active: bool,
     /// Largest path MTU in bytes.
     pub max_mtu: u32,
@@ -207,7 +208,8 @@ impl Context {
     pub fn query_port(&self) -> PortAttr {
         let caps = self.inner.ucontext.caps();
         PortAttr {
-            active: true,
+            // A device that does not answer has no link.
+            active: self.driver().port_admin(None).unwrap_or(false),
             max_mtu: caps.max_mtu,
             active_mtu: caps.max_mtu,
             gid_tbl_len: GID_TABLE_LEN,
@@ -215,6 +217,15 @@ impl Context {
             pkey_tbl_len: 1,
             ethernet: true,
         }
+    }
+
+    /// Takes the port's link down or up, as `ip link set ... down/up` does
+    /// (an administrator's act, not a verb): every context then gets
+    /// `NicEvent::PortDown` or `NicEvent::PortUp`, and while it is down no
+    /// frame leaves or arrives, so RC peers retry and then fail.
+    pub fn set_port_up(&self, up: bool) -> Result<(), VerbsError> {
+        self.driver().port_admin(Some(up))?;
+        Ok(())
     }
 
     /// GID `index` of port 1: index 0 is the IPv4-mapped form of the port's

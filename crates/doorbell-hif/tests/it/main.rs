@@ -93,6 +93,7 @@ fn command() -> impl Strategy<Value = Command> {
         mkey_params().prop_map(Command::CreateMkey),
         (any::<u32>(), mkey_params()).prop_map(|(k, m)| Command::ModifyMkey(Mkey::from_raw(k), m)),
         any::<u32>().prop_map(|k| Command::DestroyMkey(Mkey::from_raw(k))),
+        proptest::option::of(any::<bool>()).prop_map(Command::AccessPaos),
         (any::<u8>(), any::<u32>(), any::<u64>(), pages()).prop_map(|(l, u, d, pas)| {
             Command::CreateCq(CqParams {
                 log_size: l,
@@ -193,6 +194,7 @@ fn result() -> impl Strategy<Value = Result<CmdOut, CmdError>> {
         (state(), attrs()).prop_map(|(state, attrs)| Ok(CmdOut::QpInfo { state, attrs })),
         any::<u32>().prop_map(|u| Ok(CmdOut::Srq(Srqn::new(u)))),
         any::<u32>().prop_map(|limit| Ok(CmdOut::SrqInfo { limit })),
+        any::<bool>().prop_map(|up| Ok(CmdOut::PortUp(up))),
         kind.clone().prop_map(|k| Err(CmdError::Exhausted(k))),
         (kind.clone(), any::<u32>())
             .prop_map(|(kind, id)| Err(CmdError::NoSuchObject { kind, id })),

@@ -179,3 +179,50 @@ fn ibv_srq_pingpong_runs_between_two_processes() {
     let (s, c) = pingpong("ibv_srq_pingpong", 8, 23515, &["-n", "100", "-s", "1024"]);
     assert_pingpong_ok(&s, &c, "100");
 }
+
+#[test]
+fn ibv_asyncwatch_sees_the_port_go_down_and_come_back() {
+    use std::io::{BufRead, BufReader};
+    // Down 300 ms after the NIC starts, for 200 ms.
+    let mut child = client("ibv_asyncwatch", &addr(9, 2))
+        .env("DOORBELL_LINK_DOWN", "300:200")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ibv_asyncwatch (scripts/setup.sh installs ibverbs-utils)");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while lines.len() < 3 && Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+            lines.push(l);
+        }
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("collect output");
+    let all = format!("{}\n{}", lines.join("\n"), text(&out));
+    assert!(
+        lines
+            .first()
+            .is_some_and(|l| l.starts_with("doorbell0: async event FD ")),
+        "{all}"
+    );
+    assert_eq!(
+        lines.get(1).map(|l| l.trim()),
+        Some("event_type IBV_EVENT_PORT_ERR (10), port 1"),
+        "{all}"
+    );
+    assert_eq!(
+        lines.get(2).map(|l| l.trim()),
+        Some("event_type IBV_EVENT_PORT_ACTIVE (9), port 1"),
+        "{all}"
+    );
+}

@@ -38,6 +38,7 @@ fn cfg(name: &str) -> ProcessNicConfig {
     ProcessNicConfig {
         name: name.to_owned(),
         addr: None,
+        link_down: None,
     }
 }
 
@@ -177,6 +178,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
     let fixed = ProcessNicConfig {
         name: "fixed".into(),
         addr: Some(taken),
+        link_down: None,
     };
     let e = ProcessNic::acquire(&fixed).unwrap_err();
     assert_eq!(e, ProcessNicError::AddressInUse { addr: taken });
@@ -199,6 +201,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
     let foreign = ProcessNicConfig {
         name: "foreign".into(),
         addr: Some([192, 0, 2, 1]),
+        link_down: None,
     };
     let e = ProcessNic::acquire(&foreign).unwrap_err();
     assert!(
@@ -231,7 +234,8 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
         get(&[("DOORBELL_NAME", "mlx5_7"), ("DOORBELL_ADDR", "10.1.2.3")]).unwrap(),
         ProcessNicConfig {
             name: "mlx5_7".into(),
-            addr: Some([10, 1, 2, 3])
+            addr: Some([10, 1, 2, 3]),
+            link_down: None,
         }
     );
     // Empty means unset: pick one.
