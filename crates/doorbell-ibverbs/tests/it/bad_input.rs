@@ -5,22 +5,29 @@
 //!   destroyed while in use, registered memory unmapped under the NIC, use
 //!   after destroy. Each call must get the errno rdma-core or the kernel
 //!   would give, and the process must not crash.
+//! - `ud_reply.c`: a UD receiver answers through an AH made from the
+//!   completion (`ibv_create_ah_from_wc`).
 //! - `events.c`: completion channels and the async queue as real fds; run
 //!   again with `DOORBELL_STATS`, the counters it leaves at exit.
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::library::lib_dir;
 
+/// Compiles `tests/c/<name>.c` to an executable of this call's own: two
+/// tests that run one program in parallel must not delete each other's.
 fn build(name: &str) -> PathBuf {
+    static BUILDS: AtomicU32 = AtomicU32::new(0);
+    let n = BUILDS.fetch_add(1, Ordering::Relaxed);
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(format!("{name}.c"));
     let exe = lib_dir()
         .parent()
         .expect("lib dir has a parent")
-        .join(format!("{name}-{}", std::process::id()));
+        .join(format!("{name}-{}-{n}", std::process::id()));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args([

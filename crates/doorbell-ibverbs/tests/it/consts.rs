@@ -3,11 +3,9 @@
 
 use ibverbs::abi::consts::ALL;
 
-use crate::c_probe::Probe;
-
 #[test]
 fn every_constant_has_the_headers_value() {
-    let mut probe = Probe::default();
+    let mut probe = crate::c_probe::probe();
     for (name, _) in ALL {
         // Through long long, so that negative enum values survive.
         probe.num(name, &format!("(long long)({name})"));

@@ -13,7 +13,7 @@ use core::mem::{align_of, offset_of, size_of};
 
 use ibverbs::abi::*;
 
-use crate::c_probe::{Print, Probe};
+use crate::c_probe::Print;
 
 struct Field {
     rust: &'static str,
@@ -155,7 +155,7 @@ fn all() -> Vec<Layout> {
 #[test]
 fn abi_matches_verbs_h() {
     let layouts = all();
-    let mut probe = Probe::default();
+    let mut probe = crate::c_probe::probe();
     for l in &layouts {
         let size = l
             .c_size

@@ -88,7 +88,6 @@ enum Expect {
 }
 
 /// A probe plus what we expect it to print.
-#[derive(Default)]
 struct Checks {
     probe: Probe,
     /// Names and C expressions of the integers `num` has asked for.
@@ -98,7 +97,11 @@ struct Checks {
 
 impl Checks {
     fn new() -> Self {
-        Self::default()
+        Self {
+            probe: crate::c_probe::probe(),
+            printed_nums: Vec::new(),
+            expect: Vec::new(),
+        }
     }
 
     /// The C integer expression `c_expr` must equal `ours` (described by
