@@ -15,8 +15,7 @@ use doorbell_host::HostMemory;
 use doorbell_hif::{Access, AddressVector, QpAttrs, QpState, QpType};
 use doorbell_types::{HostAddr, Mkey, Psn, Qpn};
 use doorbell_verbs::{
-    Ah, GRH_LEN, Pd, Qp, QpCaps, QpInitAttr, RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdTarget,
-    WrOpcode,
+    Ah, GRH_LEN, Pd, Qp, QpCaps, QpInitAttr, RemoteAddr, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
 };
 use libc::{EINVAL, EOPNOTSUPP};
 
@@ -29,7 +28,7 @@ use crate::events::{self, ROUTER};
 use crate::handle;
 use crate::handles;
 use crate::pd::{CPd, pd_of};
-use crate::wr_batch::sges;
+use crate::wr_batch::{post_recv_chain, sges};
 
 #[repr(C)]
 struct CAh {
@@ -727,52 +726,7 @@ unsafe extern "C" fn post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard("ibv_post_recv", Conv::Errno, || {
-        let set_bad = |w: *mut ibv_recv_wr| {
-            if !bad_wr.is_null() {
-                // SAFETY: non-NULL; the caller passes a pointer to write.
-                unsafe { bad_wr.write(w) };
-            }
-        };
-        let q = match qp_of(qp) {
-            Ok(q) => q,
-            Err(e) => {
-                set_bad(wr);
-                return Err(e);
-            }
-        };
-        let mut chain = Vec::new();
-        let mut lists = Vec::new();
-        let mut failed = None;
-        let mut at = wr;
-        while !at.is_null() {
-            // SAFETY: each pointer of the chain is a WR the caller owns.
-            let w = unsafe { &*at };
-            match sges(w.sg_list, w.num_sge) {
-                Ok(s) => {
-                    chain.push((at, w.wr_id));
-                    lists.push(s);
-                }
-                Err(e) => {
-                    failed = Some((at, e));
-                    break;
-                }
-            }
-            at = w.next;
-        }
-        let wrs: Vec<RecvWr<'_>> = chain
-            .iter()
-            .zip(&lists)
-            .map(|(&(_, wr_id), s)| RecvWr { wr_id, sg_list: s })
-            .collect();
-        if let Err(e) = q.inner.post_recv_list(&wrs) {
-            set_bad(chain.get(e.index).map_or(wr, |c| c.0));
-            return Err(e.error.errno());
-        }
-        if let Some((w, e)) = failed {
-            set_bad(w);
-            return Err(e);
-        }
-        Ok(0)
+        post_recv_chain(wr, bad_wr, qp_of(qp), |q, wrs| q.inner.post_recv_list(wrs))
     })
 }
 

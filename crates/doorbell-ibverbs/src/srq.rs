@@ -9,7 +9,7 @@
 
 use core::ffi::c_int;
 
-use doorbell_verbs::{RecvWr, Srq, SrqInitAttr};
+use doorbell_verbs::{Srq, SrqInitAttr};
 use libc::{EINVAL, EOPNOTSUPP};
 
 use crate::abi::consts::*;
@@ -19,7 +19,7 @@ use crate::events::{self, ROUTER};
 use crate::handle;
 use crate::handles;
 use crate::pd::pd_of;
-use crate::wr_batch::sges;
+use crate::wr_batch::post_recv_chain;
 
 #[repr(C)]
 pub(crate) struct CSrq {
@@ -172,51 +172,8 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard("ibv_post_srq_recv", Conv::Errno, || {
-        let set_bad = |w: *mut ibv_recv_wr| {
-            if !bad_wr.is_null() {
-                // SAFETY: non-NULL; the caller passes a pointer to write.
-                unsafe { bad_wr.write(w) };
-            }
-        };
-        let s = match srq_of(srq) {
-            Ok(s) => s,
-            Err(e) => {
-                set_bad(wr);
-                return Err(e);
-            }
-        };
-        let mut chain = Vec::new();
-        let mut lists = Vec::new();
-        let mut failed = None;
-        let mut at = wr;
-        while !at.is_null() {
-            // SAFETY: each pointer of the chain is a WR the caller owns.
-            let w = unsafe { &*at };
-            match sges(w.sg_list, w.num_sge) {
-                Ok(l) => {
-                    chain.push((at, w.wr_id));
-                    lists.push(l);
-                }
-                Err(e) => {
-                    failed = Some((at, e));
-                    break;
-                }
-            }
-            at = w.next;
-        }
-        let wrs: Vec<RecvWr<'_>> = chain
-            .iter()
-            .zip(&lists)
-            .map(|(&(_, wr_id), l)| RecvWr { wr_id, sg_list: l })
-            .collect();
-        if let Err(e) = s.inner.post_recv_list(&wrs) {
-            set_bad(chain.get(e.index).map_or(wr, |c| c.0));
-            return Err(e.error.errno());
-        }
-        if let Some((w, e)) = failed {
-            set_bad(w);
-            return Err(e);
-        }
-        Ok(0)
+        post_recv_chain(wr, bad_wr, srq_of(srq), |s, wrs| {
+            s.inner.post_recv_list(wrs)
+        })
     })
 }

@@ -10,9 +10,9 @@ use core::ffi::c_int;
 use doorbell_types::Mkey;
 use libc::EINVAL;
 
-use crate::abi::ibv_sge;
+use crate::abi::{ibv_recv_wr, ibv_sge};
 
-use doorbell_verbs::{SendFlags, Sge, UdTarget, WrOpcode};
+use doorbell_verbs::{PostError, RecvWr, SendFlags, Sge, UdTarget, WrOpcode};
 
 /// One WR being built.
 #[derive(Debug, Clone)]
@@ -54,4 +54,56 @@ pub(crate) fn sges(list: *mut ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
             lkey: Mkey::from_raw(s.lkey),
         })
         .collect())
+}
+
+/// Posts C's receive chain `wr` to a queue (`ibv_post_recv`,
+/// `ibv_post_srq_recv`): `queue` is the queue's lookup, `post` posts a list
+/// to it. The WRs before a bad one are posted; `bad_wr` (if not NULL)
+/// names the first not posted, or the chain's head if the queue is not one.
+pub(crate) fn post_recv_chain<Q>(
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    queue: Result<Q, c_int>,
+    post: impl FnOnce(&Q, &[RecvWr<'_>]) -> Result<(), PostError>,
+) -> Result<c_int, c_int> {
+    let set_bad = |w: *mut ibv_recv_wr| {
+        if !bad_wr.is_null() {
+            // SAFETY: non-NULL; the caller passes a pointer to write.
+            unsafe { bad_wr.write(w) };
+        }
+    };
+    let q = queue.inspect_err(|_| set_bad(wr))?;
+    let mut chain = Vec::new();
+    let mut lists = Vec::new();
+    let mut failed = None;
+    let mut at = wr;
+    while !at.is_null() {
+        // SAFETY: each pointer of the chain is a WR the caller owns.
+        let w = unsafe { &*at };
+        match sges(w.sg_list, w.num_sge) {
+            Ok(l) => {
+                chain.push((at, w.wr_id));
+                lists.push(l);
+            }
+            Err(e) => {
+                failed = Some((at, e));
+                break;
+            }
+        }
+        at = w.next;
+    }
+    let wrs: Vec<RecvWr<'_>> = chain
+        .iter()
+        .zip(&lists)
+        .map(|(&(_, wr_id), l)| RecvWr { wr_id, sg_list: l })
+        .collect();
+    if let Err(e) = post(&q, &wrs) {
+        set_bad(chain.get(e.index).map_or(wr, |c| c.0));
+        return Err(e.error.errno());
+    }
+    if let Some((w, e)) = failed {
+        set_bad(w);
+        return Err(e);
+    }
+    Ok(0)
 }
