@@ -13,80 +13,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static int failures;
+#include "check.h"
 
-#define CHECK(name, cond, ...)                                                  \
-	do {                                                                    \
-		if (cond) {                                                     \
-			printf("ok %s\n", name);                                \
-		} else {                                                        \
-			printf("FAIL %s: ", name);                              \
-			printf(__VA_ARGS__);                                    \
-			printf("\n");                                           \
-			failures++;                                             \
-		}                                                               \
-	} while (0)
-
-static struct ibv_context *open_first(const char *which)
-{
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL no device\n");
-		exit(2);
-	}
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	if (!ctx) {
-		printf("FAIL open %s: %s\n", which, strerror(errno));
-		exit(2);
-	}
-	return ctx;
-}
-
-static int to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid)
-{
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-						   IBV_ACCESS_REMOTE_READ};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					  IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-					  IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (long i = 0; i < 200000000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n != 0)
-			return n;
-	}
-	return 0;
-}
+#define FULL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+#define to_rts(qp, dest, gid) rc_to_rts(qp, dest, gid, FULL_ACCESS)
 
 int main(void)
 {

@@ -13,55 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(name, cond, ...)                                                  \
-	do {                                                                    \
-		if (cond) {                                                     \
-			printf("ok %s\n", name);                                \
-		} else {                                                        \
-			printf("FAIL %s: ", name);                              \
-			printf(__VA_ARGS__);                                    \
-			printf("\n");                                           \
-			failures++;                                             \
-		}                                                               \
-	} while (0)
+#include "check.h"
 
 static int readable(int fd, int ms)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
-}
-
-static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid)
-{
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					  IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-					  IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 int main(void)
@@ -89,8 +46,8 @@ int main(void)
 					      .max_send_sge = 1, .max_recv_sge = 1}};
 	struct ibv_qp *a = ibv_create_qp(pd, &ia);
 	struct ibv_qp *b = ibv_create_qp(pd, &ia);
-	CHECK("setup", cq && plain && mr && a && b && connect_qp(a, b->qp_num, gid) == 0 &&
-			       connect_qp(b, a->qp_num, gid) == 0,
+	CHECK("setup", cq && plain && mr && a && b && rc_to_rts(a, b->qp_num, gid, IBV_ACCESS_LOCAL_WRITE) == 0 &&
+			       rc_to_rts(b, a->qp_num, gid, IBV_ACCESS_LOCAL_WRITE) == 0,
 	      "errno %d", errno);
 
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey};

@@ -12,19 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(name, cond, ...)                                                  \
-	do {                                                                    \
-		if (cond) {                                                     \
-			printf("ok %s\n", name);                                \
-		} else {                                                        \
-			printf("FAIL %s: ", name);                              \
-			printf(__VA_ARGS__);                                    \
-			printf("\n");                                           \
-			failures++;                                             \
-		}                                                               \
-	} while (0)
+#include "check.h"
 
 #define QKEY 0x11111111
 #define GRH 40
@@ -41,16 +29,6 @@ static int to_rts(struct ibv_qp *qp)
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = 0;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-}
-
-static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (long i = 0; i < 200000000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n != 0)
-			return n;
-	}
-	return 0;
 }
 
 static int post_recv(struct ibv_qp *qp, struct ibv_mr *mr, char *at, uint64_t id)
@@ -74,18 +52,7 @@ static int send_to(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, struct ib
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL no device\n");
-		return 2;
-	}
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	if (!ctx) {
-		printf("FAIL open: %s\n", strerror(errno));
-		return 2;
-	}
+	struct ibv_context *ctx = open_first("first");
 	union ibv_gid gid;
 	ibv_query_gid(ctx, 1, 0, &gid);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
