@@ -37,10 +37,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use doorbell_host::{HostMemory, HostRam};
+use doorbell_host::{HostMemory, HostRam, offset};
 use doorbell_pcie::{DmaPurpose, LinkConfig};
 use doorbell_rt::{Fabric, LiveNic};
-use doorbell_types::{HostAddr, Psn};
+use doorbell_types::Psn;
 use doorbell_verbs::{
     Access, Context, Cq, Mr, ProviderConfig, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint,
     RemoteAddr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode,
@@ -335,8 +335,11 @@ fn hostram_big(s: &Settings) -> Rate {
     measure(s.warmup(), s.baseline(), || {
         let at = (i % SLOTS) * BIG;
         i += 1;
-        ram.write(HostAddr::new(base.get() + at as u64), &src[at..at + BIG])
-            .expect("write");
+        ram.write(
+            offset(base, at as u64).expect("in the buffer"),
+            &src[at..at + BIG],
+        )
+        .expect("write");
         BIG as u64
     })
 }
@@ -349,7 +352,7 @@ fn hostram_small(s: &Settings) -> Rate {
         for k in 0..SMALL_SLOTS {
             let at = k * SMALL;
             ram.write(
-                HostAddr::new(base.get() + at as u64),
+                offset(base, at as u64).expect("in the buffer"),
                 black_box(&src[at..at + SMALL]),
             )
             .expect("write");
