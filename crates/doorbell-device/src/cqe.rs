@@ -11,7 +11,9 @@ use crate::cq::CqeWrite;
 use crate::ctx::Ctx;
 use crate::qp::Qp;
 
-/// Writes a CQE to `cqn` and raises the events it causes.
+/// Writes a CQE to `cqn` and raises the events it causes. Its timestamp is
+/// the device's time when it starts the write, in ticks of
+/// [`doorbell_hif::CORE_CLOCK_KHZ`].
 pub(crate) fn write_cqe<D: Dma>(
     ctx: &mut Ctx<'_, D>,
     cqn: Cqn,
@@ -25,6 +27,11 @@ pub(crate) fn write_cqe<D: Dma>(
     };
     ctx.t = ctx.t.add(ctx.cfg.timing.cqe);
     ctx.busy = ctx.busy.add(ctx.cfg.timing.cqe);
+    let stamp = ctx.t.as_ps() / (1_000_000_000 / doorbell_hif::CORE_CLOCK_KHZ);
+    let fill = |c: &mut Cqe64<&mut [u8]>| {
+        c.set_timestamp(stamp);
+        fill(c);
+    };
     match cq.write(ctx.dma, &mut ctx.t, qpn, opcode, solicited, fill) {
         CqeWrite::Written { event: true } => ctx.out.events.push_back(NicEvent::Completion(cqn)),
         CqeWrite::Written { event: false } => {}

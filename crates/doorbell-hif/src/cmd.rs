@@ -74,6 +74,10 @@ impl Default for DeviceCaps {
     }
 }
 
+/// The device's free-running clock, in kHz (the PRM's `device_frequency_khz`):
+/// 1 GHz, so a CQE's timestamp counts nanoseconds of the device's time line.
+pub const CORE_CLOCK_KHZ: u64 = 1_000_000;
+
 /// Memory-key context (CREATE_MKEY, MTT access mode).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MkeyParams {

@@ -37,7 +37,9 @@ pub mod link;
 pub mod modify;
 pub mod qp;
 
-pub use cmd::{CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams, SrqParams};
+pub use cmd::{
+    CORE_CLOCK_KHZ, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams, SrqParams,
+};
 pub use codec::DecodeError;
 pub use error::{CmdError, ObjKind, Param};
 pub use event::NicEvent;

@@ -18,8 +18,8 @@ use crate::cq::{CCq, create, wc_flags};
 use crate::handles;
 
 /// What `ibv_create_cq_ex` offers beyond `ibv_create_cq`: the standard
-/// completion fields (no timestamps, VLANs, flow tags or tag matching:
-/// EOPNOTSUPP), and the single-threaded hint, which changes nothing here.
+/// completion fields and the device's completion timestamp (no wall-clock
+/// timestamps, VLANs, flow tags or tag matching: EOPNOTSUPP), and the single-threaded hint, which changes nothing here.
 /// A parent domain (`IBV_CQ_INIT_ATTR_MASK_PD`) is refused as mlx5
 /// refuses a PD that is not one (EINVAL): doorbell has none.
 pub(crate) unsafe extern "C" fn create_cq_ex(
@@ -41,7 +41,8 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             return Err(EINVAL);
         }
         if flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN != 0
-            || a.wc_flags & !u64::from(IBV_WC_STANDARD_FLAGS) != 0
+            || a.wc_flags & !u64::from(IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
+                != 0
         {
             return Err(EOPNOTSUPP);
         }
@@ -71,6 +72,7 @@ fn fill_ops(cq: &mut ibv_cq_ex) {
     cq.read_slid = Some(read_slid);
     cq.read_sl = Some(read_sl);
     cq.read_dlid_path_bits = Some(read_dlid_path_bits);
+    cq.read_completion_ts = Some(read_completion_ts);
 }
 
 fn cq_of<'a>(cq: *mut ibv_cq_ex) -> Result<&'a CCq, c_int> {
@@ -154,4 +156,10 @@ unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
 
 unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
     read(cq, |_| 0)
+}
+
+/// Ticks of the device's clock (`hca_core_clock` kHz) when the device wrote
+/// the completion.
+unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    read(cq, |w| w.timestamp)
 }

@@ -345,6 +345,9 @@ unsafe extern "C" fn query_device_ex(
         }
         a.phys_port_cnt_ex = u32::from(a.orig_attr.phys_port_cnt);
         a.device_cap_flags_ex = u64::from(a.orig_attr.device_cap_flags);
+        // CQE timestamps: 63 bits of the device's clock, as mlx5 reports.
+        a.completion_timestamp_mask = u64::MAX >> 1;
+        a.hca_core_clock = doorbell_hif::CORE_CLOCK_KHZ;
         let n = attr_size.min(core::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's struct has attr_size bytes; n <= attr_size.
         unsafe {

@@ -122,6 +122,9 @@ pub struct Wc {
     pub grh: bool,
     /// Vendor syndrome (errors).
     pub vendor_err: u8,
+    /// When the device wrote the completion, in ticks of its free-running
+    /// clock ([`doorbell_hif::CORE_CLOCK_KHZ`]).
+    pub timestamp: u64,
 }
 
 impl Default for Wc {
@@ -137,6 +140,7 @@ impl Default for Wc {
             src_qp: 0,
             grh: false,
             vendor_err: 0,
+            timestamp: 0,
         }
     }
 }
@@ -453,6 +457,7 @@ impl Cq {
             src_qp: 0,
             grh: false,
             vendor_err: 0,
+            timestamp: cqe.timestamp(),
         };
         match cqe.opcode() {
             CqeOpcode::Req | CqeOpcode::ReqErr => {

@@ -157,6 +157,26 @@ fn ibv_rc_pingpong_with_completion_events() {
 }
 
 #[test]
+fn ibv_rc_pingpong_with_completion_timestamps() {
+    let (s, c) = rc_pingpong(10, 24515, &["-n", "100", "-s", "64", "-t"]);
+    assert_pingpong_ok(&s, &c, "100");
+    for (who, out) in [("server", &s), ("client", &c)] {
+        let all = text(out);
+        let cycles = |what: &str| -> f64 {
+            let key = format!("{what} receive completion clock cycles = ");
+            all.lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{who}: no '{key}':\n{all}"))
+        };
+        let (max, min, avg) = (cycles("Max"), cycles("Min"), cycles("Average"));
+        // Receive completions a round trip apart, on a 1 GHz clock: more
+        // than zero cycles between them, and the average between the bounds.
+        assert!(min > 0.0 && min <= avg && avg <= max, "{who}:\n{all}");
+    }
+}
+
+#[test]
 fn ibv_uc_pingpong_runs_between_two_processes() {
     let (s, c) = pingpong("ibv_uc_pingpong", 5, 20515, &["-n", "100", "-s", "2048"]);
     assert_pingpong_ok(&s, &c, "100");
