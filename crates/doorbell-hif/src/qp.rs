@@ -56,12 +56,13 @@ pub enum QpType {
 }
 
 impl QpType {
-    /// The PRM's `st` code: RC 0x0, UC 0x1, UD 0x3.
+    /// The PRM's `st` code (`MLX5_QP_ST_*` of the kernel's
+    /// `include/linux/mlx5/qp.h`): RC 0x0, UC 0x1, UD 0x2 (0x3 is XRC).
     pub const fn code(self) -> u8 {
         match self {
             QpType::Rc => 0x0,
             QpType::Uc => 0x1,
-            QpType::Ud => 0x3,
+            QpType::Ud => 0x2,
         }
     }
 
@@ -70,7 +71,7 @@ impl QpType {
         match code {
             0x0 => Some(QpType::Rc),
             0x1 => Some(QpType::Uc),
-            0x3 => Some(QpType::Ud),
+            0x2 => Some(QpType::Ud),
             _ => None,
         }
     }
@@ -394,5 +395,11 @@ pub(crate) mod tests {
         for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
             assert_eq!(QpType::from_code(t.code()), Some(t));
         }
+        // The kernel's MLX5_QP_ST_RC, _UC, _UD; XRC (0x3) is not doorbell's.
+        assert_eq!(
+            [QpType::Rc, QpType::Uc, QpType::Ud].map(QpType::code),
+            [0x0, 0x1, 0x2]
+        );
+        assert_eq!(QpType::from_code(0x3), None);
     }
 }
