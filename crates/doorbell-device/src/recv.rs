@@ -168,7 +168,6 @@ fn uc_send<D: Dma>(
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
     use BthOpcode::*;
-    let bth = repr.bth;
     let first = matches!(op, RcSendFirst | RcSendOnly | RcSendOnlyWithImmediate);
     let last = !matches!(op, RcSendFirst | RcSendMiddle);
     if first {
@@ -201,28 +200,40 @@ fn uc_send<D: Dma>(
     let offset = ip.offset + payload.len() as u64;
     qp.resp.advance(1);
     if last {
-        let imm = repr.ext.immdt.map(|i| i.imm);
-        let opcode = if imm.is_some() {
-            CqeOpcode::RespSendImm
-        } else {
-            CqeOpcode::RespSend
-        };
-        recv_done(
-            qp,
-            ctx,
-            RecvDone {
-                index: ip.wqe_index,
-                opcode,
-                byte_cnt: offset as u32,
-                imm,
-                solicited: bth.solicited,
-                ud_src: None,
-            },
-        );
+        send_message_done(qp, ctx, repr, &ip, offset);
     } else {
         qp.inbound.recv = Some(RecvInProgress { offset, ..ip });
     }
     Ok(())
+}
+
+/// Completes the receive WQE of a SEND on its last packet (RC and UC):
+/// `offset` bytes placed, with the immediate if the message carried one.
+fn send_message_done<D: Dma>(
+    qp: &Qp,
+    ctx: &mut Ctx<'_, D>,
+    repr: &RoceRepr,
+    ip: &RecvInProgress,
+    offset: u64,
+) {
+    let imm = repr.ext.immdt.map(|i| i.imm).or(ip.imm);
+    let opcode = if imm.is_some() {
+        CqeOpcode::RespSendImm
+    } else {
+        CqeOpcode::RespSend
+    };
+    recv_done(
+        qp,
+        ctx,
+        RecvDone {
+            index: ip.wqe_index,
+            opcode,
+            byte_cnt: offset as u32,
+            imm,
+            solicited: repr.bth.solicited,
+            ud_src: None,
+        },
+    );
 }
 
 fn uc_write<D: Dma>(
@@ -510,24 +521,7 @@ fn inbound_send<D: Dma>(
     qp.resp.advance(1);
     if last {
         qp.resp.complete_message();
-        let imm = repr.ext.immdt.map(|i| i.imm).or(ip.imm);
-        let opcode = if imm.is_some() {
-            CqeOpcode::RespSendImm
-        } else {
-            CqeOpcode::RespSend
-        };
-        recv_done(
-            qp,
-            ctx,
-            RecvDone {
-                index: ip.wqe_index,
-                opcode,
-                byte_cnt: offset as u32,
-                imm,
-                solicited: bth.solicited,
-                ud_src: None,
-            },
-        );
+        send_message_done(qp, ctx, repr, &ip, offset);
     } else {
         qp.inbound.recv = Some(RecvInProgress { offset, ..ip });
     }
