@@ -99,12 +99,6 @@ pub(crate) fn guard<R: CRet>(name: &str, conv: Conv, body: impl FnOnce() -> Resu
     })
 }
 
-/// The calling thread's `errno`.
-pub(crate) fn errno() -> c_int {
-    // SAFETY: as in set_errno.
-    unsafe { *libc::__errno_location() }
-}
-
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(errno: c_int) {
     // SAFETY: __errno_location returns the calling thread's errno slot, a
@@ -115,6 +109,11 @@ pub(crate) fn set_errno(errno: c_int) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn errno() -> c_int {
+        // SAFETY: as in set_errno.
+        unsafe { *libc::__errno_location() }
+    }
 
     #[test]
     fn errors_follow_the_convention() {

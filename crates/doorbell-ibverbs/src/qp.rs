@@ -58,23 +58,25 @@ fn av_of(a: &ibv_ah_attr) -> Result<AddressVector, c_int> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_ah(pd_: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     guard("ibv_create_ah", Conv::Null, || {
-        let pd = pd_of(pd_)?;
-        if attr.is_null() {
-            return Err(EINVAL);
-        }
-        // SAFETY: checked non-NULL; the caller passes an ibv_ah_attr.
-        let av = av_of(unsafe { &*attr })?;
-        let ah = ibv_ah {
-            context: pd.pd.context,
-            pd: pd_,
-            handle: 0,
-        };
-        Ok(handles::register(Box::new(CAh {
-            ah,
-            inner: Ah { av },
-            _pd: pd.inner.clone(),
-        })))
+        // SAFETY: NULL is refused; the caller passes an ibv_ah_attr.
+        let a = unsafe { attr.as_ref() }.ok_or(EINVAL)?;
+        create_ah(pd_, a)
     })
+}
+
+fn create_ah(pd_: *mut ibv_pd, attr: &ibv_ah_attr) -> Result<*mut ibv_ah, c_int> {
+    let pd = pd_of(pd_)?;
+    let av = av_of(attr)?;
+    let ah = ibv_ah {
+        context: pd.pd.context,
+        pd: pd_,
+        handle: 0,
+    };
+    Ok(handles::register(Box::new(CAh {
+        ah,
+        inner: Ah { av },
+        _pd: pd.inner.clone(),
+    })))
 }
 
 /// `ibv_init_ah_from_wc`: the address attributes that reach the sender of
@@ -91,36 +93,50 @@ pub extern "C" fn ibv_init_ah_from_wc(
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
     guard("ibv_init_ah_from_wc", Conv::MinusOne, || {
-        let c = context(context_)?;
-        if wc.is_null() || grh.is_null() || ah_attr.is_null() || port_num != 1 {
+        if ah_attr.is_null() {
             return Err(EINVAL);
         }
-        // SAFETY: checked non-NULL; the caller passes a work completion and
-        // the 40 bytes its receive buffer starts with, read once each (as
-        // bytes: the GRH area has no alignment).
-        let (w, bytes) = unsafe { (wc.read(), grh.cast::<[u8; GRH_LEN]>().read_unaligned()) };
-        // SAFETY: ibv_ah_attr is integers and a byte union: zero is valid.
-        let mut a: ibv_ah_attr = unsafe { core::mem::zeroed() };
-        a.dlid = w.slid;
-        a.sl = w.sl;
-        a.src_path_bits = w.dlid_path_bits;
-        a.port_num = port_num;
-        a.grh.flow_label = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) & 0xf_ffff;
-        if w.wc_flags & IBV_WC_GRH != 0 {
-            let path = c.ctx.return_path(&bytes).map_err(|e| e.errno())?;
-            a.is_global = 1;
-            a.grh = ibv_global_route {
-                dgid: ibv_gid { raw: path.av.dgid },
-                flow_label: path.flow_label,
-                sgid_index: path.av.sgid_index,
-                hop_limit: path.av.hop_limit,
-                traffic_class: path.av.traffic_class,
-            };
-        }
+        let a = ah_from_wc(context_, port_num, wc, grh)?;
         // SAFETY: checked non-NULL; the caller's attributes to fill.
         unsafe { ah_attr.write(a) };
         Ok(0)
     })
+}
+
+/// What `ibv_init_ah_from_wc` fills in.
+fn ah_from_wc(
+    context_: *mut ibv_context,
+    port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+) -> Result<ibv_ah_attr, c_int> {
+    let c = context(context_)?;
+    if wc.is_null() || grh.is_null() || port_num != 1 {
+        return Err(EINVAL);
+    }
+    // SAFETY: checked non-NULL; the caller passes a work completion and
+    // the 40 bytes its receive buffer starts with, read once each (as
+    // bytes: the GRH area has no alignment).
+    let (w, bytes) = unsafe { (wc.read(), grh.cast::<[u8; GRH_LEN]>().read_unaligned()) };
+    // SAFETY: ibv_ah_attr is integers and a byte union: zero is valid.
+    let mut a: ibv_ah_attr = unsafe { core::mem::zeroed() };
+    a.dlid = w.slid;
+    a.sl = w.sl;
+    a.src_path_bits = w.dlid_path_bits;
+    a.port_num = port_num;
+    a.grh.flow_label = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) & 0xf_ffff;
+    if w.wc_flags & IBV_WC_GRH != 0 {
+        let path = c.ctx.return_path(&bytes).map_err(|e| e.errno())?;
+        a.is_global = 1;
+        a.grh = ibv_global_route {
+            dgid: ibv_gid { raw: path.av.dgid },
+            flow_label: path.flow_label,
+            sgid_index: path.av.sgid_index,
+            hop_limit: path.av.hop_limit,
+            traffic_class: path.av.traffic_class,
+        };
+    }
+    Ok(a)
 }
 
 /// `ibv_create_ah_from_wc`: `ibv_init_ah_from_wc`, then `ibv_create_ah`.
@@ -132,17 +148,8 @@ pub extern "C" fn ibv_create_ah_from_wc(
     port_num: u8,
 ) -> *mut ibv_ah {
     guard("ibv_create_ah_from_wc", Conv::Null, || {
-        let context_ = pd_of(pd)?.pd.context;
-        // SAFETY: ibv_ah_attr is integers and a byte union: zero is valid.
-        let mut attr: ibv_ah_attr = unsafe { core::mem::zeroed() };
-        if ibv_init_ah_from_wc(context_, port_num, wc, grh, &mut attr) != 0 {
-            return Err(crate::boundary::errno());
-        }
-        let ah = ibv_create_ah(pd, &mut attr);
-        if ah.is_null() {
-            return Err(crate::boundary::errno());
-        }
-        Ok(ah)
+        let a = ah_from_wc(pd_of(pd)?.pd.context, port_num, wc, grh)?;
+        create_ah(pd, &a)
     })
 }
 

@@ -33,37 +33,39 @@ handle!(CSrq, ibv_srq, srq, Srq);
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_srq(pd_: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard("ibv_create_srq", Conv::Null, || {
-        let pd = pd_of(pd_)?;
-        if attr.is_null() {
-            return Err(EINVAL);
-        }
-        // SAFETY: checked non-NULL; the caller passes an ibv_srq_init_attr.
-        let a = unsafe { &mut *attr };
-        let inner = pd
-            .inner
-            .create_srq(&SrqInitAttr {
-                max_wr: a.attr.max_wr,
-                max_sge: a.attr.max_sge,
-                srq_limit: a.attr.srq_limit,
-            })
-            .map_err(|e| e.errno())?;
-        let got = inner.query();
-        a.attr.max_wr = got.max_wr;
-        a.attr.max_sge = got.max_sge;
-        // SAFETY: ibv_srq is pointers, integers and pthread objects whose
-        // all-zero value is their initializer on glibc.
-        let mut srq: ibv_srq = unsafe { core::mem::zeroed() };
-        srq.context = pd.pd.context;
-        srq.srq_context = a.srq_context;
-        srq.pd = pd_;
-        srq.handle = inner.srqn().get();
-        let srqn = inner.srqn();
-        let h = handles::register(Box::new(CSrq { srq, inner }));
-        events::lock(&ROUTER)
-            .srqs
-            .insert(srqn, (h as usize, pd.pd.context as usize));
-        Ok(h)
+        // SAFETY: NULL is refused; the caller passes an ibv_srq_init_attr
+        // it owns, into which the granted sizes are written back.
+        let a = unsafe { attr.as_mut() }.ok_or(EINVAL)?;
+        create_srq(pd_, a)
     })
+}
+
+fn create_srq(pd_: *mut ibv_pd, a: &mut ibv_srq_init_attr) -> Result<*mut ibv_srq, c_int> {
+    let pd = pd_of(pd_)?;
+    let inner = pd
+        .inner
+        .create_srq(&SrqInitAttr {
+            max_wr: a.attr.max_wr,
+            max_sge: a.attr.max_sge,
+            srq_limit: a.attr.srq_limit,
+        })
+        .map_err(|e| e.errno())?;
+    let got = inner.query();
+    a.attr.max_wr = got.max_wr;
+    a.attr.max_sge = got.max_sge;
+    // SAFETY: ibv_srq is pointers, integers and pthread objects whose
+    // all-zero value is their initializer on glibc.
+    let mut srq: ibv_srq = unsafe { core::mem::zeroed() };
+    srq.context = pd.pd.context;
+    srq.srq_context = a.srq_context;
+    srq.pd = pd_;
+    srq.handle = inner.srqn().get();
+    let srqn = inner.srqn();
+    let h = handles::register(Box::new(CSrq { srq, inner }));
+    events::lock(&ROUTER)
+        .srqs
+        .insert(srqn, (h as usize, pd.pd.context as usize));
+    Ok(h)
 }
 
 /// `verbs_context.create_srq_ex`, which the inline `ibv_create_srq_ex`
@@ -91,11 +93,9 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
         }
         // ibv_srq_init_attr is the first part of ibv_srq_init_attr_ex: the
         // sizes granted are written back into the caller's attributes.
-        let srq = ibv_create_srq(a.pd, attr.cast::<ibv_srq_init_attr>());
-        if srq.is_null() {
-            return Err(crate::boundary::errno());
-        }
-        Ok(srq)
+        // SAFETY: `attr` was checked non-NULL above and is the caller's.
+        let base = unsafe { &mut *attr.cast::<ibv_srq_init_attr>() };
+        create_srq(a.pd, base)
     })
 }
 
