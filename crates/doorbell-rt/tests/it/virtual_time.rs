@@ -198,7 +198,8 @@ fn just_before(t: Instant) -> Instant {
     Instant::from_ps(t.as_ps() - 1)
 }
 
-// Moved from errors.rs.
+// The exact-time form of the live test of this name in errors.rs, which
+// checks the same counters on the threaded runtime.
 #[test]
 fn rnr_retry_seven_waits_until_a_receive_is_posted() {
     // Timer code 8: 160 µs between retries, forever.
@@ -301,7 +302,8 @@ fn the_rnr_timer_paces_retries_with_several_messages_in_flight() {
     assert_eq!(p.counters(), c);
 }
 
-// Moved from counters.rs.
+// The exact-time form of the live test of this name in counters.rs, which
+// checks the same counters on the threaded runtime.
 #[test]
 fn an_ack_past_a_lost_atomic_answer_asks_for_it_again_at_once() {
     // FAA then SEND: the atomic's answer is lost, the SEND's ACK comes,
@@ -359,7 +361,8 @@ fn an_ack_past_a_lost_atomic_answer_asks_for_it_again_at_once() {
     assert_eq!(p.counters(), c);
 }
 
-// Moved from counters.rs.
+// The exact-time form of the live test of this name in counters.rs, which
+// checks the same counters on the threaded runtime.
 #[test]
 fn a_late_packet_is_out_of_sequence_and_its_copy_a_duplicate() {
     // The FIRST of a 4-packet WRITE is held back 30 ms: the 3 after it are
@@ -414,7 +417,8 @@ fn a_late_packet_is_out_of_sequence_and_its_copy_a_duplicate() {
     assert_eq!(got, data);
 }
 
-// Moved from counters.rs.
+// The exact-time form of the live test of this name in counters.rs, which
+// checks the same counters on the threaded runtime.
 #[test]
 fn rnr_naks_count_at_both_ends() {
     // 0.16 ms between tries; the receive comes after 10 ms.
