@@ -50,8 +50,10 @@
 //! With `--json` the only output is one object: `role`, `device`, `addr`,
 //! `local` and `remote` (`lid`, `qpn`, `psn`, `gid`), `size`, `iters`,
 //! `mtu`, `rx_depth`, `inline`, `events`, `cq_events`, `bytes`, `seconds`,
-//! `mbit_per_sec`, `usec_per_iter`, `validated` (null without `-c`) and
-//! `invalid_pages`.
+//! `mbit_per_sec`, `usec_per_iter`, `validated` (null without `-c`),
+//! `invalid_pages`, and what the events cost the bus: `eqe_writes` (EQEs
+//! the NIC wrote into the kernel's event queues) and `interrupts` (MSI-X
+//! writes), both zero without `-e`.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -60,7 +62,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use doorbell_hif::DeviceLink;
-use doorbell_pcie::LinkConfig;
+use doorbell_pcie::{DmaPurpose, LinkConfig};
 use doorbell_rt::{LiveNic, RtError};
 use doorbell_types::{Psn, Qpn};
 use doorbell_verbs::{
@@ -721,6 +723,10 @@ pub struct Report {
     pub validated: Option<bool>,
     /// Pages that failed the check.
     pub invalid_pages: Vec<usize>,
+    /// EQEs the NIC wrote (one per completion event).
+    pub eqe_writes: u64,
+    /// MSI-X interrupts the NIC raised for them.
+    pub interrupts: u64,
 }
 
 /// A PSN from the OS's randomness (ibv_rc_pingpong: `lrand48() & 0xffffff`).
@@ -839,7 +845,8 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
     };
     let nic = LiveNic::start_udp(&args.ib_dev, addr.octets(), LinkConfig::default())
         .map_err(|e| nic_error(e, addr))?;
-    let mut ep = Endpoint::new(Arc::new(nic), s, random_psn())?;
+    let nic = Arc::new(nic);
+    let mut ep = Endpoint::new(nic.clone(), s, random_psn())?;
     let local = ep.local();
     if !json {
         crate::print_out(&format!("  local address:  {local}"));
@@ -866,6 +873,7 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
     if json {
         let usec = out.secs * 1e6;
         let bytes = 2 * u64::from(s.size) * u64::from(s.iters);
+        let bus = nic.counters(None).0;
         let r = Report {
             role: if client { "client" } else { "server" },
             device: args.ib_dev.clone(),
@@ -885,6 +893,8 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
             usec_per_iter: usec / f64::from(s.iters),
             validated: out.invalid_pages.as_ref().map(|p| p.is_empty()),
             invalid_pages: bad.clone(),
+            eqe_writes: bus.writes(DmaPurpose::Eqe),
+            interrupts: bus.writes(DmaPurpose::Msix),
         };
         crate::print_out(&serde_json::to_string_pretty(&r)?);
     } else {

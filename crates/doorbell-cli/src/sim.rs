@@ -108,6 +108,10 @@ pub struct SimArgs {
     /// BlueFlame.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub bf: OnOff,
+    /// Wait for completions with events (perftest -e): arm the CQ and block
+    /// until the NIC's EQE and interrupt wake the thread, instead of polling.
+    #[arg(short = 'e', long)]
+    pub events: bool,
     /// WRs per QP.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub iters: u64,
@@ -152,6 +156,7 @@ impl SimArgs {
             inline_threshold: self.inline_threshold,
             signal_every: self.signal_every,
             blueflame: self.bf == OnOff::On,
+            events: self.events,
             iters: self.iters,
             tx_depth: self.tx_depth.max(self.postlist).max(self.signal_every),
             mtu: self.mtu,
@@ -336,6 +341,12 @@ pub fn render(r: &Report) -> String {
         w.signal_every,
         if w.blueflame { "on" } else { "off" }
     );
+    if w.events {
+        let _ = writeln!(
+            s,
+            "  completions by events (-e): arm, EQE, interrupt, wake-up"
+        );
+    }
     let _ = writeln!(s, "\n  message rate   {:>10.2} Mops", r.msg_rate_mops);
     let _ = writeln!(s, "  bandwidth      {:>10.2} Gb/s", r.bandwidth_gbps);
     let _ = writeln!(
@@ -349,6 +360,13 @@ pub fn render(r: &Report) -> String {
         "\n  per post       {:.3} MMIO ({:.1} B), {:.3} WQE reads, {:.3} payload reads, {:.3} CQE writes",
         pp.mmio_writes, pp.mmio_bytes, pp.wqe_dma_reads, pp.payload_dma_reads, pp.cqe_dma_writes
     );
+    if pp.eqe_dma_writes > 0.0 || pp.interrupts > 0.0 {
+        let _ = writeln!(
+            s,
+            "                 {:.3} EQE writes, {:.3} interrupts (completion events)",
+            pp.eqe_dma_writes, pp.interrupts
+        );
+    }
     let _ = writeln!(
         s,
         "                 {:.3} MWr, {:.3} MRd, {:.3} CplD TLPs; {:.1} B to the device, {:.1} B to the host on the link",

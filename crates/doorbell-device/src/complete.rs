@@ -101,7 +101,7 @@ fn fail_wqe<D: Dma>(qp: &mut Qp, index: u16, opcode: WqeOpcode, s: Syndrome, ctx
 fn to_error<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     if qp.state != QpState::Err {
         qp.state = QpState::Err;
-        ctx.out.events.push_back(NicEvent::QpFatal(qp.qpn));
+        ctx.raise(NicEvent::QpFatal(qp.qpn));
     }
     flush_sq(qp, ctx);
     flush_rq(qp, ctx);
@@ -153,7 +153,7 @@ pub(crate) fn flush_rq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     if shared {
         if qp.state == QpState::Err && !qp.last_wqe_reported {
             qp.last_wqe_reported = true;
-            ctx.out.events.push_back(NicEvent::QpLastWqeReached(qp.qpn));
+            ctx.raise(NicEvent::QpLastWqeReached(qp.qpn));
         }
         return;
     }

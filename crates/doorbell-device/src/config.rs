@@ -147,6 +147,8 @@ pub struct NicCounters {
     pub bad_doorbells: u64,
     /// Doorbells for a QP not in a state that sends.
     pub doorbells_not_ready: u64,
+    /// Events lost because their EQ was full or its EQE write faulted.
+    pub events_lost: u64,
 }
 
 impl NicCounters {

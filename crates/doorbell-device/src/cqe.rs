@@ -33,9 +33,9 @@ pub(crate) fn write_cqe<D: Dma>(
         fill(c);
     };
     match cq.write(ctx.dma, &mut ctx.t, qpn, opcode, solicited, fill) {
-        CqeWrite::Written { event: true } => ctx.out.events.push_back(NicEvent::Completion(cqn)),
+        CqeWrite::Written { event: true } => ctx.raise(NicEvent::Completion(cqn)),
         CqeWrite::Written { event: false } => {}
-        CqeWrite::Overrun | CqeWrite::DmaFault => ctx.out.events.push_back(NicEvent::CqError(cqn)),
+        CqeWrite::Overrun | CqeWrite::DmaFault => ctx.raise(NicEvent::CqError(cqn)),
     }
 }
 

@@ -43,6 +43,11 @@ impl<D: Dma> Ctx<'_, D> {
         dma_read(self.dma, &mut self.t, tag, addr, buf)
     }
 
+    /// Raises `event` at the current time.
+    pub(crate) fn raise(&mut self, event: NicEvent) {
+        self.out.events.push_back((event, self.t));
+    }
+
     /// A DMA write at the current time.
     pub(crate) fn write(&mut self, tag: DmaTag, addr: HostAddr, data: &[u8]) -> bool {
         dma_write(self.dma, &mut self.t, tag, addr, data)
@@ -53,6 +58,8 @@ impl<D: Dma> Ctx<'_, D> {
 #[derive(Default)]
 pub(crate) struct Outputs {
     pub(crate) tx: VecDeque<Frame>,
-    pub(crate) events: VecDeque<NicEvent>,
+    /// Events raised, each with the time the work that raised it had
+    /// reached: its EQE is written no earlier (after the CQE it reports).
+    pub(crate) events: VecDeque<(NicEvent, Instant)>,
     pub(crate) counters: NicCounters,
 }

@@ -216,7 +216,7 @@ fn next_srq_wqe<D: Dma>(
         refresh_srq_pi(qpn, srq, ctx.dma, &mut ctx.t)?;
         if srq.posted() < srq.limit {
             srq.limit = 0;
-            ctx.out.events.push_back(NicEvent::SrqLimit(srqn));
+            ctx.raise(NicEvent::SrqLimit(srqn));
         }
     }
     Ok(Some(RecvWqe {

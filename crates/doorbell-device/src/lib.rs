@@ -64,6 +64,7 @@ mod cqe;
 mod ctx;
 mod dma;
 mod emit;
+mod eq;
 mod fault;
 mod fetch;
 mod mkey;
@@ -93,6 +94,7 @@ pub use config::{Frame, NicConfig, NicCounters, NicTiming};
 
 use cq::Cq;
 use ctx::{Ctx, Outputs};
+use eq::Eqs;
 use fault::Outcome;
 use mkey::MkeyTable;
 use qp::Qp;
@@ -181,6 +183,8 @@ pub struct Nic {
     /// The port's link is down (administratively): no frame leaves or
     /// arrives.
     link_down: bool,
+    /// Event queues, their interrupts, and events no EQ takes.
+    eqs: Eqs,
 }
 
 impl Nic {
@@ -207,6 +211,7 @@ impl Nic {
             pu_busy: Duration::ZERO,
             timers: TimerIndex::default(),
             link_down: false,
+            eqs: Eqs::default(),
         }
     }
 
@@ -268,6 +273,25 @@ impl Nic {
         cmd: Command,
         dma: &mut impl Dma,
     ) -> Result<CmdOut, CmdError> {
+        let r = self.command(now, cmd, dma);
+        self.deliver_events(dma);
+        r
+    }
+
+    /// Writes the events raised so far into the EQs that take them.
+    fn deliver_events(&mut self, dma: &mut impl Dma) {
+        let lost = self
+            .eqs
+            .deliver(&mut self.out.events, dma, self.cfg.timing.cqe);
+        self.out.counters.events_lost += lost;
+    }
+
+    fn command(
+        &mut self,
+        now: Instant,
+        cmd: Command,
+        dma: &mut impl Dma,
+    ) -> Result<CmdOut, CmdError> {
         let caps = &self.cfg.caps;
         match cmd {
             Command::QueryCaps => Ok(CmdOut::Caps(caps.clone())),
@@ -283,6 +307,7 @@ impl Nic {
             Command::DeallocUar(u) => {
                 if self.qps.values().any(|q| q.p.uar == u)
                     || self.cqs.values().any(|c| c.uar() == u)
+                    || self.eqs.uses(u)
                 {
                     return Err(CmdError::Busy {
                         kind: ObjKind::Uar,
@@ -330,11 +355,12 @@ impl Nic {
                     && up == self.link_down
                 {
                     self.link_down = !up;
-                    self.out.events.push_back(if up {
+                    let ev = if up {
                         NicEvent::PortUp(1)
                     } else {
                         NicEvent::PortDown(1)
-                    });
+                    };
+                    self.out.events.push_back((ev, now));
                 }
                 Ok(CmdOut::PortUp(!self.link_down))
             }
@@ -514,6 +540,16 @@ impl Nic {
                 self.srqs.remove(&srqn);
                 Ok(CmdOut::Done)
             }
+            Command::CreateEq(p) => {
+                if !self.uars.contains(&p.uar) {
+                    return Err(CmdError::NoSuchObject {
+                        kind: ObjKind::Uar,
+                        id: p.uar.get(),
+                    });
+                }
+                self.eqs.create(p).map(CmdOut::Eq)
+            }
+            Command::DestroyEq(n) => self.eqs.destroy(n).map(|()| CmdOut::Done),
             #[allow(unreachable_patterns)]
             _ => Err(CmdError::BadParam {
                 name: Param::Command,
@@ -638,7 +674,8 @@ impl Nic {
     }
 
     /// Takes one MMIO write the CPU made into UAR page `uar`: an 8-byte
-    /// doorbell, a 64-byte BlueFlame chunk, or a CQ arm doorbell.
+    /// doorbell, a 64-byte BlueFlame chunk, a CQ arm doorbell or an EQ
+    /// doorbell.
     pub fn handle_mmio(
         &mut self,
         now: Instant,
@@ -647,6 +684,11 @@ impl Nic {
         data: &[u8],
         dma: &mut impl Dma,
     ) {
+        self.mmio(now, uar, offset, data, dma);
+        self.deliver_events(dma);
+    }
+
+    fn mmio(&mut self, now: Instant, uar: UarIndex, offset: u32, data: &[u8], dma: &mut impl Dma) {
         let bf_reg_size = self.cfg.caps.bf_reg_size as usize;
         let reg = uar::decode_offset(offset as usize, bf_reg_size);
         if !self.uars.contains(&uar) {
@@ -665,9 +707,8 @@ impl Nic {
                 match self.cqs.get_mut(&Cqn::new(arm.cqn)) {
                     Some(cq) if cq.uar() == uar => {
                         if cq.arm(arm.solicited_only, arm.ci) {
-                            self.out
-                                .events
-                                .push_back(NicEvent::Completion(Cqn::new(arm.cqn)));
+                            let ev = NicEvent::Completion(Cqn::new(arm.cqn));
+                            self.out.events.push_back((ev, now));
                         }
                     }
                     _ => self.out.counters.bad_doorbells += 1,
@@ -684,6 +725,12 @@ impl Nic {
                     self.bf_chunk(now, uar, slot, half, offset, data, dma);
                 } else {
                     dma.record_mmio(now, None, data.len());
+                    self.out.counters.bad_doorbells += 1;
+                }
+            }
+            UarRegister::Eq { arm } => {
+                dma.record_mmio(now, None, data.len());
+                if !self.eqs.doorbell(now, uar, data, arm, dma) {
                     self.out.counters.bad_doorbells += 1;
                 }
             }
@@ -771,6 +818,11 @@ impl Nic {
 
     /// Takes one frame from the fabric.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) {
+        self.frame(now, frame, dma);
+        self.deliver_events(dma);
+    }
+
+    fn frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) {
         if self.link_down {
             self.out.counters.link_down_dropped += 1;
             return;
@@ -811,6 +863,11 @@ impl Nic {
 
     /// Fires every transport timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant, dma: &mut impl Dma) {
+        self.timeout(now, dma);
+        self.deliver_events(dma);
+    }
+
+    fn timeout(&mut self, now: Instant, dma: &mut impl Dma) {
         // QPs due, in QPN order; firing one QP's timers touches no other's.
         for qpn in self.timers.due(now) {
             let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -837,10 +894,20 @@ impl Nic {
         self.out.tx.pop_front()
     }
 
-    /// The next event for the host.
+    /// The next event that no EQ took (none does until host software
+    /// creates EQs with [`Command::CreateEq`]; then events arrive as EQEs
+    /// in host memory and interrupts from [`Nic::poll_interrupt`]).
     #[must_use]
     pub fn poll_event(&mut self) -> Option<NicEvent> {
-        self.out.events.pop_front()
+        self.eqs.poll_unrouted()
+    }
+
+    /// The next MSI-X vector the device raised: an armed EQ got an EQE.
+    /// The host's interrupt handler for the vector consumes the EQ and
+    /// re-arms it through its doorbell.
+    #[must_use]
+    pub fn poll_interrupt(&mut self) -> Option<u16> {
+        self.eqs.poll_interrupt()
     }
 
     /// When [`Nic::handle_timeout`] should next be called.

@@ -16,6 +16,7 @@
 #![warn(unreachable_pub)]
 
 pub mod bfreg;
+pub mod eq;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,7 @@ use doorbell_layout::uar;
 use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, Srqn, UarIndex};
 
 pub use bfreg::{BfregAllocator, BfregError, BfregInfo, gross_index};
+pub use eq::EventQueues;
 
 /// Errors of the slow path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

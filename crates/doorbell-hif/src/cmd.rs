@@ -6,7 +6,7 @@
 //! carried as typed structs. [`crate::codec`] gives each its byte form.
 
 use doorbell_layout::uar;
-use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, Srqn, UarIndex};
+use doorbell_types::{Cqn, Eqn, HostAddr, Mkey, Pdn, Qpn, Srqn, UarIndex};
 
 use crate::qp::{Access, QpAttrs, QpState, QpType};
 
@@ -103,6 +103,24 @@ pub struct CqParams {
     /// Bus address of the CQ's doorbell record.
     pub dbr_addr: HostAddr,
     /// Pages of the CQE buffer.
+    pub pas: Vec<HostAddr>,
+}
+
+/// Event-queue context (CREATE_EQ): the EQE ring in host memory, the UAR
+/// whose EQ doorbell moves its consumer index, the MSI-X vector it raises,
+/// and which event types it takes (`event_bitmask`, bit `1 << type` for
+/// each `doorbell_layout::eqe::EventType`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EqParams {
+    /// log2 of the number of EQEs.
+    pub log_size: u8,
+    /// UAR whose EQ doorbell updates and arms this EQ.
+    pub uar: UarIndex,
+    /// MSI-X vector raised when an armed EQ gets an EQE.
+    pub vector: u16,
+    /// Event types it takes, one bit per type code.
+    pub events: u64,
+    /// Pages of the EQE buffer.
     pub pas: Vec<HostAddr>,
 }
 
@@ -225,6 +243,10 @@ pub enum Command {
     QuerySrq(Srqn),
     /// DESTROY_SRQ.
     DestroySrq(Srqn),
+    /// CREATE_EQ.
+    CreateEq(EqParams),
+    /// DESTROY_EQ.
+    DestroyEq(Eqn),
 }
 
 /// What a successful command returns.
@@ -261,4 +283,6 @@ pub enum CmdOut {
         /// The armed limit; 0 when disarmed (after its event fired).
         limit: u32,
     },
+    /// A new EQ.
+    Eq(Eqn),
 }

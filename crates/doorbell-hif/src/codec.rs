@@ -32,9 +32,11 @@
 //! decoding never panics: truncated, over-long or out-of-range input is a
 //! [`DecodeError`].
 
-use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Psn, Qpn, Srqn, UarIndex};
+use doorbell_types::{Cqn, Eqn, HostAddr, Mkey, Pdn, Psn, Qpn, Srqn, UarIndex};
 
-use crate::cmd::{CmdOut, Command, CqParams, DeviceCaps, MkeyParams, QpParams, SrqParams};
+use crate::cmd::{
+    CmdOut, Command, CqParams, DeviceCaps, EqParams, MkeyParams, QpParams, SrqParams,
+};
 use crate::error::{CmdError, ObjKind, Param};
 use crate::qp::{Access, AddressVector, QpAttr, QpAttrs, QpState, QpType, Transition};
 
@@ -42,6 +44,10 @@ use crate::qp::{Access, AddressVector, QpAttr, QpAttrs, QpState, QpType, Transit
 pub mod opcode {
     /// QUERY_HCA_CAP.
     pub const QUERY_HCA_CAP: u16 = 0x100;
+    /// CREATE_EQ.
+    pub const CREATE_EQ: u16 = 0x301;
+    /// DESTROY_EQ.
+    pub const DESTROY_EQ: u16 = 0x302;
     /// CREATE_MKEY.
     pub const CREATE_MKEY: u16 = 0x200;
     /// DESTROY_MKEY.
@@ -427,6 +433,18 @@ impl Command {
                 head(&mut w, opcode::DESTROY_SRQ, 0);
                 w.u32(s.get());
             }
+            Command::CreateEq(e) => {
+                head(&mut w, opcode::CREATE_EQ, 0);
+                w.u8(e.log_size);
+                w.u32(e.uar.get());
+                w.u16(e.vector);
+                w.u64(e.events);
+                w.pages(&e.pas);
+            }
+            Command::DestroyEq(e) => {
+                head(&mut w, opcode::DESTROY_EQ, 0);
+                w.u32(e.get());
+            }
         }
     }
 
@@ -458,6 +476,14 @@ impl Command {
                 pas: r.pages()?,
             }),
             opcode::DESTROY_CQ => Command::DestroyCq(Cqn::new(r.u32()?)),
+            opcode::CREATE_EQ => Command::CreateEq(EqParams {
+                log_size: r.u8()?,
+                uar: UarIndex::new(r.u32()?),
+                vector: r.u16()?,
+                events: r.u64()?,
+                pas: r.pages()?,
+            }),
+            opcode::DESTROY_EQ => Command::DestroyEq(Eqn::new(r.u32()?)),
             opcode::MODIFY_CQ if op_mod == MODIFY_CQ_RESIZE => Command::ResizeCq {
                 cqn: Cqn::new(r.u32()?),
                 log_size: r.u8()?,
@@ -528,6 +554,7 @@ mod tag {
     pub(super) const SRQ: u8 = 8;
     pub(super) const SRQ_INFO: u8 = 9;
     pub(super) const PORT_UP: u8 = 10;
+    pub(super) const EQ: u8 = 11;
 }
 
 /// Detail bytes of an error result, under its status.
@@ -668,6 +695,10 @@ pub fn encode_result(result: &Result<CmdOut, CmdError>, out: &mut Vec<u8>) {
                 head(&mut w, status::OK, tag::SRQ_INFO);
                 w.u32(*limit);
             }
+            CmdOut::Eq(e) => {
+                head(&mut w, status::OK, tag::EQ);
+                w.u32(e.get());
+            }
         },
         Err(e) => match e {
             CmdError::Exhausted(k) => {
@@ -742,6 +773,7 @@ pub fn decode_result(bytes: &[u8]) -> Result<Result<CmdOut, CmdError>, DecodeErr
         (status::OK, tag::SRQ) => Ok(CmdOut::Srq(Srqn::new(r.u32()?))),
         (status::OK, tag::SRQ_INFO) => Ok(CmdOut::SrqInfo { limit: r.u32()? }),
         (status::OK, tag::PORT_UP) => Ok(CmdOut::PortUp(r.u8()? != 0)),
+        (status::OK, tag::EQ) => Ok(CmdOut::Eq(Eqn::new(r.u32()?))),
         (status::NO_RESOURCES, detail::EXHAUSTED) => Err(CmdError::Exhausted(kind(&mut r)?)),
         (status::BAD_RESOURCE, detail::NO_SUCH_OBJECT) => Err(CmdError::NoSuchObject {
             kind: kind(&mut r)?,

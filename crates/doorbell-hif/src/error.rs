@@ -22,17 +22,20 @@ pub enum ObjKind {
     Qp,
     /// A shared receive queue.
     Srq,
+    /// An event queue.
+    Eq,
 }
 
 impl ObjKind {
     /// Every kind, in code order.
-    pub const ALL: [ObjKind; 6] = [
+    pub const ALL: [ObjKind; 7] = [
         ObjKind::Uar,
         ObjKind::Pd,
         ObjKind::Mkey,
         ObjKind::Cq,
         ObjKind::Qp,
         ObjKind::Srq,
+        ObjKind::Eq,
     ];
 }
 
@@ -45,6 +48,7 @@ impl fmt::Display for ObjKind {
             ObjKind::Cq => "CQ",
             ObjKind::Qp => "QP",
             ObjKind::Srq => "SRQ",
+            ObjKind::Eq => "EQ",
         })
     }
 }
@@ -91,11 +95,15 @@ pub enum Param {
     SrqPasEntries,
     /// ARM_RQ: a limit larger than the SRQ.
     SrqLimit,
+    /// CREATE_EQ: log2 of the EQ size.
+    LogEqSize,
+    /// CREATE_EQ: fewer pages than the EQE buffer needs.
+    EqPasEntries,
 }
 
 impl Param {
     /// Every parameter, in code order.
-    pub const ALL: [Param; 19] = [
+    pub const ALL: [Param; 21] = [
         Param::MkeyLength,
         Param::MttEntries,
         Param::LogCqSize,
@@ -115,6 +123,8 @@ impl Param {
         Param::LogSrqStride,
         Param::SrqPasEntries,
         Param::SrqLimit,
+        Param::LogEqSize,
+        Param::EqPasEntries,
     ];
 
     /// The parameter's name.
@@ -139,6 +149,8 @@ impl Param {
             Param::LogSrqStride => "log_srq_stride",
             Param::SrqPasEntries => "srq pas entries",
             Param::SrqLimit => "srq_limit",
+            Param::LogEqSize => "log_eq_size",
+            Param::EqPasEntries => "eq pas entries",
         }
     }
 }

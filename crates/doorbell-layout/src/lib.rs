@@ -24,6 +24,7 @@
 
 pub mod cqe;
 pub mod dbr;
+pub mod eqe;
 pub mod uar;
 pub mod wqe;
 

@@ -28,6 +28,10 @@ pub const FP_BFREGS_PER_UAR: u32 = 2;
 pub const CQ_DOORBELL: usize = 0x20;
 /// Offset of the EQ doorbell with arm (MLX5_EQ_DOORBELL_OFFSET).
 pub const EQ_DOORBELL: usize = 0x40;
+/// Offset of the EQ doorbell that moves the consumer index without
+/// re-arming: `eq_update_ci(eq, 0)` writes the second 32-bit word after
+/// [`EQ_DOORBELL`].
+pub const EQ_DOORBELL_NO_ARM: usize = EQ_DOORBELL + 8;
 /// Bytes the CPU moves in one write-combined BlueFlame chunk.
 pub const BF_CHUNK: usize = 64;
 /// Bytes of a plain doorbell MMIO write.
@@ -43,6 +47,12 @@ pub const fn bfreg_offset(slot: u32, bf_reg_size: usize) -> usize {
 pub enum UarRegister {
     /// The CQ arm doorbell at 0x20.
     CqArm,
+    /// The EQ doorbell: at 0x40 it re-arms the EQ, at 0x48 it only moves
+    /// the consumer index (the value is an EQ doorbell word of `eqe`).
+    Eq {
+        /// Whether the write re-arms the EQ.
+        arm: bool,
+    },
     /// Bfreg `slot` (0..4), buffer `half` (0 even, 1 odd), `offset` bytes into it.
     Bfreg {
         /// Register slot in the UAR.
@@ -60,6 +70,11 @@ pub enum UarRegister {
 pub fn decode_offset(off: usize, bf_reg_size: usize) -> UarRegister {
     if off == CQ_DOORBELL {
         return UarRegister::CqArm;
+    }
+    if off == EQ_DOORBELL || off == EQ_DOORBELL_NO_ARM {
+        return UarRegister::Eq {
+            arm: off == EQ_DOORBELL,
+        };
     }
     if bf_reg_size == 0 || !(BF_OFFSET..UAR_PAGE_SIZE).contains(&off) {
         return UarRegister::Other;

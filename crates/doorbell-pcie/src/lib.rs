@@ -175,11 +175,23 @@ pub enum DmaPurpose {
     Cqe,
     /// Reading a doorbell record.
     DoorbellRecord,
+    /// Writing an event queue entry.
+    Eqe,
+    /// An MSI-X interrupt: the posted 4-byte write of the vector's message
+    /// to the interrupt controller's address (one MWr TLP, no host memory).
+    Msix,
 }
+
+/// Number of [`DmaPurpose`]s: the length of the per-purpose counters.
+pub const PURPOSES: usize = 9;
+
+/// Where MSI-X messages go on x86: the local APIC's window (0xFEE0_0000),
+/// four bytes per vector here.
+pub const MSIX_ADDRESS: u64 = 0xfee0_0000;
 
 impl DmaPurpose {
     /// Every purpose, in counter order.
-    pub const ALL: [DmaPurpose; 7] = [
+    pub const ALL: [DmaPurpose; PURPOSES] = [
         DmaPurpose::SendWqe,
         DmaPurpose::Payload,
         DmaPurpose::RecvWqe,
@@ -187,6 +199,8 @@ impl DmaPurpose {
         DmaPurpose::Atomic,
         DmaPurpose::Cqe,
         DmaPurpose::DoorbellRecord,
+        DmaPurpose::Eqe,
+        DmaPurpose::Msix,
     ];
 
     const fn index(self) -> usize {
@@ -194,7 +208,7 @@ impl DmaPurpose {
     }
 
     /// A short name, for reports: `wqe`, `payload`, `recv_wqe`, `scatter`,
-    /// `atomic`, `cqe`, `doorbell_record`.
+    /// `atomic`, `cqe`, `doorbell_record`, `eqe`, `msix`.
     pub const fn name(self) -> &'static str {
         match self {
             DmaPurpose::SendWqe => "wqe",
@@ -204,6 +218,8 @@ impl DmaPurpose {
             DmaPurpose::Atomic => "atomic",
             DmaPurpose::Cqe => "cqe",
             DmaPurpose::DoorbellRecord => "doorbell_record",
+            DmaPurpose::Eqe => "eqe",
+            DmaPurpose::Msix => "msix",
         }
     }
 }
@@ -246,13 +262,13 @@ pub struct Counters {
     /// Bytes those MMIO writes carried.
     pub mmio_bytes: u64,
     /// DMA read operations, by [`DmaPurpose`].
-    pub dma_reads: [u64; 7],
+    pub dma_reads: [u64; PURPOSES],
     /// Bytes read by DMA, by purpose.
-    pub dma_read_bytes: [u64; 7],
+    pub dma_read_bytes: [u64; PURPOSES],
     /// DMA write operations, by purpose.
-    pub dma_writes: [u64; 7],
+    pub dma_writes: [u64; PURPOSES],
     /// Bytes written by DMA, by purpose.
-    pub dma_write_bytes: [u64; 7],
+    pub dma_write_bytes: [u64; PURPOSES],
     /// MWr TLPs device → host (DMA writes).
     pub dma_mwr_tlps: u64,
     /// MRd TLPs (device → host).
@@ -285,7 +301,9 @@ impl Counters {
 
     /// `self - earlier`, field by field (saturating).
     pub fn since(&self, earlier: &Counters) -> Counters {
-        let sub = |a: [u64; 7], b: [u64; 7]| std::array::from_fn(|i| a[i].saturating_sub(b[i]));
+        let sub = |a: [u64; PURPOSES], b: [u64; PURPOSES]| {
+            std::array::from_fn(|i| a[i].saturating_sub(b[i]))
+        };
         Counters {
             mmio_writes: self.mmio_writes.saturating_sub(earlier.mmio_writes),
             mmio_bytes: self.mmio_bytes.saturating_sub(earlier.mmio_bytes),
@@ -383,6 +401,10 @@ pub trait Dma {
     /// Records an MMIO write of `bytes` the device received at `at`,
     /// attributed to `qpn`.
     fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize);
+    /// Raises MSI-X `vector` at `at`: a posted 4-byte write towards the
+    /// host's interrupt controller, counted as a [`DmaPurpose::Msix`]
+    /// write. Returns when the device may go on.
+    fn raise_msix(&mut self, at: Instant, vector: u16) -> Instant;
 }
 
 /// The device's end of a PCIe link to host memory.
@@ -509,6 +531,22 @@ impl Dma for Bus {
             });
         }
     }
+
+    fn raise_msix(&mut self, at: Instant, vector: u16) -> Instant {
+        self.count_write(at, MSIX_TAG, msix_address(vector), 4);
+        at
+    }
+}
+
+/// The tag of every MSI-X write: no QP, purpose [`DmaPurpose::Msix`].
+pub const MSIX_TAG: DmaTag = DmaTag {
+    qpn: None,
+    purpose: DmaPurpose::Msix,
+};
+
+/// The address MSI-X `vector`'s message is written to.
+pub fn msix_address(vector: u16) -> HostAddr {
+    HostAddr::new(MSIX_ADDRESS + 4 * u64::from(vector))
 }
 
 #[cfg(test)]

@@ -27,6 +27,10 @@ pub struct PerPost {
     pub cqe_dma_writes: f64,
     /// Bytes written by DMA, all purposes.
     pub dma_write_bytes: f64,
+    /// DMA writes of EQEs (completion and async events).
+    pub eqe_dma_writes: f64,
+    /// MSI-X interrupts (each a posted write, counted in `mwr_tlps`).
+    pub interrupts: f64,
     /// MWr TLPs, both directions.
     pub mwr_tlps: f64,
     /// MRd TLPs.
@@ -56,6 +60,8 @@ impl PerPost {
             dma_read_bytes: per(c.total_read_bytes()),
             cqe_dma_writes: per(c.writes(DmaPurpose::Cqe)),
             dma_write_bytes: per(c.total_write_bytes()),
+            eqe_dma_writes: per(c.writes(DmaPurpose::Eqe)),
+            interrupts: per(c.writes(DmaPurpose::Msix)),
             mwr_tlps: per(c.mwr_tlps()),
             mrd_tlps: per(c.mrd_tlps),
             cpld_tlps: per(c.cpld_tlps),

@@ -7,8 +7,12 @@
 //! FIFO: MMIO writes from the CPU (in the order each thread made them),
 //! commands from the driver, and frames from the [`Fabric`]. The thread
 //! handles each in turn, then drains the NIC's outputs: frames go to the
-//! fabric, events to the host's event queue. Transport timers run on the
-//! wall clock.
+//! fabric, MSI-X interrupts to the NIC's interrupt handler thread. That
+//! thread plays the kernel: it created the event queues when the NIC
+//! started ([`doorbell_driver::EventQueues`]), reads the EQEs the device
+//! wrote into them, re-arms them through their doorbell, and hands the
+//! events to [`DeviceLink::next_event`]. Transport timers run on the wall
+//! clock.
 //!
 //! A NIC's port is one of two transports ([`Port`]):
 //! * [`Fabric`], the in-process link: it routes each IPv4 frame to the NIC
@@ -46,6 +50,7 @@
 
 pub mod fault;
 mod inbox;
+mod irq;
 pub mod loopback;
 pub mod process;
 pub mod procmem;
@@ -64,6 +69,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
 use doorbell_device::{Frame, Nic, NicConfig, NicCounters};
+use doorbell_driver::EventQueues;
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
@@ -233,6 +239,8 @@ pub struct LiveNic {
     faults: Option<fault::StatsView>,
     ipv4: [u8; 4],
     thread: Option<JoinHandle<()>>,
+    /// The interrupt handler; it hands the EQs back when it stops.
+    irq: Option<JoinHandle<EventQueues>>,
     /// The process that started the NIC. In a child after `fork()` the
     /// NIC's threads do not exist: see [`LiveNic::is_forked_copy`].
     pid: u32,
@@ -331,16 +339,18 @@ impl LiveNic {
             .memory
             .unwrap_or_else(|| Arc::new(HostRam::new()) as Arc<dyn HostMemory>);
         let (ev_tx, ev_rx) = unbounded();
+        let (irq_tx, irq_rx) = unbounded();
         let gid = cfg.gid();
         let bus = Bus::new(opts.link, mem.clone());
+        let unrouted = ev_tx.clone();
         let thread = std::thread::Builder::new()
             .name(format!("doorbell-{name}"))
-            .spawn(move || device_loop(Nic::new(cfg), bus, rx, egress, ev_tx));
+            .spawn(move || device_loop(Nic::new(cfg), bus, rx, egress, unrouted, irq_tx));
         let Ok(thread) = thread else {
             unroute(&handle);
             return Err(RtError::Spawn);
         };
-        Ok(Self {
+        let mut nic = Self {
             name: name.to_string(),
             gid,
             mmio: Arc::new(ChannelMmio { tx: tx.clone() }),
@@ -351,8 +361,18 @@ impl LiveNic {
             faults,
             ipv4,
             thread: Some(thread),
+            irq: None,
             pid: std::process::id(),
+        };
+        // Dropping `nic` on failure stops the device thread and the port.
+        let eqs = EventQueues::create(&mut |c| nic.exec(c), &*nic.mem, &mut |u, o, d| {
+            nic.mmio.mmio_write(u, o, d)
         })
+        .map_err(|_| RtError::Spawn)?;
+        let irq = irq::start(name, eqs, nic.mem.clone(), nic.mmio.clone(), irq_rx, ev_tx)
+            .map_err(|_| RtError::Spawn)?;
+        nic.irq = Some(irq);
+        Ok(nic)
     }
 
     /// True in a child process after `fork()`: this is the copy of a NIC
@@ -449,6 +469,7 @@ impl Drop for LiveNic {
             // The threads are the parent's: never join them (that would
             // wait forever) nor detach them; their handles are forgotten.
             std::mem::forget(self.thread.take());
+            std::mem::forget(self.irq.take());
             if let PortHandle::Udp(p) = &mut self.port {
                 p.abandon();
             }
@@ -463,6 +484,11 @@ impl Drop for LiveNic {
         let _ = self.tx.send(Msg::Stop);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        // The device thread is gone, so the handler's vectors ended: it
+        // returns the EQs, whose rings go back to host memory.
+        if let Some(Ok(eqs)) = self.irq.take().map(JoinHandle::join) {
+            eqs.release(&*self.mem);
         }
         if let PortHandle::Udp(p) = &mut self.port {
             p.stop();
@@ -511,6 +537,7 @@ fn device_loop(
     rx: Receiver<Msg>,
     mut egress: Egress,
     events: Sender<NicEvent>,
+    irqs: Sender<u16>,
 ) {
     let mut out: Vec<Frame> = Vec::new();
     let start = std::time::Instant::now();
@@ -570,6 +597,10 @@ fn device_loop(
         }
         out.extend(std::iter::from_fn(|| nic.poll_transmit()));
         egress.send(&mut out);
+        while let Some(v) = nic.poll_interrupt() {
+            let _ = irqs.send(v);
+        }
+        // Events no EQ took: none once the EQs exist.
         while let Some(e) = nic.poll_event() {
             let _ = events.send(e);
         }

@@ -9,6 +9,9 @@
 //! sends to its own address are fed straight back in (two QPs of one NIC
 //! talk to each other, as on a NIC that delivers frames addressed to
 //! itself), frames to any other address are counted and dropped, and events
+//! travel as on hardware: the device writes EQEs into the kernel's event
+//! queues ([`EventQueues`]) and raises their MSI-X vector, the interrupt
+//! handler runs inline, re-arms through the EQ doorbell, and the events
 //! queue for [`DeviceLink::next_event`]. Time is a virtual clock that
 //! starts at zero; [`LoopbackLink::advance`] moves it and fires the
 //! transport's timers (ACK timeouts, RNR waits) that fall due, so a test of
@@ -28,6 +31,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use doorbell_device::{Nic, NicConfig, NicCounters};
+use doorbell_driver::EventQueues;
 use doorbell_fault::{DEFAULT_QUEUE_LIMIT, FaultPolicy, FaultStage, FaultStats};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio};
@@ -43,6 +47,11 @@ struct Device {
     dropped: u64,
     /// Faults on the way from the NIC back to itself.
     faults: Option<FaultStage<Vec<u8>>>,
+    /// The kernel's EQs (`None` only if creating them failed).
+    eqs: Option<EventQueues>,
+    mem: Arc<dyn HostMemory>,
+    /// Events the interrupt handler decoded, reused between interrupts.
+    decoded: Vec<NicEvent>,
 }
 
 impl Device {
@@ -72,12 +81,36 @@ impl Device {
                 moved = true;
                 self.nic.handle_timeout(self.now, &mut self.bus);
             }
+            while let Some(v) = self.nic.poll_interrupt() {
+                moved = true;
+                self.interrupt(v);
+            }
             while let Some(e) = self.nic.poll_event() {
                 self.events.push_back(e);
             }
             if !moved {
                 return;
             }
+        }
+    }
+
+    /// Runs the interrupt handler of `vector`; its EQ doorbell goes
+    /// straight to the NIC.
+    fn interrupt(&mut self, vector: u16) {
+        let Device {
+            nic,
+            bus,
+            now,
+            eqs,
+            mem,
+            decoded,
+            events,
+            ..
+        } = self;
+        if let Some(eqs) = eqs {
+            let mut ring = |u, o, d: &[u8]| nic.handle_mmio(*now, u, o, d, bus);
+            eqs.handle_interrupt(vector, &**mem, &mut ring, decoded);
+            events.extend(decoded.drain(..));
         }
     }
 
@@ -141,15 +174,36 @@ impl LoopbackLink {
         let mem: Arc<dyn HostMemory> = Arc::new(HostRam::new());
         let cfg = NicConfig::new(ipv4);
         let gid = cfg.gid();
+        // The kernel's part of bringing the device up: its event queues.
+        // Without them events would stay in the NIC.
+        let nic = std::cell::RefCell::new(Nic::new(cfg));
+        let bus = std::cell::RefCell::new(Bus::new(LinkConfig::default(), mem.clone()));
+        let eqs = EventQueues::create(
+            &mut |c| {
+                nic.borrow_mut()
+                    .exec(Instant::ZERO, c, &mut *bus.borrow_mut())
+            },
+            &*mem,
+            &mut |u, o, d| {
+                nic.borrow_mut()
+                    .handle_mmio(Instant::ZERO, u, o, d, &mut *bus.borrow_mut())
+            },
+        )
+        .ok();
+        let mut dev = Device {
+            nic: nic.into_inner(),
+            bus: bus.into_inner(),
+            now: Instant::ZERO,
+            events: VecDeque::new(),
+            dropped: 0,
+            faults,
+            eqs,
+            mem: mem.clone(),
+            decoded: Vec::new(),
+        };
+        dev.settle(ipv4);
         let shared = Arc::new(Shared {
-            dev: Mutex::new(Device {
-                nic: Nic::new(cfg),
-                bus: Bus::new(LinkConfig::default(), mem.clone()),
-                now: Instant::ZERO,
-                events: VecDeque::new(),
-                dropped: 0,
-                faults,
-            }),
+            dev: Mutex::new(dev),
             own: ipv4,
         });
         Self {

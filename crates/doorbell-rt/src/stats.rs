@@ -26,7 +26,7 @@ pub struct NicStats {
     pub port: PortCounters,
 }
 
-fn by_purpose(v: &[u64; 7]) -> Value {
+fn by_purpose(v: &[u64; doorbell_pcie::PURPOSES]) -> Value {
     let mut m = Map::new();
     for p in DmaPurpose::ALL {
         m.insert(p.name().into(), json!(v[p as usize]));
@@ -128,6 +128,14 @@ impl NicStats {
             line(&mut s, format!("{:#x}", q.get()), c);
         }
         line(&mut s, "total".into(), &self.bus.total);
+        let t = &self.bus.total;
+        let _ = writeln!(
+            s,
+            "{:>10} {} EQE writes, {} MSI-X interrupts (the NIC's, not any one QP's)",
+            "events",
+            t.writes(DmaPurpose::Eqe),
+            t.writes(DmaPurpose::Msix)
+        );
         s
     }
 }
@@ -147,6 +155,8 @@ mod tests {
             ..Counters::default()
         };
         total.dma_reads[DmaPurpose::SendWqe as usize] = 2;
+        total.dma_writes[DmaPurpose::Eqe as usize] = 4;
+        total.dma_writes[DmaPurpose::Msix as usize] = 3;
         let stats = NicStats {
             name: "doorbell0".into(),
             addr: [127, 0, 0, 2],
@@ -168,6 +178,13 @@ mod tests {
         assert_eq!(v["qps"][0]["qpn"], 0x100);
         assert_eq!(v["packets"]["tx"], 9);
         assert_eq!(v["hw_counters"].as_object().unwrap().len(), 13);
+        assert_eq!(v["total"]["dma_writes"]["eqe"], 4);
+        assert_eq!(v["total"]["dma_writes"]["msix"], 3);
         assert!(stats.to_table().contains("0x100"));
+        assert!(
+            stats
+                .to_table()
+                .contains("4 EQE writes, 3 MSI-X interrupts")
+        );
     }
 }

@@ -35,6 +35,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod kernel;
 mod post_cost;
 pub mod profile;
 pub mod queue;

@@ -137,6 +137,13 @@ pub struct CpuProfile {
     pub poll_cqe_ns: f64,
     /// Posting receive WQEs, per WQE, ns.
     pub recv_post_ns: f64,
+    /// The kernel's MSI-X handler for one interrupt: entry, reading the
+    /// EQEs, the EQ doorbell's store, waking the completion channel, exit
+    /// (the store itself is charged as an MMIO store), ns.
+    pub interrupt_ns: f64,
+    /// From the channel's wake-up to the blocked thread running again out
+    /// of `ibv_get_cq_event` (scheduler and context switch), ns.
+    pub wakeup_ns: f64,
 }
 
 /// The network between the two NICs.

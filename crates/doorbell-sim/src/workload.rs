@@ -85,6 +85,11 @@ pub struct Workload {
     pub signal_every: u32,
     /// BlueFlame allowed.
     pub blueflame: bool,
+    /// Completion events (perftest -e): a thread with nothing to post
+    /// arms its CQ and blocks until the event instead of polling, so each
+    /// wait costs an EQE write, an MSI-X interrupt, the kernel's handler
+    /// and a wake-up.
+    pub events: bool,
     /// WRs per QP.
     pub iters: u64,
     /// Send queue depth per QP (perftest -t).
@@ -115,6 +120,7 @@ impl Default for Workload {
             inline_threshold: 0,
             signal_every: 1,
             blueflame: true,
+            events: false,
             iters: 1000,
             tx_depth: 128,
             mtu: 1024,
@@ -671,8 +677,12 @@ impl Run {
                 }
             }
             if n == 0 {
-                let (ring, len) = cq.ring();
-                self.world.watch(t, 1, ring.get(), len);
+                if self.w.events {
+                    self.block_on_event(t, 1);
+                } else {
+                    let (ring, len) = cq.ring();
+                    self.world.watch(t, 1, ring.get(), len);
+                }
                 return;
             }
             let ct = lock(&self.world.cpu).t[core];
@@ -681,6 +691,21 @@ impl Run {
                 return;
             }
         }
+    }
+
+    /// Arms thread `t`'s CQ (an MMIO store: the CQ doorbell) and blocks
+    /// it until host `host`'s interrupt handler reports the CQ's event.
+    fn block_on_event(&mut self, t: usize, host: usize) {
+        let cq = match &self.threads[t].kind {
+            Kind::Client { cq, .. } | Kind::Server { cq, .. } => cq.clone(),
+        };
+        // A CQ that cannot be armed has no events to wait for: poll.
+        if cq.req_notify(false).is_err() {
+            let (ring, len) = cq.ring();
+            self.world.watch(t, host, ring.get(), len);
+            return;
+        }
+        self.world.watch_event(t, host, cq.cqn());
     }
 
     fn run_client(&mut self, t: usize, core: usize) {
@@ -737,8 +762,12 @@ impl Run {
             });
             let Some(k) = pick else {
                 if n == 0 {
-                    let (ring, len) = cq.ring();
-                    self.world.watch(t, 0, ring.get(), len);
+                    if self.w.events {
+                        self.block_on_event(t, 0);
+                    } else {
+                        let (ring, len) = cq.ring();
+                        self.world.watch(t, 0, ring.get(), len);
+                    }
                     return;
                 }
                 continue;

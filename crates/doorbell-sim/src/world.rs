@@ -18,13 +18,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use doorbell_device::{Nic, NicConfig};
+use doorbell_driver::EventQueues;
 use doorbell_fault::{FaultStage, FaultStats, Packet};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::model::{Direction, LinkModel};
 use doorbell_pcie::{Bus, Counters, Dma, DmaError, DmaPurpose, DmaTag};
-use doorbell_types::{Duration, HostAddr, Instant, Qpn, UarIndex};
+use doorbell_types::{Cqn, Duration, HostAddr, Instant, Qpn, UarIndex};
 
+use crate::kernel::Kernel;
 use crate::profile::{Profile, dur_ns};
 use crate::queue::EventQueue;
 
@@ -79,6 +81,8 @@ pub(crate) struct SimBus {
     pub(crate) applied: Vec<(HostAddr, usize, Instant)>,
     /// New writes since the world last looked: `(id, visible)`.
     pub(crate) fresh: Vec<(u64, Instant)>,
+    /// MSI-X writes since the world last looked: `(vector, arrival)`.
+    pub(crate) irqs: Vec<(u16, Instant)>,
     pub(crate) trace: Option<Vec<Timed>>,
 }
 
@@ -98,6 +102,7 @@ impl SimBus {
             period: profile.dma_period(),
             applied: Vec::new(),
             fresh: Vec::new(),
+            irqs: Vec::new(),
             trace: None,
         }
     }
@@ -221,6 +226,26 @@ impl Dma for SimBus {
 
     fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize) {
         self.counter.record_mmio(at, qpn, bytes);
+    }
+
+    fn raise_msix(&mut self, at: Instant, vector: u16) -> Instant {
+        // A posted write like any other: it leaves behind the writes
+        // before it (the EQE) and arrives after them.
+        let addr = doorbell_pcie::msix_address(vector);
+        let t = self.engine(at);
+        self.counter
+            .count_write(t, doorbell_pcie::MSIX_TAG, addr, 4);
+        let arrive = self.link.write(t, addr.get(), 4, Direction::ToHost);
+        if let Some(tr) = &mut self.trace {
+            tr.push(Timed {
+                tag: doorbell_pcie::MSIX_TAG,
+                write: true,
+                issued: t,
+                done: arrive,
+            });
+        }
+        self.irqs.push((vector, arrive));
+        t
     }
 }
 
@@ -351,6 +376,8 @@ pub(crate) enum Ev {
     Wake { thread: usize },
     /// Frames the fault stage of NIC `from`'s wire held back come due.
     Faults { from: usize },
+    /// NIC `nic`'s MSI-X `vector` reaches its host's interrupt controller.
+    Interrupt { nic: usize, vector: u16 },
 }
 
 /// A frame on the wire, as the fault stage holds it.
@@ -376,7 +403,7 @@ pub struct LogLine {
     /// When.
     pub at: Instant,
     /// What kind of event (0 MMIO, 1 frame, 2 write visible, 3 timer, 4 wake,
-    /// 5 held frames due on a faulty wire).
+    /// 5 held frames due on a faulty wire, 6 an interrupt).
     pub kind: u8,
     /// The NIC or core.
     pub who: u32,
@@ -399,6 +426,13 @@ pub(crate) struct World {
     one_way: Duration,
     /// Threads waiting for a write into `[start, end)` of host `h`'s memory.
     pub(crate) waiting: Vec<Option<(usize, u64, u64)>>,
+    /// Threads blocked in `ibv_get_cq_event` for a CQ of host `h`.
+    waiting_event: Vec<Option<(usize, Cqn)>>,
+    /// Each host's EQs and interrupt handler.
+    kernel: Kernel,
+    /// The handler's CPU time per interrupt, and waking a blocked thread.
+    irq_cost: Duration,
+    wakeup: Duration,
     pub(crate) log: Option<Vec<LogLine>>,
     /// Arrivals at NICs, for the critical-path breakdown: (nic, at, kind).
     pub(crate) arrivals: Option<Vec<(usize, Instant, u8)>>,
@@ -432,6 +466,7 @@ impl World {
             out: Vec::new(),
         }));
         let ips = vec![[10, 0, 0, 1], [10, 0, 0, 2]];
+        let mut kernel = Kernel::new();
         let mut nics = Vec::new();
         let mut links = Vec::new();
         for (i, ip) in ips.iter().enumerate() {
@@ -447,6 +482,31 @@ impl World {
                 nic: i,
                 cpu: cpu.clone(),
             });
+            // mlx5_core's part of bringing the NIC up: its EQs, armed
+            // directly (before the run, off the simulated bus).
+            let eqs = {
+                let mut s = lock(&side);
+                let NicSide { nic, bus } = &mut *s;
+                let (nic, bus) = (std::cell::RefCell::new(nic), std::cell::RefCell::new(bus));
+                EventQueues::create(
+                    &mut |c| {
+                        nic.borrow_mut()
+                            .exec(Instant::ZERO, c, &mut **bus.borrow_mut())
+                    },
+                    &*mem,
+                    &mut |u, o, d| {
+                        nic.borrow_mut().handle_mmio(
+                            Instant::ZERO,
+                            u,
+                            o,
+                            d,
+                            &mut **bus.borrow_mut(),
+                        )
+                    },
+                )
+                .ok()
+            };
+            kernel.add_host(eqs, mem.clone());
             links.push(Arc::new(SimLink {
                 name: format!("sim{i}"),
                 gid,
@@ -471,6 +531,10 @@ impl World {
             frame_overhead: i64::from(n.frame_overhead_bytes),
             one_way: dur_ns(n.one_way_ns),
             waiting: vec![None; threads],
+            waiting_event: vec![None; threads],
+            kernel,
+            irq_cost: dur_ns(c.interrupt_ns),
+            wakeup: dur_ns(c.wakeup_ns),
             log: None,
             arrivals: None,
             first_store: None,
@@ -579,18 +643,26 @@ impl World {
     fn drain_nic(&mut self, i: usize) {
         let now = self.clock.now();
         let mut frames = std::mem::take(&mut self.frames);
-        let (writes, applied, timer) = {
+        let (writes, applied, irqs, timer) = {
             let mut s = lock(&self.nics[i]);
             while let Some(f) = s.nic.poll_transmit() {
                 frames.push(f);
             }
             while s.nic.poll_event().is_some() {}
+            // The NIC's interrupts are in the bus's record, with their
+            // arrival times.
+            while s.nic.poll_interrupt().is_some() {}
             let writes = std::mem::take(&mut s.bus.fresh);
             let applied = std::mem::take(&mut s.bus.applied);
-            (writes, applied, s.nic.poll_timeout())
+            let irqs = std::mem::take(&mut s.bus.irqs);
+            (writes, applied, irqs, s.nic.poll_timeout())
         };
         for (id, visible) in writes {
             self.q.push(visible, Ev::Visible { nic: i, id });
+        }
+        // After the writes: an EQE and its MSI-X may arrive together.
+        for (vector, at) in irqs {
+            self.q.push(at, Ev::Interrupt { nic: i, vector });
         }
         for (addr, len, at) in applied {
             self.wake_waiters(i, addr, len, at.max(now));
@@ -698,6 +770,10 @@ impl World {
                 self.release(from, at);
                 line(5, from, 0)
             }
+            Ev::Interrupt { nic, vector } => {
+                self.interrupt(nic, vector, at);
+                line(6, nic, u64::from(vector))
+            }
         };
         if let Some(log) = &mut self.log {
             log.push(entry);
@@ -756,6 +832,44 @@ impl World {
     /// The purpose a DMA had, for the breakdown.
     pub(crate) fn is(t: &Timed, p: DmaPurpose, write: bool) -> bool {
         t.tag.purpose == p && t.write == write
+    }
+
+    /// Host `host`'s interrupt handler runs on the host's first core: it
+    /// costs that core the handler's time, its EQ doorbell crosses the bus
+    /// like any MMIO store, and the threads blocked on a CQ it reports wake
+    /// after the scheduler's wake-up time.
+    fn interrupt(&mut self, host: usize, vector: u16, at: Instant) {
+        let (core, done) = {
+            let mut cpu = lock(&self.cpu);
+            let Some(core) = cpu.host_of.iter().position(|&h| h == host) else {
+                return;
+            };
+            cpu.current = core;
+            cpu.t[core] = cpu.t[core].max(at);
+            cpu.charge(core, self.irq_cost);
+            (core, cpu.t[core])
+        };
+        let mmio = self.links[host].mmio.clone();
+        let (events, _) = self.kernel.interrupt(host, vector, &*mmio);
+        let done = lock(&self.cpu).t[core].max(done);
+        for e in events {
+            let NicEvent::Completion(cqn) = e else {
+                continue;
+            };
+            for thread in 0..self.waiting_event.len() {
+                if self.waiting_event[thread] == Some((host, cqn)) {
+                    self.waiting_event[thread] = None;
+                    self.q.push(done.add(self.wakeup), Ev::Wake { thread });
+                }
+            }
+        }
+        self.drain_cpu();
+    }
+
+    /// Makes `thread` block until a completion event of CQ `cqn` of host
+    /// `host` (after it armed the CQ).
+    pub(crate) fn watch_event(&mut self, thread: usize, host: usize, cqn: Cqn) {
+        self.waiting_event[thread] = Some((host, cqn));
     }
 
     /// Makes `thread` wait for a write into `len` bytes at `start` of host

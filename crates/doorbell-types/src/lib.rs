@@ -218,6 +218,11 @@ id_newtype!(
     0x00ff_ffff
 );
 id_newtype!(
+    /// Event queue number, 8 bits (the EQ doorbell's top byte).
+    Eqn(u32),
+    0xff
+);
+id_newtype!(
     /// UAR index as the device numbers its 4 KiB UAR pages.
     UarIndex(u32),
     0x00ff_ffff

@@ -50,9 +50,12 @@ fn a_bad_bfreg_request_is_refused_and_allocates_no_uar() {
         Ucontext::alloc(link.clone(), bad),
         Err(DriverError::Bfreg(_))
     ));
-    // The first UAR a good context gets is still the first there is.
+    // The first UAR a good context gets is still the first a context on a
+    // fresh link gets (the kernel's own EQ UAR comes before both).
     let uc = Ucontext::alloc(link, DEFAULT_REQ).unwrap();
-    assert_eq!(uc.uar_pages()[0].get(), 1);
+    let fresh = Arc::new(LoopbackLink::new("loop1", [10, 0, 0, 8]));
+    let control = Ucontext::alloc(fresh, DEFAULT_REQ).unwrap();
+    assert_eq!(uc.uar_pages()[0], control.uar_pages()[0]);
 }
 
 #[test]

@@ -4,10 +4,10 @@
 
 use doorbell_hif::codec::{decode_result, encode_result};
 use doorbell_hif::{
-    Access, AddressVector, CmdError, CmdOut, Command, CqParams, DeviceCaps, MkeyParams, ObjKind,
-    Param, QpAttr, QpAttrs, QpParams, QpState, QpType, SrqParams, Transition,
+    Access, AddressVector, CmdError, CmdOut, Command, CqParams, DeviceCaps, EqParams, MkeyParams,
+    ObjKind, Param, QpAttr, QpAttrs, QpParams, QpState, QpType, SrqParams, Transition,
 };
-use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Psn, Qpn, Srqn, UarIndex};
+use doorbell_types::{Cqn, Eqn, HostAddr, Mkey, Pdn, Psn, Qpn, Srqn, UarIndex};
 use proptest::prelude::*;
 
 fn state() -> impl Strategy<Value = QpState> {
@@ -153,6 +153,23 @@ fn command() -> impl Strategy<Value = Command> {
         }),
         any::<u32>().prop_map(|s| Command::QuerySrq(Srqn::new(s))),
         any::<u32>().prop_map(|s| Command::DestroySrq(Srqn::new(s))),
+        (
+            any::<u8>(),
+            any::<u32>(),
+            any::<u16>(),
+            any::<u64>(),
+            pages()
+        )
+            .prop_map(
+                |(log_size, u, vector, events, pas)| Command::CreateEq(EqParams {
+                    log_size,
+                    uar: UarIndex::new(u),
+                    vector,
+                    events,
+                    pas,
+                })
+            ),
+        any::<u32>().prop_map(|e| Command::DestroyEq(Eqn::new(e))),
     ]
 }
 
@@ -195,6 +212,7 @@ fn result() -> impl Strategy<Value = Result<CmdOut, CmdError>> {
         any::<u32>().prop_map(|u| Ok(CmdOut::Srq(Srqn::new(u)))),
         any::<u32>().prop_map(|limit| Ok(CmdOut::SrqInfo { limit })),
         any::<bool>().prop_map(|up| Ok(CmdOut::PortUp(up))),
+        any::<u32>().prop_map(|e| Ok(CmdOut::Eq(Eqn::new(e)))),
         kind.clone().prop_map(|k| Err(CmdError::Exhausted(k))),
         (kind.clone(), any::<u32>())
             .prop_map(|(kind, id)| Err(CmdError::NoSuchObject { kind, id })),

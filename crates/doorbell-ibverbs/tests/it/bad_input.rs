@@ -110,6 +110,15 @@ fn doorbell_stats_writes_what_the_program_cost_on_the_bus() {
     assert_eq!(v["packets"]["retransmits"], 0, "{text}");
     assert!(v["total"]["mmio_writes"].as_u64() >= Some(3), "{text}");
     assert_eq!(v["hw_counters"].as_object().map(|m| m.len()), Some(13));
+    // events.c waits for completion events: each came as an EQE the NIC
+    // wrote into the kernel's event queue and, when the EQ was armed, an
+    // MSI-X interrupt.
+    let w = &v["total"]["dma_writes"];
+    let (eqe, msix) = (
+        w["eqe"].as_u64().unwrap_or(0),
+        w["msix"].as_u64().unwrap_or(0),
+    );
+    assert!(eqe >= 1 && msix >= 1 && msix <= eqe, "{text}");
 
     let table = run_c_program_with("events", 18, &[("DOORBELL_STATS", "-")]);
     assert!(

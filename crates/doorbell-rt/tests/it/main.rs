@@ -7,6 +7,7 @@ mod common;
 mod counters;
 mod data;
 mod errors;
+mod events;
 mod net;
 mod process;
 mod provider;

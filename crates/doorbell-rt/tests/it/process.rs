@@ -316,9 +316,10 @@ fn the_nics_threads_block_signals_and_the_caller_keeps_its_mask() {
         before,
         "the caller's mask is restored"
     );
-    // The device thread is "doorbell-sigchk"; the receive thread's name,
-    // "doorbell-sigchk-rx", is too long for Linux and is not set, so it
-    // keeps the name of the thread that spawned it: this one.
+    // The device thread is "doorbell-sigchk", the interrupt handler
+    // "sigchk-irq"; the receive thread's name, "doorbell-sigchk-rx", is too
+    // long for Linux and is not set, so it keeps the name of the thread
+    // that spawned it: this one.
     let me = std::fs::read_link("/proc/thread-self").unwrap();
     let me = me.file_name().unwrap().to_string_lossy().into_owned();
     let comm_of = |tid: &str| {
@@ -332,15 +333,15 @@ fn the_nics_threads_block_signals_and_the_caller_keeps_its_mask() {
     for t in std::fs::read_dir("/proc/self/task").unwrap() {
         let tid = t.unwrap().file_name().into_string().unwrap();
         let comm = comm_of(&tid);
-        if comm == "doorbell-sigchk" || (comm == my_comm && tid != me) {
+        if comm == "doorbell-sigchk" || comm == "sigchk-irq" || (comm == my_comm && tid != me) {
             ours.push((tid.clone(), sig_blocked(&tid)));
         }
         all.push(comm);
     }
     assert_eq!(
         ours.len(),
-        2,
-        "device and receive threads: {ours:?} of {all:?}"
+        3,
+        "device, interrupt and receive threads: {ours:?} of {all:?}"
     );
     for (tid, mask) in ours {
         for sig in [

@@ -3,6 +3,7 @@
 #![allow(missing_docs)]
 mod calibration;
 mod determinism;
+mod events;
 mod faults;
 mod steps;
 mod table;
