@@ -335,6 +335,7 @@ impl Pd {
             log_rq_stride: (rq_stride.trailing_zeros() - 4) as u8,
             db_addr: dbr_addr,
             srq: attr.srq.as_ref().map(Srq::srqn),
+            dyn_bfreg: None,
         };
         let out = ctx.driver().create_qp(req);
         let (out, bf) = match out.map(|o| (o, ctx.bfreg(o.bfreg_index).cloned())) {
