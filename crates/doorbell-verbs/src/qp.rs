@@ -7,14 +7,14 @@ use doorbell_driver::CreateQpReq;
 use doorbell_hif::{AddressVector, QpAttrs, QpState, QpType};
 use doorbell_host::{PAGE_SIZE, offset};
 use doorbell_layout::dbr;
-use doorbell_layout::uar::{BF_CHUNK, BFREGS_PER_UAR};
+use doorbell_layout::uar::BF_CHUNK;
 use doorbell_layout::wqe::{
     self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode,
     ctrl_flags, field,
 };
 use doorbell_types::{HostAddr, Mkey, Qpn, Rkey};
 
-use crate::context::{Bfreg, BfregPlacement, Context};
+use crate::context::{Bfreg, Context};
 use crate::cq::Cq;
 use crate::cq::CqInner;
 use crate::error::VerbsError;
@@ -319,6 +319,8 @@ impl Pd {
                 return Err(e);
             }
         };
+        // A parent domain's thread domain gives the register (lockless).
+        let td_bf = self.thread_domain().map(|td| Arc::clone(td.bfreg()));
         let req = CreateQpReq {
             qp_type: attr.qp_type,
             pd: self.pdn(),
@@ -335,10 +337,12 @@ impl Pd {
             log_rq_stride: (rq_stride.trailing_zeros() - 4) as u8,
             db_addr: dbr_addr,
             srq: attr.srq.as_ref().map(Srq::srqn),
-            dyn_bfreg: None,
+            dyn_bfreg: td_bf.as_ref().and_then(|b| b.dyn_index),
         };
         let out = ctx.driver().create_qp(req);
-        let (out, bf) = match out.map(|o| (o, ctx.bfreg(o.bfreg_index).cloned())) {
+        let bf_of =
+            |o: &doorbell_driver::CreateQpResp| td_bf.or_else(|| ctx.bfreg(o.bfreg_index).cloned());
+        let (out, bf) = match out.map(|o| (o, bf_of(&o))) {
             Ok((o, Some(bf))) => (o, bf),
             Ok((o, None)) => {
                 let _ = ctx.driver().destroy_qp(o.qpn);
@@ -423,9 +427,14 @@ impl Qp {
         self.inner.cap
     }
 
-    /// The gross bfreg index this QP rings through.
+    /// The gross bfreg index this QP rings through, as the kernel answered
+    /// it: `doorbell_driver::INVALID_BFREG` for a QP of a thread domain.
     pub fn bfreg_index(&self) -> u32 {
         self.inner.bfreg_index
+    }
+
+    pub(crate) fn bf(&self) -> &Arc<Bfreg> {
+        &self.inner.bf
     }
 
     /// The state as the provider last set it.
@@ -1010,19 +1019,4 @@ pub struct RcEndpoint {
     pub qpn: Qpn,
     /// First PSN it sends.
     pub psn: doorbell_types::Psn,
-}
-
-impl Context {
-    /// Where the doorbells of QP `qpn` of this context go.
-    pub fn placement(&self, qp: &Qp) -> BfregPlacement {
-        let idx = qp.bfreg_index();
-        let bf = &qp.inner.bf;
-        BfregPlacement {
-            bfreg_index: idx,
-            uar_page: idx / BFREGS_PER_UAR,
-            uar_offset: bf.reg,
-            blueflame: bf.buf_size > 0 && !self.config().shut_up_bf,
-            lock: bf.need_lock,
-        }
-    }
 }
