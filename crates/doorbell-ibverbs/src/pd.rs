@@ -9,7 +9,7 @@ use core::ffi::{c_int, c_uint, c_void};
 
 use doorbell_hif::Access;
 use doorbell_types::HostAddr;
-use doorbell_verbs::{Mr, MrChange, Pd};
+use doorbell_verbs::{Mr, MrChange, Pd, ThreadDomain};
 use libc::{EINVAL, EOPNOTSUPP, size_t};
 
 use crate::abi::consts::*;
@@ -19,12 +19,23 @@ use crate::ctx::context;
 use crate::handle;
 use crate::handles;
 
+/// A PD or a parent domain: the verbs `Pd` says which.
 #[repr(C)]
 pub(crate) struct CPd {
     pub(crate) pd: ibv_pd,
     pub(crate) inner: Pd,
+    /// A parent domain's `pd_context` (IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT),
+    /// kept for the caller; this library never dereferences it.
+    pd_context: *mut c_void,
 }
 handle!(CPd, ibv_pd, pd, Pd);
+
+#[repr(C)]
+struct CTd {
+    td: ibv_td,
+    inner: ThreadDomain,
+}
+handle!(CTd, ibv_td, td, Td);
 
 /// `ibv_alloc_pd`.
 #[unsafe(no_mangle)]
@@ -36,11 +47,100 @@ pub extern "C" fn ibv_alloc_pd(context_: *mut ibv_context) -> *mut ibv_pd {
             context: context_,
             handle: inner.pdn().get(),
         };
-        Ok(handles::register(Box::new(CPd { pd, inner })))
+        Ok(handles::register(Box::new(CPd {
+            pd,
+            inner,
+            pd_context: core::ptr::null_mut(),
+        })))
     })
 }
 
-/// `ibv_dealloc_pd`: EBUSY while an MR, QP or AH of it exists.
+/// `verbs_context.alloc_td` (what the inline `ibv_alloc_td` calls): a
+/// thread domain with a dynamic doorbell register of its own. No
+/// `comp_mask` bit is known (EINVAL); ENOSPC when the dynamic pages run out.
+pub(crate) unsafe extern "C" fn alloc_td(
+    context_: *mut ibv_context,
+    attr: *mut ibv_td_init_attr,
+) -> *mut ibv_td {
+    guard("ibv_alloc_td", Conv::Null, || {
+        // SAFETY: the caller's attributes; NULL is refused.
+        let a = unsafe { attr.as_ref() }.copied().ok_or(EINVAL)?;
+        if a.comp_mask != 0 {
+            return Err(EINVAL);
+        }
+        let c = context(context_)?;
+        let inner = c.ctx.alloc_td().map_err(|e| e.errno())?;
+        let td = ibv_td { context: context_ };
+        Ok(handles::register(Box::new(CTd { td, inner })))
+    })
+}
+
+/// `verbs_context.dealloc_td`: EBUSY while a parent domain holds it.
+pub(crate) unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
+    guard("ibv_dealloc_td", Conv::Errno, || {
+        let obj = handles::take::<CTd>(td)?;
+        if obj.inner.is_shared() {
+            handles::restore(obj);
+            return Err(libc::EBUSY);
+        }
+        drop(obj);
+        Ok(0)
+    })
+}
+
+/// `verbs_context.alloc_parent_domain`: an `ibv_pd` over `attr.pd` (of this
+/// context) and `attr.td` (of this context, or NULL), usable wherever a PD
+/// is and freed by `ibv_dealloc_pd`. `pd_context` is kept; custom
+/// allocators are refused (EOPNOTSUPP): queue buffers are the provider's.
+pub(crate) unsafe extern "C" fn alloc_parent_domain(
+    context_: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    guard("ibv_alloc_parent_domain", Conv::Null, || {
+        // SAFETY: the caller's attributes; NULL is refused.
+        let a = unsafe { attr.as_ref() }.copied().ok_or(EINVAL)?;
+        if a.comp_mask
+            & !(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+            != 0
+        {
+            return Err(EINVAL);
+        }
+        let base = pd_of(a.pd)?;
+        if base.pd.context != context_ {
+            return Err(EINVAL);
+        }
+        let td = if a.td.is_null() {
+            None
+        } else {
+            let t = handles::get::<CTd>(a.td)?;
+            if t.td.context != context_ {
+                return Err(EINVAL);
+            }
+            Some(&t.inner)
+        };
+        if a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        let inner = base.inner.parent_domain(td).map_err(|e| e.errno())?;
+        let pd = ibv_pd {
+            context: context_,
+            handle: base.pd.handle,
+        };
+        let pd_context = if a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT != 0 {
+            a.pd_context
+        } else {
+            core::ptr::null_mut()
+        };
+        Ok(handles::register(Box::new(CPd {
+            pd,
+            inner,
+            pd_context,
+        })))
+    })
+}
+
+/// `ibv_dealloc_pd`: EBUSY while an MR, QP or AH of it exists, or (for a
+/// PD) while a parent domain is made over it.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard("ibv_dealloc_pd", Conv::Errno, || {
