@@ -6,6 +6,7 @@ mod determinism;
 mod faults;
 mod steps;
 mod table;
+mod td;
 
 use doorbell_sim::Profile;
 
