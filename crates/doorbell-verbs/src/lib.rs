@@ -33,6 +33,7 @@
 
 mod ah;
 mod config;
+mod connect;
 mod context;
 mod cq;
 mod error;
@@ -47,15 +48,14 @@ mod wr;
 
 pub use ah::{GRH_LEN, ReturnPath};
 pub use config::ProviderConfig;
+pub use connect::RcEndpoint;
 pub use context::{Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
 pub use cq::{Cq, Wc, WcOpcode, WcStatus};
 pub use doorbell_hif::{Access, AddressVector, DeviceCaps, NicEvent, QpAttrs, QpState, QpType};
 pub use error::VerbsError;
 pub use mr::{Mr, MrChange, Pd, Sge};
 pub use placement::BfregPlacement;
-pub use qp::{
-    Ah, Qp, QpCaps, QpInitAttr, RcEndpoint, RemoteAddr, SendFlags, SendWr, UdTarget, WrOpcode,
-};
+pub use qp::{Ah, Qp, QpCaps, QpInitAttr, RemoteAddr, SendFlags, SendWr, UdTarget, WrOpcode};
 pub use report::{PostObserver, PostReport, Ring};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 pub use td::ThreadDomain;
