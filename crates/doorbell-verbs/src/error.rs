@@ -32,6 +32,9 @@ pub enum VerbsError {
     /// pages do.
     #[error("no space left: {0}")]
     NoSpace(&'static str),
+    /// An allocator had no memory to give (ENOMEM).
+    #[error("out of memory: {0}")]
+    NoMemory(&'static str),
     /// The device cannot do this (EOPNOTSUPP).
     #[error("not supported: {0}")]
     NotSupported(&'static str),
@@ -96,6 +99,7 @@ impl VerbsError {
             VerbsError::QueueFull { .. } | VerbsError::InlineTooLong { .. } => libc::ENOMEM,
             VerbsError::Busy(_) => libc::EBUSY,
             VerbsError::NoSpace(_) => libc::ENOSPC,
+            VerbsError::NoMemory(_) => libc::ENOMEM,
             VerbsError::NotSupported(_) => libc::EOPNOTSUPP,
             VerbsError::Protocol(_) => libc::EPROTONOSUPPORT,
         }

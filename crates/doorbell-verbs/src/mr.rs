@@ -3,10 +3,12 @@
 use std::sync::Arc;
 
 use doorbell_hif::Access;
+use doorbell_host::PAGE_SIZE;
 use doorbell_types::{HostAddr, Lkey, Mkey, Pdn, Rkey};
 
 use crate::context::Context;
 use crate::error::VerbsError;
+use crate::queue_buf::{BufferAllocator, BufferKind, QueueBuf};
 use crate::td::ThreadDomain;
 
 pub(crate) struct PdInner {
@@ -17,6 +19,8 @@ pub(crate) struct PdInner {
     base: Option<Pd>,
     /// For a parent domain, its thread domain.
     td: Option<ThreadDomain>,
+    /// For a parent domain, the application's allocator of QP buffers.
+    allocator: Option<Arc<dyn BufferAllocator>>,
 }
 
 impl Drop for PdInner {
@@ -46,6 +50,7 @@ impl Pd {
                 pdn,
                 base: None,
                 td: None,
+                allocator: None,
             }),
         })
     }
@@ -63,6 +68,16 @@ impl Pd {
     /// deallocates nothing on the device. Refused (EINVAL) for a `td` of
     /// another context, or over a PD that is itself a parent domain.
     pub fn parent_domain(&self, td: Option<&ThreadDomain>) -> Result<Pd, VerbsError> {
+        self.parent_domain_with(td, None)
+    }
+
+    /// As [`Pd::parent_domain`], with the application's `allocator` of the
+    /// buffers of QPs made in it (`IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`).
+    pub fn parent_domain_with(
+        &self,
+        td: Option<&ThreadDomain>,
+        allocator: Option<Arc<dyn BufferAllocator>>,
+    ) -> Result<Pd, VerbsError> {
         if self.inner.base.is_some() {
             return Err(VerbsError::InvalidArgument(
                 "a parent domain over a parent domain",
@@ -79,8 +94,18 @@ impl Pd {
                 pdn: self.inner.pdn,
                 base: Some(self.clone()),
                 td: td.cloned(),
+                allocator,
             }),
         })
+    }
+
+    /// A page-aligned QP buffer of `len` bytes: from the parent domain's
+    /// allocator if it has one that does not defer to the provider, else
+    /// from host memory.
+    pub(crate) fn alloc_queue_buf(&self, len: u64) -> Result<QueueBuf, VerbsError> {
+        let mem = self.inner.ctx.mem();
+        let from = self.inner.allocator.as_ref();
+        QueueBuf::alloc(&**mem, from, len, PAGE_SIZE, BufferKind::Qp)
     }
 
     /// For a parent domain, the PD it was made over.

@@ -19,6 +19,7 @@ use crate::cq::Cq;
 use crate::cq::CqInner;
 use crate::error::VerbsError;
 use crate::mr::{Pd, Sge};
+use crate::queue_buf::QueueBuf;
 use crate::report::{PostReport, Ring};
 use crate::srq::Srq;
 use crate::wq::{QpShared, RqState, SqState};
@@ -194,7 +195,7 @@ struct QpInner {
     shared: Arc<QpShared>,
     qp_type: QpType,
     sq_sig_all: bool,
-    buf: HostAddr,
+    buf: QueueBuf,
     sq_start: HostAddr,
     rq_stride: u32,
     dbr: HostAddr,
@@ -233,7 +234,7 @@ impl Drop for QpInner {
         ctx.unregister_qp(self.shared.qpn);
         if ctx.driver().destroy_qp(self.shared.qpn).is_ok() {
             let _ = self.clean_cqs();
-            let _ = ctx.mem().free(self.buf);
+            self.buf.free(&**ctx.mem());
         }
         ctx.free_dbrec(self.dbr);
     }
@@ -311,11 +312,12 @@ impl Pd {
         let rq_stride = if own_rq { rq_stride } else { 16 };
         let buf_len = (rq_bytes + sq_bytes).div_ceil(PAGE_SIZE) * PAGE_SIZE;
         let mem = ctx.mem();
-        let buf = mem.alloc(buf_len)?;
+        let qbuf = self.alloc_queue_buf(buf_len)?;
+        let buf = qbuf.addr;
         let dbr_addr = match ctx.alloc_dbrec() {
             Ok(d) => d,
             Err(e) => {
-                let _ = mem.free(buf);
+                qbuf.free(&**mem);
                 return Err(e);
             }
         };
@@ -346,14 +348,14 @@ impl Pd {
             Ok((o, Some(bf))) => (o, bf),
             Ok((o, None)) => {
                 let _ = ctx.driver().destroy_qp(o.qpn);
-                let _ = mem.free(buf);
+                qbuf.free(&**mem);
                 ctx.free_dbrec(dbr_addr);
                 return Err(VerbsError::InvalidArgument(
                     "kernel returned an unmapped bfreg",
                 ));
             }
             Err(e) => {
-                let _ = mem.free(buf);
+                qbuf.free(&**mem);
                 ctx.free_dbrec(dbr_addr);
                 return Err(e.into());
             }
@@ -393,7 +395,7 @@ impl Pd {
                 shared,
                 qp_type: attr.qp_type,
                 sq_sig_all: attr.sq_sig_all,
-                buf,
+                buf: qbuf,
                 sq_start: offset(buf, rq_bytes)?,
                 rq_stride,
                 dbr: dbr_addr,
@@ -542,8 +544,8 @@ impl Qp {
                 d.set_addr(0);
                 i += 1;
             }
-            let written =
-                offset(inner.buf, (ind * stride) as u64).and_then(|a| mem.write(a, &wqe[..i * 16]));
+            let written = offset(inner.buf.addr, (ind * stride) as u64)
+                .and_then(|a| mem.write(a, &wqe[..i * 16]));
             if let Err(e) = written {
                 self.publish_recv(&mut rq, n as u32).map_err(at(n))?;
                 return Err(at(n)(e.into()));

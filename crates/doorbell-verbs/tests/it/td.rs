@@ -259,3 +259,153 @@ fn blueflame_through_a_td_follows_shut_up_bf() {
     assert_eq!(rings.last(), Some(&Ring::Doorbell));
     assert_eq!(poll_all(&cq)[0].status, WcStatus::Success);
 }
+
+/// An application's allocator over the link's host memory, recording calls.
+struct Recording {
+    mem: Arc<dyn doorbell_host::HostMemory>,
+    defer: bool,
+    calls: std::sync::Mutex<Vec<(&'static str, u64, u64)>>,
+}
+
+impl doorbell_verbs::BufferAllocator for Recording {
+    fn alloc(
+        &self,
+        len: u64,
+        align: u64,
+        kind: doorbell_verbs::BufferKind,
+    ) -> Result<Option<doorbell_types::HostAddr>, VerbsError> {
+        assert_eq!(kind, doorbell_verbs::BufferKind::Qp);
+        self.calls.lock().unwrap().push(("alloc", len, align));
+        if self.defer {
+            return Ok(None);
+        }
+        let a = self.mem.alloc(len).unwrap();
+        // Not zeroed, as posix_memalign's is not: the provider clears it.
+        self.mem.write(a, &vec![0xa5; len as usize]).unwrap();
+        Ok(Some(a))
+    }
+
+    fn free(&self, addr: doorbell_types::HostAddr, len: u64, _: doorbell_verbs::BufferKind) {
+        self.calls.lock().unwrap().push(("free", len, addr.get()));
+        self.mem.free(addr).unwrap();
+    }
+}
+
+#[test]
+fn a_parent_domains_allocator_gives_the_qp_buffer_and_takes_it_back() {
+    use doorbell_hif::DeviceLink;
+    let (link, ctx) = open(ProviderConfig::default());
+    let rec = Arc::new(Recording {
+        mem: link.memory().clone(),
+        defer: false,
+        calls: Default::default(),
+    });
+    let pd = ctx.alloc_pd().unwrap();
+    let td = ctx.alloc_td().unwrap();
+    let parent = pd.parent_domain_with(Some(&td), Some(rec.clone())).unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let a = qp(&parent, &cq);
+    let b = qp(&pd, &cq);
+    let calls = rec.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "one buffer for the QP of the parent domain");
+    let (what, len, align) = calls[0];
+    assert_eq!((what, len % 4096, align), ("alloc", 0, 4096));
+    // Its buffer works: WRITE through it, and a SEND into its receive queue.
+    connect(&ctx, &a, &b);
+    let mr = pd.reg_mr(4096, Access(FULL)).unwrap();
+    mr.write(0, b"own buffer").unwrap();
+    let sge = [mr.sge(0, 10).unwrap()];
+    a.post_send(&[SendWr {
+        wr_id: 5,
+        sg_list: &sge,
+        opcode: WrOpcode::RdmaWrite(RemoteAddr {
+            addr: mr.addr() + 1024,
+            rkey: mr.rkey(),
+        }),
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }])
+    .unwrap();
+    let rsge = [mr.sge(2048, 10).unwrap()];
+    a.post_recv(&[RecvWr {
+        wr_id: 6,
+        sg_list: &rsge,
+    }])
+    .unwrap();
+    b.post_send(&[SendWr {
+        wr_id: 7,
+        sg_list: &sge,
+        opcode: WrOpcode::Send,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }])
+    .unwrap();
+    let wc = poll_all(&cq);
+    assert_eq!(wc.len(), 3, "{wc:?}");
+    assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+    let mut got = [0u8; 10];
+    mr.read(1024, &mut got).unwrap();
+    assert_eq!(&got, b"own buffer");
+    mr.read(2048, &mut got).unwrap();
+    assert_eq!(&got, b"own buffer");
+    drop(a);
+    let calls = rec.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2);
+    assert_eq!((calls[1].0, calls[1].1), ("free", len), "given back whole");
+}
+
+#[test]
+fn an_allocator_may_defer_to_the_provider_or_refuse() {
+    use doorbell_hif::DeviceLink;
+    let (link, ctx) = open(ProviderConfig::default());
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let deferring = Arc::new(Recording {
+        mem: link.memory().clone(),
+        defer: true,
+        calls: Default::default(),
+    });
+    let parent = pd
+        .parent_domain_with(None, Some(deferring.clone()))
+        .unwrap();
+    drop(qp(&parent, &cq));
+    let calls: Vec<&str> = deferring
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(calls, vec!["alloc"], "asked once, nothing to give back");
+
+    struct Refusing;
+    impl doorbell_verbs::BufferAllocator for Refusing {
+        fn alloc(
+            &self,
+            _: u64,
+            _: u64,
+            _: doorbell_verbs::BufferKind,
+        ) -> Result<Option<doorbell_types::HostAddr>, VerbsError> {
+            Err(VerbsError::NoMemory("test"))
+        }
+        fn free(&self, _: doorbell_types::HostAddr, _: u64, _: doorbell_verbs::BufferKind) {
+            panic!("nothing was given");
+        }
+    }
+    let refusing = pd
+        .parent_domain_with(None, Some(Arc::new(Refusing)))
+        .unwrap();
+    let records = ctx.doorbell_record_pages();
+    let err = refusing
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            cap: QpCaps::default(),
+            sq_sig_all: false,
+            srq: None,
+        })
+        .unwrap_err();
+    assert_eq!(err.errno(), libc::ENOMEM);
+    assert_eq!(ctx.doorbell_record_pages(), records, "nothing left behind");
+}
