@@ -69,8 +69,9 @@
 //! (`ibv_reg_mr`, `_iova`, `_iova2`); completion channels (eventfds), CQs,
 //! `ibv_get_cq_event` and `ibv_ack_cq_events`; RC and UD QPs
 //! (create, modify, query, destroy) and AHs; thread domains and parent
-//! domains (their QPs ring a dynamic register of their own, lockless;
-//! custom allocators are refused with EOPNOTSUPP); and the fast path through the
+//! domains (their QPs ring a dynamic register of their own, lockless, and
+//! take their buffers from the parent domain's allocator if it has one);
+//! and the fast path through the
 //! context's ops: `poll_cq`, `req_notify_cq`, `post_send`, `post_recv`.
 //! Also `ibv_fork_init` (0), `ibv_is_fork_initialized`
 //! (`IBV_FORK_UNNEEDED`), `ibv_dontfork_range`/`ibv_dofork_range` (0),

@@ -344,15 +344,19 @@ impl Pd {
         let out = ctx.driver().create_qp(req);
         let bf_of =
             |o: &doorbell_driver::CreateQpResp| td_bf.or_else(|| ctx.bfreg(o.bfreg_index).cloned());
-        let (out, bf) = match out.map(|o| (o, bf_of(&o))) {
-            Ok((o, Some(bf))) => (o, bf),
-            Ok((o, None)) => {
+        // An application's buffer is cleared once pinned (process memory
+        // reaches a granted range only then), as libmlx5 clears it.
+        let out = out.map(|o| (o, bf_of(&o), qbuf.clear(&**mem)));
+        let (out, bf) = match out {
+            Ok((o, Some(bf), Ok(()))) => (o, bf),
+            Ok((o, bf, cleared)) => {
                 let _ = ctx.driver().destroy_qp(o.qpn);
                 qbuf.free(&**mem);
                 ctx.free_dbrec(dbr_addr);
-                return Err(VerbsError::InvalidArgument(
-                    "kernel returned an unmapped bfreg",
-                ));
+                return Err(match (bf, cleared) {
+                    (_, Err(e)) => e,
+                    _ => VerbsError::InvalidArgument("kernel returned an unmapped bfreg"),
+                });
             }
             Err(e) => {
                 qbuf.free(&**mem);

@@ -23,7 +23,7 @@ pub trait BufferAllocator: Send + Sync {
     /// `len` bytes aligned to `align` for a buffer of `kind`, which host
     /// memory must then let the device reach; `Ok(None)` asks the provider
     /// to use its own memory (`IBV_ALLOCATOR_USE_DEFAULT`). The provider
-    /// zeroes what it gets.
+    /// zeroes what it gets once the driver has pinned it.
     fn alloc(&self, len: u64, align: u64, kind: BufferKind)
     -> Result<Option<HostAddr>, VerbsError>;
 
@@ -52,11 +52,6 @@ impl QueueBuf {
     ) -> Result<Self, VerbsError> {
         if let Some(a) = from {
             if let Some(addr) = a.alloc(len, align, kind)? {
-                // libmlx5 clears a QP buffer wherever it came from.
-                if let Err(e) = mem.write(addr, &vec![0u8; len as usize]) {
-                    a.free(addr, len, kind);
-                    return Err(e.into());
-                }
                 return Ok(Self {
                     addr,
                     len,
@@ -71,6 +66,15 @@ impl QueueBuf {
             kind,
             from: None,
         })
+    }
+
+    /// Zeroes a buffer the application gave (host memory's own come
+    /// zeroed), as libmlx5 clears every QP buffer.
+    pub(crate) fn clear(&self, mem: &dyn HostMemory) -> Result<(), VerbsError> {
+        if self.from.is_some() {
+            mem.write(self.addr, &vec![0u8; self.len as usize])?;
+        }
+        Ok(())
     }
 
     /// Gives the buffer back to whoever it came from.

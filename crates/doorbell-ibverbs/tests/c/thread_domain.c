@@ -1,24 +1,55 @@
 /* Thread domains and parent domains through the inline ibv_alloc_td,
  * ibv_dealloc_td and ibv_alloc_parent_domain: two RC QPs of one process,
  * each in a parent domain with a thread domain of its own, connected to
- * each other on the process's NIC, carry WRITEs and a SEND; the busy and
- * invalid paths answer what libmlx5 answers. Prints "ok <name>" per check
+ * each other on the process's NIC, carry WRITEs and a SEND; one QP's
+ * buffer comes from the application's allocator; the busy and invalid
+ * paths answer what libmlx5 answers. Prints "ok <name>" per check
  * and "FAIL <name>: ..."; exits 0 only if every check passed. */
 #define _GNU_SOURCE
 #include "check.h"
 
 #define LEN 8192
 
-static void *refuse_alloc(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
-			  uint64_t resource_type)
+/* MLX5DV_RES_TYPE_QP: what libmlx5 names a QP buffer to the allocator. */
+#define RES_TYPE_QP ((uint64_t)1 << 32 | 1)
+
+/* What the application's allocator saw: the calls and their arguments. */
+struct seen {
+	int allocs, frees, defaults;
+	struct ibv_pd *pd;
+	size_t size, alignment;
+	uint64_t type;
+	void *ptr, *freed;
+};
+
+static void *my_alloc(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+		      uint64_t resource_type)
 {
-	(void)pd, (void)pd_context, (void)size, (void)alignment, (void)resource_type;
-	return NULL;
+	struct seen *s = pd_context;
+	s->allocs++;
+	s->pd = pd, s->size = size, s->alignment = alignment, s->type = resource_type;
+	if (posix_memalign(&s->ptr, alignment, size))
+		return NULL;
+	memset(s->ptr, 0xa5, size); /* the library must clear it */
+	return s->ptr;
 }
 
-static void refuse_free(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type)
+static void my_free(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type)
 {
-	(void)pd, (void)pd_context, (void)ptr, (void)resource_type;
+	struct seen *s = pd_context;
+	(void)pd, (void)resource_type;
+	s->frees++;
+	s->freed = ptr;
+	free(ptr);
+}
+
+static void *default_alloc(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+			   uint64_t resource_type)
+{
+	struct seen *s = pd_context;
+	(void)pd, (void)size, (void)alignment, (void)resource_type;
+	s->defaults++;
+	return IBV_ALLOCATOR_USE_DEFAULT;
 }
 
 static int post_write(struct ibv_qp *qp, struct ibv_mr *mr, char *from, uint32_t len,
@@ -75,16 +106,16 @@ int main(void)
 	      !ibv_alloc_parent_domain(ctx, &pda) && errno == EINVAL, "errno %d", errno);
 	pda.td = td1;
 	pda.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
-	pda.alloc = refuse_alloc;
-	pda.free = refuse_free;
+	pda.alloc = my_alloc;
 	errno = 0;
-	CHECK("custom allocators are EOPNOTSUPP",
-	      !ibv_alloc_parent_domain(ctx, &pda) && errno == EOPNOTSUPP, "errno %d", errno);
+	CHECK("an allocator without a free is EINVAL",
+	      !ibv_alloc_parent_domain(ctx, &pda) && errno == EINVAL, "errno %d", errno);
 
-	/* Two parent domains, each with its own TD. */
-	int cookie = 7;
-	pda.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
-	pda.pd_context = &cookie;
+	/* Two parent domains, each with its own TD; A's QP buffers come from
+	 * the application's allocator. */
+	struct seen seen = {0};
+	pda.free = my_free;
+	pda.pd_context = &seen;
 	struct ibv_pd *pa = ibv_alloc_parent_domain(ctx, &pda);
 	struct ibv_parent_domain_init_attr pdb = {.pd = pd, .td = td2};
 	struct ibv_pd *pb = ibv_alloc_parent_domain(ctx, &pdb);
@@ -118,6 +149,15 @@ int main(void)
 	struct ibv_qp *qb = ibv_create_qp_ex(ctx, &qb_attr);
 	CHECK("create_qp and create_qp_ex in parent domains", qa && qb && qa->pd == pa,
 	      "%s", strerror(errno));
+	CHECK("the allocator gave A's QP buffer",
+	      seen.allocs == 1 && seen.pd == pa && seen.alignment == 4096 &&
+		      seen.size % 4096 == 0 && seen.type == RES_TYPE_QP && seen.frees == 0,
+	      "allocs %d pd %p alignment %zu size %zu type %#llx", seen.allocs, (void *)seen.pd,
+	      seen.alignment, seen.size, (unsigned long long)seen.type);
+	int cleared = seen.ptr != NULL;
+	for (size_t i = 0; cleared && i < seen.size; i++)
+		cleared = ((unsigned char *)seen.ptr)[i] == 0;
+	CHECK("the library cleared the buffer it was given", cleared, "0xa5 left");
 	if (!qa || !qb || !mr) {
 		printf("%d failed\n", failures);
 		return 1;
@@ -156,9 +196,38 @@ int main(void)
 					     !memcmp(buf + 7200, buf + 100, 64),
 	      "rc %d send %d recv %d", rc, got_send, got_recv);
 
+	/* An allocator that defers to the library, and an extended CQ in a
+	 * parent domain. */
+	struct seen deferred = {0};
+	struct ibv_parent_domain_init_attr pdd = {
+		.pd = pd,
+		.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+			     IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
+		.alloc = default_alloc, .free = my_free, .pd_context = &deferred};
+	struct ibv_pd *pd_default = ibv_alloc_parent_domain(ctx, &pdd);
+	qa_attr.srq = NULL;
+	struct ibv_qp *qd = pd_default ? ibv_create_qp(pd_default, &qa_attr) : NULL;
+	CHECK("IBV_ALLOCATOR_USE_DEFAULT uses the library's memory",
+	      qd && deferred.defaults == 1 && !ibv_destroy_qp(qd) && deferred.frees == 0,
+	      "%s defaults %d frees %d", strerror(errno), deferred.defaults, deferred.frees);
+	struct ibv_cq_init_attr_ex cqa = {.cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS,
+					  .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD,
+					  .parent_domain = pd};
+	errno = 0;
+	CHECK("an extended CQ in a PD that is no parent domain is EINVAL",
+	      !ibv_create_cq_ex(ctx, &cqa) && errno == EINVAL, "errno %d", errno);
+	cqa.parent_domain = pd_default;
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cqa);
+	CHECK("an extended CQ in a parent domain holds it",
+	      cqx && ibv_dealloc_pd(pd_default) == EBUSY, "%s", strerror(errno));
+	CHECK("and lets it go", cqx && !ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) &&
+				!ibv_dealloc_pd(pd_default), "teardown");
+
 	/* Tearing down: each holder in turn. */
 	CHECK("a parent domain with a QP is EBUSY", ibv_dealloc_pd(pa) == EBUSY, "busy");
 	CHECK("destroy_qp", ibv_destroy_qp(qa) == 0, "destroy");
+	CHECK("destroy_qp gave the buffer back", seen.frees == 1 && seen.freed == seen.ptr,
+	      "frees %d", seen.frees);
 	CHECK("a parent domain with an MR is EBUSY", ibv_dealloc_pd(pa) == EBUSY, "busy");
 	CHECK("dereg_mr", ibv_dereg_mr(mr) == 0, "dereg");
 	CHECK("dealloc_pd of a parent domain", ibv_dealloc_pd(pa) == 0, "dealloc");

@@ -29,7 +29,7 @@ const MODULES: [&str; 11] = [
 
 /// Capabilities doorbell does not have: a test (any, if empty) and the
 /// start of the reason the suite gives when it skips for them.
-const NOT_DOORBELLS: [(&str, &str); 13] = [
+const NOT_DOORBELLS: [(&str, &str); 9] = [
     // Device memory (ibv_alloc_dm).
     ("", "Device memory is not supported"),
     // Memory windows and MRs that allow binding them.
@@ -47,27 +47,8 @@ const NOT_DOORBELLS: [(&str, &str); 13] = [
     ("test_qp_ex_rc_atomic_write", "Extended QP is not supported"),
     // dmabuf MRs need a GPU's DRM device on the machine.
     ("", "Allocating dmabuf is not supported by"),
-    // Parent domains with custom allocators (queue buffers are the
-    // provider's own): the suite skips when ibv_alloc_parent_domain answers
-    // EOPNOTSUPP.
-    (
-        "test_default_allocators_rc_traffic",
-        "Parent Domain is not supported",
-    ),
-    (
-        "test_mem_align_rc_traffic",
-        "Parent Domain is not supported",
-    ),
-    (
-        "test_mem_align_ud_traffic",
-        "Parent Domain is not supported",
-    ),
-    (
-        "test_mem_align_srq_excq_rc_traffic",
-        "Parent Domain is not supported",
-    ),
-    // The machine has no 2 MiB huge pages set aside (and the test would
-    // need allocators as well).
+    // The machine has no 2 MiB huge pages set aside for the test's
+    // allocator to hand out.
     ("test_huge_page_traffic", "There are no huge pages"),
 ];
 

@@ -265,6 +265,7 @@ struct Recording {
     mem: Arc<dyn doorbell_host::HostMemory>,
     defer: bool,
     calls: std::sync::Mutex<Vec<(&'static str, u64, u64)>>,
+    given: std::sync::Mutex<Option<doorbell_types::HostAddr>>,
 }
 
 impl doorbell_verbs::BufferAllocator for Recording {
@@ -282,6 +283,7 @@ impl doorbell_verbs::BufferAllocator for Recording {
         let a = self.mem.alloc(len).unwrap();
         // Not zeroed, as posix_memalign's is not: the provider clears it.
         self.mem.write(a, &vec![0xa5; len as usize]).unwrap();
+        *self.given.lock().unwrap() = Some(a);
         Ok(Some(a))
     }
 
@@ -299,6 +301,7 @@ fn a_parent_domains_allocator_gives_the_qp_buffer_and_takes_it_back() {
         mem: link.memory().clone(),
         defer: false,
         calls: Default::default(),
+        given: Default::default(),
     });
     let pd = ctx.alloc_pd().unwrap();
     let td = ctx.alloc_td().unwrap();
@@ -310,6 +313,10 @@ fn a_parent_domains_allocator_gives_the_qp_buffer_and_takes_it_back() {
     assert_eq!(calls.len(), 1, "one buffer for the QP of the parent domain");
     let (what, len, align) = calls[0];
     assert_eq!((what, len % 4096, align), ("alloc", 0, 4096));
+    let given = rec.given.lock().unwrap().expect("an address was given");
+    let mut bytes = vec![0xffu8; len as usize];
+    link.memory().read(given, &mut bytes).unwrap();
+    assert!(bytes.iter().all(|&b| b == 0), "the provider cleared it");
     // Its buffer works: WRITE through it, and a SEND into its receive queue.
     connect(&ctx, &a, &b);
     let mr = pd.reg_mr(4096, Access(FULL)).unwrap();
@@ -364,6 +371,7 @@ fn an_allocator_may_defer_to_the_provider_or_refuse() {
         mem: link.memory().clone(),
         defer: true,
         calls: Default::default(),
+        given: Default::default(),
     });
     let parent = pd
         .parent_domain_with(None, Some(deferring.clone()))
