@@ -51,6 +51,10 @@ enum Cmd {
         /// Number of QPs.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
         qps: u32,
+        /// Create each QP in a parent domain with a thread domain of its
+        /// own (`ibv_alloc_td`): it then rings a dynamic register, lockless.
+        #[arg(long)]
+        thread_domains: bool,
     },
     /// The PCIe link model alone: raw and usable TLP bandwidth, and the
     /// effective bandwidth and transaction rate of MWr (DMA write), MRd
@@ -128,10 +132,13 @@ fn run(cli: Cli) -> Result<()> {
                 doorbell_cli::print_out(&seed::render(&rows, &o));
             }
         }
-        Some(Cmd::Layout { qps }) => {
+        Some(Cmd::Layout {
+            qps,
+            thread_domains,
+        }) => {
             let cfg = ProviderConfig::from_env()
                 .context("fix the MLX5_* variable named above: MLX5_TOTAL_UUARS takes 1..=512, MLX5_NUM_LOW_LAT_UUARS 0..total-1")?;
-            let (rows, counts) = layout::run(qps, cfg)?;
+            let (rows, counts) = layout::run_with(qps, cfg, thread_domains)?;
             if cli.json {
                 doorbell_cli::print_out(&serde_json::to_string_pretty(&rows)?);
             } else {

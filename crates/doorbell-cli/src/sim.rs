@@ -67,7 +67,9 @@ pub enum Sweep {
     /// Each of postlist, inline, unsignalled completions and BlueFlame on
     /// its own and all together, on every built-in profile.
     Features,
-    /// 1, 4, 16 and 64 threads posting through one context.
+    /// 1, 4, 16 and 64 threads posting through one context, each count
+    /// without and with thread domains ("16 threads" and "16 threads, TD"):
+    /// what the bfreg locks cost and what a TD saves.
     Threads,
 }
 
@@ -96,6 +98,10 @@ pub struct SimArgs {
     /// Posting threads (QPs are dealt round-robin).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: u32,
+    /// Thread domains: each thread's QPs are made in a parent domain with a
+    /// TD of that thread and ring a dynamic register of their own, lockless.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub td: OnOff,
     /// WRs per post_send (perftest -l).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub postlist: u32,
@@ -152,6 +158,7 @@ impl SimArgs {
             size: self.size,
             qps: self.qps.max(self.threads),
             threads: self.threads,
+            thread_domains: self.td == OnOff::On,
             postlist: self.postlist,
             inline_threshold: self.inline_threshold,
             signal_every: self.signal_every,
@@ -300,18 +307,22 @@ pub fn sweep(args: &SimArgs, s: Sweep) -> Result<Vec<SweepRow>> {
         Sweep::Threads => {
             let p = args.profile(&args.profile)?;
             for t in [1u32, 4, 16, 64] {
-                let w = Workload {
-                    threads: t,
-                    qps: t,
-                    iters: base.iters.div_ceil(u64::from(t)).max(100),
-                    ..base.clone()
-                };
-                let report = w.run(&p).with_context(|| format!("{t} threads"))?;
-                rows.push(SweepRow {
-                    profile: p.name.clone(),
-                    config: format!("{t} threads"),
-                    report,
-                });
+                for td in [false, true] {
+                    let w = Workload {
+                        threads: t,
+                        qps: t,
+                        thread_domains: td,
+                        iters: base.iters.div_ceil(u64::from(t)).max(100),
+                        ..base.clone()
+                    };
+                    let config = format!("{t} threads{}", if td { ", TD" } else { "" });
+                    let report = w.run(&p).with_context(|| config.clone())?;
+                    rows.push(SweepRow {
+                        profile: p.name.clone(),
+                        config,
+                        report,
+                    });
+                }
             }
         }
     }
@@ -328,7 +339,7 @@ pub fn render(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} on {}: {:?} {:?}, {} B, {} QPs, {} threads, postlist {}, inline <= {} B, 1 in {} signalled, BlueFlame {}",
+        "{} on {}: {:?} {:?}, {} B, {} QPs, {} threads{}, postlist {}, inline <= {} B, 1 in {} signalled, BlueFlame {}",
         w.iters * u64::from(w.qps),
         r.profile,
         w.qp_type,
@@ -336,6 +347,11 @@ pub fn render(r: &Report) -> String {
         w.size,
         w.qps,
         w.threads,
+        if w.thread_domains {
+            " (thread domains)"
+        } else {
+            ""
+        },
         w.postlist,
         w.inline_threshold,
         w.signal_every,
@@ -390,6 +406,11 @@ pub fn render(r: &Report) -> String {
         u.nic_processing_units * 100.0,
         cores.join(" ")
     );
+    let _ = writeln!(
+        s,
+        "  bfreg locks    {} posts took one, {:.0} ns waited",
+        r.locked_posts, r.lock_wait_ns
+    );
     let st = &r.steps;
     let _ = writeln!(s, "\n  one post, unloaded (ns):");
     for (i, (name, v)) in [
@@ -426,14 +447,14 @@ pub fn render_sweep(rows: &[SweepRow], s: Sweep) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<20} {:<12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8}",
-        "profile", "config", "Mops", "p50 ns", "p99 ns", "PCIe->", "PCIe<-", "NIC"
+        "{:<20} {:<15} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8}",
+        "profile", "config", "Mops", "p50 ns", "p99 ns", "PCIe->", "PCIe<-", "NIC", "locked"
     );
     for r in rows {
         let u = &r.report.utilisation;
         let _ = writeln!(
             out,
-            "{:<20} {:<12} {:>10.2} {:>10.0} {:>10.0} {:>7.0}% {:>7.0}% {:>7.0}%",
+            "{:<20} {:<15} {:>10.2} {:>10.0} {:>10.0} {:>7.0}% {:>7.0}% {:>7.0}% {:>8}",
             r.profile,
             r.config,
             r.report.msg_rate_mops,
@@ -441,14 +462,16 @@ pub fn render_sweep(rows: &[SweepRow], s: Sweep) -> String {
             r.report.latency_ns.p99,
             u.pcie_to_device * 100.0,
             u.pcie_to_host * 100.0,
-            u.nic_processing_units * 100.0
+            u.nic_processing_units * 100.0,
+            r.report.locked_posts
         );
     }
     if s == Sweep::Threads {
         let _ = writeln!(
             out,
-            "\nThreads beyond the 4 low-latency bfregs share the 11 medium ones and take their locks;\n\
-             threads beyond the profile's cores share cores."
+            "\nThreads beyond the 4 low-latency bfregs share the 11 medium ones and take their locks\n\
+             (\"locked\": posts that took one); with TD each thread's QPs ring a dynamic register\n\
+             of its thread domain, lockless. Threads beyond the profile's cores share cores."
         );
     }
     out

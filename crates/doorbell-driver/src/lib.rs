@@ -52,7 +52,26 @@ pub enum DriverError {
     /// A handle that this context does not own.
     #[error("no such object {0:#x} in this context")]
     NoSuchObject(u32),
+    /// A dynamic UAR page outside the context's reservation (EINVAL).
+    #[error("dynamic UAR page {page} outside the {pages} reserved")]
+    DynUarOutOfRange {
+        /// The page asked for.
+        page: u32,
+        /// Dynamic pages the context has.
+        pages: u32,
+    },
+    /// A dynamic UAR page mapped a second time (EINVAL).
+    #[error("dynamic UAR page {0} is already mapped")]
+    DynUarMapped(u32),
+    /// A QP named a dynamic bfreg whose page is out of range or not
+    /// mapped (EINVAL, as the kernel's `bfregn_to_uar_index`).
+    #[error("dynamic bfreg {0} is not on a mapped page")]
+    DynBfregUnmapped(u32),
 }
+
+/// What the kernel answers for `bfreg_index` when user space chose the
+/// register itself (MLX5_IB_INVALID_BFREG).
+pub const INVALID_BFREG: u32 = 1 << 31;
 
 /// alloc_ucontext request (`mlx5_ib_alloc_ucontext_req_v2`, the fields used).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +137,10 @@ pub struct CreateQpReq {
     /// The SRQ the QP receives from; the buffer then holds only the send
     /// queue and the RQ sizes are ignored.
     pub srq: Option<Srqn>,
+    /// The dynamic bfreg the provider chose (MLX5_QP_FLAG_BFREG_INDEX with
+    /// `bfreg_index`), on a page it mapped with [`Ucontext::map_dyn_uar`];
+    /// `None` lets the kernel's policy choose a static one.
+    pub dyn_bfreg: Option<u32>,
 }
 
 /// create_srq request: the WQE ring and doorbell record the provider made
@@ -143,7 +166,8 @@ pub struct CreateSrqReq {
 pub struct CreateQpResp {
     /// The QP number.
     pub qpn: Qpn,
-    /// The gross bfreg index the provider rings through.
+    /// The gross bfreg index the provider rings through, or
+    /// [`INVALID_BFREG`] when it chose a dynamic one.
     pub bfreg_index: u32,
 }
 
@@ -152,7 +176,8 @@ struct DbPage {
 }
 
 struct QpRecord {
-    bfregn: u32,
+    /// The static bfreg it counts against; `None` for a dynamic one.
+    bfregn: Option<u32>,
     buf: HostAddr,
     buf_len: u64,
     db: HostAddr,
@@ -168,6 +193,9 @@ struct State {
     mrs: BTreeMap<Mkey, (HostAddr, u64)>,
     /// Each SRQ's ring, its length, and its doorbell record.
     srqs: BTreeMap<Srqn, (HostAddr, u64, HostAddr)>,
+    /// The dynamic system pages (`sys_pages[num_static_sys_pages..]`):
+    /// `None` until mapped with MLX5_IB_MMAP_ALLOC_WC.
+    dyn_pages: Vec<Option<UarIndex>>,
 }
 
 /// A user context: its UARs, bfregs, pinned pages and objects.
@@ -234,12 +262,14 @@ impl Ucontext {
             num_uars_per_page: caps.num_uars_per_page,
             num_dyn_bfregs: info.num_dyn_bfregs,
         };
+        let dyn_pages = vec![None; (info.num_sys_pages - info.num_static_sys_pages) as usize];
         Ok(Self {
             link,
             caps,
             resp,
             uars,
             state: Mutex::new(State {
+                dyn_pages,
                 bfregs: BfregAllocator::new(info),
                 db_pages: BTreeMap::new(),
                 qps: BTreeMap::new(),
@@ -272,6 +302,32 @@ impl Ucontext {
     /// The static UAR pages mapped into this context, in order.
     pub fn uar_pages(&self) -> &[UarIndex] {
         &self.uars
+    }
+
+    /// The mmap of dynamic UAR page `page` (command MLX5_IB_MMAP_ALLOC_WC):
+    /// allocates a UAR from the device for the page's slot and returns its
+    /// index, which the provider's doorbells then go to. A page outside the
+    /// reservation (`num_dyn_bfregs / bfregs_per_sys_page` pages) or one
+    /// already mapped is refused; the UAR lives until the context goes.
+    pub fn map_dyn_uar(&self, page: u32) -> Result<UarIndex, DriverError> {
+        let mut st = self.state();
+        let pages = st.dyn_pages.len() as u32;
+        match st.dyn_pages.get(page as usize) {
+            None => return Err(DriverError::DynUarOutOfRange { page, pages }),
+            Some(Some(_)) => return Err(DriverError::DynUarMapped(page)),
+            Some(None) => {}
+        }
+        let uar = match self.link.exec(Command::AllocUar)? {
+            CmdOut::Uar(u) => u,
+            _ => return Err(DriverError::Protocol),
+        };
+        st.dyn_pages[page as usize] = Some(uar);
+        Ok(uar)
+    }
+
+    /// The UAR of dynamic page `page`, if it is mapped.
+    pub fn dyn_uar(&self, page: u32) -> Option<UarIndex> {
+        self.state().dyn_pages.get(page as usize).copied().flatten()
     }
 
     /// The port's link: with `Some`, sets its administrative state first
@@ -510,13 +566,27 @@ impl Ucontext {
                 return Err(e);
             }
         };
-        let bfregn = st.bfregs.alloc();
-        let info = st.bfregs.info().clone();
-        let page = info.sys_page(bfregn) as usize;
-        let uar = self
-            .uars
-            .get(page)
-            .map(|u| UarIndex::new(u.get() + info.uar_in_page(bfregn)));
+        let (bfregn, uar) = match req.dyn_bfreg {
+            Some(n) => match Self::dyn_bfreg_uar(&st, n) {
+                Some(uar) => (None, Ok(uar)),
+                None => {
+                    self.db_unmap(&mut st, req.db_addr);
+                    let _ = mem.unpin(req.buf_addr, req.buf_len);
+                    return Err(DriverError::DynBfregUnmapped(n));
+                }
+            },
+            None => {
+                let n = st.bfregs.alloc();
+                let info = st.bfregs.info();
+                let page = info.sys_page(n) as usize;
+                let uar = self
+                    .uars
+                    .get(page)
+                    .map(|u| UarIndex::new(u.get() + info.uar_in_page(n)))
+                    .ok_or(page as u32);
+                (Some(n), uar)
+            }
+        };
         let params = uar.map(|uar| QpParams {
             qp_type: req.qp_type,
             pd: req.pd,
@@ -531,10 +601,10 @@ impl Ucontext {
             srq: req.srq,
         });
         let out = match params {
-            Some(p) => self.link.exec(Command::CreateQp(p)),
-            None => Err(CmdError::NoSuchObject {
+            Ok(p) => self.link.exec(Command::CreateQp(p)),
+            Err(page) => Err(CmdError::NoSuchObject {
                 kind: ObjKind::Uar,
-                id: page as u32,
+                id: page,
             }),
         };
         match out {
@@ -550,11 +620,13 @@ impl Ucontext {
                 );
                 Ok(CreateQpResp {
                     qpn,
-                    bfreg_index: gross_index(bfregn),
+                    bfreg_index: bfregn.map_or(INVALID_BFREG, gross_index),
                 })
             }
             other => {
-                st.bfregs.free(bfregn);
+                if let Some(n) = bfregn {
+                    st.bfregs.free(n);
+                }
                 self.db_unmap(&mut st, req.db_addr);
                 let _ = mem.unpin(req.buf_addr, req.buf_len);
                 Err(other
@@ -563,6 +635,21 @@ impl Ucontext {
                     .unwrap_or(DriverError::Protocol))
             }
         }
+    }
+
+    /// The kernel's `bfregn_to_uar_index` for a dynamic bfreg: its page
+    /// counts after the static ones and must be mapped.
+    fn dyn_bfreg_uar(st: &State, n: u32) -> Option<UarIndex> {
+        let info = st.bfregs.info();
+        if n >= info.num_dyn_bfregs {
+            return None;
+        }
+        let base = st
+            .dyn_pages
+            .get(info.sys_page(n) as usize)
+            .copied()
+            .flatten()?;
+        Some(UarIndex::new(base.get() + info.uar_in_page(n)))
     }
 
     /// modify_qp.
@@ -587,7 +674,9 @@ impl Ucontext {
         self.link.exec(Command::DestroyQp(qpn))?;
         let mut st = self.state();
         if let Some(r) = st.qps.remove(&qpn) {
-            st.bfregs.free(r.bfregn);
+            if let Some(n) = r.bfregn {
+                st.bfregs.free(n);
+            }
             self.db_unmap(&mut st, r.db);
             self.link.memory().unpin(r.buf, r.buf_len)?;
         }
@@ -667,7 +756,8 @@ impl Ucontext {
 
 impl Drop for Ucontext {
     fn drop(&mut self) {
-        for u in &self.uars {
+        let dynamic: Vec<UarIndex> = self.state().dyn_pages.iter().flatten().copied().collect();
+        for u in self.uars.iter().chain(&dynamic) {
             let _ = self.link.exec(Command::DeallocUar(*u));
         }
     }

@@ -9,7 +9,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint, c_void};
 use std::sync::{Condvar, Mutex};
 
-use doorbell_verbs::{Cq, Wc};
+use doorbell_verbs::{Cq, Pd, Wc};
 use libc::{EINVAL, ENOENT};
 
 use crate::abi::consts::*;
@@ -88,6 +88,9 @@ pub(crate) struct CCq {
     unacked: Mutex<u32>,
     /// Signalled as events are acknowledged (`ibv_destroy_cq` waits).
     acked: Condvar,
+    /// The parent domain it was made in (`IBV_CQ_INIT_ATTR_MASK_PD`), held
+    /// so that `ibv_dealloc_pd` answers EBUSY while the CQ exists.
+    _parent: Option<Pd>,
 }
 handle!(CCq, ibv_cq, cq, Cq);
 
@@ -110,6 +113,7 @@ pub extern "C" fn ibv_create_cq(
             cq_context,
             channel,
             comp_vector as u32,
+            None,
             |_| {},
         )
     })
@@ -123,6 +127,7 @@ pub(crate) fn create(
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
     comp_vector: u32,
+    parent: Option<Pd>,
     ops: impl FnOnce(&mut ibv_cq_ex),
 ) -> Result<*mut ibv_cq, c_int> {
     let c = context(context_)?;
@@ -153,6 +158,7 @@ pub(crate) fn create(
         current: Mutex::new(Wc::default()),
         unacked: Mutex::new(0),
         acked: Condvar::new(),
+        _parent: parent,
     }));
     if let Some(ch) = ch {
         ch.add_cq(1);

@@ -16,12 +16,14 @@ use crate::abi::*;
 use crate::boundary::{Conv, guard};
 use crate::cq::{CCq, create, wc_flags};
 use crate::handles;
+use crate::pd::pd_of;
 
 /// What `ibv_create_cq_ex` offers beyond `ibv_create_cq`: the standard
 /// completion fields and the device's completion timestamp (no wall-clock
 /// timestamps, VLANs, flow tags or tag matching: EOPNOTSUPP), and the single-threaded hint, which changes nothing here.
-/// A parent domain (`IBV_CQ_INIT_ATTR_MASK_PD`) is refused as mlx5
-/// refuses a PD that is not one (EINVAL): doorbell has none.
+/// A parent domain (`IBV_CQ_INIT_ATTR_MASK_PD`) of this context is held
+/// while the CQ exists; a PD that is not one is refused (EINVAL), as mlx5
+/// refuses it. Its allocator is not asked for the CQ's buffer.
 pub(crate) unsafe extern "C" fn create_cq_ex(
     context_: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
@@ -29,9 +31,20 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     guard("ibv_create_cq_ex", Conv::Null, || {
         // SAFETY: the caller's attributes, read once; NULL is refused.
         let a = unsafe { attr.as_ref() }.copied().ok_or(EINVAL)?;
-        if a.cqe == 0 || a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
+        if a.cqe == 0
+            || a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0
+        {
             return Err(EINVAL);
         }
+        let parent = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+            let pd = pd_of(a.parent_domain)?;
+            if pd.pd.context != context_ || pd.inner.base().is_none() {
+                return Err(EINVAL);
+            }
+            Some(pd.inner.clone())
+        } else {
+            None
+        };
         let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
             a.flags
         } else {
@@ -52,6 +65,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             a.cq_context,
             a.channel,
             a.comp_vector,
+            parent,
             fill_ops,
         )?;
         Ok(cq.cast::<ibv_cq_ex>())

@@ -183,6 +183,9 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         vctx.query_device_ex = Some(query_device_ex);
         vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
         vctx.create_srq_ex = Some(crate::srq::create_srq_ex);
+        vctx.alloc_td = Some(crate::pd::alloc_td);
+        vctx.dealloc_td = Some(crate::pd::dealloc_td);
+        vctx.alloc_parent_domain = Some(crate::pd::alloc_parent_domain);
         let c = &mut vctx.context;
         c.device = dev;
         c.ops.poll_cq = Some(CQ_OPS.poll_cq);

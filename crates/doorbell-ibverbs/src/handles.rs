@@ -32,6 +32,7 @@ pub(crate) enum Kind {
     Qp,
     Ah,
     Srq,
+    Td,
 }
 
 /// A Rust object that owns a C struct handed out as a handle.

@@ -45,7 +45,9 @@
 //! | device list (`struct ibv_device **`) | `ibv_get_device_list` (a boxed slice of pointers, NULL-terminated) | `ibv_free_device_list` | undefined, as in rdma-core |
 //! | `ibv_device` | the first `ibv_get_device_list` | never (C may keep it after freeing the list) | — |
 //! | `ibv_context` (after its `verbs_context`) | `ibv_open_device` | `ibv_close_device` | EINVAL |
-//! | `ibv_pd` | `ibv_alloc_pd` | `ibv_dealloc_pd` (EBUSY while an MR, QP or AH uses it) | EINVAL |
+//! | `ibv_pd` | `ibv_alloc_pd` | `ibv_dealloc_pd` (EBUSY while an MR, QP or AH uses it, or a parent domain is made over it) | EINVAL |
+//! | `ibv_pd` of a parent domain | `ibv_alloc_parent_domain` (the context op) | `ibv_dealloc_pd` (EBUSY while an MR, QP or AH uses it) | EINVAL |
+//! | `ibv_td` | `ibv_alloc_td` (the context op) | `ibv_dealloc_td` (EBUSY while a parent domain holds it) | undefined: the inline function reads the freed `td->context` |
 //! | `ibv_mr` | `ibv_reg_mr*` (the caller's buffer, granted and pinned in place) | `ibv_dereg_mr` | EINVAL |
 //! | `ibv_comp_channel` | `ibv_create_comp_channel` (an eventfd) | `ibv_destroy_comp_channel` (EBUSY while a CQ uses it) | EINVAL |
 //! | `ibv_cq` | `ibv_create_cq` | `ibv_destroy_cq` (EBUSY while a QP uses it) | EINVAL |
@@ -66,7 +68,10 @@
 //! `_ibv_query_gid_table`) and P_Key; PDs; MRs over the caller's own buffer
 //! (`ibv_reg_mr`, `_iova`, `_iova2`); completion channels (eventfds), CQs,
 //! `ibv_get_cq_event` and `ibv_ack_cq_events`; RC and UD QPs
-//! (create, modify, query, destroy) and AHs; and the fast path through the
+//! (create, modify, query, destroy) and AHs; thread domains and parent
+//! domains (their QPs ring a dynamic register of their own, lockless, and
+//! take their buffers from the parent domain's allocator if it has one);
+//! and the fast path through the
 //! context's ops: `poll_cq`, `req_notify_cq`, `post_send`, `post_recv`.
 //! Also `ibv_fork_init` (0), `ibv_is_fork_initialized`
 //! (`IBV_FORK_UNNEEDED`), `ibv_dontfork_range`/`ibv_dofork_range` (0),

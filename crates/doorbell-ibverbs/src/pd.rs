@@ -6,10 +6,12 @@
 #![allow(unreachable_pub)]
 
 use core::ffi::{c_int, c_uint, c_void};
+use std::sync::{Arc, OnceLock};
 
 use doorbell_hif::Access;
+use doorbell_rt::ProcessMemory;
 use doorbell_types::HostAddr;
-use doorbell_verbs::{Mr, MrChange, Pd};
+use doorbell_verbs::{BufferAllocator, BufferKind, Mr, MrChange, Pd, ThreadDomain, VerbsError};
 use libc::{EINVAL, EOPNOTSUPP, size_t};
 
 use crate::abi::consts::*;
@@ -19,12 +21,23 @@ use crate::ctx::context;
 use crate::handle;
 use crate::handles;
 
+/// A PD or a parent domain: the verbs `Pd` says which.
 #[repr(C)]
 pub(crate) struct CPd {
     pub(crate) pd: ibv_pd,
     pub(crate) inner: Pd,
+    /// A parent domain's `pd_context` (IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT),
+    /// kept for the caller; this library never dereferences it.
+    pd_context: *mut c_void,
 }
 handle!(CPd, ibv_pd, pd, Pd);
+
+#[repr(C)]
+struct CTd {
+    td: ibv_td,
+    inner: ThreadDomain,
+}
+handle!(CTd, ibv_td, td, Td);
 
 /// `ibv_alloc_pd`.
 #[unsafe(no_mangle)]
@@ -36,11 +49,206 @@ pub extern "C" fn ibv_alloc_pd(context_: *mut ibv_context) -> *mut ibv_pd {
             context: context_,
             handle: inner.pdn().get(),
         };
-        Ok(handles::register(Box::new(CPd { pd, inner })))
+        Ok(handles::register(Box::new(CPd {
+            pd,
+            inner,
+            pd_context: core::ptr::null_mut(),
+        })))
     })
 }
 
-/// `ibv_dealloc_pd`: EBUSY while an MR, QP or AH of it exists.
+/// `verbs_context.alloc_td` (what the inline `ibv_alloc_td` calls): a
+/// thread domain with a dynamic doorbell register of its own. No
+/// `comp_mask` bit is known (EINVAL); ENOSPC when the dynamic pages run out.
+pub(crate) unsafe extern "C" fn alloc_td(
+    context_: *mut ibv_context,
+    attr: *mut ibv_td_init_attr,
+) -> *mut ibv_td {
+    guard("ibv_alloc_td", Conv::Null, || {
+        // SAFETY: the caller's attributes; NULL is refused.
+        let a = unsafe { attr.as_ref() }.copied().ok_or(EINVAL)?;
+        if a.comp_mask != 0 {
+            return Err(EINVAL);
+        }
+        let c = context(context_)?;
+        let inner = c.ctx.alloc_td().map_err(|e| e.errno())?;
+        let td = ibv_td { context: context_ };
+        Ok(handles::register(Box::new(CTd { td, inner })))
+    })
+}
+
+/// `verbs_context.dealloc_td`: EBUSY while a parent domain holds it.
+pub(crate) unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
+    guard("ibv_dealloc_td", Conv::Errno, || {
+        let obj = handles::take::<CTd>(td)?;
+        if obj.inner.is_shared() {
+            handles::restore(obj);
+            return Err(libc::EBUSY);
+        }
+        drop(obj);
+        Ok(0)
+    })
+}
+
+/// The application's allocator of a parent domain, called as libmlx5 calls
+/// it for a QP's buffer: with the parent domain, its `pd_context`, the
+/// size, the page alignment and `MLX5DV_RES_TYPE_QP`.
+struct CAllocator {
+    /// The parent domain's handle, known once it is registered.
+    pd: OnceLock<usize>,
+    pd_context: *mut c_void,
+    alloc: AllocFn,
+    free: FreeFn,
+    mem: Arc<ProcessMemory>,
+}
+
+type AllocFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, size_t, size_t, u64) -> *mut c_void;
+type FreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+
+// SAFETY: the pointers are only handed back to the application's own
+// callbacks, which libibverbs lets any thread call.
+unsafe impl Send for CAllocator {}
+// SAFETY: as above; nothing here is written after construction but the
+// OnceLock.
+unsafe impl Sync for CAllocator {}
+
+/// `MLX5DV_RES_TYPE_QP`: RDMA_DRIVER_MLX5 (1) in the upper word, 1.
+const MLX5DV_RES_TYPE_QP: u64 = 1 << 32 | 1;
+/// `IBV_ALLOCATOR_USE_DEFAULT`: `(void *)-1`.
+const IBV_ALLOCATOR_USE_DEFAULT: usize = usize::MAX;
+
+fn res_type(kind: BufferKind) -> u64 {
+    match kind {
+        BufferKind::Qp => MLX5DV_RES_TYPE_QP,
+        _ => 0,
+    }
+}
+
+impl BufferAllocator for CAllocator {
+    fn alloc(
+        &self,
+        len: u64,
+        align: u64,
+        kind: BufferKind,
+    ) -> Result<Option<HostAddr>, VerbsError> {
+        let pd = self.pd.get().copied().unwrap_or(0) as *mut ibv_pd;
+        // SAFETY: the application's callback, called with what libmlx5
+        // passes it; it returns memory of its own or one of two markers.
+        let p = unsafe {
+            (self.alloc)(
+                pd,
+                self.pd_context,
+                len as size_t,
+                align as size_t,
+                res_type(kind),
+            )
+        };
+        if p as usize == IBV_ALLOCATOR_USE_DEFAULT {
+            return Ok(None);
+        }
+        if p.is_null() {
+            return Err(VerbsError::NoMemory("the parent domain's allocator"));
+        }
+        let at = HostAddr::new(p as u64);
+        // SAFETY: the application hands this buffer to the library until
+        // the library gives it back through the free callback (below); no
+        // Rust reference is made into it, and the device reaches it only
+        // through process memory's checked accesses.
+        unsafe { self.mem.grant(at, len) };
+        Ok(Some(at))
+    }
+
+    fn free(&self, addr: HostAddr, len: u64, kind: BufferKind) {
+        let _ = self.mem.revoke(addr, len);
+        let pd = self.pd.get().copied().unwrap_or(0) as *mut ibv_pd;
+        // SAFETY: gives back what the allocator gave, as libmlx5 does once
+        // the QP is destroyed.
+        unsafe {
+            (self.free)(
+                pd,
+                self.pd_context,
+                addr.get() as *mut c_void,
+                res_type(kind),
+            )
+        };
+    }
+}
+
+/// `verbs_context.alloc_parent_domain`: an `ibv_pd` over `attr.pd` (of this
+/// context) and `attr.td` (of this context, or NULL), usable wherever a PD
+/// is and freed by `ibv_dealloc_pd`. `pd_context` is kept; with
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS` (both callbacks needed) the
+/// buffer of each QP made in it comes from `alloc` and goes back to `free`
+/// (`IBV_ALLOCATOR_USE_DEFAULT` meaning the library's own memory); CQ,
+/// SRQ and doorbell-record memory stays the library's.
+pub(crate) unsafe extern "C" fn alloc_parent_domain(
+    context_: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    guard("ibv_alloc_parent_domain", Conv::Null, || {
+        // SAFETY: the caller's attributes; NULL is refused.
+        let a = unsafe { attr.as_ref() }.copied().ok_or(EINVAL)?;
+        if a.comp_mask
+            & !(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+            != 0
+        {
+            return Err(EINVAL);
+        }
+        let base = pd_of(a.pd)?;
+        if base.pd.context != context_ {
+            return Err(EINVAL);
+        }
+        let td = if a.td.is_null() {
+            None
+        } else {
+            let t = handles::get::<CTd>(a.td)?;
+            if t.td.context != context_ {
+                return Err(EINVAL);
+            }
+            Some(&t.inner)
+        };
+        let c = context(context_)?;
+        let allocator = if a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS != 0 {
+            let (Some(alloc), Some(free)) = (a.alloc, a.free) else {
+                return Err(EINVAL);
+            };
+            Some(Arc::new(CAllocator {
+                pd: OnceLock::new(),
+                pd_context: a.pd_context,
+                alloc,
+                free,
+                mem: Arc::clone(c.nic.memory()),
+            }))
+        } else {
+            None
+        };
+        let inner = base
+            .inner
+            .parent_domain_with(td, allocator.clone().map(|a| a as Arc<dyn BufferAllocator>))
+            .map_err(|e| e.errno())?;
+        let pd = ibv_pd {
+            context: context_,
+            handle: base.pd.handle,
+        };
+        let pd_context = if a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT != 0 {
+            a.pd_context
+        } else {
+            core::ptr::null_mut()
+        };
+        let h = handles::register(Box::new(CPd {
+            pd,
+            inner,
+            pd_context,
+        }));
+        if let Some(a) = allocator {
+            let _ = a.pd.set(h as usize);
+        }
+        Ok(h)
+    })
+}
+
+/// `ibv_dealloc_pd`: EBUSY while an MR, QP or AH of it exists, or (for a
+/// PD) while a parent domain is made over it.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard("ibv_dealloc_pd", Conv::Errno, || {

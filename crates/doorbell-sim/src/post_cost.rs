@@ -43,6 +43,8 @@ pub(crate) struct PostCosts {
     pub(crate) costs: BuildCosts,
     /// When each shared bfreg's lock is next free, by gross bfreg index.
     pub(crate) lock_free: Mutex<BTreeMap<u32, Instant>>,
+    /// Posts that took a lock, and the time they waited for it.
+    pub(crate) locked: Mutex<(u64, Duration)>,
 }
 
 impl PostObserver for PostCosts {
@@ -59,6 +61,9 @@ impl PostObserver for PostCosts {
             let wait = free.since(cpu.t[core]);
             cpu.t[core] = cpu.t[core].add(wait);
             cpu.charge(core, self.costs.lock);
+            let mut locked = lock(&self.locked);
+            locked.0 += 1;
+            locked.1 = locked.1.add(wait);
         }
     }
 

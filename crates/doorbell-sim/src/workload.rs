@@ -77,6 +77,11 @@ pub struct Workload {
     pub qps: u32,
     /// Posting threads.
     pub threads: u32,
+    /// Each posting thread's QPs are made in a parent domain with a thread
+    /// domain of that thread, so they ring a dynamic register of their
+    /// own with no lock (`ibv_alloc_td`); otherwise they share the static
+    /// bfregs by the kernel's policy.
+    pub thread_domains: bool,
     /// WRs per post_send (perftest -l).
     pub postlist: u32,
     /// Largest message sent inline (perftest -I).
@@ -116,6 +121,7 @@ impl Default for Workload {
             size: 8,
             qps: 1,
             threads: 1,
+            thread_domains: false,
             postlist: 1,
             inline_threshold: 0,
             signal_every: 1,
@@ -213,6 +219,10 @@ pub struct Report {
     pub events: u64,
     /// TLPs simulated on both hosts' links, both directions.
     pub tlps: u64,
+    /// Posts (post_send calls that rang) that took a shared bfreg's lock.
+    pub locked_posts: u64,
+    /// Time the posting threads waited for bfreg locks held by others, ns.
+    pub lock_wait_ns: f64,
 }
 
 /// READs and atomics a QP keeps outstanding (Connect-IB's and ConnectX-4's
@@ -273,6 +283,8 @@ struct Run {
     done_ops: u64,
     target_ops: u64,
     error: Option<WcStatus>,
+    /// The requester's post observer, which counts lock waits.
+    posts: Arc<PostCosts>,
     _keep: Vec<Box<dyn std::any::Any>>,
 }
 
@@ -400,6 +412,15 @@ impl Run {
         let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
         for t in 0..threads {
             let cq = ca.create_cq(cqe)?;
+            // The thread's own parent domains, one per host.
+            let (pa, pb) = if w.thread_domains {
+                (
+                    pa.parent_domain(Some(&ca.alloc_td()?))?,
+                    pb.parent_domain(Some(&cb.alloc_td()?))?,
+                )
+            } else {
+                (pa.clone(), pb.clone())
+            };
             let mut qps = Vec::new();
             for k in 0..w.qps as usize {
                 if k % threads != t {
@@ -535,7 +556,7 @@ impl Run {
             });
         }
         let c = &profile.cpu;
-        ca.set_post_observer(Some(Arc::new(PostCosts {
+        let posts = Arc::new(PostCosts {
             cpu: world.cpu.clone(),
             costs: BuildCosts {
                 ctrl: dur_ns(c.wqe_ctrl_ns),
@@ -545,7 +566,9 @@ impl Run {
                 lock: dur_ns(c.lock_ns),
             },
             lock_free: Default::default(),
-        })));
+            locked: Default::default(),
+        });
+        ca.set_post_observer(Some(posts.clone()));
         let costs = Costs {
             poll_empty: dur_ns(c.poll_empty_ns),
             poll_cqe: dur_ns(c.poll_cqe_ns),
@@ -587,6 +610,7 @@ impl Run {
             last_done: start,
             done_ops: 0,
             error: None,
+            posts,
             _keep: keep,
         })
     }
@@ -904,6 +928,7 @@ impl Run {
             .map(|i| frac(cpu.busy[i]))
             .collect();
         drop(cpu);
+        let (locked_posts, lock_wait) = *lock(&self.posts.locked);
         Report {
             profile: profile.name.clone(),
             workload: self.w.clone(),
@@ -931,6 +956,8 @@ impl Run {
             simulated_ns: elapsed.as_ns_f64(),
             events: self.world.events,
             tlps: self.world.link_tlps(0) + self.world.link_tlps(1),
+            locked_posts,
+            lock_wait_ns: lock_wait.as_ns_f64(),
         }
     }
 }

@@ -24,9 +24,23 @@ pub(crate) struct Bfreg {
     /// Size of one of its two BlueFlame buffers; 0 for bfreg 0.
     pub(crate) buf_size: u32,
     pub(crate) need_lock: bool,
+    /// Its dynamic bfreg index (`bfreg_dyn_index`) when it lies on a
+    /// dynamic page; `None` for a static register.
+    pub(crate) dyn_index: Option<u32>,
     /// Which buffer the next write goes to (0 or `buf_size`). Under the
     /// register's lock when `need_lock`; otherwise only its one QP writes it.
     pub(crate) offset: Mutex<u32>,
+}
+
+/// The dynamic registers of a context (`dyn_uar_bf_list` and
+/// `curr_legacy_dyn_sys_uar_page`).
+#[derive(Default)]
+pub(crate) struct DynRegs {
+    /// Registers of mapped pages that no thread domain holds, in the order
+    /// they are handed out.
+    pub(crate) free: VecDeque<Arc<Bfreg>>,
+    /// The next dynamic page to map.
+    pub(crate) next_page: u32,
 }
 
 /// Doorbell-record pages: one host page split into cache-line slots, first
@@ -48,6 +62,8 @@ struct ContextInner {
     observer: RwLock<Option<Arc<dyn PostObserver>>>,
     /// Events read from the device while waiting for the other kind.
     pending: Mutex<PendingEvents>,
+    /// Registers of the dynamic pages mapped for thread domains.
+    dyn_regs: Mutex<DynRegs>,
 }
 
 /// The device has one event queue; the context hands completion events to
@@ -95,21 +111,6 @@ pub struct PortAttr {
     pub ethernet: bool,
 }
 
-/// Where a QP's doorbells go: for `doorbell layout`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BfregPlacement {
-    /// Gross bfreg index (four per UAR).
-    pub bfreg_index: u32,
-    /// Index of the UAR page in the context, from 0.
-    pub uar_page: u32,
-    /// Byte offset of the register in the UAR.
-    pub uar_offset: u32,
-    /// Whether doorbells may use BlueFlame.
-    pub blueflame: bool,
-    /// Whether doorbells take the register's lock.
-    pub lock: bool,
-}
-
 impl Context {
     /// Opens a context with settings from the `MLX5_*` environment variables.
     pub fn open(link: Arc<dyn DeviceLink>) -> Result<Self, VerbsError> {
@@ -142,6 +143,7 @@ impl Context {
                     reg: uar::bfreg_offset(k, bf_reg_size as usize) as u32,
                     buf_size: if bfi == 0 { 0 } else { bf_reg_size / 2 },
                     need_lock,
+                    dyn_index: None,
                     offset: Mutex::new(0),
                 }));
             }
@@ -159,6 +161,7 @@ impl Context {
                 qps: RwLock::new(BTreeMap::new()),
                 observer: RwLock::new(None),
                 pending: Mutex::new(PendingEvents::default()),
+                dyn_regs: Mutex::new(DynRegs::default()),
             }),
         })
     }
@@ -386,6 +389,14 @@ impl Context {
 
     pub(crate) fn bfreg(&self, gross: u32) -> Option<&Arc<Bfreg>> {
         self.inner.bfregs.get(gross as usize)
+    }
+
+    /// The dynamic registers, under their lock (`dyn_bfregs_mutex`).
+    pub(crate) fn dyn_regs(&self) -> std::sync::MutexGuard<'_, DynRegs> {
+        self.inner
+            .dyn_regs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn mmio(&self) -> &Arc<dyn Mmio> {

@@ -28,6 +28,16 @@ pub enum VerbsError {
     /// A protocol this provider does not speak (EPROTONOSUPPORT).
     #[error("protocol not supported: {0}")]
     Protocol(&'static str),
+    /// A resource of the context ran out (ENOSPC), as the dynamic UAR
+    /// pages do.
+    #[error("no space left: {0}")]
+    NoSpace(&'static str),
+    /// An allocator had no memory to give (ENOMEM).
+    #[error("out of memory: {0}")]
+    NoMemory(&'static str),
+    /// The device cannot do this (EOPNOTSUPP).
+    #[error("not supported: {0}")]
+    NotSupported(&'static str),
     /// The object is in use (EBUSY).
     #[error("busy: {0}")]
     Busy(&'static str),
@@ -88,6 +98,9 @@ impl VerbsError {
             // inline data over max_inline_data.
             VerbsError::QueueFull { .. } | VerbsError::InlineTooLong { .. } => libc::ENOMEM,
             VerbsError::Busy(_) => libc::EBUSY,
+            VerbsError::NoSpace(_) => libc::ENOSPC,
+            VerbsError::NoMemory(_) => libc::ENOMEM,
+            VerbsError::NotSupported(_) => libc::EOPNOTSUPP,
             VerbsError::Protocol(_) => libc::EPROTONOSUPPORT,
         }
     }

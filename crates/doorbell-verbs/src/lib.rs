@@ -16,6 +16,11 @@
 //! - [`Cq::poll`] finds new CQEs by their owner bit and publishes the
 //!   consumer index in the CQ's doorbell record.
 //!
+//! Which register a QP rings is the kernel's choice among the static bfregs
+//! (see [`Context::placement`]), unless its PD is a parent domain with a
+//! [`ThreadDomain`]: then it rings that thread domain's register, taken
+//! from the context's dynamic bfregs, with no lock.
+//!
 //! # Ownership
 //! Every object holds its parents: an [`Mr`] holds its [`Pd`], a [`Qp`] its
 //! PD and CQs, all of them the [`Context`]. A parent is destroyed only when
@@ -28,26 +33,32 @@
 
 mod ah;
 mod config;
+mod connect;
 mod context;
 mod cq;
 mod error;
 mod mr;
+mod placement;
 mod qp;
+mod queue_buf;
 mod report;
 mod srq;
+mod td;
 mod wq;
 mod wr;
 
 pub use ah::{GRH_LEN, ReturnPath};
 pub use config::ProviderConfig;
-pub use context::{BfregPlacement, Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
+pub use connect::RcEndpoint;
+pub use context::{Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
 pub use cq::{Cq, Wc, WcOpcode, WcStatus};
 pub use doorbell_hif::{Access, AddressVector, DeviceCaps, NicEvent, QpAttrs, QpState, QpType};
 pub use error::VerbsError;
 pub use mr::{Mr, MrChange, Pd, Sge};
-pub use qp::{
-    Ah, Qp, QpCaps, QpInitAttr, RcEndpoint, RemoteAddr, SendFlags, SendWr, UdTarget, WrOpcode,
-};
+pub use placement::BfregPlacement;
+pub use qp::{Ah, Qp, QpCaps, QpInitAttr, RemoteAddr, SendFlags, SendWr, UdTarget, WrOpcode};
+pub use queue_buf::{BufferAllocator, BufferKind};
 pub use report::{PostObserver, PostReport, Ring};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
+pub use td::ThreadDomain;
 pub use wr::{PostError, RecvWr};

@@ -3,23 +3,39 @@
 use std::sync::Arc;
 
 use doorbell_hif::Access;
+use doorbell_host::PAGE_SIZE;
 use doorbell_types::{HostAddr, Lkey, Mkey, Pdn, Rkey};
 
 use crate::context::Context;
 use crate::error::VerbsError;
+use crate::queue_buf::{BufferAllocator, BufferKind, QueueBuf};
+use crate::td::ThreadDomain;
 
 pub(crate) struct PdInner {
     pub(crate) ctx: Context,
     pub(crate) pdn: Pdn,
+    /// For a parent domain, the PD whose number it shares; `None` for a PD
+    /// of its own.
+    base: Option<Pd>,
+    /// For a parent domain, its thread domain.
+    td: Option<ThreadDomain>,
+    /// For a parent domain, the application's allocator of QP buffers.
+    allocator: Option<Arc<dyn BufferAllocator>>,
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        let _ = self.ctx.driver().dealloc_pd(self.pdn);
+        // A parent domain has no PD number of its own to give back.
+        if self.base.is_none() {
+            let _ = self.ctx.driver().dealloc_pd(self.pdn);
+        }
     }
 }
 
-/// A protection domain (`ibv_pd`).
+/// A protection domain (`ibv_pd`), or a parent domain over one
+/// ([`Pd::parent_domain`]): anything made in a parent domain is in its
+/// base PD as far as the device knows (same PD number), and its QPs ring
+/// the parent domain's thread domain's register.
 #[derive(Clone)]
 pub struct Pd {
     pub(crate) inner: Arc<PdInner>,
@@ -29,7 +45,13 @@ impl Pd {
     pub(crate) fn new(ctx: Context) -> Result<Self, VerbsError> {
         let pdn = ctx.driver().alloc_pd()?;
         Ok(Self {
-            inner: Arc::new(PdInner { ctx, pdn }),
+            inner: Arc::new(PdInner {
+                ctx,
+                pdn,
+                base: None,
+                td: None,
+                allocator: None,
+            }),
         })
     }
 
@@ -37,6 +59,63 @@ impl Pd {
     /// QP, or another clone (so `ibv_dealloc_pd` answers EBUSY).
     pub fn is_shared(&self) -> bool {
         Arc::strong_count(&self.inner) > 1
+    }
+
+    /// A parent domain over this PD (`ibv_alloc_parent_domain`), with
+    /// thread domain `td` or none. It shares the PD number and holds both
+    /// this PD and `td`, so neither can go while it exists
+    /// ([`Pd::is_shared`], [`ThreadDomain::is_shared`]); dropping it
+    /// deallocates nothing on the device. Refused (EINVAL) for a `td` of
+    /// another context, or over a PD that is itself a parent domain.
+    pub fn parent_domain(&self, td: Option<&ThreadDomain>) -> Result<Pd, VerbsError> {
+        self.parent_domain_with(td, None)
+    }
+
+    /// As [`Pd::parent_domain`], with the application's `allocator` of the
+    /// buffers of QPs made in it (`IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`).
+    pub fn parent_domain_with(
+        &self,
+        td: Option<&ThreadDomain>,
+        allocator: Option<Arc<dyn BufferAllocator>>,
+    ) -> Result<Pd, VerbsError> {
+        if self.inner.base.is_some() {
+            return Err(VerbsError::InvalidArgument(
+                "a parent domain over a parent domain",
+            ));
+        }
+        if td.is_some_and(|t| !t.context().same_as(&self.inner.ctx)) {
+            return Err(VerbsError::InvalidArgument(
+                "a thread domain of another context",
+            ));
+        }
+        Ok(Self {
+            inner: Arc::new(PdInner {
+                ctx: self.inner.ctx.clone(),
+                pdn: self.inner.pdn,
+                base: Some(self.clone()),
+                td: td.cloned(),
+                allocator,
+            }),
+        })
+    }
+
+    /// A page-aligned QP buffer of `len` bytes: from the parent domain's
+    /// allocator if it has one that does not defer to the provider, else
+    /// from host memory.
+    pub(crate) fn alloc_queue_buf(&self, len: u64) -> Result<QueueBuf, VerbsError> {
+        let mem = self.inner.ctx.mem();
+        let from = self.inner.allocator.as_ref();
+        QueueBuf::alloc(&**mem, from, len, PAGE_SIZE, BufferKind::Qp)
+    }
+
+    /// For a parent domain, the PD it was made over.
+    pub fn base(&self) -> Option<&Pd> {
+        self.inner.base.as_ref()
+    }
+
+    /// For a parent domain, its thread domain.
+    pub fn thread_domain(&self) -> Option<&ThreadDomain> {
+        self.inner.td.as_ref()
     }
 
     /// The PD number.
@@ -351,7 +430,11 @@ impl std::fmt::Debug for Mr {
 
 impl std::fmt::Debug for Pd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pd").field("pdn", &self.inner.pdn).finish()
+        f.debug_struct("Pd")
+            .field("pdn", &self.inner.pdn)
+            .field("parent_domain", &self.inner.base.is_some())
+            .field("td", &self.inner.td)
+            .finish()
     }
 }
 

@@ -7,18 +7,19 @@ use doorbell_driver::CreateQpReq;
 use doorbell_hif::{AddressVector, QpAttrs, QpState, QpType};
 use doorbell_host::{PAGE_SIZE, offset};
 use doorbell_layout::dbr;
-use doorbell_layout::uar::{BF_CHUNK, BFREGS_PER_UAR};
+use doorbell_layout::uar::BF_CHUNK;
 use doorbell_layout::wqe::{
     self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode,
     ctrl_flags, field,
 };
 use doorbell_types::{HostAddr, Mkey, Qpn, Rkey};
 
-use crate::context::{Bfreg, BfregPlacement, Context};
+use crate::context::{Bfreg, Context};
 use crate::cq::Cq;
 use crate::cq::CqInner;
 use crate::error::VerbsError;
 use crate::mr::{Pd, Sge};
+use crate::queue_buf::QueueBuf;
 use crate::report::{PostReport, Ring};
 use crate::srq::Srq;
 use crate::wq::{QpShared, RqState, SqState};
@@ -194,7 +195,7 @@ struct QpInner {
     shared: Arc<QpShared>,
     qp_type: QpType,
     sq_sig_all: bool,
-    buf: HostAddr,
+    buf: QueueBuf,
     sq_start: HostAddr,
     rq_stride: u32,
     dbr: HostAddr,
@@ -233,7 +234,7 @@ impl Drop for QpInner {
         ctx.unregister_qp(self.shared.qpn);
         if ctx.driver().destroy_qp(self.shared.qpn).is_ok() {
             let _ = self.clean_cqs();
-            let _ = ctx.mem().free(self.buf);
+            self.buf.free(&**ctx.mem());
         }
         ctx.free_dbrec(self.dbr);
     }
@@ -311,14 +312,17 @@ impl Pd {
         let rq_stride = if own_rq { rq_stride } else { 16 };
         let buf_len = (rq_bytes + sq_bytes).div_ceil(PAGE_SIZE) * PAGE_SIZE;
         let mem = ctx.mem();
-        let buf = mem.alloc(buf_len)?;
+        let qbuf = self.alloc_queue_buf(buf_len)?;
+        let buf = qbuf.addr;
         let dbr_addr = match ctx.alloc_dbrec() {
             Ok(d) => d,
             Err(e) => {
-                let _ = mem.free(buf);
+                qbuf.free(&**mem);
                 return Err(e);
             }
         };
+        // A parent domain's thread domain gives the register (lockless).
+        let td_bf = self.thread_domain().map(|td| Arc::clone(td.bfreg()));
         let req = CreateQpReq {
             qp_type: attr.qp_type,
             pd: self.pdn(),
@@ -335,20 +339,27 @@ impl Pd {
             log_rq_stride: (rq_stride.trailing_zeros() - 4) as u8,
             db_addr: dbr_addr,
             srq: attr.srq.as_ref().map(Srq::srqn),
+            dyn_bfreg: td_bf.as_ref().and_then(|b| b.dyn_index),
         };
         let out = ctx.driver().create_qp(req);
-        let (out, bf) = match out.map(|o| (o, ctx.bfreg(o.bfreg_index).cloned())) {
-            Ok((o, Some(bf))) => (o, bf),
-            Ok((o, None)) => {
+        let bf_of =
+            |o: &doorbell_driver::CreateQpResp| td_bf.or_else(|| ctx.bfreg(o.bfreg_index).cloned());
+        // An application's buffer is cleared once pinned (process memory
+        // reaches a granted range only then), as libmlx5 clears it.
+        let out = out.map(|o| (o, bf_of(&o), qbuf.clear(&**mem)));
+        let (out, bf) = match out {
+            Ok((o, Some(bf), Ok(()))) => (o, bf),
+            Ok((o, bf, cleared)) => {
                 let _ = ctx.driver().destroy_qp(o.qpn);
-                let _ = mem.free(buf);
+                qbuf.free(&**mem);
                 ctx.free_dbrec(dbr_addr);
-                return Err(VerbsError::InvalidArgument(
-                    "kernel returned an unmapped bfreg",
-                ));
+                return Err(match (bf, cleared) {
+                    (_, Err(e)) => e,
+                    _ => VerbsError::InvalidArgument("kernel returned an unmapped bfreg"),
+                });
             }
             Err(e) => {
-                let _ = mem.free(buf);
+                qbuf.free(&**mem);
                 ctx.free_dbrec(dbr_addr);
                 return Err(e.into());
             }
@@ -388,7 +399,7 @@ impl Pd {
                 shared,
                 qp_type: attr.qp_type,
                 sq_sig_all: attr.sq_sig_all,
-                buf,
+                buf: qbuf,
                 sq_start: offset(buf, rq_bytes)?,
                 rq_stride,
                 dbr: dbr_addr,
@@ -422,9 +433,14 @@ impl Qp {
         self.inner.cap
     }
 
-    /// The gross bfreg index this QP rings through.
+    /// The gross bfreg index this QP rings through, as the kernel answered
+    /// it: `doorbell_driver::INVALID_BFREG` for a QP of a thread domain.
     pub fn bfreg_index(&self) -> u32 {
         self.inner.bfreg_index
+    }
+
+    pub(crate) fn bf(&self) -> &Arc<Bfreg> {
+        &self.inner.bf
     }
 
     /// The state as the provider last set it.
@@ -532,8 +548,8 @@ impl Qp {
                 d.set_addr(0);
                 i += 1;
             }
-            let written =
-                offset(inner.buf, (ind * stride) as u64).and_then(|a| mem.write(a, &wqe[..i * 16]));
+            let written = offset(inner.buf.addr, (ind * stride) as u64)
+                .and_then(|a| mem.write(a, &wqe[..i * 16]));
             if let Err(e) = written {
                 self.publish_recv(&mut rq, n as u32).map_err(at(n))?;
                 return Err(at(n)(e.into()));
@@ -881,147 +897,5 @@ impl Qp {
     /// The SRQ the QP receives from, if it has one.
     pub fn srq(&self) -> Option<&Srq> {
         self.inner._srq.as_ref()
-    }
-
-    /// Convenience: moves an RC QP through INIT, RTR and RTS to `remote`
-    /// with ibv_rc_pingpong's attributes (one READ or atomic outstanding
-    /// each way).
-    pub fn connect_rc(
-        &self,
-        local: &RcEndpoint,
-        remote: &RcEndpoint,
-        mtu: u32,
-    ) -> Result<(), VerbsError> {
-        self.connect_rc_with(local, remote, mtu, 1)
-    }
-
-    /// Like [`Qp::connect_rc`], allowing `rd_atomic` READs and atomics
-    /// outstanding each way (`max_rd_atomic`, `max_dest_rd_atomic`).
-    pub fn connect_rc_with(
-        &self,
-        local: &RcEndpoint,
-        remote: &RcEndpoint,
-        mtu: u32,
-        rd_atomic: u8,
-    ) -> Result<(), VerbsError> {
-        use doorbell_hif::Access;
-        let access = Access(
-            Access::LOCAL_WRITE
-                | Access::REMOTE_WRITE
-                | Access::REMOTE_READ
-                | Access::REMOTE_ATOMIC,
-        );
-        self.modify(
-            QpState::Init,
-            &QpAttrs {
-                pkey_index: Some(0),
-                port: Some(1),
-                access: Some(access),
-                ..Default::default()
-            },
-        )?;
-        self.modify(
-            QpState::Rtr,
-            &QpAttrs {
-                av: Some(AddressVector {
-                    dgid: remote.gid,
-                    sgid_index: 0,
-                    hop_limit: 64,
-                    traffic_class: 0,
-                    sl: 0,
-                }),
-                path_mtu: Some(mtu),
-                dest_qpn: Some(remote.qpn),
-                rq_psn: Some(remote.psn),
-                max_dest_rd_atomic: Some(rd_atomic),
-                min_rnr_timer: Some(12),
-                ..Default::default()
-            },
-        )?;
-        self.modify(
-            QpState::Rts,
-            &QpAttrs {
-                sq_psn: Some(local.psn),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(rd_atomic),
-                ..Default::default()
-            },
-        )
-    }
-}
-
-impl Qp {
-    /// Convenience: moves a UC QP through INIT, RTR and RTS to `remote`
-    /// with UC's attributes (RC's, without the reliable ones: no READ or
-    /// atomic depths, no RNR timer, no ACK timeout or retries). Peers may
-    /// RDMA WRITE into this QP's memory regions.
-    pub fn connect_uc(
-        &self,
-        local: &RcEndpoint,
-        remote: &RcEndpoint,
-        mtu: u32,
-    ) -> Result<(), VerbsError> {
-        use doorbell_hif::Access;
-        self.modify(
-            QpState::Init,
-            &QpAttrs {
-                pkey_index: Some(0),
-                port: Some(1),
-                access: Some(Access(Access::LOCAL_WRITE | Access::REMOTE_WRITE)),
-                ..Default::default()
-            },
-        )?;
-        self.modify(
-            QpState::Rtr,
-            &QpAttrs {
-                av: Some(AddressVector {
-                    dgid: remote.gid,
-                    sgid_index: 0,
-                    hop_limit: 64,
-                    traffic_class: 0,
-                    sl: 0,
-                }),
-                path_mtu: Some(mtu),
-                dest_qpn: Some(remote.qpn),
-                rq_psn: Some(remote.psn),
-                ..Default::default()
-            },
-        )?;
-        self.modify(
-            QpState::Rts,
-            &QpAttrs {
-                sq_psn: Some(local.psn),
-                ..Default::default()
-            },
-        )
-    }
-}
-
-/// What two RC (or UC) peers exchange out of band to connect
-/// (ibv_rc_pingpong's `pingpong_dest`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RcEndpoint {
-    /// GID.
-    pub gid: [u8; 16],
-    /// QPN.
-    pub qpn: Qpn,
-    /// First PSN it sends.
-    pub psn: doorbell_types::Psn,
-}
-
-impl Context {
-    /// Where the doorbells of QP `qpn` of this context go.
-    pub fn placement(&self, qp: &Qp) -> BfregPlacement {
-        let idx = qp.bfreg_index();
-        let bf = &qp.inner.bf;
-        BfregPlacement {
-            bfreg_index: idx,
-            uar_page: idx / BFREGS_PER_UAR,
-            uar_offset: bf.reg,
-            blueflame: bf.buf_size > 0 && !self.config().shut_up_bf,
-            lock: bf.need_lock,
-        }
     }
 }

@@ -115,6 +115,33 @@ fn layout_json_honours_the_environment() {
 }
 
 #[test]
+fn layout_with_thread_domains_shows_dynamic_lockless_registers() {
+    let out = doorbell(&["layout", "--qps", "3", "--thread-domains", "--json"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<(u64, u64, bool)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["dyn_bfreg"].as_u64().unwrap(),
+                r["uar_page"].as_u64().unwrap(),
+                r["lock"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, vec![(0, 8, false), (1, 8, false), (2, 9, false)]);
+    let out = doorbell(&["layout", "--qps", "2", "--thread-domains"], &[]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("dyn 1"), "{table}");
+}
+
+#[test]
 fn bad_input_gets_a_clear_error_and_no_panic() {
     let out = doorbell(&["layout"], &[("MLX5_TOTAL_UUARS", "600")]);
     assert!(!out.status.success());

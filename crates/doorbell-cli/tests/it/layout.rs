@@ -185,3 +185,43 @@ fn destroying_a_qp_returns_its_dedicated_bfreg() {
     assert_eq!(q.bfreg_index(), 25);
     assert!(!ctx.placement(&q).lock);
 }
+
+#[test]
+fn with_thread_domains_each_qp_rings_a_dynamic_register_of_its_own() {
+    // Twenty QPs, each in a parent domain with a TD of its own. Dynamic
+    // bfreg k is register k % 2 of dynamic page k / 2; with one UAR per
+    // page, UAR number 8 + k / 2 of the context (after the 8 static ones).
+    let (rows, counts) =
+        doorbell_cli::layout::run_with(20, ProviderConfig::default(), true).unwrap();
+    assert_eq!(counts, (16, 4));
+    for (k, r) in rows.iter().enumerate() {
+        let k = k as u32;
+        assert_eq!(
+            (
+                r.bfreg_index,
+                r.dyn_bfreg,
+                r.uar_page,
+                r.uar_offset,
+                r.blueflame,
+                r.lock
+            ),
+            (
+                1 << 31,
+                Some(k),
+                8 + k / 2,
+                0x800 + (k % 2) * 512,
+                true,
+                false
+            ),
+            "QP #{}",
+            k + 1
+        );
+    }
+    let table = doorbell_cli::layout::render(&rows, counts);
+    assert!(table.contains("dyn 19"), "{table}");
+    assert!(table.contains("thread domains"), "{table}");
+    // Without them, twenty QPs share the medium bfregs and lock.
+    let (rows, _) = run(20, ProviderConfig::default()).unwrap();
+    assert!(rows.iter().all(|r| r.dyn_bfreg.is_none()));
+    assert!(rows.iter().any(|r| r.lock));
+}

@@ -96,7 +96,28 @@ fn sweeps_print_one_row_per_configuration() {
     );
     let s = String::from_utf8(out.stdout).unwrap();
     for t in ["1 threads", "4 threads", "16 threads", "64 threads"] {
-        assert!(s.contains(t), "{t}:\n{s}");
+        assert!(s.contains(&format!("{t} ")), "{t}:\n{s}");
+        assert!(s.contains(&format!("{t}, TD")), "{t}, TD:\n{s}");
+    }
+    assert!(
+        s.contains("thread domain"),
+        "the note says what TD is:\n{s}"
+    );
+    // Each pair: the TD run takes no lock; 16 threads without TD do.
+    let out = doorbell(&["sim", "--sweep", "threads", "--iters", "400", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let locked = |config: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["config"] == config)
+            .unwrap_or_else(|| panic!("{config} missing"))["locked_posts"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(locked("16 threads") > 0);
+    for t in [1, 4, 16, 64] {
+        assert_eq!(locked(&format!("{t} threads, TD")), 0, "{t} threads, TD");
     }
 }
 
@@ -162,4 +183,33 @@ fn operations_take_the_names_the_json_and_readme_use() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["workload"]["op"], name, "--op {arg}");
     }
+}
+
+#[test]
+fn td_on_puts_each_threads_qps_in_a_thread_domain() {
+    let run = |td: &str| {
+        let out = doorbell(&[
+            "sim",
+            "--threads",
+            "16",
+            "--qps",
+            "16",
+            "--iters",
+            "200",
+            "--td",
+            td,
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let (off, on) = (run("off"), run("on"));
+    assert_eq!(off["workload"]["thread_domains"], false);
+    assert_eq!(on["workload"]["thread_domains"], true);
+    assert_eq!(off["locked_posts"], 12 * 200, "12 QPs on medium bfregs");
+    assert_eq!(on["locked_posts"], 0);
 }

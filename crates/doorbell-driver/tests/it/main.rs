@@ -3,6 +3,8 @@
 //! failed create leaves nothing behind.
 #![allow(missing_docs, unreachable_pub)]
 
+mod dyn_uar;
+
 use std::sync::Arc;
 
 use doorbell_driver::{
@@ -124,6 +126,7 @@ fn a_create_qp_the_device_refuses_unpins_and_frees_its_bfreg() {
         log_rq_stride: 0,
         db_addr: db,
         srq: None,
+        dyn_bfreg: None,
     };
     assert_eq!(
         uc.create_qp(req),
@@ -192,6 +195,7 @@ fn an_srq_in_use_is_not_destroyed_and_its_pins_go_with_it() {
             log_rq_stride: 0,
             db_addr: db,
             srq: Some(srq),
+            dyn_bfreg: None,
         })
         .unwrap();
     assert_eq!(

@@ -645,6 +645,14 @@ pub struct ibv_qp_rate_limit_attr {
     pub comp_mask: u32,
 }
 
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_td_init_attr {
+    /// Valid fields (none are defined).
+    pub comp_mask: u32,
+}
+
 /// `struct ibv_parent_domain_init_attr`.
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -65,6 +65,16 @@ assert_layout!(
     context = 320,
 );
 assert_layout!(ibv_pd, 16);
+assert_layout!(ibv_td, 8);
+assert_layout!(ibv_td_init_attr, 4);
+assert_layout!(
+    ibv_parent_domain_init_attr,
+    48,
+    comp_mask = 16,
+    alloc = 24,
+    free = 32,
+    pd_context = 40
+);
 assert_layout!(ibv_mr, 48, lkey = 36, rkey = 40);
 assert_layout!(
     ibv_cq,

@@ -52,7 +52,6 @@ opaque!(
     ibv_flow_action,
     ibv_flow_action_esp_attr,
     ibv_ops_wr,
-    ibv_td_init_attr,
     ibv_rwq_ind_table_init_attr,
     ibv_wq_attr,
     ibv_wq_init_attr,

@@ -9,6 +9,12 @@
 //!   completion (`ibv_create_ah_from_wc`).
 //! - `events.c`: completion channels and the async queue as real fds; run
 //!   again with `DOORBELL_STATS`, the counters it leaves at exit.
+//! - `thread_domain.c`: thread domains and parent domains (the inline
+//!   `ibv_alloc_td`, `ibv_dealloc_td`, `ibv_alloc_parent_domain`): RC
+//!   traffic between QPs of two parent domains, one QP's buffer from the
+//!   application's allocator (and back to it), an allocator that defers
+//!   to the library, an extended CQ in a parent domain, and the EBUSY and
+//!   EINVAL answers.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -140,4 +146,9 @@ fn a_ud_receiver_answers_through_an_ah_made_from_the_completion() {
 #[test]
 fn completion_channels_and_async_events_are_real_fds() {
     run_c_program("events", 18);
+}
+
+#[test]
+fn qps_of_parent_domains_with_thread_domains_carry_data() {
+    run_c_program("thread_domain", 32);
 }

@@ -113,6 +113,7 @@ fn all() -> Vec<Layout> {
     struct ibv_values_ex = "struct ibv_values_ex" { comp_mask, raw_clock }
     struct ibv_alloc_dm_attr = "struct ibv_alloc_dm_attr" { length, log_align_req, comp_mask }
     struct ibv_qp_rate_limit_attr = "struct ibv_qp_rate_limit_attr" { rate_limit, max_burst_sz, typical_pkt_sz, comp_mask }
+    struct ibv_td_init_attr = "struct ibv_td_init_attr" { comp_mask }
     struct ibv_parent_domain_init_attr = "struct ibv_parent_domain_init_attr" { pd, td, comp_mask, alloc, free, pd_context }
     struct ibv_flow_attr = "struct ibv_flow_attr" { comp_mask, type_ = "type", size, priority, num_of_specs, port, flags }
     struct ibv_ece = "struct ibv_ece" { vendor_id, options, comp_mask }

@@ -1,8 +1,8 @@
 //! rdma-core's own Python test suite, shipped with Debian's python3-pyverbs
 //! in /usr/share/doc/rdma-core/tests, run with `/usr/bin/python3` on
 //! doorbell: the modules test_device, test_pd, test_mr, test_cq, test_cqex,
-//! test_qp, test_qpex, test_atomic, test_relaxed_ordering and
-//! test_cq_events
+//! test_qp, test_qpex, test_atomic, test_relaxed_ordering,
+//! test_cq_events and test_parent_domain
 //! pass with no failure and no error. A test may skip only where the test
 //! itself skips for a capability, and only for the reasons listed here
 //! (README: "What is refused").
@@ -13,7 +13,7 @@ use std::process::Command;
 use crate::library::lib_dir;
 
 const SUITE: &str = "/usr/share/doc/rdma-core/tests";
-const MODULES: [&str; 10] = [
+const MODULES: [&str; 11] = [
     "test_device",
     "test_pd",
     "test_mr",
@@ -24,11 +24,12 @@ const MODULES: [&str; 10] = [
     "test_atomic",
     "test_relaxed_ordering",
     "test_cq_events",
+    "test_parent_domain",
 ];
 
 /// Capabilities doorbell does not have: a test (any, if empty) and the
 /// start of the reason the suite gives when it skips for them.
-const NOT_DOORBELLS: [(&str, &str); 8] = [
+const NOT_DOORBELLS: [(&str, &str); 9] = [
     // Device memory (ibv_alloc_dm).
     ("", "Device memory is not supported"),
     // Memory windows and MRs that allow binding them.
@@ -46,6 +47,9 @@ const NOT_DOORBELLS: [(&str, &str); 8] = [
     ("test_qp_ex_rc_atomic_write", "Extended QP is not supported"),
     // dmabuf MRs need a GPU's DRM device on the machine.
     ("", "Allocating dmabuf is not supported by"),
+    // The machine has no 2 MiB huge pages set aside for the test's
+    // allocator to hand out.
+    ("test_huge_page_traffic", "There are no huge pages"),
 ];
 
 /// The skips in unittest's verbose output, as (test, reason): the test's

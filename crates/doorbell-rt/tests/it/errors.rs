@@ -1400,6 +1400,7 @@ fn objects_in_use_cannot_be_destroyed() {
             log_rq_stride: 0,
             db_addr: qp_db,
             srq: None,
+            dyn_bfreg: None,
         })
         .unwrap()
         .qpn;

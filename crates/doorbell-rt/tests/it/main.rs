@@ -14,6 +14,7 @@ mod provider;
 mod resize;
 mod soak;
 mod srq;
+mod td;
 mod uc;
 mod udp;
 mod virtual_time;

@@ -7,6 +7,7 @@ mod events;
 mod faults;
 mod steps;
 mod table;
+mod td;
 
 use doorbell_sim::Profile;
 

@@ -6,6 +6,7 @@
 
 mod port;
 mod rereg;
+mod td;
 
 use std::sync::Arc;
 
