@@ -28,4 +28,11 @@ pub trait DeviceLink: Send + Sync {
     /// Waits up to `timeout` for the next asynchronous event of the device.
     /// A runtime without a wall clock (the simulator) answers at once.
     fn next_event(&self, timeout: Duration) -> Option<NicEvent>;
+    /// The wall-clock time, in ns since the Unix epoch, at which the
+    /// device's clock (its CQE timestamps, ticks of
+    /// [`crate::CORE_CLOCK_KHZ`]) read zero; `None` for a device with no
+    /// wall clock (the simulator's, a test's virtual clock).
+    fn clock_epoch_unix_ns(&self) -> Option<u64> {
+        None
+    }
 }

@@ -19,8 +19,10 @@ use crate::handles;
 use crate::pd::pd_of;
 
 /// What `ibv_create_cq_ex` offers beyond `ibv_create_cq`: the standard
-/// completion fields and the device's completion timestamp (no wall-clock
-/// timestamps, VLANs, flow tags or tag matching: EOPNOTSUPP), and the single-threaded hint, which changes nothing here.
+/// completion fields, the device's completion timestamp and its wall-clock
+/// time (where the device has a wall clock: the live NIC does), and the
+/// single-threaded hint, which changes nothing here. VLANs, flow tags and
+/// tag matching are EOPNOTSUPP.
 /// A parent domain (`IBV_CQ_INIT_ATTR_MASK_PD`) of this context is held
 /// while the CQ exists; a PD that is not one is refused (EINVAL), as mlx5
 /// refuses it. Its allocator is not asked for the CQ's buffer.
@@ -53,9 +55,15 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         if flags & !(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) != 0 {
             return Err(EINVAL);
         }
+        let offered = IBV_WC_STANDARD_FLAGS
+            | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+            | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+        let wallclock = a.wc_flags & u64::from(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) != 0;
+        let has_clock =
+            || crate::ctx::context(context_).is_ok_and(|c| c.ctx.wallclock_ns(0).is_some());
         if flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN != 0
-            || a.wc_flags & !u64::from(IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
-                != 0
+            || a.wc_flags & !u64::from(offered) != 0
+            || (wallclock && !has_clock())
         {
             return Err(EOPNOTSUPP);
         }
@@ -87,6 +95,7 @@ fn fill_ops(cq: &mut ibv_cq_ex) {
     cq.read_sl = Some(read_sl);
     cq.read_dlid_path_bits = Some(read_dlid_path_bits);
     cq.read_completion_ts = Some(read_completion_ts);
+    cq.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
 }
 
 fn cq_of<'a>(cq: *mut ibv_cq_ex) -> Result<&'a CCq, c_int> {
@@ -176,4 +185,12 @@ unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
 /// the completion.
 unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
     read(cq, |w| w.timestamp)
+}
+
+/// The same moment as wall-clock time, ns since the Unix epoch.
+unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    cq_of(cq)
+        .ok()
+        .and_then(|c| c.inner.context().wallclock_ns(c.current().timestamp))
+        .unwrap_or(0)
 }

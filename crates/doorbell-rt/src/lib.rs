@@ -241,6 +241,8 @@ pub struct LiveNic {
     thread: Option<JoinHandle<()>>,
     /// The interrupt handler; it hands the EQs back when it stops.
     irq: Option<JoinHandle<EventQueues>>,
+    /// Unix time, ns, when the device's clock read zero.
+    epoch_unix_ns: u64,
     /// The process that started the NIC. In a child after `fork()` the
     /// NIC's threads do not exist: see [`LiveNic::is_forked_copy`].
     pid: u32,
@@ -343,9 +345,23 @@ impl LiveNic {
         let gid = cfg.gid();
         let bus = Bus::new(opts.link, mem.clone());
         let unrouted = ev_tx.clone();
+        // The device's clock starts now; its wall-clock epoch is read at
+        // the same moment.
+        let epoch = std::time::Instant::now();
+        let epoch_unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let thread = std::thread::Builder::new()
             .name(format!("doorbell-{name}"))
-            .spawn(move || device_loop(Nic::new(cfg), bus, rx, egress, unrouted, irq_tx));
+            .spawn(move || {
+                let io = DeviceIo {
+                    rx,
+                    egress,
+                    events: unrouted,
+                    irqs: irq_tx,
+                };
+                device_loop(Nic::new(cfg), bus, epoch, io)
+            });
         let Ok(thread) = thread else {
             unroute(&handle);
             return Err(RtError::Spawn);
@@ -362,6 +378,7 @@ impl LiveNic {
             ipv4,
             thread: Some(thread),
             irq: None,
+            epoch_unix_ns,
             pid: std::process::id(),
         };
         // Dropping `nic` on failure stops the device thread and the port.
@@ -529,18 +546,30 @@ impl DeviceLink for LiveNic {
         let wait = Duration::from_nanos(timeout.as_ps() / 1000);
         self.events.recv_timeout(wait).ok()
     }
+
+    fn clock_epoch_unix_ns(&self) -> Option<u64> {
+        Some(self.epoch_unix_ns)
+    }
 }
 
-fn device_loop(
-    mut nic: Nic,
-    mut bus: Bus,
+/// What the device thread reads and feeds.
+struct DeviceIo {
     rx: Receiver<Msg>,
-    mut egress: Egress,
+    egress: Egress,
+    /// Events no EQ took.
     events: Sender<NicEvent>,
+    /// MSI-X vectors, for the interrupt handler.
     irqs: Sender<u16>,
-) {
+}
+
+fn device_loop(mut nic: Nic, mut bus: Bus, start: std::time::Instant, io: DeviceIo) {
+    let DeviceIo {
+        rx,
+        mut egress,
+        events,
+        irqs,
+    } = io;
     let mut out: Vec<Frame> = Vec::new();
-    let start = std::time::Instant::now();
     let now = || {
         Instant::from_ps(
             start

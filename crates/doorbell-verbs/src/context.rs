@@ -179,6 +179,15 @@ impl Context {
         self.inner.ucontext.link().name().to_string()
     }
 
+    /// The wall-clock time, in ns since the Unix epoch, of device clock
+    /// reading `ticks` (a completion's [`crate::Wc::timestamp`]); `None`
+    /// where the device has no wall clock (the simulator).
+    pub fn wallclock_ns(&self, ticks: u64) -> Option<u64> {
+        let epoch = self.inner.ucontext.link().clock_epoch_unix_ns()?;
+        let ns = u128::from(ticks) * 1_000_000 / u128::from(doorbell_hif::CORE_CLOCK_KHZ);
+        Some(epoch.saturating_add(u64::try_from(ns).unwrap_or(u64::MAX)))
+    }
+
     /// GID 0 of the port.
     pub fn gid(&self) -> [u8; 16] {
         self.inner.ucontext.link().gid()

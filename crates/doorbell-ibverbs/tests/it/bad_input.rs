@@ -149,6 +149,11 @@ fn completion_channels_and_async_events_are_real_fds() {
 }
 
 #[test]
+fn the_device_clock_reads_and_stamps_completions_in_wall_clock_time() {
+    run_c_program("clock", 13);
+}
+
+#[test]
 fn qps_of_parent_domains_with_thread_domains_carry_data() {
     run_c_program("thread_domain", 32);
 }
