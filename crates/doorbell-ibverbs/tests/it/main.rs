@@ -13,9 +13,6 @@ mod bad_input;
 mod c_probe;
 mod clients;
 mod consts;
-#[path = "../../src/export_list.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod export_list;
 mod layout;
 mod library;
 mod loader;
