@@ -3,5 +3,5 @@
 //! (doorbell-cdylib says how, and why GNU ld).
 
 fn main() {
-    doorbell_cdylib::link_versioned("libibverbs.so.1", "exports.txt", "IBVERBS_");
+    doorbell_cdylib::link_versioned("libibverbs.so.1", "exports.txt", &["IBVERBS_", "DOORBELL_"]);
 }

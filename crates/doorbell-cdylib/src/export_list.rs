@@ -4,9 +4,11 @@
 //!
 //! Format: one `symbol version kind` per line, kind `func` or `object`; `#`
 //! starts a comment line; blank lines are ignored. Every version belongs to
-//! one family (`IBVERBS_`, `RDMACM_`). Nodes named `<family>1.<minor>` chain
-//! in order of `<minor>` (each has the previous one as its parent); any other
-//! node (`IBVERBS_PRIVATE_34`) stands alone.
+//! one of the families the caller allows (`IBVERBS_`, `RDMACM_`,
+//! `DOORBELL_`). Nodes named `<family>1.<minor>` chain in order of `<minor>`
+//! (each has the previous one as its parent); any other node
+//! (`IBVERBS_PRIVATE_34`, `DOORBELL_PRIVATE_1`) stands alone. A list may
+//! have public nodes of one family only.
 
 /// What an exported symbol is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +39,9 @@ pub struct Node {
     pub parent: Option<String>,
 }
 
-/// Parses the text of an export list whose versions are all of `family`
-/// (`"IBVERBS_"`); an error names the line.
-pub fn parse(text: &str, family: &str) -> Result<Vec<Export>, String> {
+/// Parses the text of an export list whose versions are all of one of
+/// `families` (`["IBVERBS_"]`); an error names the line.
+pub fn parse(text: &str, families: &[&str]) -> Result<Vec<Export>, String> {
     let mut out: Vec<Export> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -58,10 +60,22 @@ pub fn parse(text: &str, family: &str) -> Result<Vec<Export>, String> {
             "object" => Kind::Object,
             _ => return Err(format!("line {}: kind {kind:?} is not func|object", i + 1)),
         };
-        if !version.starts_with(family) {
+        if !families.iter().any(|f| version.starts_with(f)) {
             return Err(format!(
-                "line {}: version {version:?} is not {family}*",
+                "line {}: version {version:?} is not one of {families:?}",
                 i + 1
+            ));
+        }
+        if let (Some(_), Some(other)) = (
+            public_minor(version),
+            out.iter().find(|e| {
+                public_minor(&e.version).is_some() && family_of(&e.version) != family_of(version)
+            }),
+        ) {
+            return Err(format!(
+                "line {}: public node {version} beside {}: one chain per list",
+                i + 1,
+                other.version
             ));
         }
         if out.iter().any(|e| e.symbol == symbol) {
@@ -74,6 +88,11 @@ pub fn parse(text: &str, family: &str) -> Result<Vec<Export>, String> {
         });
     }
     Ok(out)
+}
+
+/// The family of a version: what comes before its first `_`.
+fn family_of(version: &str) -> &str {
+    version.split_once('_').map_or(version, |(f, _)| f)
 }
 
 /// The minor number of a public node `<family>1.<minor>`: the family is

@@ -25,9 +25,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Links the package's cdylib as `soname`, exporting what the list at
-/// `exports` (relative to the package) names, all of version `family`
-/// (`"IBVERBS_"`). Prints the cargo directives; call it from `build.rs`.
-pub fn link_versioned(soname: &str, exports: &str, family: &str) {
+/// `exports` (relative to the package) names, each of a version of one of
+/// `families` (`["IBVERBS_"]`). Prints the cargo directives; call it from
+/// `build.rs`.
+pub fn link_versioned(soname: &str, exports: &str, families: &[&str]) {
     let manifest = PathBuf::from(env("CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env("OUT_DIR"));
     let list_path = manifest.join(exports);
@@ -36,7 +37,7 @@ pub fn link_versioned(soname: &str, exports: &str, family: &str) {
 
     let text = std::fs::read_to_string(&list_path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", list_path.display()));
-    let list = export_list::parse(&text, family)
+    let list = export_list::parse(&text, families)
         .unwrap_or_else(|e| panic!("{}: {e}", list_path.display()));
     let stem = soname.split('.').next().unwrap_or(soname);
     let map = out.join(format!("{stem}.map"));
@@ -136,7 +137,7 @@ mod tests {
                     rdma_b RDMACM_1.2 func\n\
                     rdma_a RDMACM_1.0 func\n\
                     rdma_c RDMACM_1.10 object\n";
-        let e = parse(list, "RDMACM_").unwrap();
+        let e = parse(list, &["RDMACM_"]).unwrap();
         assert_eq!(e[2].kind, Kind::Object);
         let n = nodes(&e);
         let chain: Vec<(&str, Option<&str>)> = n
@@ -158,7 +159,7 @@ mod tests {
         );
         let p = parse(
             "ibv_x IBVERBS_PRIVATE_34 func\nibv_y IBVERBS_1.1 func\n",
-            "IBVERBS_",
+            &["IBVERBS_"],
         )
         .unwrap();
         let n = nodes(&p);
@@ -171,17 +172,33 @@ mod tests {
     #[test]
     fn bad_lines_are_named() {
         assert!(
-            parse("x RDMACM_1.0\n", "RDMACM_")
+            parse("x RDMACM_1.0\n", &["RDMACM_"])
                 .unwrap_err()
                 .contains("line 1")
         );
         assert!(
-            parse("x IBVERBS_1.0 func\n", "RDMACM_")
+            parse("x IBVERBS_1.0 func\n", &["RDMACM_"])
                 .unwrap_err()
                 .contains("RDMACM_")
         );
+        // Two families' public nodes would make one chain of both.
         assert!(
-            parse("x RDMACM_1.0 func\nx RDMACM_1.1 func\n", "RDMACM_")
+            parse(
+                "x RDMACM_1.0 func\ny DOORBELL_1.0 func\n",
+                &["RDMACM_", "DOORBELL_"]
+            )
+            .unwrap_err()
+            .contains("one chain")
+        );
+        assert!(
+            parse(
+                "x RDMACM_1.0 func\ny DOORBELL_PRIVATE_1 func\n",
+                &["RDMACM_", "DOORBELL_"]
+            )
+            .is_ok()
+        );
+        assert!(
+            parse("x RDMACM_1.0 func\nx RDMACM_1.1 func\n", &["RDMACM_"])
                 .unwrap_err()
                 .contains("twice")
         );

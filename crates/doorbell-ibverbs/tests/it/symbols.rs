@@ -13,7 +13,8 @@ use doorbell_cdylib::export_list::{self, Export, Kind, Node};
 const LIST: &str = include_str!("../../exports.txt");
 
 fn exports() -> Vec<Export> {
-    export_list::parse(LIST, "IBVERBS_").unwrap_or_else(|e| panic!("exports.txt: {e}"))
+    export_list::parse(LIST, &["IBVERBS_", "DOORBELL_"])
+        .unwrap_or_else(|e| panic!("exports.txt: {e}"))
 }
 
 /// A defined dynamic symbol as `objdump -T` prints it.
