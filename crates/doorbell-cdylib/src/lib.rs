@@ -2,7 +2,8 @@
 //! `librdmacm.so.1`): link a Rust cdylib with a SONAME and with every export
 //! in the version node its export list gives it, nodes chained as rdma-core
 //! chains them. A library's `build.rs` calls [`link_versioned`]; its tests
-//! parse the same list with [`export_list`] and check the built file.
+//! parse the same list with [`export_list`] and check the built file with
+//! [`inspect`].
 //!
 //! Why this is not simply `-Wl,--version-script` (doorbell-ibverbs'
 //! DESIGN.md, "Symbol versions"): rustc links a cdylib through its bundled
@@ -19,6 +20,7 @@
 //! outside one.
 
 pub mod export_list;
+pub mod inspect;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

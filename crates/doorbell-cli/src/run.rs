@@ -2,7 +2,8 @@
 //!
 //! Nothing is built at run time. `doorbell run` finds the drop-in
 //! `libibverbs.so` that cargo built ([`find_library`]), makes a directory
-//! where it is called `libibverbs.so.1` ([`libdir::link_dir`]), puts that
+//! where it is called `libibverbs.so.1`, with the `librdmacm.so` built
+//! beside it as `librdmacm.so.1` ([`libdir::link_dir`]), puts that
 //! directory first on `LD_LIBRARY_PATH`, sets the `DOORBELL_*` variables
 //! the library reads when the program opens a device, and execs the
 //! program in its own place. `doorbell env` prints the same settings as
@@ -11,7 +12,8 @@
 //! The library is, in order: `$DOORBELL_LIBIBVERBS`; `libibverbs.so` beside
 //! the `doorbell` executable (`cargo build -p doorbell-ibverbs`); the same
 //! in its `deps/` directory, where building the `doorbell` package puts it
-//! (this package depends on doorbell-ibverbs for that alone).
+//! (this package depends on doorbell-ibverbs and doorbell-rdmacm for that
+//! alone).
 
 use std::ffi::{OsStr, OsString};
 use std::net::Ipv4Addr;

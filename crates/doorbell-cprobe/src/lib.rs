@@ -18,6 +18,8 @@
 //! Test support only (a dev-dependency); it panics on every failure, as a
 //! test harness should.
 
+pub mod program;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

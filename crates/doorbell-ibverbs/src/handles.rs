@@ -33,6 +33,7 @@ pub(crate) enum Kind {
     Ah,
     Srq,
     Td,
+    CmChannel,
 }
 
 /// A Rust object that owns a C struct handed out as a handle.

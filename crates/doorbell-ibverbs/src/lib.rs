@@ -106,6 +106,7 @@ mod handles;
 mod pd;
 mod qp;
 mod qp_ex;
+pub mod rdma_cm;
 mod srq;
 mod stats;
 mod tables;

@@ -21,6 +21,7 @@
 mod attr;
 mod base;
 mod checks;
+mod cma;
 pub mod consts;
 mod device;
 mod object;
@@ -28,6 +29,7 @@ mod work;
 
 pub use attr::*;
 pub use base::*;
+pub use cma::*;
 pub use device::*;
 pub use object::*;
 pub use work::*;

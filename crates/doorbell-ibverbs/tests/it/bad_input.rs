@@ -16,69 +16,23 @@
 //!   to the library, an extended CQ in a parent domain, and the EBUSY and
 //!   EINVAL answers.
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::{Path, PathBuf};
+
+use doorbell_cprobe::program;
 
 use crate::library::lib_dir;
 
-/// Compiles `tests/c/<name>.c` to an executable of this call's own: two
-/// tests that run one program in parallel must not delete each other's.
-fn build(name: &str) -> PathBuf {
-    static BUILDS: AtomicU32 = AtomicU32::new(0);
-    let n = BUILDS.fetch_add(1, Ordering::Relaxed);
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/c")
-        .join(format!("{name}.c"));
-    let exe = lib_dir()
-        .parent()
-        .expect("lib dir has a parent")
-        .join(format!("{name}-{}-{n}", std::process::id()));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args([
-            "-std=gnu11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-Wno-format-zero-length",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cc} ({e}); scripts/setup.sh installs gcc"));
-    assert!(
-        out.status.success(),
-        "compiling {} failed (scripts/setup.sh installs libibverbs-dev):\n{}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+fn c_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c")
 }
 
 /// Builds and runs `tests/c/<name>.c` with the extra `env`; it must report
 /// at least `min_checks` checks and no failure. Returns its stderr.
 fn run_c_program_with(name: &str, min_checks: usize, env: &[(&str, &str)]) -> String {
-    let exe = build(name);
-    let out = Command::new(&exe)
-        .envs(env.iter().copied())
-        .env("LD_LIBRARY_PATH", lib_dir())
-        // The program talks only to itself: the library picks a free
-        // loopback address.
-        .env_remove("DOORBELL_ADDR")
-        .env_remove("DOORBELL_NAME")
-        .output()
-        .expect("run the probe");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let _ = std::fs::remove_file(&exe);
-    assert!(out.status.success(), "exit {}:\n{all}", out.status);
-    let oks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert!(oks >= min_checks, "only {oks} checks ran:\n{all}");
-    assert!(stdout.contains("\n0 failed"), "{all}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    let dir = lib_dir().parent().expect("lib dir has a parent");
+    let src = c_dir().join(format!("{name}.c"));
+    let exe = program::build(&src, dir, &[Path::new(&c_dir())], &["ibverbs"]);
+    program::run_checks(&exe, lib_dir(), env, min_checks)
 }
 
 fn run_c_program(name: &str, min_checks: usize) {

@@ -153,10 +153,30 @@ fn all() -> Vec<Layout> {
     }
 }
 
+/// The structs of `<rdma/rdma_cma.h>` that the rdma_cm API hands out.
+fn cma() -> Vec<Layout> {
+    layouts! {
+    struct rdma_event_channel = "struct rdma_event_channel" { fd }
+    struct rdma_conn_param = "struct rdma_conn_param" { private_data, private_data_len, responder_resources, initiator_depth, flow_control, retry_count, rnr_retry_count, srq, qp_num }
+    struct rdma_ud_param = "struct rdma_ud_param" { private_data, private_data_len, ah_attr, qp_num, qkey }
+    union rdma_cm_event_param = "__typeof__(((struct rdma_cm_event *)0)->param)" { conn, ud }
+    struct rdma_cm_event = "struct rdma_cm_event" { id, listen_id, event, status, param }
+    }
+}
+
 #[test]
 fn abi_matches_verbs_h() {
-    let layouts = all();
-    let mut probe = crate::c_probe::probe();
+    check(all(), crate::c_probe::probe(), "infiniband/verbs.h");
+}
+
+#[test]
+fn cma_abi_matches_rdma_cma_h() {
+    let probe = doorbell_cprobe::Probe::new("rdma/rdma_cma.h", env!("CARGO_TARGET_TMPDIR"));
+    check(cma(), probe, "rdma/rdma_cma.h");
+}
+
+/// Compares `layouts` with what `probe` (of `header`) prints.
+fn check(layouts: Vec<Layout>, mut probe: doorbell_cprobe::Probe, header: &str) {
     for l in &layouts {
         let size = l
             .c_size
@@ -184,7 +204,7 @@ fn abi_matches_verbs_h() {
     let mut fields = 0;
     let mut check = |what: String, c: u64, rust: usize| {
         if c != rust as u64 {
-            bad.push(format!("{what}: verbs.h {c}, abi {rust}"));
+            bad.push(format!("{what}: C {c}, abi {rust}"));
         }
     };
     for l in &layouts {
@@ -215,7 +235,7 @@ fn abi_matches_verbs_h() {
     }
     assert!(
         bad.is_empty(),
-        "{} mismatch(es) between abi and <infiniband/verbs.h> (generated C: {}):\n  {}",
+        "{} mismatch(es) between abi and <{header}> (generated C: {}):\n  {}",
         bad.len(),
         printed.source().display(),
         bad.join("\n  ")

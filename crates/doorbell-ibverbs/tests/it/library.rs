@@ -54,15 +54,3 @@ pub(crate) fn run(cmd: &mut Command) -> Output {
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run `{prog}` ({e}); scripts/setup.sh installs it"))
 }
-
-/// Standard output of a tool that must succeed.
-pub(crate) fn stdout_of(cmd: &mut Command) -> String {
-    let out = run(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}

@@ -1,0 +1,73 @@
+//! Whole C test programs (rather than probes): compiled against the
+//! installed headers and libraries, run with a library path, and judged by
+//! what they print: one `ok NAME` or `FAIL NAME: ...` line per check, then
+//! `N failed`. doorbell's C-library tests are written this way (`check.h`
+//! of doorbell-ibverbs' `tests/c` gives the `CHECK` macro).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Compiles `src` with `$CC` (default `cc`), warnings as errors, the
+/// include directories `include` and the libraries `libs` (`"ibverbs"`), to
+/// an executable in `dir` named after the source and this call: two tests
+/// that build one program in parallel never share a file.
+pub fn build(src: &Path, dir: &Path, include: &[&Path], libs: &[&str]) -> PathBuf {
+    static BUILDS: AtomicU32 = AtomicU32::new(0);
+    let n = BUILDS.fetch_add(1, Ordering::Relaxed);
+    let stem = src
+        .file_stem()
+        .map_or_else(|| "program".into(), |s| s.to_string_lossy().into_owned());
+    let exe = dir.join(format!("{stem}-{}-{n}", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args([
+        "-std=gnu11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-Wno-format-zero-length",
+        "-o",
+    ])
+    .arg(&exe)
+    .arg(src);
+    for i in include {
+        cmd.arg("-I").arg(i);
+    }
+    for l in libs {
+        cmd.arg(format!("-l{l}"));
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc} ({e}); scripts/setup.sh installs gcc"));
+    assert!(
+        out.status.success(),
+        "compiling {} failed (scripts/setup.sh installs the -dev packages):\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// Runs `exe` with `LD_LIBRARY_PATH=lib_dir` and `env`, without
+/// `DOORBELL_ADDR` and `DOORBELL_NAME` (a program that talks only to
+/// itself lets the library pick its address), then deletes it. It must
+/// exit 0 having printed at least `min_checks` `ok` lines and `0 failed`.
+/// Returns its stderr.
+pub fn run_checks(exe: &Path, lib_dir: &Path, env: &[(&str, &str)], min_checks: usize) -> String {
+    let out = Command::new(exe)
+        .envs(env.iter().copied())
+        .env("LD_LIBRARY_PATH", lib_dir)
+        .env_remove("DOORBELL_ADDR")
+        .env_remove("DOORBELL_NAME")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} ({e})", exe.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_file(exe);
+    assert!(out.status.success(), "exit {}:\n{all}", out.status);
+    let oks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    assert!(oks >= min_checks, "only {oks} checks ran:\n{all}");
+    assert!(stdout.contains("\n0 failed"), "{all}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
