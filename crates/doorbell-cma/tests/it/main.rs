@@ -1,0 +1,191 @@
+//! The rdma_cm model on live NICs: binding, ports, address and route
+//! resolution and the events they report.
+#![allow(missing_docs)]
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use doorbell_cma::{CmError, CmEvent, CmEventKind, CmId, EventSink, IdState, PortSpace, gid_of};
+use doorbell_pcie::LinkConfig;
+use doorbell_rt::{Fabric, LiveNic};
+use doorbell_verbs::Context;
+
+#[derive(Default)]
+struct Log(Mutex<Vec<CmEvent>>);
+
+impl EventSink for Log {
+    fn deliver(&self, event: CmEvent) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+impl Log {
+    fn take(&self) -> Vec<CmEvent> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+struct Host {
+    _fabric: Fabric,
+    _nics: Vec<Arc<LiveNic>>,
+    ctxs: Vec<Context>,
+}
+
+/// NICs at 10.0.<net>.2, .3, ...
+fn host(net: u8, n: u8) -> Host {
+    let fabric = Fabric::new();
+    let nics: Vec<Arc<LiveNic>> = (0..n)
+        .map(|i| {
+            Arc::new(
+                LiveNic::start(
+                    &format!("cm{net}-{i}"),
+                    &fabric,
+                    [10, 0, net, 2 + i],
+                    LinkConfig::default(),
+                )
+                .unwrap(),
+            )
+        })
+        .collect();
+    let ctxs = nics
+        .iter()
+        .map(|n| Context::open(n.clone()).unwrap())
+        .collect();
+    Host {
+        _fabric: fabric,
+        _nics: nics,
+        ctxs,
+    }
+}
+
+fn v4(a: u8, b: u8, c: u8, d: u8, port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(a, b, c, d)), port)
+}
+
+fn id(h: &Host, log: &Arc<Log>, token: u64, ps: PortSpace) -> CmId {
+    CmId::new(log.clone(), token, ps, h.ctxs.clone())
+}
+
+#[test]
+fn an_address_binds_its_device_and_the_wildcard_none() {
+    let h = host(1, 2);
+    let log = Arc::new(Log::default());
+    let a = id(&h, &log, 1, PortSpace::Tcp);
+    a.bind_addr(v4(10, 0, 1, 3, 7000)).unwrap();
+    assert_eq!(a.state(), IdState::AddrBound);
+    assert!(a.device().unwrap().same_as(&h.ctxs[1]));
+    assert_eq!(a.src(), Some(v4(10, 0, 1, 3, 7000)));
+    // Bound once only.
+    assert_eq!(a.bind_addr(v4(10, 0, 1, 3, 7001)), Err(CmError::Invalid));
+
+    let w = id(&h, &log, 2, PortSpace::Tcp);
+    w.bind_addr(v4(0, 0, 0, 0, 7002)).unwrap();
+    assert!(w.device().is_none());
+
+    let nowhere = id(&h, &log, 3, PortSpace::Tcp);
+    assert_eq!(
+        nowhere.bind_addr(v4(10, 9, 9, 9, 0)),
+        Err(CmError::NoDevice)
+    );
+    assert_eq!(nowhere.state(), IdState::Idle);
+    assert!(log.take().is_empty(), "binding reports no event");
+}
+
+#[test]
+fn ports_are_shared_only_where_addresses_do_not_overlap() {
+    let h = host(2, 2);
+    let log = Arc::new(Log::default());
+    let a = id(&h, &log, 1, PortSpace::Tcp);
+    a.bind_addr(v4(10, 0, 2, 2, 7100)).unwrap();
+    let b = id(&h, &log, 2, PortSpace::Tcp);
+    assert_eq!(b.bind_addr(v4(10, 0, 2, 2, 7100)), Err(CmError::AddrInUse));
+    // The wildcard overlaps every address.
+    let w = id(&h, &log, 3, PortSpace::Tcp);
+    assert_eq!(w.bind_addr(v4(0, 0, 0, 0, 7100)), Err(CmError::AddrInUse));
+    // Another address of the host, or another port space, is free.
+    id(&h, &log, 4, PortSpace::Tcp)
+        .bind_addr(v4(10, 0, 2, 3, 7100))
+        .unwrap();
+    let u = id(&h, &log, 5, PortSpace::Udp);
+    u.bind_addr(v4(10, 0, 2, 2, 7100)).unwrap();
+    // REUSEADDR on both sides shares it.
+    let r1 = id(&h, &log, 6, PortSpace::Ib);
+    let r2 = id(&h, &log, 7, PortSpace::Ib);
+    r1.set_reuseaddr(true).unwrap();
+    r2.set_reuseaddr(true).unwrap();
+    r1.bind_addr(v4(10, 0, 2, 2, 7101)).unwrap();
+    r2.bind_addr(v4(10, 0, 2, 2, 7101)).unwrap();
+    assert_eq!(
+        r2.set_reuseaddr(false),
+        Err(CmError::Invalid),
+        "only before binding"
+    );
+    // Destroying an id frees its port.
+    drop(a);
+    b.bind_addr(v4(10, 0, 2, 2, 7100)).unwrap();
+    // Port 0 is an ephemeral port, a different one each time.
+    let e1 = id(&h, &log, 8, PortSpace::Tcp);
+    let e2 = id(&h, &log, 9, PortSpace::Tcp);
+    e1.bind_addr(v4(10, 0, 2, 2, 0)).unwrap();
+    e2.bind_addr(v4(10, 0, 2, 2, 0)).unwrap();
+    let (p1, p2) = (e1.src().unwrap().port(), e2.src().unwrap().port());
+    assert!((32768..=60999).contains(&p1) && (32768..=60999).contains(&p2) && p1 != p2);
+}
+
+#[test]
+fn resolving_binds_the_local_nic_and_reports_each_step() {
+    let h = host(3, 1);
+    let log = Arc::new(Log::default());
+    let c = id(&h, &log, 42, PortSpace::Tcp);
+    assert_eq!(
+        c.resolve_route(100),
+        Err(CmError::Invalid),
+        "route before address"
+    );
+    assert_eq!(
+        c.resolve_addr(None, v4(0, 0, 0, 0, 1), 100),
+        Err(CmError::Invalid)
+    );
+    let peer = v4(10, 0, 77, 5, 7471);
+    c.resolve_addr(None, peer, 2000).unwrap();
+    assert_eq!(
+        log.take(),
+        [CmEvent {
+            id: 42,
+            kind: CmEventKind::AddrResolved,
+            status: 0
+        }]
+    );
+    let src = c.src().unwrap();
+    assert_eq!(src.ip(), IpAddr::V4(Ipv4Addr::new(10, 0, 3, 2)));
+    assert!(src.port() >= 32768);
+    assert!(c.device().unwrap().same_as(&h.ctxs[0]));
+    assert_eq!(c.dst(), Some(peer));
+
+    c.set_tos(0x28);
+    c.resolve_route(2000).unwrap();
+    assert_eq!(log.take()[0].kind, CmEventKind::RouteResolved);
+    let p = c.path().unwrap();
+    assert_eq!(p.sgid, h.ctxs[0].gid());
+    assert_eq!(p.dgid, gid_of(peer.ip()));
+    assert_eq!((p.pkey, p.hop_limit, p.traffic_class), (0xffff, 64, 0x28));
+    assert_eq!(p.mtu, h.ctxs[0].query_port().active_mtu);
+    assert_eq!(c.state(), IdState::RouteResolved);
+}
+
+#[test]
+fn a_wildcard_bound_id_takes_the_nics_address_when_it_resolves() {
+    let h = host(4, 1);
+    let log = Arc::new(Log::default());
+    let c = id(&h, &log, 7, PortSpace::Udp);
+    c.bind_addr(v4(0, 0, 0, 0, 7200)).unwrap();
+    c.resolve_addr(None, v4(10, 0, 4, 9, 7200), 100).unwrap();
+    assert_eq!(c.src(), Some(v4(10, 0, 4, 2, 7200)));
+    // A source given to an id already bound is refused.
+    let d = id(&h, &log, 8, PortSpace::Udp);
+    d.bind_addr(v4(10, 0, 4, 2, 0)).unwrap();
+    assert_eq!(
+        d.resolve_addr(Some(v4(10, 0, 4, 2, 0)), v4(10, 0, 4, 9, 1), 100),
+        Err(CmError::Invalid)
+    );
+}
