@@ -1,0 +1,1 @@
+//! The integration tests of doorbell-cm, in one binary (STYLE R15).
