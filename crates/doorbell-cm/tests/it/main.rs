@@ -1,1 +1,4 @@
 //! The integration tests of doorbell-cm, in one binary (STYLE R15).
+
+mod frames;
+mod tshark;
