@@ -3,7 +3,9 @@
 //! IDs of its port spaces (the kernel's `struct cma_hdr`,
 //! `cma_format_hdr` and `rdma_get_service_id` in
 //! `drivers/infiniband/core/cma.c`; `enum rdma_ucm_port_space` in
-//! `include/uapi/rdma/rdma_user_cm.h`).
+//! `include/uapi/rdma/rdma_user_cm.h`; librdmacm's `struct ib_connect_hdr`
+//! in rdma-core's `librdmacm/cma.h` and the `RDMA_IB_IP_PS_*` constants in
+//! `librdmacm/rdma_cma.h`).
 //!
 //! The header tells the passive side which IP addresses and source port
 //! the active side connects from and to, since a CM MAD carries none. An
@@ -52,6 +54,19 @@ pub const SIDR_REQ_USER_PRIVATE_DATA_LEN: usize = crate::sidr::REQ_PRIVATE_DATA_
 pub const CMA_SERVICE_ID: u64 = 0x0000_0000_0100_0000;
 /// The bits of a service ID that mark it as the IP CM service's.
 pub const CMA_SERVICE_ID_MASK: u64 = 0xffff_ffff_ff00_0000;
+
+/// The bits of an `rdma_cm` service ID that name the port space
+/// (`RDMA_IB_IP_PS_MASK`).
+pub const RDMA_IB_IP_PS_MASK: u64 = 0xffff_ffff_ffff_0000;
+/// Service ID of the TCP port space, port 0 (`RDMA_IB_IP_PS_TCP`).
+pub const RDMA_IB_IP_PS_TCP: u64 = 0x0000_0000_0106_0000;
+/// Service ID of the UDP port space, port 0 (`RDMA_IB_IP_PS_UDP`).
+pub const RDMA_IB_IP_PS_UDP: u64 = 0x0000_0000_0111_0000;
+/// Service ID of the IB port space, port 0 (`RDMA_IB_PS_IB`).
+pub const RDMA_IB_PS_IB: u64 = 0x0000_0000_013f_0000;
+/// The Q_Key `rdma_cm` gives UD QPs of the UDP and IB port spaces, which a
+/// SIDR_REP carries (`RDMA_UDP_QKEY`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
 enum_with_unknown! {
     /// `rdma_cm` port space (`enum rdma_ucm_port_space`): bits 31..16 of the
@@ -272,9 +287,13 @@ pub(crate) mod tests {
 
     #[test]
     fn service_ids_are_the_kernels() {
-        assert_eq!(service_id(PortSpace::Tcp, 0), 0x0000_0000_0106_0000);
-        assert_eq!(service_id(PortSpace::Udp, 0), 0x0000_0000_0111_0000);
-        assert_eq!(service_id(PortSpace::Ib, 0), 0x0000_0000_013f_0000);
+        assert_eq!(service_id(PortSpace::Tcp, 0), RDMA_IB_IP_PS_TCP);
+        assert_eq!(service_id(PortSpace::Udp, 0), RDMA_IB_IP_PS_UDP);
+        assert_eq!(service_id(PortSpace::Ib, 0), RDMA_IB_PS_IB);
+        assert_eq!(
+            service_id(PortSpace::Tcp, 0xffff) & RDMA_IB_IP_PS_MASK,
+            RDMA_IB_IP_PS_TCP
+        );
         assert_eq!(service_id(PortSpace::Tcp, 20000), 0x0000_0000_0106_4e20);
         let sid = service_id(PortSpace::Tcp, 20000);
         assert_eq!(sid & CMA_SERVICE_ID_MASK, CMA_SERVICE_ID);

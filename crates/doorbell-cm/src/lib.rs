@@ -147,7 +147,7 @@ impl Bits {
         Self { byte, shift, width }
     }
 
-    /// The field's mask before shifting.
+    /// The field's largest value: its mask before shifting.
     pub const fn max(self) -> u8 {
         ((1u16 << self.width) - 1) as u8
     }

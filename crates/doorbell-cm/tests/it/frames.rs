@@ -169,7 +169,7 @@ pub(crate) fn samples() -> Vec<CmMad> {
             vendor_id: 0,
             qpn: Qpn::new(SIDR_QPN),
             service_id: service_id(PortSpace::Udp, PORT),
-            qkey: 0x0123_4567,
+            qkey: doorbell_cm::ip_cm::RDMA_UDP_QKEY,
             additional_info: [0; sidr::ADDITIONAL_INFO_LEN],
             private_data: [0; sidr::REP_PRIVATE_DATA_LEN],
         }),
