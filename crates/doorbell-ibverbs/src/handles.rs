@@ -34,6 +34,7 @@ pub(crate) enum Kind {
     Srq,
     Td,
     CmChannel,
+    CmId,
 }
 
 /// A Rust object that owns a C struct handed out as a handle.

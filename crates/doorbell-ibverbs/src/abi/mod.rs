@@ -59,7 +59,6 @@ opaque!(
     ibv_wq_init_attr,
     ibv_xrcd_init_attr,
     ibv_wc_tm_info,
-    ibv_sa_path_rec,
     verbs_ex_private,
     verbs_device_ops,
     verbs_sysfs_dev,

@@ -64,16 +64,26 @@ fn every_client_binds_to_doorbells_libraries_with_nothing_undefined() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
-#[test]
-fn event_channels_devices_and_event_names_work_from_c() {
+/// Builds and runs `tests/c/<name>.c`, linked with `-lrdmacm`.
+fn run_c(name: &str, min_checks: usize) {
     let c_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let check_h = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../doorbell-ibverbs/tests/c");
     let dir = lib_dir().parent().expect("lib dir has a parent");
     let exe = program::build(
-        &c_dir.join("cm_basics.c"),
+        &c_dir.join(format!("{name}.c")),
         dir,
         &[&check_h],
         &["rdmacm", "ibverbs"],
     );
-    program::run_checks(&exe, lib_dir(), &[], 9);
+    program::run_checks(&exe, lib_dir(), &[], min_checks);
+}
+
+#[test]
+fn event_channels_devices_and_event_names_work_from_c() {
+    run_c("cm_basics", 9);
+}
+
+#[test]
+fn ids_bind_resolve_and_report_as_librdmacm_does_from_c() {
+    run_c("cm_ids", 22);
 }

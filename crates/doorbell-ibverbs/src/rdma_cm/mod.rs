@@ -3,66 +3,44 @@
 //! signature exported here (version node `DOORBELL_PRIVATE_1`; decision
 //! record 0020).
 //!
-//! What works so far: event channels (a real file descriptor, an eventfd
-//! that is readable while events wait; `O_NONBLOCK` gives EAGAIN),
-//! `rdma_get_cm_event`/`rdma_ack_cm_event` over them, `rdma_get_devices`
-//! (the device, opened once for the life of the library, as librdmacm
-//! keeps its devices) and `rdma_free_devices`, and `rdma_event_str`. The
-//! calls that need the communication manager fail, for now, with ENOSYS by
-//! librdmacm's convention (-1 and `errno`), and touch nothing.
+//! The logic is doorbell-cma's (ids, ports, address and route resolution);
+//! this module keeps the C structs in step with it. What works so far:
+//! event channels (a real file descriptor, an eventfd that is readable
+//! while events wait; `O_NONBLOCK` gives EAGAIN), `rdma_get_cm_event` and
+//! `rdma_ack_cm_event`, `rdma_get_devices` (the device, opened once for the
+//! life of the library, as librdmacm keeps its devices) and
+//! `rdma_free_devices`, `rdma_event_str`, and ids: `rdma_create_id` (a
+//! NULL channel makes a synchronous id), `rdma_destroy_id`,
+//! `rdma_bind_addr`, `rdma_resolve_addr`, `rdma_resolve_route`,
+//! `rdma_get_src_port`/`rdma_get_dst_port`, `rdma_set_option`,
+//! `rdma_migrate_id`. The calls that need the communication manager on the
+//! wire fail, for now, with ENOSYS by librdmacm's convention (-1 and
+//! `errno`), and touch nothing.
 
 #![allow(unsafe_code)]
 
 use core::ffi::{c_char, c_int, c_void};
-use core::ptr::null_mut;
 use std::sync::Mutex;
 
-use libc::{EINVAL, ENOSYS, size_t};
+use libc::{EINVAL, ENOSYS};
 
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
-use crate::events::Queue;
-use crate::handle;
 use crate::handles;
 
-/// An event channel: the C struct first, then the queue whose eventfd it
-/// names.
-#[repr(C)]
-pub(crate) struct CEventChannel {
-    ch: rdma_event_channel,
-    events: Queue<Box<rdma_cm_event>>,
-}
-handle!(CEventChannel, rdma_event_channel, ch, CmChannel);
+mod channel;
+mod devices;
+mod id;
+
+use channel::CEventChannel;
 
 /// Events handed out by `rdma_get_cm_event` and not yet acknowledged, by
 /// address.
 static OUT: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-/// `rdma_create_event_channel`.
-#[unsafe(no_mangle)]
-pub extern "C" fn doorbell_rdma_create_event_channel() -> *mut rdma_event_channel {
-    guard("rdma_create_event_channel", Conv::Null, || {
-        let events = Queue::new()?;
-        let ch = rdma_event_channel {
-            fd: events.fd.raw(),
-        };
-        Ok(handles::register(Box::new(CEventChannel { ch, events })))
-    })
-}
-
-/// `rdma_destroy_event_channel`: closes the descriptor. Events still queued
-/// are dropped with it.
-#[unsafe(no_mangle)]
-pub extern "C" fn doorbell_rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-    guard("rdma_destroy_event_channel", Conv::Abort, || {
-        // A NULL or unknown channel is ignored, as the real one cannot tell.
-        drop(handles::take::<CEventChannel>(channel));
-        Ok(())
-    })
-}
-
 /// `rdma_get_cm_event`: the next event, waiting for one unless the
-/// channel's descriptor is non-blocking (EAGAIN then).
+/// channel's descriptor is non-blocking (EAGAIN then). The id it is about
+/// is brought up to date first, as librdmacm does.
 ///
 /// # Safety
 /// `event` is NULL or points to a writable event pointer.
@@ -76,7 +54,14 @@ pub unsafe extern "C" fn doorbell_rdma_get_cm_event(
             return Err(EINVAL);
         }
         let ch = handles::get::<CEventChannel>(channel)?;
-        let e = Box::into_raw(ch.events.pop()?);
+        let ev = ch.events.pop()?;
+        // SAFETY: rdma_cm_event is pointers, integers and a union of plain
+        // data; zero is its empty value.
+        let mut c: rdma_cm_event = unsafe { core::mem::zeroed() };
+        c.id = id::sync_for_event(ev.id);
+        c.event = ev.kind.code();
+        c.status = ev.status;
+        let e = Box::into_raw(Box::new(c));
         crate::events::lock(&OUT).push(e as usize);
         // SAFETY: non-NULL, the caller's pointer to write the event to.
         unsafe { *event = e };
@@ -102,68 +87,6 @@ pub unsafe extern "C" fn doorbell_rdma_ack_cm_event(event: *mut rdma_cm_event) -
         // removed from OUT before it is freed, so it is freed once.
         drop(unsafe { Box::from_raw(event) });
         Ok(0)
-    })
-}
-
-/// The contexts `rdma_get_devices` opened, kept while the library is
-/// loaded (a NULL-free list of handles).
-static DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-/// `rdma_get_devices`: every doorbell device, opened, NULL-terminated.
-///
-/// # Safety
-/// `num_devices` is NULL or points to a writable int.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn doorbell_rdma_get_devices(
-    num_devices: *mut c_int,
-) -> *mut *mut ibv_context {
-    guard("rdma_get_devices", Conv::Null, || {
-        let mut open = crate::events::lock(&DEVICES);
-        if open.is_empty() {
-            let mut n = 0;
-            let list = crate::device::ibv_get_device_list(&mut n);
-            for i in 0..usize::try_from(n).unwrap_or(0) {
-                // SAFETY: ibv_get_device_list gave `n` devices before NULL.
-                let dev = unsafe { *list.add(i) };
-                let ctx = crate::device::ibv_open_device(dev);
-                if !ctx.is_null() {
-                    open.push(ctx as usize);
-                }
-            }
-            crate::device::ibv_free_device_list(list);
-        }
-        let mut list: Vec<*mut ibv_context> = open.iter().map(|&c| c as *mut ibv_context).collect();
-        if !num_devices.is_null() {
-            // SAFETY: non-NULL, the caller's int.
-            unsafe { *num_devices = list.len() as c_int };
-        }
-        list.push(null_mut());
-        Ok(Box::into_raw(list.into_boxed_slice()).cast::<*mut ibv_context>())
-    })
-}
-
-/// `rdma_free_devices`: frees the array (the devices stay open).
-///
-/// # Safety
-/// `list` is NULL or an array `rdma_get_devices` returned, not yet freed.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn doorbell_rdma_free_devices(list: *mut *mut ibv_context) {
-    guard("rdma_free_devices", Conv::Abort, || {
-        if list.is_null() {
-            return Ok(());
-        }
-        // SAFETY: `list` came from rdma_get_devices: a boxed slice ending
-        // in its one NULL; counting up to it stays inside the slice.
-        let len = unsafe {
-            let mut n = 0;
-            while !(*list.add(n)).is_null() {
-                n += 1;
-            }
-            n + 1
-        };
-        // SAFETY: the same slice, rebuilt with its length, freed once.
-        drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(list, len)) });
-        Ok(())
     })
 }
 
@@ -231,13 +154,8 @@ macro_rules! not_yet {
 type P = *mut c_void;
 
 not_yet! {
-    [neg1] fn doorbell_rdma_create_id(channel: P, id: *mut P, context: P, ps: c_int) -> c_int;
     [neg1] fn doorbell_rdma_create_ep(id: *mut P, res: P, pd: P, qp_init_attr: P) -> c_int;
     [void] fn doorbell_rdma_destroy_ep(id: P);
-    [neg1] fn doorbell_rdma_destroy_id(id: P) -> c_int;
-    [neg1] fn doorbell_rdma_bind_addr(id: P, addr: P) -> c_int;
-    [neg1] fn doorbell_rdma_resolve_addr(id: P, src_addr: P, dst_addr: P, timeout_ms: c_int) -> c_int;
-    [neg1] fn doorbell_rdma_resolve_route(id: P, timeout_ms: c_int) -> c_int;
     [neg1] fn doorbell_rdma_create_qp(id: P, pd: P, qp_init_attr: P) -> c_int;
     [neg1] fn doorbell_rdma_create_qp_ex(id: P, qp_init_attr: P) -> c_int;
     [void] fn doorbell_rdma_destroy_qp(id: P);
@@ -256,10 +174,6 @@ not_yet! {
     [neg1] fn doorbell_rdma_join_multicast(id: P, addr: P, context: P) -> c_int;
     [neg1] fn doorbell_rdma_join_multicast_ex(id: P, mc_join_attr: P, context: P) -> c_int;
     [neg1] fn doorbell_rdma_leave_multicast(id: P, addr: P) -> c_int;
-    [port] fn doorbell_rdma_get_src_port(id: P) -> u16;
-    [port] fn doorbell_rdma_get_dst_port(id: P) -> u16;
-    [neg1] fn doorbell_rdma_set_option(id: P, level: c_int, optname: c_int, optval: P, optlen: size_t) -> c_int;
-    [neg1] fn doorbell_rdma_migrate_id(id: P, channel: P) -> c_int;
     [neg1] fn doorbell_rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: P, res: *mut P) -> c_int;
     [void] fn doorbell_rdma_freeaddrinfo(res: P);
     [neg1] fn doorbell_rdma_init_qp_attr(id: P, qp_attr: P, qp_attr_mask: *mut c_int) -> c_int;
@@ -269,6 +183,15 @@ not_yet! {
 
 /// The calls that work, for the export check.
 pub const WORKING: &[&str] = &[
+    "doorbell_rdma_create_id",
+    "doorbell_rdma_destroy_id",
+    "doorbell_rdma_bind_addr",
+    "doorbell_rdma_resolve_addr",
+    "doorbell_rdma_resolve_route",
+    "doorbell_rdma_get_src_port",
+    "doorbell_rdma_get_dst_port",
+    "doorbell_rdma_set_option",
+    "doorbell_rdma_migrate_id",
     "doorbell_rdma_create_event_channel",
     "doorbell_rdma_destroy_event_channel",
     "doorbell_rdma_get_cm_event",
