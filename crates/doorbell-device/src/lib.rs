@@ -87,7 +87,8 @@ use doorbell_pcie::Dma;
 use doorbell_types::{Cqn, Duration, Instant, Pdn, Qpn, Srqn, UarIndex};
 
 use doorbell_hif::{
-    CmdError, CmdOut, Command, MkeyParams, NicEvent, ObjKind, Param, QpParams, QpState, SrqParams,
+    CmdError, CmdOut, Command, MkeyParams, NicEvent, ObjKind, Param, QpParams, QpState, QpType,
+    SrqParams,
 };
 
 pub use config::{Frame, NicConfig, NicCounters, NicTiming};
@@ -155,6 +156,9 @@ fn sync_timers(index: &mut TimerIndex, qp: &mut Qp) {
     let at = Timer::ALL.map(|t| qp.timer(t));
     index.sync(qp.qpn, &mut qp.indexed, at);
 }
+
+/// The GSI QP's number (IBA's QP1).
+const GSI_QPN: u32 = 1;
 
 /// One NIC with one port.
 pub struct Nic {
@@ -659,8 +663,27 @@ impl Nic {
                 value: p.pas.len() as u64,
             });
         }
-        let qpn = Qpn::new(self.next_qpn);
-        self.next_qpn += 1;
+        let qpn = if p.gsi {
+            // The port's GSI QP is QP 1: peers address their MADs to it.
+            if p.qp_type != QpType::Ud {
+                return Err(CmdError::BadParam {
+                    name: Param::QpType,
+                    value: u64::from(p.qp_type.code()),
+                });
+            }
+            let one = Qpn::new(GSI_QPN);
+            if self.qps.contains_key(&one) {
+                return Err(CmdError::Busy {
+                    kind: ObjKind::Qp,
+                    id: GSI_QPN,
+                });
+            }
+            one
+        } else {
+            let q = Qpn::new(self.next_qpn);
+            self.next_qpn += 1;
+            q
+        };
         for c in [p.send_cq, p.recv_cq] {
             if let Some(cq) = self.cqs.get_mut(&c) {
                 cq.users += 1;

@@ -150,6 +150,7 @@ mod tests {
                 dbr_addr: HostAddr::new(0),
                 pas: vec![],
                 srq: None,
+                gsi: false,
             },
         )
     }

@@ -141,6 +141,9 @@ pub struct CreateQpReq {
     /// `bfreg_index`), on a page it mapped with [`Ucontext::map_dyn_uar`];
     /// `None` lets the kernel's policy choose a static one.
     pub dyn_bfreg: Option<u32>,
+    /// The port's GSI QP (UD, numbered 1 by the device): what the kernel
+    /// makes for its CM and MAD layer, never a user context.
+    pub gsi: bool,
 }
 
 /// create_srq request: the WQE ring and doorbell record the provider made
@@ -599,6 +602,7 @@ impl Ucontext {
             dbr_addr,
             pas,
             srq: req.srq,
+            gsi: req.gsi,
         });
         let out = match params {
             Ok(p) => self.link.exec(Command::CreateQp(p)),

@@ -152,6 +152,11 @@ pub struct QpParams {
     /// `log_rq_size` and `log_rq_stride` are ignored and the buffer holds
     /// only the send queue.
     pub srq: Option<Srqn>,
+    /// The port's GSI QP (PRM `st` QP1, what the kernel's CM and MAD layer
+    /// use): a UD QP that the device numbers 1, so that it takes the
+    /// management datagrams peers send to QP 1 and sends its own from QP 1.
+    /// One per device.
+    pub gsi: bool,
 }
 
 /// Shared-receive-queue context (CREATE_SRQ): a ring of receive WQEs,

@@ -211,6 +211,9 @@ fn state(code: u8) -> Result<QpState, DecodeError> {
     QpState::from_code(code).map_or_else(|| unknown("QP state", code), Ok)
 }
 
+/// The PRM's `st` of the GSI QP (`MLX5_QP_ST_QP1`).
+const ST_QP1: u8 = 0x8;
+
 fn qp_type(code: u8) -> Result<QpType, DecodeError> {
     QpType::from_code(code).map_or_else(|| unknown("QP type", code), Ok)
 }
@@ -381,7 +384,8 @@ impl Command {
             }
             Command::CreateQp(q) => {
                 head(&mut w, opcode::CREATE_QP, 0);
-                w.u8(q.qp_type.code());
+                // A GSI QP is a UD QP whose `st` is QP1.
+                w.u8(if q.gsi { ST_QP1 } else { q.qp_type.code() });
                 w.u32(q.pd.get());
                 w.u32(q.send_cq.get());
                 w.u32(q.recv_cq.get());
@@ -490,23 +494,28 @@ impl Command {
                 pas: r.pages()?,
             },
             opcode::MODIFY_CQ => return unknown("MODIFY_CQ op_mod", op_mod),
-            opcode::CREATE_QP => Command::CreateQp(QpParams {
-                qp_type: qp_type(r.u8()?)?,
-                pd: Pdn::new(r.u32()?),
-                send_cq: Cqn::new(r.u32()?),
-                recv_cq: Cqn::new(r.u32()?),
-                uar: UarIndex::new(r.u32()?),
-                log_sq_size: r.u8()?,
-                log_rq_size: r.u8()?,
-                log_rq_stride: r.u8()?,
-                dbr_addr: HostAddr::new(r.u64()?),
-                pas: r.pages()?,
-                srq: match r.u8()? {
-                    0 => None,
-                    1 => Some(Srqn::new(r.u32()?)),
-                    f => return unknown("SRQ flag", f),
-                },
-            }),
+            opcode::CREATE_QP => {
+                let st = r.u8()?;
+                let gsi = st == ST_QP1;
+                Command::CreateQp(QpParams {
+                    qp_type: if gsi { QpType::Ud } else { qp_type(st)? },
+                    pd: Pdn::new(r.u32()?),
+                    send_cq: Cqn::new(r.u32()?),
+                    recv_cq: Cqn::new(r.u32()?),
+                    uar: UarIndex::new(r.u32()?),
+                    log_sq_size: r.u8()?,
+                    log_rq_size: r.u8()?,
+                    log_rq_stride: r.u8()?,
+                    dbr_addr: HostAddr::new(r.u64()?),
+                    pas: r.pages()?,
+                    srq: match r.u8()? {
+                        0 => None,
+                        1 => Some(Srqn::new(r.u32()?)),
+                        f => return unknown("SRQ flag", f),
+                    },
+                    gsi,
+                })
+            }
             opcode::MODIFY_QP => {
                 let state = u8::try_from(op_mod)
                     .ok()

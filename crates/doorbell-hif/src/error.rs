@@ -97,13 +97,16 @@ pub enum Param {
     SrqLimit,
     /// CREATE_EQ: log2 of the EQ size.
     LogEqSize,
+    /// CREATE_QP: a service type the request cannot have (a GSI QP that
+    /// is not UD).
+    QpType,
     /// CREATE_EQ: fewer pages than the EQE buffer needs.
     EqPasEntries,
 }
 
 impl Param {
     /// Every parameter, in code order.
-    pub const ALL: [Param; 21] = [
+    pub const ALL: [Param; 22] = [
         Param::MkeyLength,
         Param::MttEntries,
         Param::LogCqSize,
@@ -125,6 +128,7 @@ impl Param {
         Param::SrqLimit,
         Param::LogEqSize,
         Param::EqPasEntries,
+        Param::QpType,
     ];
 
     /// The parameter's name.
@@ -150,6 +154,7 @@ impl Param {
             Param::SrqPasEntries => "srq pas entries",
             Param::SrqLimit => "srq_limit",
             Param::LogEqSize => "log_eq_size",
+            Param::QpType => "qp type",
             Param::EqPasEntries => "eq pas entries",
         }
     }

@@ -261,6 +261,21 @@ impl Pd {
     /// Creates a QP (`ibv_create_qp`), sizing its queues as the mlx5
     /// provider does.
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
+        self.create_qp_as(attr, false)
+    }
+
+    /// Creates the port's GSI QP (QP1): a UD QP the device numbers 1, which
+    /// takes the management datagrams peers send to QP 1 and sends its own
+    /// from it. What the kernel makes for its CM; one per device (EBUSY for
+    /// a second).
+    pub fn create_gsi_qp(&self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
+        if attr.qp_type != QpType::Ud {
+            return Err(VerbsError::InvalidArgument("the GSI QP is UD"));
+        }
+        self.create_qp_as(attr, true)
+    }
+
+    fn create_qp_as(&self, attr: &QpInitAttr, gsi: bool) -> Result<Qp, VerbsError> {
         let ctx = self.context().clone();
         // As the kernel's uverbs: every object a QP names is of its context.
         if !attr.send_cq.context().same_as(&ctx) || !attr.recv_cq.context().same_as(&ctx) {
@@ -340,6 +355,7 @@ impl Pd {
             db_addr: dbr_addr,
             srq: attr.srq.as_ref().map(Srq::srqn),
             dyn_bfreg: td_bf.as_ref().and_then(|b| b.dyn_index),
+            gsi,
         };
         let out = ctx.driver().create_qp(req);
         let bf_of =

@@ -130,6 +130,7 @@ impl Rig {
             dbr_addr: qp_dbr,
             pas: qp_pas,
             srq: None,
+            gsi: false,
         })) else {
             panic!("no QP")
         };
@@ -1163,6 +1164,7 @@ fn commands_with_ranges_past_the_address_space_are_refused() {
             dbr_addr: rig.qp_dbr,
             pas: vec![rig.qp_buf; 64],
             srq: None,
+            gsi: false,
         })),
         Err(CmdError::BadParam {
             name: Param::LogRqStride,

@@ -25,6 +25,7 @@ fn qp_req(uc: &Ucontext, pd: Pdn, cq: Cqn, dyn_bfreg: Option<u32>) -> CreateQpRe
         db_addr: mem.alloc(PAGE_SIZE).unwrap(),
         srq: None,
         dyn_bfreg,
+        gsi: false,
     }
 }
 

@@ -127,6 +127,7 @@ fn a_create_qp_the_device_refuses_unpins_and_frees_its_bfreg() {
         db_addr: db,
         srq: None,
         dyn_bfreg: None,
+        gsi: false,
     };
     assert_eq!(
         uc.create_qp(req),
@@ -196,6 +197,7 @@ fn an_srq_in_use_is_not_destroyed_and_its_pins_go_with_it() {
             db_addr: db,
             srq: Some(srq),
             dyn_bfreg: None,
+            gsi: false,
         })
         .unwrap();
     assert_eq!(

@@ -115,10 +115,12 @@ fn command() -> impl Strategy<Value = Command> {
             any::<u64>(),
             pages(),
             proptest::option::of(any::<u32>().prop_map(Srqn::new)),
+            any::<bool>(),
         )
             .prop_map(
-                |(qp_type, ids, logs, dbr, pas, srq)| Command::CreateQp(QpParams {
-                    qp_type,
+                |(qp_type, ids, logs, dbr, pas, srq, gsi)| Command::CreateQp(QpParams {
+                    // A GSI QP is UD; its byte form says so.
+                    qp_type: if gsi { QpType::Ud } else { qp_type },
                     pd: Pdn::new(ids[0]),
                     send_cq: Cqn::new(ids[1]),
                     recv_cq: Cqn::new(ids[2]),
@@ -129,6 +131,7 @@ fn command() -> impl Strategy<Value = Command> {
                     dbr_addr: HostAddr::new(dbr),
                     pas,
                     srq,
+                    gsi,
                 })
             ),
         (any::<u32>(), state(), attrs()).prop_map(|(q, state, attrs)| Command::ModifyQp {

@@ -448,3 +448,102 @@ fn on_process_memory_a_vector_is_registered_in_place_and_foreign_memory_needs_a_
             .is_err()
     );
 }
+
+/// The GSI QP: numbered 1, one per device, and a 256-byte MAD from one
+/// GSI QP to the other arrives from QP 1 with the GSI Q_Key.
+#[test]
+fn gsi_qps_are_qp1_and_carry_mads_between_ports() {
+    const GSI_QKEY: u32 = 0x8001_0000;
+    let fabric = doorbell_rt::Fabric::new();
+    let cap = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mk = |name, ip| {
+        let s = side(&fabric, name, ip, Default::default(), cap, 1 << 16, 64);
+        let attr = QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: s.cq.clone(),
+            recv_cq: s.cq.clone(),
+            cap,
+            sq_sig_all: true,
+            srq: None,
+        };
+        let gsi = s.pd.create_gsi_qp(&attr).unwrap();
+        assert_eq!(gsi.qpn().get(), 1, "the GSI QP is QP 1");
+        assert_eq!(
+            s.pd.create_gsi_qp(&attr).err().map(|e| e.errno()),
+            Some(libc::EBUSY),
+            "one GSI QP per device"
+        );
+        let rc = QpInitAttr {
+            qp_type: QpType::Rc,
+            ..attr.clone()
+        };
+        assert!(s.pd.create_gsi_qp(&rc).is_err(), "a GSI QP is UD");
+        gsi.modify(
+            QpState::Init,
+            &QpAttrs {
+                pkey_index: Some(0),
+                port: Some(1),
+                qkey: Some(GSI_QKEY),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        gsi.modify(QpState::Rtr, &QpAttrs::default()).unwrap();
+        gsi.modify(
+            QpState::Rts,
+            &QpAttrs {
+                sq_psn: Some(Psn::new(0)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        (s, gsi)
+    };
+    let (a, qa) = mk("gsi-a", [127, 0, 9, 2]);
+    let (b, qb) = mk("gsi-b", [127, 0, 9, 3]);
+    let mad = pattern(256, 3);
+    a.mr.write(0, &mad).unwrap();
+    let r = b.mr.sge(0, 40 + 256).unwrap();
+    qb.post_recv(&[doorbell_verbs::RecvWr {
+        wr_id: 1,
+        sg_list: &[r],
+    }])
+    .unwrap();
+    let target = UdTarget {
+        ah: Ah {
+            av: AddressVector {
+                dgid: b.ctx.gid(),
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+                sl: 0,
+            },
+        },
+        remote_qpn: doorbell_types::Qpn::new(1),
+        remote_qkey: GSI_QKEY,
+    };
+    let sge = a.mr.sge(0, 256).unwrap();
+    qa.post_send(&[SendWr {
+        wr_id: 2,
+        sg_list: &[sge],
+        opcode: WrOpcode::Send,
+        flags: SendFlags::default(),
+        ud: Some(target),
+    }])
+    .unwrap();
+    assert!(wait(&a.cq, 1)[0].is_ok());
+    let wc = wait(&b.cq, 1)[0];
+    assert_eq!(
+        (wc.status, wc.byte_len, wc.src_qp, wc.qp_num.get()),
+        (WcStatus::Success, 40 + 256, 1, 1)
+    );
+    let mut got = vec![0u8; 40 + 256];
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(&got[40..], &mad[..]);
+}

@@ -1401,6 +1401,7 @@ fn objects_in_use_cannot_be_destroyed() {
             db_addr: qp_db,
             srq: None,
             dyn_bfreg: None,
+            gsi: false,
         })
         .unwrap()
         .qpn;
