@@ -35,6 +35,7 @@ struct State {
     reuse: bool,
     afonly: bool,
     ack_timeout: Option<u8>,
+    qpn: Option<u32>,
 }
 
 struct Inner {
@@ -97,6 +98,7 @@ impl CmId {
                     reuse: false,
                     afonly: false,
                     ack_timeout: None,
+                    qpn: None,
                 }),
             }),
         }
@@ -295,6 +297,31 @@ impl CmId {
     /// RDMA_OPTION_ID_ACK_TIMEOUT: the QP's local ACK timeout exponent.
     pub fn set_ack_timeout(&self, timeout: u8) {
         self.st().ack_timeout = Some(timeout);
+    }
+
+    /// `rdma_init_qp_attr` for INIT, for a `ud` QP or a connected one.
+    /// EINVAL before the id is bound to a device.
+    pub fn init_attrs(&self, ud: bool) -> Result<crate::InitAttrs, CmError> {
+        if self.st().device.is_none() {
+            return Err(CmError::Invalid);
+        }
+        Ok(crate::InitAttrs {
+            pkey_index: 0,
+            port: 1,
+            qkey: ud.then_some(crate::RDMA_UDP_QKEY),
+            access: (!ud).then_some(0),
+        })
+    }
+
+    /// Records the QP the program created on the id (`rdma_create_qp`), or
+    /// none (`rdma_destroy_qp`): the QP number the CM will put in REQ/REP.
+    pub fn set_qp(&self, qpn: Option<u32>) {
+        self.st().qpn = qpn;
+    }
+
+    /// The QP on the id.
+    pub fn qpn(&self) -> Option<u32> {
+        self.st().qpn
     }
 
     /// The options as set: (tos, reuseaddr, afonly, ack timeout).

@@ -149,6 +149,25 @@ pub struct Path {
     pub sl: u8,
 }
 
+/// The Q_Key of rdma_cm's UDP port space (`RDMA_UDP_QKEY`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// What `rdma_init_qp_attr` gives for the INIT state (the kernel's
+/// `cma_ib_init_qp_attr`): the P_Key index and port, and for a datagram QP
+/// its Q_Key, for a connected one no access rights yet (the CM grants them
+/// at RTR, from the connection's responder resources).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitAttrs {
+    /// P_Key index (0: the default P_Key).
+    pub pkey_index: u16,
+    /// Port.
+    pub port: u8,
+    /// The Q_Key, for a UD QP.
+    pub qkey: Option<u32>,
+    /// The access flags, for a connected QP (0).
+    pub access: Option<u32>,
+}
+
 /// Why an rdma_cm operation was refused, with the errno librdmacm gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -48,8 +48,15 @@ pub(crate) struct CCmId {
 handle!(CCmId, rdma_cm_id, c, CmId);
 
 impl CCmId {
-    fn id(&self) -> Result<&CmId, c_int> {
+    pub(crate) fn id(&self) -> Result<&CmId, c_int> {
         self.inner.get().ok_or(EINVAL)
+    }
+
+    /// Runs `f` on the C struct.
+    pub(crate) fn with_c<R>(&self, f: impl FnOnce(&mut rdma_cm_id) -> R) -> R {
+        // SAFETY: see the field's comment: no other thread uses the id
+        // during a call on it, and no reference into it outlives `f`.
+        f(unsafe { &mut *self.c.get() })
     }
 
     /// Waits for the event a synchronous id's last call reports, and turns
@@ -212,7 +219,7 @@ fn errno(e: CmError) -> c_int {
     e.errno()
 }
 
-fn id_of<'a>(id: *mut rdma_cm_id) -> Result<&'a CCmId, c_int> {
+pub(crate) fn id_of<'a>(id: *mut rdma_cm_id) -> Result<&'a CCmId, c_int> {
     handles::get::<CCmId>(id)
 }
 

@@ -31,6 +31,7 @@ use crate::handles;
 mod channel;
 mod devices;
 mod id;
+mod qp;
 
 use channel::CEventChannel;
 
@@ -156,9 +157,7 @@ type P = *mut c_void;
 not_yet! {
     [neg1] fn doorbell_rdma_create_ep(id: *mut P, res: P, pd: P, qp_init_attr: P) -> c_int;
     [void] fn doorbell_rdma_destroy_ep(id: P);
-    [neg1] fn doorbell_rdma_create_qp(id: P, pd: P, qp_init_attr: P) -> c_int;
     [neg1] fn doorbell_rdma_create_qp_ex(id: P, qp_init_attr: P) -> c_int;
-    [void] fn doorbell_rdma_destroy_qp(id: P);
     [neg1] fn doorbell_rdma_create_srq(id: P, pd: P, attr: P) -> c_int;
     [neg1] fn doorbell_rdma_create_srq_ex(id: P, attr: P) -> c_int;
     [void] fn doorbell_rdma_destroy_srq(id: P);
@@ -176,13 +175,15 @@ not_yet! {
     [neg1] fn doorbell_rdma_leave_multicast(id: P, addr: P) -> c_int;
     [neg1] fn doorbell_rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: P, res: *mut P) -> c_int;
     [void] fn doorbell_rdma_freeaddrinfo(res: P);
-    [neg1] fn doorbell_rdma_init_qp_attr(id: P, qp_attr: P, qp_attr_mask: *mut c_int) -> c_int;
     [neg1] fn doorbell_rdma_set_local_ece(id: P, ece: P) -> c_int;
     [neg1] fn doorbell_rdma_get_remote_ece(id: P, ece: P) -> c_int;
 }
 
 /// The calls that work, for the export check.
 pub const WORKING: &[&str] = &[
+    "doorbell_rdma_create_qp",
+    "doorbell_rdma_destroy_qp",
+    "doorbell_rdma_init_qp_attr",
     "doorbell_rdma_create_id",
     "doorbell_rdma_destroy_id",
     "doorbell_rdma_bind_addr",

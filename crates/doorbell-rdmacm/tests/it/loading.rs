@@ -87,3 +87,8 @@ fn event_channels_devices_and_event_names_work_from_c() {
 fn ids_bind_resolve_and_report_as_librdmacm_does_from_c() {
     run_c("cm_ids", 22);
 }
+
+#[test]
+fn qps_on_ids_are_made_and_moved_as_librdmacm_does_from_c() {
+    run_c("cm_qp", 12);
+}

@@ -1,0 +1,256 @@
+//! QPs on ids, as librdmacm makes them: `rdma_create_qp` creates the QP on
+//! the id's device (on the PD given, or the device's default PD; with
+//! CQs and completion channels of the id's own where the attributes name
+//! none), then moves a connected QP to INIT and a datagram QP through INIT
+//! and RTR to RTS, with what `rdma_init_qp_attr` gives; the CM moves a
+//! connected one on as the connection forms.
+
+#![allow(unsafe_code)]
+// The exports are reached from C by their symbols, not from Rust.
+#![allow(unreachable_pub)]
+
+use core::ffi::c_int;
+use core::ptr::null_mut;
+use std::sync::Mutex;
+
+use libc::EINVAL;
+
+use super::id::id_of;
+use crate::abi::consts::*;
+use crate::abi::*;
+use crate::boundary::{Conv, guard};
+
+/// Each device's default PD, allocated on first use, by context handle.
+static DEFAULT_PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+fn default_pd(ctx: *mut ibv_context) -> Result<*mut ibv_pd, c_int> {
+    let mut pds = crate::events::lock(&DEFAULT_PDS);
+    if let Some(&(_, pd)) = pds.iter().find(|(c, _)| *c == ctx as usize) {
+        return Ok(pd as *mut ibv_pd);
+    }
+    let pd = crate::pd::ibv_alloc_pd(ctx);
+    if pd.is_null() {
+        return Err(errno_now());
+    }
+    pds.push((ctx as usize, pd as usize));
+    Ok(pd)
+}
+
+fn errno_now() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .filter(|&e| e != 0)
+        .unwrap_or(libc::EIO)
+}
+
+/// The INIT (and for UD, RTR and RTS) attributes of `state`, with mask.
+fn attrs_for(
+    m: &doorbell_cma::CmId,
+    ud: bool,
+    state: ibv_qp_state,
+) -> Result<(ibv_qp_attr, c_int), c_int> {
+    // SAFETY: ibv_qp_attr is plain data; zero is its empty value.
+    let mut a: ibv_qp_attr = unsafe { core::mem::zeroed() };
+    a.qp_state = state;
+    let mask = match state {
+        IBV_QPS_INIT => {
+            let i = m.init_attrs(ud).map_err(|e| e.errno())?;
+            a.pkey_index = i.pkey_index;
+            a.port_num = i.port;
+            let mut mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+            if let Some(q) = i.qkey {
+                a.qkey = q;
+                mask |= IBV_QP_QKEY;
+            }
+            if let Some(acc) = i.access {
+                a.qp_access_flags = acc;
+                mask |= IBV_QP_ACCESS_FLAGS;
+            }
+            mask
+        }
+        IBV_QPS_RTR if ud => IBV_QP_STATE,
+        IBV_QPS_RTS if ud => IBV_QP_STATE | IBV_QP_SQ_PSN,
+        // A connected QP's RTR and RTS come from the connection.
+        _ => return Err(EINVAL),
+    };
+    Ok((a, mask as c_int))
+}
+
+/// `rdma_init_qp_attr`: the attributes to move the id's QP to
+/// `qp_attr->qp_state` (INIT; RTR and RTS for a datagram id).
+///
+/// # Safety
+/// `qp_attr` and `qp_attr_mask` are NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn doorbell_rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    guard("rdma_init_qp_attr", Conv::MinusOne, || {
+        let c = id_of(id)?;
+        if qp_attr.is_null() || qp_attr_mask.is_null() {
+            return Err(EINVAL);
+        }
+        let ud = c.with_c(|c| c.qp_type == IBV_QPT_UD);
+        // SAFETY: non-NULL, the caller's struct.
+        let state = unsafe { (*qp_attr).qp_state };
+        let (a, mask) = attrs_for(c.id()?, ud, state)?;
+        // SAFETY: both non-NULL and the caller's.
+        unsafe {
+            *qp_attr = a;
+            *qp_attr_mask = mask;
+        }
+        Ok(0)
+    })
+}
+
+/// A completion channel and a CQ of `cqe` entries on `ctx`.
+fn channel_and_cq(
+    ctx: *mut ibv_context,
+    cqe: u32,
+) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
+    let ch = crate::cq::ibv_create_comp_channel(ctx);
+    if ch.is_null() {
+        return Err(errno_now());
+    }
+    let cq = crate::cq::ibv_create_cq(ctx, cqe.max(1) as c_int, null_mut(), ch, 0);
+    if cq.is_null() {
+        let e = errno_now();
+        crate::cq::ibv_destroy_comp_channel(ch);
+        return Err(e);
+    }
+    Ok((ch, cq))
+}
+
+/// Destroys the CQs and channels the id made for its QP.
+fn drop_own_cqs(c: &mut rdma_cm_id) {
+    for (cq, ch) in [
+        (&mut c.send_cq, &mut c.send_cq_channel),
+        (&mut c.recv_cq, &mut c.recv_cq_channel),
+    ] {
+        if !cq.is_null() {
+            crate::cq::ibv_destroy_cq(*cq);
+            *cq = null_mut();
+        }
+        if !ch.is_null() {
+            crate::cq::ibv_destroy_comp_channel(*ch);
+            *ch = null_mut();
+        }
+    }
+}
+
+/// `rdma_create_qp`. See the module docs.
+///
+/// # Safety
+/// `qp_init_attr` is NULL or the caller's attributes, which are written
+/// back with the capacities granted and the CQs used.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn doorbell_rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard("rdma_create_qp", Conv::MinusOne, || {
+        let c = id_of(id)?;
+        let m = c.id()?;
+        let verbs = c.with_c(|c| c.verbs);
+        if verbs.is_null() || qp_init_attr.is_null() || !c.with_c(|c| c.qp.is_null()) {
+            return Err(EINVAL);
+        }
+        let pd = if pd.is_null() {
+            default_pd(verbs)?
+        } else {
+            // SAFETY: non-NULL: the caller's PD; the library checks it
+            // again when it creates the QP.
+            if unsafe { (*pd).context } != verbs {
+                return Err(EINVAL);
+            }
+            pd
+        };
+        // SAFETY: non-NULL, the caller's attributes, read once.
+        let mut attr = unsafe { *qp_init_attr };
+        if attr.send_cq.is_null() {
+            let (ch, cq) = channel_and_cq(verbs, attr.cap.max_send_wr)?;
+            c.with_c(|c| {
+                c.send_cq_channel = ch;
+                c.send_cq = cq;
+            });
+            attr.send_cq = cq;
+        }
+        if attr.recv_cq.is_null() {
+            let made = channel_and_cq(verbs, attr.cap.max_recv_wr);
+            let (ch, cq) = match made {
+                Ok(x) => x,
+                Err(e) => {
+                    c.with_c(drop_own_cqs);
+                    return Err(e);
+                }
+            };
+            c.with_c(|c| {
+                c.recv_cq_channel = ch;
+                c.recv_cq = cq;
+            });
+            attr.recv_cq = cq;
+        }
+        let qp = crate::qp::ibv_create_qp(pd, &mut attr);
+        if qp.is_null() {
+            let e = errno_now();
+            c.with_c(drop_own_cqs);
+            return Err(e);
+        }
+        let ud = attr.qp_type == IBV_QPT_UD;
+        let states: &[ibv_qp_state] = if ud {
+            &[IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS]
+        } else {
+            &[IBV_QPS_INIT]
+        };
+        for &s in states {
+            let moved =
+                attrs_for(m, ud, s).and_then(|(mut a, mask)| {
+                    match crate::qp::ibv_modify_qp(qp, &mut a, mask) {
+                        0 => Ok(()),
+                        e => Err(e),
+                    }
+                });
+            if let Err(e) = moved {
+                crate::qp::ibv_destroy_qp(qp);
+                c.with_c(drop_own_cqs);
+                return Err(e);
+            }
+        }
+        // SAFETY: the QP this library just made.
+        m.set_qp(Some(unsafe { (*qp).qp_num }));
+        c.with_c(|c| {
+            c.qp = qp;
+            c.pd = pd;
+            c.qp_type = attr.qp_type;
+        });
+        // SAFETY: non-NULL, the caller's attributes.
+        unsafe {
+            (*qp_init_attr).cap = attr.cap;
+            (*qp_init_attr).send_cq = attr.send_cq;
+            (*qp_init_attr).recv_cq = attr.recv_cq;
+        }
+        Ok(0)
+    })
+}
+
+/// `rdma_destroy_qp`: the QP, and the CQs the id made for it.
+#[unsafe(no_mangle)]
+pub extern "C" fn doorbell_rdma_destroy_qp(id: *mut rdma_cm_id) {
+    guard("rdma_destroy_qp", Conv::Abort, || {
+        let Ok(c) = id_of(id) else {
+            return Ok(());
+        };
+        let qp = c.with_c(|c| core::mem::replace(&mut c.qp, null_mut()));
+        if !qp.is_null() {
+            crate::qp::ibv_destroy_qp(qp);
+        }
+        if let Ok(m) = c.id() {
+            m.set_qp(None);
+        }
+        c.with_c(drop_own_cqs);
+        Ok(())
+    })
+}
