@@ -26,11 +26,13 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod addrinfo;
 mod id;
 mod ports;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
+pub use addrinfo::{AddrInfo, Family, Hints, LookupError, lookup};
 pub use id::{CmId, IdState};
 
 /// rdma_cm's port spaces (`enum rdma_port_space`).

@@ -209,3 +209,39 @@ pub struct rdma_cm_event {
     /// Its parameters.
     pub param: rdma_cm_event_param,
 }
+
+/// `struct rdma_addrinfo`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_addrinfo {
+    /// RAI_* flags.
+    pub ai_flags: c_int,
+    /// Address family.
+    pub ai_family: c_int,
+    /// `enum ibv_qp_type`.
+    pub ai_qp_type: c_int,
+    /// `enum rdma_port_space`.
+    pub ai_port_space: c_int,
+    /// Length of the source address.
+    pub ai_src_len: libc::socklen_t,
+    /// Length of the destination address.
+    pub ai_dst_len: libc::socklen_t,
+    /// Source address.
+    pub ai_src_addr: *mut libc::sockaddr,
+    /// Destination address.
+    pub ai_dst_addr: *mut libc::sockaddr,
+    /// Source name.
+    pub ai_src_canonname: *mut core::ffi::c_char,
+    /// Destination name.
+    pub ai_dst_canonname: *mut core::ffi::c_char,
+    /// Length of the route data.
+    pub ai_route_len: libc::size_t,
+    /// Route data.
+    pub ai_route: *mut c_void,
+    /// Length of the connection data.
+    pub ai_connect_len: libc::size_t,
+    /// Connection data.
+    pub ai_connect: *mut c_void,
+    /// The next answer.
+    pub ai_next: *mut rdma_addrinfo,
+}

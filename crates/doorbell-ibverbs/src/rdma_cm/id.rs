@@ -44,6 +44,9 @@ pub(crate) struct CCmId {
     path: UnsafeCell<ibv_sa_path_rec>,
     /// A synchronous id's own channel: its handle and queue.
     own: Own,
+    /// A passive endpoint's QP attributes (`rdma_create_ep`), for the QPs
+    /// of the connections it accepts.
+    pub(crate) ep_qp: std::sync::Mutex<Option<(*mut ibv_pd, ibv_qp_init_attr)>>,
 }
 handle!(CCmId, rdma_cm_id, c, CmId);
 
@@ -146,7 +149,7 @@ fn path_record(p: &doorbell_cma::Path) -> ibv_sa_path_rec {
 }
 
 /// A socket address as C's `sockaddr_storage`.
-fn storage(a: SocketAddr) -> sockaddr_storage {
+pub(crate) fn storage(a: SocketAddr) -> sockaddr_storage {
     // SAFETY: sockaddr_storage is plain bytes; all-zero is the empty value.
     let mut s: sockaddr_storage = unsafe { core::mem::zeroed() };
     match a {
@@ -185,7 +188,7 @@ fn storage(a: SocketAddr) -> sockaddr_storage {
 ///
 /// # Safety
 /// `addr` is NULL or points to a whole address of the family it names.
-unsafe fn socket_addr(addr: *const sockaddr) -> Result<SocketAddr, c_int> {
+pub(crate) unsafe fn socket_addr(addr: *const sockaddr) -> Result<SocketAddr, c_int> {
     if addr.is_null() {
         return Err(EINVAL);
     }
@@ -274,6 +277,7 @@ pub unsafe extern "C" fn doorbell_rdma_create_id(
             // SAFETY: plain data; zero is its empty value.
             path: UnsafeCell::new(unsafe { core::mem::zeroed() }),
             own,
+            ep_qp: std::sync::Mutex::new(None),
         });
         let h = handles::register(obj);
         let devs = devices::open().into_iter().map(|(_, c)| c).collect();

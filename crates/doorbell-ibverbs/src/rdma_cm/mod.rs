@@ -30,6 +30,7 @@ use crate::handles;
 
 mod channel;
 mod devices;
+mod ep;
 mod id;
 mod qp;
 
@@ -155,8 +156,6 @@ macro_rules! not_yet {
 type P = *mut c_void;
 
 not_yet! {
-    [neg1] fn doorbell_rdma_create_ep(id: *mut P, res: P, pd: P, qp_init_attr: P) -> c_int;
-    [void] fn doorbell_rdma_destroy_ep(id: P);
     [neg1] fn doorbell_rdma_create_qp_ex(id: P, qp_init_attr: P) -> c_int;
     [neg1] fn doorbell_rdma_create_srq(id: P, pd: P, attr: P) -> c_int;
     [neg1] fn doorbell_rdma_create_srq_ex(id: P, attr: P) -> c_int;
@@ -173,14 +172,16 @@ not_yet! {
     [neg1] fn doorbell_rdma_join_multicast(id: P, addr: P, context: P) -> c_int;
     [neg1] fn doorbell_rdma_join_multicast_ex(id: P, mc_join_attr: P, context: P) -> c_int;
     [neg1] fn doorbell_rdma_leave_multicast(id: P, addr: P) -> c_int;
-    [neg1] fn doorbell_rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: P, res: *mut P) -> c_int;
-    [void] fn doorbell_rdma_freeaddrinfo(res: P);
     [neg1] fn doorbell_rdma_set_local_ece(id: P, ece: P) -> c_int;
     [neg1] fn doorbell_rdma_get_remote_ece(id: P, ece: P) -> c_int;
 }
 
 /// The calls that work, for the export check.
 pub const WORKING: &[&str] = &[
+    "doorbell_rdma_create_ep",
+    "doorbell_rdma_destroy_ep",
+    "doorbell_rdma_getaddrinfo",
+    "doorbell_rdma_freeaddrinfo",
     "doorbell_rdma_create_qp",
     "doorbell_rdma_destroy_qp",
     "doorbell_rdma_init_qp_attr",

@@ -161,6 +161,12 @@ fn cma() -> Vec<Layout> {
     struct rdma_ud_param = "struct rdma_ud_param" { private_data, private_data_len, ah_attr, qp_num, qkey }
     union rdma_cm_event_param = "__typeof__(((struct rdma_cm_event *)0)->param)" { conn, ud }
     struct rdma_cm_event = "struct rdma_cm_event" { id, listen_id, event, status, param }
+    struct ibv_sa_path_rec = "struct ibv_sa_path_rec" { dgid, sgid, dlid, slid, raw_traffic, flow_label, hop_limit, traffic_class, reversible, numb_path, pkey, sl, mtu_selector, mtu, rate_selector, rate, packet_life_time_selector, packet_life_time, preference }
+    struct rdma_ib_addr = "struct rdma_ib_addr" { sgid, dgid, pkey }
+    struct rdma_addr = "struct rdma_addr" { src_storage, dst_storage, ibaddr = "addr.ibaddr" }
+    struct rdma_route = "struct rdma_route" { addr, path_rec, num_paths }
+    struct rdma_cm_id = "struct rdma_cm_id" { verbs, channel, context, qp, route, ps, port_num, event, send_cq_channel, send_cq, recv_cq_channel, recv_cq, srq, pd, qp_type }
+    struct rdma_addrinfo = "struct rdma_addrinfo" { ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len, ai_dst_len, ai_src_addr, ai_dst_addr, ai_src_canonname, ai_dst_canonname, ai_route_len, ai_route, ai_connect_len, ai_connect, ai_next }
     }
 }
 

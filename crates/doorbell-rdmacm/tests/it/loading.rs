@@ -92,3 +92,8 @@ fn ids_bind_resolve_and_report_as_librdmacm_does_from_c() {
 fn qps_on_ids_are_made_and_moved_as_librdmacm_does_from_c() {
     run_c("cm_qp", 12);
 }
+
+#[test]
+fn getaddrinfo_and_endpoints_from_c() {
+    run_c("cm_ep", 9);
+}
