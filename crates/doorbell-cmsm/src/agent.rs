@@ -71,7 +71,7 @@ pub struct CmStats {
 }
 
 /// The Communication Manager agent of one port: the state machines of its
-/// connections (IBA Vol 1 §12.9), sans-IO.
+/// connections (IBA Vol 1 chapter 12), sans-IO.
 ///
 /// # Driving it
 /// Feed it MADs received on QP 1 with [`handle_mad`](Self::handle_mad),

@@ -21,7 +21,7 @@ impl ConnId {
     }
 }
 
-/// The CM states of IBA Vol 1 §12.9 (the kernel's `enum ib_cm_state`),
+/// The CM states of IBA Vol 1 chapter 12 (the kernel's `enum ib_cm_state`),
 /// without IDLE: a handle that goes back to idle is freed (see
 /// [`crate::CmAgent`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,5 +1,5 @@
 //! The InfiniBand Communication Manager's connection state machine, sans-IO
-//! (IBA Vol 1 §12.9; the kernel's `drivers/infiniband/core/cm.c` as
+//! (IBA Vol 1 chapter 12; the kernel's `drivers/infiniband/core/cm.c` as
 //! `rdma_cm` drives it).
 //!
 //! # Model

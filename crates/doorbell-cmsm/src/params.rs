@@ -4,7 +4,7 @@
 use doorbell_cm::{PathRepr, TransportServiceType};
 use doorbell_types::{Duration, Psn, Qpn};
 
-/// The CM's time unit: 4.096 µs · 2^`exponent` (IBA Vol 1 §12.7.34, the
+/// The CM's time unit: 4.096 µs · 2^`exponent` (IBA Vol 1 chapter 12, the
 /// encoding of the CM response timeout, service timeout and packet
 /// lifetime). Exponents above 31 count as 31, the largest a 5-bit field
 /// holds.
@@ -123,4 +123,38 @@ pub struct SidrReqParams {
     pub response_timeout: u8,
     /// Times the SIDR_REQ is sent again before the agent gives up, 0–15.
     pub max_cm_retries: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cm_timeout_is_4096_ns_doubled_and_saturates_at_31() {
+        assert_eq!(cm_timeout(0), Duration::from_ns(4096));
+        assert_eq!(cm_timeout(1), Duration::from_ns(8192));
+        // rdma_cm's CMA_CM_RESPONSE_TIMEOUT: about 4.29 s.
+        assert_eq!(cm_timeout(20), Duration::from_ns(4_294_967_296));
+        assert_eq!(cm_timeout(31), Duration::from_ns(4096 << 31));
+        assert_eq!(cm_timeout(32), cm_timeout(31));
+        assert_eq!(cm_timeout(255), cm_timeout(31));
+    }
+
+    #[test]
+    fn only_rc_and_uc_are_set_up() {
+        for t in [QpType::Rc, QpType::Uc] {
+            assert_eq!(
+                QpType::from_transport_service_type(t.transport_service_type()),
+                Some(t)
+            );
+        }
+        assert_eq!(
+            QpType::from_transport_service_type(TransportServiceType::Rd),
+            None
+        );
+        assert_eq!(
+            QpType::from_transport_service_type(TransportServiceType::Extended),
+            None
+        );
+    }
 }

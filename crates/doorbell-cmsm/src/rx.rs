@@ -87,7 +87,7 @@ impl CmAgent {
 
     fn on_req(&mut self, now: Instant, from: Peer, tid: u64, r: &ReqRepr) {
         // A REQ we already have: the peer's REQ timer ran out before our
-        // answer arrived (IBA §12.9.5; the kernel's `cm_dup_req_handler`).
+        // answer arrived (the kernel's `cm_dup_req_handler`).
         if let Some(&id) = self.by_remote_id.get(&(r.local_ca_guid, r.local_comm_id)) {
             self.stats.duplicates += 1;
             let Some(c) = self.conns.get(&id) else { return };
@@ -374,7 +374,7 @@ impl CmAgent {
 
     fn on_dreq(&mut self, now: Instant, from: Peer, tid: u64, r: &DreqRepr) {
         let Some((id, c)) = self.find(&from, r.remote_comm_id, |rc| rc == r.local_comm_id) else {
-            // IBA §12.9.8.4: a DREQ for a connection we do not have gets a
+            // The IBA: a DREQ for a connection we do not have gets a
             // DREP anyway, so the peer can leave DREQ_SENT.
             self.stats.duplicates += 1;
             let drep = DrepRepr {
@@ -465,7 +465,7 @@ impl CmAgent {
             return;
         }
         let Some(&listen) = self.listeners.get(&r.service_id) else {
-            // IBA Table 118: status 1, "service ID not supported" (the
+            // IBA Vol 1 Table 121: status 1, "service ID not supported" (the
             // kernel's IB_SIDR_UNSUPPORTED); nothing reported.
             let rep = SidrRepRepr {
                 request_id: r.request_id,

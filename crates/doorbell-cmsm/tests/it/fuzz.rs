@@ -69,11 +69,9 @@ fn random_mads_never_panic_and_never_create_a_connection() {
 fn the_real_conversation_from_another_gid_is_ignored() {
     let mut net = Net::new();
     net.establish();
-    // Replay A's REP-era MADs from a third host: same IDs, wrong GID.
+    // Replay A's RTU from a third host: the right IDs, the wrong GID.
     let mut stranger = net.pa;
     stranger.gid = doorbell_wire::Gid::from_ipv4([10, 0, 0, 99]);
-    let mut fresh = Net::new();
-    fresh.b.listen(SERVICE).unwrap();
     let rtus: Vec<_> = net
         .sent(Side::A, CmAttribute::Rtu)
         .iter()
