@@ -90,8 +90,8 @@ pub struct CmStats {
 /// after the event that ends it: [`CmEvent::Unreachable`],
 /// [`CmEvent::Rejected`] (unless it went to time-wait),
 /// [`CmEvent::TimewaitExit`], [`CmEvent::SidrReply`], or after a local
-/// `reject` or `sidr_reply`. A freed handle's requests fail with
-/// [`CmError::UnknownConn`].
+/// `reject` or `sidr_reply`, or [`destroy`](Self::destroy). A freed
+/// handle's requests fail with [`CmError::UnknownConn`].
 ///
 /// # Guarantees
 /// Deterministic: no clock, no randomness but the configured seed, no
@@ -169,7 +169,10 @@ impl CmAgent {
 
     /// The state of a live handle; `None` once it is freed.
     pub fn state(&self, conn: ConnId) -> Option<CmState> {
-        self.conns.get(&conn).map(|c| c.state)
+        self.conns
+            .get(&conn)
+            .filter(|c| !c.destroyed)
+            .map(|c| c.state)
     }
 
     /// Live handles (listeners included).
@@ -217,8 +220,11 @@ impl CmAgent {
             return;
         };
         if c.timewait_end.is_some_and(|t| t <= now) {
+            let destroyed = c.destroyed;
             self.free(id);
-            self.events.push_back(CmEvent::TimewaitExit { conn: id });
+            if !destroyed {
+                self.events.push_back(CmEvent::TimewaitExit { conn: id });
+            }
             return;
         }
         let peer = c.peer;
@@ -578,6 +584,78 @@ impl CmAgent {
         Ok(())
     }
 
+    /// Destroys a handle (rdma_destroy_id), telling the peer as the
+    /// kernel's `cm_destroy_id` does: a REQ still unanswered gets REJ
+    /// Timeout; a REQ or REP received and not yet answered, or a REP sent
+    /// and not yet acknowledged, gets REJ Consumer defined; an established
+    /// connection gets one DREQ (not sent again); a DREQ received gets its
+    /// DREP; a SIDR_REQ received gets SIDR_REP status Reject. No event
+    /// follows. A connection that knew its peer stays in time-wait, its
+    /// handle no longer usable, to answer stale and repeated MADs; the
+    /// others are freed at once.
+    pub fn destroy(&mut self, now: Instant, conn: ConnId) -> Result<(), CmError> {
+        use CmState::*;
+        let state = self
+            .conns
+            .get(&conn)
+            .ok_or(CmError::UnknownConn(conn))?
+            .state;
+        let no_pd = [0; rej::PRIVATE_DATA_LEN];
+        match state {
+            ReqSent | MraReqRcvd => {
+                let mut ari = [0u8; rej::ARI_LEN];
+                ari[..8].copy_from_slice(&self.cfg.ca_guid.to_be_bytes());
+                let rej = self.rej_for(conn, RejectReason::Timeout, 8, ari, no_pd);
+                self.send_msg(conn, CmMessage::Rej(rej));
+            }
+            ReqRcvd | MraReqSent | RepRcvd | MraRepSent | RepSent | MraRepRcvd => {
+                let rej = self.rej_for(
+                    conn,
+                    RejectReason::ConsumerDefined,
+                    0,
+                    [0; rej::ARI_LEN],
+                    no_pd,
+                );
+                self.send_msg(conn, CmMessage::Rej(rej));
+            }
+            Established => {
+                self.send_dreq(now, conn, [0; dreq::PRIVATE_DATA_LEN]);
+            }
+            DreqRcvd => self.send_drep(conn, [0; drep::PRIVATE_DATA_LEN]),
+            SidrReqRcvd => {
+                let c = self.conn_mut(conn)?;
+                let msg = CmMessage::SidrRep(SidrRepRepr {
+                    request_id: c.remote_comm_id,
+                    status: SidrStatus::Reject,
+                    additional_info_len: 0,
+                    vendor_id: 0,
+                    qpn: Qpn::new(0),
+                    service_id: c.service_id,
+                    qkey: 0,
+                    additional_info: [0; sidr::ADDITIONAL_INFO_LEN],
+                    private_data: [0; sidr::REP_PRIVATE_DATA_LEN],
+                });
+                self.send_msg(conn, msg);
+            }
+            Listen | SidrReqSent | DreqSent | Timewait => {}
+        }
+        let lingers = matches!(
+            state,
+            RepSent | MraRepRcvd | Established | DreqSent | DreqRcvd | Timewait
+        );
+        if lingers {
+            if state != Timewait {
+                self.enter_timewait(now, conn);
+            }
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.destroyed = true;
+            }
+        } else {
+            self.free(conn);
+        }
+        Ok(())
+    }
+
     // ---- helpers shared with `rx` ---------------------------------------
 
     /// A fresh local comm ID: a counter mixed with the seed, never 0 and
@@ -600,7 +678,11 @@ impl CmAgent {
 
     /// The state of `conn` if it is one of `allowed`.
     fn expect(&self, conn: ConnId, allowed: &[CmState]) -> Result<CmState, CmError> {
-        let c = self.conns.get(&conn).ok_or(CmError::UnknownConn(conn))?;
+        let c = self
+            .conns
+            .get(&conn)
+            .filter(|c| !c.destroyed)
+            .ok_or(CmError::UnknownConn(conn))?;
         if allowed.contains(&c.state) {
             Ok(c.state)
         } else {

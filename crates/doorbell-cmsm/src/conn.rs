@@ -106,6 +106,9 @@ pub(crate) struct Conn {
     /// The remote (CA GUID, comm ID) and (CA GUID, QPN) keys are in the
     /// agent's tables.
     pub(crate) keyed: bool,
+    /// The upper layer destroyed the handle: it stays in time-wait to
+    /// answer stale and repeated MADs, and ends without an event.
+    pub(crate) destroyed: bool,
 }
 
 impl Conn {
@@ -130,6 +133,7 @@ impl Conn {
             answer: None,
             timewait_end: None,
             keyed: false,
+            destroyed: false,
         }
     }
 

@@ -225,3 +225,44 @@ fn a_dreq_naming_another_qp_is_dropped() {
     assert!(net.b.poll_transmit().is_none());
     assert_eq!(net.b.stats().unmatched, 1);
 }
+
+#[test]
+fn destroying_an_established_connection_sends_one_dreq_and_lingers_silently() {
+    let mut net = Net::new();
+    let (a, b) = net.establish();
+    let handles = net.a.conn_count();
+    net.a.destroy(net.now, a).unwrap();
+    assert_eq!(net.a.state(a), None, "gone for the upper layer");
+    assert!(net.a.disconnect(net.now, a, b"").is_err());
+    net.run_until(net.now.add(Duration::from_us(100)));
+    // B was told and answered; A's time-wait still answers the DREP.
+    assert_eq!(
+        disconnects(&net.events_b),
+        [(false, [0; drep::PRIVATE_DATA_LEN])]
+    );
+    assert_eq!(net.b.state(b), Some(CmState::Timewait));
+    assert_eq!(net.a.conn_count(), handles, "A keeps it in time-wait");
+    let a_events = net.events_a.len();
+    net.run();
+    assert_eq!(net.events_a.len(), a_events, "no event after destroy");
+    assert_eq!(net.count(Side::A, CmAttribute::Dreq), 1);
+    assert_eq!(net.a.conn_count(), 0);
+}
+
+#[test]
+fn destroying_an_unanswered_req_sends_rej_timeout() {
+    let mut net = Net::new();
+    net.policy_b.on_req = crate::harness::OnReq::Ignore;
+    let (_, a) = net.connect(b"");
+    net.run_until(net.now.add(Duration::from_us(100)));
+    let b = net.b_conn();
+    net.a.destroy(net.now, a).unwrap();
+    assert_eq!(net.a.conn_count(), 0, "freed at once");
+    net.run();
+    let Some((_, CmEvent::Rejected { conn, reason, .. })) = net.events_b.last() else {
+        panic!("{:?}", net.events_b);
+    };
+    assert_eq!((*conn, *reason), (b, doorbell_cm::RejectReason::Timeout));
+    assert_eq!(net.count(Side::A, CmAttribute::Req), 1);
+    assert!(net.a.destroy(net.now, a).is_err());
+}
