@@ -7,8 +7,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use doorbell_verbs::Context;
 
+use doorbell_cmsm::{ConnId, Peer};
+
+use crate::conn::{AcceptParams, ConnAttrs, ConnectParams, Remote, mtu_code};
+use crate::service::{CmService, Owner};
 use crate::{
-    CmError, CmEvent, CmEventKind, EventSink, Path, PortSpace, gid_of, ip_of, ports, with_port,
+    CmError, CmEvent, CmEventKind, ConnRequest, EventSink, Path, PortSpace, gid_of, ip_of, ports,
+    with_port,
 };
 
 /// Where an id is in its life (the kernel's `enum rdma_cm_state`, the
@@ -23,6 +28,16 @@ pub enum IdState {
     AddrResolved,
     /// Its route resolved.
     RouteResolved,
+    /// Listening for connection requests.
+    Listen,
+    /// Its REQ sent, waiting for the peer's answer.
+    Connecting,
+    /// A connection request it stands for, not yet accepted or rejected.
+    Requested,
+    /// Accepted or answered: the connection is up or coming up.
+    Connected,
+    /// Disconnected, or refused.
+    Disconnected,
 }
 
 struct State {
@@ -36,6 +51,14 @@ struct State {
     afonly: bool,
     ack_timeout: Option<u8>,
     qpn: Option<u32>,
+    /// Whether it holds its source port in the process's table (an id
+    /// made by a connection request shares its listener's).
+    holds_port: bool,
+    listen: Option<(Arc<CmService>, ConnId)>,
+    conn: Option<(Arc<CmService>, ConnId)>,
+    local_psn: u32,
+    remote: Option<Remote>,
+    established_reported: bool,
 }
 
 struct Inner {
@@ -50,8 +73,24 @@ struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some(src) = st.src {
+        if let Some(src) = st.src
+            && st.holds_port
+        {
             ports::release(self.ps, src.port(), self.owner);
+        }
+        // The kernel's rdma_destroy_id: leave the CM's state behind cleanly
+        // (a REJ or DREQ where the exchange is still open).
+        if let Some((svc, l)) = st.listen.take() {
+            svc.with(|s, _| {
+                let _ = s.agent.unlisten(l);
+                s.disown(l);
+            });
+        }
+        if let Some((svc, c)) = st.conn.take() {
+            svc.with(|s, now| {
+                let _ = s.agent.destroy(now, c);
+                s.disown(c);
+            });
         }
     }
 }
@@ -99,6 +138,12 @@ impl CmId {
                     afonly: false,
                     ack_timeout: None,
                     qpn: None,
+                    holds_port: false,
+                    listen: None,
+                    conn: None,
+                    local_psn: 0,
+                    remote: None,
+                    established_reported: false,
                 }),
             }),
         }
@@ -119,6 +164,7 @@ impl CmId {
             id: self.inner.token,
             kind,
             status,
+            detail: crate::Detail::None,
         });
     }
 
@@ -197,6 +243,7 @@ impl CmId {
             self.inner.owner,
         )?;
         st.src = Some(with_port(addr, port));
+        st.holds_port = true;
         st.device = device;
         st.state = IdState::AddrBound;
         Ok(())
@@ -329,4 +376,366 @@ impl CmId {
         let st = self.st();
         (st.tos, st.reuse, st.afonly, st.ack_timeout)
     }
+}
+
+impl CmId {
+    fn owner(&self) -> Owner {
+        Owner {
+            sink: self
+                .inner
+                .sink
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            token: self.inner.token,
+        }
+    }
+
+    fn service(&self, st: &State) -> Result<Arc<CmService>, CmError> {
+        let dev = st
+            .device
+            .clone()
+            .or_else(|| self.inner.devices.first().cloned())
+            .ok_or(CmError::NoDevice)?;
+        CmService::of(&dev).ok_or(CmError::NoDevice)
+    }
+
+    fn cm_ps(&self) -> doorbell_cm::PortSpace {
+        doorbell_cm::PortSpace::from(self.inner.ps.code() as u16)
+    }
+
+    /// `rdma_listen`: takes connection requests for the bound port (the
+    /// service ID of its port space and port). EINVAL unless bound.
+    pub fn listen(&self, _backlog: i32) -> Result<(), CmError> {
+        let mut st = self.st();
+        if st.state != IdState::AddrBound {
+            return Err(CmError::Invalid);
+        }
+        let port = st.src.map_or(0, |s| s.port());
+        let svc = self.service(&st)?;
+        let sid = doorbell_cm::service_id(self.cm_ps(), port);
+        let owner = self.owner();
+        let l = svc.with(|s, _| {
+            let l = s.agent.listen(sid).map_err(|_| CmError::AddrInUse)?;
+            s.own(l, owner);
+            Ok(l)
+        })?;
+        st.listen = Some((svc, l));
+        st.state = IdState::Listen;
+        Ok(())
+    }
+
+    /// `rdma_connect`: sends the REQ, rdma_cm's IP header and `p`'s private
+    /// data first in its private data, to the service of the destination's
+    /// port. EINVAL before the route resolved, without a QP, or with more
+    /// than 56 bytes of private data.
+    pub fn connect(&self, p: &ConnectParams) -> Result<(), CmError> {
+        let mut st = self.st();
+        if st.state != IdState::RouteResolved {
+            return Err(CmError::Invalid);
+        }
+        let qpn = st.qpn.or(p.qp_num).ok_or(CmError::Invalid)?;
+        let (Some(src), Some(dst), Some(path)) = (st.src, st.dst, st.path) else {
+            return Err(CmError::Invalid);
+        };
+        if p.private_data.len() > doorbell_cm::ip_cm::REQ_USER_PRIVATE_DATA_LEN {
+            return Err(CmError::Invalid);
+        }
+        let mut pd = vec![0u8; doorbell_cm::ip_cm::HEADER_LEN];
+        let addrs = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => doorbell_cm::CmaAddrs::V4 { src: s, dst: d },
+            (s, d) => doorbell_cm::CmaAddrs::V6 {
+                src: ipv6_of(s),
+                dst: ipv6_of(d),
+            },
+        };
+        doorbell_cm::CmaHeaderRepr {
+            src_port: src.port(),
+            addrs,
+        }
+        .emit(&mut doorbell_cm::CmaHeader::new_unchecked(&mut pd[..]));
+        pd.extend_from_slice(&p.private_data);
+        let svc = self.service(&st)?;
+        let psn = random_psn(self.inner.owner);
+        let params = doorbell_cmsm::ReqParams {
+            local_qpn: doorbell_types::Qpn::new(qpn),
+            starting_psn: doorbell_types::Psn::new(psn),
+            qp_type: doorbell_cmsm::QpType::Rc,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            retry_count: p.retry_count.min(7),
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            path_mtu: mtu_code(path.mtu),
+            pkey: path.pkey,
+            flow_control: p.flow_control,
+            srq: p.srq,
+            primary_path: doorbell_cm::PathRepr {
+                local_gid: doorbell_wire::Gid::new(path.sgid),
+                remote_gid: doorbell_wire::Gid::new(path.dgid),
+                traffic_class: path.traffic_class,
+                hop_limit: path.hop_limit,
+                sl: path.sl,
+                local_ack_timeout: st.ack_timeout.unwrap_or(ACK_TIMEOUT),
+                ..Default::default()
+            },
+            remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+            local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+            max_cm_retries: MAX_CM_RETRIES,
+            auto_rtu: false,
+        };
+        let sid = doorbell_cm::service_id(self.cm_ps(), dst.port());
+        let peer = Peer::new(doorbell_wire::Gid::new(path.dgid));
+        let owner = self.owner();
+        let c = svc.with(|s, now| {
+            let c = s
+                .agent
+                .connect(now, peer, sid, &params, &pd)
+                .map_err(|_| CmError::Invalid)?;
+            s.own(c, owner);
+            Ok(c)
+        })?;
+        st.conn = Some((svc, c));
+        st.local_psn = psn;
+        st.state = IdState::Connecting;
+        Ok(())
+    }
+
+    /// What the peer's REP said, once the program takes its event: the
+    /// peer's QP, PSN and resources, for [`CmId::conn_attrs`].
+    pub fn on_reply(&self, rep: &doorbell_cmsm::RepReceived) {
+        let mut st = self.st();
+        let path = st.path;
+        st.remote = Some(Remote {
+            qpn: rep.remote_qpn.get(),
+            psn: rep.starting_psn.get(),
+            responder_resources: rep.responder_resources,
+            initiator_depth: rep.initiator_depth,
+            retry_count: 7,
+            rnr_retry_count: rep.rnr_retry_count,
+            path_mtu: path.map_or(5, |p| mtu_code(p.mtu)),
+            dgid: path.map_or([0; 16], |p| p.dgid),
+        });
+    }
+
+    /// `rdma_establish`: the RTU to the peer's REP; the connection is up.
+    pub fn establish(&self) -> Result<(), CmError> {
+        let mut st = self.st();
+        let (svc, c) = st.conn.clone().ok_or(CmError::Invalid)?;
+        if st.remote.is_none() {
+            return Err(CmError::Invalid);
+        }
+        svc.with(|s, _| s.agent.establish(c, &[]))
+            .map_err(|_| CmError::Invalid)?;
+        st.state = IdState::Connected;
+        Ok(())
+    }
+
+    /// Marks the connection's ESTABLISHED as reported (the C library turns
+    /// CONNECT_RESPONSE into it); returns whether it already was, so the
+    /// CM's own report of the RTU is not passed on twice.
+    pub fn report_established(&self) -> bool {
+        std::mem::replace(&mut self.st().established_reported, true)
+    }
+
+    /// The id of a connection request to `listener`, reporting to `sink`
+    /// with `token`: bound to the listener's device and port, addressed to
+    /// the peer that sent the REQ (rdma_cm's IP header says where from),
+    /// its route computed.
+    pub fn from_request(
+        listener: &CmId,
+        sink: Arc<dyn EventSink>,
+        token: u64,
+        r: &ConnRequest,
+    ) -> Result<CmId, CmError> {
+        let l = listener.st();
+        let svc = l
+            .listen
+            .as_ref()
+            .map(|(s, _)| s.clone())
+            .ok_or(CmError::Invalid)?;
+        let dev = l
+            .device
+            .clone()
+            .or_else(|| listener.inner.devices.first().cloned())
+            .ok_or(CmError::NoDevice)?;
+        let lport = l.src.map_or(0, |s| s.port());
+        let tos = l.tos;
+        drop(l);
+        let hdr = doorbell_cm::CmaHeader::new_checked(&r.req.private_data[..])
+            .ok()
+            .and_then(|h| doorbell_cm::CmaHeaderRepr::parse(&h).ok());
+        let (src, dst) = match hdr {
+            Some(h) => match h.addrs {
+                doorbell_cm::CmaAddrs::V4 { src, dst } => (
+                    SocketAddr::new(IpAddr::V4(dst), lport),
+                    SocketAddr::new(IpAddr::V4(src), h.src_port),
+                ),
+                doorbell_cm::CmaAddrs::V6 { src, dst } => (
+                    SocketAddr::new(IpAddr::V6(dst), lport),
+                    SocketAddr::new(IpAddr::V6(src), h.src_port),
+                ),
+            },
+            None => (
+                SocketAddr::new(ip_of(dev.gid()), lport),
+                SocketAddr::new(r.peer.ip_addr(), 0),
+            ),
+        };
+        let id = CmId::new(
+            sink,
+            token,
+            listener.inner.ps,
+            listener.inner.devices.clone(),
+        );
+        {
+            let mut st = id.st();
+            st.src = Some(src);
+            st.dst = Some(dst);
+            st.tos = tos;
+            st.path = Some(Path {
+                sgid: dev.gid(),
+                dgid: r.peer.gid.octets(),
+                pkey: 0xffff,
+                mtu: dev.query_port().active_mtu,
+                hop_limit: 64,
+                traffic_class: tos,
+                sl: 0,
+            });
+            st.device = Some(dev);
+            st.remote = Some(Remote {
+                qpn: r.req.remote_qpn.get(),
+                psn: r.req.starting_psn.get(),
+                responder_resources: r.req.responder_resources,
+                initiator_depth: r.req.initiator_depth,
+                retry_count: r.req.retry_count,
+                rnr_retry_count: r.req.rnr_retry_count,
+                path_mtu: r.req.path_mtu,
+                dgid: r.peer.gid.octets(),
+            });
+            st.conn = Some((svc.clone(), r.conn));
+            st.state = IdState::Requested;
+        }
+        let owner = id.owner();
+        svc.with(|s, _| s.own(r.conn, owner));
+        Ok(id)
+    }
+
+    /// `rdma_accept`: the REP to the request this id stands for (its QP
+    /// already moved to RTS with [`CmId::conn_attrs`]).
+    pub fn accept(&self, p: &AcceptParams) -> Result<(), CmError> {
+        let mut st = self.st();
+        if st.state != IdState::Requested {
+            return Err(CmError::Invalid);
+        }
+        let qpn = st.qpn.or(p.qp_num).ok_or(CmError::Invalid)?;
+        let (svc, c) = st.conn.clone().ok_or(CmError::Invalid)?;
+        if st.local_psn == 0 {
+            st.local_psn = random_psn(self.inner.owner);
+        }
+        let rep = doorbell_cmsm::RepParams {
+            local_qpn: doorbell_types::Qpn::new(qpn),
+            starting_psn: doorbell_types::Psn::new(st.local_psn),
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            target_ack_delay: 0,
+            failover_accepted: 0,
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            flow_control: p.flow_control,
+            srq: p.srq,
+        };
+        svc.with(|s, now| s.agent.accept(now, c, &rep, &p.private_data))
+            .map_err(|_| CmError::Invalid)?;
+        st.state = IdState::Connected;
+        Ok(())
+    }
+
+    /// `rdma_reject`: a REJ, consumer defined (28), with `private_data`.
+    pub fn reject(&self, private_data: &[u8]) -> Result<(), CmError> {
+        let mut st = self.st();
+        if st.state != IdState::Requested {
+            return Err(CmError::Invalid);
+        }
+        let (svc, c) = st.conn.take().ok_or(CmError::Invalid)?;
+        svc.with(|s, now| {
+            let r = s.agent.reject(
+                now,
+                c,
+                doorbell_cm::RejectReason::ConsumerDefined,
+                private_data,
+            );
+            s.disown(c);
+            r
+        })
+        .map_err(|_| CmError::Invalid)?;
+        st.state = IdState::Disconnected;
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: a DREQ (or the DREP to the peer's).
+    pub fn disconnect(&self) -> Result<(), CmError> {
+        let mut st = self.st();
+        let (svc, c) = st.conn.clone().ok_or(CmError::Invalid)?;
+        svc.with(|s, now| s.agent.disconnect(now, c, &[]))
+            .map_err(|_| CmError::Invalid)?;
+        st.state = IdState::Disconnected;
+        Ok(())
+    }
+
+    /// The attributes that move the id's connected QP to RTR and RTS, once
+    /// the peer's REQ or REP is known (EINVAL before).
+    pub fn conn_attrs(&self) -> Result<ConnAttrs, CmError> {
+        let mut st = self.st();
+        let r = st.remote.ok_or(CmError::Invalid)?;
+        if st.local_psn == 0 {
+            st.local_psn = random_psn(self.inner.owner);
+        }
+        let path = st.path.ok_or(CmError::Invalid)?;
+        Ok(ConnAttrs {
+            path_mtu: r.path_mtu.min(mtu_code(path.mtu)),
+            dest_qpn: r.qpn,
+            rq_psn: r.psn,
+            sq_psn: st.local_psn,
+            max_dest_rd_atomic: r.responder_resources.max(1),
+            max_rd_atomic: r.initiator_depth.max(1),
+            min_rnr_timer: 12,
+            timeout: st.ack_timeout.unwrap_or(ACK_TIMEOUT),
+            retry_count: r.retry_count.min(7),
+            rnr_retry_count: r.rnr_retry_count.min(7),
+            dgid: r.dgid,
+            hop_limit: path.hop_limit,
+            traffic_class: path.traffic_class,
+            // IBV_ACCESS_REMOTE_WRITE, and READ and ATOMIC when it takes
+            // READs.
+            access: 0x2
+                | if r.responder_resources > 0 {
+                    0x4 | 0x8
+                } else {
+                    0
+                },
+        })
+    }
+}
+
+/// rdma_cm's CM response timeout exponent (`CMA_CM_RESPONSE_TIMEOUT`).
+const CM_RESPONSE_TIMEOUT: u8 = 20;
+/// rdma_cm's CM retries (`CMA_MAX_CM_RETRIES`).
+const MAX_CM_RETRIES: u8 = 15;
+/// The QP's local ACK timeout exponent when the program sets none: about
+/// 67 ms.
+const ACK_TIMEOUT: u8 = 14;
+
+fn ipv6_of(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+/// A starting PSN: 24 bits, from the clock and the id (the kernel draws a
+/// random one).
+fn random_psn(salt: u64) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let x = u64::from(t) ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((x ^ (x >> 29)) as u32 & 0x00ff_ffff).max(1)
 }

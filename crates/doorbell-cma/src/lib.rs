@@ -27,13 +27,17 @@
 #![warn(unreachable_pub)]
 
 mod addrinfo;
+mod conn;
 mod id;
 mod ports;
+mod service;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 pub use addrinfo::{AddrInfo, Family, Hints, LookupError, lookup};
+pub use conn::{AcceptParams, ConnAttrs, ConnectParams};
 pub use id::{CmId, IdState};
+pub use service::{CmService, POLL};
 
 /// rdma_cm's port spaces (`enum rdma_port_space`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -118,12 +122,39 @@ impl CmEventKind {
 /// One event of an id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CmEvent {
-    /// The token of the id it is about.
+    /// The token of the id it is about (for a connection request: of the
+    /// listener).
     pub id: u64,
     /// What happened.
     pub kind: CmEventKind,
-    /// 0, or a negative errno saying why it failed.
+    /// 0, a negative errno saying why it failed, or a reject's reason.
     pub status: i32,
+    /// What came with it.
+    pub detail: Detail,
+}
+
+/// A connection request as a listener's event carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnRequest {
+    /// The CM's handle of the new connection.
+    pub conn: doorbell_cmsm::ConnId,
+    /// The peer's port.
+    pub peer: doorbell_cmsm::Peer,
+    /// The REQ, resources in the local point of view.
+    pub req: doorbell_cmsm::ReqReceived,
+}
+
+/// What an event carries beyond its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detail {
+    /// Nothing.
+    None,
+    /// A connection request: make the new id with [`CmId::from_request`].
+    ConnectRequest(Box<ConnRequest>),
+    /// The peer's REP.
+    ConnectResponse(Box<doorbell_cmsm::RepReceived>),
+    /// A reject's private data.
+    Rejected(Box<Vec<u8>>),
 }
 
 /// Where an id's events go (an event channel).

@@ -153,7 +153,8 @@ fn resolving_binds_the_local_nic_and_reports_each_step() {
         [CmEvent {
             id: 42,
             kind: CmEventKind::AddrResolved,
-            status: 0
+            status: 0,
+            detail: doorbell_cma::Detail::None,
         }]
     );
     let src = c.src().unwrap();
@@ -188,4 +189,201 @@ fn a_wildcard_bound_id_takes_the_nics_address_when_it_resolves() {
         d.resolve_addr(Some(v4(10, 0, 4, 2, 0)), v4(10, 0, 4, 9, 1), 100),
         Err(CmError::Invalid)
     );
+}
+
+fn wait_for(log: &Log, kind: CmEventKind) -> CmEvent {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut got = log.0.lock().unwrap();
+        if let Some(i) = got.iter().position(|e| e.kind == kind) {
+            return got.remove(i);
+        }
+        drop(got);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {kind:?} in 10 s; events: {:?}",
+            log.0.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+fn rc_qp(ctx: &Context) -> (doorbell_verbs::Qp, doorbell_verbs::Cq, doorbell_verbs::Mr) {
+    use doorbell_verbs::{Access, QpCaps, QpInitAttr, QpState, QpType};
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            cap: QpCaps {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+            srq: None,
+        })
+        .unwrap();
+    qp.modify(
+        QpState::Init,
+        &doorbell_verbs::QpAttrs {
+            pkey_index: Some(0),
+            port: Some(1),
+            access: Some(Access(0)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mr = pd
+        .reg_mr(
+            4096,
+            Access(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ),
+        )
+        .unwrap();
+    (qp, cq, mr)
+}
+
+/// REQ, REP, RTU through two ports' CMs on the GSI QPs, the QPs moved by
+/// what the connection gives, a WRITE across, then DREQ and DREP.
+#[test]
+fn a_connection_forms_through_the_cm_and_carries_data() {
+    use doorbell_cma::{AcceptParams, CmService, ConnectParams, Detail};
+    use doorbell_verbs::{QpState, RemoteAddr, SendFlags, SendWr, WrOpcode};
+    let h = host(6, 2);
+    let (sa, sb) = (
+        CmService::start(&h.ctxs[0]).unwrap(),
+        CmService::start(&h.ctxs[1]).unwrap(),
+    );
+    let server_log = Arc::new(Log::default());
+    let client_log = Arc::new(Log::default());
+    let listener = CmId::new(
+        server_log.clone(),
+        1,
+        PortSpace::Tcp,
+        vec![h.ctxs[1].clone()],
+    );
+    listener.bind_addr(v4(10, 0, 6, 3, 7471)).unwrap();
+    listener.listen(8).unwrap();
+
+    let client = CmId::new(
+        client_log.clone(),
+        2,
+        PortSpace::Tcp,
+        vec![h.ctxs[0].clone()],
+    );
+    client
+        .resolve_addr(None, v4(10, 0, 6, 3, 7471), 1000)
+        .unwrap();
+    client.resolve_route(1000).unwrap();
+    let (cqp, ccq, cmr) = rc_qp(&h.ctxs[0]);
+    client.set_qp(Some(cqp.qpn().get()));
+    client
+        .connect(&ConnectParams {
+            private_data: b"hello".to_vec(),
+            ..ConnectParams::default()
+        })
+        .unwrap();
+
+    let req = wait_for(&server_log, CmEventKind::ConnectRequest);
+    assert_eq!(req.id, 1, "to the listener");
+    let Detail::ConnectRequest(r) = req.detail else {
+        panic!("a request without its REQ")
+    };
+    assert_eq!(r.req.remote_qpn, cqp.qpn());
+    assert_eq!(
+        &r.req.private_data[36..41],
+        b"hello",
+        "after rdma_cm's header"
+    );
+    let child = CmId::from_request(&listener, server_log.clone(), 3, &r).unwrap();
+    assert_eq!(child.dst().unwrap().ip(), client.src().unwrap().ip());
+    assert_eq!(child.dst().unwrap().port(), client.src().unwrap().port());
+    let (sqp, scq, smr) = rc_qp(&h.ctxs[1]);
+    child.set_qp(Some(sqp.qpn().get()));
+    let a = child.conn_attrs().unwrap();
+    sqp.modify(QpState::Rtr, &a.rtr()).unwrap();
+    sqp.modify(QpState::Rts, &a.rts()).unwrap();
+    child
+        .accept(&AcceptParams {
+            private_data: b"welcome".to_vec(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            rnr_retry_count: 7,
+            flow_control: true,
+            qp_num: None,
+            srq: false,
+        })
+        .unwrap();
+
+    let rep = wait_for(&client_log, CmEventKind::ConnectResponse);
+    let Detail::ConnectResponse(rep) = rep.detail else {
+        panic!("a response without its REP")
+    };
+    assert_eq!(rep.remote_qpn, sqp.qpn());
+    assert_eq!(&rep.private_data[..7], b"welcome");
+    client.on_reply(&rep);
+    let a = client.conn_attrs().unwrap();
+    cqp.modify(QpState::Rtr, &a.rtr()).unwrap();
+    cqp.modify(QpState::Rts, &a.rts()).unwrap();
+    client.establish().unwrap();
+    wait_for(&server_log, CmEventKind::Established);
+
+    // The QPs talk: a WRITE from the client lands in the server's MR.
+    cmr.write(0, b"over the connection").unwrap();
+    cqp.post_send(&[SendWr {
+        wr_id: 1,
+        sg_list: &[cmr.sge(0, 19).unwrap()],
+        opcode: WrOpcode::RdmaWrite(RemoteAddr {
+            addr: smr.addr(),
+            rkey: smr.rkey(),
+        }),
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }])
+    .unwrap();
+    let mut wc = [doorbell_verbs::Wc::default(); 1];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while ccq.poll(&mut wc).unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no WRITE completion");
+    }
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    let mut got = [0u8; 19];
+    smr.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"over the connection");
+    let _ = scq;
+
+    client.disconnect().unwrap();
+    wait_for(&server_log, CmEventKind::Disconnected);
+    child.disconnect().unwrap();
+    wait_for(&client_log, CmEventKind::Disconnected);
+    assert!(sa.stats().sent >= 3 && sb.stats().sent >= 2);
+}
+
+/// A REQ to a port nobody listens on is rejected (reason 8).
+#[test]
+fn connecting_to_no_listener_is_rejected() {
+    use doorbell_cma::{CmService, ConnectParams};
+    let h = host(7, 2);
+    let _s = (
+        CmService::start(&h.ctxs[0]).unwrap(),
+        CmService::start(&h.ctxs[1]).unwrap(),
+    );
+    let log = Arc::new(Log::default());
+    let client = CmId::new(log.clone(), 9, PortSpace::Tcp, vec![h.ctxs[0].clone()]);
+    client
+        .resolve_addr(None, v4(10, 0, 7, 3, 9999), 1000)
+        .unwrap();
+    client.resolve_route(1000).unwrap();
+    client
+        .connect(&ConnectParams {
+            qp_num: Some(0x123),
+            ..ConnectParams::default()
+        })
+        .unwrap();
+    let e = wait_for(&log, CmEventKind::Rejected);
+    assert_eq!(e.status, 8, "IB_CM_REJ_INVALID_SERVICE_ID");
 }

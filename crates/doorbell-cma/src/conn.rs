@@ -1,0 +1,157 @@
+//! What connecting carries: the parameters of `rdma_connect` and
+//! `rdma_accept` (`struct rdma_conn_param`), what the id learns of its peer,
+//! and the QP attributes the connection gives (the kernel's
+//! `ib_cm_init_qp_attr` for RTR and RTS).
+
+/// `rdma_connect`'s parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectParams {
+    /// Private data for the peer, at most 56 bytes (rdma_cm's IP header
+    /// takes the rest of the REQ's 92).
+    pub private_data: Vec<u8>,
+    /// RDMA READ/atomic requests the local QP accepts.
+    pub responder_resources: u8,
+    /// RDMA READ/atomic requests the local QP sends at once.
+    pub initiator_depth: u8,
+    /// Transport retries, 0–7.
+    pub retry_count: u8,
+    /// RNR retries, 0–7 (7: for ever).
+    pub rnr_retry_count: u8,
+    /// End-to-end flow control.
+    pub flow_control: bool,
+    /// The QP's number, for an id without a QP of its own.
+    pub qp_num: Option<u32>,
+    /// It uses an SRQ.
+    pub srq: bool,
+}
+
+impl Default for ConnectParams {
+    fn default() -> Self {
+        Self {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            flow_control: true,
+            qp_num: None,
+            srq: false,
+        }
+    }
+}
+
+/// `rdma_accept`'s parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptParams {
+    /// Private data for the peer, at most 196 bytes.
+    pub private_data: Vec<u8>,
+    /// RDMA READ/atomic requests the local QP accepts.
+    pub responder_resources: u8,
+    /// RDMA READ/atomic requests the local QP sends at once.
+    pub initiator_depth: u8,
+    /// RNR retries the peer should use, 0–7.
+    pub rnr_retry_count: u8,
+    /// End-to-end flow control.
+    pub flow_control: bool,
+    /// The QP's number, for an id without a QP of its own.
+    pub qp_num: Option<u32>,
+    /// It uses an SRQ.
+    pub srq: bool,
+}
+
+/// What an id knows of its peer once the REQ or REP came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Remote {
+    pub(crate) qpn: u32,
+    pub(crate) psn: u32,
+    pub(crate) responder_resources: u8,
+    pub(crate) initiator_depth: u8,
+    pub(crate) retry_count: u8,
+    pub(crate) rnr_retry_count: u8,
+    pub(crate) path_mtu: u8,
+    pub(crate) dgid: [u8; 16],
+}
+
+/// The attributes that move a connected QP to RTR and RTS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnAttrs {
+    /// `enum ibv_mtu` code of the path MTU.
+    pub path_mtu: u8,
+    /// The peer's QP.
+    pub dest_qpn: u32,
+    /// The first PSN the peer sends.
+    pub rq_psn: u32,
+    /// The first PSN the local QP sends.
+    pub sq_psn: u32,
+    /// READ/atomic requests the local QP accepts.
+    pub max_dest_rd_atomic: u8,
+    /// READ/atomic requests the local QP sends at once.
+    pub max_rd_atomic: u8,
+    /// The RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// The local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_count: u8,
+    /// RNR retries.
+    pub rnr_retry_count: u8,
+    /// The peer's GID.
+    pub dgid: [u8; 16],
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Access rights at RTR: remote writes, and reads and atomics when the
+    /// QP accepts any (IBV_ACCESS_* bits).
+    pub access: u32,
+}
+
+/// `enum ibv_mtu` of a size in bytes.
+pub(crate) fn mtu_code(bytes: u32) -> u8 {
+    match bytes {
+        0..=256 => 1,
+        257..=512 => 2,
+        513..=1024 => 3,
+        1025..=2048 => 4,
+        _ => 5,
+    }
+}
+
+impl ConnAttrs {
+    /// The path MTU in bytes.
+    pub fn mtu_bytes(&self) -> u32 {
+        128 << self.path_mtu.clamp(1, 5)
+    }
+
+    /// The attributes of INIT → RTR.
+    pub fn rtr(&self) -> doorbell_verbs::QpAttrs {
+        doorbell_verbs::QpAttrs {
+            access: Some(doorbell_verbs::Access(self.access)),
+            av: Some(doorbell_verbs::AddressVector {
+                dgid: self.dgid,
+                sgid_index: 0,
+                hop_limit: self.hop_limit,
+                traffic_class: self.traffic_class,
+                sl: 0,
+            }),
+            path_mtu: Some(self.mtu_bytes()),
+            dest_qpn: Some(doorbell_types::Qpn::new(self.dest_qpn)),
+            rq_psn: Some(doorbell_types::Psn::new(self.rq_psn)),
+            max_dest_rd_atomic: Some(self.max_dest_rd_atomic),
+            min_rnr_timer: Some(self.min_rnr_timer),
+            ..Default::default()
+        }
+    }
+
+    /// The attributes of RTR → RTS.
+    pub fn rts(&self) -> doorbell_verbs::QpAttrs {
+        doorbell_verbs::QpAttrs {
+            sq_psn: Some(doorbell_types::Psn::new(self.sq_psn)),
+            timeout: Some(self.timeout),
+            retry_cnt: Some(self.retry_count),
+            rnr_retry: Some(self.rnr_retry_count),
+            max_rd_atomic: Some(self.max_rd_atomic),
+            ..Default::default()
+        }
+    }
+}

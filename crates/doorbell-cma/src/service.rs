@@ -1,0 +1,392 @@
+//! The communication manager of one device, running: doorbell-cmsm's
+//! [`CmAgent`] on the device's GSI QP, as the kernel's CM runs on QP1.
+//!
+//! A thread of the service receives the MADs that arrive on the GSI QP
+//! (a UD QP the device numbers 1, with the GSI Q_Key), hands them to the
+//! agent, sends what the agent sends (UD, to the peer's QP 1), fires its
+//! timers, and routes its events to the ids that own the connections.
+//! Requests from ids (listen, connect, accept, ...) run under the same
+//! lock and wake the thread, so their MADs leave at once. The thread polls
+//! its CQ (every [`POLL`]), because the device's completion events are one
+//! stream for the whole process and belong to the program's channels.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+
+use doorbell_cm::{GSI_QKEY, MAD_LEN};
+use doorbell_cmsm::{AgentConfig, CmAgent, CmEvent as AgentEvent, ConnId, Peer};
+use doorbell_types::{Instant, Qpn};
+use doorbell_verbs::{
+    Access, AddressVector, Ah, Context, Cq, Mr, Pd, Qp, QpAttrs, QpCaps, QpInitAttr, QpState,
+    QpType, RecvWr, SendFlags, SendWr, UdTarget, WrOpcode,
+};
+
+use crate::{CmError, CmEvent, CmEventKind, Detail, EventSink};
+
+/// How often the thread looks at its CQ when nothing wakes it.
+pub const POLL: std::time::Duration = std::time::Duration::from_micros(200);
+/// Receive buffers kept posted.
+const RECVS: u32 = 64;
+/// Send buffers, used in turn.
+const SENDS: u32 = 64;
+/// A slot: the GRH area then the MAD.
+const SLOT: u64 = 512;
+const GRH: usize = doorbell_verbs::GRH_LEN;
+
+/// Who an agent connection's events go to.
+#[derive(Clone)]
+pub(crate) struct Owner {
+    pub(crate) sink: Arc<dyn EventSink>,
+    pub(crate) token: u64,
+}
+
+pub(crate) struct State {
+    pub(crate) agent: CmAgent,
+    owners: BTreeMap<ConnId, Owner>,
+    next_send: u32,
+}
+
+struct Shared {
+    ctx: Context,
+    epoch: std::time::Instant,
+    state: Mutex<State>,
+    wake: Condvar,
+    stop: AtomicBool,
+    qp: Qp,
+    cq: Cq,
+    mr: Mr,
+    _pd: Pd,
+}
+
+/// The CM of one device. See the module docs.
+pub struct CmService {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+static SERVICES: Mutex<Vec<Weak<CmService>>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl CmService {
+    /// Starts the CM of `ctx`'s device: its GSI QP, buffers and thread.
+    /// Ids bound to the device find it ([`CmService::of`]) while it runs.
+    pub fn start(ctx: &Context) -> Result<Arc<Self>, CmError> {
+        let pd = ctx.alloc_pd().map_err(|_| CmError::NoDevice)?;
+        let cq = ctx
+            .create_cq(RECVS + SENDS)
+            .map_err(|_| CmError::NoDevice)?;
+        let cap = QpCaps {
+            max_send_wr: SENDS,
+            max_recv_wr: RECVS,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = pd
+            .create_gsi_qp(&QpInitAttr {
+                qp_type: QpType::Ud,
+                send_cq: cq.clone(),
+                recv_cq: cq.clone(),
+                cap,
+                sq_sig_all: true,
+                srq: None,
+            })
+            .map_err(|_| CmError::AddrInUse)?;
+        let up = qp
+            .modify(
+                QpState::Init,
+                &QpAttrs {
+                    pkey_index: Some(0),
+                    port: Some(1),
+                    qkey: Some(GSI_QKEY),
+                    ..Default::default()
+                },
+            )
+            .and_then(|()| qp.modify(QpState::Rtr, &QpAttrs::default()))
+            .and_then(|()| {
+                qp.modify(
+                    QpState::Rts,
+                    &QpAttrs {
+                        sq_psn: Some(doorbell_types::Psn::new(0)),
+                        ..Default::default()
+                    },
+                )
+            });
+        up.map_err(|_| CmError::NoDevice)?;
+        let mr = pd
+            .reg_mr(
+                ((RECVS + SENDS) as u64 * SLOT) as usize,
+                Access(Access::LOCAL_WRITE),
+            )
+            .map_err(|_| CmError::NoDevice)?;
+        let gid = ctx.gid();
+        let seed = u64::from_be_bytes([
+            gid[8], gid[9], gid[10], gid[11], gid[12], gid[13], gid[14], gid[15],
+        ]) ^ u64::from(std::process::id()) << 32
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+        // The CA GUID: the EUI-64 doorbell's devices report, from the GID.
+        let ca_guid = u64::from_be_bytes([0x02, 0, gid[12], 0xff, 0xfe, gid[13], gid[14], gid[15]]);
+        let shared = Arc::new(Shared {
+            ctx: ctx.clone(),
+            epoch: std::time::Instant::now(),
+            state: Mutex::new(State {
+                agent: CmAgent::new(AgentConfig::new(ca_guid, seed)),
+                owners: BTreeMap::new(),
+                next_send: 0,
+            }),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            qp,
+            cq,
+            mr,
+            _pd: pd,
+        });
+        for i in 0..RECVS {
+            shared.post_recv(i).map_err(|_| CmError::NoDevice)?;
+        }
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("doorbell-cm".into())
+            .spawn(move || s.run())
+            .map_err(|_| CmError::NoDevice)?;
+        let svc = Arc::new(Self {
+            shared,
+            thread: Some(thread),
+        });
+        let mut all = lock(&SERVICES);
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&svc));
+        Ok(svc)
+    }
+
+    /// The running CM of `ctx`'s device, if one was started.
+    pub fn of(ctx: &Context) -> Option<Arc<Self>> {
+        lock(&SERVICES)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|s| s.shared.ctx.same_as(ctx))
+    }
+
+    /// Runs `f` on the agent (and the owners of its connections), then
+    /// wakes the thread to send what `f` queued.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+        let now = self.shared.now();
+        let r = f(&mut lock(&self.shared.state), now);
+        self.shared.wake.notify_one();
+        r
+    }
+
+    /// What the agent counted.
+    pub fn stats(&self) -> doorbell_cmsm::CmStats {
+        lock(&self.shared.state).agent.stats()
+    }
+}
+
+impl State {
+    /// Sends `conn`'s events to `owner`.
+    pub(crate) fn own(&mut self, conn: ConnId, owner: Owner) {
+        self.owners.insert(conn, owner);
+    }
+
+    /// Forgets `conn`'s owner.
+    pub(crate) fn disown(&mut self, conn: ConnId) {
+        self.owners.remove(&conn);
+    }
+}
+
+impl Drop for CmService {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    fn now(&self) -> Instant {
+        Instant::from_ps(
+            self.epoch
+                .elapsed()
+                .as_nanos()
+                .saturating_mul(1000)
+                .min(u128::from(u64::MAX)) as u64,
+        )
+    }
+
+    fn post_recv(&self, slot: u32) -> Result<(), doorbell_verbs::VerbsError> {
+        let sge = self
+            .mr
+            .sge(u64::from(slot) * SLOT, (GRH + MAD_LEN) as u32)?;
+        self.qp.post_recv(&[RecvWr {
+            wr_id: u64::from(slot),
+            sg_list: &[sge],
+        }])
+    }
+
+    fn run(&self) {
+        let mut wc = [doorbell_verbs::Wc::default(); 16];
+        while !self.stop.load(Ordering::Acquire) {
+            let n = self.cq.poll(&mut wc).unwrap_or(0);
+            for w in &wc[..n] {
+                let slot = w.wr_id as u32;
+                if slot >= RECVS {
+                    continue;
+                }
+                if w.is_ok() && w.byte_len as usize >= GRH + MAD_LEN {
+                    let mut buf = [0u8; GRH + MAD_LEN];
+                    if self.mr.read(u64::from(slot) * SLOT, &mut buf).is_ok() {
+                        self.receive(&buf, w.src_qp);
+                    }
+                }
+                let _ = self.post_recv(slot);
+            }
+            let mut st = lock(&self.state);
+            let now = self.now();
+            if st.agent.poll_timeout().is_some_and(|t| t <= now) {
+                st.agent.handle_timeout(now);
+            }
+            self.flush(&mut st);
+            if n == 0 {
+                // Woken by a request, or after POLL to look at the CQ.
+                drop(
+                    self.wake
+                        .wait_timeout(st, POLL)
+                        .map_or_else(|e| e.into_inner().0, |(g, _)| g),
+                );
+            }
+        }
+    }
+
+    fn receive(&self, buf: &[u8; GRH + MAD_LEN], src_qp: u32) {
+        let mut grh = [0u8; GRH];
+        grh.copy_from_slice(&buf[..GRH]);
+        let Ok(path) = self.ctx.return_path(&grh) else {
+            return;
+        };
+        let peer = Peer {
+            gid: doorbell_wire::Gid::new(path.av.dgid),
+            qpn: Qpn::new(src_qp),
+        };
+        let mut st = lock(&self.state);
+        let now = self.now();
+        st.agent.handle_mad(now, peer, &buf[GRH..]);
+        self.flush(&mut st);
+    }
+
+    /// Sends what the agent queued and routes its events.
+    fn flush(&self, st: &mut State) {
+        while let Some((peer, mad)) = st.agent.poll_transmit() {
+            let slot = RECVS + st.next_send % SENDS;
+            st.next_send = st.next_send.wrapping_add(1);
+            let at = u64::from(slot) * SLOT;
+            if self.mr.write(at, &mad).is_err() {
+                continue;
+            }
+            let Ok(sge) = self.mr.sge(at, MAD_LEN as u32) else {
+                continue;
+            };
+            let target = UdTarget {
+                ah: Ah {
+                    av: AddressVector {
+                        dgid: peer.gid.octets(),
+                        sgid_index: 0,
+                        hop_limit: 64,
+                        traffic_class: 0,
+                        sl: 0,
+                    },
+                },
+                remote_qpn: peer.qpn,
+                remote_qkey: GSI_QKEY,
+            };
+            let _ = self.qp.post_send(&[SendWr {
+                wr_id: u64::from(slot),
+                sg_list: &[sge],
+                opcode: WrOpcode::Send,
+                flags: SendFlags::SIGNALED,
+                ud: Some(target),
+            }]);
+        }
+        while let Some(ev) = st.agent.poll_event() {
+            route(st, ev);
+        }
+    }
+}
+
+/// Gives an agent event to the id that owns its connection (a request to
+/// its listener's).
+fn route(st: &mut State, ev: AgentEvent) {
+    let (conn, kind, status, detail) = match ev {
+        AgentEvent::ConnectRequest {
+            conn,
+            listen,
+            peer,
+            req,
+        } => {
+            let Some(o) = st.owners.get(&listen).cloned() else {
+                return;
+            };
+            deliver(
+                &o,
+                CmEventKind::ConnectRequest,
+                0,
+                Detail::ConnectRequest(Box::new(crate::ConnRequest { conn, peer, req })),
+            );
+            return;
+        }
+        AgentEvent::ConnectResponse { conn, rep } => (
+            conn,
+            CmEventKind::ConnectResponse,
+            0,
+            Detail::ConnectResponse(Box::new(rep)),
+        ),
+        AgentEvent::Established { conn, .. } => (conn, CmEventKind::Established, 0, Detail::None),
+        AgentEvent::Rejected {
+            conn,
+            reason,
+            private_data,
+            ..
+        } => (
+            conn,
+            CmEventKind::Rejected,
+            i32::from(u16::from(reason)),
+            Detail::Rejected(Box::new(private_data.to_vec())),
+        ),
+        AgentEvent::Unreachable { conn, .. } => {
+            (conn, CmEventKind::Unreachable, -110, Detail::None)
+        }
+        AgentEvent::Disconnected { conn, .. } => (conn, CmEventKind::Disconnected, 0, Detail::None),
+        AgentEvent::TimewaitExit { conn } => {
+            let o = st.owners.remove(&conn);
+            if let Some(o) = o {
+                deliver(&o, CmEventKind::TimewaitExit, 0, Detail::None);
+            }
+            return;
+        }
+        // Datagram services (SIDR) come with the UD port space.
+        _ => return,
+    };
+    if let Some(o) = st.owners.get(&conn).cloned() {
+        if matches!(kind, CmEventKind::Rejected | CmEventKind::Unreachable) {
+            st.owners.remove(&conn);
+        }
+        deliver(&o, kind, status, detail);
+    }
+}
+
+fn deliver(o: &Owner, kind: CmEventKind, status: i32, detail: Detail) {
+    o.sink.deliver(CmEvent {
+        id: o.token,
+        kind,
+        status,
+        detail,
+    });
+}
