@@ -36,6 +36,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 pub use addrinfo::{AddrInfo, Family, Hints, LookupError, lookup};
 pub use conn::{AcceptParams, ConnAttrs, ConnectParams};
+/// Bytes of rdma_cm's IP CM header at the start of a REQ's private data.
+pub use doorbell_cm::ip_cm::HEADER_LEN as IP_CM_HEADER_LEN;
 pub use id::{CmId, IdState};
 pub use service::{CmService, POLL};
 

@@ -17,6 +17,8 @@ use crate::boundary::{Conv, guard};
 
 /// The opened contexts, as handles.
 static DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// The CM of each, started with it and kept while the library is loaded.
+static SERVICES: Mutex<Vec<std::sync::Arc<doorbell_cma::CmService>>> = Mutex::new(Vec::new());
 
 /// Every device, opened (on the first call), with its Rust context.
 pub(crate) fn open() -> Vec<(*mut ibv_context, Context)> {
@@ -30,6 +32,11 @@ pub(crate) fn open() -> Vec<(*mut ibv_context, Context)> {
             let ctx = crate::device::ibv_open_device(dev);
             if !ctx.is_null() {
                 open.push(ctx as usize);
+                if let Ok(c) = crate::ctx::context(ctx)
+                    && let Ok(svc) = doorbell_cma::CmService::start(&c.ctx)
+                {
+                    crate::events::lock(&SERVICES).push(svc);
+                }
             }
         }
         crate::device::ibv_free_device_list(list);

@@ -289,6 +289,55 @@ pub unsafe extern "C" fn doorbell_rdma_create_id(
     })
 }
 
+/// The id of a connection request to `listener`, made as librdmacm makes
+/// it when the program takes the request: on the listener's channel with
+/// its context and port space (synchronous if the listener is), reporting
+/// the connection's events from now on.
+pub(crate) fn new_child(
+    listener: *mut rdma_cm_id,
+    r: &doorbell_cma::ConnRequest,
+) -> Result<*mut rdma_cm_id, c_int> {
+    let l = id_of(listener)?;
+    let lm = l.id()?;
+    let (ch, context, ps, qp_type) = l.with_c(|c| (c.channel, c.context, c.ps, c.qp_type));
+    let q = handles::get::<CEventChannel>(ch)?.events.clone();
+    // SAFETY: zero is rdma_cm_id's empty value (NULL pointers, no paths).
+    let mut c: rdma_cm_id = unsafe { core::mem::zeroed() };
+    c.channel = ch;
+    c.context = context;
+    c.ps = ps;
+    c.qp_type = qp_type;
+    let obj = Box::new(CCmId {
+        c: UnsafeCell::new(c),
+        inner: OnceLock::new(),
+        // SAFETY: plain data; zero is its empty value.
+        path: UnsafeCell::new(unsafe { core::mem::zeroed() }),
+        own: None,
+        ep_qp: std::sync::Mutex::new(None),
+    });
+    let h = handles::register(obj);
+    let child = match CmId::from_request(lm, Arc::new(Sink(q)), h as u64, r) {
+        Ok(m) => m,
+        Err(e) => {
+            drop(handles::take::<CCmId>(h));
+            return Err(e.errno());
+        }
+    };
+    let c = id_of(h)?;
+    let _ = c.inner.set(child);
+    c.sync_c();
+    if l.own.is_some() {
+        // A synchronous listener's requests are synchronous ids.
+        doorbell_rdma_migrate_id(h, null_mut());
+    }
+    Ok(h)
+}
+
+/// Whether the id is synchronous (has a channel of its own).
+pub(crate) fn own_queue(c: &CCmId) -> Option<Arc<Queue<CmEvent>>> {
+    c.own.as_ref().map(|(_, q)| q.clone())
+}
+
 /// `rdma_destroy_id`: its events not yet taken go with it.
 #[unsafe(no_mangle)]
 pub extern "C" fn doorbell_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {

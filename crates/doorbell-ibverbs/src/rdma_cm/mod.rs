@@ -29,20 +29,25 @@ use crate::boundary::{Conv, guard};
 use crate::handles;
 
 mod channel;
+mod conn;
 mod devices;
 mod ep;
 mod id;
+mod process;
 mod qp;
 
 use channel::CEventChannel;
 
 /// Events handed out by `rdma_get_cm_event` and not yet acknowledged, by
-/// address.
-static OUT: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// address, with the private data each points to.
+static OUT: Mutex<Vec<Handed>> = Mutex::new(Vec::new());
+
+/// An event's address and the private data it points to.
+type Handed = (usize, Option<Box<[u8]>>);
 
 /// `rdma_get_cm_event`: the next event, waiting for one unless the
-/// channel's descriptor is non-blocking (EAGAIN then). The id it is about
-/// is brought up to date first, as librdmacm does.
+/// channel's descriptor is non-blocking (EAGAIN then), taken as librdmacm
+/// takes it ([`process`]).
 ///
 /// # Safety
 /// `event` is NULL or points to a writable event pointer.
@@ -56,15 +61,9 @@ pub unsafe extern "C" fn doorbell_rdma_get_cm_event(
             return Err(EINVAL);
         }
         let ch = handles::get::<CEventChannel>(channel)?;
-        let ev = ch.events.pop()?;
-        // SAFETY: rdma_cm_event is pointers, integers and a union of plain
-        // data; zero is its empty value.
-        let mut c: rdma_cm_event = unsafe { core::mem::zeroed() };
-        c.id = id::sync_for_event(ev.id);
-        c.event = ev.kind.code();
-        c.status = ev.status;
-        let e = Box::into_raw(Box::new(c));
-        crate::events::lock(&OUT).push(e as usize);
+        let t = process::next(&ch.events)?;
+        let e = Box::into_raw(t.ev);
+        crate::events::lock(&OUT).push((e as usize, t.data));
         // SAFETY: non-NULL, the caller's pointer to write the event to.
         unsafe { *event = e };
         Ok(0)
@@ -82,7 +81,7 @@ pub unsafe extern "C" fn doorbell_rdma_ack_cm_event(event: *mut rdma_cm_event) -
         let mut out = crate::events::lock(&OUT);
         let i = out
             .iter()
-            .position(|&e| e == event as usize)
+            .position(|(e, _)| *e == event as usize)
             .ok_or(EINVAL)?;
         out.swap_remove(i);
         // SAFETY: the address was handed out by Box::into_raw above and is
@@ -160,15 +159,7 @@ not_yet! {
     [neg1] fn doorbell_rdma_create_srq(id: P, pd: P, attr: P) -> c_int;
     [neg1] fn doorbell_rdma_create_srq_ex(id: P, attr: P) -> c_int;
     [void] fn doorbell_rdma_destroy_srq(id: P);
-    [neg1] fn doorbell_rdma_connect(id: P, conn_param: P) -> c_int;
-    [neg1] fn doorbell_rdma_establish(id: P) -> c_int;
-    [neg1] fn doorbell_rdma_listen(id: P, backlog: c_int) -> c_int;
-    [neg1] fn doorbell_rdma_get_request(listen: P, id: *mut P) -> c_int;
-    [neg1] fn doorbell_rdma_accept(id: P, conn_param: P) -> c_int;
-    [neg1] fn doorbell_rdma_reject(id: P, private_data: P, private_data_len: u8) -> c_int;
     [neg1] fn doorbell_rdma_reject_ece(id: P, private_data: P, private_data_len: u8) -> c_int;
-    [neg1] fn doorbell_rdma_notify(id: P, event: c_int) -> c_int;
-    [neg1] fn doorbell_rdma_disconnect(id: P) -> c_int;
     [neg1] fn doorbell_rdma_join_multicast(id: P, addr: P, context: P) -> c_int;
     [neg1] fn doorbell_rdma_join_multicast_ex(id: P, mc_join_attr: P, context: P) -> c_int;
     [neg1] fn doorbell_rdma_leave_multicast(id: P, addr: P) -> c_int;
@@ -178,6 +169,14 @@ not_yet! {
 
 /// The calls that work, for the export check.
 pub const WORKING: &[&str] = &[
+    "doorbell_rdma_listen",
+    "doorbell_rdma_connect",
+    "doorbell_rdma_get_request",
+    "doorbell_rdma_accept",
+    "doorbell_rdma_reject",
+    "doorbell_rdma_establish",
+    "doorbell_rdma_disconnect",
+    "doorbell_rdma_notify",
     "doorbell_rdma_create_ep",
     "doorbell_rdma_destroy_ep",
     "doorbell_rdma_getaddrinfo",

@@ -70,10 +70,81 @@ fn attrs_for(
         }
         IBV_QPS_RTR if ud => IBV_QP_STATE,
         IBV_QPS_RTS if ud => IBV_QP_STATE | IBV_QP_SQ_PSN,
-        // A connected QP's RTR and RTS come from the connection.
+        // A connected QP's RTR and RTS come from the connection (EINVAL
+        // before its REQ or REP is known).
+        IBV_QPS_RTR | IBV_QPS_RTS => {
+            let c = m.conn_attrs().map_err(|e| e.errno())?;
+            return Ok(conn_attr(&c, state));
+        }
         _ => return Err(EINVAL),
     };
     Ok((a, mask as c_int))
+}
+
+/// The attributes, and mask, that move a connected QP to RTR or RTS.
+pub(crate) fn conn_attr(c: &doorbell_cma::ConnAttrs, state: ibv_qp_state) -> (ibv_qp_attr, c_int) {
+    // SAFETY: ibv_qp_attr is plain data; zero is its empty value.
+    let mut a: ibv_qp_attr = unsafe { core::mem::zeroed() };
+    a.qp_state = state;
+    let mask = if state == IBV_QPS_RTR {
+        a.qp_access_flags = c.access;
+        a.path_mtu = u32::from(c.path_mtu);
+        a.dest_qp_num = c.dest_qpn;
+        a.rq_psn = c.rq_psn;
+        a.max_dest_rd_atomic = c.max_dest_rd_atomic;
+        a.min_rnr_timer = c.min_rnr_timer;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.dgid = ibv_gid { raw: c.dgid };
+        a.ah_attr.grh.hop_limit = c.hop_limit;
+        a.ah_attr.grh.traffic_class = c.traffic_class;
+        a.ah_attr.port_num = 1;
+        IBV_QP_STATE
+            | IBV_QP_AV
+            | IBV_QP_PATH_MTU
+            | IBV_QP_DEST_QPN
+            | IBV_QP_RQ_PSN
+            | IBV_QP_MAX_DEST_RD_ATOMIC
+            | IBV_QP_MIN_RNR_TIMER
+            | IBV_QP_ACCESS_FLAGS
+    } else {
+        a.sq_psn = c.sq_psn;
+        a.timeout = c.timeout;
+        a.retry_cnt = c.retry_count;
+        a.rnr_retry = c.rnr_retry_count;
+        a.max_rd_atomic = c.max_rd_atomic;
+        IBV_QP_STATE
+            | IBV_QP_TIMEOUT
+            | IBV_QP_RETRY_CNT
+            | IBV_QP_RNR_RETRY
+            | IBV_QP_SQ_PSN
+            | IBV_QP_MAX_QP_RD_ATOMIC
+    };
+    (a, mask as c_int)
+}
+
+/// Moves the id's connected QP to RTR and RTS with what the connection
+/// gives (librdmacm does it in `rdma_accept` and on the REP).
+pub(crate) fn to_rts(qp: *mut ibv_qp, m: &doorbell_cma::CmId) -> Result<(), c_int> {
+    let c = m.conn_attrs().map_err(|e| e.errno())?;
+    for s in [IBV_QPS_RTR, IBV_QPS_RTS] {
+        let (mut a, mask) = conn_attr(&c, s);
+        match crate::qp::ibv_modify_qp(qp, &mut a, mask) {
+            0 => {}
+            e => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Moves a QP to the error state (librdmacm's `rdma_disconnect`).
+pub(crate) fn to_err(qp: *mut ibv_qp) {
+    if qp.is_null() {
+        return;
+    }
+    // SAFETY: plain data; zero is its empty value.
+    let mut a: ibv_qp_attr = unsafe { core::mem::zeroed() };
+    a.qp_state = IBV_QPS_ERR;
+    crate::qp::ibv_modify_qp(qp, &mut a, IBV_QP_STATE as c_int);
 }
 
 /// `rdma_init_qp_attr`: the attributes to move the id's QP to
