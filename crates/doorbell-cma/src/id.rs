@@ -206,6 +206,12 @@ impl CmId {
     /// Sends the id's later events to `sink` (`rdma_migrate_id`).
     pub fn set_sink(&self, sink: Arc<dyn EventSink>) {
         *self.inner.sink.lock().unwrap_or_else(|e| e.into_inner()) = sink;
+        // The CM's events for its listener and connection follow.
+        let st = self.st();
+        for (svc, c) in st.listen.iter().chain(st.conn.iter()) {
+            let owner = self.owner();
+            svc.with(|s, _| s.own(*c, owner));
+        }
     }
 
     /// The device whose port has `ip`.

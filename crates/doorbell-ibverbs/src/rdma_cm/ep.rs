@@ -236,7 +236,8 @@ pub unsafe extern "C" fn doorbell_rdma_create_ep(
                 if !qp_init_attr.is_null() {
                     // SAFETY: the caller's attributes, kept for the
                     // connections the endpoint will accept.
-                    let attr = unsafe { *qp_init_attr };
+                    let mut attr = unsafe { *qp_init_attr };
+                    attr.qp_type = rai.ai_qp_type as ibv_qp_type;
                     *crate::events::lock(&c.ep_qp) = Some((pd, attr));
                 }
                 return Ok(());
@@ -250,8 +251,13 @@ pub unsafe extern "C" fn doorbell_rdma_create_ep(
                 return Err(errno_now());
             }
             if !qp_init_attr.is_null() {
-                // SAFETY: the caller's attributes.
-                if unsafe { qp::doorbell_rdma_create_qp(cid, pd, qp_init_attr) } != 0 {
+                // SAFETY: the caller's attributes; the QP's type is the
+                // answer's, as librdmacm sets it.
+                if unsafe {
+                    (*qp_init_attr).qp_type = rai.ai_qp_type as ibv_qp_type;
+                    qp::doorbell_rdma_create_qp(cid, pd, qp_init_attr)
+                } != 0
+                {
                     return Err(errno_now());
                 }
             }

@@ -211,11 +211,95 @@ fn drop_own_cqs(c: &mut rdma_cm_id) {
     }
 }
 
-/// `rdma_create_qp`. See the module docs.
+/// `IBV_QP_INIT_ATTR_PD`.
+const ATTR_PD: u32 = 1 << 0;
+
+/// Creates the id's QP from `attr` (librdmacm's `rdma_create_qp_ex`):
+/// on the PD it names, else the device's default; the id's own CQs where
+/// it names none; then INIT (and for UD, RTR and RTS).
+fn create_on(c: &super::id::CCmId, attr: &mut ibv_qp_init_attr_ex) -> Result<(), c_int> {
+    let m = c.id()?;
+    let verbs = c.with_c(|c| c.verbs);
+    if verbs.is_null() || !c.with_c(|c| c.qp.is_null()) {
+        return Err(EINVAL);
+    }
+    if attr.comp_mask & ATTR_PD == 0 || attr.pd.is_null() {
+        attr.comp_mask |= ATTR_PD;
+        attr.pd = default_pd(verbs)?;
+    } else if {
+        // SAFETY: non-NULL: the caller's PD; the library checks it again
+        // when it creates the QP.
+        unsafe { (*attr.pd).context }
+    } != verbs
+    {
+        return Err(EINVAL);
+    }
+    if attr.send_cq.is_null() {
+        let (ch, cq) = channel_and_cq(verbs, attr.cap.max_send_wr)?;
+        c.with_c(|c| {
+            c.send_cq_channel = ch;
+            c.send_cq = cq;
+        });
+        attr.send_cq = cq;
+    }
+    if attr.recv_cq.is_null() {
+        let (ch, cq) = match channel_and_cq(verbs, attr.cap.max_recv_wr) {
+            Ok(x) => x,
+            Err(e) => {
+                c.with_c(drop_own_cqs);
+                return Err(e);
+            }
+        };
+        c.with_c(|c| {
+            c.recv_cq_channel = ch;
+            c.recv_cq = cq;
+        });
+        attr.recv_cq = cq;
+    }
+    // SAFETY: the context is the id's, the attributes a local the caller
+    // gave.
+    let qp = unsafe { crate::qp_ex::create_qp_ex(verbs, attr) };
+    if qp.is_null() {
+        let e = errno_now();
+        c.with_c(drop_own_cqs);
+        return Err(e);
+    }
+    let ud = attr.qp_type == IBV_QPT_UD;
+    let states: &[ibv_qp_state] = if ud {
+        &[IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS]
+    } else {
+        &[IBV_QPS_INIT]
+    };
+    for &st in states {
+        let moved = attrs_for(m, ud, st).and_then(|(mut a, mask)| {
+            match crate::qp::ibv_modify_qp(qp, &mut a, mask) {
+                0 => Ok(()),
+                e => Err(e),
+            }
+        });
+        if let Err(e) = moved {
+            crate::qp::ibv_destroy_qp(qp);
+            c.with_c(drop_own_cqs);
+            return Err(e);
+        }
+    }
+    // SAFETY: the QP this library just made.
+    m.set_qp(Some(unsafe { (*qp).qp_num }));
+    let pd = attr.pd;
+    c.with_c(|c| {
+        c.qp = qp;
+        c.pd = pd;
+        c.qp_type = attr.qp_type;
+    });
+    Ok(())
+}
+
+/// `rdma_create_qp`: [`create_on`] with the attributes as
+/// `ibv_qp_init_attr_ex` (its first part), written back with the
+/// capacities granted and the CQs used.
 ///
 /// # Safety
-/// `qp_init_attr` is NULL or the caller's attributes, which are written
-/// back with the capacities granted and the CQs used.
+/// `qp_init_attr` is NULL or the caller's attributes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn doorbell_rdma_create_qp(
     id: *mut rdma_cm_id,
@@ -224,85 +308,48 @@ pub unsafe extern "C" fn doorbell_rdma_create_qp(
 ) -> c_int {
     guard("rdma_create_qp", Conv::MinusOne, || {
         let c = id_of(id)?;
-        let m = c.id()?;
-        let verbs = c.with_c(|c| c.verbs);
-        if verbs.is_null() || qp_init_attr.is_null() || !c.with_c(|c| c.qp.is_null()) {
-            return Err(EINVAL);
+        // SAFETY: NULL or the caller's attributes, read once.
+        let a = unsafe { qp_init_attr.as_ref() }.copied().ok_or(EINVAL)?;
+        // SAFETY: plain data and pointers; zero is its empty value.
+        let mut ex: ibv_qp_init_attr_ex = unsafe { core::mem::zeroed() };
+        ex.qp_context = a.qp_context;
+        ex.send_cq = a.send_cq;
+        ex.recv_cq = a.recv_cq;
+        ex.srq = a.srq;
+        ex.cap = a.cap;
+        ex.qp_type = a.qp_type;
+        ex.sq_sig_all = a.sq_sig_all;
+        if !pd.is_null() {
+            ex.comp_mask = ATTR_PD;
+            ex.pd = pd;
         }
-        let pd = if pd.is_null() {
-            default_pd(verbs)?
-        } else {
-            // SAFETY: non-NULL: the caller's PD; the library checks it
-            // again when it creates the QP.
-            if unsafe { (*pd).context } != verbs {
-                return Err(EINVAL);
-            }
-            pd
-        };
-        // SAFETY: non-NULL, the caller's attributes, read once.
-        let mut attr = unsafe { *qp_init_attr };
-        if attr.send_cq.is_null() {
-            let (ch, cq) = channel_and_cq(verbs, attr.cap.max_send_wr)?;
-            c.with_c(|c| {
-                c.send_cq_channel = ch;
-                c.send_cq = cq;
-            });
-            attr.send_cq = cq;
-        }
-        if attr.recv_cq.is_null() {
-            let made = channel_and_cq(verbs, attr.cap.max_recv_wr);
-            let (ch, cq) = match made {
-                Ok(x) => x,
-                Err(e) => {
-                    c.with_c(drop_own_cqs);
-                    return Err(e);
-                }
-            };
-            c.with_c(|c| {
-                c.recv_cq_channel = ch;
-                c.recv_cq = cq;
-            });
-            attr.recv_cq = cq;
-        }
-        let qp = crate::qp::ibv_create_qp(pd, &mut attr);
-        if qp.is_null() {
-            let e = errno_now();
-            c.with_c(drop_own_cqs);
-            return Err(e);
-        }
-        let ud = attr.qp_type == IBV_QPT_UD;
-        let states: &[ibv_qp_state] = if ud {
-            &[IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS]
-        } else {
-            &[IBV_QPS_INIT]
-        };
-        for &s in states {
-            let moved =
-                attrs_for(m, ud, s).and_then(|(mut a, mask)| {
-                    match crate::qp::ibv_modify_qp(qp, &mut a, mask) {
-                        0 => Ok(()),
-                        e => Err(e),
-                    }
-                });
-            if let Err(e) = moved {
-                crate::qp::ibv_destroy_qp(qp);
-                c.with_c(drop_own_cqs);
-                return Err(e);
-            }
-        }
-        // SAFETY: the QP this library just made.
-        m.set_qp(Some(unsafe { (*qp).qp_num }));
-        c.with_c(|c| {
-            c.qp = qp;
-            c.pd = pd;
-            c.qp_type = attr.qp_type;
-        });
+        create_on(c, &mut ex)?;
         // SAFETY: non-NULL, the caller's attributes.
         unsafe {
-            (*qp_init_attr).cap = attr.cap;
-            (*qp_init_attr).send_cq = attr.send_cq;
-            (*qp_init_attr).recv_cq = attr.recv_cq;
+            (*qp_init_attr).cap = ex.cap;
+            (*qp_init_attr).send_cq = ex.send_cq;
+            (*qp_init_attr).recv_cq = ex.recv_cq;
         }
+        Ok(0)
+    })
+}
+
+/// `rdma_create_qp_ex`: [`create_on`], the attributes written back.
+///
+/// # Safety
+/// `qp_init_attr` is NULL or the caller's attributes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn doorbell_rdma_create_qp_ex(
+    id: *mut rdma_cm_id,
+    qp_init_attr: *mut ibv_qp_init_attr_ex,
+) -> c_int {
+    guard("rdma_create_qp_ex", Conv::MinusOne, || {
+        let c = id_of(id)?;
+        // SAFETY: NULL or the caller's attributes, read once.
+        let mut ex = unsafe { qp_init_attr.as_ref() }.copied().ok_or(EINVAL)?;
+        create_on(c, &mut ex)?;
+        // SAFETY: non-NULL, the caller's attributes.
+        unsafe { *qp_init_attr = ex };
         Ok(0)
     })
 }
