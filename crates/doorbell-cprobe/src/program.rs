@@ -71,3 +71,32 @@ pub fn run_checks(exe: &Path, lib_dir: &Path, env: &[(&str, &str)], min_checks: 
     assert!(stdout.contains("\n0 failed"), "{all}");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// Exit status, stdout and stderr of `out`, for a failing assertion.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits for `child` at most `secs`, killing it (and failing, with what it
+/// printed) after that.
+pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::process::Output {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("collect output");
+                panic!("{what} did not finish in {secs} s:\n{}", text(&out));
+            }
+        }
+    }
+}

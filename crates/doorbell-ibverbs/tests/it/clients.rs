@@ -3,7 +3,7 @@
 //! and a client, each process with its own NIC on its own loopback address
 //! (`DOORBELL_ADDR`), talking RoCEv2 over UDP.
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::library::{lib_dir, run};
@@ -24,30 +24,7 @@ fn client(prog: &str, nic_addr: &str) -> Command {
     cmd
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Waits for `child` at most `secs`, killing it after that.
-fn finish(mut child: Child, secs: u64, what: &str) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("collect output");
-                panic!("{what} did not finish in {secs} s:\n{}", text(&out));
-            }
-        }
-    }
-}
+use doorbell_cprobe::program::{finish, text};
 
 #[test]
 fn ibv_devices_lists_doorbell0() {

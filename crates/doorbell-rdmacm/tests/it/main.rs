@@ -4,6 +4,7 @@
 //! binding. They need `scripts/setup.sh`'s tools and clients and fail,
 //! never skip, when one is missing.
 
+mod clients;
 mod loading;
 mod symbols;
 

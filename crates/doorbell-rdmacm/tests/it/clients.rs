@@ -1,0 +1,140 @@
+//! Debian's rdma_cm clients, unmodified, as two processes on doorbell: each
+//! process's NIC on its own loopback address, the connection set up by the
+//! InfiniBand CM over RoCEv2 (REQ, REP, RTU on the GSI QPs), then the
+//! tool's traffic, then DREQ and DREP.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use doorbell_cprobe::program::{finish, text};
+
+use crate::lib_dir;
+
+/// An address on this test process's own loopback subnet, so that parallel
+/// test runs never share a port.
+fn addr(net: u8, host: u8) -> String {
+    format!("127.{}.{net}.{host}", 1 + std::process::id() % 250)
+}
+
+fn tool(args: &[&str], nic_addr: &str) -> Command {
+    let mut cmd = Command::new(args[0]);
+    cmd.args(&args[1..])
+        .env("LD_BIND_NOW", "1")
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("DOORBELL_ADDR", nic_addr)
+        .env_remove("DOORBELL_NAME")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `server` on `net`'s .2 and then `client` on its .3; `{server}` in
+/// either is replaced by the server's address. Both must exit 0.
+fn pair(net: u8, server: &[&str], client: &[&str]) -> (Output, Output) {
+    let (sa, ca) = (addr(net, 2), addr(net, 3));
+    let fill =
+        |v: &[&str]| -> Vec<String> { v.iter().map(|a| a.replace("{server}", &sa)).collect() };
+    let (sv, cv) = (fill(server), fill(client));
+    let sv: Vec<&str> = sv.iter().map(String::as_str).collect();
+    let cv: Vec<&str> = cv.iter().map(String::as_str).collect();
+    let s = tool(&sv, &sa).spawn().expect("start the server");
+    // The server binds and listens within a moment; the CM retries a REQ
+    // that finds nothing, but a REJ (no listener) would end the client.
+    std::thread::sleep(Duration::from_millis(700));
+    let c = tool(&cv, &ca).spawn().expect("start the client");
+    let c_out = finish(c, 60, &format!("the {} client", cv[0]));
+    let s_out = finish(s, 60, &format!("the {} server", sv[0]));
+    for (who, out) in [("server", &s_out), ("client", &c_out)] {
+        assert!(out.status.success(), "{who}:\n{}", text(out));
+    }
+    (s_out, c_out)
+}
+
+#[test]
+fn rping_connects_pings_and_verifies() {
+    let (s, c) = pair(
+        21,
+        &["rping", "-s", "-a", "{server}", "-C", "10", "-V", "-v"],
+        &["rping", "-c", "-a", "{server}", "-C", "10", "-V", "-v"],
+    );
+    let (s, c) = (text(&s), text(&c));
+    for i in 0..10 {
+        let want = format!("rdma-ping-{i}: ");
+        assert!(c.contains(&format!("ping data: {want}")), "client:\n{c}");
+        assert!(
+            s.contains(&format!("server ping data: {want}")),
+            "server:\n{s}"
+        );
+    }
+    assert!(
+        s.contains("DISCONNECT EVENT"),
+        "the server saw the client leave:\n{s}"
+    );
+}
+
+#[test]
+fn ucmatose_connects_several_and_exchanges_data() {
+    let (s, c) = pair(
+        22,
+        &["ucmatose", "-b", "{server}", "-c", "3", "-C", "4"],
+        &["ucmatose", "-s", "{server}", "-c", "3", "-C", "4"],
+    );
+    for (who, out) in [("server", &s), ("client", &c)] {
+        let t = text(out);
+        assert!(
+            t.contains("test complete") && t.contains("return status 0"),
+            "{who}:\n{t}"
+        );
+        assert!(
+            t.contains("receiving data transfers") && t.contains("data transfers complete"),
+            "{who}:\n{t}"
+        );
+    }
+}
+
+#[test]
+fn rdma_server_and_client_talk_through_endpoints() {
+    let (s, c) = pair(
+        23,
+        &["rdma_server", "-s", "{server}"],
+        &["rdma_client", "-s", "{server}"],
+    );
+    assert!(text(&s).contains("rdma_server: end 0"), "{}", text(&s));
+    assert!(text(&c).contains("rdma_client: end 0"), "{}", text(&c));
+}
+
+fn perftest(net: u8, name: &str) -> (String, String) {
+    let (s, c) = pair(
+        net,
+        &[name, "-R", "-n", "200", "-s", "4096"],
+        &[name, "-R", "-n", "200", "-s", "4096", "{server}"],
+    );
+    (text(&s), text(&c))
+}
+
+fn assert_rdma_cm_run(who: &str, t: &str) {
+    assert!(t.contains("Data ex. method : rdma_cm"), "{who}:\n{t}");
+    assert!(t.contains("rdma_cm QPs	 : ON"), "{who}:\n{t}");
+    assert!(t.contains(" 4096 "), "a 4096-byte result line, {who}:\n{t}");
+}
+
+#[test]
+fn perftest_send_bw_connects_with_rdma_cm() {
+    let (s, c) = perftest(24, "ib_send_bw");
+    assert_rdma_cm_run("server", &s);
+    assert_rdma_cm_run("client", &c);
+}
+
+#[test]
+fn perftest_write_lat_connects_with_rdma_cm() {
+    let (_, c) = perftest(25, "ib_write_lat");
+    assert_rdma_cm_run("client", &c);
+    assert!(c.contains("t_typical"), "{c}");
+}
+
+#[test]
+fn perftest_read_bw_connects_with_rdma_cm() {
+    let (_, c) = perftest(26, "ib_read_bw");
+    assert_rdma_cm_run("client", &c);
+}
