@@ -12,7 +12,7 @@ use crate::lib_dir;
 
 /// An address on this test process's own loopback subnet, so that parallel
 /// test runs never share a port.
-fn addr(net: u8, host: u8) -> String {
+pub(crate) fn addr(net: u8, host: u8) -> String {
     format!("127.{}.{net}.{host}", 1 + std::process::id() % 250)
 }
 
@@ -31,7 +31,7 @@ fn tool(args: &[&str], nic_addr: &str) -> Command {
 
 /// Runs `server` on `net`'s .2 and then `client` on its .3; `{server}` in
 /// either is replaced by the server's address. Both must exit 0.
-fn pair(net: u8, server: &[&str], client: &[&str]) -> (Output, Output) {
+pub(crate) fn pair(net: u8, server: &[&str], client: &[&str]) -> (Output, Output) {
     let (sa, ca) = (addr(net, 2), addr(net, 3));
     let fill =
         |v: &[&str]| -> Vec<String> { v.iter().map(|a| a.replace("{server}", &sa)).collect() };

@@ -7,6 +7,7 @@
 mod clients;
 mod loading;
 mod symbols;
+mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
