@@ -40,7 +40,8 @@ impl Default for ConnectParams {
     }
 }
 
-/// `rdma_accept`'s parameters.
+/// `rdma_accept`'s parameters (by default: none of the peer's READs, 7
+/// RNR retries, flow control, no private data).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcceptParams {
     /// Private data for the peer, at most 196 bytes.
@@ -57,6 +58,20 @@ pub struct AcceptParams {
     pub qp_num: Option<u32>,
     /// It uses an SRQ.
     pub srq: bool,
+}
+
+impl Default for AcceptParams {
+    fn default() -> Self {
+        Self {
+            private_data: Vec::new(),
+            responder_resources: 0,
+            initiator_depth: 0,
+            rnr_retry_count: 7,
+            flow_control: true,
+            qp_num: None,
+            srq: false,
+        }
+    }
 }
 
 /// What an id knows of its peer once the REQ or REP came.

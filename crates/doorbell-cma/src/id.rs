@@ -9,6 +9,8 @@ use doorbell_verbs::Context;
 
 use doorbell_cmsm::{ConnId, Peer};
 
+mod ud;
+
 use crate::conn::{AcceptParams, ConnAttrs, ConnectParams, Remote, mtu_code};
 use crate::service::{CmService, Owner};
 use crate::{
@@ -436,6 +438,9 @@ impl CmId {
     /// port. EINVAL before the route resolved, without a QP, or with more
     /// than 56 bytes of private data.
     pub fn connect(&self, p: &ConnectParams) -> Result<(), CmError> {
+        if self.is_ud() {
+            return self.connect_ud(p);
+        }
         let mut st = self.st();
         if st.state != IdState::RouteResolved {
             return Err(CmError::Invalid);
@@ -447,20 +452,7 @@ impl CmId {
         if p.private_data.len() > doorbell_cm::ip_cm::REQ_USER_PRIVATE_DATA_LEN {
             return Err(CmError::Invalid);
         }
-        let mut pd = vec![0u8; doorbell_cm::ip_cm::HEADER_LEN];
-        let addrs = match (src.ip(), dst.ip()) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => doorbell_cm::CmaAddrs::V4 { src: s, dst: d },
-            (s, d) => doorbell_cm::CmaAddrs::V6 {
-                src: ipv6_of(s),
-                dst: ipv6_of(d),
-            },
-        };
-        doorbell_cm::CmaHeaderRepr {
-            src_port: src.port(),
-            addrs,
-        }
-        .emit(&mut doorbell_cm::CmaHeader::new_unchecked(&mut pd[..]));
-        pd.extend_from_slice(&p.private_data);
+        let pd = ip_private_data(src, dst, &p.private_data);
         let svc = self.service(&st)?;
         let psn = random_psn(self.inner.owner);
         let params = doorbell_cmsm::ReqParams {
@@ -553,6 +545,31 @@ impl CmId {
         token: u64,
         r: &ConnRequest,
     ) -> Result<CmId, CmError> {
+        let id = Self::passive(listener, sink, token, r.peer, &r.req.private_data, r.conn)?;
+        id.st().remote = Some(Remote {
+            qpn: r.req.remote_qpn.get(),
+            psn: r.req.starting_psn.get(),
+            responder_resources: r.req.responder_resources,
+            initiator_depth: r.req.initiator_depth,
+            retry_count: r.req.retry_count,
+            rnr_retry_count: r.req.rnr_retry_count,
+            path_mtu: r.req.path_mtu,
+            dgid: r.peer.gid.octets(),
+        });
+        Ok(id)
+    }
+
+    /// The id of a request (REQ or SIDR_REQ, handle `conn`) from `peer`
+    /// to `listener`, whose private data starts with rdma_cm's IP header:
+    /// in REQUESTED, owning `conn`.
+    fn passive(
+        listener: &CmId,
+        sink: Arc<dyn EventSink>,
+        token: u64,
+        peer: Peer,
+        private_data: &[u8],
+        conn: ConnId,
+    ) -> Result<CmId, CmError> {
         let l = listener.st();
         let svc = l
             .listen
@@ -567,7 +584,7 @@ impl CmId {
         let lport = l.src.map_or(0, |s| s.port());
         let tos = l.tos;
         drop(l);
-        let hdr = doorbell_cm::CmaHeader::new_checked(&r.req.private_data[..])
+        let hdr = doorbell_cm::CmaHeader::new_checked(private_data)
             .ok()
             .and_then(|h| doorbell_cm::CmaHeaderRepr::parse(&h).ok());
         let (src, dst) = match hdr {
@@ -583,7 +600,7 @@ impl CmId {
             },
             None => (
                 SocketAddr::new(ip_of(dev.gid()), lport),
-                SocketAddr::new(r.peer.ip_addr(), 0),
+                SocketAddr::new(peer.ip_addr(), 0),
             ),
         };
         let id = CmId::new(
@@ -599,7 +616,7 @@ impl CmId {
             st.tos = tos;
             st.path = Some(Path {
                 sgid: dev.gid(),
-                dgid: r.peer.gid.octets(),
+                dgid: peer.gid.octets(),
                 pkey: 0xffff,
                 mtu: dev.query_port().active_mtu,
                 hop_limit: 64,
@@ -607,27 +624,20 @@ impl CmId {
                 sl: 0,
             });
             st.device = Some(dev);
-            st.remote = Some(Remote {
-                qpn: r.req.remote_qpn.get(),
-                psn: r.req.starting_psn.get(),
-                responder_resources: r.req.responder_resources,
-                initiator_depth: r.req.initiator_depth,
-                retry_count: r.req.retry_count,
-                rnr_retry_count: r.req.rnr_retry_count,
-                path_mtu: r.req.path_mtu,
-                dgid: r.peer.gid.octets(),
-            });
-            st.conn = Some((svc.clone(), r.conn));
+            st.conn = Some((svc.clone(), conn));
             st.state = IdState::Requested;
         }
         let owner = id.owner();
-        svc.with(|s, _| s.own(r.conn, owner));
+        svc.with(|s, _| s.own(conn, owner));
         Ok(id)
     }
 
     /// `rdma_accept`: the REP to the request this id stands for (its QP
     /// already moved to RTS with [`CmId::conn_attrs`]).
     pub fn accept(&self, p: &AcceptParams) -> Result<(), CmError> {
+        if self.is_ud() {
+            return self.accept_ud(p);
+        }
         let mut st = self.st();
         if st.state != IdState::Requested {
             return Err(CmError::Invalid);
@@ -656,6 +666,9 @@ impl CmId {
 
     /// `rdma_reject`: a REJ, consumer defined (28), with `private_data`.
     pub fn reject(&self, private_data: &[u8]) -> Result<(), CmError> {
+        if self.is_ud() {
+            return self.reject_ud(private_data);
+        }
         let mut st = self.st();
         if st.state != IdState::Requested {
             return Err(CmError::Invalid);
@@ -728,6 +741,25 @@ const MAX_CM_RETRIES: u8 = 15;
 /// The QP's local ACK timeout exponent when the program sets none: about
 /// 67 ms.
 const ACK_TIMEOUT: u8 = 14;
+
+/// rdma_cm's IP header for a request from `src` to `dst`, then `user`.
+fn ip_private_data(src: SocketAddr, dst: SocketAddr, user: &[u8]) -> Vec<u8> {
+    let mut pd = vec![0u8; doorbell_cm::ip_cm::HEADER_LEN];
+    let addrs = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => doorbell_cm::CmaAddrs::V4 { src: s, dst: d },
+        (s, d) => doorbell_cm::CmaAddrs::V6 {
+            src: ipv6_of(s),
+            dst: ipv6_of(d),
+        },
+    };
+    doorbell_cm::CmaHeaderRepr {
+        src_port: src.port(),
+        addrs,
+    }
+    .emit(&mut doorbell_cm::CmaHeader::new_unchecked(&mut pd[..]));
+    pd.extend_from_slice(user);
+    pd
+}
 
 fn ipv6_of(ip: IpAddr) -> std::net::Ipv6Addr {
     match ip {

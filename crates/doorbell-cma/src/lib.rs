@@ -146,6 +146,30 @@ pub struct ConnRequest {
     pub req: doorbell_cmsm::ReqReceived,
 }
 
+/// A datagram service request (SIDR_REQ) as a listener's event carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdRequest {
+    /// The CM's handle of the request.
+    pub conn: doorbell_cmsm::ConnId,
+    /// The peer's port.
+    pub peer: doorbell_cmsm::Peer,
+    /// The private data, rdma_cm's IP header first.
+    pub private_data: [u8; doorbell_cm::sidr::REQ_PRIVATE_DATA_LEN],
+}
+
+/// The SIDR_REP to an id's datagram service request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdReply {
+    /// The SIDR status (0: the QP number and Q_Key are valid).
+    pub status: u8,
+    /// The peer's QP.
+    pub qpn: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+    /// The private data.
+    pub private_data: [u8; doorbell_cm::sidr::REP_PRIVATE_DATA_LEN],
+}
+
 /// What an event carries beyond its kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Detail {
@@ -157,6 +181,11 @@ pub enum Detail {
     ConnectResponse(Box<doorbell_cmsm::RepReceived>),
     /// A reject's private data.
     Rejected(Box<Vec<u8>>),
+    /// A datagram service request: make the new id with
+    /// [`CmId::from_ud_request`].
+    UdRequest(Box<UdRequest>),
+    /// The answer to the id's datagram service request.
+    UdReply(Box<UdReply>),
 }
 
 /// Where an id's events go (an event channel).

@@ -371,8 +371,55 @@ fn route(st: &mut State, ev: AgentEvent) {
             }
             return;
         }
-        // Datagram services (SIDR) come with the UD port space.
-        _ => return,
+        AgentEvent::SidrRequest {
+            conn,
+            listen,
+            peer,
+            private_data,
+            ..
+        } => {
+            let Some(o) = st.owners.get(&listen).cloned() else {
+                return;
+            };
+            let r = crate::UdRequest {
+                conn,
+                peer,
+                private_data,
+            };
+            deliver(
+                &o,
+                CmEventKind::ConnectRequest,
+                0,
+                Detail::UdRequest(Box::new(r)),
+            );
+            return;
+        }
+        AgentEvent::SidrReply {
+            conn,
+            status,
+            qpn,
+            qkey,
+            private_data,
+        } => {
+            // The agent freed the handle.
+            let Some(o) = st.owners.remove(&conn) else {
+                return;
+            };
+            let status = u8::from(status);
+            let kind = if status == 0 {
+                CmEventKind::Established
+            } else {
+                CmEventKind::Unreachable
+            };
+            let r = crate::UdReply {
+                status,
+                qpn: qpn.get(),
+                qkey,
+                private_data,
+            };
+            deliver(&o, kind, i32::from(status), Detail::UdReply(Box::new(r)));
+            return;
+        }
     };
     if let Some(o) = st.owners.get(&conn).cloned() {
         if matches!(kind, CmEventKind::Rejected | CmEventKind::Unreachable) {

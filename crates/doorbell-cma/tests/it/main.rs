@@ -10,6 +10,8 @@ use doorbell_pcie::LinkConfig;
 use doorbell_rt::{Fabric, LiveNic};
 use doorbell_verbs::Context;
 
+mod ud;
+
 #[derive(Default)]
 struct Log(Mutex<Vec<CmEvent>>);
 

@@ -151,6 +151,18 @@ pub unsafe extern "C" fn doorbell_rdma_accept(
     guard("rdma_accept", Conv::MinusOne, || {
         let c = id_of(id)?;
         let m = c.id()?;
+        if m.is_ud() {
+            // The SIDR_REP: the QP (already in RTS) and its Q_Key; no
+            // event follows.
+            let mut p = AcceptParams::default();
+            // SAFETY: NULL or the caller's parameters, read once.
+            if let Some(cp) = unsafe { conn_param.as_ref() } {
+                p.private_data = private(cp.private_data, cp.private_data_len);
+                p.qp_num = Some(cp.qp_num);
+            }
+            m.accept(&p).map_err(errno)?;
+            return Ok(0);
+        }
         let attrs = m.conn_attrs().map_err(errno)?;
         let mut p = AcceptParams {
             private_data: Vec::new(),

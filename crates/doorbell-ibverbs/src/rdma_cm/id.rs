@@ -16,7 +16,7 @@ use core::ptr::null_mut;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::{Arc, OnceLock};
 
-use doorbell_cma::{CmError, CmEvent, CmId, PortSpace};
+use doorbell_cma::{CmError, CmEvent, CmId, EventSink, PortSpace};
 use libc::{
     AF_INET, AF_INET6, EAFNOSUPPORT, EINVAL, sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage,
 };
@@ -295,7 +295,7 @@ pub unsafe extern "C" fn doorbell_rdma_create_id(
 /// the connection's events from now on.
 pub(crate) fn new_child(
     listener: *mut rdma_cm_id,
-    r: &doorbell_cma::ConnRequest,
+    make: impl FnOnce(&CmId, Arc<dyn EventSink>, u64) -> Result<CmId, doorbell_cma::CmError>,
 ) -> Result<*mut rdma_cm_id, c_int> {
     let l = id_of(listener)?;
     let lm = l.id()?;
@@ -316,7 +316,7 @@ pub(crate) fn new_child(
         ep_qp: std::sync::Mutex::new(None),
     });
     let h = handles::register(obj);
-    let child = match CmId::from_request(lm, Arc::new(Sink(q)), h as u64, r) {
+    let child = match make(lm, Arc::new(Sink(q)), h as u64) {
         Ok(m) => m,
         Err(e) => {
             drop(handles::take::<CCmId>(h));

@@ -9,7 +9,7 @@
 
 use core::ffi::c_int;
 
-use doorbell_cma::{CmEvent, CmEventKind, Detail};
+use doorbell_cma::{CmEvent, CmEventKind, CmId, Detail};
 
 use super::id::{self, id_of};
 use super::qp;
@@ -54,6 +54,36 @@ fn conn_param(
     }
 }
 
+/// A datagram event's parameters: `data` and the address of the peer.
+fn ud_param(
+    data: &[u8],
+    path: Option<&doorbell_cma::Path>,
+    qp_num: u32,
+    qkey: u32,
+) -> rdma_ud_param {
+    // SAFETY: ibv_ah_attr is plain data; zero is its empty value.
+    let none: ibv_ah_attr = unsafe { core::mem::zeroed() };
+    rdma_ud_param {
+        private_data: data.as_ptr().cast(),
+        private_data_len: data.len().min(255) as u8,
+        ah_attr: path.map_or(none, |p| qp::ah_attr(p.dgid, p.hop_limit, p.traffic_class)),
+        qp_num,
+        qkey,
+    }
+}
+
+/// A passive endpoint's requests come with their QP (`rdma_create_ep` on
+/// a listener kept the attributes).
+fn endpoint_qp(listener: *mut rdma_cm_id, child: *mut rdma_cm_id) {
+    let ep = id_of(listener)
+        .ok()
+        .and_then(|l| *crate::events::lock(&l.ep_qp));
+    if let Some((pd, mut attr)) = ep {
+        // SAFETY: the attributes the endpoint kept, a local copy.
+        unsafe { qp::doorbell_rdma_create_qp(child, pd, &mut attr) };
+    }
+}
+
 /// The event `ev` stands for, or `None` if the program is not to see it.
 fn process(ev: CmEvent) -> Option<Taken> {
     // SAFETY: pointers, integers and a union of plain data: zero is empty.
@@ -64,7 +94,8 @@ fn process(ev: CmEvent) -> Option<Taken> {
     match ev.detail {
         Detail::ConnectRequest(r) => {
             let listener = ev.id as *mut rdma_cm_id;
-            let child = id::new_child(listener, &r).ok()?;
+            let child =
+                id::new_child(listener, |l, sink, t| CmId::from_request(l, sink, t, &r)).ok()?;
             c.id = child;
             c.listen_id = listener;
             let pd: Box<[u8]> = r.req.private_data[doorbell_cma::IP_CM_HEADER_LEN..].into();
@@ -79,14 +110,28 @@ fn process(ev: CmEvent) -> Option<Taken> {
             );
             c.param.conn.retry_count = r.req.retry_count;
             data = Some(pd);
-            // A passive endpoint's requests come with their QP.
-            let ep = id_of(listener)
-                .ok()
-                .and_then(|l| *crate::events::lock(&l.ep_qp));
-            if let Some((pd, mut attr)) = ep {
-                // SAFETY: the attributes the endpoint kept, a local copy.
-                unsafe { qp::doorbell_rdma_create_qp(child, pd, &mut attr) };
-            }
+            endpoint_qp(listener, child);
+        }
+        Detail::UdRequest(r) => {
+            let listener = ev.id as *mut rdma_cm_id;
+            let child =
+                id::new_child(listener, |l, sink, t| CmId::from_ud_request(l, sink, t, &r)).ok()?;
+            c.id = child;
+            c.listen_id = listener;
+            let pd: Box<[u8]> = r.private_data[doorbell_cma::IP_CM_HEADER_LEN..].into();
+            let path = id_of(child).ok().and_then(|i| i.id().ok()?.path());
+            c.param.ud = ud_param(&pd, path.as_ref(), 0, 0);
+            data = Some(pd);
+            endpoint_qp(listener, child);
+        }
+        Detail::UdReply(rep) => {
+            let h = id::sync_for_event(ev.id);
+            let m = id_of(h).ok()?.id().ok()?;
+            m.on_ud_reply(&rep);
+            let pd: Box<[u8]> = rep.private_data[..].into();
+            c.param.ud = ud_param(&pd, m.path().as_ref(), rep.qpn, rep.qkey);
+            data = Some(pd);
+            c.id = h;
         }
         Detail::ConnectResponse(rep) => {
             let h = id::sync_for_event(ev.id);

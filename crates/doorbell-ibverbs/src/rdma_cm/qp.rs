@@ -81,6 +81,18 @@ fn attrs_for(
     Ok((a, mask as c_int))
 }
 
+/// The address of a peer's port 1 over RoCE: its GID, with the GRH.
+pub(crate) fn ah_attr(dgid: [u8; 16], hop_limit: u8, traffic_class: u8) -> ibv_ah_attr {
+    // SAFETY: ibv_ah_attr is plain data; zero is its empty value.
+    let mut a: ibv_ah_attr = unsafe { core::mem::zeroed() };
+    a.is_global = 1;
+    a.grh.dgid = ibv_gid { raw: dgid };
+    a.grh.hop_limit = hop_limit;
+    a.grh.traffic_class = traffic_class;
+    a.port_num = 1;
+    a
+}
+
 /// The attributes, and mask, that move a connected QP to RTR or RTS.
 pub(crate) fn conn_attr(c: &doorbell_cma::ConnAttrs, state: ibv_qp_state) -> (ibv_qp_attr, c_int) {
     // SAFETY: ibv_qp_attr is plain data; zero is its empty value.
@@ -93,11 +105,7 @@ pub(crate) fn conn_attr(c: &doorbell_cma::ConnAttrs, state: ibv_qp_state) -> (ib
         a.rq_psn = c.rq_psn;
         a.max_dest_rd_atomic = c.max_dest_rd_atomic;
         a.min_rnr_timer = c.min_rnr_timer;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.grh.dgid = ibv_gid { raw: c.dgid };
-        a.ah_attr.grh.hop_limit = c.hop_limit;
-        a.ah_attr.grh.traffic_class = c.traffic_class;
-        a.ah_attr.port_num = 1;
+        a.ah_attr = ah_attr(c.dgid, c.hop_limit, c.traffic_class);
         IBV_QP_STATE
             | IBV_QP_AV
             | IBV_QP_PATH_MTU

@@ -138,3 +138,19 @@ fn perftest_read_bw_connects_with_rdma_cm() {
     let (_, c) = perftest(26, "ib_read_bw");
     assert_rdma_cm_run("client", &c);
 }
+
+#[test]
+fn udaddy_resolves_datagram_services_and_exchanges_messages() {
+    let (s, c) = pair(
+        25,
+        &["udaddy", "-b", "{server}", "-c", "2", "-C", "8"],
+        &["udaddy", "-s", "{server}", "-c", "2", "-C", "8"],
+    );
+    for (who, out) in [("server", &s), ("client", &c)] {
+        let t = text(out);
+        assert!(
+            t.contains("data transfers complete") && t.contains("return status 0"),
+            "{who}:\n{t}"
+        );
+    }
+}

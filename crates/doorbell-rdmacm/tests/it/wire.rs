@@ -18,7 +18,8 @@ use doorbell_cprobe::capture::{Capture, tail};
 
 use crate::clients::{addr, pair};
 
-/// This test's loopback subnet byte (see [`addr`]); no other test uses it.
+/// This file's loopback subnet bytes, NET and NET + 1 (see [`addr`]); no
+/// other test uses them.
 const NET: u8 = 40;
 
 /// The CM's attribute IDs (IBA vol. 1, table 219).
@@ -27,6 +28,8 @@ const REP: u64 = 0x13;
 const RTU: u64 = 0x14;
 const DREQ: u64 = 0x15;
 const DREP: u64 = 0x16;
+const SIDR_REQ: u64 = 0x17;
+const SIDR_REP: u64 = 0x18;
 
 /// RDMA_PS_TCP's service ID for a port (the RDMA IP CM Service annex).
 fn service_id(port: u16) -> u64 {
@@ -70,20 +73,18 @@ impl Drop for TempFile {
     }
 }
 
-#[test]
-fn tshark_decodes_a_connections_cm_mads_and_traffic() {
-    let file = TempFile(
-        std::env::temp_dir().join(format!("doorbell-cm-wire-{}.pcap", std::process::id())),
-    );
-    let (server, client) = (addr(NET, 2), addr(NET, 3));
-    let filter = format!("udp port 4791 and host {server} and host {client}");
+/// Runs `server` and `client` (see [`pair`]) on `net` under a capture of
+/// the traffic between their NICs; checks that tshark decodes every frame
+/// as RoCEv2, none malformed, and returns the file.
+fn captured(net: u8, server: &[&str], client: &[&str]) -> TempFile {
+    let file = TempFile(std::env::temp_dir().join(format!(
+        "doorbell-cm-wire-{net}-{}.pcap",
+        std::process::id()
+    )));
+    let (sa, ca) = (addr(net, 2), addr(net, 3));
+    let filter = format!("udp port 4791 and host {sa} and host {ca}");
     let cap = Capture::start(&file.0, &filter, 100_000);
-    let port: u16 = 7174; // rping's default
-    pair(
-        NET,
-        &["rping", "-s", "-a", "{server}", "-C", "4", "-V"],
-        &["rping", "-c", "-a", "{server}", "-C", "4", "-V"],
-    );
+    pair(net, server, client);
     let said = cap.stop_after(Duration::from_millis(500));
     assert!(file.0.is_file(), "no capture; tshark said: {}", tail(&said));
 
@@ -107,17 +108,43 @@ fn tshark_decodes_a_connections_cm_mads_and_traffic() {
         &["frame.number"],
     );
     assert!(expert.is_empty(), "frames with decode errors: {expert:?}");
+    file
+}
 
-    let mads = tshark(
-        &file.0,
-        &["-Y", "infiniband.mad"],
+/// The MADs of a capture: source address, BTH destination QP, DETH Q_Key
+/// and source QP, management class, attribute ID, then `more` fields.
+fn mads(file: &TempFile, more: &[&str]) -> Vec<Vec<String>> {
+    let mut fields = vec![
+        "ip.src",
+        "infiniband.bth.destqp",
+        "infiniband.deth.q_key",
+        "infiniband.deth.srcqp",
+        "infiniband.mad.mgmtclass",
+        "infiniband.mad.attributeid",
+    ];
+    fields.extend_from_slice(more);
+    let mads = tshark(&file.0, &["-Y", "infiniband.mad"], &fields);
+    for m in &mads {
+        assert_eq!(num(&m[1]), 1, "a MAD not to QP 1: {m:?}");
+        assert_eq!(num(&m[2]), 0x8001_0000, "not the GSI Q_Key: {m:?}");
+        assert_eq!(num(&m[3]), 1, "a MAD not from QP 1: {m:?}");
+        assert_eq!(num(&m[4]), 7, "not the CM class: {m:?}");
+    }
+    mads
+}
+
+#[test]
+fn tshark_decodes_a_connections_cm_mads_and_traffic() {
+    let (server, client) = (addr(NET, 2), addr(NET, 3));
+    let port: u16 = 7174; // rping's default
+    let file = captured(
+        NET,
+        &["rping", "-s", "-a", "{server}", "-C", "4", "-V"],
+        &["rping", "-c", "-a", "{server}", "-C", "4", "-V"],
+    );
+    let mads = mads(
+        &file,
         &[
-            "ip.src",
-            "infiniband.bth.destqp",
-            "infiniband.deth.q_key",
-            "infiniband.deth.srcqp",
-            "infiniband.mad.mgmtclass",
-            "infiniband.mad.attributeid",
             "infiniband.cm.req.serviceid",
             "infiniband.cm.req.localqpn",
             "infiniband.cm.rep.localqpn",
@@ -129,16 +156,9 @@ fn tshark_decodes_a_connections_cm_mads_and_traffic() {
         [REQ, REP, RTU, DREQ, DREP],
         "the CM exchange: {mads:?}"
     );
-    for m in &mads {
-        assert_eq!(num(&m[1]), 1, "a MAD not to QP 1: {m:?}");
-        assert_eq!(num(&m[2]), 0x8001_0000, "not the GSI Q_Key: {m:?}");
-        assert_eq!(num(&m[3]), 1, "a MAD not from QP 1: {m:?}");
-        assert_eq!(num(&m[4]), 7, "not the CM class: {m:?}");
-    }
-    let from = |m: &Vec<String>| m[0].clone();
-    assert_eq!(from(&mads[0]), client, "the client sends the REQ");
-    assert_eq!(from(&mads[1]), server, "the server replies");
-    assert_eq!(from(&mads[2]), client, "the client sends the RTU");
+    assert_eq!(mads[0][0], client, "the client sends the REQ");
+    assert_eq!(mads[1][0], server, "the server replies");
+    assert_eq!(mads[2][0], client, "the client sends the RTU");
     assert_eq!(num(&mads[0][6]), service_id(port), "REQ's service ID");
     let (client_qpn, server_qpn) = (num(&mads[0][7]), num(&mads[1][8]));
 
@@ -156,5 +176,36 @@ fn tshark_decodes_a_connections_cm_mads_and_traffic() {
             client_qpn
         };
         assert_eq!(num(&d[1]), want, "a frame to {} for another QP", d[0]);
+    }
+}
+
+/// udaddy's datagram service: SIDR_REQ and SIDR_REP on QP 1, then UD
+/// SENDs with rdma_cm's UDP Q_Key both ways.
+#[test]
+fn tshark_decodes_a_datagram_services_sidr_and_traffic() {
+    let (server, client) = (addr(NET + 1, 2), addr(NET + 1, 3));
+    let file = captured(
+        NET + 1,
+        &["udaddy", "-b", "{server}", "-C", "5"],
+        &["udaddy", "-s", "{server}", "-C", "5"],
+    );
+    let mads = mads(&file, &[]);
+    let ids: Vec<u64> = mads.iter().map(|m| num(&m[5])).collect();
+    assert_eq!(ids, [SIDR_REQ, SIDR_REP], "the SIDR exchange: {mads:?}");
+    assert_eq!(mads[0][0], client, "the client asks");
+    assert_eq!(mads[1][0], server, "the server answers");
+    let data = tshark(
+        &file.0,
+        &["-Y", "infiniband.deth && !infiniband.mad"],
+        &["ip.dst", "infiniband.deth.q_key"],
+    );
+    let to = |a: &str| data.iter().filter(|d| d[0] == a).count();
+    assert_eq!(
+        (to(&server), to(&client)),
+        (5, 5),
+        "udaddy's messages: {data:?}"
+    );
+    for d in &data {
+        assert_eq!(num(&d[1]), 0x0123_4567, "RDMA_UDP_QKEY: {d:?}");
     }
 }
