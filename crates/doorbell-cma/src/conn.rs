@@ -85,6 +85,9 @@ pub(crate) struct Remote {
     pub(crate) rnr_retry_count: u8,
     pub(crate) path_mtu: u8,
     pub(crate) dgid: [u8; 16],
+    /// The local ACK timeout the REQ's primary path asks for (the passive
+    /// side's QP takes it unless the program set its own).
+    pub(crate) ack_timeout: Option<u8>,
 }
 
 /// The attributes that move a connected QP to RTR and RTS.

@@ -512,6 +512,7 @@ impl CmId {
             rnr_retry_count: rep.rnr_retry_count,
             path_mtu: path.map_or(5, |p| mtu_code(p.mtu)),
             dgid: path.map_or([0; 16], |p| p.dgid),
+            ack_timeout: None,
         });
     }
 
@@ -555,6 +556,7 @@ impl CmId {
             rnr_retry_count: r.req.rnr_retry_count,
             path_mtu: r.req.path_mtu,
             dgid: r.peer.gid.octets(),
+            ack_timeout: Some(r.req.primary_path.local_ack_timeout),
         });
         Ok(id)
     }
@@ -716,7 +718,7 @@ impl CmId {
             max_dest_rd_atomic: r.responder_resources.max(1),
             max_rd_atomic: r.initiator_depth.max(1),
             min_rnr_timer: 12,
-            timeout: st.ack_timeout.unwrap_or(ACK_TIMEOUT),
+            timeout: st.ack_timeout.or(r.ack_timeout).unwrap_or(ACK_TIMEOUT),
             retry_count: r.retry_count.min(7),
             rnr_retry_count: r.rnr_retry_count.min(7),
             dgid: r.dgid,

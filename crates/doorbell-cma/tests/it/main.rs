@@ -10,6 +10,7 @@ use doorbell_pcie::LinkConfig;
 use doorbell_rt::{Fabric, LiveNic};
 use doorbell_verbs::Context;
 
+mod scapy_req;
 mod ud;
 
 #[derive(Default)]
@@ -281,6 +282,7 @@ fn a_connection_forms_through_the_cm_and_carries_data() {
         .resolve_addr(None, v4(10, 0, 6, 3, 7471), 1000)
         .unwrap();
     client.resolve_route(1000).unwrap();
+    client.set_ack_timeout(17);
     let (cqp, ccq, cmr) = rc_qp(&h.ctxs[0]);
     client.set_qp(Some(cqp.qpn().get()));
     client
@@ -307,6 +309,7 @@ fn a_connection_forms_through_the_cm_and_carries_data() {
     let (sqp, scq, smr) = rc_qp(&h.ctxs[1]);
     child.set_qp(Some(sqp.qpn().get()));
     let a = child.conn_attrs().unwrap();
+    assert_eq!(a.timeout, 17, "the REQ's local ACK timeout");
     sqp.modify(QpState::Rtr, &a.rtr()).unwrap();
     sqp.modify(QpState::Rts, &a.rts()).unwrap();
     child
