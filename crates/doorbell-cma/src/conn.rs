@@ -23,6 +23,14 @@ pub struct ConnectParams {
     pub qp_num: Option<u32>,
     /// It uses an SRQ.
     pub srq: bool,
+    /// How long the peer's CM may take to answer, as a CM timeout exponent
+    /// (4.096 µs · 2^n), and how long ours takes: rdma_cm's 20 (about
+    /// 4.3 s) unless a Rust caller wants its set-up to notice losses
+    /// sooner. Capped at 31.
+    pub cm_response_timeout: u8,
+    /// Times a MAD is sent again before the CM gives up, 0–15 (rdma_cm's
+    /// 15).
+    pub max_cm_retries: u8,
 }
 
 impl Default for ConnectParams {
@@ -36,6 +44,8 @@ impl Default for ConnectParams {
             flow_control: true,
             qp_num: None,
             srq: false,
+            cm_response_timeout: crate::id::CM_RESPONSE_TIMEOUT,
+            max_cm_retries: crate::id::MAX_CM_RETRIES,
         }
     }
 }

@@ -476,9 +476,9 @@ impl CmId {
                 local_ack_timeout: st.ack_timeout.unwrap_or(ACK_TIMEOUT),
                 ..Default::default()
             },
-            remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
-            local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
-            max_cm_retries: MAX_CM_RETRIES,
+            remote_cm_response_timeout: p.cm_response_timeout.min(31),
+            local_cm_response_timeout: p.cm_response_timeout.min(31),
+            max_cm_retries: p.max_cm_retries.min(15),
             auto_rtu: false,
         };
         let sid = doorbell_cm::service_id(self.cm_ps(), dst.port());
@@ -737,9 +737,9 @@ impl CmId {
 }
 
 /// rdma_cm's CM response timeout exponent (`CMA_CM_RESPONSE_TIMEOUT`).
-const CM_RESPONSE_TIMEOUT: u8 = 20;
+pub(crate) const CM_RESPONSE_TIMEOUT: u8 = 20;
 /// rdma_cm's CM retries (`CMA_MAX_CM_RETRIES`).
-const MAX_CM_RETRIES: u8 = 15;
+pub(crate) const MAX_CM_RETRIES: u8 = 15;
 /// The QP's local ACK timeout exponent when the program sets none: about
 /// 67 ms.
 const ACK_TIMEOUT: u8 = 14;

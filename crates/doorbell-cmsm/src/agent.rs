@@ -843,12 +843,40 @@ impl CmAgent {
     }
 
     /// Time-wait: nothing outstanding; the handle ends when it runs out.
+    /// A connection in time-wait leaves the remote-QPN table, as the
+    /// kernel's `cm_enter_timewait` takes it out: a new REQ (a new
+    /// communication ID) from the same QP is then a new connection, not a
+    /// stale one. It stays in the remote-ID table, so that a late repeat
+    /// of the old REQ still gets REJ Stale connection (the kernel drops
+    /// that entry too and would take the repeat for a new request).
     pub(crate) fn enter_timewait(&mut self, now: Instant, id: ConnId) {
         let end = now.add(self.cfg.time_wait);
         if let Some(c) = self.conns.get_mut(&id) {
             c.state = CmState::Timewait;
             c.retx = None;
             c.timewait_end = Some(end);
+            let k = (c.remote_ca_guid, c.remote_qpn.get());
+            if c.keyed && self.by_remote_qpn.get(&k) == Some(&id) {
+                self.by_remote_qpn.remove(&k);
+            }
+        }
+    }
+
+    /// Removes a connection's entries from the peer-keyed tables.
+    fn unkey(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if !core::mem::replace(&mut c.keyed, false) {
+            return;
+        }
+        let k = (c.remote_ca_guid, c.remote_comm_id);
+        if self.by_remote_id.get(&k) == Some(&id) {
+            self.by_remote_id.remove(&k);
+        }
+        let k = (c.remote_ca_guid, c.remote_qpn.get());
+        if self.by_remote_qpn.get(&k) == Some(&id) {
+            self.by_remote_qpn.remove(&k);
         }
     }
 
@@ -865,19 +893,10 @@ impl CmAgent {
 
     /// Frees a handle and its table entries.
     pub(crate) fn free(&mut self, id: ConnId) {
+        self.unkey(id);
         let Some(c) = self.conns.remove(&id) else {
             return;
         };
-        if c.keyed {
-            let k = (c.remote_ca_guid, c.remote_comm_id);
-            if self.by_remote_id.get(&k) == Some(&id) {
-                self.by_remote_id.remove(&k);
-            }
-            let k = (c.remote_ca_guid, c.remote_qpn.get());
-            if self.by_remote_qpn.get(&k) == Some(&id) {
-                self.by_remote_qpn.remove(&k);
-            }
-        }
         match c.state {
             CmState::Listen => {
                 self.listeners.remove(&c.service_id);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use doorbell_cm::SidrStatus;
 use doorbell_cmsm::SidrReqParams;
 
-use super::{CM_RESPONSE_TIMEOUT, CmId, IdState, MAX_CM_RETRIES, ip_private_data};
+use super::{CmId, IdState, ip_private_data};
 use crate::conn::{AcceptParams, ConnectParams};
 use crate::{CmError, EventSink, PortSpace, RDMA_UDP_QKEY, UdReply, UdRequest};
 
@@ -42,8 +42,8 @@ impl CmId {
         let svc = self.service(&st)?;
         let params = SidrReqParams {
             pkey: path.pkey,
-            response_timeout: CM_RESPONSE_TIMEOUT,
-            max_cm_retries: MAX_CM_RETRIES,
+            response_timeout: p.cm_response_timeout.min(31),
+            max_cm_retries: p.max_cm_retries.min(15),
         };
         let sid = doorbell_cm::service_id(self.cm_ps(), dst.port());
         let peer = doorbell_cmsm::Peer::new(doorbell_wire::Gid::new(path.dgid));

@@ -1,0 +1,303 @@
+//! The CM under faults, through the live runtime's fault relay: a set-up
+//! and teardown that lose any one of their MADs still complete (the
+//! sender's retransmission, or the peer's answer to a repeat); random
+//! losses on every frame both ways (the RoCEv2 soak's `RandomFaults`) do
+//! not stop a run of connections; a peer that is gone gives the requester
+//! UNREACHABLE (-ETIMEDOUT) and the disconnecting side DISCONNECTED, never
+//! a hang.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use doorbell_cma::{AcceptParams, CmEventKind, CmId, CmService, ConnectParams, Detail, PortSpace};
+use doorbell_pcie::LinkConfig;
+use doorbell_rt::{Fabric, Fate, FaultPolicy, Faults, LiveNic, NicOptions, Port, RandomFaults};
+use doorbell_verbs::Context;
+
+use crate::{Log, v4, wait_for};
+
+/// The CM's attribute IDs (IBA vol. 1, table 219).
+const REQ: u16 = 0x10;
+const REP: u16 = 0x13;
+const RTU: u16 = 0x14;
+const DREQ: u16 = 0x15;
+const DREP: u16 = 0x16;
+
+/// Where a UD frame to QP 1 has its MAD's attribute ID: after IPv4 (20),
+/// UDP (8), BTH (12) and DETH (8), 16 bytes into the MAD header.
+const ATTR_AT: usize = 20 + 8 + 12 + 8 + 16;
+
+/// The CM attribute a frame carries, if it is a MAD to QP 1.
+fn cm_attr(frame: &[u8]) -> Option<u16> {
+    let bth = frame.get(28..40)?;
+    let dest_qp = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
+    let mgmt_class = *frame.get(ATTR_AT - 15)?;
+    (dest_qp == 1 && mgmt_class == 7)
+        .then(|| u16::from_be_bytes([frame[ATTR_AT], frame[ATTR_AT + 1]]))
+}
+
+/// Two NICs on one fabric at 10.0.`net`.2 and .3, each port's frames
+/// through `policy(i)`, each with its CM.
+struct Pair {
+    _fabric: Fabric,
+    ctxs: Vec<Context>,
+    cms: Vec<Option<Arc<CmService>>>,
+    nics: Vec<Option<Arc<LiveNic>>>,
+}
+
+fn pair(net: u8, mut policy: impl FnMut(usize) -> Box<dyn FaultPolicy>) -> Pair {
+    let fabric = Fabric::new();
+    let nics: Vec<Arc<LiveNic>> = (0..2)
+        .map(|i| {
+            let opts = NicOptions {
+                link: LinkConfig::default(),
+                faults: Some(policy(i)),
+                ..NicOptions::default()
+            };
+            let name = format!("cmf{net}-{i}");
+            let ip = [10, 0, net, 2 + i as u8];
+            Arc::new(LiveNic::start_with(&name, ip, Port::Fabric(&fabric), opts).unwrap())
+        })
+        .collect();
+    let ctxs: Vec<Context> = nics
+        .iter()
+        .map(|n| Context::open(n.clone()).unwrap())
+        .collect();
+    let cms = ctxs
+        .iter()
+        .map(|c| Some(CmService::start(c).unwrap()))
+        .collect();
+    Pair {
+        _fabric: fabric,
+        ctxs,
+        cms,
+        nics: nics.into_iter().map(Some).collect(),
+    }
+}
+
+/// rdma_cm's parameters with a short CM response timeout (2^12 · 4 µs,
+/// plus twice the packet lifetime: about 0.55 s for a REQ, 17 ms for a
+/// REP), so that a lost MAD costs a fraction of a second.
+fn quick(retries: u8) -> ConnectParams {
+    ConnectParams {
+        qp_num: Some(0x123),
+        cm_response_timeout: 12,
+        max_cm_retries: retries,
+        ..ConnectParams::default()
+    }
+}
+
+/// One whole connection between the pair: listen on the second NIC's
+/// `port`, connect from the first, accept, RTU, DREQ from the client,
+/// DREP from the server. Panics (after 10 s) if any step does not happen.
+fn connect_and_disconnect(p: &Pair, port: u16, net: u8) {
+    let server_log = Arc::new(Log::default());
+    let client_log = Arc::new(Log::default());
+    let listener = CmId::new(
+        server_log.clone(),
+        1,
+        PortSpace::Tcp,
+        vec![p.ctxs[1].clone()],
+    );
+    listener.bind_addr(v4(10, 0, net, 3, port)).unwrap();
+    listener.listen(8).unwrap();
+    let client = CmId::new(
+        client_log.clone(),
+        2,
+        PortSpace::Tcp,
+        vec![p.ctxs[0].clone()],
+    );
+    client
+        .resolve_addr(None, v4(10, 0, net, 3, port), 1000)
+        .unwrap();
+    client.resolve_route(1000).unwrap();
+    client.connect(&quick(15)).unwrap();
+
+    let req = wait(p, &server_log, CmEventKind::ConnectRequest);
+    let Detail::ConnectRequest(r) = req.detail else {
+        panic!("a request without its REQ")
+    };
+    let child = CmId::from_request(&listener, server_log.clone(), 3, &r).unwrap();
+    child
+        .accept(&AcceptParams {
+            qp_num: Some(0x456),
+            ..AcceptParams::default()
+        })
+        .unwrap();
+    let rep = wait(p, &client_log, CmEventKind::ConnectResponse);
+    let Detail::ConnectResponse(rep) = rep.detail else {
+        panic!("a response without its REP")
+    };
+    assert_eq!(rep.remote_qpn.get(), 0x456);
+    client.on_reply(&rep);
+    client.establish().unwrap();
+    wait(p, &server_log, CmEventKind::Established);
+
+    client.disconnect().unwrap();
+    let d = wait(p, &server_log, CmEventKind::Disconnected);
+    assert_eq!(d.id, 3);
+    child.disconnect().unwrap();
+    wait(p, &client_log, CmEventKind::Disconnected);
+}
+
+/// [`wait_for`], saying what both CMs counted if the event does not come.
+fn wait(p: &Pair, log: &Log, kind: CmEventKind) -> doorbell_cma::CmEvent {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut got = log.0.lock().unwrap();
+        if let Some(i) = got.iter().position(|e| e.kind == kind) {
+            return got.remove(i);
+        }
+        drop(got);
+        if std::time::Instant::now() >= deadline {
+            let stats: Vec<_> = p.cms.iter().flatten().map(|s| s.stats()).collect();
+            panic!(
+                "no {kind:?} in 10 s; events: {:?}; CMs counted {stats:?}",
+                log.0.lock().unwrap()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Drops the first frame (from either port) that carries CM attribute
+/// `attr`, and says whether it did.
+fn drop_first(attr: u16) -> (Arc<AtomicBool>, impl FnMut(usize) -> Box<dyn FaultPolicy>) {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let d = dropped.clone();
+    let policy = move |_: usize| -> Box<dyn FaultPolicy> {
+        let d = d.clone();
+        Box::new(move |f: &[u8]| {
+            if cm_attr(f) == Some(attr) && !d.swap(true, Ordering::AcqRel) {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        })
+    };
+    (dropped, policy)
+}
+
+#[test]
+fn a_connection_survives_the_loss_of_any_one_of_its_mads() {
+    for (k, (attr, name)) in [
+        (REQ, "REQ"),
+        (REP, "REP"),
+        (RTU, "RTU"),
+        (DREQ, "DREQ"),
+        (DREP, "DREP"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let net = 50 + k as u8;
+        let (dropped, policy) = drop_first(attr);
+        let p = pair(net, policy);
+        connect_and_disconnect(&p, 7500, net);
+        assert!(dropped.load(Ordering::Acquire), "no {name} went by");
+        let stats: Vec<_> = p.cms.iter().flatten().map(|s| s.stats()).collect();
+        let resent = stats[0].retransmits + stats[1].retransmits;
+        let repeats = stats[0].duplicates + stats[1].duplicates;
+        // A lost REQ, REP or DREQ is sent again by its sender; a lost RTU
+        // or DREP is asked for again by the REP or DREQ sent again.
+        assert!(resent >= 1, "{name} lost, nothing sent again: {stats:?}");
+        if matches!(attr, RTU | DREP) {
+            assert!(repeats >= 1, "{name} lost, no repeat answered: {stats:?}");
+        }
+    }
+}
+
+#[test]
+fn connections_form_and_end_through_random_loss_both_ways() {
+    let seeds = Arc::new(Mutex::new(Vec::new()));
+    let s = seeds.clone();
+    let p = pair(56, move |i| {
+        let mut f = Faults::new(0x00c0_ffee + i as u64);
+        f.loss = 0.2;
+        s.lock().unwrap().push(f.seed);
+        Box::new(RandomFaults::new(f))
+    });
+    for n in 0..6 {
+        connect_and_disconnect(&p, 7600 + n, 56);
+    }
+    let stats: Vec<_> = p.cms.iter().flatten().map(|s| s.stats()).collect();
+    assert!(
+        stats[0].retransmits + stats[1].retransmits >= 1,
+        "20% loss and nothing sent again (seeds {:?}): {stats:?}",
+        seeds.lock().unwrap()
+    );
+}
+
+#[test]
+fn a_peer_that_is_gone_gives_a_timeout_or_a_disconnect_not_a_hang() {
+    let deliver = |_: usize| -> Box<dyn FaultPolicy> { Box::new(|_: &[u8]| Fate::Deliver) };
+    let mut p = pair(57, deliver);
+    // Connected, then the server's NIC goes away.
+    let server_log = Arc::new(Log::default());
+    let client_log = Arc::new(Log::default());
+    let listener = CmId::new(
+        server_log.clone(),
+        1,
+        PortSpace::Tcp,
+        vec![p.ctxs[1].clone()],
+    );
+    listener.bind_addr(v4(10, 0, 57, 3, 7700)).unwrap();
+    listener.listen(8).unwrap();
+    let client = CmId::new(
+        client_log.clone(),
+        2,
+        PortSpace::Tcp,
+        vec![p.ctxs[0].clone()],
+    );
+    client
+        .resolve_addr(None, v4(10, 0, 57, 3, 7700), 1000)
+        .unwrap();
+    client.resolve_route(1000).unwrap();
+    client.connect(&quick(2)).unwrap();
+    let req = wait_for(&server_log, CmEventKind::ConnectRequest);
+    let Detail::ConnectRequest(r) = req.detail else {
+        panic!("no REQ")
+    };
+    let child = CmId::from_request(&listener, server_log.clone(), 3, &r).unwrap();
+    child
+        .accept(&AcceptParams {
+            qp_num: Some(0x456),
+            ..AcceptParams::default()
+        })
+        .unwrap();
+    let rep = wait_for(&client_log, CmEventKind::ConnectResponse);
+    let Detail::ConnectResponse(rep) = rep.detail else {
+        panic!("no REP")
+    };
+    client.on_reply(&rep);
+    client.establish().unwrap();
+    wait_for(&server_log, CmEventKind::Established);
+    drop((child, listener));
+    p.cms[1] = None;
+    p.ctxs.truncate(1);
+    p.nics[1] = None;
+
+    // The DREQ goes unanswered: DISCONNECTED once the retries run out.
+    let t = std::time::Instant::now();
+    client.disconnect().unwrap();
+    wait_for(&client_log, CmEventKind::Disconnected);
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(500),
+        "too soon"
+    );
+
+    // A REQ to the address nobody answers for: UNREACHABLE, -ETIMEDOUT.
+    let again = CmId::new(
+        client_log.clone(),
+        4,
+        PortSpace::Tcp,
+        vec![p.ctxs[0].clone()],
+    );
+    again
+        .resolve_addr(None, v4(10, 0, 57, 3, 7700), 1000)
+        .unwrap();
+    again.resolve_route(1000).unwrap();
+    again.connect(&quick(2)).unwrap();
+    let e = wait_for(&client_log, CmEventKind::Unreachable);
+    assert_eq!((e.id, e.status), (4, -110));
+}
