@@ -46,6 +46,8 @@ pub(crate) struct State {
     pub(crate) agent: CmAgent,
     owners: BTreeMap<ConnId, Owner>,
     next_send: u32,
+    /// MADs posted whose send completion has not come back yet.
+    in_flight: u32,
 }
 
 struct Shared {
@@ -140,6 +142,7 @@ impl CmService {
                 agent: CmAgent::new(AgentConfig::new(ca_guid, seed)),
                 owners: BTreeMap::new(),
                 next_send: 0,
+                in_flight: 0,
             }),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -181,6 +184,33 @@ impl CmService {
         let r = f(&mut lock(&self.shared.state), now);
         self.shared.wake.notify_one();
         r
+    }
+
+    /// Ends every connection and listen of the device as the kernel does
+    /// when a process's rdma_cm file closes at its exit: each is destroyed
+    /// (a DREQ for an established connection, a REJ for one being set up,
+    /// a SIDR_REP Reject for an unanswered datagram request); then waits up
+    /// to `wait` for those MADs to leave the port. Events of the ids are
+    /// not delivered any more. For a process's exit: the ids stay, their
+    /// connections gone.
+    pub fn close_all(&self, wait: std::time::Duration) {
+        self.with(|s, now| {
+            let conns: Vec<ConnId> = s.owners.keys().copied().collect();
+            for c in conns {
+                let _ = s.agent.destroy(now, c);
+                let _ = s.agent.unlisten(c);
+            }
+            s.owners.clear();
+        });
+        let deadline = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < deadline {
+            let st = lock(&self.shared.state);
+            if st.in_flight == 0 && !st.agent.has_transmit() {
+                break;
+            }
+            drop(st);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
     }
 
     /// What the agent counted.
@@ -239,6 +269,8 @@ impl Shared {
             for w in &wc[..n] {
                 let slot = w.wr_id as u32;
                 if slot >= RECVS {
+                    let mut st = lock(&self.state);
+                    st.in_flight = st.in_flight.saturating_sub(1);
                     continue;
                 }
                 if w.is_ok() && w.byte_len as usize >= GRH + MAD_LEN {
@@ -307,13 +339,16 @@ impl Shared {
                 remote_qpn: peer.qpn,
                 remote_qkey: GSI_QKEY,
             };
-            let _ = self.qp.post_send(&[SendWr {
+            let posted = self.qp.post_send(&[SendWr {
                 wr_id: u64::from(slot),
                 sg_list: &[sge],
                 opcode: WrOpcode::Send,
                 flags: SendFlags::SIGNALED,
                 ud: Some(target),
             }]);
+            if posted.is_ok() {
+                st.in_flight += 1;
+            }
         }
         while let Some(ev) = st.agent.poll_event() {
             route(st, ev);

@@ -188,6 +188,12 @@ impl CmAgent {
         self.tx.pop_front()
     }
 
+    /// Whether a MAD waits for [`poll_transmit`](Self::poll_transmit).
+    #[must_use]
+    pub fn has_transmit(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
     /// The next event for the upper layer.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<CmEvent> {

@@ -20,6 +20,32 @@ static DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// The CM of each, started with it and kept while the library is loaded.
 static SERVICES: Mutex<Vec<std::sync::Arc<doorbell_cma::CmService>>> = Mutex::new(Vec::new());
 
+static AT_EXIT: std::sync::Once = std::sync::Once::new();
+/// The process that started the services (a forked child has none).
+static OWNER_PID: Mutex<u32> = Mutex::new(0);
+/// How long an exiting process waits for its last MADs to leave.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// At the process's exit: every connection ends as the kernel ends them
+/// when a process's rdma_cm file closes (DREQ, or REJ while being set up),
+/// so that peers see DISCONNECTED rather than a silent peer. A process
+/// killed by a signal cannot do this: its peers see what they would see of
+/// a host that lost power (their sends fail with retry exceeded, their
+/// DREQs time out into DISCONNECTED).
+extern "C" fn close_connections() {
+    guard("exit", Conv::Abort, || {
+        // A forked child inherited the services' state, not their threads.
+        if *crate::events::lock(&OWNER_PID) != std::process::id() {
+            return Ok(());
+        }
+        let services: Vec<_> = crate::events::lock(&SERVICES).clone();
+        for svc in services {
+            svc.close_all(EXIT_WAIT);
+        }
+        Ok(())
+    })
+}
+
 /// Every device, opened (on the first call), with its Rust context.
 pub(crate) fn open() -> Vec<(*mut ibv_context, Context)> {
     let mut open = crate::events::lock(&DEVICES);
@@ -36,6 +62,14 @@ pub(crate) fn open() -> Vec<(*mut ibv_context, Context)> {
                     && let Ok(svc) = doorbell_cma::CmService::start(&c.ctx)
                 {
                     crate::events::lock(&SERVICES).push(svc);
+                    AT_EXIT.call_once(|| {
+                        *crate::events::lock(&OWNER_PID) = std::process::id();
+                        // SAFETY: registers a function that lives as long as
+                        // the library, which is never unloaded while a
+                        // program uses its devices (librdmacm keeps them
+                        // open for the life of the process).
+                        unsafe { libc::atexit(close_connections) };
+                    });
                 }
             }
         }

@@ -16,7 +16,7 @@ pub(crate) fn addr(net: u8, host: u8) -> String {
     format!("127.{}.{net}.{host}", 1 + std::process::id() % 250)
 }
 
-fn tool(args: &[&str], nic_addr: &str) -> Command {
+pub(crate) fn tool(args: &[&str], nic_addr: &str) -> Command {
     let mut cmd = Command::new(args[0]);
     cmd.args(&args[1..])
         .env("LD_BIND_NOW", "1")
@@ -32,6 +32,15 @@ fn tool(args: &[&str], nic_addr: &str) -> Command {
 /// Runs `server` on `net`'s .2 and then `client` on its .3; `{server}` in
 /// either is replaced by the server's address. Both must exit 0.
 pub(crate) fn pair(net: u8, server: &[&str], client: &[&str]) -> (Output, Output) {
+    let (s_out, c_out) = pair_outputs(net, server, client);
+    for (who, out) in [("server", &s_out), ("client", &c_out)] {
+        assert!(out.status.success(), "{who}:\n{}", text(out));
+    }
+    (s_out, c_out)
+}
+
+/// [`pair`], whatever the programs' exit statuses.
+pub(crate) fn pair_outputs(net: u8, server: &[&str], client: &[&str]) -> (Output, Output) {
     let (sa, ca) = (addr(net, 2), addr(net, 3));
     let fill =
         |v: &[&str]| -> Vec<String> { v.iter().map(|a| a.replace("{server}", &sa)).collect() };
@@ -45,9 +54,6 @@ pub(crate) fn pair(net: u8, server: &[&str], client: &[&str]) -> (Output, Output
     let c = tool(&cv, &ca).spawn().expect("start the client");
     let c_out = finish(c, 60, &format!("the {} client", cv[0]));
     let s_out = finish(s, 60, &format!("the {} server", sv[0]));
-    for (who, out) in [("server", &s_out), ("client", &c_out)] {
-        assert!(out.status.success(), "{who}:\n{}", text(out));
-    }
     (s_out, c_out)
 }
 

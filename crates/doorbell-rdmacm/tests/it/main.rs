@@ -5,6 +5,7 @@
 //! never skip, when one is missing.
 
 mod clients;
+mod faults;
 mod loading;
 mod symbols;
 mod wire;
