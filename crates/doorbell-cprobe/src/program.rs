@@ -5,7 +5,7 @@
 //! of doorbell-ibverbs' `tests/c` gives the `CHECK` macro).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Compiles `src` with `$CC` (default `cc`), warnings as errors, the
@@ -99,4 +99,24 @@ pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::pro
             }
         }
     }
+}
+
+/// The interpreter of the Python venv `scripts/setup.sh` makes at the
+/// repository's root (`root`), checked to import scapy's RoCE layer;
+/// fails the test with what to do when it cannot.
+pub fn scapy_python(root: &Path) -> PathBuf {
+    let py = root.join(".venv/bin/python");
+    let ok = Command::new(&py)
+        .args(["-c", "import scapy.contrib.roce"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{} cannot import scapy: run scripts/setup.sh (as root), which makes \
+         a venv at <repo>/.venv with scapy",
+        py.display()
+    );
+    py
 }

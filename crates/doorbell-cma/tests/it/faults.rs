@@ -14,7 +14,7 @@ use doorbell_pcie::LinkConfig;
 use doorbell_rt::{Fabric, Fate, FaultPolicy, Faults, LiveNic, NicOptions, Port, RandomFaults};
 use doorbell_verbs::Context;
 
-use crate::{Log, v4, wait_for};
+use crate::{Log, v4};
 
 /// The CM's attribute IDs (IBA vol. 1, table 219).
 const REQ: u16 = 0x10;
@@ -84,10 +84,27 @@ fn quick(retries: u8) -> ConnectParams {
     }
 }
 
-/// One whole connection between the pair: listen on the second NIC's
-/// `port`, connect from the first, accept, RTU, DREQ from the client,
-/// DREP from the server. Panics (after 10 s) if any step does not happen.
-fn connect_and_disconnect(p: &Pair, port: u16, net: u8) {
+/// An established connection between the pair and the ids at its ends.
+struct Conn {
+    client: CmId,
+    child: CmId,
+    _listener: CmId,
+    client_log: Arc<Log>,
+    server_log: Arc<Log>,
+}
+
+/// A resolved TCP id on the first NIC for the second's `port`.
+fn requester(p: &Pair, log: &Arc<Log>, token: u64, net: u8, port: u16) -> CmId {
+    let c = CmId::new(log.clone(), token, PortSpace::Tcp, vec![p.ctxs[0].clone()]);
+    c.resolve_addr(None, v4(10, 0, net, 3, port), 1000).unwrap();
+    c.resolve_route(1000).unwrap();
+    c
+}
+
+/// Listens on the second NIC's `port`, connects from the first with
+/// `retries` CM retries, accepts, RTU. Panics (after 10 s) if a step does
+/// not happen.
+fn connect(p: &Pair, port: u16, net: u8, retries: u8) -> Conn {
     let server_log = Arc::new(Log::default());
     let client_log = Arc::new(Log::default());
     let listener = CmId::new(
@@ -98,17 +115,8 @@ fn connect_and_disconnect(p: &Pair, port: u16, net: u8) {
     );
     listener.bind_addr(v4(10, 0, net, 3, port)).unwrap();
     listener.listen(8).unwrap();
-    let client = CmId::new(
-        client_log.clone(),
-        2,
-        PortSpace::Tcp,
-        vec![p.ctxs[0].clone()],
-    );
-    client
-        .resolve_addr(None, v4(10, 0, net, 3, port), 1000)
-        .unwrap();
-    client.resolve_route(1000).unwrap();
-    client.connect(&quick(15)).unwrap();
+    let client = requester(p, &client_log, 2, net, port);
+    client.connect(&quick(retries)).unwrap();
 
     let req = wait(p, &server_log, CmEventKind::ConnectRequest);
     let Detail::ConnectRequest(r) = req.detail else {
@@ -129,15 +137,27 @@ fn connect_and_disconnect(p: &Pair, port: u16, net: u8) {
     client.on_reply(&rep);
     client.establish().unwrap();
     wait(p, &server_log, CmEventKind::Established);
-
-    client.disconnect().unwrap();
-    let d = wait(p, &server_log, CmEventKind::Disconnected);
-    assert_eq!(d.id, 3);
-    child.disconnect().unwrap();
-    wait(p, &client_log, CmEventKind::Disconnected);
+    Conn {
+        client,
+        child,
+        _listener: listener,
+        client_log,
+        server_log,
+    }
 }
 
-/// [`wait_for`], saying what both CMs counted if the event does not come.
+/// One whole connection: [`connect`], then DREQ from the client and DREP
+/// from the server.
+fn connect_and_disconnect(p: &Pair, port: u16, net: u8) {
+    let c = connect(p, port, net, 15);
+    c.client.disconnect().unwrap();
+    let d = wait(p, &c.server_log, CmEventKind::Disconnected);
+    assert_eq!(d.id, 3);
+    c.child.disconnect().unwrap();
+    wait(p, &c.client_log, CmEventKind::Disconnected);
+}
+
+/// `wait_for` of the crate, saying what both CMs counted if the event does not come.
 fn wait(p: &Pair, log: &Log, kind: CmEventKind) -> doorbell_cma::CmEvent {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
@@ -241,69 +261,22 @@ fn a_peer_that_is_gone_gives_a_timeout_or_a_disconnect_not_a_hang() {
             }
         })
     });
-    // Connected, then the server's NIC goes away.
-    let server_log = Arc::new(Log::default());
-    let client_log = Arc::new(Log::default());
-    let listener = CmId::new(
-        server_log.clone(),
-        1,
-        PortSpace::Tcp,
-        vec![p.ctxs[1].clone()],
-    );
-    listener.bind_addr(v4(10, 0, 57, 3, 7700)).unwrap();
-    listener.listen(8).unwrap();
-    let client = CmId::new(
-        client_log.clone(),
-        2,
-        PortSpace::Tcp,
-        vec![p.ctxs[0].clone()],
-    );
-    client
-        .resolve_addr(None, v4(10, 0, 57, 3, 7700), 1000)
-        .unwrap();
-    client.resolve_route(1000).unwrap();
-    client.connect(&quick(2)).unwrap();
-    let req = wait_for(&server_log, CmEventKind::ConnectRequest);
-    let Detail::ConnectRequest(r) = req.detail else {
-        panic!("no REQ")
-    };
-    let child = CmId::from_request(&listener, server_log.clone(), 3, &r).unwrap();
-    child
-        .accept(&AcceptParams {
-            qp_num: Some(0x456),
-            ..AcceptParams::default()
-        })
-        .unwrap();
-    let rep = wait_for(&client_log, CmEventKind::ConnectResponse);
-    let Detail::ConnectResponse(rep) = rep.detail else {
-        panic!("no REP")
-    };
-    client.on_reply(&rep);
-    client.establish().unwrap();
-    wait_for(&server_log, CmEventKind::Established);
+    // Connected, then the server's host goes down.
+    let c = connect(&p, 7700, 57, 2);
     dead.store(true, Ordering::Release);
 
     // The DREQ goes unanswered: DISCONNECTED once the retries run out.
     let t = std::time::Instant::now();
-    client.disconnect().unwrap();
-    wait_for(&client_log, CmEventKind::Disconnected);
+    c.client.disconnect().unwrap();
+    wait(&p, &c.client_log, CmEventKind::Disconnected);
     assert!(
         t.elapsed() >= std::time::Duration::from_millis(500),
         "too soon"
     );
 
     // A REQ to the address nobody answers for: UNREACHABLE, -ETIMEDOUT.
-    let again = CmId::new(
-        client_log.clone(),
-        4,
-        PortSpace::Tcp,
-        vec![p.ctxs[0].clone()],
-    );
-    again
-        .resolve_addr(None, v4(10, 0, 57, 3, 7700), 1000)
-        .unwrap();
-    again.resolve_route(1000).unwrap();
+    let again = requester(&p, &c.client_log, 4, 57, 7700);
     again.connect(&quick(2)).unwrap();
-    let e = wait_for(&client_log, CmEventKind::Unreachable);
+    let e = wait(&p, &c.client_log, CmEventKind::Unreachable);
     assert_eq!((e.id, e.status), (4, -110));
 }

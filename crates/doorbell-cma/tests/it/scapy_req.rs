@@ -13,7 +13,7 @@
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,6 @@ use super::{Log, rc_qp};
 
 /// The third byte of this test's loopback subnet, 127.P.91.0/24.
 const NET: u8 = 91;
-const SETUP: &str = "run scripts/setup.sh: it makes a venv at <repo>/.venv with scapy";
 /// The port the listener is bound to.
 const SERVICE_PORT: u16 = 7491;
 /// What the script's REQ says of itself.
@@ -45,19 +44,6 @@ const STEP: Duration = Duration::from_secs(3);
 /// pick their loopback addresses.
 fn lo(host: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 1 + (std::process::id() % 250) as u8, NET, host)
-}
-
-/// The venv's interpreter, checked to import scapy; fails with what to do.
-fn scapy_python() -> PathBuf {
-    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
-    let ok = Command::new(&py)
-        .args(["-c", "import scapy.contrib.roce"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "{} cannot import scapy: {SETUP}", py.display());
-    py
 }
 
 /// The running script, stopped on drop.
@@ -180,7 +166,9 @@ fn v4(ip: Ipv4Addr, port: u16) -> SocketAddr {
 /// REQ, REP, RTU, DREQ and DREP between a listener and the script.
 #[test]
 fn the_listener_accepts_a_req_that_scapy_built() {
-    let python = scapy_python();
+    let python = doorbell_cprobe::program::scapy_python(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    );
     let nic = LiveNic::start_udp("scapy-req", lo(2).octets(), LinkConfig::default())
         .unwrap_or_else(|e| panic!("a NIC on {}:4791: {e}", lo(2)));
     let nic = Arc::new(nic);

@@ -37,19 +37,6 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The venv's interpreter, checked to import scapy; fails with what to do.
-fn scapy_python() -> PathBuf {
-    let py = repo_root().join(".venv/bin/python");
-    let ok = Command::new(&py)
-        .args(["-c", "import scapy.contrib.roce"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "{} cannot import scapy: {SETUP}", py.display());
-    py
-}
-
 fn check_tshark() {
     let ok = Command::new("tshark")
         .arg("--version")
@@ -137,7 +124,7 @@ fn signaled<'a>(wr_id: u64, sg: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
 #[test]
 fn tshark_and_scapy_decode_every_packet_as_we_sent_it() {
     check_tshark();
-    let python = scapy_python();
+    let python = doorbell_cprobe::program::scapy_python(&repo_root());
     let ip = |h: u8| lo(NET, h);
 
     // What the exchange below must put on the wire, in order: (opcode,
