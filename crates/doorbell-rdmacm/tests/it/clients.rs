@@ -160,3 +160,38 @@ fn udaddy_resolves_datagram_services_and_exchanges_messages() {
         );
     }
 }
+
+/// cmtime times each step of setting up and tearing down connections.
+/// Its server (rdma-core v44's) serves until it is stopped, so the test
+/// stops it once the client is done.
+#[test]
+fn cmtime_sets_up_and_tears_down_connections() {
+    let (sa, ca) = (addr(26, 2), addr(26, 3));
+    let mut server = tool(&["cmtime", "-b", &sa], &sa)
+        .spawn()
+        .expect("start the cmtime server");
+    std::thread::sleep(Duration::from_millis(700));
+    let client = tool(&["cmtime", "-s", &sa, "-c", "16"], &ca)
+        .spawn()
+        .expect("start the cmtime client");
+    let out = finish(client, 60, "the cmtime client");
+    let _ = server.kill();
+    let _ = server.wait();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for step in [
+        "create id",
+        "resolve addr",
+        "resolve route",
+        "create qp",
+        "connect",
+        "disconnect",
+        "destroy",
+    ] {
+        assert!(
+            t.lines().any(|l| l.starts_with(step) && l.contains(':')),
+            "no time for {step}:\n{t}"
+        );
+    }
+    assert!(!t.contains("event:") && !t.contains("error"), "{t}");
+}
