@@ -284,10 +284,7 @@ impl Pd {
         let resp = ctx.driver().resp().clone();
         let cap = attr.cap;
         let own_rq = attr.srq.is_none();
-        if cap.max_send_wr == 0
-            || cap.max_send_wr > resp.max_send_wqebb
-            || (own_rq && cap.max_recv_wr > resp.max_recv_wr)
-        {
+        if cap.max_send_wr > resp.max_send_wqebb || (own_rq && cap.max_recv_wr > resp.max_recv_wr) {
             return Err(VerbsError::InvalidArgument("queue depth out of range"));
         }
         // Send WQE size: room for the SGEs or the inline data, whole WQEBBs.
@@ -301,14 +298,22 @@ impl Pd {
             ));
         }
         let max_inline = wqe_size - overhead - field::INLINE_HDR_LEN as u32;
-        let sq_bytes = (u64::from(cap.max_send_wr) * u64::from(wqe_size)).next_power_of_two();
+        // A QP may ask for no send queue (a receive-only end, as qperf's
+        // servers make): as mlx5, it has none to post to, though the
+        // device still gets a one-WQE ring.
+        let sq_bytes =
+            (u64::from(cap.max_send_wr.max(1)) * u64::from(wqe_size)).next_power_of_two();
         let sq_wqe_cnt = (sq_bytes / WQEBB_LEN as u64) as u32;
         if sq_wqe_cnt > resp.max_send_wqebb {
             return Err(VerbsError::InvalidArgument(
                 "send queue larger than max_send_wqebb",
             ));
         }
-        let max_send_post = (sq_bytes / u64::from(wqe_size)) as u32;
+        let max_send_post = if cap.max_send_wr == 0 {
+            0
+        } else {
+            (sq_bytes / u64::from(wqe_size)) as u32
+        };
         let max_send_gs = (wqe_size - overhead) / wqe::DS_LEN as u32;
         // Receive queue: stride for the SGEs, at least one WQEBB in all.
         // A QP with an SRQ has none: its buffer is the send queue.

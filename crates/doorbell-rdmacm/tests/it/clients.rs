@@ -195,3 +195,44 @@ fn cmtime_sets_up_and_tears_down_connections() {
     }
     assert!(!t.contains("event:") && !t.contains("error"), "{t}");
 }
+
+/// qperf with `-cm1`: its RC tests connect through rdma_cm (a send-only
+/// QP on one side, a receive-only one on the other for `rc_bw`). Its
+/// server serves until stopped; its control connection is TCP on a port
+/// of this test process's own.
+#[test]
+fn qperf_measures_rc_bandwidth_and_latency_over_rdma_cm() {
+    let (sa, ca) = (addr(27, 2), addr(27, 3));
+    let port = (20_000 + std::process::id() % 20_000).to_string();
+    let mut server = tool(&["qperf", "-lp", &port], &sa)
+        .spawn()
+        .expect("start the qperf server");
+    std::thread::sleep(Duration::from_millis(700));
+    let client = tool(
+        &[
+            "qperf", "-lp", &port, "-cm1", "-t", "1", &sa, "rc_bw", "rc_lat",
+        ],
+        &ca,
+    )
+    .spawn()
+    .expect("start the qperf client");
+    let out = finish(client, 60, "the qperf client");
+    let _ = server.kill();
+    let _ = server.wait();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let figure = |name: &str| -> f64 {
+        t.lines()
+            .find_map(|l| {
+                let rest = l
+                    .trim()
+                    .strip_prefix(name)?
+                    .trim_start()
+                    .strip_prefix('=')?;
+                rest.split_whitespace().next()?.parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no {name} figure:\n{t}"))
+    };
+    assert!(figure("bw") > 0.0, "{t}");
+    assert!(figure("latency") > 0.0, "{t}");
+}

@@ -9,6 +9,7 @@ mod data;
 mod errors;
 mod events;
 mod net;
+mod one_way;
 mod process;
 mod provider;
 mod resize;
