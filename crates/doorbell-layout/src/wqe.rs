@@ -151,6 +151,17 @@ pub mod field {
     pub const AV_RGID: Field = 32..48;
     /// Length of the datagram segment.
     pub const AV_LEN: usize = AV_RGID.end;
+
+    /// Length of the UMR control segment (`struct mlx5_wqe_umr_ctrl_seg`).
+    /// doorbell builds no UMR WQEs; the provider sizes RC and UC send WQEs
+    /// with room for one, as rdma-core's `_sq_overhead` does for memory
+    /// window binds and local invalidations.
+    pub const UMR_CTRL_LEN: usize = 48;
+    /// Length of the mkey context segment (`struct
+    /// mlx5_wqe_mkey_context_seg`).
+    pub const MKEY_CONTEXT_LEN: usize = 64;
+    /// Length of one KLM entry (`struct mlx5_wqe_umr_klm_seg`).
+    pub const UMR_KLM_LEN: usize = 16;
 }
 
 /// Bit 31 of an inline header's byte count (MLX5_INLINE_SEG).

@@ -247,12 +247,19 @@ pub struct Qp {
 }
 
 /// Bytes of fixed segments a send WQE of this type may need before its data
-/// (`sq_overhead`): RC ctrl + raddr + atomic, UC ctrl + raddr, UD ctrl +
-/// datagram.
+/// (rdma-core v44's `_sq_overhead` with the default operations of each
+/// type): for RC and UC the largest of an RDMA (ctrl + raddr), an atomic
+/// (ctrl + raddr + atomic) and a memory-window WQE (ctrl + UMR ctrl + mkey
+/// context + 64 bytes of KLMs), 192 bytes; for UD ctrl + datagram.
 fn sq_overhead(t: QpType) -> u32 {
+    let rdma = field::CTRL_LEN + field::RADDR_LEN;
+    let atomic = rdma + field::ATOMIC_LEN;
+    let mw = field::CTRL_LEN
+        + field::UMR_CTRL_LEN
+        + field::MKEY_CONTEXT_LEN
+        + field::UMR_KLM_LEN.max(64);
     match t {
-        QpType::Rc => (field::CTRL_LEN + field::RADDR_LEN + field::ATOMIC_LEN) as u32,
-        QpType::Uc => (field::CTRL_LEN + field::RADDR_LEN) as u32,
+        QpType::Rc | QpType::Uc => rdma.max(atomic).max(mw) as u32,
         QpType::Ud => (field::CTRL_LEN + field::AV_LEN) as u32,
     }
 }

@@ -405,6 +405,10 @@ fn struct_layouts_match_header() {
     field!("struct mlx5_wqe_atomic_seg", "swap_add", wf::SWAP_ADD);
     field!("struct mlx5_wqe_atomic_seg", "compare", wf::COMPARE);
 
+    size!("struct mlx5_wqe_umr_ctrl_seg", wf::UMR_CTRL_LEN);
+    size!("struct mlx5_wqe_mkey_context_seg", wf::MKEY_CONTEXT_LEN);
+    size!("struct mlx5_wqe_umr_klm_seg", wf::UMR_KLM_LEN);
+
     size!("struct mlx5_wqe_av", wf::AV_LEN);
     size!("struct mlx5_wqe_datagram_seg", wf::AV_LEN);
     size!("struct mlx5_wqe_datagram_seg", DatagramSeg::<&[u8]>::LEN);

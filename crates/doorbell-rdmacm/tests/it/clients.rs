@@ -148,7 +148,7 @@ fn perftest_read_bw_connects_with_rdma_cm() {
 #[test]
 fn udaddy_resolves_datagram_services_and_exchanges_messages() {
     let (s, c) = pair(
-        25,
+        28,
         &["udaddy", "-b", "{server}", "-c", "2", "-C", "8"],
         &["udaddy", "-s", "{server}", "-c", "2", "-C", "8"],
     );
@@ -166,7 +166,7 @@ fn udaddy_resolves_datagram_services_and_exchanges_messages() {
 /// stops it once the client is done.
 #[test]
 fn cmtime_sets_up_and_tears_down_connections() {
-    let (sa, ca) = (addr(26, 2), addr(26, 3));
+    let (sa, ca) = (addr(29, 2), addr(29, 3));
     let mut server = tool(&["cmtime", "-b", &sa], &sa)
         .spawn()
         .expect("start the cmtime server");
