@@ -236,3 +236,17 @@ fn qperf_measures_rc_bandwidth_and_latency_over_rdma_cm() {
     assert!(figure("bw") > 0.0, "{t}");
     assert!(figure("latency") > 0.0, "{t}");
 }
+
+/// rdma_xserver and rdma_xclient in their RC mode: an endpoint each, one
+/// 16-byte inline SEND (mlx5's 60-byte inline room for a one-SGE RC QP
+/// holds it).
+#[test]
+fn rdma_xserver_and_xclient_exchange_an_inline_send_over_rc() {
+    let (s, c) = pair(
+        33,
+        &["rdma_xserver", "-c", "r", "-p", "7473"],
+        &["rdma_xclient", "-s", "{server}", "-p", "7473", "-c", "r"],
+    );
+    assert!(text(&s).contains("rdma_xserver: end 0"), "{}", text(&s));
+    assert!(text(&c).contains("rdma_xclient: end 0"), "{}", text(&c));
+}
