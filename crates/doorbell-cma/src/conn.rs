@@ -3,6 +3,10 @@
 //! and the QP attributes the connection gives (the kernel's
 //! `ib_cm_init_qp_attr` for RTR and RTS).
 
+/// rdma_cm's CM response timeout exponent (`CMA_CM_RESPONSE_TIMEOUT`).
+const CM_RESPONSE_TIMEOUT: u8 = 20;
+/// rdma_cm's CM retries (`CMA_MAX_CM_RETRIES`).
+const MAX_CM_RETRIES: u8 = 15;
 /// `rdma_connect`'s parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectParams {
@@ -44,8 +48,8 @@ impl Default for ConnectParams {
             flow_control: true,
             qp_num: None,
             srq: false,
-            cm_response_timeout: crate::id::CM_RESPONSE_TIMEOUT,
-            max_cm_retries: crate::id::MAX_CM_RETRIES,
+            cm_response_timeout: CM_RESPONSE_TIMEOUT,
+            max_cm_retries: MAX_CM_RETRIES,
         }
     }
 }

@@ -736,10 +736,6 @@ impl CmId {
     }
 }
 
-/// rdma_cm's CM response timeout exponent (`CMA_CM_RESPONSE_TIMEOUT`).
-pub(crate) const CM_RESPONSE_TIMEOUT: u8 = 20;
-/// rdma_cm's CM retries (`CMA_MAX_CM_RETRIES`).
-pub(crate) const MAX_CM_RETRIES: u8 = 15;
 /// The QP's local ACK timeout exponent when the program sets none: about
 /// 67 ms.
 const ACK_TIMEOUT: u8 = 14;

@@ -55,13 +55,17 @@ pub fn build(src: &Path, dir: &Path, include: &[&Path], libs: &[&str]) -> PathBu
 /// exit 0 having printed at least `min_checks` `ok` lines and `0 failed`.
 /// Returns its stderr.
 pub fn run_checks(exe: &Path, lib_dir: &Path, env: &[(&str, &str)], min_checks: usize) -> String {
-    let out = Command::new(exe)
+    let child = Command::new(exe)
         .envs(env.iter().copied())
         .env("LD_LIBRARY_PATH", lib_dir)
         .env_remove("DOORBELL_ADDR")
         .env_remove("DOORBELL_NAME")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("cannot run {} ({e})", exe.display()));
+    // A program that hangs fails the test instead of the whole run.
+    let out = finish(child, 120, &exe.display().to_string());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_file(exe);
@@ -83,22 +87,43 @@ pub fn text(out: &std::process::Output) -> String {
 }
 
 /// Waits for `child` at most `secs`, killing it (and failing, with what it
-/// printed) after that.
+/// printed) after that. Its piped output is read as it comes, so that a
+/// talkative program never blocks on a full pipe.
 pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::process::Output {
+    use std::io::Read;
+    fn drain<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
+    let timed_out = loop {
         match child.try_wait() {
-            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
+            Ok(Some(_)) => break false,
             Ok(None) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             _ => {
                 let _ = child.kill();
-                let out = child.wait_with_output().expect("collect output");
-                panic!("{what} did not finish in {secs} s:\n{}", text(&out));
+                break true;
             }
         }
+    };
+    let status = child.wait().expect("reap the child");
+    let output = std::process::Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    };
+    if timed_out {
+        panic!("{what} did not finish in {secs} s:\n{}", text(&output));
     }
+    output
 }
 
 /// The interpreter of the Python venv `scripts/setup.sh` makes at the

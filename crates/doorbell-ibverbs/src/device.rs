@@ -170,9 +170,14 @@ pub extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
 pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
     guard("ibv_open_device", Conv::Null, || {
         let d = our_device(dev)?;
-        let nic = ProcessNic::acquire(&d.config).map_err(|e| e.errno())?;
-        let cfg = ProviderConfig::from_env().map_err(|e| e.errno())?;
-        let ctx = Context::with_config(nic.nic().clone(), cfg).map_err(|e| e.errno())?;
+        // The NIC's threads start here (and the context's interrupt
+        // thread): without the program's signals.
+        let (nic, ctx) = crate::events::without_signals(|| {
+            let nic = ProcessNic::acquire(&d.config).map_err(|e| e.errno())?;
+            let cfg = ProviderConfig::from_env().map_err(|e| e.errno())?;
+            let ctx = Context::with_config(nic.nic().clone(), cfg).map_err(|e| e.errno())?;
+            Ok::<_, c_int>((nic, ctx))
+        })?;
         // SAFETY: verbs_context is function pointers (None when zero),
         // integers, a pthread mutex (all-zero is PTHREAD_MUTEX_INITIALIZER
         // on glibc) and NULL pointers: zero is a valid empty value.

@@ -55,21 +55,21 @@ impl EventFd {
     }
 
     /// Takes one signal: blocks until there is one, unless the fd was made
-    /// non-blocking (by the program), when it answers EAGAIN.
+    /// non-blocking (by the program), when it answers EAGAIN, or a signal
+    /// interrupts it (EINTR).
     pub(crate) fn wait(&self) -> Result<(), c_int> {
         let mut v = 0u64;
-        loop {
-            // SAFETY: reads 8 bytes into `v` from our own eventfd.
-            let n = unsafe { libc::read(self.raw(), core::ptr::from_mut(&mut v).cast(), 8) };
-            if n == 8 {
-                return Ok(());
-            }
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(e) => return Err(e),
-                None => return Err(libc::EIO),
-            }
+        // SAFETY: reads 8 bytes into `v` from our own eventfd.
+        let n = unsafe { libc::read(self.raw(), core::ptr::from_mut(&mut v).cast(), 8) };
+        if n == 8 {
+            return Ok(());
         }
+        // A signal ends the wait with EINTR, as rdma-core's read() of the
+        // channel does: programs such as qperf stop a blocked
+        // ibv_get_cq_event with alarm().
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
     }
 
     /// Takes one signal if there is one, never blocking.
@@ -81,6 +81,7 @@ impl EventFd {
         };
         // SAFETY: one pollfd, timeout 0.
         let ready = unsafe { libc::poll(&mut p, 1, 0) } == 1;
+        // Ready: the read does not block.
         ready && self.wait().is_ok()
     }
 }
@@ -273,6 +274,26 @@ impl Drop for Dispatcher {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Runs `f` with every signal blocked in the calling thread, so that the
+/// threads it starts (the NIC's, the CM's) inherit a full mask: the
+/// program's signals then reach the program's own threads, where its
+/// handlers run and its blocking calls return EINTR, as they would with
+/// rdma-core, which starts no threads.
+pub(crate) fn without_signals<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigfillset initialises the set it is given; pthread_sigmask
+    // reads it, writes the old mask into `old`, and changes only the
+    // calling thread's mask; the second call restores that mask.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        r
     }
 }
 

@@ -59,7 +59,8 @@ pub(crate) fn open() -> Vec<(*mut ibv_context, Context)> {
             if !ctx.is_null() {
                 open.push(ctx as usize);
                 if let Ok(c) = crate::ctx::context(ctx)
-                    && let Ok(svc) = doorbell_cma::CmService::start(&c.ctx)
+                    && let Ok(svc) =
+                        crate::events::without_signals(|| doorbell_cma::CmService::start(&c.ctx))
                 {
                     crate::events::lock(&SERVICES).push(svc);
                     AT_EXIT.call_once(|| {

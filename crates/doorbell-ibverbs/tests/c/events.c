@@ -8,12 +8,21 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+
+static volatile sig_atomic_t alarmed;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarmed = 1;
+}
 
 static int readable(int fd, int ms)
 {
@@ -39,6 +48,19 @@ int main(void)
 	int tag = 42;
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, &tag, ch, 0);
 	struct ibv_cq *plain = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	/* A signal ends a blocked ibv_get_cq_event with EINTR, as rdma-core's
+	 * read() of the channel does (qperf stops its tests so): the signal
+	 * reaches the program's thread, not one of the library's. */
+	struct sigaction sa = {.sa_handler = on_alarm}; /* no SA_RESTART */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGALRM, &sa, NULL);
+	ualarm(200000, 0);
+	struct ibv_cq *ecq0 = NULL;
+	void *ectx0 = NULL;
+	errno = 0;
+	int r0 = ibv_get_cq_event(ch, &ecq0, &ectx0);
+	CHECK("get_cq_event_eintr", r0 == -1 && errno == EINTR && alarmed, "r %d errno %d alarmed %d",
+	      r0, errno, (int)alarmed);
 	char *buf = calloc(1, 4096);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = plain, .qp_type = IBV_QPT_RC,

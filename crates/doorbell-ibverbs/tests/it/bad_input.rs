@@ -99,7 +99,7 @@ fn a_ud_receiver_answers_through_an_ah_made_from_the_completion() {
 
 #[test]
 fn completion_channels_and_async_events_are_real_fds() {
-    run_c_program("events", 18);
+    run_c_program("events", 19);
 }
 
 #[test]
