@@ -27,8 +27,9 @@ use crate::{CmError, CmEvent, CmEventKind, Detail, EventSink};
 
 /// How often the thread looks at its CQ when nothing wakes it.
 pub const POLL: std::time::Duration = std::time::Duration::from_micros(200);
-/// Receive buffers kept posted.
-const RECVS: u32 = 64;
+/// Receive buffers kept posted: as many as the kernel's MAD layer keeps,
+/// so that a burst of REQs (cmtime's hundred) is not dropped.
+const RECVS: u32 = 512;
 /// Send buffers, used in turn.
 const SENDS: u32 = 64;
 /// A slot: the GRH area then the MAD.
@@ -316,7 +317,15 @@ impl Shared {
 
     /// Sends what the agent queued and routes its events.
     fn flush(&self, st: &mut State) {
-        while let Some((peer, mad)) = st.agent.poll_transmit() {
+        // No more MADs posted than the send queue and its slots hold: the
+        // rest wait in the agent's queue until completions free a slot
+        // (the kernel's MAD layer keeps an overflow list the same way),
+        // rather than being lost to a full queue or overwriting a slot the
+        // device has not read yet.
+        while st.in_flight < SENDS {
+            let Some((peer, mad)) = st.agent.poll_transmit() else {
+                break;
+            };
             let slot = RECVS + st.next_send % SENDS;
             st.next_send = st.next_send.wrapping_add(1);
             let at = u64::from(slot) * SLOT;

@@ -321,7 +321,8 @@ impl Pd {
         } else {
             (sq_bytes / u64::from(wqe_size)) as u32
         };
-        let max_send_gs = (wqe_size - overhead) / wqe::DS_LEN as u32;
+        // mlx5 grants the SGEs asked for (`sq.max_gs`), not all that fit.
+        let max_send_gs = cap.max_send_sge;
         // Receive queue: stride for the SGEs, at least one WQEBB in all.
         // A QP with an SRQ has none: its buffer is the send queue.
         let rq_stride = (cap.max_recv_sge.max(1) * 16).next_power_of_two();

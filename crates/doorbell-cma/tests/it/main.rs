@@ -10,6 +10,7 @@ use doorbell_pcie::LinkConfig;
 use doorbell_rt::{Fabric, LiveNic};
 use doorbell_verbs::Context;
 
+mod burst;
 mod faults;
 mod scapy_req;
 mod ud;
