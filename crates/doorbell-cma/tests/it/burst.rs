@@ -4,41 +4,21 @@
 
 use std::sync::Arc;
 
-use doorbell_cma::{AcceptParams, CmEventKind, CmId, CmService, ConnectParams, Detail, PortSpace};
+use doorbell_cma::{AcceptParams, CmEventKind, CmId, ConnectParams, Detail, PortSpace};
 
-use crate::{Log, host, v4};
+use crate::{Log, host, listener, requester, services};
 
 const N: u64 = 150;
 
 #[test]
 fn a_burst_of_requests_is_carried_without_a_retransmission() {
     let h = host(9, 2);
-    let (sa, sb) = (
-        CmService::start(&h.ctxs[0]).unwrap(),
-        CmService::start(&h.ctxs[1]).unwrap(),
-    );
+    let (sa, sb) = services(&h.ctxs);
     let server_log = Arc::new(Log::default());
     let client_log = Arc::new(Log::default());
-    let listener = CmId::new(
-        server_log.clone(),
-        0,
-        PortSpace::Tcp,
-        vec![h.ctxs[1].clone()],
-    );
-    listener.bind_addr(v4(10, 0, 9, 3, 7475)).unwrap();
-    listener.listen(256).unwrap();
+    let listener = listener(&h.ctxs, &server_log, 0, PortSpace::Tcp, 9, 7475);
     let clients: Vec<CmId> = (1..=N)
-        .map(|t| {
-            let c = CmId::new(
-                client_log.clone(),
-                t,
-                PortSpace::Tcp,
-                vec![h.ctxs[0].clone()],
-            );
-            c.resolve_addr(None, v4(10, 0, 9, 3, 7475), 1000).unwrap();
-            c.resolve_route(1000).unwrap();
-            c
-        })
+        .map(|t| requester(&h.ctxs, &client_log, t, PortSpace::Tcp, 9, 7475))
         .collect();
     for (i, c) in clients.iter().enumerate() {
         c.connect(&ConnectParams {

@@ -14,7 +14,7 @@ use doorbell_pcie::LinkConfig;
 use doorbell_rt::{Fabric, Fate, FaultPolicy, Faults, LiveNic, NicOptions, Port, RandomFaults};
 use doorbell_verbs::Context;
 
-use crate::{Log, v4};
+use crate::Log;
 
 /// The CM's attribute IDs (IBA vol. 1, table 219).
 const REQ: u16 = 0x10;
@@ -95,10 +95,7 @@ struct Conn {
 
 /// A resolved TCP id on the first NIC for the second's `port`.
 fn requester(p: &Pair, log: &Arc<Log>, token: u64, net: u8, port: u16) -> CmId {
-    let c = CmId::new(log.clone(), token, PortSpace::Tcp, vec![p.ctxs[0].clone()]);
-    c.resolve_addr(None, v4(10, 0, net, 3, port), 1000).unwrap();
-    c.resolve_route(1000).unwrap();
-    c
+    crate::requester(&p.ctxs, log, token, PortSpace::Tcp, net, port)
 }
 
 /// Listens on the second NIC's `port`, connects from the first with
@@ -107,14 +104,7 @@ fn requester(p: &Pair, log: &Arc<Log>, token: u64, net: u8, port: u16) -> CmId {
 fn connect(p: &Pair, port: u16, net: u8, retries: u8) -> Conn {
     let server_log = Arc::new(Log::default());
     let client_log = Arc::new(Log::default());
-    let listener = CmId::new(
-        server_log.clone(),
-        1,
-        PortSpace::Tcp,
-        vec![p.ctxs[1].clone()],
-    );
-    listener.bind_addr(v4(10, 0, net, 3, port)).unwrap();
-    listener.listen(8).unwrap();
+    let listener = crate::listener(&p.ctxs, &server_log, 1, PortSpace::Tcp, net, port);
     let client = requester(p, &client_log, 2, net, port);
     client.connect(&quick(retries)).unwrap();
 

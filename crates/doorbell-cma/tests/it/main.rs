@@ -5,7 +5,9 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use doorbell_cma::{CmError, CmEvent, CmEventKind, CmId, EventSink, IdState, PortSpace, gid_of};
+use doorbell_cma::{
+    CmError, CmEvent, CmEventKind, CmId, CmService, EventSink, IdState, PortSpace, gid_of,
+};
 use doorbell_pcie::LinkConfig;
 use doorbell_rt::{Fabric, LiveNic};
 use doorbell_verbs::Context;
@@ -65,6 +67,45 @@ fn host(net: u8, n: u8) -> Host {
 
 fn v4(a: u8, b: u8, c: u8, d: u8, port: u16) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(a, b, c, d)), port)
+}
+
+/// The CMs of both NICs, started.
+fn services(ctxs: &[Context]) -> (Arc<CmService>, Arc<CmService>) {
+    (
+        CmService::start(&ctxs[0]).unwrap(),
+        CmService::start(&ctxs[1]).unwrap(),
+    )
+}
+
+/// An id of `ps` on the second NIC, 10.0.`net`.3, listening on `port`.
+fn listener(
+    ctxs: &[Context],
+    log: &Arc<Log>,
+    token: u64,
+    ps: PortSpace,
+    net: u8,
+    port: u16,
+) -> CmId {
+    let l = CmId::new(log.clone(), token, ps, vec![ctxs[1].clone()]);
+    l.bind_addr(v4(10, 0, net, 3, port)).unwrap();
+    l.listen(256).unwrap();
+    l
+}
+
+/// An id of `ps` on the first NIC, its address and route resolved toward
+/// 10.0.`net`.3:`port`.
+fn requester(
+    ctxs: &[Context],
+    log: &Arc<Log>,
+    token: u64,
+    ps: PortSpace,
+    net: u8,
+    port: u16,
+) -> CmId {
+    let c = CmId::new(log.clone(), token, ps, vec![ctxs[0].clone()]);
+    c.resolve_addr(None, v4(10, 0, net, 3, port), 1000).unwrap();
+    c.resolve_route(1000).unwrap();
+    c
 }
 
 fn id(h: &Host, log: &Arc<Log>, token: u64, ps: PortSpace) -> CmId {
@@ -256,34 +297,14 @@ fn rc_qp(ctx: &Context) -> (doorbell_verbs::Qp, doorbell_verbs::Cq, doorbell_ver
 /// what the connection gives, a WRITE across, then DREQ and DREP.
 #[test]
 fn a_connection_forms_through_the_cm_and_carries_data() {
-    use doorbell_cma::{AcceptParams, CmService, ConnectParams, Detail};
+    use doorbell_cma::{AcceptParams, ConnectParams, Detail};
     use doorbell_verbs::{QpState, RemoteAddr, SendFlags, SendWr, WrOpcode};
     let h = host(6, 2);
-    let (sa, sb) = (
-        CmService::start(&h.ctxs[0]).unwrap(),
-        CmService::start(&h.ctxs[1]).unwrap(),
-    );
+    let (sa, sb) = services(&h.ctxs);
     let server_log = Arc::new(Log::default());
     let client_log = Arc::new(Log::default());
-    let listener = CmId::new(
-        server_log.clone(),
-        1,
-        PortSpace::Tcp,
-        vec![h.ctxs[1].clone()],
-    );
-    listener.bind_addr(v4(10, 0, 6, 3, 7471)).unwrap();
-    listener.listen(8).unwrap();
-
-    let client = CmId::new(
-        client_log.clone(),
-        2,
-        PortSpace::Tcp,
-        vec![h.ctxs[0].clone()],
-    );
-    client
-        .resolve_addr(None, v4(10, 0, 6, 3, 7471), 1000)
-        .unwrap();
-    client.resolve_route(1000).unwrap();
+    let listener = listener(&h.ctxs, &server_log, 1, PortSpace::Tcp, 6, 7471);
+    let client = requester(&h.ctxs, &client_log, 2, PortSpace::Tcp, 6, 7471);
     client.set_ack_timeout(17);
     let (cqp, ccq, cmr) = rc_qp(&h.ctxs[0]);
     client.set_qp(Some(cqp.qpn().get()));
@@ -373,18 +394,11 @@ fn a_connection_forms_through_the_cm_and_carries_data() {
 /// A REQ to a port nobody listens on is rejected (reason 8).
 #[test]
 fn connecting_to_no_listener_is_rejected() {
-    use doorbell_cma::{CmService, ConnectParams};
+    use doorbell_cma::ConnectParams;
     let h = host(7, 2);
-    let _s = (
-        CmService::start(&h.ctxs[0]).unwrap(),
-        CmService::start(&h.ctxs[1]).unwrap(),
-    );
+    let _s = services(&h.ctxs);
     let log = Arc::new(Log::default());
-    let client = CmId::new(log.clone(), 9, PortSpace::Tcp, vec![h.ctxs[0].clone()]);
-    client
-        .resolve_addr(None, v4(10, 0, 7, 3, 9999), 1000)
-        .unwrap();
-    client.resolve_route(1000).unwrap();
+    let client = requester(&h.ctxs, &log, 9, PortSpace::Tcp, 7, 9999);
     client
         .connect(&ConnectParams {
             qp_num: Some(0x123),

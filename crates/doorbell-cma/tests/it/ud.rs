@@ -3,38 +3,23 @@
 
 use std::sync::Arc;
 
-use doorbell_cma::{
-    AcceptParams, CmId, CmService, ConnectParams, Detail, IdState, PortSpace, RDMA_UDP_QKEY,
-};
+use doorbell_cma::{AcceptParams, CmId, ConnectParams, Detail, IdState, PortSpace, RDMA_UDP_QKEY};
 
-use crate::{Log, host, v4, wait_for};
+use crate::{Log, host, listener, services, wait_for};
 use doorbell_cma::CmEventKind::{ConnectRequest, Established, Unreachable};
 
 /// A resolved UDP id on the first NIC, asking for the second's `port`.
 fn requester(h: &crate::Host, log: &Arc<Log>, token: u64, net: u8, port: u16) -> CmId {
-    let c = CmId::new(log.clone(), token, PortSpace::Udp, vec![h.ctxs[0].clone()]);
-    c.resolve_addr(None, v4(10, 0, net, 3, port), 1000).unwrap();
-    c.resolve_route(1000).unwrap();
-    c
+    crate::requester(&h.ctxs, log, token, PortSpace::Udp, net, port)
 }
 
 #[test]
 fn a_datagram_service_resolves_to_the_listeners_qp_or_is_refused() {
     let h = host(8, 2);
-    let _s = (
-        CmService::start(&h.ctxs[0]).unwrap(),
-        CmService::start(&h.ctxs[1]).unwrap(),
-    );
+    let _s = services(&h.ctxs);
     let server_log = Arc::new(Log::default());
     let client_log = Arc::new(Log::default());
-    let listener = CmId::new(
-        server_log.clone(),
-        1,
-        PortSpace::Udp,
-        vec![h.ctxs[1].clone()],
-    );
-    listener.bind_addr(v4(10, 0, 8, 3, 7474)).unwrap();
-    listener.listen(8).unwrap();
+    let listener = listener(&h.ctxs, &server_log, 1, PortSpace::Udp, 8, 7474);
 
     // Accepted: the requester learns the QP and the Q_Key.
     let client = requester(&h, &client_log, 2, 8, 7474);
