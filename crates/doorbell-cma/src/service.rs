@@ -27,6 +27,9 @@ use crate::{CmError, CmEvent, CmEventKind, Detail, EventSink};
 
 /// How often the thread looks at its CQ when nothing wakes it.
 pub const POLL: std::time::Duration = std::time::Duration::from_micros(200);
+/// The service timeout of rdma_cm's delayed MRAs (`CMA_CM_MRA_SETTING`:
+/// 2^24 · 4.096 µs, about 69 s).
+const CMA_CM_MRA_SETTING: u8 = 24;
 /// Receive buffers kept posted: as many as the kernel's MAD layer keeps,
 /// so that a burst of REQs (cmtime's hundred) is not dropped.
 const RECVS: u32 = 512;
@@ -378,6 +381,9 @@ fn route(st: &mut State, ev: AgentEvent) {
             let Some(o) = st.owners.get(&listen).cloned() else {
                 return;
             };
+            // As rdma_cm: a delayed MRA, sent if the peer asks again
+            // before the program answers.
+            let _ = st.agent.arm_mra(conn, CMA_CM_MRA_SETTING);
             deliver(
                 &o,
                 CmEventKind::ConnectRequest,
@@ -386,12 +392,15 @@ fn route(st: &mut State, ev: AgentEvent) {
             );
             return;
         }
-        AgentEvent::ConnectResponse { conn, rep } => (
-            conn,
-            CmEventKind::ConnectResponse,
-            0,
-            Detail::ConnectResponse(Box::new(rep)),
-        ),
+        AgentEvent::ConnectResponse { conn, rep } => {
+            let _ = st.agent.arm_mra(conn, CMA_CM_MRA_SETTING);
+            (
+                conn,
+                CmEventKind::ConnectResponse,
+                0,
+                Detail::ConnectResponse(Box::new(rep)),
+            )
+        }
         AgentEvent::Established { conn, .. } => (conn, CmEventKind::Established, 0, Detail::None),
         AgentEvent::Rejected {
             conn,

@@ -464,6 +464,20 @@ impl CmAgent {
     /// `service_timeout` (a [`cm_timeout`] exponent) plus a packet lifetime
     /// before it sends again. Repeats of the message get the MRA again.
     pub fn send_mra(&mut self, conn: ConnId, service_timeout: u8) -> Result<(), CmError> {
+        self.mra(conn, service_timeout, true)
+    }
+
+    /// Arms a delayed MRA for the REQ or REP received (the kernel's
+    /// `ib_send_cm_mra` with `IB_CM_MRA_FLAG_DELAY`, which rdma_cm uses
+    /// whenever it hands a REQ or REP to the program): the state moves as
+    /// for [`send_mra`](Self::send_mra) but nothing is sent until the peer
+    /// repeats its message, which then gets the MRA, so that a program
+    /// slower than the peer's timer does not lose the connection.
+    pub fn arm_mra(&mut self, conn: ConnId, service_timeout: u8) -> Result<(), CmError> {
+        self.mra(conn, service_timeout, false)
+    }
+
+    fn mra(&mut self, conn: ConnId, service_timeout: u8, now: bool) -> Result<(), CmError> {
         let state = self.expect(conn, &[CmState::ReqRcvd, CmState::RepRcvd])?;
         check("service_timeout", service_timeout, 31)?;
         let (next, message_mraed) = if state == CmState::ReqRcvd {
@@ -474,6 +488,7 @@ impl CmAgent {
         let c = self.conn_mut(conn)?;
         c.state = next;
         c.service_timeout = service_timeout;
+        let (peer, tid) = (c.peer, c.tid);
         let msg = CmMessage::Mra(MraRepr {
             local_comm_id: conn.0,
             remote_comm_id: c.remote_comm_id,
@@ -481,7 +496,12 @@ impl CmAgent {
             service_timeout,
             private_data: [0; mra::PRIVATE_DATA_LEN],
         });
-        let mad = self.send_msg(conn, msg);
+        let mut mad = [0u8; MAD_LEN];
+        // Cannot fail: the buffer is a whole MAD.
+        let _ = CmMad::new(tid, msg).emit(&mut mad);
+        if now {
+            self.send(peer, mad);
+        }
         if let Some(c) = self.conns.get_mut(&conn) {
             c.answer = Some(mad);
         }

@@ -270,3 +270,41 @@ fn a_peer_that_is_gone_gives_a_timeout_or_a_disconnect_not_a_hang() {
     let e = wait(&p, &c.client_log, CmEventKind::Unreachable);
     assert_eq!((e.id, e.status), (4, -110));
 }
+
+/// A program slower to accept than the requester's CM timer: the repeated
+/// REQ gets rdma_cm's delayed MRA, the requester waits instead of giving
+/// up after its one retry, and the late accept connects.
+#[test]
+fn a_slow_listener_keeps_its_requester_waiting_with_an_mra() {
+    let deliver = |_: usize| -> Box<dyn FaultPolicy> { Box::new(|_: &[u8]| Fate::Deliver) };
+    let p = pair(58, deliver);
+    let server_log = Arc::new(Log::default());
+    let client_log = Arc::new(Log::default());
+    let listener = crate::listener(&p.ctxs, &server_log, 1, PortSpace::Tcp, 58, 7800);
+    let client = requester(&p, &client_log, 2, 58, 7800);
+    client.connect(&quick(1)).unwrap();
+    let req = wait(&p, &server_log, CmEventKind::ConnectRequest);
+    let Detail::ConnectRequest(r) = req.detail else {
+        panic!("no REQ")
+    };
+    // One retry at ~0.55 s would have been the requester's last, ending at
+    // ~1.1 s; accept at 1.5 s.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let child = CmId::from_request(&listener, server_log.clone(), 3, &r).unwrap();
+    child
+        .accept(&AcceptParams {
+            qp_num: Some(0x456),
+            ..AcceptParams::default()
+        })
+        .unwrap();
+    wait(&p, &client_log, CmEventKind::ConnectResponse);
+    let (a, b) = (p.cms[0].stats(), p.cms[1].stats());
+    assert!(a.retransmits >= 1 && b.duplicates >= 1, "{a:?} {b:?}");
+    assert!(
+        client_log
+            .take()
+            .iter()
+            .all(|e| e.kind != CmEventKind::Unreachable),
+        "the requester gave up"
+    );
+}

@@ -304,6 +304,36 @@ fn an_mra_stretches_the_wait_for_the_rep() {
     assert_eq!(net.b.state(b), Some(CmState::Established));
 }
 
+/// rdma_cm's delayed MRA: armed when the REQ is handed to the program,
+/// sent only when the peer's REQ comes again, after which the peer waits
+/// the service timeout instead of giving up.
+#[test]
+fn a_delayed_mra_goes_out_only_when_the_req_is_repeated() {
+    let mut net = Net::new();
+    net.policy_b.on_req = OnReq::Ignore;
+    let (_, a) = net.connect(b"");
+    net.run_until(net.now.add(Duration::from_us(100)));
+    let b = net.b_conn();
+    net.b.arm_mra(b, 24).unwrap();
+    assert_eq!(net.b.state(b), Some(CmState::MraReqSent));
+    net.run_until(net.now.add(Duration::from_us(100)));
+    assert_eq!(net.count(Side::B, CmAttribute::Mra), 0, "nothing sent yet");
+    assert_eq!(net.a.state(a), Some(CmState::ReqSent));
+    // The REQ's timer (about 4.8 s) runs out: the repeat gets the MRA.
+    net.run_until(net.now.add(Duration::from_us(6_000_000)));
+    assert_eq!(net.count(Side::A, CmAttribute::Req), 2);
+    assert_eq!(net.count(Side::B, CmAttribute::Mra), 1);
+    assert_eq!(net.a.state(a), Some(CmState::MraReqRcvd));
+    // Then the peer waits: no third REQ for a minute, and a late accept
+    // still connects.
+    net.run_until(net.now.add(Duration::from_us(60_000_000)));
+    assert_eq!(net.count(Side::A, CmAttribute::Req), 2);
+    net.b.accept(net.now, b, &rep_params(), b"late").unwrap();
+    net.run();
+    assert_eq!(net.a.state(a), Some(CmState::Established));
+    assert_eq!(net.b.state(b), Some(CmState::Established));
+}
+
 #[test]
 fn the_same_seeds_give_the_same_bytes() {
     let run = || {
