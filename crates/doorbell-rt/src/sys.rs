@@ -65,6 +65,16 @@ pub(crate) fn configure(sock: &UdpSocket, rcvbuf: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Ends receiving on `sock` (`shutdown(SHUT_RD)`): a thread blocked in
+/// `recvmmsg` returns at once, and so does every later receive, without a
+/// datagram on the wire. Linux does this for an unconnected UDP socket too,
+/// answering ENOTCONN, which is expected and ignored.
+pub(crate) fn shut_rd(sock: &UdpSocket) {
+    // SAFETY: shutdown takes the fd `sock` owns and a constant; it touches
+    // no memory of ours.
+    let _ = unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RD) };
+}
+
 /// Reads an integer socket option.
 #[cfg(test)]
 pub(crate) fn getsockopt_int(sock: &UdpSocket, level: i32, name: i32) -> io::Result<i32> {

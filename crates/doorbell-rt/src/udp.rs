@@ -141,13 +141,13 @@ impl UdpPort {
         self.stats.snapshot()
     }
 
-    /// Stops the receive thread: sets the flag, then wakes the thread with
-    /// an empty datagram to the port itself (the receive timeout catches
-    /// the case where that is lost).
+    /// Stops the receive thread: sets the flag, then wakes the thread by
+    /// shutting the socket's receiving side (nothing goes on the wire; the
+    /// receive timeout is the fallback).
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.rx.take() {
-            let _ = self.sock.send_to(&[], self.addr);
+            sys::shut_rd(&self.sock);
             let _ = t.join();
         }
     }
@@ -208,7 +208,7 @@ fn rx_loop(
                 continue;
             }
             if payload.is_empty() {
-                // A wake-up, or nothing a NIC would send.
+                // Nothing a NIC would send.
                 continue;
             }
             let dst = meta.dst.unwrap_or(*local.ip());

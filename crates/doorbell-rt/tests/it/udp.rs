@@ -483,3 +483,33 @@ fn pcap_packets(b: &[u8]) -> Vec<Vec<u8>> {
     }
     out
 }
+
+/// A UDP port that starts and stops sends nothing of its own: stopping
+/// its receive thread used to wake it with an empty datagram to itself on
+/// port 4791, which a capture of the wire shows as a packet that is not
+/// RoCEv2. Needs tshark and the right to capture, as the capture tests.
+#[test]
+fn a_port_that_starts_and_stops_puts_nothing_on_the_wire() {
+    use doorbell_cprobe::capture::{Capture, tail};
+    let a = lo(34, 2);
+    let ip = format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3]);
+    let file = std::env::temp_dir().join(format!("doorbell-quiet-{}.pcap", std::process::id()));
+    let cap = Capture::start(&file, &format!("udp port 4791 and host {ip}"), 1000);
+    for _ in 0..3 {
+        let nic = doorbell_rt::LiveNic::start_udp("quiet", a, doorbell_pcie::LinkConfig::default())
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        drop(nic);
+    }
+    let said = cap.stop_after(Duration::from_millis(500));
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&file)
+        .args(["-T", "fields", "-e", "frame.number", "-e", "udp.length"])
+        .output()
+        .expect("tshark runs");
+    let _ = std::fs::remove_file(&file);
+    assert!(out.status.success(), "tshark: {}", tail(&said));
+    let frames = String::from_utf8_lossy(&out.stdout);
+    assert!(frames.trim().is_empty(), "the port sent:\n{frames}");
+}
