@@ -60,9 +60,22 @@ fn note_ack<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> bool {
     true
 }
 
+/// The ACK timer restarts while something sent still waits for its answer
+/// and stops otherwise, as the IBA's transport timer does: a PSN past the
+/// acknowledged one (a packet not ACKed, a READ response not in), or a
+/// READ or atomic asked for whose answer is not all in (one asked again
+/// after an ACK went past it waits on PSNs already acknowledged). The
+/// messages just acknowledged are still in the send queue here (they
+/// complete after this), so counting them would leave the timer running
+/// from this ACK, and a message posted later would inherit its deadline.
 fn made_progress<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
-    let outstanding = !qp.sq.outstanding.is_empty();
-    qp.req.made_progress(ctx.now, outstanding);
+    let waiting = qp.req.una() != qp.req.high_psn()
+        || qp
+            .sq
+            .outstanding
+            .iter()
+            .any(|m| m.is_read_or_atomic() && m.sent > 0 && !m.answered);
+    qp.req.made_progress(ctx.now, waiting);
 }
 
 /// Handles an ACK, NAK, READ response or atomic ACK for `qp`.

@@ -441,3 +441,47 @@ fn rnr_naks_count_at_both_ends() {
     );
     assert_eq!(c.tx_retransmits, naks);
 }
+
+/// The ACK timer runs only while something sent waits for its ACK: once
+/// everything is acknowledged it stops, and the next message starts it
+/// afresh. It used to be restarted by the last ACK (the message it
+/// acknowledged had not completed yet) and keep that deadline, so a
+/// message posted most of a timeout later timed out well before a whole
+/// timeout had passed (the live bench's spurious ACK timeouts).
+#[test]
+fn the_ack_timer_starts_afresh_for_a_message_after_an_idle_spell() {
+    // 4.096 µs × 2^14 ≈ 67.1 ms.
+    let timeout = Duration::from_ns(4096 << 14);
+    let hold = Duration::from_us(20_000);
+    // The second WRITE's ACK is held 20 ms: well inside one timeout.
+    let (policy, _log) = tap_policy(move |s, k| {
+        if s.opcode == BthOpcode::RcAck && k == 1 {
+            Fate::Delay(hold)
+        } else {
+            Fate::Deliver
+        }
+    });
+    let p = Loop::faulty(policy, Timers::default());
+    let src = [p.mr_a.sge(0, 64).unwrap()];
+    let write = |id| {
+        p.a.post_send(&[signaled(id, &src, WrOpcode::RdmaWrite(p.remote_b(0)))])
+            .unwrap();
+    };
+    write(1);
+    assert_eq!(
+        outcome(&poll(&p.cq_a)),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    // Most of a timeout later, the next WRITE; its ACK comes 20 ms after.
+    p.advance_to(p.now().add(Duration::from_us(60_000)));
+    let t1 = p.now();
+    write(2);
+    p.advance_to(t1.add(hold));
+    assert_eq!(
+        outcome(&poll(&p.cq_a)),
+        [(2, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    // Nothing timed out, then or a timeout after.
+    p.advance_to(t1.add(timeout).add(timeout));
+    assert_eq!(errors(&p.counters()), []);
+}
