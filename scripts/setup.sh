@@ -23,6 +23,8 @@
 #   - For doorbell's librdmacm.so.1 (crates/doorbell-rdmacm): librdmacm-dev
 #     (<rdma/rdma_cma.h>, which its C tests compile against) and qperf, one
 #     more rdma_cm client.
+#   - The TCP baselines of the live-speed benchmarks (scripts/bench-tools.sh):
+#     sockperf and iperf3.
 #   - A Python virtual environment at <repo>/.venv with scapy. Tests and tools
 #     run it as <repo>/.venv/bin/python. It is built from Debian's
 #     /usr/bin/python3 (python3-venv supplies ensurepip), not from whatever
@@ -72,6 +74,8 @@ need_cmd ib_write_bw perftest
 need_cmd rping rdmacm-utils
 need_file /usr/include/rdma/rdma_cma.h librdmacm-dev
 need_cmd qperf qperf
+need_cmd sockperf sockperf
+need_cmd iperf3 iperf3
 need_file /usr/lib/python3/dist-packages/pyverbs/__init__.py python3-pyverbs
 need_file /usr/lib/x86_64-linux-gnu/libmlx5.so.1 ibverbs-providers
 need_file /usr/lib/x86_64-linux-gnu/libefa.so.1 ibverbs-providers
