@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The live-speed figures between two processes on this host, each measured
+# with the tool people already use and beside its TCP baseline from the same
+# run (docs/benchmarks.md, "Between two processes, with the tools users
+# know"):
+#
+#   - one-way latency: unmodified `ib_write_lat -s 8` on doorbell against a
+#     TCP ping-pong (`sockperf ping-pong --tcp --nonblocked`: both sides
+#     polling, as ib_write_lat does; sockperf reports half the round trip,
+#     and its smallest message is 14 bytes, its own header);
+#   - round trip: `doorbell pingpong -s 8` against twice sockperf's figure;
+#   - bandwidth: unmodified `ib_write_bw -s 65536` against one iperf3 TCP
+#     stream;
+#   - message rate: `ib_write_bw -s 8 -I 8 -l 16` (8-byte inline WRITEs,
+#     postlist 16) against 14-byte TCP_NODELAY writes (`sockperf throughput
+#     --tcp -m 14 --tcp-avoid-nodelay`, which turns Nagle off there).
+#
+#   scripts/bench-tools.sh            # 5 s per figure
+#   BENCH_SECS=10 scripts/bench-tools.sh
+#
+# Needs scripts/setup.sh's packages (perftest, sockperf, iperf3). Builds the
+# release binaries first. Prints each tool's own result line, then a table.
+# A benchmark, not a test: nothing here asserts a speed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+secs=${BENCH_SECS:-5}
+for c in ib_write_lat ib_write_bw sockperf iperf3; do
+    command -v "$c" >/dev/null || { echo "bench-tools: $c is missing: run scripts/setup.sh" >&2; exit 1; }
+done
+
+cargo build --release -q -p doorbell-cli -p doorbell-ibverbs -p doorbell-rdmacm
+db=target/release/doorbell
+srv=127.0.88.2
+cli=127.0.88.3
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+say() { echo "bench-tools: $*" >&2; }
+
+# Runs a server command in the background and a client command in front;
+# prints the client's output. $1: seconds to let the server start.
+pair() {
+    local wait=$1 server=$2 client=$3
+    bash -c "$server" >/tmp/bench-tools-server.$$ 2>&1 &
+    pids+=($!)
+    sleep "$wait"
+    local out
+    out=$(timeout $((secs * 4 + 60)) bash -c "$client" 2>&1) || {
+        say "failed: $client"
+        echo "$out" >&2
+        cat /tmp/bench-tools-server.$$ >&2
+        exit 1
+    }
+    # The TCP servers serve until stopped; perftest's are done by now.
+    kill "${pids[-1]}" 2>/dev/null || true
+    wait "${pids[-1]}" 2>/dev/null || true
+    echo "$out"
+}
+
+say "TCP ping-pong, 14 B, polling (sockperf)"
+sp=$(pair 1 "timeout $((secs + 30)) sockperf server --tcp --nonblocked -i 127.0.0.1 -p 11111" \
+    "sockperf ping-pong --tcp --nonblocked -i 127.0.0.1 -p 11111 -m 14 -t $secs")
+grep -E 'Summary' <<<"$sp" >&2
+tcp_lat=$(grep -oP 'Summary: Latency is\s*\K[0-9.]+' <<<"$sp" | head -1)
+
+say "TCP_NODELAY 14 B writes (sockperf throughput)"
+st=$(pair 1 "timeout $((secs + 30)) sockperf server --tcp -i 127.0.0.1 -p 11112" \
+    "sockperf throughput --tcp --tcp-avoid-nodelay -i 127.0.0.1 -p 11112 -m 14 -t $secs")
+grep -E 'Message Rate' <<<"$st" >&2
+tcp_rate=$(grep -oP 'Message Rate is\s*\K[0-9.]+' <<<"$st" | head -1)
+
+say "one TCP stream (iperf3)"
+ip=$(pair 1 "iperf3 -s -1 -B 127.0.0.1 -p 5301" "iperf3 -c 127.0.0.1 -p 5301 -t $secs -J")
+tcp_bw=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8)' <<<"$ip")
+
+say "ib_write_lat -s 8 on doorbell"
+lat=$(pair 1.5 "$db run --addr $srv -- ib_write_lat -s 8 -n 20000 -p 18601" \
+    "$db run --addr $cli -- ib_write_lat -s 8 -n 20000 -p 18601 $srv")
+lat_row=$(awk '$1 == 8 && NF >= 7' <<<"$lat" | tail -1)
+echo "$lat" | grep -E 't_typical|^ 8 ' >&2
+db_lat=$(awk '{print $5}' <<<"$lat_row")
+
+say "doorbell pingpong -s 8"
+pp=$(pair 1 "$db pingpong --addr $srv -s 8 -n 10000 -p 18602" \
+    "$db pingpong --addr $cli -s 8 -n 10000 -p 18602 $srv")
+echo "$pp" | grep 'usec/iter' >&2
+db_rtt=$(grep -oP '=\s*\K[0-9.]+(?= usec/iter)' <<<"$pp" | head -1)
+
+say "ib_write_bw -s 65536 on doorbell"
+bw=$(pair 1.5 "$db run --addr $srv -- ib_write_bw -s 65536 -D $secs -p 18603" \
+    "$db run --addr $cli -- ib_write_bw -s 65536 -D $secs -p 18603 $srv")
+echo "$bw" | grep -E 'BW average|^ 65536 ' >&2
+db_bw=$(awk '$1 == 65536 {print $4}' <<<"$bw" | tail -1)
+
+say "ib_write_bw -s 8 -I 8 -l 16 on doorbell"
+mr=$(pair 1.5 "$db run --addr $srv -- ib_write_bw -s 8 -I 8 -l 16 -D $secs -p 18604" \
+    "$db run --addr $cli -- ib_write_bw -s 8 -I 8 -l 16 -D $secs -p 18604 $srv")
+echo "$mr" | grep -E 'MsgRate|^ 8 ' >&2
+db_rate=$(awk '$1 == 8 {print $5}' <<<"$mr" | tail -1)
+
+/usr/bin/python3 - "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" <<'EOF'
+import sys
+tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate = map(float, sys.argv[1:])
+# perftest's MB is 2^20 bytes.
+db_bw_bytes = db_bw * 2**20
+rows = [
+    ("one-way latency, 8 B", f"ib_write_lat t_typical {db_lat:.2f} us", f"sockperf (14 B) {tcp_lat:.2f} us",
+     f"{db_lat / tcp_lat:.2f}x TCP's time (target <= 0.5)"),
+    ("round trip, 8 B", f"doorbell pingpong {db_rtt:.2f} us", f"sockperf (14 B) x2 {2 * tcp_lat:.2f} us",
+     f"{db_rtt / (2 * tcp_lat):.2f}x TCP's time (target <= 0.5)"),
+    ("bandwidth, 64 KiB", f"ib_write_bw {db_bw_bytes / 1e9:.3f} GB/s", f"iperf3 {tcp_bw / 1e9:.3f} GB/s",
+     f"{db_bw_bytes / tcp_bw:.2f}x TCP (target >= 1)"),
+    ("message rate, 8 B", f"ib_write_bw {db_rate:.3f} Mpps", f"sockperf (14 B) {tcp_rate / 1e6:.3f} Mmsg/s",
+     f"{db_rate * 1e6 / tcp_rate:.2f}x TCP (target >= 2)"),
+]
+print("| figure | doorbell | TCP baseline (same run) | ratio |")
+print("|---|---|---|---|")
+for r in rows:
+    print("| " + " | ".join(r) + " |")
+EOF
