@@ -11,12 +11,17 @@
 #   - round trip: `doorbell pingpong -s 8` against twice sockperf's figure;
 #   - bandwidth: unmodified `ib_write_bw -s 65536` against one iperf3 TCP
 #     stream;
+#   - between two hosts (BENCH_NETNS=1, as root): two network namespaces
+#     joined by a veth pair, as doorbell-cli's netns test builds them;
+#     unmodified `ib_write_bw -s 65536` across it against one iperf3 TCP
+#     stream across the same veth;
 #   - message rate: `ib_write_bw -s 8 -I 8 -l 16` (8-byte inline WRITEs,
 #     postlist 16) against 14-byte TCP_NODELAY writes (`sockperf throughput
 #     --tcp -m 14 --tcp-avoid-nodelay`, which turns Nagle off there).
 #
 #   scripts/bench-tools.sh            # 5 s per figure
 #   BENCH_SECS=10 scripts/bench-tools.sh
+#   BENCH_NETNS=1 scripts/bench-tools.sh   # also the two-host figure (root)
 #
 # Needs scripts/setup.sh's packages (perftest, sockperf, iperf3). Builds the
 # release binaries first. Prints each tool's own result line, then a table.
@@ -101,9 +106,33 @@ mr=$(pair 1.5 "$db run --addr $srv -- ib_write_bw -s 8 -I 8 -l 16 -D $secs -p 18
 echo "$mr" | grep -E 'MsgRate|^ 8 ' >&2
 db_rate=$(awk '$1 == 8 {print $5}' <<<"$mr" | tail -1)
 
-/usr/bin/python3 - "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" <<'EOF'
+veth_rows=""
+if [[ ${BENCH_NETNS:-0} == 1 ]]; then
+    na=dbbench-$$-a nb=dbbench-$$-b va=dbb$$a vb=dbb$$b
+    netns_cleanup() { ip netns del "$na" 2>/dev/null || true; ip netns del "$nb" 2>/dev/null || true; }
+    trap 'cleanup; netns_cleanup' EXIT
+    ip netns add "$na" && ip netns add "$nb"
+    ip link add "$va" netns "$na" type veth peer name "$vb" netns "$nb"
+    ip -n "$na" addr add 10.88.0.1/30 dev "$va"
+    ip -n "$nb" addr add 10.88.0.2/30 dev "$vb"
+    for ns in "$na" "$nb"; do ip -n "$ns" link set lo up; done
+    ip -n "$na" link set "$va" up
+    ip -n "$nb" link set "$vb" up
+    say "one TCP stream over the veth (iperf3)"
+    vip=$(pair 1 "ip netns exec $na iperf3 -s -1 -B 10.88.0.1 -p 5302" \
+        "ip netns exec $nb iperf3 -c 10.88.0.1 -p 5302 -t $secs -J")
+    veth_tcp=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8)' <<<"$vip")
+    say "ib_write_bw -s 65536 over the veth"
+    vbw=$(pair 1.5 "ip netns exec $na $db run --addr 10.88.0.1 -- ib_write_bw -s 65536 -D $secs -p 18605" \
+        "ip netns exec $nb $db run --addr 10.88.0.2 -- ib_write_bw -s 65536 -D $secs -p 18605 10.88.0.1")
+    echo "$vbw" | grep -E 'BW average|^ 65536 ' >&2
+    veth_bw=$(awk '$1 == 65536 {print $4}' <<<"$vbw" | tail -1)
+    veth_rows="$veth_bw $veth_tcp"
+fi
+
+/usr/bin/python3 - "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" $veth_rows <<'EOF'
 import sys
-tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate = map(float, sys.argv[1:])
+tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate = map(float, sys.argv[1:8])
 # perftest's MB is 2^20 bytes.
 db_bw_bytes = db_bw * 2**20
 rows = [
@@ -116,6 +145,10 @@ rows = [
     ("message rate, 8 B", f"ib_write_bw {db_rate:.3f} Mpps", f"sockperf (14 B) {tcp_rate / 1e6:.3f} Mmsg/s",
      f"{db_rate * 1e6 / tcp_rate:.2f}x TCP (target >= 2)"),
 ]
+if len(sys.argv) > 9:
+    vbw, vtcp = float(sys.argv[8]) * 2**20, float(sys.argv[9])
+    rows.append(("bandwidth over a veth, 64 KiB", f"ib_write_bw {vbw / 1e9:.3f} GB/s",
+                 f"iperf3 {vtcp / 1e9:.3f} GB/s", f"{vbw / vtcp:.2f}x TCP (target >= 1)"))
 print("| figure | doorbell | TCP baseline (same run) | ratio |")
 print("|---|---|---|---|")
 for r in rows:

@@ -310,6 +310,12 @@ impl LiveNic {
                 };
                 let mut p = udp::UdpPort::bind(ipv4).map_err(sock_err)?;
                 cfg.udp_src_port = Some(p.port());
+                // The port's MTU is what its interface carries, as a RoCE
+                // NIC's active MTU follows its netdev's (a veth's 1500
+                // bytes allow 1024).
+                if let Some(mtu) = udp::interface_roce_mtu(ipv4) {
+                    cfg.caps.max_mtu = cfg.caps.max_mtu.min(mtu);
+                }
                 p.start_rx(name, tx.clone()).map_err(|_| RtError::Spawn)?;
                 let sink = Box::new(p.sink());
                 (PortHandle::Udp(p), sink)

@@ -75,6 +75,51 @@ pub(crate) fn shut_rd(sock: &UdpSocket) {
     let _ = unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RD) };
 }
 
+/// The name of the interface that holds `ipv4`: the one whose IPv4
+/// network contains it, the longest prefix winning (127.0.88.2 is lo's, as
+/// 127.0.0.0/8 is), from `getifaddrs`. `None` if no interface does.
+pub(crate) fn interface_of(ipv4: [u8; 4]) -> Option<String> {
+    let want = u32::from_be_bytes(ipv4);
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes the head of a list it allocates into
+    // `head`, or fails and writes nothing.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut best: Option<(u32, String)> = None;
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, not yet
+        // freed; its address and netmask, when not NULL, are sockaddrs of
+        // the family `sa_family` says, here AF_INET (a sockaddr_in), and
+        // its name a NUL-terminated string.
+        unsafe {
+            let ifa = &*p;
+            if !ifa.ifa_addr.is_null()
+                && !ifa.ifa_netmask.is_null()
+                && i32::from((*ifa.ifa_addr).sa_family) == libc::AF_INET
+            {
+                let addr =
+                    u32::from_be((*ifa.ifa_addr.cast::<libc::sockaddr_in>()).sin_addr.s_addr);
+                let mask = u32::from_be(
+                    (*ifa.ifa_netmask.cast::<libc::sockaddr_in>())
+                        .sin_addr
+                        .s_addr,
+                );
+                let prefix = mask.count_ones();
+                if want & mask == addr & mask && best.as_ref().is_none_or(|(b, _)| prefix > *b) {
+                    let name = std::ffi::CStr::from_ptr(ifa.ifa_name);
+                    best = Some((prefix, name.to_string_lossy().into_owned()));
+                }
+            }
+            p = ifa.ifa_next;
+        }
+    }
+    // SAFETY: the list getifaddrs returned, freed once, not used after.
+    unsafe { libc::freeifaddrs(head) };
+    best.map(|(_, name)| name)
+}
+
 /// Reads an integer socket option.
 #[cfg(test)]
 pub(crate) fn getsockopt_int(sock: &UdpSocket, level: i32, name: i32) -> io::Result<i32> {

@@ -92,6 +92,26 @@ pub(crate) struct UdpPort {
     rx: Option<JoinHandle<()>>,
 }
 
+/// The largest RoCE path MTU that fits an Ethernet interface of `if_mtu`
+/// bytes, as the kernel's `iboe_get_mtu` picks the port's active MTU: the
+/// interface MTU less 96 bytes of headers (GRH, UDP, BTH, XRC and atomic
+/// extension headers, ICRC), rounded down to 256, 512, 1024, 2048 or 4096.
+pub(crate) fn roce_mtu(if_mtu: u32) -> u32 {
+    let room = if_mtu.saturating_sub(96);
+    [4096, 2048, 1024, 512]
+        .into_iter()
+        .find(|&m| room >= m)
+        .unwrap_or(256)
+}
+
+/// The RoCE MTU the interface holding `ipv4` allows (`None` if no
+/// interface holds it or its MTU cannot be read).
+pub(crate) fn interface_roce_mtu(ipv4: [u8; 4]) -> Option<u32> {
+    let name = sys::interface_of(ipv4)?;
+    let mtu = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?;
+    mtu.trim().parse().ok().map(roce_mtu)
+}
+
 impl UdpPort {
     /// Binds `ipv4:4791` and sets the socket up; no thread runs yet.
     pub(crate) fn bind(ipv4: [u8; 4]) -> io::Result<Self> {
@@ -295,6 +315,30 @@ impl Sink for UdpSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_roce_mtu_is_the_kernels_pick_for_the_interface_mtu() {
+        // iboe_get_mtu: 96 bytes of headers, then the IB MTU that fits.
+        assert_eq!(roce_mtu(65536), 4096, "loopback");
+        assert_eq!(roce_mtu(9000), 4096, "jumbo frames");
+        assert_eq!(roce_mtu(4192), 4096);
+        assert_eq!(roce_mtu(4191), 2048);
+        assert_eq!(roce_mtu(1500), 1024, "Ethernet");
+        assert_eq!(roce_mtu(1120), 1024);
+        assert_eq!(roce_mtu(1119), 512);
+        assert_eq!(roce_mtu(500), 256);
+    }
+
+    #[test]
+    fn a_loopback_address_is_los_and_its_mtu_allows_4096() {
+        assert_eq!(sys::interface_of([127, 0, 88, 2]).as_deref(), Some("lo"));
+        assert_eq!(interface_roce_mtu([127, 0, 88, 2]), Some(4096));
+        assert_eq!(
+            sys::interface_of([203, 0, 113, 9]),
+            None,
+            "TEST-NET-3 is nobody's"
+        );
+    }
     use doorbell_types::{Psn, Qpn};
     use doorbell_wire::{BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr, parse_roce};
 

@@ -185,6 +185,18 @@ fn pingpong_between_two_namespaces() {
     let sent = hosts.veth_stat(1, "tx_packets") - tx_before;
     assert!(sent >= 5 * iters, "only {sent} packets left namespace b");
 
+    // The port's MTU follows the veth's 1500 bytes, as a RoCE NIC's active
+    // MTU follows its netdev: 1024 (a 4096-byte path would not fit, and
+    // perftest, which takes the active MTU, would lose every packet).
+    let info = hosts.doorbell_in(1, &["run", "--addr", CLIENT_IP, "--", "ibv_devinfo", "-v"]);
+    let info = info.finish(Duration::from_secs(30));
+    info.assert_ok("ibv_devinfo in namespace b");
+    assert!(
+        info.stdout.contains("active_mtu:\t\t1024 (3)"),
+        "{}",
+        info.stdout
+    );
+
     // Everything the test made goes away with the guard.
     let (ns, veth) = (hosts.ns.clone(), hosts.veth.clone());
     drop(hosts);
