@@ -15,7 +15,9 @@
 //!   as QPs are added;
 //! - the baselines: `copy_from_slice` between two `Vec`s and
 //!   [`HostRam::write`] (the path every host store and device DMA takes), at
-//!   64 KiB and at 8 bytes.
+//!   64 KiB and at 8 bytes; and a bare single-producer single-consumer
+//!   hand-off of 64-byte records between two threads (rtrb's ring), the
+//!   most a NIC thread could take from a posting thread per message.
 //!
 //! Each figure is the median rate over ten slices of its run, after a warm-up;
 //! the spread column shows the slowest and fastest slice. `cargo bench` passes
@@ -67,8 +69,9 @@ const USAGE: &str = "\
 usage: cargo bench -p doorbell-rt --bench live [-- --help]
 
 Measures, between two LiveNics in one process, the message rate of 8-byte
-inline RDMA WRITEs and the bandwidth of 64 KiB RDMA WRITEs, with memcpy and
-HostRam::write baselines from the same run, and prints a table.
+inline RDMA WRITEs and the bandwidth of 64 KiB RDMA WRITEs, with memcpy,
+HostRam::write and SPSC hand-off baselines from the same run, and prints a
+table.
 
 Without --bench (which cargo bench passes) the run is cut short: a smoke test.
 
@@ -325,6 +328,49 @@ fn memcpy_small(s: &Settings) -> Rate {
         }
         SMALL_SLOTS as u64
     })
+}
+
+/// A bare single-producer single-consumer hand-off of 64-byte records
+/// between two threads (rtrb's lock-free ring of 1024 slots): the most a
+/// NIC thread could take from a posting thread, per message, with nothing
+/// else to do. The producer thread fills the ring as fast as it can; the
+/// measured thread takes records.
+fn spsc_64b(s: &Settings) -> Rate {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (mut tx, mut rx) = rtrb::RingBuffer::<[u8; 64]>::new(1024);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let producer = std::thread::spawn(move || {
+        let mut rec = [0u8; 64];
+        let mut n = 0u64;
+        while !flag.load(Ordering::Relaxed) {
+            rec[..8].copy_from_slice(&n.to_le_bytes());
+            if tx.push(black_box(rec)).is_ok() {
+                n += 1;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    let mut expect = 0u64;
+    let rate = measure(s.warmup(), s.baseline(), || {
+        let mut got = 0u64;
+        while got < 256 {
+            match rx.pop() {
+                Ok(rec) => {
+                    let n = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes"));
+                    assert_eq!(n, expect, "records in order");
+                    expect += 1;
+                    got += 1;
+                }
+                Err(_) => std::hint::spin_loop(),
+            }
+        }
+        got
+    });
+    stop.store(true, Ordering::Relaxed);
+    producer.join().expect("the producer thread");
+    rate
 }
 
 fn hostram_big(s: &Settings) -> Rate {
@@ -778,6 +824,7 @@ fn main() {
     let hr_big = hostram_big(&s);
     let mc_small = memcpy_small(&s);
     let hr_small = hostram_small(&s);
+    let spsc = spsc_64b(&s);
     let e2e_big = big_writes(&s);
     let e2e_list = small_writes(&s, Post::List);
     let e2e_single = small_writes(&s, Post::Single);
@@ -788,6 +835,7 @@ fn main() {
     let (gb, mops) = (1e9, 1e6);
     let (m_big, h_big) = (mc_big.median(), hr_big.median());
     let (m_small, h_small) = (mc_small.median(), hr_small.median());
+    let spsc_rate = spsc.median();
     let rows = vec![
         Row {
             name: "memcpy 64 KiB (Vec copy_from_slice)".into(),
@@ -825,11 +873,22 @@ fn main() {
             versus: vec![("memcpy", m_small)],
         },
         Row {
+            name: "SPSC hand-off of 64 B records, 2 threads".into(),
+            rate: spsc,
+            scale: mops,
+            unit: "Mops",
+            versus: vec![],
+        },
+        Row {
             name: format!("RDMA WRITE 8 B inline, postlist {SIGNAL_EVERY}"),
             rate: e2e_list,
             scale: mops,
             unit: "Mops",
-            versus: vec![("memcpy", m_small), ("HostRam::write", h_small)],
+            versus: vec![
+                ("memcpy", m_small),
+                ("HostRam::write", h_small),
+                ("SPSC hand-off", spsc_rate),
+            ],
         },
         Row {
             name: "RDMA WRITE 8 B inline, 1 WR/post (BlueFlame)".into(),
