@@ -1,5 +1,5 @@
-//! What a device thread receives: the one queue through which MMIO stores,
-//! frames from the port, commands and control reach a live NIC, in order.
+//! What a live NIC receives: the one queue through which MMIO stores,
+//! frames from the port, commands and control reach it, in order.
 
 use crossbeam_channel::Sender;
 use doorbell_device::NicCounters;
@@ -15,14 +15,12 @@ pub(crate) enum Msg {
         len: u8,
         data: [u8; 64],
     },
-    Frame(Vec<u8>),
     Frames(Vec<Vec<u8>>),
     Cmd(Command, Sender<Result<CmdOut, CmdError>>),
     Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
     Record(bool, Sender<Vec<Crossing>>),
     /// Every QP's bus counters, the totals and the device's counters.
     Snapshot(Sender<BusSnapshot>),
-    Stop,
 }
 
 /// The device thread's part of a `stats::NicStats`.

@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod engine;
 pub mod fault;
 mod inbox;
 mod irq;
@@ -63,18 +64,19 @@ pub use fault::{Fate, FaultPolicy, FaultStage, FaultStats, Faults, RandomFaults}
 pub use udp::PortCounters;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
+use crossbeam_channel::{Receiver, bounded, unbounded};
 use doorbell_device::{Frame, Nic, NicConfig, NicCounters};
 use doorbell_driver::EventQueues;
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio};
 use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
-use doorbell_types::{Instant, Qpn, UarIndex};
+use doorbell_types::{Qpn, UarIndex};
 
+use engine::{Core, Egress, Engine};
 use inbox::Msg;
 pub use loopback::LoopbackLink;
 pub use process::{LinkDown, ProcessNic, ProcessNicConfig, ProcessNicError};
@@ -106,7 +108,7 @@ pub enum RtError {
 /// An in-process network of NICs, addressed by IPv4.
 #[derive(Default, Clone)]
 pub struct Fabric {
-    routes: Arc<Mutex<BTreeMap<[u8; 4], Sender<Msg>>>>,
+    routes: Arc<RwLock<BTreeMap<[u8; 4], Arc<Core>>>>,
     dropped: Arc<Mutex<u64>>,
 }
 
@@ -116,17 +118,27 @@ impl Fabric {
         Self::default()
     }
 
-    fn deliver(&self, dst: [u8; 4], bytes: Vec<u8>) {
+    /// Hands `frames`, all for `dst`, to the NIC that owns it: inside this
+    /// call if that NIC is idle ([`engine`]).
+    fn deliver(&self, dst: [u8; 4], frames: Vec<Vec<u8>>) {
+        // The route is cloned out so that no lock is held while the peer
+        // runs (its answer may come back here).
         let route = self
             .routes
-            .lock()
+            .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&dst)
             .cloned();
         match route {
-            Some(tx) if tx.send(Msg::Frame(bytes)).is_ok() => {}
-            _ => *self.dropped.lock().unwrap_or_else(|e| e.into_inner()) += 1,
+            Some(core) => core.submit(Msg::Frames(frames)),
+            None => {
+                *self.dropped.lock().unwrap_or_else(|e| e.into_inner()) += frames.len() as u64;
+            }
         }
+    }
+
+    fn routes(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<[u8; 4], Arc<Core>>> {
+        self.routes.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Frames sent to an address no NIC owns.
@@ -137,8 +149,18 @@ impl Fabric {
 
 impl fault::Sink for Fabric {
     fn send(&mut self, frames: &mut Vec<Frame>) {
+        // One delivery per run of frames to the same address.
+        let mut run: Vec<Vec<u8>> = Vec::new();
+        let mut to = None;
         for f in frames.drain(..) {
-            self.deliver(f.dst, f.bytes);
+            if to.is_some_and(|d| d != f.dst) {
+                self.deliver(to.unwrap_or_default(), std::mem::take(&mut run));
+            }
+            to = Some(f.dst);
+            run.push(f.bytes);
+        }
+        if let Some(d) = to {
+            self.deliver(d, run);
         }
     }
 }
@@ -186,29 +208,17 @@ impl NicOptions {
     }
 }
 
-/// The port a device thread sends through.
-enum Egress {
-    Direct(Box<dyn fault::Sink>),
-    Relay(fault::Relay),
-}
-
-impl Egress {
-    fn send(&mut self, frames: &mut Vec<Frame>) {
-        match self {
-            Egress::Direct(s) => s.send(frames),
-            Egress::Relay(r) => r.send(frames),
-        }
-    }
-}
-
 /// What a NIC's port holds on to.
 enum PortHandle {
     Fabric(Fabric),
     Udp(udp::UdpPort),
+    /// Not yet joined to its port (while the NIC starts).
+    Detached,
 }
 
+/// MMIO stores into the NIC's BAR: each a message to its engine.
 struct ChannelMmio {
-    tx: Sender<Msg>,
+    core: Arc<Core>,
 }
 
 impl Mmio for ChannelMmio {
@@ -218,7 +228,7 @@ impl Mmio for ChannelMmio {
         buf[..len].copy_from_slice(&data[..len]);
         // A device that has gone away drops MMIO, as a surprise-removed
         // PCIe device does.
-        let _ = self.tx.send(Msg::Mmio {
+        self.core.submit(Msg::Mmio {
             uar,
             offset,
             len: len as u8,
@@ -231,13 +241,14 @@ impl Mmio for ChannelMmio {
 pub struct LiveNic {
     name: String,
     gid: [u8; 16],
-    tx: Sender<Msg>,
+    core: Arc<Core>,
     mem: Arc<dyn HostMemory>,
     mmio: Arc<dyn Mmio>,
     events: Receiver<NicEvent>,
     port: PortHandle,
     faults: Option<fault::StatsView>,
     ipv4: [u8; 4],
+    /// The worker ([`engine`]).
     thread: Option<JoinHandle<()>>,
     /// The interrupt handler; it hands the EQs back when it stops.
     irq: Option<JoinHandle<EventQueues>>,
@@ -292,15 +303,12 @@ impl LiveNic {
         opts: NicOptions,
     ) -> Result<Self, RtError> {
         opts.link.validate()?;
-        let (tx, rx) = unbounded();
         let mut cfg = NicConfig::new(ipv4);
-        let (handle, sink): (PortHandle, Box<dyn fault::Sink>) = match port {
+        let (mut handle, sink): (PortHandle, Box<dyn fault::Sink>) = match port {
             Port::Fabric(fabric) => {
-                let mut routes = fabric.routes.lock().unwrap_or_else(|e| e.into_inner());
-                if routes.contains_key(&ipv4) {
+                if fabric.routes().contains_key(&ipv4) {
                     return Err(RtError::AddressInUse(ipv4));
                 }
-                routes.insert(ipv4, tx.clone());
                 (PortHandle::Fabric(fabric.clone()), Box::new(fabric.clone()))
             }
             Port::Udp => {
@@ -308,7 +316,7 @@ impl LiveNic {
                     std::io::ErrorKind::AddrInUse => RtError::AddressInUse(ipv4),
                     kind => RtError::Socket { addr: ipv4, kind },
                 };
-                let mut p = udp::UdpPort::bind(ipv4).map_err(sock_err)?;
+                let p = udp::UdpPort::bind(ipv4).map_err(sock_err)?;
                 cfg.udp_src_port = Some(p.port());
                 // The port's MTU is what its interface carries, as a RoCE
                 // NIC's active MTU follows its netdev's (a veth's 1500
@@ -316,32 +324,19 @@ impl LiveNic {
                 if let Some(mtu) = udp::interface_roce_mtu(ipv4) {
                     cfg.caps.max_mtu = cfg.caps.max_mtu.min(mtu);
                 }
-                p.start_rx(name, tx.clone()).map_err(|_| RtError::Spawn)?;
                 let sink = Box::new(p.sink());
                 (PortHandle::Udp(p), sink)
             }
         };
         // From here on a failure drops `handle`, which undoes the port.
-        let unroute = |h: &PortHandle| {
-            if let PortHandle::Fabric(f) = h {
-                f.routes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&ipv4);
-            }
-        };
         let (egress, faults) = match opts.faults {
             None => (Egress::Direct(sink), None),
-            Some(policy) => match fault::Relay::start(name, policy, sink, opts.relay_queue) {
-                Ok(r) => {
-                    let st = r.stats();
-                    (Egress::Relay(r), Some(st))
-                }
-                Err(_) => {
-                    unroute(&handle);
-                    return Err(RtError::Spawn);
-                }
-            },
+            Some(policy) => {
+                let r = fault::Relay::start(name, policy, sink, opts.relay_queue)
+                    .map_err(|_| RtError::Spawn)?;
+                let st = r.stats();
+                (Egress::Relay(r), Some(st))
+            }
         };
         let mem = opts
             .memory
@@ -350,36 +345,27 @@ impl LiveNic {
         let (irq_tx, irq_rx) = unbounded();
         let gid = cfg.gid();
         let bus = Bus::new(opts.link, mem.clone());
-        let unrouted = ev_tx.clone();
         // The device's clock starts now; its wall-clock epoch is read at
         // the same moment.
         let epoch = std::time::Instant::now();
         let epoch_unix_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let engine = Engine::new(Nic::new(cfg), bus, egress, irq_tx, ev_tx.clone());
+        let core = Arc::new(Core::new(engine, epoch));
+        let worker = core.clone();
         let thread = std::thread::Builder::new()
             .name(format!("doorbell-{name}"))
-            .spawn(move || {
-                let io = DeviceIo {
-                    rx,
-                    egress,
-                    events: unrouted,
-                    irqs: irq_tx,
-                };
-                device_loop(Nic::new(cfg), bus, epoch, io)
-            });
-        let Ok(thread) = thread else {
-            unroute(&handle);
-            return Err(RtError::Spawn);
-        };
+            .spawn(move || worker.work())
+            .map_err(|_| RtError::Spawn)?;
         let mut nic = Self {
             name: name.to_string(),
             gid,
-            mmio: Arc::new(ChannelMmio { tx: tx.clone() }),
-            tx,
+            mmio: Arc::new(ChannelMmio { core: core.clone() }),
+            core: core.clone(),
             mem,
             events: ev_rx,
-            port: handle,
+            port: PortHandle::Detached,
             faults,
             ipv4,
             thread: Some(thread),
@@ -387,7 +373,19 @@ impl LiveNic {
             epoch_unix_ns,
             pid: std::process::id(),
         };
-        // Dropping `nic` on failure stops the device thread and the port.
+        // Dropping `nic` on failure stops the worker and the port.
+        match &mut handle {
+            PortHandle::Fabric(f) => {
+                let mut routes = f.routes();
+                if routes.contains_key(&ipv4) {
+                    return Err(RtError::AddressInUse(ipv4));
+                }
+                routes.insert(ipv4, core);
+            }
+            PortHandle::Udp(p) => p.start_rx(name, core).map_err(|_| RtError::Spawn)?,
+            PortHandle::Detached => {}
+        }
+        nic.port = handle;
         let eqs = EventQueues::create(&mut |c| nic.exec(c), &*nic.mem, &mut |u, o, d| {
             nic.mmio.mmio_write(u, o, d)
         })
@@ -412,7 +410,7 @@ impl LiveNic {
     pub(crate) fn port_fd(&self) -> Option<std::os::fd::RawFd> {
         match &self.port {
             PortHandle::Udp(p) => Some(p.raw_fd()),
-            PortHandle::Fabric(_) => None,
+            PortHandle::Fabric(_) | PortHandle::Detached => None,
         }
     }
 
@@ -423,9 +421,7 @@ impl LiveNic {
             return Default::default();
         }
         let (tx, rx) = bounded(1);
-        if self.tx.send(Msg::Counters(qpn, tx)).is_err() {
-            return Default::default();
-        }
+        self.core.submit(Msg::Counters(qpn, tx));
         rx.recv().unwrap_or_default()
     }
 
@@ -437,10 +433,8 @@ impl LiveNic {
             stats::BusSnapshot::default()
         } else {
             let (tx, rx) = bounded(1);
-            match self.tx.send(Msg::Snapshot(tx)) {
-                Ok(()) => rx.recv().unwrap_or_default(),
-                Err(_) => stats::BusSnapshot::default(),
-            }
+            self.core.submit(Msg::Snapshot(tx));
+            rx.recv().unwrap_or_default()
         };
         stats::NicStats {
             name: self.name.clone(),
@@ -454,7 +448,7 @@ impl LiveNic {
     pub fn port_counters(&self) -> PortCounters {
         match &self.port {
             PortHandle::Udp(p) => p.counters(),
-            PortHandle::Fabric(_) => PortCounters::default(),
+            PortHandle::Fabric(_) | PortHandle::Detached => PortCounters::default(),
         }
     }
 
@@ -469,9 +463,7 @@ impl LiveNic {
             return Vec::new();
         }
         let (tx, rx) = bounded(1);
-        if self.tx.send(Msg::Record(on, tx)).is_err() {
-            return Vec::new();
-        }
+        self.core.submit(Msg::Record(on, tx));
         rx.recv().unwrap_or_default()
     }
 
@@ -498,23 +490,23 @@ impl Drop for LiveNic {
             }
             return;
         }
-        if let PortHandle::Fabric(f) = &self.port {
-            f.routes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&self.ipv4);
+        // Nothing reaches the NIC from its port any more, then the NIC
+        // stops: its worker returns, and the interrupt handler's vectors
+        // end, so that it returns the EQs, whose rings go back to host
+        // memory.
+        match &mut self.port {
+            PortHandle::Fabric(f) => {
+                f.routes().remove(&self.ipv4);
+            }
+            PortHandle::Udp(p) => p.stop(),
+            PortHandle::Detached => {}
         }
-        let _ = self.tx.send(Msg::Stop);
+        self.core.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // The device thread is gone, so the handler's vectors ended: it
-        // returns the EQs, whose rings go back to host memory.
         if let Some(Ok(eqs)) = self.irq.take().map(JoinHandle::join) {
             eqs.release(&*self.mem);
-        }
-        if let PortHandle::Udp(p) = &mut self.port {
-            p.stop();
         }
     }
 }
@@ -530,9 +522,7 @@ impl DeviceLink for LiveNic {
             return Err(CmdError::DeviceGone);
         }
         let (tx, rx) = bounded(1);
-        self.tx
-            .send(Msg::Cmd(cmd, tx))
-            .map_err(|_| CmdError::DeviceGone)?;
+        self.core.submit(Msg::Cmd(cmd, tx));
         rx.recv().unwrap_or(Err(CmdError::DeviceGone))
     }
 
@@ -555,89 +545,5 @@ impl DeviceLink for LiveNic {
 
     fn clock_epoch_unix_ns(&self) -> Option<u64> {
         Some(self.epoch_unix_ns)
-    }
-}
-
-/// What the device thread reads and feeds.
-struct DeviceIo {
-    rx: Receiver<Msg>,
-    egress: Egress,
-    /// Events no EQ took.
-    events: Sender<NicEvent>,
-    /// MSI-X vectors, for the interrupt handler.
-    irqs: Sender<u16>,
-}
-
-fn device_loop(mut nic: Nic, mut bus: Bus, start: std::time::Instant, io: DeviceIo) {
-    let DeviceIo {
-        rx,
-        mut egress,
-        events,
-        irqs,
-    } = io;
-    let mut out: Vec<Frame> = Vec::new();
-    let now = || {
-        Instant::from_ps(
-            start
-                .elapsed()
-                .as_nanos()
-                .saturating_mul(1000)
-                .min(u128::from(u64::MAX)) as u64,
-        )
-    };
-    loop {
-        let wait = nic
-            .poll_timeout()
-            .map(|t| Duration::from_nanos(t.as_ps().saturating_sub(now().as_ps()) / 1000))
-            .unwrap_or(Duration::from_secs(3600));
-        match rx.recv_timeout(wait) {
-            Ok(Msg::Mmio {
-                uar,
-                offset,
-                len,
-                data,
-            }) => nic.handle_mmio(now(), uar, offset, &data[..usize::from(len)], &mut bus),
-            Ok(Msg::Frame(f)) => nic.handle_frame(now(), &f, &mut bus),
-            Ok(Msg::Frames(fs)) => {
-                for f in fs {
-                    nic.handle_frame(now(), &f, &mut bus);
-                }
-            }
-            Ok(Msg::Cmd(c, reply)) => {
-                let _ = reply.send(nic.exec(now(), c, &mut bus));
-            }
-            Ok(Msg::Counters(q, reply)) => {
-                let c = q
-                    .map(|q| bus.qp_counters(q))
-                    .unwrap_or_else(|| bus.counters());
-                let _ = reply.send((c, nic.counters()));
-            }
-            Ok(Msg::Snapshot(reply)) => {
-                let _ = reply.send(stats::BusSnapshot {
-                    total: bus.counters(),
-                    qps: bus.all_qp_counters(),
-                    nic: nic.counters(),
-                });
-            }
-            Ok(Msg::Record(on, reply)) => {
-                let log = bus.take_log();
-                bus.set_recording(on);
-                let _ = reply.send(log);
-            }
-            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-            Err(RecvTimeoutError::Timeout) => {}
-        }
-        if nic.poll_timeout().is_some_and(|t| t <= now()) {
-            nic.handle_timeout(now(), &mut bus);
-        }
-        out.extend(std::iter::from_fn(|| nic.poll_transmit()));
-        egress.send(&mut out);
-        while let Some(v) = nic.poll_interrupt() {
-            let _ = irqs.send(v);
-        }
-        // Events no EQ took: none once the EQs exist.
-        while let Some(e) = nic.poll_event() {
-            let _ = events.send(e);
-        }
     }
 }

@@ -15,8 +15,8 @@
 //! (`recvmmsg`) and puts the IPv4 and UDP headers back from what the kernel
 //! tells: source address and port, destination address (`IP_PKTINFO`),
 //! length; identification 0 and DF, with TTL and TOS as anything (the ICRC
-//! masks them). The rebuilt frame goes to the NIC's thread, which checks
-//! the ICRC exactly as for a frame from the in-process fabric: a datagram
+//! masks them). The rebuilt frame goes to the NIC (handled in the receive
+//! thread itself when the NIC is idle), which checks the ICRC exactly as for a frame from the in-process fabric: a datagram
 //! whose addresses, ports or bytes are not those its sender's ICRC covers
 //! is dropped and counted there.
 
@@ -27,12 +27,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use doorbell_device::Frame;
 use doorbell_wire::{
     IpProtocol, Ipv4Header, Ipv4Repr, ROCE_V2_UDP_PORT, UdpHeader, UdpRepr, ipv4, udp,
 };
 
+use crate::engine::Core;
 use crate::fault::Sink;
 use crate::inbox::Msg;
 use crate::sys::{self, RecvBatch};
@@ -133,8 +133,9 @@ impl UdpPort {
         self.addr.port()
     }
 
-    /// Starts the receive thread, feeding `to`.
-    pub(crate) fn start_rx(&mut self, name: &str, to: Sender<Msg>) -> io::Result<()> {
+    /// Starts the receive thread, feeding `to`: the thread runs the NIC
+    /// on what it received when no other thread is.
+    pub(crate) fn start_rx(&mut self, name: &str, to: Arc<Core>) -> io::Result<()> {
         let (sock, stats, stop, addr) = (
             self.sock.clone(),
             self.stats.clone(),
@@ -191,13 +192,7 @@ impl Drop for UdpPort {
     }
 }
 
-fn rx_loop(
-    sock: &UdpSocket,
-    local: SocketAddrV4,
-    stats: &Stats,
-    stop: &AtomicBool,
-    to: &Sender<Msg>,
-) {
+fn rx_loop(sock: &UdpSocket, local: SocketAddrV4, stats: &Stats, stop: &AtomicBool, to: &Core) {
     let mut batch = RecvBatch::new();
     while !stop.load(Ordering::Relaxed) {
         let n = match batch.recv(sock) {
@@ -244,9 +239,7 @@ fn rx_loop(
         stats
             .rx_datagrams
             .fetch_add(frames.len() as u64, Ordering::Relaxed);
-        if to.send(Msg::Frames(frames)).is_err() {
-            return;
-        }
+        to.submit(Msg::Frames(frames));
     }
 }
 

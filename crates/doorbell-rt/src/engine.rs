@@ -1,0 +1,315 @@
+//! Who runs a live NIC: whichever thread has work for it.
+//!
+//! # Model
+//! A NIC's state (the sans-IO [`Nic`], its end of the [`Bus`], its port's
+//! egress) sits in an [`Engine`] behind a lock, and every input (an MMIO
+//! store, a command, frames from the port) goes into one FIFO, the
+//! [`Core`]'s inbox. The thread that puts a message there then tries the
+//! lock: if it gets it, it handles everything queued, its own message
+//! last, in its own thread: a doorbell is processed inside the store that
+//! rang it, a frame from the in-process fabric inside the peer's send, a
+//! datagram inside the port's receive thread, and no thread is woken. If
+//! another thread holds the lock, the message waits for that thread, which
+//! looks at the inbox again after it lets the lock go (the two sides fence
+//! between their store and their load, so one of them sees the other's).
+//!
+//! The NIC's own thread (the worker) runs what no caller drives: transport
+//! timers, and the rest of the inbox when a caller has handled
+//! [`BUDGET`] messages in one turn. It parks until the next timer is due;
+//! a turn that arms an earlier timer unparks it. An idle NIC's worker
+//! sleeps until its next timer, or indefinitely.
+//!
+//! # Guarantees
+//! - The messages of one thread are handled in the order it sent them, and
+//!   a message is handled after every message queued before it: the FIFO is
+//!   drained in order, under the lock.
+//! - Frames leave the port in the order the NIC emitted them: the egress is
+//!   driven under the same lock.
+//! - No thread blocks on another NIC's lock: a delivery to a NIC that is
+//!   busy only queues, so two NICs that send to each other inside one
+//!   another's turns cannot deadlock.
+//! - After [`Core::stop`], messages are dropped unhandled: a command then
+//!   fails with `DeviceGone`, as from a removed device. A panic in the
+//!   device code marks the NIC stopped the same way.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
+use std::thread::Thread;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use doorbell_device::{Frame, Nic};
+use doorbell_hif::NicEvent;
+use doorbell_pcie::Bus;
+use doorbell_types::Instant;
+
+use crate::inbox::{BusSnapshot, Msg};
+
+/// Messages a caller handles in one turn before it leaves the rest to the
+/// worker: a thread that posts is not kept long doing others' work.
+pub(crate) const BUDGET: usize = 256;
+
+/// The port a NIC sends through.
+pub(crate) enum Egress {
+    /// Straight to the port.
+    Direct(Box<dyn crate::fault::Sink>),
+    /// Through a fault-injecting relay thread.
+    Relay(crate::fault::Relay),
+}
+
+impl Egress {
+    fn send(&mut self, frames: &mut Vec<Frame>) {
+        match self {
+            Egress::Direct(s) => s.send(frames),
+            Egress::Relay(r) => r.send(frames),
+        }
+    }
+}
+
+/// A NIC's state and where its outputs go.
+pub(crate) struct Engine {
+    pub(crate) nic: Nic,
+    pub(crate) bus: Bus,
+    pub(crate) egress: Egress,
+    /// MSI-X vectors, for the interrupt handler; `None` once stopped, which
+    /// ends the handler.
+    pub(crate) irqs: Option<Sender<u16>>,
+    /// Events no EQ took.
+    pub(crate) events: Sender<NicEvent>,
+    out: Vec<Frame>,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        nic: Nic,
+        bus: Bus,
+        egress: Egress,
+        irqs: Sender<u16>,
+        events: Sender<NicEvent>,
+    ) -> Self {
+        Self {
+            nic,
+            bus,
+            egress,
+            irqs: Some(irqs),
+            events,
+            out: Vec::new(),
+        }
+    }
+
+    fn handle(&mut self, now: Instant, msg: Msg) {
+        let Self { nic, bus, .. } = self;
+        match msg {
+            Msg::Mmio {
+                uar,
+                offset,
+                len,
+                data,
+            } => nic.handle_mmio(now, uar, offset, &data[..usize::from(len)], bus),
+            Msg::Frames(fs) => {
+                for f in fs {
+                    nic.handle_frame(now, &f, bus);
+                }
+            }
+            Msg::Cmd(c, reply) => {
+                let _ = reply.send(nic.exec(now, c, bus));
+            }
+            Msg::Counters(q, reply) => {
+                let c = q.map_or_else(|| bus.counters(), |q| bus.qp_counters(q));
+                let _ = reply.send((c, nic.counters()));
+            }
+            Msg::Snapshot(reply) => {
+                let _ = reply.send(BusSnapshot {
+                    total: bus.counters(),
+                    qps: bus.all_qp_counters(),
+                    nic: nic.counters(),
+                });
+            }
+            Msg::Record(on, reply) => {
+                let log = bus.take_log();
+                bus.set_recording(on);
+                let _ = reply.send(log);
+            }
+        }
+    }
+
+    /// Fires due timers and hands every output on: frames to the port,
+    /// interrupts to the handler, unrouted events to the host.
+    fn flush(&mut self, now: Instant) {
+        if self.nic.poll_timeout().is_some_and(|t| t <= now) {
+            self.nic.handle_timeout(now, &mut self.bus);
+        }
+        self.out
+            .extend(std::iter::from_fn(|| self.nic.poll_transmit()));
+        if !self.out.is_empty() {
+            self.egress.send(&mut self.out);
+        }
+        while let Some(v) = self.nic.poll_interrupt() {
+            if let Some(irqs) = &self.irqs {
+                let _ = irqs.send(v);
+            }
+        }
+        while let Some(e) = self.nic.poll_event() {
+            let _ = self.events.send(e);
+        }
+    }
+}
+
+/// A NIC's engine, its inbox, and the worker that runs what no caller does.
+pub(crate) struct Core {
+    engine: Mutex<Engine>,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+    /// The device clock's zero.
+    start: std::time::Instant,
+    worker: OnceLock<Thread>,
+    /// Device time (ps) until which the worker sleeps unless unparked;
+    /// written under the engine's lock.
+    sleeping_until: AtomicU64,
+    stop: AtomicBool,
+    /// The process that made the NIC: in a child after `fork()` none of
+    /// its threads exist, and nothing is handled.
+    pid: u32,
+}
+
+impl Core {
+    pub(crate) fn new(engine: Engine, start: std::time::Instant) -> Self {
+        let (tx, rx) = unbounded();
+        Self {
+            engine: Mutex::new(engine),
+            tx,
+            rx,
+            start,
+            worker: OnceLock::new(),
+            sleeping_until: AtomicU64::new(u64::MAX),
+            stop: AtomicBool::new(false),
+            pid: std::process::id(),
+        }
+    }
+
+    /// The device clock's reading now.
+    pub(crate) fn now(&self) -> Instant {
+        let ps = self.start.elapsed().as_nanos().saturating_mul(1000);
+        Instant::from_ps(u64::try_from(ps).unwrap_or(u64::MAX))
+    }
+
+    /// Queues `msg` and handles the inbox if no other thread is.
+    pub(crate) fn submit(&self, msg: Msg) {
+        if self.stop.load(Ordering::Acquire) || self.pid != std::process::id() {
+            return;
+        }
+        // The inbox is ours to drop from; it never disconnects.
+        let _ = self.tx.send(msg);
+        // Pairs with the fence after a holder lets the lock go: either it
+        // sees this message, or this thread sees the lock free.
+        fence(Ordering::SeqCst);
+        self.progress();
+    }
+
+    /// Takes turns at the inbox while it has messages and the lock is free.
+    fn progress(&self) {
+        loop {
+            let mut g = match self.engine.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::WouldBlock) => return,
+                Err(TryLockError::Poisoned(_)) => return self.die(),
+            };
+            let emptied = self.turn(&mut g, BUDGET);
+            drop(g);
+            if !emptied {
+                // Someone else's share: the worker takes it.
+                return self.unpark();
+            }
+            fence(Ordering::SeqCst);
+            if self.rx.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Handles up to `budget` messages, then fires timers and flushes;
+    /// tells whether the inbox was emptied. Unparks the worker if this turn
+    /// armed a timer due before it wakes.
+    fn turn(&self, g: &mut MutexGuard<'_, Engine>, budget: usize) -> bool {
+        if self.stop.load(Ordering::Acquire) {
+            while self.rx.try_recv().is_ok() {}
+            return true;
+        }
+        let mut emptied = false;
+        for _ in 0..budget {
+            match self.rx.try_recv() {
+                Ok(m) => g.handle(self.now(), m),
+                Err(_) => {
+                    emptied = true;
+                    break;
+                }
+            }
+        }
+        g.flush(self.now());
+        if let Some(t) = g.nic.poll_timeout()
+            && t.as_ps() < self.sleeping_until.load(Ordering::Relaxed)
+        {
+            self.unpark();
+        }
+        emptied
+    }
+
+    fn unpark(&self) {
+        if let Some(w) = self.worker.get() {
+            w.unpark();
+        }
+    }
+
+    /// The device code panicked with the lock held: the NIC is gone.
+    fn die(&self) {
+        self.stop.store(true, Ordering::Release);
+        while self.rx.try_recv().is_ok() {}
+        self.unpark();
+    }
+
+    /// Stops the NIC: the worker returns, later messages are dropped, and
+    /// the interrupt handler's channel closes. Waits for a turn in progress.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let mut g = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        g.irqs = None;
+        drop(g);
+        while self.rx.try_recv().is_ok() {}
+        self.unpark();
+    }
+
+    /// The worker's loop: runs the inbox and the timers when no caller
+    /// does, parks in between. Returns once stopped.
+    pub(crate) fn work(&self) {
+        let _ = self.worker.set(std::thread::current());
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let until = {
+                let mut g = match self.engine.lock() {
+                    Ok(g) => g,
+                    Err(_) => return self.die(),
+                };
+                while !self.turn(&mut g, BUDGET) {}
+                let until = g.nic.poll_timeout().map_or(u64::MAX, Instant::as_ps);
+                // Under the lock, so a later turn compares against it.
+                self.sleeping_until.store(until, Ordering::Relaxed);
+                until
+            };
+            fence(Ordering::SeqCst);
+            if !self.rx.is_empty() {
+                continue;
+            }
+            match until {
+                u64::MAX => std::thread::park(),
+                t => {
+                    let wait = t.saturating_sub(self.now().as_ps()) / 1000;
+                    if wait > 0 {
+                        std::thread::park_timeout(Duration::from_nanos(wait));
+                    }
+                }
+            }
+        }
+    }
+}
