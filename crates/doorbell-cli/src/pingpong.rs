@@ -626,7 +626,6 @@ impl Endpoint {
                             self.s.timeout.as_secs_f64()
                         );
                     }
-                    std::thread::yield_now();
                 }
                 continue;
             }

@@ -35,4 +35,11 @@ pub trait DeviceLink: Send + Sync {
     fn clock_epoch_unix_ns(&self) -> Option<u64> {
         None
     }
+    /// Lets the device make progress in the caller's thread: host software
+    /// that found nothing to do (an empty CQ poll) calls it, and a runtime
+    /// whose device is fed by polling (shared-memory rings) takes what is
+    /// waiting. Tells whether anything was. The default does nothing.
+    fn progress(&self) -> bool {
+        false
+    }
 }

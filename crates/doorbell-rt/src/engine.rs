@@ -167,9 +167,9 @@ pub(crate) struct Core {
     /// written under the engine's lock.
     sleeping_until: AtomicU64,
     stop: AtomicBool,
-    /// The process that made the NIC: in a child after `fork()` none of
-    /// its threads exist, and nothing is handled.
-    pid: u32,
+    /// [`crate::forks::generation`] when the NIC was made: in a child
+    /// after `fork()` none of its threads exist, and nothing is handled.
+    forks: u32,
 }
 
 impl Core {
@@ -183,7 +183,7 @@ impl Core {
             worker: OnceLock::new(),
             sleeping_until: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
-            pid: std::process::id(),
+            forks: crate::forks::generation(),
         }
     }
 
@@ -195,7 +195,7 @@ impl Core {
 
     /// Queues `msg` and handles the inbox if no other thread is.
     pub(crate) fn submit(&self, msg: Msg) {
-        if self.stop.load(Ordering::Acquire) || self.pid != std::process::id() {
+        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
             return;
         }
         // The inbox is ours to drop from; it never disconnects.

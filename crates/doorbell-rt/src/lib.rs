@@ -50,17 +50,21 @@
 
 mod engine;
 pub mod fault;
+#[allow(unsafe_code)]
+mod forks;
 mod inbox;
 mod irq;
 pub mod loopback;
 pub mod process;
 pub mod procmem;
+mod shm;
 pub mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod udp;
 
 pub use fault::{Fate, FaultPolicy, FaultStage, FaultStats, Faults, RandomFaults};
+pub use shm::SPIN_VAR;
 pub use udp::PortCounters;
 
 use std::collections::BTreeMap;
@@ -184,6 +188,10 @@ pub struct NicOptions {
     pub relay_queue: usize,
     /// The host memory the NIC serves; `None`: a fresh [`HostRam`].
     pub memory: Option<Arc<dyn HostMemory>>,
+    /// With [`Port::Udp`]: frames to NICs of this host go through shared
+    /// memory (module `shm`), the rest through the socket. `false`: all
+    /// through the socket.
+    pub shm: bool,
 }
 
 impl Default for NicOptions {
@@ -193,6 +201,7 @@ impl Default for NicOptions {
             faults: None,
             relay_queue: fault::DEFAULT_QUEUE_LIMIT,
             memory: None,
+            shm: true,
         }
     }
 }
@@ -211,7 +220,8 @@ impl NicOptions {
 /// What a NIC's port holds on to.
 enum PortHandle {
     Fabric(Fabric),
-    Udp(udp::UdpPort),
+    /// The socket, and the shared-memory port beside it (if on).
+    Udp(udp::UdpPort, Option<shm::ShmPort>, Arc<shm::Stats>),
     /// Not yet joined to its port (while the NIC starts).
     Detached,
 }
@@ -254,9 +264,10 @@ pub struct LiveNic {
     irq: Option<JoinHandle<EventQueues>>,
     /// Unix time, ns, when the device's clock read zero.
     epoch_unix_ns: u64,
-    /// The process that started the NIC. In a child after `fork()` the
-    /// NIC's threads do not exist: see [`LiveNic::is_forked_copy`].
-    pid: u32,
+    /// The fork generation ([`forks`]) of the process that started the
+    /// NIC. In a child after `fork()` the NIC's threads do not exist: see
+    /// [`LiveNic::is_forked_copy`].
+    forks: u32,
 }
 
 impl LiveNic {
@@ -324,8 +335,17 @@ impl LiveNic {
                 if let Some(mtu) = udp::interface_roce_mtu(ipv4) {
                     cfg.caps.max_mtu = cfg.caps.max_mtu.min(mtu);
                 }
-                let sink = Box::new(p.sink());
-                (PortHandle::Udp(p), sink)
+                let stats = Arc::new(shm::Stats::default());
+                let local = opts
+                    .shm
+                    .then(|| shm::ShmPort::listen(ipv4, stats.clone()))
+                    .flatten();
+                let sink: Box<dyn fault::Sink> = if local.is_some() {
+                    Box::new(shm::HostSink::new(p.sink(), ipv4, stats.clone()))
+                } else {
+                    Box::new(p.sink())
+                };
+                (PortHandle::Udp(p, local, stats), sink)
             }
         };
         // From here on a failure drops `handle`, which undoes the port.
@@ -371,7 +391,7 @@ impl LiveNic {
             thread: Some(thread),
             irq: None,
             epoch_unix_ns,
-            pid: std::process::id(),
+            forks: forks::generation(),
         };
         // Dropping `nic` on failure stops the worker and the port.
         match &mut handle {
@@ -382,7 +402,12 @@ impl LiveNic {
                 }
                 routes.insert(ipv4, core);
             }
-            PortHandle::Udp(p) => p.start_rx(name, core).map_err(|_| RtError::Spawn)?,
+            PortHandle::Udp(p, local, _) => {
+                if let Some(l) = local {
+                    l.start_rx(name, core.clone()).map_err(|_| RtError::Spawn)?;
+                }
+                p.start_rx(name, core).map_err(|_| RtError::Spawn)?;
+            }
             PortHandle::Detached => {}
         }
         nic.port = handle;
@@ -402,14 +427,14 @@ impl LiveNic {
     /// and dropping it joins no thread: it only closes the child's copy of
     /// the port's socket if nothing else holds it.
     pub fn is_forked_copy(&self) -> bool {
-        self.pid != std::process::id()
+        self.forks != forks::generation()
     }
 
     /// The raw descriptor of the UDP port's socket (`None` on the fabric),
     /// for the fork handler of [`process`], which closes the child's copy.
     pub(crate) fn port_fd(&self) -> Option<std::os::fd::RawFd> {
         match &self.port {
-            PortHandle::Udp(p) => Some(p.raw_fd()),
+            PortHandle::Udp(p, ..) => Some(p.raw_fd()),
             PortHandle::Fabric(_) | PortHandle::Detached => None,
         }
     }
@@ -447,7 +472,19 @@ impl LiveNic {
     /// What the UDP port counted (all zero on the fabric).
     pub fn port_counters(&self) -> PortCounters {
         match &self.port {
-            PortHandle::Udp(p) => p.counters(),
+            PortHandle::Udp(p, _, st) => {
+                let get =
+                    |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+                PortCounters {
+                    shm_tx_frames: get(&st.tx_frames),
+                    shm_tx_full_drops: get(&st.tx_full_drops),
+                    shm_rx_frames: get(&st.rx_frames),
+                    shm_rx_dropped: get(&st.rx_dropped),
+                    shm_peers_out: get(&st.peers_out),
+                    shm_peers_in: get(&st.peers_in),
+                    ..p.counters()
+                }
+            }
             PortHandle::Fabric(_) | PortHandle::Detached => PortCounters::default(),
         }
     }
@@ -485,8 +522,11 @@ impl Drop for LiveNic {
             // wait forever) nor detach them; their handles are forgotten.
             std::mem::forget(self.thread.take());
             std::mem::forget(self.irq.take());
-            if let PortHandle::Udp(p) = &mut self.port {
+            if let PortHandle::Udp(p, local, _) = &mut self.port {
                 p.abandon();
+                if let Some(l) = local {
+                    l.abandon();
+                }
             }
             return;
         }
@@ -498,7 +538,12 @@ impl Drop for LiveNic {
             PortHandle::Fabric(f) => {
                 f.routes().remove(&self.ipv4);
             }
-            PortHandle::Udp(p) => p.stop(),
+            PortHandle::Udp(p, local, _) => {
+                if let Some(l) = local {
+                    l.stop();
+                }
+                p.stop();
+            }
             PortHandle::Detached => {}
         }
         self.core.stop();
@@ -545,5 +590,12 @@ impl DeviceLink for LiveNic {
 
     fn clock_epoch_unix_ns(&self) -> Option<u64> {
         Some(self.epoch_unix_ns)
+    }
+
+    fn progress(&self) -> bool {
+        match &self.port {
+            PortHandle::Udp(_, Some(l), _) if !self.is_forked_copy() => l.progress(&self.core),
+            _ => false,
+        }
     }
 }

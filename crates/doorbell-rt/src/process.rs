@@ -73,6 +73,10 @@ pub struct ProcessNicConfig {
     /// Take the port's link down once, as an administrator would: `None`,
     /// never.
     pub link_down: Option<LinkDown>,
+    /// Frames to NICs of this host through shared memory (the default);
+    /// `false`: every frame through the UDP socket, where a capture on the
+    /// interface sees it ([`Self::SHM_VAR`]).
+    pub shm: bool,
 }
 
 /// When the port's link goes down after the NIC starts, and for how long
@@ -93,6 +97,7 @@ impl Default for ProcessNicConfig {
             name: Self::DEFAULT_NAME.to_owned(),
             addr: None,
             link_down: None,
+            shm: true,
         }
     }
 }
@@ -105,6 +110,9 @@ impl ProcessNicConfig {
     pub const ADDR_VAR: &'static str = "DOORBELL_ADDR";
     /// The variable that takes the link down once ([`LinkDown`]).
     pub const LINK_DOWN_VAR: &'static str = "DOORBELL_LINK_DOWN";
+    /// The variable that turns shared memory between NICs of this host on
+    /// (`1`, `on`; unset: on) or off (`0`, `off`).
+    pub const SHM_VAR: &'static str = "DOORBELL_SHM";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -141,10 +149,24 @@ impl ProcessNicConfig {
             Some(v) if v.is_empty() => None,
             Some(v) => Some(parse_link_down(&v.to_string_lossy())?),
         };
+        let shm = match get(Self::SHM_VAR) {
+            None => true,
+            Some(v) => match v.to_string_lossy().trim() {
+                "" | "1" | "on" | "yes" | "true" => true,
+                "0" | "off" | "no" | "false" => false,
+                other => {
+                    return Err(ProcessNicError::BadShm {
+                        var: Self::SHM_VAR,
+                        value: other.to_owned(),
+                    });
+                }
+            },
+        };
         Ok(Self {
             name,
             addr,
             link_down,
+            shm,
         })
     }
 
@@ -233,6 +255,14 @@ pub enum ProcessNicError {
         /// Its value.
         value: String,
     },
+    /// A shared-memory setting that is neither on nor off.
+    #[error("{var}={value:?}: expected 1 or on (the default), or 0 or off")]
+    BadShm {
+        /// The variable, [`ProcessNicConfig::SHM_VAR`].
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// A device name that is empty, longer than 63 bytes, or holds `/`
     /// or NUL.
     #[error("{var}={value:?}: a device name is 1 to 63 bytes, without '/'")]
@@ -281,7 +311,10 @@ impl ProcessNicError {
     /// `EIO` otherwise.
     pub fn errno(&self) -> i32 {
         match self {
-            Self::BadAddr { .. } | Self::BadName { .. } | Self::BadLinkDown { .. } => libc::EINVAL,
+            Self::BadAddr { .. }
+            | Self::BadName { .. }
+            | Self::BadLinkDown { .. }
+            | Self::BadShm { .. } => libc::EINVAL,
             Self::AddressInUse { .. } | Self::NoFreeAddress { .. } => libc::EADDRINUSE,
             Self::AtFork { errno } => *errno,
             Self::Start { source, .. } => match source {
@@ -361,6 +394,7 @@ fn forget_in_child(st: &mut State) {
     if let Some(fd) = st.port_fd.take() {
         os::release_fd(fd);
     }
+    crate::shm::each_socket(os::release_fd);
     // Dropping the weak reference could free memory; leak it instead.
     std::mem::forget(std::mem::take(&mut st.live));
     st.running = None;
@@ -484,6 +518,7 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
         let memory = Arc::new(ProcessMemory::new());
         let opts = NicOptions {
             memory: Some(memory.clone()),
+            shm: cfg.shm,
             ..NicOptions::default()
         };
         let started = {

@@ -59,6 +59,19 @@ pub struct PortCounters {
     /// Datagrams the socket dropped for want of buffer space, as the kernel
     /// last reported it (`SO_RXQ_OVFL`).
     pub rx_socket_drops: u64,
+    /// Frames put into rings to NICs of this host (shared memory).
+    pub shm_tx_frames: u64,
+    /// Frames dropped because a peer's ring stayed full.
+    pub shm_tx_full_drops: u64,
+    /// Frames taken from rings of NICs of this host.
+    pub shm_rx_frames: u64,
+    /// Frames taken from a ring and dropped: their IPv4 addresses were not
+    /// the ring's two ends.
+    pub shm_rx_dropped: u64,
+    /// Rings made to NICs of this host.
+    pub shm_peers_out: u64,
+    /// Rings of NICs of this host admitted.
+    pub shm_peers_in: u64,
 }
 
 #[derive(Default)]
@@ -79,6 +92,7 @@ impl Stats {
             rx_datagrams: self.rx_datagrams.load(Ordering::Relaxed),
             rx_truncated: self.rx_truncated.load(Ordering::Relaxed),
             rx_socket_drops: self.rx_socket_drops.load(Ordering::Relaxed),
+            ..PortCounters::default()
         }
     }
 }

@@ -441,6 +441,19 @@ impl Cq {
         let mut n = 0;
         let mut buf = [0u8; CQE_LEN];
         let start = st.cons_index;
+        // Nothing yet: the device may have work waiting for a thread
+        // (frames in a shared-memory ring); this one does it.
+        if !wc.is_empty()
+            && !inner.read_cqe(&st, st.cons_index, &mut buf)?
+            && !inner.ctx.driver().link().progress()
+        {
+            st.empty_polls = st.empty_polls.wrapping_add(1);
+            if st.empty_polls % YIELD_AFTER_EMPTY_POLLS == 0 {
+                drop(st);
+                std::thread::yield_now();
+            }
+            return Ok(0);
+        }
         while n < wc.len() && inner.read_cqe(&st, st.cons_index, &mut buf)? {
             st.cons_index = st.cons_index.wrapping_add(1);
             if let Some(w) = self.parse(&Cqe64::new_unchecked(&buf[..])) {

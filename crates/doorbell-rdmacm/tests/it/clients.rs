@@ -41,17 +41,43 @@ pub(crate) fn pair(net: u8, server: &[&str], client: &[&str]) -> (Output, Output
 
 /// [`pair`], whatever the programs' exit statuses.
 pub(crate) fn pair_outputs(net: u8, server: &[&str], client: &[&str]) -> (Output, Output) {
+    pair_outputs_env(net, server, client, &[])
+}
+
+/// [`pair`] with the frames on the loopback interface, where a capture
+/// sees them: shared memory between the two NICs is off.
+pub(crate) fn pair_over_udp(net: u8, server: &[&str], client: &[&str]) -> (Output, Output) {
+    let (s_out, c_out) = pair_outputs_env(net, server, client, &[("DOORBELL_SHM", "0")]);
+    for (who, out) in [("server", &s_out), ("client", &c_out)] {
+        assert!(out.status.success(), "{who}:\n{}", text(out));
+    }
+    (s_out, c_out)
+}
+
+/// [`pair_outputs`] with `env` set for both programs.
+fn pair_outputs_env(
+    net: u8,
+    server: &[&str],
+    client: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, Output) {
     let (sa, ca) = (addr(net, 2), addr(net, 3));
     let fill =
         |v: &[&str]| -> Vec<String> { v.iter().map(|a| a.replace("{server}", &sa)).collect() };
     let (sv, cv) = (fill(server), fill(client));
     let sv: Vec<&str> = sv.iter().map(String::as_str).collect();
     let cv: Vec<&str> = cv.iter().map(String::as_str).collect();
-    let s = tool(&sv, &sa).spawn().expect("start the server");
+    let s = tool(&sv, &sa)
+        .envs(env.iter().copied())
+        .spawn()
+        .expect("start the server");
     // The server binds and listens within a moment; the CM retries a REQ
     // that finds nothing, but a REJ (no listener) would end the client.
     std::thread::sleep(Duration::from_millis(700));
-    let c = tool(&cv, &ca).spawn().expect("start the client");
+    let c = tool(&cv, &ca)
+        .envs(env.iter().copied())
+        .spawn()
+        .expect("start the client");
     let c_out = finish(c, 60, &format!("the {} client", cv[0]));
     let s_out = finish(s, 60, &format!("the {} server", sv[0]));
     (s_out, c_out)

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use doorbell_cprobe::capture::{Capture, tail};
 
-use crate::clients::{addr, pair};
+use crate::clients::{addr, pair_over_udp};
 
 /// This file's loopback subnet bytes, NET and NET + 1 (see [`addr`]); no
 /// other test uses them.
@@ -73,7 +73,7 @@ impl Drop for TempFile {
     }
 }
 
-/// Runs `server` and `client` (see [`pair`]) on `net` under a capture of
+/// Runs `server` and `client` (see [`pair_over_udp`]) on `net` under a capture of
 /// the traffic between their NICs; checks that tshark decodes every frame
 /// as RoCEv2, none malformed, and returns the file.
 fn captured(net: u8, server: &[&str], client: &[&str]) -> TempFile {
@@ -84,7 +84,7 @@ fn captured(net: u8, server: &[&str], client: &[&str]) -> TempFile {
     let (sa, ca) = (addr(net, 2), addr(net, 3));
     let filter = format!("udp port 4791 and host {sa} and host {ca}");
     let cap = Capture::start(&file.0, &filter, 100_000);
-    pair(net, server, client);
+    pair_over_udp(net, server, client);
     let said = cap.stop_after(Duration::from_millis(500));
     assert!(file.0.is_file(), "no capture; tshark said: {}", tail(&said));
 

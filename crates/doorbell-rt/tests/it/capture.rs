@@ -18,8 +18,7 @@ use std::process::{Command, Stdio};
 
 use doorbell_cprobe::capture::{Capture, tail};
 
-use doorbell_pcie::LinkConfig;
-use doorbell_rt::LiveNic;
+use doorbell_rt::{LiveNic, Port};
 use doorbell_types::{Psn, Qpn};
 use doorbell_verbs::{RcEndpoint, RemoteAddr, SendFlags, SendWr, Sge, WrOpcode};
 use doorbell_wire::BthOpcode;
@@ -137,13 +136,13 @@ fn tshark_and_scapy_decode_every_packet_as_we_sent_it() {
         ..Timers::default()
     };
     let a = side_on(
-        LiveNic::start_udp("cap-a", ip(2), LinkConfig::default()).unwrap(),
+        LiveNic::start_with("cap-a", ip(2), Port::Udp, crate::net::udp_only()).unwrap(),
         caps(16),
         1 << 16,
         64,
     );
     let b = side_on(
-        LiveNic::start_udp("cap-b", ip(3), LinkConfig::default()).unwrap(),
+        LiveNic::start_with("cap-b", ip(3), Port::Udp, crate::net::udp_only()).unwrap(),
         caps(16),
         1 << 16,
         64,

@@ -13,6 +13,7 @@ mod one_way;
 mod process;
 mod provider;
 mod resize;
+mod shm;
 mod soak;
 mod srq;
 mod td;

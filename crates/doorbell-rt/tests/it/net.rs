@@ -133,6 +133,15 @@ pub fn join(a: Side, b: Side, t: Timers) -> Pair {
     }
 }
 
+/// Options for a NIC whose frames all go through its UDP socket, even to
+/// NICs of this host (no shared memory): for tests of the UDP port itself.
+pub fn udp_only() -> NicOptions {
+    NicOptions {
+        shm: false,
+        ..NicOptions::default()
+    }
+}
+
 /// Two NICs on UDP sockets at `ips`, each with `opts`, connected.
 pub fn udp_pair(
     ips: [[u8; 4]; 2],

@@ -39,6 +39,7 @@ fn cfg(name: &str) -> ProcessNicConfig {
         name: name.to_owned(),
         addr: None,
         link_down: None,
+        shm: true,
     }
 }
 
@@ -160,9 +161,25 @@ fn a_nic_talks_to_itself_two_qps_of_one_context() {
     for (i, len) in [1usize, 4096, 20_000].into_iter().enumerate() {
         l.write(len, i as u8);
     }
-    // Through the kernel and back to the same socket.
+    // Through the NIC's own ring (shared memory, as to any NIC of this
+    // host), not the kernel's UDP stack.
+    let pc = p.nic().port_counters();
+    assert!(pc.shm_tx_frames > 0, "{pc:?}");
+    assert_eq!(pc.shm_rx_frames, pc.shm_tx_frames, "{pc:?}");
+    assert_eq!((pc.tx_datagrams, pc.rx_datagrams), (0, 0), "{pc:?}");
+    drop(l);
+    drop(p);
+    // With shared memory off, through the kernel and back to the socket.
+    let off = ProcessNicConfig {
+        shm: false,
+        ..cfg("self")
+    };
+    let p = ProcessNic::acquire_from(&off, lo(20, 2)).unwrap();
+    let l = Looped::new(&p);
+    l.write(4096, 7);
     let pc = p.nic().port_counters();
     assert!(pc.tx_datagrams > 0 && pc.rx_datagrams > 0, "{pc:?}");
+    assert_eq!((pc.shm_tx_frames, pc.shm_rx_frames), (0, 0), "{pc:?}");
     drop(l);
     // The same holds on a restarted NIC.
     drop(p);
@@ -179,6 +196,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         name: "fixed".into(),
         addr: Some(taken),
         link_down: None,
+        shm: true,
     };
     let e = ProcessNic::acquire(&fixed).unwrap_err();
     assert_eq!(e, ProcessNicError::AddressInUse { addr: taken });
@@ -202,6 +220,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         name: "foreign".into(),
         addr: Some([192, 0, 2, 1]),
         link_down: None,
+        shm: true,
     };
     let e = ProcessNic::acquire(&foreign).unwrap_err();
     assert!(
@@ -236,10 +255,17 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
             name: "mlx5_7".into(),
             addr: Some([10, 1, 2, 3]),
             link_down: None,
+            shm: true,
         }
     );
     // Empty means unset: pick one.
     assert_eq!(get(&[("DOORBELL_ADDR", "")]).unwrap().addr, None);
+    assert!(!get(&[("DOORBELL_SHM", "off")]).unwrap().shm);
+    assert!(!get(&[("DOORBELL_SHM", "0")]).unwrap().shm);
+    assert!(get(&[("DOORBELL_SHM", "1")]).unwrap().shm);
+    let e = get(&[("DOORBELL_SHM", "maybe")]).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert!(e.to_string().contains("DOORBELL_SHM=\"maybe\""), "{e}");
     for bad in [
         "1.2.3",
         "256.0.0.1",
@@ -340,8 +366,8 @@ fn the_nics_threads_block_signals_and_the_caller_keeps_its_mask() {
     }
     assert_eq!(
         ours.len(),
-        3,
-        "device, interrupt and receive threads: {ours:?} of {all:?}"
+        4,
+        "device, interrupt and the two receive threads: {ours:?} of {all:?}"
     );
     for (tid, mask) in ours {
         for sig in [
@@ -479,7 +505,9 @@ fn fork_role(first: [u8; 4]) {
     let p = ProcessNic::acquire_from(&cfg("forked"), first).unwrap();
     let looped = Looped::new(&p);
     looped.write(3000, 1);
-    assert_eq!(sockets(), 1);
+    // The UDP socket, the shared-memory rendezvous, and the two ends of
+    // the NIC's connection to itself.
+    assert_eq!(sockets(), 4);
     let mut held = Some((looped, p));
     // SAFETY: this process runs this one test on this thread; its other
     // threads (the harness's main thread, waiting, and the NIC's) hold no
@@ -502,7 +530,7 @@ fn fork_role(first: [u8; 4]) {
             assert_eq!(q.name(), "child");
             assert_ne!(q.addr(), p.addr(), "the parent still has its address");
             Looped::new(&q).write(5000, 2);
-            assert_eq!(sockets(), 1);
+            assert_eq!(sockets(), 4);
             // The parent's objects, dropped here, wait for no thread.
             drop(looped);
             drop(p);

@@ -34,7 +34,7 @@ fn every_rc_opcode_between_two_udp_ports() {
     };
     let p = udp_pair(
         [lo(2, 2), lo(2, 3)],
-        Default::default(),
+        [udp_only(), udp_only()],
         caps(32),
         4 << 20,
         t,
@@ -155,7 +155,7 @@ fn messages_are_segmented_at_every_path_mtu() {
         let ip = |h| lo(10 + k as u8, h);
         let p = udp_pair(
             [ip(2), ip(3)],
-            [opts, Default::default()],
+            [NicOptions { shm: false, ..opts }, udp_only()],
             caps(8),
             1 << 16,
             t,
@@ -232,7 +232,7 @@ fn ud_datagrams_over_udp_ports() {
     let cap = caps(16);
     let mk = |name, ip| {
         let s = side_on(
-            LiveNic::start_udp(name, ip, LinkConfig::default()).unwrap(),
+            LiveNic::start_with(name, ip, Port::Udp, udp_only()).unwrap(),
             cap,
             1 << 16,
             64,
@@ -340,7 +340,7 @@ fn a_corrupted_datagram_is_dropped_by_icrc_and_resent() {
     let t = Timers::default();
     let p = udp_pair(
         [lo(6, 2), lo(6, 3)],
-        [opts, Default::default()],
+        [NicOptions { shm: false, ..opts }, udp_only()],
         caps(8),
         1 << 16,
         t,
@@ -405,7 +405,7 @@ fn the_kernel_sends_the_header_each_icrc_covers() {
     }
     let p = udp_pair(
         [lo(7, 2), lo(7, 3)],
-        Default::default(),
+        [udp_only(), udp_only()],
         caps(8),
         1 << 16,
         Timers::default(),

@@ -1,0 +1,29 @@
+//! Whether this is a child made by `fork()` since a NIC started: a count
+//! of forks, raised in each child by a `pthread_atfork` handler, so that
+//! the hot path compares two integers instead of asking the kernel for the
+//! process id. The only `unsafe` here is registering the handler
+//! (`unsafe_code` is allowed for this module alone, where `lib.rs`
+//! declares it).
+
+use std::sync::Once;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+static REGISTER: Once = Once::new();
+
+extern "C" fn child() {
+    // Async-signal-safe: one atomic add.
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Forks from the first call's process to this one: a value read when a
+/// NIC starts differs from a later one only in a child.
+pub(crate) fn generation() -> u32 {
+    REGISTER.call_once(|| {
+        // SAFETY: registers a child handler that only adds to an atomic;
+        // pthread_atfork copies the function pointer. A failure (ENOMEM)
+        // leaves forks uncounted, as before the first NIC.
+        let _ = unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    });
+    GENERATION.load(Ordering::Relaxed)
+}

@@ -1,0 +1,197 @@
+//! The only `unsafe` of the shared-memory port's plumbing: `memfd_create`,
+//! `eventfd`, passing a descriptor over a Unix socket (`SCM_RIGHTS`), the
+//! peer's credentials (`SO_PEERCRED`) and `poll`. Thin wrappers over
+//! `libc`; everything above is safe. (`unsafe_code` is allowed for this
+//! module alone, where `shm.rs` declares it.)
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// An anonymous memory file of `len` bytes, for a ring.
+pub(crate) fn memfd(name: &str, len: u64) -> io::Result<File> {
+    let c = std::ffi::CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by no one
+    // else.
+    let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.set_len(len)?;
+    // Sealed at its size: a process it is sent to can map all of it
+    // without fearing that it shrinks under the mapping (SIGBUS).
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor `f` owns, with an integer argument.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// Whether `f` can no longer shrink (a memfd sealed by its maker).
+pub(crate) fn cannot_shrink(f: &File) -> bool {
+    // SAFETY: fcntl on a descriptor `f` owns; F_GET_SEALS takes no argument.
+    let seals = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GET_SEALS) };
+    seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
+}
+
+/// A non-blocking eventfd: what wakes a parked receiver.
+pub(crate) fn eventfd() -> io::Result<File> {
+    // SAFETY: plain syscall with flag arguments.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as in `memfd`.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Sends `bytes` over `s` with the descriptor `fd` attached.
+pub(crate) fn send_with_fd(s: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr().cast_mut().cast(),
+        iov_len: bytes.len(),
+    };
+    // u64 words keep the control buffer aligned for `cmsghdr`.
+    let mut ctl = [0u64; 8];
+    // SAFETY: msghdr is a plain C struct; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
+    // SAFETY: the control buffer (64 bytes) holds one cmsghdr with one fd
+    // (CMSG_SPACE of 4 bytes is 24), so CMSG_FIRSTHDR is non-null and the
+    // data pointer lies inside `ctl`; `msg`, `iov`, `ctl` and `bytes` live
+    // until sendmsg returns, and the kernel only reads them.
+    let rc = unsafe {
+        let c = libc::CMSG_FIRSTHDR(&raw const msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
+        libc::CMSG_DATA(c).cast::<RawFd>().write_unaligned(fd);
+        libc::sendmsg(s.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL)
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if rc as usize != bytes.len() {
+        return Err(io::ErrorKind::WriteZero.into());
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes from `s` and the descriptor sent with
+/// them, if any; returns the byte count (0: the peer closed).
+pub(crate) fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut ctl = [0u64; 8];
+    // SAFETY: msghdr is a plain C struct; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.as_mut_ptr().cast();
+    msg.msg_controllen = size_of_val(&ctl);
+    // SAFETY: every pointer in `msg` points into `iov`, `buf` and `ctl`,
+    // which live until recvmsg returns; the kernel writes at most the
+    // lengths given. MSG_CMSG_CLOEXEC makes a received fd close on exec.
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fd = None;
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled
+    // (its length is in msg_controllen); a data pointer read is inside a
+    // header of type SCM_RIGHTS whose length covers one fd or more.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == libc::SCM_RIGHTS
+                && (*c).cmsg_len >= libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize
+            {
+                let raw = libc::CMSG_DATA(c).cast::<RawFd>().read_unaligned();
+                // Only the first descriptor is kept; it is ours now. (A
+                // peer that sent more leaks them into this process until
+                // exit: they are closed on exec, and nothing uses them.)
+                if fd.is_none() && raw >= 0 {
+                    fd = Some(OwnedFd::from_raw_fd(raw));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&raw const msg, c);
+        }
+    }
+    Ok((n as usize, fd))
+}
+
+/// The user id of the process at the other end of `s`.
+pub(crate) fn peer_uid(s: &UnixStream) -> io::Result<u32> {
+    // SAFETY: ucred is a plain C struct; all-zero is valid.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` live across the call and `len` is its size.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &raw mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// This process's effective user id.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// Waits until one of `fds` is readable (or hung up), or `timeout` passes;
+/// returns, for each, whether it is.
+pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration, ready: &mut Vec<bool>) {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: `p` holds `p.len()` initialised pollfds and lives across the
+    // call; the kernel writes only their `revents`.
+    let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+    ready.clear();
+    ready.extend(p.iter().map(|x| rc > 0 && x.revents != 0));
+}
+
+/// Whether the peer at the other end of `s` is gone: after the handshake
+/// nothing more is ever sent, so anything but "nothing to read yet" (end of
+/// file, an error, or bytes out of turn) ends the connection.
+pub(crate) fn hung_up(s: &UnixStream) -> bool {
+    let mut b = 0u8;
+    // SAFETY: one byte into `b`, which lives across the call; MSG_PEEK
+    // leaves it in the socket and MSG_DONTWAIT never blocks.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            (&raw mut b).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    !(n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock)
+}

@@ -1,0 +1,305 @@
+//! One direction between two NICs of a host: a single-producer
+//! single-consumer ring of frames in a shared mapping. The only `unsafe`
+//! of the shared-memory port's data path (`unsafe_code` is allowed for this
+//! module alone, where `shm.rs` declares it).
+//!
+//! # Layout
+//! A header of [`HEADER_LEN`] bytes, then the data area of `capacity`
+//! bytes (a power of two). In the header, each on its own cache line:
+//! the magic and capacity (offset 0), the producer's `tail` (64), the
+//! consumer's `head` (128) and the consumer's `parked` flag (192). `tail`
+//! and `head` count bytes since the ring was made; a record starts at a
+//! multiple of 8: a `u32` length, 4 bytes of zero, the frame, padding to
+//! 8. A record that would cross the end of the data area is not split: a
+//! length of `u32::MAX` there says "continue at the start".
+//!
+//! # Trust
+//! The producer made the mapping and the consumer mapped it from a
+//! descriptor it was sent: each can write anything into it at any time.
+//! Neither ever forms a Rust reference into the data area, only copies in
+//! or out through raw pointers; every position and length read from the
+//! mapping is checked against the capacity before use, and a ring whose
+//! positions make no sense is reported [`Fault::Broken`], which ends that
+//! one connection. The four header words are accessed only atomically, by
+//! both sides.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use memmap2::MmapRaw;
+
+/// Bytes before the data area.
+pub(crate) const HEADER_LEN: usize = 256;
+/// The longest frame a ring carries: more than any RoCEv2 packet of a
+/// 4096-byte MTU.
+pub(crate) const MAX_FRAME: usize = 16 << 10;
+const MAGIC: u64 = u64::from_le_bytes(*b"DBRING01");
+const WRAP: u32 = u32::MAX;
+const OFF_MAGIC: usize = 0;
+const OFF_CAP: usize = 8;
+const OFF_TAIL: usize = 64;
+const OFF_HEAD: usize = 128;
+const OFF_PARKED: usize = 192;
+
+/// Why a ring cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// No room for the frame now.
+    Full,
+    /// The positions or a length in the mapping make no sense: the other
+    /// side broke it.
+    Broken,
+}
+
+/// A ring over a shared mapping; one side's view of it.
+pub(crate) struct Ring {
+    map: MmapRaw,
+    cap: u64,
+    /// This side's own position: `tail` for the producer, `head` for the
+    /// consumer (never read back from the mapping, which the other side
+    /// could change).
+    pos: u64,
+}
+
+fn record_len(frame_len: usize) -> u64 {
+    8 + (frame_len as u64).div_ceil(8) * 8
+}
+
+impl Ring {
+    /// The bytes a ring of `capacity` needs.
+    pub(crate) fn mapping_len(capacity: u64) -> u64 {
+        HEADER_LEN as u64 + capacity
+    }
+
+    /// Lays a fresh, empty ring out over `map` (the producer, which made
+    /// it): the capacity is the mapping's length less the header, rounded
+    /// down to a power of two.
+    pub(crate) fn create(map: MmapRaw) -> Option<Self> {
+        let room = map.len().checked_sub(HEADER_LEN)? as u64;
+        if room < 2 * record_len(MAX_FRAME) {
+            return None;
+        }
+        let cap = 1u64 << room.ilog2();
+        let r = Self { map, cap, pos: 0 };
+        r.word(OFF_CAP).store(cap, Ordering::Relaxed);
+        r.word(OFF_TAIL).store(0, Ordering::Relaxed);
+        r.word(OFF_HEAD).store(0, Ordering::Relaxed);
+        r.flag().store(0, Ordering::Relaxed);
+        r.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
+        Some(r)
+    }
+
+    /// The consumer's view of a ring another process made, if `map` holds
+    /// one: the magic, and a capacity that is a power of two the mapping
+    /// holds. Starts at the producer's tail: what was sent before the
+    /// consumer attached is not taken.
+    pub(crate) fn attach(map: MmapRaw) -> Option<Self> {
+        if map.len() < HEADER_LEN {
+            return None;
+        }
+        let probe = Self {
+            map,
+            cap: 0,
+            pos: 0,
+        };
+        if probe.word(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
+            return None;
+        }
+        let cap = probe.word(OFF_CAP).load(Ordering::Relaxed);
+        let fits = cap.is_power_of_two()
+            && cap >= 2 * record_len(MAX_FRAME)
+            && Self::mapping_len(cap) <= probe.map.len() as u64;
+        if !fits {
+            return None;
+        }
+        let tail = probe.word(OFF_TAIL).load(Ordering::Acquire);
+        let r = Self {
+            map: probe.map,
+            cap,
+            pos: tail,
+        };
+        r.word(OFF_HEAD).store(tail, Ordering::Release);
+        Some(r)
+    }
+
+    fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= HEADER_LEN);
+        // SAFETY: the mapping is page-aligned and at least HEADER_LEN long
+        // (checked by create/attach), so `off` (a multiple of 8 below
+        // HEADER_LEN) names an aligned u64 inside it, valid for as long as
+        // `self.map`. Both processes access these words only atomically,
+        // and AtomicU64 has u64's size and alignment.
+        unsafe { &*self.map.as_mut_ptr().add(off).cast::<AtomicU64>() }
+    }
+
+    fn flag(&self) -> &AtomicU32 {
+        // SAFETY: as in `word`: OFF_PARKED is 4-aligned inside the header.
+        unsafe { &*self.map.as_mut_ptr().add(OFF_PARKED).cast::<AtomicU32>() }
+    }
+
+    /// Pointer to byte `at` (below `cap`) of the data area.
+    fn data(&self, at: u64) -> *mut u8 {
+        debug_assert!(at < self.cap);
+        // SAFETY: `at < cap` and the mapping holds HEADER_LEN + cap bytes,
+        // so the result is inside it.
+        unsafe { self.map.as_mut_ptr().add(HEADER_LEN + at as usize) }
+    }
+
+    /// Producer: appends `frame` (at most [`MAX_FRAME`] bytes).
+    pub(crate) fn push(&mut self, frame: &[u8]) -> Result<(), Fault> {
+        debug_assert!(frame.len() <= MAX_FRAME);
+        let head = self.word(OFF_HEAD).load(Ordering::Acquire);
+        let used = self.pos.checked_sub(head).ok_or(Fault::Broken)?;
+        if used > self.cap {
+            return Err(Fault::Broken);
+        }
+        let need = record_len(frame.len());
+        let at = self.pos % self.cap;
+        let to_end = self.cap - at;
+        let skip = if to_end < need { to_end } else { 0 };
+        if used + skip + need > self.cap {
+            return Err(Fault::Full);
+        }
+        if skip > 0 {
+            // SAFETY: `at` is 8-aligned and below cap, so 4 bytes fit.
+            unsafe { self.data(at).cast::<u32>().write_volatile(WRAP) };
+        }
+        let at = (self.pos + skip) % self.cap;
+        // SAFETY: the record (8 + frame, padded) fits between `at` and the
+        // end of the data area (`skip` moved it to the start otherwise);
+        // `frame` is a private slice that cannot overlap the mapping.
+        unsafe {
+            let p = self.data(at);
+            p.cast::<u32>().write_volatile(frame.len() as u32);
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), p.add(8), frame.len());
+        }
+        self.pos += skip + need;
+        self.word(OFF_TAIL).store(self.pos, Ordering::Release);
+        Ok(())
+    }
+
+    /// Consumer: takes the next frame into `out` (replacing its contents);
+    /// `Ok(false)` if the ring is empty.
+    pub(crate) fn pop(&mut self, out: &mut Vec<u8>) -> Result<bool, Fault> {
+        loop {
+            let tail = self.word(OFF_TAIL).load(Ordering::Acquire);
+            let avail = tail.checked_sub(self.pos).ok_or(Fault::Broken)?;
+            if avail == 0 {
+                return Ok(false);
+            }
+            if avail > self.cap {
+                return Err(Fault::Broken);
+            }
+            let at = self.pos % self.cap;
+            // SAFETY: `at` is 8-aligned (every record length is a multiple
+            // of 8) and below cap.
+            let len = unsafe { self.data(at).cast::<u32>().read_volatile() };
+            if len == WRAP {
+                let skip = self.cap - at;
+                if skip > avail {
+                    return Err(Fault::Broken);
+                }
+                self.pos += skip;
+                continue;
+            }
+            let len = len as usize;
+            let need = record_len(len);
+            if len > MAX_FRAME || need > avail || need > self.cap - at {
+                return Err(Fault::Broken);
+            }
+            out.clear();
+            out.reserve(len);
+            // SAFETY: `len` bytes from `at + 8` lie inside the data area
+            // (checked above); they are copied into `out`'s spare capacity
+            // (reserved), which the mapping cannot overlap, and only then
+            // is `out`'s length set. The producer may be writing them
+            // meanwhile only if it misbehaves: the copy is then garbage,
+            // which the NIC parses as untrusted input anyway.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.data(at).add(8), out.as_mut_ptr(), len);
+                out.set_len(len);
+            }
+            self.pos += need;
+            self.word(OFF_HEAD).store(self.pos, Ordering::Release);
+            return Ok(true);
+        }
+    }
+
+    /// Consumer: whether a frame is waiting.
+    pub(crate) fn has_data(&self) -> bool {
+        self.word(OFF_TAIL).load(Ordering::Acquire) != self.pos
+    }
+
+    /// Consumer: says whether it is parked (then the producer wakes it).
+    pub(crate) fn set_parked(&self, parked: bool) {
+        self.flag().store(u32::from(parked), Ordering::SeqCst);
+    }
+
+    /// Producer: whether the consumer asked to be woken.
+    pub(crate) fn consumer_parked(&self) -> bool {
+        self.flag().load(Ordering::SeqCst) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(cap: u64) -> (Ring, Ring) {
+        let f = crate::shm::os::memfd("ring-test", Ring::mapping_len(cap)).unwrap();
+        let a = memmap2::MmapOptions::new().map_raw(&f).unwrap();
+        let b = memmap2::MmapOptions::new().map_raw(&f).unwrap();
+        (Ring::create(a).unwrap(), Ring::attach(b).unwrap())
+    }
+
+    #[test]
+    fn frames_come_out_as_they_went_in_across_the_wrap() {
+        let (mut tx, mut rx) = pair(64 << 10);
+        let mut out = Vec::new();
+        for i in 0..2000usize {
+            let f: Vec<u8> = (0..(i * 37) % 4200).map(|b| (b ^ i) as u8).collect();
+            tx.push(&f).unwrap();
+            assert!(rx.has_data());
+            assert!(rx.pop(&mut out).unwrap());
+            assert_eq!(out, f, "frame {i}");
+            assert!(!rx.pop(&mut out).unwrap());
+        }
+    }
+
+    #[test]
+    fn a_full_ring_refuses_and_takes_again_once_drained() {
+        let (mut tx, mut rx) = pair(64 << 10);
+        let f = vec![7u8; 4000];
+        let mut n = 0;
+        while tx.push(&f).is_ok() {
+            n += 1;
+        }
+        assert_eq!(tx.push(&f), Err(Fault::Full));
+        assert_eq!(n, (64 << 10) / record_len(4000) as usize);
+        let mut out = Vec::new();
+        assert!(rx.pop(&mut out).unwrap());
+        assert!(tx.push(&f).is_ok());
+    }
+
+    #[test]
+    fn positions_or_lengths_a_peer_scribbled_break_the_ring_not_the_reader() {
+        let (mut tx, mut rx) = pair(64 << 10);
+        tx.push(b"hello").unwrap();
+        // A length beyond any frame.
+        // SAFETY: a test's write to the first record's length word, inside
+        // the mapping.
+        unsafe { rx.data(0).cast::<u32>().write_volatile(1 << 20) };
+        let mut out = Vec::new();
+        assert_eq!(rx.pop(&mut out), Err(Fault::Broken));
+        // A tail far beyond the capacity.
+        let (mut tx, mut rx) = pair(64 << 10);
+        tx.word(OFF_TAIL).store(u64::MAX / 2, Ordering::Release);
+        assert_eq!(rx.pop(&mut out), Err(Fault::Broken));
+        // A head ahead of the tail, as the producer sees it.
+        rx.word(OFF_HEAD).store(1 << 40, Ordering::Release);
+        assert_eq!(tx.push(b"x"), Err(Fault::Broken));
+        // A mapping without the magic is no ring.
+        let f = crate::shm::os::memfd("ring-test", Ring::mapping_len(64 << 10)).unwrap();
+        let m = memmap2::MmapOptions::new().map_raw(&f).unwrap();
+        assert!(Ring::attach(m).is_none());
+    }
+}

@@ -1,0 +1,136 @@
+//! The shared-memory port: NICs of one host (here, of one process) find
+//! each other through the rendezvous and move frames through rings; the
+//! frames are the same RoCEv2 packets, so faults, ICRC checks and counters
+//! act on them as on datagrams; a NIC that does not listen is reached over
+//! UDP.
+
+use doorbell_rt::{Fate, NicOptions};
+use doorbell_verbs::{RemoteAddr, SendFlags, SendWr, Sge, WrOpcode};
+use doorbell_wire::BthOpcode;
+
+use crate::common::*;
+use crate::net::*;
+
+fn signaled<'a>(wr_id: u64, sg: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
+    SendWr {
+        wr_id,
+        sg_list: sg,
+        opcode,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }
+}
+
+#[test]
+fn nics_of_one_host_move_frames_through_shared_memory_not_the_socket() {
+    // The first SEND is corrupted on its way out of A: B's ICRC check
+    // drops it, A's ACK timer resends it, as over UDP.
+    let (opts, _log) = tap(|s, k| {
+        if s.opcode == BthOpcode::RcSendOnly && k == 0 {
+            Fate::Corrupt { at: 20, mask: 0x01 }
+        } else {
+            Fate::Deliver
+        }
+    });
+    let t = Timers {
+        mtu: 4096,
+        ..Timers::default()
+    };
+    let p = udp_pair(
+        [lo(50, 2), lo(50, 3)],
+        [opts, NicOptions::default()],
+        caps(32),
+        4 << 20,
+        t,
+    );
+    let data = pattern(100, 1);
+    p.a.mr.write(0, &data).unwrap();
+    post_recv(&p.b.qp, 1, &[p.b.mr.sge(0, 128).unwrap()]);
+    post(
+        &p.a.qp,
+        signaled(1, &[p.a.mr.sge(0, 100).unwrap()], WrOpcode::Send),
+    );
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    assert_eq!(wait(&p.b.cq, 1)[0].byte_len, 100);
+    let mut got = vec![0u8; 100];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let (a, b) = settled(&p);
+    assert_eq!(b.rx_icrc_errors, 1);
+    assert_eq!(a.tx_retransmits, 1);
+    // Large WRITEs and READs: the rings wrap and fill many times over.
+    let remote = |off: u64| RemoteAddr {
+        addr: p.b.mr.addr() + off,
+        rkey: p.b.mr.rkey(),
+    };
+    for (i, len) in [4097usize, 1 << 20, 2 << 20].into_iter().enumerate() {
+        let data = pattern(len, 10 + i as u8);
+        p.a.mr.write(0, &data).unwrap();
+        let sge = [p.a.mr.sge(0, len as u32).unwrap()];
+        post(&p.a.qp, signaled(2, &sge, WrOpcode::RdmaWrite(remote(0))));
+        assert!(wait(&p.a.cq, 1)[0].is_ok(), "WRITE of {len}");
+        let mut got = vec![0u8; len];
+        p.b.mr.read(0, &mut got).unwrap();
+        assert!(got == data, "WRITE of {len}: data differ");
+        // And back by READ into another place of A's MR.
+        let back = [p.a.mr.sge(len as u64, len as u32).unwrap()];
+        post(&p.a.qp, signaled(3, &back, WrOpcode::RdmaRead(remote(0))));
+        assert!(wait(&p.a.cq, 1)[0].is_ok(), "READ of {len}");
+        let mut got = vec![0u8; len];
+        p.a.mr.read(len as u64, &mut got).unwrap();
+        assert!(got == data, "READ of {len}: data differ");
+    }
+    let (pa, pb) = (p.a.nic.port_counters(), p.b.nic.port_counters());
+    assert_eq!((pa.shm_peers_out, pb.shm_peers_out), (1, 1), "{pa:?}");
+    assert_eq!((pa.shm_peers_in, pb.shm_peers_in), (1, 1), "{pb:?}");
+    // 3 MiB written, 4 KiB a packet; B sent as many READ responses.
+    assert!(
+        pa.shm_tx_frames > 768 && pb.shm_tx_frames > 768,
+        "{pa:?} {pb:?}"
+    );
+    assert_eq!(pa.shm_tx_frames, pb.shm_rx_frames, "nothing lost in a ring");
+    assert_eq!(pb.shm_tx_frames, pa.shm_rx_frames, "nothing lost in a ring");
+    assert_eq!((pa.shm_rx_dropped, pb.shm_rx_dropped), (0, 0));
+    assert_eq!((pa.shm_tx_full_drops, pb.shm_tx_full_drops), (0, 0));
+    assert_eq!(
+        (pa.tx_datagrams, pb.tx_datagrams),
+        (0, 0),
+        "the socket is idle"
+    );
+    let (a, b) = settled(&p);
+    assert_eq!(
+        a.tx_packets, pa.shm_tx_frames,
+        "every packet went by a ring"
+    );
+    assert_eq!(
+        b.tx_packets, pb.shm_tx_frames,
+        "every packet went by a ring"
+    );
+}
+
+#[test]
+fn a_nic_that_does_not_listen_is_reached_over_udp() {
+    let p = udp_pair(
+        [lo(51, 2), lo(51, 3)],
+        [NicOptions::default(), udp_only()],
+        caps(8),
+        1 << 16,
+        Timers::default(),
+    );
+    let data = pattern(3000, 4);
+    p.a.mr.write(0, &data).unwrap();
+    let sge = [p.a.mr.sge(0, 3000).unwrap()];
+    let remote = RemoteAddr {
+        addr: p.b.mr.addr(),
+        rkey: p.b.mr.rkey(),
+    };
+    post(&p.a.qp, signaled(1, &sge, WrOpcode::RdmaWrite(remote)));
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    let mut got = vec![0u8; 3000];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let (pa, pb) = (p.a.nic.port_counters(), p.b.nic.port_counters());
+    assert_eq!((pa.shm_peers_out, pa.shm_tx_frames), (0, 0), "{pa:?}");
+    assert!(pa.tx_datagrams > 0 && pb.tx_datagrams > 0, "{pa:?} {pb:?}");
+    assert_eq!(pa.rx_datagrams, pb.tx_datagrams);
+}
