@@ -25,14 +25,14 @@ pub(crate) fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     let ack_psn = qp.req.ack_psn();
     while let Some(m) = qp.sq.outstanding.front_mut() {
         if m.npsn() == 0 {
-            let m = qp.sq.outstanding.pop_front().expect("front exists");
+            let m = qp.sq.pop_outstanding().expect("front exists");
             if m.signaled {
                 send_done(qp, m.wqe_index, m.opcode, 0, ctx);
             }
             continue;
         }
         if m.is_read_or_atomic() && m.answered {
-            let m = qp.sq.outstanding.pop_front().expect("front exists");
+            let m = qp.sq.pop_outstanding().expect("front exists");
             if m.signaled {
                 let n = if m.opcode == WqeOpcode::RdmaRead {
                     m.len
@@ -51,7 +51,7 @@ pub(crate) fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
             m.sent = m.sent.max(m.psns.acked(ack_psn));
             break;
         }
-        let m = qp.sq.outstanding.pop_front().expect("front exists");
+        let m = qp.sq.pop_outstanding().expect("front exists");
         if m.signaled {
             send_done(qp, m.wqe_index, m.opcode, 0, ctx);
         }
@@ -67,7 +67,7 @@ pub(crate) fn fault<D: Dma>(qp: &mut Qp, f: Fault, ctx: &mut Ctx<'_, D>) {
             opcode,
             syndrome,
         } => fail_wqe(qp, index, opcode, syndrome, ctx),
-        Fault::Head(s) => match qp.sq.outstanding.pop_front() {
+        Fault::Head(s) => match qp.sq.pop_outstanding() {
             Some(m) => fail_wqe(qp, m.wqe_index, m.opcode, s, ctx),
             None => to_error(qp, ctx),
         },
@@ -88,7 +88,7 @@ fn fail_wqe<D: Dma>(qp: &mut Qp, index: u16, opcode: WqeOpcode, s: Syndrome, ctx
         if before < 0 {
             break;
         }
-        let m = qp.sq.outstanding.pop_front().expect("front exists");
+        let m = qp.sq.pop_outstanding().expect("front exists");
         if before > 0 {
             send_error(qp, m.wqe_index, m.opcode, Syndrome::WrFlushErr, ctx);
         }
@@ -109,7 +109,7 @@ fn to_error<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
 
 /// Completes every outstanding and posted send WQE with WR_FLUSH_ERR.
 pub(crate) fn flush_sq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
-    while let Some(m) = qp.sq.outstanding.pop_front() {
+    while let Some(m) = qp.sq.pop_outstanding() {
         send_error(qp, m.wqe_index, m.opcode, Syndrome::WrFlushErr, ctx);
     }
     while qp.sq.ci != qp.sq.pi {

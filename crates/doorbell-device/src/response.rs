@@ -53,6 +53,7 @@ fn note_ack<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> bool {
         let expect = m.expected_response(mtu);
         if m.implied.ask_again(expect) {
             m.sent = 0;
+            qp.sq.unsent_from = 0;
             ctx.out.counters.implied_nak_seq_err += 1;
         }
     }
@@ -227,6 +228,7 @@ fn read_response<D: Dma>(
     if ahead > 0 {
         if m.implied.ask_again(expect) {
             m.sent = 0;
+            qp.sq.unsent_from = 0;
             ctx.out.counters.implied_nak_seq_err += 1;
         }
         return Ok(());

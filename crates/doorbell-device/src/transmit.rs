@@ -30,9 +30,12 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
     let una = qp.req.una();
     let mtu = u64::from(qp.mtu());
     let mut sent_any = false;
-    for i in 0..qp.sq.outstanding.len() {
+    for i in qp.sq.unsent_from..qp.sq.outstanding.len() {
         let m = &qp.sq.outstanding[i];
         if m.is_sent() {
+            if i == qp.sq.unsent_from {
+                qp.sq.unsent_from = i + 1;
+            }
             continue;
         }
         let rd_atomic = m.is_read_or_atomic();
@@ -208,6 +211,7 @@ pub(crate) fn retransmit_from<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D
             m.sent = m.psns.rewind(m.sent, psn);
         }
     }
+    qp.sq.unsent_from = 0;
     qp.req.go_back(ctx.now);
     send_window(qp, ctx)
 }

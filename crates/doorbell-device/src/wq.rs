@@ -106,6 +106,10 @@ pub(crate) struct SendQueue {
     pub(crate) wqe_cache: VecDeque<[u8; WQEBB_LEN]>,
     /// Messages executed and not yet completed, in posting order.
     pub(crate) outstanding: VecDeque<SentMsg>,
+    /// Every message of `outstanding` before this index is wholly sent:
+    /// where the transmitter starts looking. A path that makes a message
+    /// send again (go-back-N, a READ asked for again) resets it to 0.
+    pub(crate) unsent_from: usize,
 }
 
 impl SendQueue {
@@ -116,7 +120,15 @@ impl SendQueue {
             pi: 0,
             wqe_cache: VecDeque::new(),
             outstanding: VecDeque::new(),
+            unsent_from: 0,
         }
+    }
+
+    /// Takes the oldest outstanding message off (it completed).
+    pub(crate) fn pop_outstanding(&mut self) -> Option<SentMsg> {
+        let m = self.outstanding.pop_front()?;
+        self.unsent_from = self.unsent_from.saturating_sub(1);
+        Some(m)
     }
 
     /// WQEBBs posted and not yet consumed.
