@@ -45,7 +45,9 @@ fn note_ack<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> bool {
         Ack::Advanced { from } => from,
     };
     let mtu = u64::from(qp.mtu());
-    for m in qp.sq.outstanding.iter_mut() {
+    // Only READs and atomics are asked again: none, nothing to look at.
+    let scan = if qp.sq.reads > 0 { qp.sq.outstanding.len() } else { 0 };
+    for m in qp.sq.outstanding.iter_mut().take(scan) {
         let crossed = m.psns.crossed_by(old, psn);
         if !(crossed && m.is_read_or_atomic() && m.is_sent() && !m.answered) {
             continue;
@@ -71,11 +73,12 @@ fn note_ack<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> bool {
 /// from this ACK, and a message posted later would inherit its deadline.
 fn made_progress<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     let waiting = qp.req.una() != qp.req.high_psn()
-        || qp
-            .sq
-            .outstanding
-            .iter()
-            .any(|m| m.is_read_or_atomic() && m.sent > 0 && !m.answered);
+        || qp.sq.reads > 0
+            && qp
+                .sq
+                .outstanding
+                .iter()
+                .any(|m| m.is_read_or_atomic() && m.sent > 0 && !m.answered);
     qp.req.made_progress(ctx.now, waiting);
 }
 

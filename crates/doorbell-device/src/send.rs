@@ -116,12 +116,7 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         };
         // READ and atomics wait for the outstanding-request limit; a fenced
         // WQE waits for every READ and atomic before it.
-        let rd_out = qp
-            .sq
-            .outstanding
-            .iter()
-            .filter(|m| m.is_read_or_atomic())
-            .count() as u8;
+        let rd_out = u8::try_from(qp.sq.reads).unwrap_or(u8::MAX);
         let is_rd = matches!(
             w.opcode,
             WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
@@ -214,7 +209,7 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         _ => return Err(fail(Syndrome::LocalQpOpErr)),
     };
     let first = qp.req.alloc(npsn);
-    qp.sq.outstanding.push_back(SentMsg {
+    qp.sq.push_outstanding(SentMsg {
         wqe_index: w.index,
         opcode: w.opcode,
         signaled,

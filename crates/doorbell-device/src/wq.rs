@@ -110,6 +110,8 @@ pub(crate) struct SendQueue {
     /// where the transmitter starts looking. A path that makes a message
     /// send again (go-back-N, a READ asked for again) resets it to 0.
     pub(crate) unsent_from: usize,
+    /// READs and atomics among `outstanding`.
+    pub(crate) reads: usize,
 }
 
 impl SendQueue {
@@ -121,13 +123,21 @@ impl SendQueue {
             wqe_cache: VecDeque::new(),
             outstanding: VecDeque::new(),
             unsent_from: 0,
+            reads: 0,
         }
+    }
+
+    /// Adds a message just executed.
+    pub(crate) fn push_outstanding(&mut self, m: SentMsg) {
+        self.reads += usize::from(m.is_read_or_atomic());
+        self.outstanding.push_back(m);
     }
 
     /// Takes the oldest outstanding message off (it completed).
     pub(crate) fn pop_outstanding(&mut self) -> Option<SentMsg> {
         let m = self.outstanding.pop_front()?;
         self.unsent_from = self.unsent_from.saturating_sub(1);
+        self.reads -= usize::from(m.is_read_or_atomic());
         Some(m)
     }
 
