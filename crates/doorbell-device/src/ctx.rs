@@ -62,4 +62,8 @@ pub(crate) struct Outputs {
     /// reached: its EQE is written no earlier (after the CQE it reports).
     pub(crate) events: VecDeque<(NicEvent, Instant)>,
     pub(crate) counters: NicCounters,
+    /// A buffer payloads are gathered into, reused so that sending does
+    /// not allocate ([`crate::sge::gather`] takes it, its caller gives it
+    /// back).
+    pub(crate) scratch: Vec<u8>,
 }

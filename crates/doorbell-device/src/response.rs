@@ -46,7 +46,11 @@ fn note_ack<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> bool {
     };
     let mtu = u64::from(qp.mtu());
     // Only READs and atomics are asked again: none, nothing to look at.
-    let scan = if qp.sq.reads > 0 { qp.sq.outstanding.len() } else { 0 };
+    let scan = if qp.sq.reads > 0 {
+        qp.sq.outstanding.len()
+    } else {
+        0
+    };
     for m in qp.sq.outstanding.iter_mut().take(scan) {
         let crossed = m.psns.crossed_by(old, psn);
         if !(crossed && m.is_read_or_atomic() && m.is_sent() && !m.answered) {

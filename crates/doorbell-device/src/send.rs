@@ -287,6 +287,7 @@ fn execute_uc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         if let Some(dst) = dst {
             emit(qp, ctx, dst, bth, ext, &data);
         }
+        ctx.out.scratch = data;
     }
     if signaled {
         send_done(qp, w.index, w.opcode, 0, ctx);
@@ -334,6 +335,7 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
     if let Some(dst) = doorbell_wire::Gid::new(dest.dgid).to_ipv4() {
         emit(qp, ctx, dst, bth, ext, &data);
     }
+    ctx.out.scratch = data;
     if signaled {
         send_done(qp, w.index, w.opcode, 0, ctx);
     }

@@ -90,10 +90,15 @@ pub(crate) fn gather<D: Dma>(
     if end > p.len() || len > MAX_MSG_LEN {
         return Err(Syndrome::LocalLengthErr);
     }
+    let mut buf = std::mem::take(&mut ctx.out.scratch);
+    buf.clear();
     match p {
-        Payload::Inline(v) => Ok(v[offset as usize..end as usize].to_vec()),
+        Payload::Inline(v) => {
+            buf.extend_from_slice(&v[offset as usize..end as usize]);
+            Ok(buf)
+        }
         Payload::Sges(sges) => {
-            let mut buf = vec![0u8; len as usize];
+            buf.resize(len as usize, 0);
             let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
             let Ctx { dma, t, mkeys, .. } = ctx;
             walk(mkeys, qp.p.pd, 0, sges, offset, len, |h, r| {

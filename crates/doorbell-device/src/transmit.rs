@@ -78,6 +78,7 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
         };
         let m = &qp.sq.outstanding[i];
         let count = transmit(qp, m, from, to, &payload, ctx);
+        ctx.out.scratch = payload;
         let end = psn.add(if rd_atomic {
             m.npsn() - from
         } else {

@@ -33,6 +33,7 @@
 //! - `DOORBELL_BENCH_MTU`: path MTU (default 4096);
 //! - `DOORBELL_BENCH_QPS`: QPs of the spread 8-byte WRITEs (default 1000);
 //! - `DOORBELL_BENCH_ONLY=qps`: only the 1 vs many QPs figures;
+//! - `DOORBELL_BENCH_ONLY=big`: only the 64 KiB figure and memcpy;
 //! - the provider's `MLX5_*` variables (e.g. `MLX5_SHUT_UP_BF=1`).
 
 use std::hint::black_box;
@@ -83,6 +84,7 @@ environment:
   DOORBELL_BENCH_MTU           path MTU: 256, 512, 1024, 2048, 4096 (default 4096)
   DOORBELL_BENCH_QPS           QPs of the spread 8-byte WRITEs (default 1000)
   DOORBELL_BENCH_ONLY=qps      only the 1 vs many QPs figures
+  DOORBELL_BENCH_ONLY=big      only the 64 KiB figure and memcpy
   MLX5_*                       provider settings, as rdma-core reads them
 ";
 
@@ -817,6 +819,17 @@ fn main() {
             many / 1e6,
             s.qps,
             one / many
+        );
+        return;
+    }
+    if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "big") {
+        let m = memcpy_big(&s).median();
+        let b = big_writes(&s).median();
+        println!(
+            "64 KiB WRITEs: {:.3} GB/s, memcpy {:.3} GB/s: {:.1}% of memcpy",
+            b / 1e9,
+            m / 1e9,
+            100.0 * b / m
         );
         return;
     }

@@ -291,8 +291,15 @@ impl RoceRepr {
     pub fn emit_to_vec(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<()> {
         out.clear();
         let len = self.checked_frame_len(payload.len())?;
+        // Headers, payload, then pad and ICRC: each byte written once
+        // before the headers are filled in.
+        out.reserve(len);
+        out.resize(self.header_len(), 0);
+        out.extend_from_slice(payload);
         out.resize(len, 0);
-        self.emit(payload, out).map(|_| ())
+        self.emit_in_place(out, payload.len())
+            .map(|_| ())
+            .inspect_err(|_| out.clear())
     }
 
     /// [`Self::frame_len`], after checking that the extension headers fit a
