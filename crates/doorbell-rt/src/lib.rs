@@ -64,6 +64,8 @@ mod sys;
 mod udp;
 
 pub use fault::{Fate, FaultPolicy, FaultStage, FaultStats, Faults, RandomFaults};
+#[doc(hidden)]
+pub use shm::RawPeer;
 pub use shm::SPIN_VAR;
 pub use udp::PortCounters;
 
@@ -482,6 +484,7 @@ impl LiveNic {
                     shm_rx_dropped: get(&st.rx_dropped),
                     shm_peers_out: get(&st.peers_out),
                     shm_peers_in: get(&st.peers_in),
+                    shm_rings_broken: get(&st.rings_broken),
                     ..p.counters()
                 }
             }

@@ -158,6 +158,7 @@ pub(crate) struct Stats {
     pub(crate) rx_dropped: AtomicU64,
     pub(crate) peers_out: AtomicU64,
     pub(crate) peers_in: AtomicU64,
+    pub(crate) rings_broken: AtomicU64,
 }
 
 /// One inbound ring and who feeds it.
@@ -301,6 +302,7 @@ impl Inbound {
                     }
                     Ok(false) => break,
                     Err(_) => {
+                        stats.rings_broken.fetch_add(1, Ordering::Relaxed);
                         alive = false;
                         break;
                     }
@@ -609,5 +611,32 @@ impl HostSink {
         if let Some(Peer::Shm(r)) = dst.and_then(|d| self.peers.get(&d)) {
             wake(r);
         }
+    }
+}
+
+/// A process of this host that speaks the rendezvous protocol itself and
+/// puts whatever it likes into its ring: what a hostile or broken peer can
+/// do to a NIC through shared memory, for tests of what the NIC does then.
+#[doc(hidden)]
+pub struct RawPeer(OutRing);
+
+impl RawPeer {
+    /// Connects to the NIC at `dst`, claiming to be `claim`.
+    pub fn connect(claim: [u8; 4], dst: [u8; 4]) -> Option<Self> {
+        connect(claim, dst).map(Self)
+    }
+
+    /// Puts `frame` into the ring and wakes the NIC; false if it is full.
+    pub fn send(&mut self, frame: &[u8]) -> bool {
+        let ok = frame.len() <= ring::MAX_FRAME && self.0.ring.push(frame).is_ok();
+        wake(&self.0);
+        ok
+    }
+
+    /// Writes `value` over the ring's producer position, as a peer that
+    /// scribbles over the segment would, and wakes the NIC.
+    pub fn scribble_tail(&mut self, value: u64) {
+        self.0.ring.scribble_tail(value);
+        wake(&self.0);
     }
 }

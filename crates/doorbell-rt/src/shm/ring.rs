@@ -224,6 +224,12 @@ impl Ring {
         }
     }
 
+    /// Producer: overwrites the published tail with `value` (a peer
+    /// breaking the ring, for tests).
+    pub(crate) fn scribble_tail(&self, value: u64) {
+        self.word(OFF_TAIL).store(value, Ordering::Release);
+    }
+
     /// Consumer: whether a frame is waiting.
     pub(crate) fn has_data(&self) -> bool {
         self.word(OFF_TAIL).load(Ordering::Acquire) != self.pos

@@ -134,3 +134,73 @@ fn a_nic_that_does_not_listen_is_reached_over_udp() {
     assert!(pa.tx_datagrams > 0 && pb.tx_datagrams > 0, "{pa:?} {pb:?}");
     assert_eq!(pa.rx_datagrams, pb.tx_datagrams);
 }
+
+/// A frame from `src` to `dst` for QP `qpn`, with a good ICRC.
+fn frame(src: [u8; 4], dst: [u8; 4], qpn: u32) -> Vec<u8> {
+    use doorbell_types::{Psn, Qpn};
+    use doorbell_wire::{BthRepr, ExtHeaders, ROCE_V2_UDP_PORT, RoceIp, RoceRepr};
+    let repr = RoceRepr {
+        ip: RoceIp::v4(src, dst),
+        src_port: ROCE_V2_UDP_PORT,
+        bth: BthRepr::new(BthOpcode::RcSendOnly, Qpn::new(qpn), Psn::new(0)),
+        ext: ExtHeaders::default(),
+    };
+    let mut f = Vec::new();
+    repr.emit_to_vec(b"not yours", &mut f).unwrap();
+    f
+}
+
+#[test]
+fn a_peer_that_lies_or_scribbles_breaks_only_its_own_ring() {
+    let p = udp_pair(
+        [lo(52, 2), lo(52, 3)],
+        Default::default(),
+        caps(8),
+        1 << 16,
+        Timers::default(),
+    );
+    let (a_ip, b_ip, liar) = (lo(52, 2), lo(52, 3), lo(52, 9));
+    let remote = RemoteAddr {
+        addr: p.b.mr.addr(),
+        rkey: p.b.mr.rkey(),
+    };
+    let write = |seed: u8| {
+        let data = pattern(2000, seed);
+        p.a.mr.write(0, &data).unwrap();
+        let sge = [p.a.mr.sge(0, 2000).unwrap()];
+        post(&p.a.qp, signaled(1, &sge, WrOpcode::RdmaWrite(remote)));
+        assert!(wait(&p.a.cq, 1)[0].is_ok());
+        let mut got = vec![0u8; 2000];
+        p.b.mr.read(0, &mut got).unwrap();
+        assert_eq!(got, data);
+    };
+    write(1);
+    let b_qpn = p.b.qp.qpn().get();
+    let mut peer = doorbell_rt::RawPeer::connect(liar, b_ip).expect("B admits a peer");
+    // In A's name, to B's real QP: dropped before the NIC sees it.
+    assert!(peer.send(&frame(a_ip, b_ip, b_qpn)));
+    // In its own name: past the ring's check, to the NIC, as a datagram
+    // from that address would be (what the QP does with a packet from
+    // another address is the transport's business, as over UDP).
+    assert!(peer.send(&frame(liar, b_ip, b_qpn)));
+    let before = settled(&p).1;
+    let pb = p.b.nic.port_counters();
+    assert_eq!(pb.shm_rx_dropped, 1, "{pb:?}");
+    assert_eq!(pb.shm_peers_in, 2, "A's ring and the liar's");
+    // Now it breaks its ring: B drops that ring, and only that one.
+    peer.scribble_tail(u64::MAX / 3);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while p.b.nic.port_counters().shm_rings_broken == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the broken ring stays"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    write(2);
+    let (_, after) = settled(&p);
+    assert_eq!(after.rx_icrc_errors, before.rx_icrc_errors);
+    let pb = p.b.nic.port_counters();
+    assert_eq!(pb.shm_rings_broken, 1, "{pb:?}");
+    assert_eq!(pb.tx_datagrams, 0, "A and B still talk through their rings");
+}
