@@ -1,26 +1,32 @@
 //! The live runtime: the NIC on a real thread, at wall-clock speed.
 //!
 //! # Model
-//! Each [`LiveNic`] runs the sans-IO [`doorbell_device::Nic`] on a thread of
-//! its own, with its end of the PCIe [`Bus`] over the host memory the host
-//! software shares with it. Everything reaches the device thread through one
-//! FIFO: MMIO writes from the CPU (in the order each thread made them),
-//! commands from the driver, and frames from the [`Fabric`]. The thread
-//! handles each in turn, then drains the NIC's outputs: frames go to the
-//! fabric, MSI-X interrupts to the NIC's interrupt handler thread. That
-//! thread plays the kernel: it created the event queues when the NIC
-//! started ([`doorbell_driver::EventQueues`]), reads the EQEs the device
-//! wrote into them, re-arms them through their doorbell, and hands the
-//! events to [`DeviceLink::next_event`]. Transport timers run on the wall
-//! clock.
+//! Each [`LiveNic`] holds the sans-IO [`doorbell_device::Nic`], its end of
+//! the PCIe [`Bus`] over the host memory the host software shares with
+//! it, and its port's egress, behind one lock; everything reaches it
+//! through one FIFO: MMIO writes from the CPU (in the order each thread
+//! made them), commands from the driver, and frames from the port. The
+//! thread that brings a message runs the NIC on it when no other thread
+//! is (module `engine`): a doorbell is processed inside the store that
+//! rang it, a frame inside the call that delivered it. The NIC's own
+//! thread runs what no caller drives (transport timers, on the wall
+//! clock) and parks in between. After each turn the NIC's outputs are
+//! drained: frames go to the port, MSI-X interrupts to the NIC's
+//! interrupt handler thread. That thread plays the kernel: it created the
+//! event queues when the NIC started ([`doorbell_driver::EventQueues`]),
+//! reads the EQEs the device wrote into them, re-arms them through their
+//! doorbell, and hands the events to [`DeviceLink::next_event`].
 //!
 //! A NIC's port is one of two transports ([`Port`]):
 //! * [`Fabric`], the in-process link: it routes each IPv4 frame to the NIC
 //!   that owns the destination address, unchanged, so the frames are the
 //!   same RoCEv2 packets a UDP link would carry;
 //! * a UDP socket bound to port 4791 on the NIC's address (module `udp`):
-//!   RoCEv2 between processes and hosts, with a receive thread per port
-//!   feeding the device thread's FIFO. [`LiveNic::start_udp`].
+//!   RoCEv2 between processes and hosts, with a receive thread per port.
+//!   Beside it, frames to NICs of the same host go through shared-memory
+//!   rings instead (module `shm`; [`NicOptions::shm`]), found through a
+//!   rendezvous on the host; other addresses keep to the socket.
+//!   [`LiveNic::start_udp`].
 //!
 //! Either way the port's GID 0 is the IPv4-mapped form of its address, and
 //! frames may pass a fault-injecting relay on their way out ([`fault`]).
