@@ -206,6 +206,18 @@ impl Core {
         self.progress();
     }
 
+    /// Queues `msg` for the worker and wakes it, without running the NIC
+    /// here: for a receive thread that found a full batch waiting, so that
+    /// it goes back to the socket while the worker handles this one (the
+    /// two run on two cores).
+    pub(crate) fn hand_over(&self, msg: Msg) {
+        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+            return;
+        }
+        let _ = self.tx.send(msg);
+        self.unpark();
+    }
+
     /// Takes turns at the inbox while it has messages and the lock is free.
     fn progress(&self) {
         loop {

@@ -200,6 +200,11 @@ pub struct NicOptions {
     /// memory (module `shm`), the rest through the socket. `false`: all
     /// through the socket.
     pub shm: bool,
+    /// With [`Port::Udp`]: runs of equal datagrams to one address leave as
+    /// one segmented send (UDP GSO), cut into the same datagrams by the
+    /// kernel. A capture on lo or a veth then shows each run as one large
+    /// datagram: `false` sends every datagram on its own.
+    pub udp_gso: bool,
 }
 
 impl Default for NicOptions {
@@ -210,6 +215,7 @@ impl Default for NicOptions {
             relay_queue: fault::DEFAULT_QUEUE_LIMIT,
             memory: None,
             shm: true,
+            udp_gso: true,
         }
     }
 }
@@ -349,9 +355,13 @@ impl LiveNic {
                     .then(|| shm::ShmPort::listen(ipv4, stats.clone()))
                     .flatten();
                 let sink: Box<dyn fault::Sink> = if local.is_some() {
-                    Box::new(shm::HostSink::new(p.sink(), ipv4, stats.clone()))
+                    Box::new(shm::HostSink::new(
+                        p.sink(opts.udp_gso),
+                        ipv4,
+                        stats.clone(),
+                    ))
                 } else {
-                    Box::new(p.sink())
+                    Box::new(p.sink(opts.udp_gso))
                 };
                 (PortHandle::Udp(p, local, stats), sink)
             }

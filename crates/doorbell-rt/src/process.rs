@@ -77,6 +77,10 @@ pub struct ProcessNicConfig {
     /// `false`: every frame through the UDP socket, where a capture on the
     /// interface sees it ([`Self::SHM_VAR`]).
     pub shm: bool,
+    /// Runs of equal datagrams leave as one segmented send (UDP GSO; the
+    /// default); `false`: one send per datagram, so that a capture on lo
+    /// or a veth shows every packet ([`Self::UDP_GSO_VAR`]).
+    pub udp_gso: bool,
 }
 
 /// When the port's link goes down after the NIC starts, and for how long
@@ -98,6 +102,7 @@ impl Default for ProcessNicConfig {
             addr: None,
             link_down: None,
             shm: true,
+            udp_gso: true,
         }
     }
 }
@@ -113,6 +118,9 @@ impl ProcessNicConfig {
     /// The variable that turns shared memory between NICs of this host on
     /// (`1`, `on`; unset: on) or off (`0`, `off`).
     pub const SHM_VAR: &'static str = "DOORBELL_SHM";
+    /// The variable that turns UDP segmentation offload on (`1`, `on`;
+    /// unset: on) or off (`0`, `off`).
+    pub const UDP_GSO_VAR: &'static str = "DOORBELL_UDP_GSO";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -149,24 +157,25 @@ impl ProcessNicConfig {
             Some(v) if v.is_empty() => None,
             Some(v) => Some(parse_link_down(&v.to_string_lossy())?),
         };
-        let shm = match get(Self::SHM_VAR) {
-            None => true,
+        let switch = |var: &'static str| match get(var) {
+            None => Ok(true),
             Some(v) => match v.to_string_lossy().trim() {
-                "" | "1" | "on" | "yes" | "true" => true,
-                "0" | "off" | "no" | "false" => false,
-                other => {
-                    return Err(ProcessNicError::BadShm {
-                        var: Self::SHM_VAR,
-                        value: other.to_owned(),
-                    });
-                }
+                "" | "1" | "on" | "yes" | "true" => Ok(true),
+                "0" | "off" | "no" | "false" => Ok(false),
+                other => Err(ProcessNicError::BadSwitch {
+                    var,
+                    value: other.to_owned(),
+                }),
             },
         };
+        let shm = switch(Self::SHM_VAR)?;
+        let udp_gso = switch(Self::UDP_GSO_VAR)?;
         Ok(Self {
             name,
             addr,
             link_down,
             shm,
+            udp_gso,
         })
     }
 
@@ -255,10 +264,11 @@ pub enum ProcessNicError {
         /// Its value.
         value: String,
     },
-    /// A shared-memory setting that is neither on nor off.
+    /// An on/off setting that is neither on nor off.
     #[error("{var}={value:?}: expected 1 or on (the default), or 0 or off")]
-    BadShm {
-        /// The variable, [`ProcessNicConfig::SHM_VAR`].
+    BadSwitch {
+        /// The variable ([`ProcessNicConfig::SHM_VAR`] or
+        /// [`ProcessNicConfig::UDP_GSO_VAR`]).
         var: &'static str,
         /// Its value.
         value: String,
@@ -314,7 +324,7 @@ impl ProcessNicError {
             Self::BadAddr { .. }
             | Self::BadName { .. }
             | Self::BadLinkDown { .. }
-            | Self::BadShm { .. } => libc::EINVAL,
+            | Self::BadSwitch { .. } => libc::EINVAL,
             Self::AddressInUse { .. } | Self::NoFreeAddress { .. } => libc::EADDRINUSE,
             Self::AtFork { errno } => *errno,
             Self::Start { source, .. } => match source {
@@ -519,6 +529,7 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
         let opts = NicOptions {
             memory: Some(memory.clone()),
             shm: cfg.shm,
+            udp_gso: cfg.udp_gso,
             ..NicOptions::default()
         };
         let started = {

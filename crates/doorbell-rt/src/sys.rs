@@ -284,47 +284,119 @@ impl RecvBatch {
     }
 }
 
+/// Most datagrams one `UDP_SEGMENT` send carries (the kernel's
+/// `UDP_MAX_SEGMENTS`).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes one `UDP_SEGMENT` send carries.
+const GSO_MAX_BYTES: usize = 65000;
+/// Cleared the first time the kernel refuses `UDP_SEGMENT` (before Linux
+/// 4.18, or where the route cannot do it): one datagram per send then.
+static GSO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Runs of `msgs` that one send can carry: same destination, every
+/// datagram but the last of the run as long as the first, at most
+/// [`GSO_MAX_SEGMENTS`] and [`GSO_MAX_BYTES`]. Each run is `(start,
+/// count, segment size)`.
+fn gso_runs(msgs: &[(SocketAddrV4, &[u8])], gso: bool, runs: &mut Vec<(usize, usize, usize)>) {
+    runs.clear();
+    let mut i = 0;
+    while i < msgs.len() {
+        let (dst, first) = msgs[i];
+        let seg = first.len();
+        let (mut n, mut bytes) = (1, seg);
+        while gso
+            && seg > 0
+            && i + n < msgs.len()
+            && n < GSO_MAX_SEGMENTS
+            && msgs[i + n].0 == dst
+            && msgs[i + n].1.len() <= seg
+            && !msgs[i + n].1.is_empty()
+            && bytes + msgs[i + n].1.len() <= GSO_MAX_BYTES
+            // Only the last of a run may be shorter.
+            && msgs[i + n - 1].1.len() == seg
+        {
+            bytes += msgs[i + n].1.len();
+            n += 1;
+        }
+        runs.push((i, n, seg));
+        i += n;
+    }
+}
+
 /// Sends each `(destination, bytes)` as one datagram, in order, through
-/// `sendmmsg`. A datagram the kernel refuses (no route, too long for the
-/// path with DF set, ...) is skipped. Returns `(sent, refused)`.
-pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[(SocketAddrV4, &[u8])]) -> (usize, usize) {
+/// `sendmmsg`; runs of equal datagrams to one destination go as one
+/// segmented send (`UDP_SEGMENT`, generic segmentation offload) if `gso`,
+/// which the kernel cuts into the same datagrams after one pass through
+/// its stack (a capture on an interface that segments late, as lo and veth
+/// do, then shows the run as one datagram).
+/// A datagram the kernel refuses (no route, too long for the path with DF
+/// set, ...) is skipped, with the rest of its run. Returns `(sent,
+/// refused)`, in datagrams.
+pub(crate) fn send_batch(
+    sock: &UdpSocket,
+    msgs: &[(SocketAddrV4, &[u8])],
+    gso: bool,
+) -> (usize, usize) {
+    use std::sync::atomic::Ordering;
     let (mut sent, mut refused) = (0usize, 0usize);
+    let mut runs = Vec::new();
+    gso_runs(msgs, gso && GSO.load(Ordering::Relaxed), &mut runs);
+    let mut iovs: Vec<libc::iovec> = msgs
+        .iter()
+        .map(|(_, b)| libc::iovec {
+            iov_base: b.as_ptr().cast_mut().cast(),
+            iov_len: b.len(),
+        })
+        .collect();
     let mut at = 0usize;
-    while at < msgs.len() {
-        let chunk = &msgs[at..msgs.len().min(at + SEND_BATCH)];
+    while at < runs.len() {
+        let chunk = &runs[at..runs.len().min(at + SEND_BATCH)];
         let names: Vec<libc::sockaddr_in> = chunk
             .iter()
-            .map(|(a, _)| libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*a.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
+            .map(|&(i, _, _)| {
+                let a = msgs[i].0;
+                libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from(*a.ip()).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                }
             })
             .collect();
-        let mut iovs: Vec<libc::iovec> = chunk
-            .iter()
-            .map(|(_, b)| libc::iovec {
-                iov_base: b.as_ptr().cast_mut().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        let mut hdrs: Vec<libc::mmsghdr> = (0..chunk.len())
-            .map(|i| {
-                // SAFETY: mmsghdr is a plain C struct; all-zero is valid.
-                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_name = std::ptr::from_ref(&names[i]).cast_mut().cast();
-                h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-                h.msg_hdr.msg_iov = std::ptr::from_mut(&mut iovs[i]);
-                h.msg_hdr.msg_iovlen = 1;
-                h
-            })
-            .collect();
-        // SAFETY: each header points at a sockaddr_in and one iovec that
-        // live until the call returns; each iovec points at a caller's
-        // slice of the length stated, which the kernel only reads.
-        let n = unsafe {
+        // One control message per run: UDP_SEGMENT's u16 segment size.
+        let mut ctls: Vec<[u64; 4]> = vec![[0; 4]; chunk.len()];
+        let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(chunk.len());
+        for (k, &(i, n, seg)) in chunk.iter().enumerate() {
+            // SAFETY: mmsghdr is a plain C struct; all-zero is valid.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = std::ptr::from_ref(&names[k]).cast_mut().cast();
+            h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = iovs[i..].as_mut_ptr();
+            h.msg_hdr.msg_iovlen = n as _;
+            if n > 1 {
+                h.msg_hdr.msg_control = ctls[k].as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE only computes a size.
+                h.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+                // SAFETY: the control buffer (32 bytes, 8-aligned) holds one
+                // cmsghdr and a u16 (CMSG_SPACE(2) is 24), so the header and
+                // its data pointer lie inside `ctls[k]`.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(&raw const h.msg_hdr);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                    libc::CMSG_DATA(c).cast::<u16>().write_unaligned(seg as u16);
+                }
+            }
+            hdrs.push(h);
+        }
+        // SAFETY: each header points at a sockaddr_in, its run's iovecs and
+        // its control buffer, which live until the call returns; each iovec
+        // points at a caller's slice of the length stated, which the kernel
+        // only reads.
+        let r = unsafe {
             libc::sendmmsg(
                 sock.as_raw_fd(),
                 hdrs.as_mut_ptr(),
@@ -332,18 +404,69 @@ pub(crate) fn send_batch(sock: &UdpSocket, msgs: &[(SocketAddrV4, &[u8])]) -> (u
                 0,
             )
         };
-        if n > 0 {
-            sent += n as usize;
-            at += n as usize;
+        if r > 0 {
+            let r = r as usize;
+            sent += chunk[..r].iter().map(|&(_, n, _)| n).sum::<usize>();
+            at += r;
         } else {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            // The first datagram of the chunk was refused: skip it.
-            refused += 1;
+            let (_, n, _) = chunk[0];
+            if n > 1
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::ENOPROTOOPT | libc::EIO)
+                )
+            {
+                // No segmentation here: this run and the rest one by one.
+                GSO.store(false, Ordering::Relaxed);
+                let rest: Vec<(SocketAddrV4, &[u8])> = runs[at..]
+                    .iter()
+                    .flat_map(|&(i, n, _)| msgs[i..i + n].iter().copied())
+                    .collect();
+                let (s, f) = send_batch(sock, &rest, false);
+                return (sent + s, refused + f);
+            }
+            // The run's first datagram was refused: skip the run.
+            refused += n;
             at += 1;
         }
     }
     (sent, refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_join_equal_datagrams_to_one_place_and_end_at_a_shorter_one() {
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 4791);
+        let b = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 4791);
+        let (big, small) = ([0u8; 1000], [0u8; 300]);
+        let msgs: Vec<(SocketAddrV4, &[u8])> = vec![
+            (a, &big),
+            (a, &big),
+            (a, &small), // ends the run
+            (a, &big),
+            (b, &big), // another place
+            (b, &big),
+        ];
+        let mut runs = Vec::new();
+        gso_runs(&msgs, true, &mut runs);
+        assert_eq!(runs, [(0, 3, 1000), (3, 1, 1000), (4, 2, 1000)]);
+        gso_runs(&msgs, false, &mut runs);
+        assert_eq!(runs.len(), 6, "one datagram per send without GSO");
+        // At most 64 segments and 65000 bytes a send.
+        let many: Vec<(SocketAddrV4, &[u8])> = (0..200).map(|_| (a, &small[..])).collect();
+        gso_runs(&many, true, &mut runs);
+        assert!(runs.iter().all(|&(_, n, _)| n <= GSO_MAX_SEGMENTS));
+        assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 200);
+        let huge = [0u8; 4000];
+        let fat: Vec<(SocketAddrV4, &[u8])> = (0..40).map(|_| (a, &huge[..])).collect();
+        gso_runs(&fat, true, &mut runs);
+        assert!(runs.iter().all(|&(_, n, seg)| n * seg <= GSO_MAX_BYTES));
+    }
 }

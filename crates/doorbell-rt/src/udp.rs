@@ -166,9 +166,11 @@ impl UdpPort {
         Ok(())
     }
 
-    /// The sending half, for the device thread or a relay.
-    pub(crate) fn sink(&self) -> UdpSink {
+    /// The sending half, for the device thread or a relay; with `gso`,
+    /// runs of equal datagrams go as one segmented send.
+    pub(crate) fn sink(&self, gso: bool) -> UdpSink {
         UdpSink {
+            gso,
             sock: self.sock.clone(),
             stats: self.stats.clone(),
             out: Vec::new(),
@@ -256,7 +258,13 @@ fn rx_loop(sock: &UdpSocket, local: SocketAddrV4, stats: &Stats, stop: &AtomicBo
         stats
             .rx_datagrams
             .fetch_add(frames.len() as u64, Ordering::Relaxed);
-        to.submit(Msg::Frames(frames));
+        // A full batch: more are waiting in the socket, and the receive
+        // thread is worth more there (the worker takes these).
+        if n == sys::RECV_BATCH {
+            to.hand_over(Msg::Frames(frames));
+        } else {
+            to.submit(Msg::Frames(frames));
+        }
     }
 }
 
@@ -288,6 +296,7 @@ pub(crate) fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> V
 
 /// Sends frames as datagrams through the port's socket.
 pub(crate) struct UdpSink {
+    gso: bool,
     sock: Arc<UdpSocket>,
     stats: Arc<Stats>,
     out: Vec<(SocketAddrV4, usize)>,
@@ -310,7 +319,7 @@ impl Sink for UdpSink {
             .iter()
             .map(|&(a, i)| (a, &frames[i].bytes[HEADERS_LEN..]))
             .collect();
-        let (sent, refused) = sys::send_batch(&self.sock, &msgs);
+        let (sent, refused) = sys::send_batch(&self.sock, &msgs, self.gso);
         let skipped = frames.len() - msgs.len();
         self.stats
             .tx_datagrams

@@ -45,9 +45,15 @@ pub(crate) fn pair_outputs(net: u8, server: &[&str], client: &[&str]) -> (Output
 }
 
 /// [`pair`] with the frames on the loopback interface, where a capture
-/// sees them: shared memory between the two NICs is off.
+/// sees them: shared memory between the two NICs is off, and so is UDP
+/// segmentation (a capture on lo would see each run as one datagram).
 pub(crate) fn pair_over_udp(net: u8, server: &[&str], client: &[&str]) -> (Output, Output) {
-    let (s_out, c_out) = pair_outputs_env(net, server, client, &[("DOORBELL_SHM", "0")]);
+    let (s_out, c_out) = pair_outputs_env(
+        net,
+        server,
+        client,
+        &[("DOORBELL_SHM", "0"), ("DOORBELL_UDP_GSO", "0")],
+    );
     for (who, out) in [("server", &s_out), ("client", &c_out)] {
         assert!(out.status.success(), "{who}:\n{}", text(out));
     }

@@ -135,9 +135,12 @@ pub fn join(a: Side, b: Side, t: Timers) -> Pair {
 
 /// Options for a NIC whose frames all go through its UDP socket, even to
 /// NICs of this host (no shared memory): for tests of the UDP port itself.
+/// Every datagram is sent on its own (no UDP GSO), so that a capture on
+/// lo sees each packet.
 pub fn udp_only() -> NicOptions {
     NicOptions {
         shm: false,
+        udp_gso: false,
         ..NicOptions::default()
     }
 }

@@ -40,6 +40,7 @@ fn cfg(name: &str) -> ProcessNicConfig {
         addr: None,
         link_down: None,
         shm: true,
+        udp_gso: true,
     }
 }
 
@@ -197,6 +198,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         addr: Some(taken),
         link_down: None,
         shm: true,
+        udp_gso: true,
     };
     let e = ProcessNic::acquire(&fixed).unwrap_err();
     assert_eq!(e, ProcessNicError::AddressInUse { addr: taken });
@@ -221,6 +223,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         addr: Some([192, 0, 2, 1]),
         link_down: None,
         shm: true,
+        udp_gso: true,
     };
     let e = ProcessNic::acquire(&foreign).unwrap_err();
     assert!(
@@ -256,6 +259,7 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
             addr: Some([10, 1, 2, 3]),
             link_down: None,
             shm: true,
+            udp_gso: true,
         }
     );
     // Empty means unset: pick one.
@@ -266,6 +270,8 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
     let e = get(&[("DOORBELL_SHM", "maybe")]).unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL);
     assert!(e.to_string().contains("DOORBELL_SHM=\"maybe\""), "{e}");
+    assert!(!get(&[("DOORBELL_UDP_GSO", "off")]).unwrap().udp_gso);
+    assert!(get(&[]).unwrap().udp_gso);
     for bad in [
         "1.2.3",
         "256.0.0.1",

@@ -155,7 +155,14 @@ fn messages_are_segmented_at_every_path_mtu() {
         let ip = |h| lo(10 + k as u8, h);
         let p = udp_pair(
             [ip(2), ip(3)],
-            [NicOptions { shm: false, ..opts }, udp_only()],
+            [
+                NicOptions {
+                    shm: false,
+                    udp_gso: false,
+                    ..opts
+                },
+                udp_only(),
+            ],
             caps(8),
             1 << 16,
             t,
@@ -340,7 +347,14 @@ fn a_corrupted_datagram_is_dropped_by_icrc_and_resent() {
     let t = Timers::default();
     let p = udp_pair(
         [lo(6, 2), lo(6, 3)],
-        [NicOptions { shm: false, ..opts }, udp_only()],
+        [
+            NicOptions {
+                shm: false,
+                udp_gso: false,
+                ..opts
+            },
+            udp_only(),
+        ],
         caps(8),
         1 << 16,
         t,
@@ -512,4 +526,47 @@ fn a_port_that_starts_and_stops_puts_nothing_on_the_wire() {
     assert!(out.status.success(), "tshark: {}", tail(&said));
     let frames = String::from_utf8_lossy(&out.stdout);
     assert!(frames.trim().is_empty(), "the port sent:\n{frames}");
+}
+
+/// With UDP segmentation offload (the default), runs of equal datagrams
+/// leave as one send each; the kernel cuts them into the same datagrams,
+/// which arrive intact and are counted one by one at both ends.
+#[test]
+fn segmented_sends_arrive_as_the_datagrams_they_carry() {
+    let gso = || NicOptions {
+        shm: false,
+        ..NicOptions::default()
+    };
+    let t = Timers {
+        mtu: 1024,
+        ..Timers::default()
+    };
+    let p = udp_pair([lo(60, 2), lo(60, 3)], [gso(), gso()], caps(8), 4 << 20, t);
+    let len = 1 << 20;
+    let data = pattern(len, 3);
+    p.a.mr.write(0, &data).unwrap();
+    let remote = doorbell_verbs::RemoteAddr {
+        addr: p.b.mr.addr(),
+        rkey: p.b.mr.rkey(),
+    };
+    let sge = [p.a.mr.sge(0, len as u32).unwrap()];
+    post(&p.a.qp, signaled(1, &sge, WrOpcode::RdmaWrite(remote)));
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    let back = [p.a.mr.sge(len as u64, len as u32).unwrap()];
+    post(&p.a.qp, signaled(2, &back, WrOpcode::RdmaRead(remote)));
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    let mut got = vec![0u8; len];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert!(got == data, "WRITE data differ");
+    p.a.mr.read(len as u64, &mut got).unwrap();
+    assert!(got == data, "READ data differ");
+    let (a, b) = settled(&p);
+    assert_eq!((a.rx_icrc_errors, b.rx_icrc_errors), (0, 0));
+    assert_eq!((a.tx_retransmits, b.tx_retransmits), (0, 0));
+    let (pa, pb) = (p.a.nic.port_counters(), p.b.nic.port_counters());
+    // 1 MiB at 1 KiB a packet each way, every one a datagram of its own.
+    assert!(pa.tx_datagrams >= 1024 && pb.tx_datagrams >= 1024, "{pa:?}");
+    assert_eq!(pa.tx_datagrams, pb.rx_datagrams, "{pa:?} {pb:?}");
+    assert_eq!(pb.tx_datagrams, pa.rx_datagrams, "{pa:?} {pb:?}");
+    assert_eq!(a.tx_packets, pa.tx_datagrams);
 }
