@@ -149,6 +149,10 @@ pub struct NicCounters {
     pub doorbells_not_ready: u64,
     /// Events lost because their EQ was full or its EQE write faulted.
     pub events_lost: u64,
+    /// Responder: ACKs not sent because a later ACK of the same QP, queued
+    /// before the first had left, acknowledged the same and more (ACK
+    /// coalescing; `tx_packets` counts only the ACKs sent).
+    pub acks_coalesced: u64,
 }
 
 impl NicCounters {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use doorbell_hif::NicEvent;
 use doorbell_pcie::{Dma, DmaTag};
-use doorbell_types::{Cqn, Duration, HostAddr, Instant, Srqn};
+use doorbell_types::{Cqn, Duration, HostAddr, Instant, Qpn, Srqn};
 
 use crate::config::{Frame, NicConfig, NicCounters};
 use crate::cq::Cq;
@@ -66,4 +66,10 @@ pub(crate) struct Outputs {
     /// not allocate ([`crate::sge::gather`] takes it, its caller gives it
     /// back).
     pub(crate) scratch: Vec<u8>,
+    /// Frames taken off `tx` so far: with a position in `tx`, the number
+    /// of a frame since the NIC started.
+    pub(crate) tx_taken: u64,
+    /// A plain ACK waiting in `tx` that a later ACK of its QP may replace:
+    /// the QP and the ACK's frame number.
+    pub(crate) last_ack: Option<(Qpn, u64)>,
 }

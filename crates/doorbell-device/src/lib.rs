@@ -912,9 +912,12 @@ impl Nic {
     pub fn poll_transmit(&mut self) -> Option<Frame> {
         if self.link_down {
             self.out.counters.link_down_dropped += self.out.tx.len() as u64;
+            self.out.tx_taken += self.out.tx.len() as u64;
             self.out.tx.clear();
         }
-        self.out.tx.pop_front()
+        let f = self.out.tx.pop_front()?;
+        self.out.tx_taken += 1;
+        Some(f)
     }
 
     /// The next event that no EQ took (none does until host software

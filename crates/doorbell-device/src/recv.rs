@@ -43,7 +43,19 @@ fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSynd
     emit(qp, ctx, dst, bth, ext, &[]);
 }
 
+/// ACKs `psn` for `qp`. If the last frame queued for the port is a plain
+/// ACK of the same QP (packets of one burst, handled before any frame
+/// left), this one replaces it: ACKs are cumulative, so the later says
+/// all the earlier did, as a NIC that coalesces ACKs sends it.
 fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
+    let out = &mut *ctx.out;
+    let next = out.tx_taken + out.tx.len() as u64;
+    if out.last_ack == Some((qp.qpn, next.wrapping_sub(1))) && out.tx.pop_back().is_some() {
+        out.counters.tx_packets -= 1;
+        out.counters.acks_coalesced += 1;
+    }
+    out.last_ack = None;
+    let queued = out.tx.len();
     send_aeth(
         qp,
         ctx,
@@ -52,6 +64,10 @@ fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
             credits: CREDITS_INVALID,
         },
     );
+    let out = &mut *ctx.out;
+    if out.tx.len() > queued {
+        out.last_ack = Some((qp.qpn, out.tx_taken + queued as u64));
+    }
 }
 
 /// A class-C/D responder error: NAK the request, complete what the error

@@ -78,6 +78,7 @@ impl NicStats {
                 "retransmits": n.tx_retransmits,
                 "rx_dropped": n.rx_dropped,
                 "rx_icrc_errors": n.rx_icrc_errors,
+                "acks_coalesced": n.acks_coalesced,
             },
             "hw_counters": Value::Object(hw),
             "port": {
@@ -86,6 +87,13 @@ impl NicStats {
                 "rx_datagrams": p.rx_datagrams,
                 "rx_truncated": p.rx_truncated,
                 "rx_socket_drops": p.rx_socket_drops,
+                "shm_tx_frames": p.shm_tx_frames,
+                "shm_rx_frames": p.shm_rx_frames,
+                "shm_tx_full_drops": p.shm_tx_full_drops,
+                "shm_rx_dropped": p.shm_rx_dropped,
+                "shm_rings_broken": p.shm_rings_broken,
+                "shm_peers_out": p.shm_peers_out,
+                "shm_peers_in": p.shm_peers_in,
             },
         });
         serde_json::to_string_pretty(&doc).unwrap_or_default()
