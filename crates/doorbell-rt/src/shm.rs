@@ -481,8 +481,7 @@ impl HostSink {
     }
 
     /// The peer's ring, connecting first if it is time to try.
-    fn ring(&mut self, dst: [u8; 4]) -> Option<&mut OutRing> {
-        let now = Instant::now();
+    fn ring(&mut self, dst: [u8; 4], now: Instant) -> Option<&mut OutRing> {
         let again = match self.peers.get(&dst) {
             None => true,
             Some(Peer::Elsewhere { retry }) => now >= *retry,
@@ -514,27 +513,21 @@ impl HostSink {
         }
     }
 
-    /// Puts `frame` into `dst`'s ring; false if `dst` has none (UDP then).
-    fn push(&mut self, dst: [u8; 4], frame: &[u8]) -> bool {
+    /// Puts `frame` into `dst`'s ring: `None` if `dst` has none (UDP
+    /// then), `Some(false)` if it stayed full and the frame was dropped.
+    fn push(&mut self, dst: [u8; 4], frame: &[u8], now: Instant) -> Option<bool> {
         if frame.len() > ring::MAX_FRAME {
-            return false;
+            return None;
         }
-        let stats = self.stats.clone();
-        let Some(r) = self.ring(dst) else {
-            return false;
-        };
+        let r = self.ring(dst, now)?;
         let mut waited: Option<Instant> = None;
         loop {
             match r.ring.push(frame) {
-                Ok(()) => {
-                    stats.tx_frames.fetch_add(1, Ordering::Relaxed);
-                    return true;
-                }
+                Ok(()) => return Some(true),
                 Err(Fault::Full) => {
                     let since = *waited.get_or_insert_with(Instant::now);
                     if since.elapsed() >= FULL_WAIT {
-                        stats.tx_full_drops.fetch_add(1, Ordering::Relaxed);
-                        return true;
+                        return Some(false);
                     }
                     wake(r);
                     std::thread::yield_now();
@@ -546,7 +539,7 @@ impl HostSink {
                             retry: Instant::now() + RETRY,
                         },
                     );
-                    return false;
+                    return None;
                 }
             }
         }
@@ -592,17 +585,33 @@ impl Sink for HostSink {
     fn send(&mut self, frames: &mut Vec<Frame>) {
         let mut rest = std::mem::take(&mut self.rest);
         let mut rang: Option<[u8; 4]> = None;
+        let now = Instant::now();
+        let (mut pushed, mut dropped) = (0u64, 0u64);
         for f in frames.drain(..) {
-            if self.push(f.dst, &f.bytes) {
-                if rang.is_some_and(|d| d != f.dst) {
-                    self.ring_bell(rang);
+            match self.push(f.dst, &f.bytes, now) {
+                Some(ok) => {
+                    if ok {
+                        pushed += 1;
+                    } else {
+                        dropped += 1;
+                    }
+                    if rang.is_some_and(|d| d != f.dst) {
+                        self.ring_bell(rang);
+                    }
+                    rang = Some(f.dst);
                 }
-                rang = Some(f.dst);
-            } else {
-                rest.push(f);
+                None => rest.push(f),
             }
         }
         self.ring_bell(rang);
+        if pushed > 0 {
+            self.stats.tx_frames.fetch_add(pushed, Ordering::Relaxed);
+        }
+        if dropped > 0 {
+            self.stats
+                .tx_full_drops
+                .fetch_add(dropped, Ordering::Relaxed);
+        }
         if !rest.is_empty() {
             self.udp.send(&mut rest);
         }

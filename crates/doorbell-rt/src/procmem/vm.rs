@@ -40,6 +40,27 @@ impl ProcessMemory {
     }
 }
 
+/// This process's id, asked of the kernel once per fork generation (glibc
+/// does not cache it, and every copy would otherwise pay a second system
+/// call for it).
+fn own_pid() -> libc::pid_t {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    /// The fork generation in the high half, the pid in the low.
+    static CACHE: AtomicU64 = AtomicU64::new(u64::MAX);
+    let g = crate::forks::generation();
+    let c = CACHE.load(Ordering::Relaxed);
+    if c != u64::MAX && (c >> 32) as u32 == g {
+        return c as u32 as libc::pid_t;
+    }
+    // SAFETY: getpid cannot fail and touches no memory.
+    let pid = unsafe { libc::getpid() };
+    CACHE.store(
+        (u64::from(g) << 32) | u64::from(pid as u32),
+        Ordering::Relaxed,
+    );
+    pid
+}
+
 /// Copies `buf.len()` bytes from address `addr` of this process into `buf`.
 /// Fails with the OS error (EFAULT for unmapped memory); a copy cut short by
 /// a fault is an error too.
@@ -60,7 +81,7 @@ pub(super) fn read(addr: u64, buf: &mut [u8]) -> io::Result<()> {
     // address for the kernel to look up in our own mappings; Rust never
     // dereferences it, and the kernel fails with EFAULT where it is not
     // mapped readable. One iovec each, flags 0, as the call requires.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let n = unsafe { libc::process_vm_readv(own_pid(), &local, 1, &remote, 1, 0) };
     done(n, buf.len())
 }
 
@@ -85,7 +106,7 @@ pub(super) fn write(addr: u64, data: &[u8]) -> io::Result<()> {
     // an address the kernel looks up in our own mappings and writes through
     // its own mapping of the pages, failing with EFAULT where they are not
     // mapped writable; no Rust reference to it exists.
-    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let n = unsafe { libc::process_vm_writev(own_pid(), &local, 1, &remote, 1, 0) };
     done(n, data.len())
 }
 
