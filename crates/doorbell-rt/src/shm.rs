@@ -75,6 +75,11 @@ const PARK: Duration = Duration::from_millis(200);
 /// How long a thread whose CQ poll found nothing waits in the rings
 /// before it returns to poll again.
 const CALLER_SPIN: Duration = Duration::from_micros(5);
+/// Turns with frames in a row after which the receiver thread takes the
+/// traffic for a stream.
+const STREAM_TURNS: u32 = 4;
+/// How long the receiver thread spins between frames of a stream.
+const STREAM_SPIN: Duration = Duration::from_micros(50);
 /// Frames taken from one ring per turn.
 const BATCH: usize = 64;
 /// The variable that sets how long the receiver spins, in µs.
@@ -391,6 +396,10 @@ fn rx_loop(
     let lock = || inbound.lock().unwrap_or_else(|e| e.into_inner());
     let mut last = Instant::now();
     let mut turns = 0u32;
+    // Turns in a row, since the last wake-up, that found frames: a stream
+    // (frames come faster than a wake-up) has the thread spin for
+    // STREAM_SPIN between them rather than be rung for each.
+    let mut streak = 0u32;
     let mut fds = Vec::new();
     let mut ready = Vec::new();
     while !stop.load(Ordering::Acquire) {
@@ -404,12 +413,19 @@ fn rx_loop(
         };
         if got > 0 {
             last = Instant::now();
+            streak = streak.saturating_add(1);
             continue;
         }
-        if last.elapsed() < spin {
+        let wait = if streak >= STREAM_TURNS {
+            spin.max(STREAM_SPIN)
+        } else {
+            spin
+        };
+        if last.elapsed() < wait {
             std::hint::spin_loop();
             continue;
         }
+        streak = 0;
         // Park: mark, look once more, sleep on the bell, the rendezvous
         // and the peers' connections (a hang-up is readable).
         {
