@@ -519,8 +519,10 @@ impl HostSink {
         if now.duration_since(r.checked) >= LIVENESS {
             r.checked = now;
             if os::hung_up(&r.conn) {
+                // Gone, and perhaps back already (a restarted process):
+                // ask again at once (a fresh ring is not checked again).
                 self.peers.insert(dst, Peer::Elsewhere { retry: now });
-                return None;
+                return self.ring(dst, now);
             }
         }
         match self.peers.get_mut(&dst) {

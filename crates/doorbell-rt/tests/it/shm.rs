@@ -204,3 +204,48 @@ fn a_peer_that_lies_or_scribbles_breaks_only_its_own_ring() {
     assert_eq!(pb.shm_rings_broken, 1, "{pb:?}");
     assert_eq!(pb.tx_datagrams, 0, "A and B still talk through their rings");
 }
+
+/// A NIC that stops and starts again at its address (a process that
+/// restarts) is reached through a new ring: its peer sees the old one hang
+/// up and connects again.
+#[test]
+fn a_peer_that_comes_back_is_reached_through_a_new_ring() {
+    use doorbell_rt::{LiveNic, Port};
+    let (ip_a, ip_b) = (lo(53, 2), lo(53, 3));
+    let t = Timers::default();
+    let start = |name, ip| LiveNic::start_with(name, ip, Port::Udp, NicOptions::default()).unwrap();
+    let write = |p: &crate::common::Pair, seed: u8| {
+        let data = pattern(3000, seed);
+        p.a.mr.write(0, &data).unwrap();
+        let sge = [p.a.mr.sge(0, 3000).unwrap()];
+        let remote = RemoteAddr {
+            addr: p.b.mr.addr(),
+            rkey: p.b.mr.rkey(),
+        };
+        post(&p.a.qp, signaled(1, &sge, WrOpcode::RdmaWrite(remote)));
+        assert!(wait(&p.a.cq, 1)[0].is_ok());
+        let mut got = vec![0u8; 3000];
+        p.b.mr.read(0, &mut got).unwrap();
+        assert_eq!(got, data);
+    };
+    let a = side_on(start("back-a", ip_a), caps(8), 1 << 16, 64);
+    let nic_a = a.nic.clone();
+    let p = join(a, side_on(start("back-b", ip_b), caps(8), 1 << 16, 64), t);
+    write(&p, 1);
+    let crate::common::Pair { a, b, .. } = p;
+    drop(b);
+    drop(a);
+    let b = side_on(start("back-b2", ip_b), caps(8), 1 << 16, 64);
+    let a = crate::common::host(
+        nic_a.clone(),
+        doorbell_verbs::ProviderConfig::default(),
+        caps(8),
+        1 << 16,
+        64,
+    );
+    let p = join(a, b, t);
+    write(&p, 2);
+    let pa = nic_a.port_counters();
+    assert_eq!(pa.shm_peers_out, 2, "a second ring to the new NIC: {pa:?}");
+    assert_eq!(pa.tx_datagrams, 0, "{pa:?}");
+}
