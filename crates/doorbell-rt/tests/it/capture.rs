@@ -20,7 +20,7 @@ use doorbell_cprobe::capture::{Capture, tail};
 
 use doorbell_rt::{LiveNic, Port};
 use doorbell_types::{Psn, Qpn};
-use doorbell_verbs::{RcEndpoint, RemoteAddr, SendFlags, SendWr, Sge, WrOpcode};
+use doorbell_verbs::{RcEndpoint, RemoteAddr, WrOpcode};
 use doorbell_wire::BthOpcode;
 
 use crate::common::*;
@@ -107,16 +107,6 @@ fn tshark_num(s: &str) -> Option<u32> {
     match s.strip_prefix("0x") {
         Some(h) => u32::from_str_radix(h, 16).ok(),
         None => s.parse().ok(),
-    }
-}
-
-fn signaled<'a>(wr_id: u64, sg: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        sg_list: sg,
-        opcode,
-        flags: SendFlags::SIGNALED,
-        ud: None,
     }
 }
 

@@ -8,7 +8,7 @@ use doorbell_rt::{Fabric, LiveNic, NicOptions, Port, ProcessMemory};
 use doorbell_types::Psn;
 use doorbell_verbs::{
     Access, Context, Cq, Mr, Pd, ProviderConfig, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint,
-    RecvWr, SendWr, Wc,
+    RecvWr, SendFlags, SendWr, Sge, Wc, WrOpcode,
 };
 
 pub struct Side {
@@ -188,4 +188,15 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
                 .wrapping_add((i >> 8) as u8)
         })
         .collect()
+}
+
+/// A signalled work request of `opcode` over `sg`.
+pub fn signaled<'a>(wr_id: u64, sg: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
+    SendWr {
+        wr_id,
+        sg_list: sg,
+        opcode,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use doorbell_device::NicCounters;
 use doorbell_rt::Fate;
-use doorbell_verbs::{QpState, RemoteAddr, SendFlags, SendWr, Sge, WcStatus, WrOpcode};
+use doorbell_verbs::{QpState, RemoteAddr, WcStatus, WrOpcode};
 use doorbell_wire::{AethSyndrome, BthOpcode, NakCode};
 
 use crate::common::*;
@@ -23,16 +23,6 @@ fn timers() -> Timers {
         mtu: MTU,
         timeout: 14,
         ..Timers::default()
-    }
-}
-
-fn signaled<'a>(wr_id: u64, sg: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        sg_list: sg,
-        opcode,
-        flags: SendFlags::SIGNALED,
-        ud: None,
     }
 }
 

@@ -76,16 +76,6 @@ fn assert_empty(cq: &Cq, what: &str) {
     assert_eq!(n, 0, "{what}: unexpected completions {:?}", &buf[..n]);
 }
 
-fn signaled<'a>(wr_id: u64, sg_list: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        sg_list,
-        opcode,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
-
 /// `(wr_id, status, opcode)` of each completion.
 fn outcome(wcs: &[Wc]) -> Vec<(u64, WcStatus, WcOpcode)> {
     wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect()

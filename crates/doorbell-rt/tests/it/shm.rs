@@ -5,21 +5,11 @@
 //! UDP.
 
 use doorbell_rt::{Fate, NicOptions};
-use doorbell_verbs::{RemoteAddr, SendFlags, SendWr, Sge, WrOpcode};
+use doorbell_verbs::{RemoteAddr, WrOpcode};
 use doorbell_wire::BthOpcode;
 
 use crate::common::*;
 use crate::net::*;
-
-fn signaled<'a>(wr_id: u64, sg: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        sg_list: sg,
-        opcode,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
 
 #[test]
 fn nics_of_one_host_move_frames_through_shared_memory_not_the_socket() {
@@ -117,22 +107,28 @@ fn a_nic_that_does_not_listen_is_reached_over_udp() {
         1 << 16,
         Timers::default(),
     );
-    let data = pattern(3000, 4);
+    write_checked(&p, 3000, 4);
+    let (pa, pb) = (p.a.nic.port_counters(), p.b.nic.port_counters());
+    assert_eq!((pa.shm_peers_out, pa.shm_tx_frames), (0, 0), "{pa:?}");
+    assert!(pa.tx_datagrams > 0 && pb.tx_datagrams > 0, "{pa:?} {pb:?}");
+    assert_eq!(pa.rx_datagrams, pb.tx_datagrams);
+}
+
+/// RDMA WRITEs `len` bytes of a pattern from A's MR to the start of B's,
+/// and checks that they arrived.
+fn write_checked(p: &crate::common::Pair, len: usize, seed: u8) {
+    let data = pattern(len, seed);
     p.a.mr.write(0, &data).unwrap();
-    let sge = [p.a.mr.sge(0, 3000).unwrap()];
+    let sge = [p.a.mr.sge(0, len as u32).unwrap()];
     let remote = RemoteAddr {
         addr: p.b.mr.addr(),
         rkey: p.b.mr.rkey(),
     };
     post(&p.a.qp, signaled(1, &sge, WrOpcode::RdmaWrite(remote)));
     assert!(wait(&p.a.cq, 1)[0].is_ok());
-    let mut got = vec![0u8; 3000];
+    let mut got = vec![0u8; len];
     p.b.mr.read(0, &mut got).unwrap();
     assert_eq!(got, data);
-    let (pa, pb) = (p.a.nic.port_counters(), p.b.nic.port_counters());
-    assert_eq!((pa.shm_peers_out, pa.shm_tx_frames), (0, 0), "{pa:?}");
-    assert!(pa.tx_datagrams > 0 && pb.tx_datagrams > 0, "{pa:?} {pb:?}");
-    assert_eq!(pa.rx_datagrams, pb.tx_datagrams);
 }
 
 /// A frame from `src` to `dst` for QP `qpn`, with a good ICRC.
@@ -160,21 +156,7 @@ fn a_peer_that_lies_or_scribbles_breaks_only_its_own_ring() {
         Timers::default(),
     );
     let (a_ip, b_ip, liar) = (lo(52, 2), lo(52, 3), lo(52, 9));
-    let remote = RemoteAddr {
-        addr: p.b.mr.addr(),
-        rkey: p.b.mr.rkey(),
-    };
-    let write = |seed: u8| {
-        let data = pattern(2000, seed);
-        p.a.mr.write(0, &data).unwrap();
-        let sge = [p.a.mr.sge(0, 2000).unwrap()];
-        post(&p.a.qp, signaled(1, &sge, WrOpcode::RdmaWrite(remote)));
-        assert!(wait(&p.a.cq, 1)[0].is_ok());
-        let mut got = vec![0u8; 2000];
-        p.b.mr.read(0, &mut got).unwrap();
-        assert_eq!(got, data);
-    };
-    write(1);
+    write_checked(&p, 2000, 1);
     let b_qpn = p.b.qp.qpn().get();
     let mut peer = doorbell_rt::RawPeer::connect(liar, b_ip).expect("B admits a peer");
     // In A's name, to B's real QP: dropped before the NIC sees it.
@@ -197,7 +179,7 @@ fn a_peer_that_lies_or_scribbles_breaks_only_its_own_ring() {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    write(2);
+    write_checked(&p, 2000, 2);
     let (_, after) = settled(&p);
     assert_eq!(after.rx_icrc_errors, before.rx_icrc_errors);
     let pb = p.b.nic.port_counters();
@@ -214,24 +196,10 @@ fn a_peer_that_comes_back_is_reached_through_a_new_ring() {
     let (ip_a, ip_b) = (lo(53, 2), lo(53, 3));
     let t = Timers::default();
     let start = |name, ip| LiveNic::start_with(name, ip, Port::Udp, NicOptions::default()).unwrap();
-    let write = |p: &crate::common::Pair, seed: u8| {
-        let data = pattern(3000, seed);
-        p.a.mr.write(0, &data).unwrap();
-        let sge = [p.a.mr.sge(0, 3000).unwrap()];
-        let remote = RemoteAddr {
-            addr: p.b.mr.addr(),
-            rkey: p.b.mr.rkey(),
-        };
-        post(&p.a.qp, signaled(1, &sge, WrOpcode::RdmaWrite(remote)));
-        assert!(wait(&p.a.cq, 1)[0].is_ok());
-        let mut got = vec![0u8; 3000];
-        p.b.mr.read(0, &mut got).unwrap();
-        assert_eq!(got, data);
-    };
     let a = side_on(start("back-a", ip_a), caps(8), 1 << 16, 64);
     let nic_a = a.nic.clone();
     let p = join(a, side_on(start("back-b", ip_b), caps(8), 1 << 16, 64), t);
-    write(&p, 1);
+    write_checked(&p, 3000, 1);
     let crate::common::Pair { a, b, .. } = p;
     drop(b);
     drop(a);
@@ -244,7 +212,7 @@ fn a_peer_that_comes_back_is_reached_through_a_new_ring() {
         64,
     );
     let p = join(a, b, t);
-    write(&p, 2);
+    write_checked(&p, 3000, 2);
     let pa = nic_a.port_counters();
     assert_eq!(pa.shm_peers_out, 2, "a second ring to the new NIC: {pa:?}");
     assert_eq!(pa.tx_datagrams, 0, "{pa:?}");

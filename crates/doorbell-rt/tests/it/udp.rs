@@ -16,16 +16,6 @@ use doorbell_wire::BthOpcode;
 use crate::common::*;
 use crate::net::*;
 
-fn signaled<'a>(wr_id: u64, sg: &'a [doorbell_verbs::Sge], opcode: WrOpcode) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        sg_list: sg,
-        opcode,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
-
 #[test]
 fn every_rc_opcode_between_two_udp_ports() {
     let t = Timers {
