@@ -9,7 +9,7 @@ use doorbell_types::Psn;
 use doorbell_verbs::{Access, AddressVector, ProviderConfig, QpAttrs, QpCaps, QpState, RcEndpoint};
 use doorbell_wire::{BthOpcode, ParsedRoce, parse_roce};
 
-use crate::common::{FULL, Pair, Side};
+use crate::common::{FULL, Pair, Side, pattern, post, post_recv, signaled, wait};
 
 /// A loopback address for a UDP-port test: `127.P.net.host`, where P comes
 /// from the process id, so that two test runs at once (two checkouts, or
@@ -263,4 +263,43 @@ pub fn settled(p: &Pair) -> (NicCounters, NicCounters) {
         }
         last = now;
     }
+}
+
+/// Options whose fault relay corrupts the first RC SEND ONLY on its way
+/// out (a bit of its IPv4 header).
+pub fn corrupting_first_send() -> NicOptions {
+    tap(|s, k| {
+        if s.opcode == BthOpcode::RcSendOnly && k == 0 {
+            Fate::Corrupt { at: 20, mask: 0x01 }
+        } else {
+            Fate::Deliver
+        }
+    })
+    .0
+}
+
+/// SENDs 100 bytes from A to B through [`corrupting_first_send`] on A:
+/// B's ICRC check drops the first copy and A's ACK timer resends it.
+/// Checks that the data arrived once and returns the settled counters.
+pub fn send_through_a_corruption(p: &Pair) -> (NicCounters, NicCounters) {
+    let data = pattern(100, 1);
+    p.a.mr.write(0, &data).unwrap();
+    post_recv(&p.b.qp, 1, &[p.b.mr.sge(0, 128).unwrap()]);
+    post(
+        &p.a.qp,
+        signaled(
+            1,
+            &[p.a.mr.sge(0, 100).unwrap()],
+            doorbell_verbs::WrOpcode::Send,
+        ),
+    );
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    assert_eq!(wait(&p.b.cq, 1)[0].byte_len, 100);
+    let mut got = vec![0u8; 100];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let (a, b) = settled(p);
+    assert_eq!(b.rx_icrc_errors, 1);
+    assert_eq!(a.tx_retransmits, 1);
+    (a, b)
 }

@@ -4,7 +4,7 @@
 //! act on them as on datagrams; a NIC that does not listen is reached over
 //! UDP.
 
-use doorbell_rt::{Fate, NicOptions};
+use doorbell_rt::NicOptions;
 use doorbell_verbs::{RemoteAddr, WrOpcode};
 use doorbell_wire::BthOpcode;
 
@@ -15,39 +15,18 @@ use crate::net::*;
 fn nics_of_one_host_move_frames_through_shared_memory_not_the_socket() {
     // The first SEND is corrupted on its way out of A: B's ICRC check
     // drops it, A's ACK timer resends it, as over UDP.
-    let (opts, _log) = tap(|s, k| {
-        if s.opcode == BthOpcode::RcSendOnly && k == 0 {
-            Fate::Corrupt { at: 20, mask: 0x01 }
-        } else {
-            Fate::Deliver
-        }
-    });
     let t = Timers {
         mtu: 4096,
         ..Timers::default()
     };
     let p = udp_pair(
         [lo(50, 2), lo(50, 3)],
-        [opts, NicOptions::default()],
+        [corrupting_first_send(), NicOptions::default()],
         caps(32),
         4 << 20,
         t,
     );
-    let data = pattern(100, 1);
-    p.a.mr.write(0, &data).unwrap();
-    post_recv(&p.b.qp, 1, &[p.b.mr.sge(0, 128).unwrap()]);
-    post(
-        &p.a.qp,
-        signaled(1, &[p.a.mr.sge(0, 100).unwrap()], WrOpcode::Send),
-    );
-    assert!(wait(&p.a.cq, 1)[0].is_ok());
-    assert_eq!(wait(&p.b.cq, 1)[0].byte_len, 100);
-    let mut got = vec![0u8; 100];
-    p.b.mr.read(0, &mut got).unwrap();
-    assert_eq!(got, data);
-    let (a, b) = settled(&p);
-    assert_eq!(b.rx_icrc_errors, 1);
-    assert_eq!(a.tx_retransmits, 1);
+    send_through_a_corruption(&p);
     // Large WRITEs and READs: the rings wrap and fill many times over.
     let remote = |off: u64| RemoteAddr {
         addr: p.b.mr.addr() + off,
