@@ -370,9 +370,12 @@ impl Inbound {
         })
     }
 
-    /// Drops the rings whose peers hung up.
+    /// Drops the rings whose peers hung up, once they are empty: what a
+    /// peer sent just before it went away (a DREQ from its exit handler)
+    /// is still taken.
     fn reap(&mut self) {
-        self.rings.retain(|r| !os::hung_up(&r.conn));
+        self.rings
+            .retain(|r| r.ring.has_data() || !os::hung_up(&r.conn));
     }
 
     fn set_parked(&self, parked: bool) {
@@ -452,6 +455,9 @@ fn rx_loop(
             inb.accept(stats);
         }
         if ready.iter().skip(2).any(|&r| r) {
+            // Take what the rings hold first; a ring that still holds
+            // frames stays until a later turn has emptied it.
+            inb.drain(core, stats);
             inb.reap();
         }
         last = Instant::now();

@@ -196,3 +196,35 @@ fn a_peer_that_comes_back_is_reached_through_a_new_ring() {
     assert_eq!(pa.shm_peers_out, 2, "a second ring to the new NIC: {pa:?}");
     assert_eq!(pa.tx_datagrams, 0, "{pa:?}");
 }
+
+/// What a peer put in its ring before it went away still reaches the NIC:
+/// a process that sends its last frames (a DREQ at exit) and exits at once
+/// must not have them dropped with its ring.
+#[test]
+fn frames_sent_just_before_a_peer_hangs_up_are_still_taken() {
+    let p = udp_pair(
+        [lo(54, 2), lo(54, 3)],
+        Default::default(),
+        caps(8),
+        1 << 16,
+        Timers::default(),
+    );
+    let (b_ip, gone) = (lo(54, 3), lo(54, 9));
+    for round in 1..=5u64 {
+        let mut peer = doorbell_rt::RawPeer::connect(gone, b_ip).expect("B admits a peer");
+        // Let B's receiver park, so that the frame and the hang-up are
+        // both waiting when it wakes.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!(peer.send(&frame(gone, b_ip, 0x7777)));
+        drop(peer);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while p.b.nic.port_counters().shm_rx_frames < round {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "frame {round} of a peer that hung up was lost: {:?}",
+                p.b.nic.port_counters()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
