@@ -11,6 +11,11 @@
 //! (`NicConfig::udp_src_port`). A frame too long for the path is refused
 //! by the kernel (DF) and counted, never fragmented.
 //!
+//! Runs of equal datagrams to one address leave as one segmented send
+//! (`UDP_SEGMENT`, unless the NIC was started without it), and arrive,
+//! where the kernel keeps them together, as one coalesced buffer
+//! (`UDP_GRO`) that is cut back into the same datagrams.
+//!
 //! On the way in, a thread per port takes datagrams in batches
 //! (`recvmmsg`) and puts the IPv4 and UDP headers back from what the kernel
 //! tells: source address and port, destination address (`IP_PKTINFO`),
@@ -245,12 +250,10 @@ fn rx_loop(sock: &UdpSocket, local: SocketAddrV4, stats: &Stats, stop: &AtomicBo
                 // Nothing a NIC would send.
                 continue;
             }
-            let dst = meta.dst.unwrap_or(*local.ip());
-            frames.push(rebuild(
-                meta.src,
-                SocketAddrV4::new(dst, local.port()),
-                payload,
-            ));
+            let dst = SocketAddrV4::new(meta.dst.unwrap_or(*local.ip()), local.port());
+            // A coalesced run is the datagrams it was cut from, in order.
+            let seg = meta.segment.unwrap_or(payload.len()).max(1);
+            frames.extend(payload.chunks(seg).map(|d| rebuild(meta.src, dst, d)));
         }
         if frames.is_empty() {
             continue;
