@@ -15,6 +15,8 @@
 #     joined by a veth pair, as doorbell-cli's netns test builds them;
 #     unmodified `ib_write_bw -s 65536` across it against one iperf3 TCP
 #     stream across the same veth;
+#   - an idle open device: the CPU time all threads of `rping -s` (device
+#     open, a listening rdma_cm id, no client) take over BENCH_SECS;
 #   - message rate: `ib_write_bw -s 8 -I 8 -l 16` (8-byte inline WRITEs,
 #     postlist 16) against 14-byte TCP_NODELAY writes (`sockperf throughput
 #     --tcp -m 14 --tcp-avoid-nodelay`, which turns Nagle off there).
@@ -106,6 +108,23 @@ mr=$(pair 1.5 "$db run --addr $srv -- ib_write_bw -s 8 -I 8 -l 16 -D $secs -p 18
 echo "$mr" | grep -E 'MsgRate|^ 8 ' >&2
 db_rate=$(awk '$1 == 8 {print $5}' <<<"$mr" | tail -1)
 
+say "an idle open device (rping -s waiting for a client, ${secs} s)"
+# CPU time of all the process's threads (schedstat, ns) while rping's
+# server waits with the device open and a listening rdma_cm id.
+$db run --addr "$srv" -- rping -s -a "$srv" -C 1 >/dev/null 2>&1 &
+idle_run=$!
+pids+=($idle_run)
+sleep 2
+idle_pid=$(pgrep -f "rping -s -a $srv" | head -1)
+cpu_ns() { local s=0 t; for t in /proc/"$idle_pid"/task/*/schedstat; do s=$((s + $(cut -d' ' -f1 "$t"))); done; echo "$s"; }
+idle_a=$(cpu_ns)
+sleep "$secs"
+idle_b=$(cpu_ns)
+kill "$idle_pid" 2>/dev/null || true
+wait "$idle_run" 2>/dev/null || true
+idle_share=$(/usr/bin/python3 -c "print(f'{($idle_b - $idle_a) / ($secs * 1e9) * 100:.2f}')")
+echo "idle device: ${idle_share}% of a core" >&2
+
 veth_rows=""
 if [[ ${BENCH_NETNS:-0} == 1 ]]; then
     na=dbbench-$$-a nb=dbbench-$$-b va=dbb$$a vb=dbb$$b
@@ -130,9 +149,9 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
     veth_rows="$veth_bw $veth_tcp"
 fi
 
-/usr/bin/python3 - "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" $veth_rows <<'EOF'
+/usr/bin/python3 - "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" "$idle_share" $veth_rows <<'EOF'
 import sys
-tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate = map(float, sys.argv[1:8])
+tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate, idle = map(float, sys.argv[1:9])
 # perftest's MB is 2^20 bytes.
 db_bw_bytes = db_bw * 2**20
 rows = [
@@ -145,8 +164,9 @@ rows = [
     ("message rate, 8 B", f"ib_write_bw {db_rate:.3f} Mpps", f"sockperf (14 B) {tcp_rate / 1e6:.3f} Mmsg/s",
      f"{db_rate * 1e6 / tcp_rate:.2f}x TCP (target >= 2)"),
 ]
-if len(sys.argv) > 9:
-    vbw, vtcp = float(sys.argv[8]) * 2**20, float(sys.argv[9])
+rows.append(("idle open device (rping -s)", f"{idle:.2f}% of a core", "", "(target < 1%)"))
+if len(sys.argv) > 10:
+    vbw, vtcp = float(sys.argv[9]) * 2**20, float(sys.argv[10])
     rows.append(("bandwidth over a veth, 64 KiB", f"ib_write_bw {vbw / 1e9:.3f} GB/s",
                  f"iperf3 {vtcp / 1e9:.3f} GB/s", f"{vbw / vtcp:.2f}x TCP (target >= 1)"))
 print("| figure | doorbell | TCP baseline (same run) | ratio |")

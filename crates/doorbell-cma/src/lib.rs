@@ -39,7 +39,7 @@ pub use conn::{AcceptParams, ConnAttrs, ConnectParams};
 /// Bytes of rdma_cm's IP CM header at the start of a REQ's private data.
 pub use doorbell_cm::ip_cm::HEADER_LEN as IP_CM_HEADER_LEN;
 pub use id::{CmId, IdState};
-pub use service::{CmService, POLL};
+pub use service::{CmService, POLL, POLL_IDLE};
 
 /// rdma_cm's port spaces (`enum rdma_port_space`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -7,7 +7,8 @@
 //! timers, and routes its events to the ids that own the connections.
 //! Requests from ids (listen, connect, accept, ...) run under the same
 //! lock and wake the thread, so their MADs leave at once. The thread polls
-//! its CQ (every [`POLL`]), because the device's completion events are one
+//! its CQ (every [`POLL`] while MADs flow, backing off to [`POLL_IDLE`]
+//! when nothing happens), because the device's completion events are one
 //! stream for the whole process and belong to the program's channels.
 
 use std::collections::BTreeMap;
@@ -25,8 +26,13 @@ use doorbell_verbs::{
 
 use crate::{CmError, CmEvent, CmEventKind, Detail, EventSink};
 
-/// How often the thread looks at its CQ when nothing wakes it.
+/// How often the thread looks at its CQ while MADs come and go.
 pub const POLL: std::time::Duration = std::time::Duration::from_micros(200);
+/// The longest it waits between looks once nothing has happened for a
+/// while (the wait doubles from [`POLL`] on each empty look): an idle
+/// device's CM costs next to nothing, and a peer's first MAD waits at most
+/// this long before it is read (its sender retries after seconds).
+pub const POLL_IDLE: std::time::Duration = std::time::Duration::from_millis(20);
 /// The service timeout of rdma_cm's delayed MRAs (`CMA_CM_MRA_SETTING`:
 /// 2^24 · 4.096 µs, about 69 s).
 const CMA_CM_MRA_SETTING: u8 = 24;
@@ -268,6 +274,7 @@ impl Shared {
 
     fn run(&self) {
         let mut wc = [doorbell_verbs::Wc::default(); 16];
+        let mut pause = POLL;
         while !self.stop.load(Ordering::Acquire) {
             let n = self.cq.poll(&mut wc).unwrap_or(0);
             for w in &wc[..n] {
@@ -291,13 +298,30 @@ impl Shared {
                 st.agent.handle_timeout(now);
             }
             self.flush(&mut st);
+            if n > 0 || st.in_flight > 0 {
+                pause = POLL;
+            }
             if n == 0 {
-                // Woken by a request, or after POLL to look at the CQ.
-                drop(
-                    self.wake
-                        .wait_timeout(st, POLL)
-                        .map_or_else(|e| e.into_inner().0, |(g, _)| g),
+                // Woken by a request, by the agent's next timer, or after
+                // `pause` to look at the CQ; each look that finds nothing
+                // waits longer, up to POLL_IDLE.
+                let timer = st.agent.poll_timeout().map(|t| {
+                    std::time::Duration::from_nanos(t.as_ps().saturating_sub(now.as_ps()) / 1000)
+                });
+                let wait = timer.map_or(pause, |t| t.min(pause)).max(POLL);
+                let (g, timed_out) = self.wake.wait_timeout(st, wait).map_or_else(
+                    |e| {
+                        let (g, r) = e.into_inner();
+                        (g, r.timed_out())
+                    },
+                    |(g, r)| (g, r.timed_out()),
                 );
+                drop(g);
+                pause = if timed_out {
+                    (pause * 2).min(POLL_IDLE)
+                } else {
+                    POLL
+                };
             }
         }
     }
