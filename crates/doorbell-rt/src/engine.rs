@@ -111,6 +111,11 @@ impl Engine {
                     nic.handle_frame(now, &f, bus);
                 }
             }
+            Msg::EmittedFrames(fs) => {
+                for f in fs {
+                    nic.handle_emitted_frame(now, &f, bus);
+                }
+            }
             Msg::Cmd(c, reply) => {
                 let _ = reply.send(nic.exec(now, c, bus));
             }

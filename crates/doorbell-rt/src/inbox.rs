@@ -16,6 +16,8 @@ pub(crate) enum Msg {
         data: [u8; 64],
     },
     Frames(Vec<Vec<u8>>),
+    /// Frames another NIC of this process emitted, untouched since.
+    EmittedFrames(Vec<Vec<u8>>),
     Cmd(Command, Sender<Result<CmdOut, CmdError>>),
     Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
     Record(bool, Sender<Vec<Crossing>>),

@@ -602,3 +602,18 @@ fn a_message_longer_than_the_window_streams_while_later_wqes_wait() {
     assert_eq!(writes, 200);
     assert!(log.iter().filter(|s| s.ack_req).count() >= 4);
 }
+
+/// On the in-process fabric a frame is checked against its ICRC only
+/// where something could have changed it: behind a fault relay the
+/// corrupted copy is caught and counted, as over UDP.
+#[test]
+fn the_fabric_checks_the_icrc_of_frames_that_passed_a_relay() {
+    let p = fabric_pair(
+        [corrupting_first_send(), Default::default()],
+        caps(16),
+        1 << 16,
+        timers(),
+    );
+    let (_, b) = send_through_a_corruption(&p);
+    assert_eq!(b.rx_packets, 1, "only the good copy was taken");
+}
