@@ -6,6 +6,7 @@
 //! doorbell or frame, the right NAK, and never a panic.
 #![allow(missing_docs, unreachable_pub)]
 
+mod acks;
 mod mkey;
 
 use std::sync::Arc;
@@ -1171,38 +1172,4 @@ fn commands_with_ranges_past_the_address_space_are_refused() {
             ..
         })
     ));
-}
-
-/// WRITEs handled before any frame leaves are answered by one ACK, the
-/// last one's (cumulative, as a NIC that coalesces ACKs sends it); WRITEs
-/// whose ACKs leave in between each get their own; a NAK is never folded.
-#[test]
-fn acks_queued_together_are_coalesced_into_the_last() {
-    let mut rig = Rig::new();
-    let now = rig.now;
-    for i in 0..5u32 {
-        let f = rig.write_only(EPSN + i, u64::from(i) * 8, &[i as u8; 8]);
-        rig.nic.handle_frame(now, &f, &mut rig.bus);
-    }
-    let out = rig.transmitted();
-    assert!(matches!(aeth_of(&out), AethSyndrome::Ack { .. }));
-    let r = parse_roce(&out[0].bytes).unwrap().repr;
-    assert_eq!(r.bth.psn, Psn::new(EPSN + 4), "the last WRITE's PSN");
-    assert_eq!(r.ext.aeth.unwrap().msn, 5, "all five messages");
-    let c = rig.counters();
-    assert_eq!((c.acks_coalesced, c.tx_packets), (4, 1));
-    assert_eq!(rig.mr_bytes(32, 8), [4u8; 8]);
-    // One at a time: one ACK each.
-    for i in 5..8u32 {
-        let out = rig.frame(&rig.write_only(EPSN + i, 0, &[9; 8]));
-        assert_eq!(out.len(), 1);
-    }
-    assert_eq!(rig.counters().acks_coalesced, 4);
-    // A NAK after an ACK stays, and so does the ACK before it.
-    let ok = rig.write_only(EPSN + 8, 0, &[1; 8]);
-    rig.nic.handle_frame(now, &ok, &mut rig.bus);
-    let ahead = rig.write_only(EPSN + 20, 0, &[1; 8]);
-    rig.nic.handle_frame(now, &ahead, &mut rig.bus);
-    let out = rig.transmitted();
-    assert_eq!(out.len(), 2, "the ACK and the sequence NAK");
 }
