@@ -256,6 +256,9 @@ enum PortHandle {
 /// MMIO stores into the NIC's BAR: each a message to its engine.
 struct ChannelMmio {
     core: Arc<Core>,
+    /// The shared-memory port's receiving side, if any (see
+    /// [`shm::Poster`]).
+    poster: Option<shm::Poster>,
 }
 
 impl Mmio for ChannelMmio {
@@ -265,12 +268,16 @@ impl Mmio for ChannelMmio {
         buf[..len].copy_from_slice(&data[..len]);
         // A device that has gone away drops MMIO, as a surprise-removed
         // PCIe device does.
-        self.core.submit(Msg::Mmio {
+        let msg = Msg::Mmio {
             uar,
             offset,
             len: len as u8,
             data: buf,
-        });
+        };
+        match &self.poster {
+            Some(p) => p.around(&self.core, || self.core.submit(msg)),
+            None => self.core.submit(msg),
+        }
     }
 }
 
@@ -416,7 +423,13 @@ impl LiveNic {
         let mut nic = Self {
             name: name.to_string(),
             gid,
-            mmio: Arc::new(ChannelMmio { core: core.clone() }),
+            mmio: Arc::new(ChannelMmio {
+                core: core.clone(),
+                poster: match &handle {
+                    PortHandle::Udp(_, Some(l), _) => Some(l.poster()),
+                    _ => None,
+                },
+            }),
             core: core.clone(),
             mem,
             events: ev_rx,

@@ -266,6 +266,14 @@ impl ShmPort {
         }
     }
 
+    /// A handle for [`Poster::around`].
+    pub(crate) fn poster(&self) -> Poster {
+        Poster {
+            inbound: self.inbound.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
     /// Stops the receiver thread and closes the rendezvous.
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
@@ -279,6 +287,50 @@ impl ShmPort {
     /// parent's.
     pub(crate) fn abandon(&mut self) {
         std::mem::forget(self.rx.take());
+    }
+}
+
+/// What an application thread that posts holds of the port: while it is
+/// inside the NIC, a frame a peer sends needs no bell (the thread takes
+/// it on its way out).
+pub(crate) struct Poster {
+    inbound: Arc<Mutex<Inbound>>,
+    stats: Arc<Stats>,
+}
+
+impl Poster {
+    /// Runs `f` (a doorbell, in the caller's thread) with the receiver's
+    /// marks cleared if it sleeps; then puts them back and takes what came
+    /// meanwhile, unrung.
+    pub(crate) fn around(&self, core: &Core, f: impl FnOnce()) {
+        let held = match self.inbound.try_lock() {
+            Ok(inb) if inb.parked && !inb.rings.is_empty() => {
+                inb.set_parked(false);
+                true
+            }
+            _ => false,
+        };
+        f();
+        if !held {
+            return;
+        }
+        // The receiver thread may have woken meanwhile (its own timeout):
+        // then the marks are its own again.
+        let Ok(mut inb) = self.inbound.lock() else {
+            return;
+        };
+        if !inb.parked {
+            return;
+        }
+        loop {
+            inb.set_parked(true);
+            fence(Ordering::SeqCst);
+            if !inb.any_data() {
+                return;
+            }
+            inb.set_parked(false);
+            inb.drain(core, &self.stats);
+        }
     }
 }
 
