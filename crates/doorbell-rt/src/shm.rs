@@ -255,15 +255,8 @@ impl ShmPort {
             std::hint::spin_loop();
             got += inb.drain(core, &self.stats);
         }
-        loop {
-            inb.set_parked(true);
-            fence(Ordering::SeqCst);
-            if !inb.any_data() {
-                return got > 0;
-            }
-            inb.set_parked(false);
-            got += inb.drain(core, &self.stats);
-        }
+        got += inb.mark_parked(core, &self.stats);
+        got > 0
     }
 
     /// A handle for [`Poster::around`].
@@ -319,17 +312,8 @@ impl Poster {
         let Ok(mut inb) = self.inbound.lock() else {
             return;
         };
-        if !inb.parked {
-            return;
-        }
-        loop {
-            inb.set_parked(true);
-            fence(Ordering::SeqCst);
-            if !inb.any_data() {
-                return;
-            }
-            inb.set_parked(false);
-            inb.drain(core, &self.stats);
+        if inb.parked {
+            inb.mark_parked(core, &self.stats);
         }
     }
 }
@@ -428,6 +412,22 @@ impl Inbound {
     fn reap(&mut self) {
         self.rings
             .retain(|r| r.ring.has_data() || !os::hung_up(&r.conn));
+    }
+
+    /// Puts back the marks of a parked receiver thread that a caller
+    /// cleared while it looked, then takes whatever came meanwhile (a
+    /// sender that found no mark rang no bell); returns how many frames.
+    fn mark_parked(&mut self, core: &Core, stats: &Stats) -> usize {
+        let mut got = 0;
+        loop {
+            self.set_parked(true);
+            fence(Ordering::SeqCst);
+            if !self.any_data() {
+                return got;
+            }
+            self.set_parked(false);
+            got += self.drain(core, stats);
+        }
     }
 
     fn set_parked(&self, parked: bool) {
