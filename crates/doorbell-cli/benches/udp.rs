@@ -43,8 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use doorbell_cli::pingpong::{Dest, pattern_byte};
-use doorbell_pcie::LinkConfig;
-use doorbell_rt::LiveNic;
+use doorbell_rt::{LiveNic, NicOptions, Port};
 use doorbell_types::Psn;
 use doorbell_verbs::{
     Access, Context, Cq, Mr, Pd, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint, RemoteAddr, SendFlags,
@@ -419,6 +418,8 @@ fn doorbell_pingpong(size: usize, iters: u32) -> Result<f64> {
         c.args(["--json", "pingpong", "--addr", addr, "-p", &port])
             .args(["-s", &size, "-n", &iters])
             .args(peer)
+            // Over UDP, as the rest of this bench: not shared memory.
+            .env("DOORBELL_SHM", "0")
             .stdout(Stdio::piped());
         Ok(c.spawn()?)
     };
@@ -450,7 +451,12 @@ struct Side {
 }
 
 fn side(name: &str, ip: [u8; 4], mr_len: usize, access: u32) -> Result<Side> {
-    let nic = Arc::new(LiveNic::start_udp(name, ip, LinkConfig::default())?);
+    // Over UDP, not shared memory (scripts/bench-tools.sh measures that).
+    let opts = NicOptions {
+        shm: false,
+        ..NicOptions::default()
+    };
+    let nic = Arc::new(LiveNic::start_with(name, ip, Port::Udp, opts)?);
     let ctx = Context::open(nic.clone())?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(256)?;

@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use doorbell_hif::DeviceLink;
-use doorbell_pcie::{DmaPurpose, LinkConfig};
+use doorbell_pcie::DmaPurpose;
 use doorbell_rt::{LiveNic, RtError};
 use doorbell_types::{Psn, Qpn};
 use doorbell_verbs::{
@@ -842,7 +842,14 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
             })?,
         ),
     };
-    let nic = LiveNic::start_udp(&args.ib_dev, addr.octets(), LinkConfig::default())
+    // The same switches as the C library's (DOORBELL_SHM, DOORBELL_UDP_GSO).
+    let env = doorbell_rt::ProcessNicConfig::from_env().map_err(|e| anyhow!("{e}"))?;
+    let opts = doorbell_rt::NicOptions {
+        shm: env.shm,
+        udp_gso: env.udp_gso,
+        ..doorbell_rt::NicOptions::default()
+    };
+    let nic = LiveNic::start_with(&args.ib_dev, addr.octets(), doorbell_rt::Port::Udp, opts)
         .map_err(|e| nic_error(e, addr))?;
     let nic = Arc::new(nic);
     let mut ep = Endpoint::new(nic.clone(), s, random_psn())?;

@@ -163,8 +163,16 @@ fn a_nic_talks_to_itself_two_qps_of_one_context() {
         l.write(len, i as u8);
     }
     // Through the NIC's own ring (shared memory, as to any NIC of this
-    // host), not the kernel's UDP stack.
-    let pc = p.nic().port_counters();
+    // host), not the kernel's UDP stack. (The last ACK may still be in the
+    // ring when the WRITE completes: counts are read once it is taken.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let pc = loop {
+        let pc = p.nic().port_counters();
+        if pc.shm_rx_frames == pc.shm_tx_frames || std::time::Instant::now() > deadline {
+            break pc;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
     assert!(pc.shm_tx_frames > 0, "{pc:?}");
     assert_eq!(pc.shm_rx_frames, pc.shm_tx_frames, "{pc:?}");
     assert_eq!((pc.tx_datagrams, pc.rx_datagrams), (0, 0), "{pc:?}");
