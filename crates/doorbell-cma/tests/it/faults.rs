@@ -112,13 +112,7 @@ fn connect(p: &Pair, port: u16, net: u8, retries: u8) -> Conn {
     let Detail::ConnectRequest(r) = req.detail else {
         panic!("a request without its REQ")
     };
-    let child = CmId::from_request(&listener, server_log.clone(), 3, &r).unwrap();
-    child
-        .accept(&AcceptParams {
-            qp_num: Some(0x456),
-            ..AcceptParams::default()
-        })
-        .unwrap();
+    let child = accept_as_qp_456(&listener, &server_log, &r);
     let rep = wait(p, &client_log, CmEventKind::ConnectResponse);
     let Detail::ConnectResponse(rep) = rep.detail else {
         panic!("a response without its REP")
@@ -147,24 +141,31 @@ fn connect_and_disconnect(p: &Pair, port: u16, net: u8) {
     wait(p, &c.client_log, CmEventKind::Disconnected);
 }
 
+/// The server's id for request `r` (token 3), accepted with QP 0x456.
+fn accept_as_qp_456(
+    listener: &CmId,
+    server_log: &Arc<Log>,
+    r: &doorbell_cma::ConnRequest,
+) -> CmId {
+    let child = CmId::from_request(listener, server_log.clone(), 3, r).unwrap();
+    child
+        .accept(&AcceptParams {
+            qp_num: Some(0x456),
+            ..AcceptParams::default()
+        })
+        .unwrap();
+    child
+}
+
 /// `wait_for` of the crate, saying what both CMs counted if the event does not come.
 fn wait(p: &Pair, log: &Log, kind: CmEventKind) -> doorbell_cma::CmEvent {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let mut got = log.0.lock().unwrap();
-        if let Some(i) = got.iter().position(|e| e.kind == kind) {
-            return got.remove(i);
-        }
-        drop(got);
-        if std::time::Instant::now() >= deadline {
-            let stats: Vec<_> = p.cms.iter().map(|s| s.stats()).collect();
-            panic!(
-                "no {kind:?} in 10 s; events: {:?}; CMs counted {stats:?}",
-                log.0.lock().unwrap()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    crate::take_within(log, kind, 10).unwrap_or_else(|| {
+        let stats: Vec<_> = p.cms.iter().map(|s| s.stats()).collect();
+        panic!(
+            "no {kind:?} in 10 s; events: {:?}; CMs counted {stats:?}",
+            log.0.lock().unwrap()
+        )
+    })
 }
 
 /// Drops the first frame (from either port) that carries CM attribute
@@ -290,13 +291,7 @@ fn a_slow_listener_keeps_its_requester_waiting_with_an_mra() {
     // One retry at ~0.55 s would have been the requester's last, ending at
     // ~1.1 s; accept at 1.5 s.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let child = CmId::from_request(&listener, server_log.clone(), 3, &r).unwrap();
-    child
-        .accept(&AcceptParams {
-            qp_num: Some(0x456),
-            ..AcceptParams::default()
-        })
-        .unwrap();
+    let _child = accept_as_qp_456(&listener, &server_log, &r);
     wait(&p, &client_log, CmEventKind::ConnectResponse);
     let (a, b) = (p.cms[0].stats(), p.cms[1].stats());
     assert!(a.retransmits >= 1 && b.duplicates >= 1, "{a:?} {b:?}");

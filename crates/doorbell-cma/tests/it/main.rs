@@ -238,18 +238,23 @@ fn a_wildcard_bound_id_takes_the_nics_address_when_it_resolves() {
 }
 
 fn wait_for(log: &Log, kind: CmEventKind) -> CmEvent {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    take_within(log, kind, 10)
+        .unwrap_or_else(|| panic!("no {kind:?} in 10 s; events: {:?}", log.0.lock().unwrap()))
+}
+
+/// The first event of `kind` in `log`, taken out of it, waiting up to
+/// `secs` for one to come.
+fn take_within(log: &Log, kind: CmEventKind, secs: u64) -> Option<CmEvent> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     loop {
         let mut got = log.0.lock().unwrap();
         if let Some(i) = got.iter().position(|e| e.kind == kind) {
-            return got.remove(i);
+            return Some(got.remove(i));
         }
         drop(got);
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no {kind:?} in 10 s; events: {:?}",
-            log.0.lock().unwrap()
-        );
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
