@@ -842,8 +842,16 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
             })?,
         ),
     };
-    // The same switches as the C library's (DOORBELL_SHM, DOORBELL_UDP_GSO).
-    let env = doorbell_rt::ProcessNicConfig::from_env().map_err(|e| anyhow!("{e}"))?;
+    // The same switches as the C library's (DOORBELL_SHM, DOORBELL_UDP_GSO);
+    // the name and address are the options'.
+    use doorbell_rt::ProcessNicConfig as Cfg;
+    let env = Cfg::from_lookup(|v| {
+        [Cfg::SHM_VAR, Cfg::UDP_GSO_VAR]
+            .contains(&v)
+            .then(|| std::env::var_os(v))
+            .flatten()
+    })
+    .map_err(|e| anyhow!("{e}"))?;
     let opts = doorbell_rt::NicOptions {
         shm: env.shm,
         udp_gso: env.udp_gso,

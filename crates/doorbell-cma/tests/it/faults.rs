@@ -142,11 +142,7 @@ fn connect_and_disconnect(p: &Pair, port: u16, net: u8) {
 }
 
 /// The server's id for request `r` (token 3), accepted with QP 0x456.
-fn accept_as_qp_456(
-    listener: &CmId,
-    server_log: &Arc<Log>,
-    r: &doorbell_cma::ConnRequest,
-) -> CmId {
+fn accept_as_qp_456(listener: &CmId, server_log: &Arc<Log>, r: &doorbell_cma::ConnRequest) -> CmId {
     let child = CmId::from_request(listener, server_log.clone(), 3, r).unwrap();
     child
         .accept(&AcceptParams {
