@@ -147,6 +147,13 @@ pub struct NicCounters {
     pub bad_doorbells: u64,
     /// Doorbells for a QP not in a state that sends.
     pub doorbells_not_ready: u64,
+    /// Send doorbells taken from a QP's doorbell record, because the
+    /// register store itself was not seen (a provider that maps the UAR
+    /// page itself): inferred, so which register (doorbell or BlueFlame,
+    /// which half) and how many stores were coalesced is not known.
+    pub doorbells_by_record: u64,
+    /// CQ arms taken from a CQ's doorbell record, for the same reason.
+    pub arms_by_record: u64,
     /// Events lost because their EQ was full or its EQE write faulted.
     pub events_lost: u64,
     /// Responder: ACKs not sent because a later ACK of the same QP, queued

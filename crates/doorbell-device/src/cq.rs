@@ -150,6 +150,17 @@ impl Cq {
         true
     }
 
+    /// Reads the arm word of the CQ's doorbell record (MLX5_CQ_ARM_DB),
+    /// which the provider writes before its arm doorbell.
+    pub(crate) fn read_arm_word(&self, dma: &mut impl Dma, t: &mut Instant) -> Option<u32> {
+        let mut rec = [0u8; dbr::DBR_LEN];
+        let word = dbr::field::WORD1;
+        let addr = self.p.dbr_addr.checked_add(word.start as u64)?;
+        let tag = DmaTag::new(Qpn::new(0), DmaPurpose::DoorbellRecord);
+        dma_read(dma, t, tag, addr, &mut rec[word])
+            .then(|| u32::from_be_bytes([rec[4], rec[5], rec[6], rec[7]]))
+    }
+
     /// Handles an arm doorbell; returns true if an event is due at once
     /// because CQEs beyond `ci` are already there.
     pub(crate) fn arm(&mut self, solicited_only: bool, ci: u32) -> bool {

@@ -81,6 +81,7 @@ mod wqe;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use doorbell_host::RecordDoorbell;
 use doorbell_layout::uar::{self, CqArmDoorbell, SendDoorbell, UarRegister};
 use doorbell_layout::wqe as wqe_layout;
 use doorbell_pcie::Dma;
@@ -837,6 +838,74 @@ impl Nic {
         sync_timers(&mut self.timers, qp);
         self.pus[pu] = start.add(busy);
         self.pu_busy = self.pu_busy.add(busy);
+    }
+
+    /// Takes a doorbell that reached UAR page `uar` as a store the device
+    /// did not see (a provider that maps the page itself and writes it with
+    /// plain stores), from the doorbell record `db` names. The store is
+    /// recorded as one 8-byte MMIO write, the least it can have been;
+    /// whether it was a doorbell or a BlueFlame copy is not known
+    /// ([`NicCounters::doorbells_by_record`], [`NicCounters::arms_by_record`]).
+    pub fn handle_record_doorbell(
+        &mut self,
+        now: Instant,
+        uar: UarIndex,
+        db: RecordDoorbell,
+        dma: &mut impl Dma,
+    ) {
+        match db {
+            RecordDoorbell::Send(qpn) => self.send_record(now, uar, qpn, dma),
+            RecordDoorbell::Arm(cqn) => self.arm_record(now, uar, cqn, dma),
+        }
+        self.deliver_events(dma);
+    }
+
+    /// A send doorbell from `qpn`'s send counter; WQEs come from the ring.
+    fn send_record(&mut self, now: Instant, uar: UarIndex, qpn: Qpn, dma: &mut impl Dma) {
+        dma.record_mmio(now, Some(qpn), uar::DOORBELL_LEN);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.out.counters.bad_doorbells += 1;
+            return;
+        };
+        if qp.p.uar != uar {
+            self.out.counters.bad_doorbells += 1;
+            return;
+        }
+        let (pu, start) = acquire_pu(&mut self.pus, now);
+        let mut ctx = ctx!(self, now, start, dma);
+        let r = send::record(qp, &mut ctx);
+        settle(qp, r.map(|()| Then::Done), &mut ctx);
+        let busy = ctx.busy;
+        sync_timers(&mut self.timers, qp);
+        self.pus[pu] = start.add(busy);
+        self.pu_busy = self.pu_busy.add(busy);
+    }
+
+    /// A CQ arm from `cqn`'s arm word. Several CQs share one arm register
+    /// and a repeated arm may leave it unchanged, so the record, which is
+    /// per CQ, is what tells them apart.
+    fn arm_record(&mut self, now: Instant, uar: UarIndex, cqn: Cqn, dma: &mut impl Dma) {
+        dma.record_mmio(now, None, uar::DOORBELL_LEN);
+        let mut t = now;
+        let word = match self.cqs.get(&cqn) {
+            Some(cq) if cq.uar() == uar => cq.read_arm_word(dma, &mut t),
+            _ => None,
+        };
+        let Some(word) = word else {
+            self.out.counters.bad_doorbells += 1;
+            return;
+        };
+        let mut bytes = [0u8; 8];
+        bytes[..4].copy_from_slice(&word.to_be_bytes());
+        bytes[4..].copy_from_slice(&cqn.get().to_be_bytes());
+        let arm = CqArmDoorbell::parse(&bytes);
+        self.out.counters.arms_by_record += 1;
+        if let Some(cq) = self.cqs.get_mut(&cqn) {
+            if cq.arm(arm.solicited_only, arm.ci) {
+                let ev = NicEvent::Completion(cqn);
+                self.out.events.push_back((ev, t));
+            }
+        }
     }
 
     /// Takes one frame from the fabric.

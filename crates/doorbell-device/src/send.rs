@@ -4,9 +4,10 @@
 
 use doorbell_hif::{Access, QpState, QpType};
 use doorbell_layout::cqe::Syndrome;
+use doorbell_layout::dbr::{self, QpDoorbellRecord};
 use doorbell_layout::uar::SendDoorbell;
 use doorbell_layout::wqe::{self, CtrlSeg, WQEBB_LEN, WqeOpcode, wqebbs_for_ds};
-use doorbell_pcie::Dma;
+use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::PsnRange;
 use doorbell_types::Mkey;
 use doorbell_types::Qpn;
@@ -31,12 +32,49 @@ pub(crate) fn doorbell<D: Dma>(
     bf: Option<&[u8]>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
+    let new_pi = db.wqe_index.wrapping_add(wqebbs_for_ds(db.ds).max(1));
+    produce(qp, new_pi, bf.map(|b| (db, b)), ctx)
+}
+
+/// Takes a send doorbell through memory: the device reads `qp`'s send
+/// counter from its doorbell record (which the provider writes before it
+/// stores to the register, and which counts WQEBBs exactly), and fetches the
+/// WQEs from the ring. A record that cannot be read counts as a bad
+/// doorbell; one that has not moved is nothing to do.
+pub(crate) fn record<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
+    let word = dbr::field::WORD1;
+    let Some(addr) = qp.p.dbr_addr.checked_add(word.start as u64) else {
+        ctx.out.counters.bad_doorbells += 1;
+        return Ok(());
+    };
+    let mut rec = [0u8; dbr::DBR_LEN];
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::DoorbellRecord);
+    if !ctx.read(tag, addr, &mut rec[word]) {
+        ctx.out.counters.bad_doorbells += 1;
+        return Ok(());
+    }
+    let pi = QpDoorbellRecord::new_unchecked(&rec[..]).send_counter();
+    if pi == qp.sq.pi {
+        return Ok(());
+    }
+    ctx.out.counters.doorbells_by_record += 1;
+    produce(qp, pi, None, ctx)
+}
+
+/// Moves `qp`'s producer index to `new_pi` (refused if it would go
+/// backwards or past the ring) and executes what it uncovers; a BlueFlame
+/// WQE that came with its doorbell is used instead of fetching it.
+fn produce<D: Dma>(
+    qp: &mut Qp,
+    new_pi: u16,
+    bf: Option<(SendDoorbell, &[u8])>,
+    ctx: &mut Ctx<'_, D>,
+) -> Outcome {
     ctx.charge(ctx.cfg.timing.doorbell);
     if !matches!(qp.state, QpState::Rts | QpState::Err) {
         ctx.out.counters.doorbells_not_ready += 1;
         return Ok(());
     }
-    let new_pi = db.wqe_index.wrapping_add(wqebbs_for_ds(db.ds).max(1));
     let ahead = new_pi.wrapping_sub(qp.sq.ci);
     if ahead == 0 || ahead > qp.sq.size || ahead < qp.sq.posted() {
         ctx.out.counters.bad_doorbells += 1;
@@ -47,7 +85,7 @@ pub(crate) fn doorbell<D: Dma>(
         flush_sq(qp, ctx);
         return Ok(());
     }
-    if let Some(bf) = bf {
+    if let Some((db, bf)) = bf {
         // The WQE came with the doorbell: fetch only what precedes it.
         if fetch_upto(qp, db.wqe_index, ctx) {
             let n = usize::from(wqebbs_for_ds(db.ds));

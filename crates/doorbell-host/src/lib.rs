@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, RwLock};
 
-use doorbell_types::{HostAddr, UarIndex};
+use doorbell_types::{Cqn, HostAddr, Qpn, UarIndex};
 
 /// Bytes in a host page.
 pub const PAGE_SIZE: u64 = 4096;
@@ -152,6 +152,21 @@ pub fn page_list(addr: HostAddr, len: u64) -> Option<Vec<HostAddr>> {
 pub trait Mmio: Send + Sync {
     /// Writes `data` at byte `offset` of UAR page `uar`.
     fn mmio_write(&self, uar: UarIndex, offset: u32, data: &[u8]);
+    /// Tells the device of a store into UAR page `uar` whose bytes it did
+    /// not see: a provider that maps the page itself rings with plain stores
+    /// (rdma-core's libmlx5). The device reads the doorbell record that
+    /// `db` names, which the provider writes before the store.
+    fn record_doorbell(&self, uar: UarIndex, db: RecordDoorbell);
+}
+
+/// A doorbell the device takes from a doorbell record rather than from the
+/// bytes of the register store ([`Mmio::record_doorbell`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordDoorbell {
+    /// A send doorbell of this QP: its send counter says how far it posted.
+    Send(Qpn),
+    /// An arm of this CQ: its arm word says how.
+    Arm(Cqn),
 }
 
 struct Region {

@@ -106,6 +106,7 @@ impl Engine {
                 len,
                 data,
             } => nic.handle_mmio(now, uar, offset, &data[..usize::from(len)], bus),
+            Msg::RecordDoorbell(uar, db) => nic.handle_record_doorbell(now, uar, db, bus),
             Msg::Frames(fs) => {
                 for f in fs {
                     nic.handle_frame(now, &f, bus);

@@ -4,6 +4,7 @@
 use crossbeam_channel::Sender;
 use doorbell_device::NicCounters;
 use doorbell_hif::{CmdError, CmdOut, Command};
+use doorbell_host::RecordDoorbell;
 use doorbell_pcie::{Counters, Crossing};
 use doorbell_types::{Qpn, UarIndex};
 
@@ -15,6 +16,9 @@ pub(crate) enum Msg {
         len: u8,
         data: [u8; 64],
     },
+    /// A store into a UAR page the device did not see
+    /// ([`doorbell_host::Mmio::record_doorbell`]).
+    RecordDoorbell(UarIndex, RecordDoorbell),
     Frames(Vec<Vec<u8>>),
     /// Frames another NIC of this process emitted, untouched since.
     EmittedFrames(Vec<Vec<u8>>),

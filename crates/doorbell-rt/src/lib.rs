@@ -84,7 +84,7 @@ use crossbeam_channel::{Receiver, bounded, unbounded};
 use doorbell_device::{Frame, Nic, NicConfig, NicCounters};
 use doorbell_driver::EventQueues;
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
-use doorbell_host::{HostMemory, HostRam, Mmio};
+use doorbell_host::{HostMemory, HostRam, Mmio, RecordDoorbell};
 use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
 use doorbell_types::{Qpn, UarIndex};
 
@@ -274,6 +274,17 @@ impl Mmio for ChannelMmio {
             len: len as u8,
             data: buf,
         };
+        self.submit(msg);
+    }
+
+    fn record_doorbell(&self, uar: UarIndex, db: RecordDoorbell) {
+        self.submit(Msg::RecordDoorbell(uar, db));
+    }
+}
+
+impl ChannelMmio {
+    /// Hands a store to the NIC, holding off shared-memory bells meanwhile.
+    fn submit(&self, msg: Msg) {
         match &self.poster {
             Some(p) => p.around(&self.core, || self.core.submit(msg)),
             None => self.core.submit(msg),

@@ -34,7 +34,7 @@ use doorbell_device::{Nic, NicConfig, NicCounters};
 use doorbell_driver::EventQueues;
 use doorbell_fault::{DEFAULT_QUEUE_LIMIT, FaultPolicy, FaultStage, FaultStats};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
-use doorbell_host::{HostMemory, HostRam, Mmio};
+use doorbell_host::{HostMemory, HostRam, Mmio, RecordDoorbell};
 use doorbell_pcie::{Bus, Counters, LinkConfig};
 use doorbell_types::{Duration, Instant, Qpn, UarIndex};
 
@@ -142,6 +142,13 @@ impl Mmio for LoopbackMmio {
         let mut d = self.0.lock();
         let Device { nic, bus, now, .. } = &mut *d;
         nic.handle_mmio(*now, uar, offset, data, bus);
+        d.settle(self.0.own);
+    }
+
+    fn record_doorbell(&self, uar: UarIndex, db: RecordDoorbell) {
+        let mut d = self.0.lock();
+        let Device { nic, bus, now, .. } = &mut *d;
+        nic.handle_record_doorbell(*now, uar, db, bus);
         d.settle(self.0.own);
     }
 }

@@ -80,6 +80,20 @@ impl NicStats {
                 "rx_icrc_errors": n.rx_icrc_errors,
                 "acks_coalesced": n.acks_coalesced,
             },
+            "doorbells": {
+                "bad": n.bad_doorbells,
+                "not_ready": n.doorbells_not_ready,
+                "by_record": n.doorbells_by_record,
+                "arms_by_record": n.arms_by_record,
+                // Doorbells taken from records were not seen on the bus:
+                // the MMIO counts are then inferred (one 8-byte store
+                // each), not measured.
+                "mmio": if n.doorbells_by_record + n.arms_by_record == 0 {
+                    "observed"
+                } else {
+                    "inferred from doorbell records: doorbell or BlueFlame, and stores coalesced, not known"
+                },
+            },
             "hw_counters": Value::Object(hw),
             "port": {
                 "tx_datagrams": p.tx_datagrams,

@@ -21,7 +21,7 @@ use doorbell_device::{Nic, NicConfig};
 use doorbell_driver::EventQueues;
 use doorbell_fault::{FaultStage, FaultStats, Packet};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
-use doorbell_host::{HostMemory, HostRam, Mmio};
+use doorbell_host::{HostMemory, HostRam, Mmio, RecordDoorbell};
 use doorbell_pcie::model::{Direction, LinkModel};
 use doorbell_pcie::{Bus, Counters, Dma, DmaError, DmaPurpose, DmaTag};
 use doorbell_types::{Cqn, Duration, HostAddr, Instant, Qpn, UarIndex};
@@ -257,6 +257,8 @@ pub(crate) struct MmioOut {
     pub(crate) offset: u32,
     pub(crate) len: u8,
     pub(crate) data: [u8; 64],
+    /// A store whose bytes the NIC does not see: it reads this record.
+    pub(crate) record: Option<RecordDoorbell>,
     pub(crate) core: usize,
 }
 
@@ -305,6 +307,25 @@ impl Mmio for SimMmio {
             offset,
             len: len as u8,
             data: buf,
+            record: None,
+            core,
+        });
+    }
+
+    fn record_doorbell(&self, uar: UarIndex, db: RecordDoorbell) {
+        let mut cpu = lock(&self.cpu);
+        let core = cpu.current;
+        let cost = cpu.mmio_8b[core];
+        cpu.charge(core, cost);
+        let at = cpu.t[core];
+        cpu.out.push(MmioOut {
+            at,
+            nic: self.nic,
+            uar,
+            offset: 0,
+            len: 8,
+            data: [0; 64],
+            record: Some(db),
             core,
         });
     }
@@ -365,6 +386,7 @@ pub(crate) enum Ev {
         offset: u32,
         len: u8,
         data: [u8; 64],
+        record: Option<RecordDoorbell>,
     },
     /// A frame reaches a NIC.
     Frame { nic: usize, bytes: Vec<u8> },
@@ -633,6 +655,7 @@ impl World {
                     offset: o.offset,
                     len: o.len,
                     data: o.data,
+                    record: o.record,
                 },
             );
         }
@@ -729,10 +752,14 @@ impl World {
                 offset,
                 len,
                 data,
+                record,
             } => {
                 let mut s = lock(&self.nics[nic]);
                 let NicSide { nic: n, bus } = &mut *s;
-                n.handle_mmio(at, uar, offset, &data[..usize::from(len)], bus);
+                match record {
+                    Some(db) => n.handle_record_doorbell(at, uar, db, bus),
+                    None => n.handle_mmio(at, uar, offset, &data[..usize::from(len)], bus),
+                }
                 if let Some(a) = &mut self.arrivals {
                     a.push((nic, at, 0));
                 }

@@ -8,6 +8,7 @@
 
 mod acks;
 mod mkey;
+mod records;
 
 use std::sync::Arc;
 
@@ -58,6 +59,7 @@ struct Rig {
     uar: UarIndex,
     pd: Pdn,
     cq_buf: HostAddr,
+    cq: Cqn,
     cq_dbr: HostAddr,
     ci: u32,
     qpn: Qpn,
@@ -96,6 +98,7 @@ impl Rig {
             uar: UarIndex::default(),
             pd: Pdn::default(),
             cq_buf,
+            cq: Cqn::default(),
             cq_dbr,
             ci: 0,
             qpn: Qpn::default(),
@@ -149,7 +152,7 @@ impl Rig {
         })) else {
             panic!("no mkey")
         };
-        (rig.uar, rig.pd, rig.qpn, rig.mr) = (uar, pd, qpn, mr);
+        (rig.uar, rig.pd, rig.qpn, rig.mr, rig.cq) = (uar, pd, qpn, mr, cq);
         rig.connect();
         rig
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use doorbell_device::NicCounters;
 use doorbell_driver::{AllocUcontextReq, CreateQpReq, DeviceLink, DriverError, Ucontext};
 use doorbell_hif::{CmdError, CmdOut, Command, NicEvent, ObjKind};
-use doorbell_host::{HostMemory, Mmio};
+use doorbell_host::{HostMemory, Mmio, RecordDoorbell};
 use doorbell_layout::uar::{self, SendDoorbell};
 use doorbell_layout::wqe::WqeOpcode;
 use doorbell_rt::{Fabric, LiveNic};
@@ -888,6 +888,11 @@ impl Mmio for DetourMmio {
     fn mmio_write(&self, uar: UarIndex, offset: u32, data: &[u8]) {
         let to = *self.to.lock().unwrap();
         self.inner.mmio_write(to.unwrap_or(uar), offset, data);
+    }
+
+    fn record_doorbell(&self, uar: UarIndex, db: RecordDoorbell) {
+        let to = *self.to.lock().unwrap();
+        self.inner.record_doorbell(to.unwrap_or(uar), db);
     }
 }
 

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
-use doorbell_host::{HostMemory, Mmio};
+use doorbell_host::{HostMemory, Mmio, RecordDoorbell};
 use doorbell_layout::uar::{BF_BUF_SIZE, SendDoorbell};
 use doorbell_layout::wqe::WqeOpcode;
 use doorbell_pcie::LinkConfig;
@@ -36,6 +36,10 @@ impl Mmio for TapMmio {
     fn mmio_write(&self, uar: UarIndex, offset: u32, data: &[u8]) {
         self.log.lock().unwrap().push((uar, offset, data.to_vec()));
         self.inner.mmio_write(uar, offset, data);
+    }
+
+    fn record_doorbell(&self, uar: UarIndex, db: RecordDoorbell) {
+        self.inner.record_doorbell(uar, db);
     }
 }
 
