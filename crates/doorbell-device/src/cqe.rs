@@ -5,19 +5,20 @@ use doorbell_hif::NicEvent;
 use doorbell_layout::cqe::{Cqe64, CqeOpcode, Syndrome};
 use doorbell_layout::wqe::WqeOpcode;
 use doorbell_pcie::Dma;
-use doorbell_types::{Cqn, Qpn};
+use doorbell_types::Cqn;
 
 use crate::cq::CqeWrite;
 use crate::ctx::Ctx;
 use crate::qp::Qp;
 
-/// Writes a CQE to `cqn` and raises the events it causes. Its timestamp is
-/// the device's time when it starts the write, in ticks of
-/// [`doorbell_hif::CORE_CLOCK_KHZ`].
+/// Writes a CQE of `qp` to `cqn` and raises the events it causes. Its
+/// timestamp is the device's time when it starts the write, in ticks of
+/// [`doorbell_hif::CORE_CLOCK_KHZ`]; it carries the QP's user index in
+/// `srqn_uidx`, as mlx5 hardware does for a context of CQE version 1.
 pub(crate) fn write_cqe<D: Dma>(
     ctx: &mut Ctx<'_, D>,
+    qp: &Qp,
     cqn: Cqn,
-    qpn: Qpn,
     opcode: CqeOpcode,
     solicited: bool,
     fill: impl FnOnce(&mut Cqe64<&mut [u8]>),
@@ -28,11 +29,13 @@ pub(crate) fn write_cqe<D: Dma>(
     ctx.t = ctx.t.add(ctx.cfg.timing.cqe);
     ctx.busy = ctx.busy.add(ctx.cfg.timing.cqe);
     let stamp = ctx.t.as_ps() / (1_000_000_000 / doorbell_hif::CORE_CLOCK_KHZ);
+    let uidx = qp.p.user_index;
     let fill = |c: &mut Cqe64<&mut [u8]>| {
         c.set_timestamp(stamp);
+        c.set_srqn_uidx(uidx);
         fill(c);
     };
-    match cq.write(ctx.dma, &mut ctx.t, qpn, opcode, solicited, fill) {
+    match cq.write(ctx.dma, &mut ctx.t, qp.qpn, opcode, solicited, fill) {
         CqeWrite::Written { event: true } => ctx.raise(NicEvent::Completion(cqn)),
         CqeWrite::Written { event: false } => {}
         CqeWrite::Overrun | CqeWrite::DmaFault => ctx.raise(NicEvent::CqError(cqn)),
@@ -48,7 +51,7 @@ pub(crate) fn send_done<D: Dma>(
     ctx: &mut Ctx<'_, D>,
 ) {
     let qpn = qp.qpn;
-    write_cqe(ctx, qp.p.send_cq, qpn, CqeOpcode::Req, false, |c| {
+    write_cqe(ctx, qp, qp.p.send_cq, CqeOpcode::Req, false, |c| {
         c.set_sop_qpn(u8::from(opcode), qpn.get());
         c.set_wqe_counter(index);
         c.set_byte_cnt(byte_cnt);
@@ -64,7 +67,7 @@ pub(crate) fn send_error<D: Dma>(
     ctx: &mut Ctx<'_, D>,
 ) {
     let qpn = qp.qpn;
-    write_cqe(ctx, qp.p.send_cq, qpn, CqeOpcode::ReqErr, false, |c| {
+    write_cqe(ctx, qp, qp.p.send_cq, CqeOpcode::ReqErr, false, |c| {
         c.set_sop_qpn(u8::from(opcode), qpn.get());
         c.set_wqe_counter(index);
         c.set_syndrome(s, 0);
@@ -84,7 +87,7 @@ pub(crate) struct RecvDone {
 /// Writes a successful receive completion.
 pub(crate) fn recv_done<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, d: RecvDone) {
     let qpn = qp.qpn;
-    write_cqe(ctx, qp.p.recv_cq, qpn, d.opcode, d.solicited, |c| {
+    write_cqe(ctx, qp, qp.p.recv_cq, d.opcode, d.solicited, |c| {
         c.set_sop_qpn(0, qpn.get());
         c.set_wqe_counter(d.index);
         c.set_byte_cnt(d.byte_cnt);
@@ -100,7 +103,7 @@ pub(crate) fn recv_done<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, d: RecvDone) {
 /// A receive-side error completion.
 pub(crate) fn recv_error<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, index: u16, s: Syndrome) {
     let qpn = qp.qpn;
-    write_cqe(ctx, qp.p.recv_cq, qpn, CqeOpcode::RespErr, false, |c| {
+    write_cqe(ctx, qp, qp.p.recv_cq, CqeOpcode::RespErr, false, |c| {
         c.set_sop_qpn(0, qpn.get());
         c.set_wqe_counter(index);
         c.set_syndrome(s, 0);

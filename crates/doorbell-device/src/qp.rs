@@ -151,6 +151,7 @@ mod tests {
                 pas: vec![],
                 srq: None,
                 gsi: false,
+                user_index: 0,
             },
         )
     }

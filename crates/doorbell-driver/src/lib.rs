@@ -144,6 +144,8 @@ pub struct CreateQpReq {
     /// The port's GSI QP (UD, numbered 1 by the device): what the kernel
     /// makes for its CM and MAD layer, never a user context.
     pub gsi: bool,
+    /// The provider's user index for the QP (`uidx`), which its CQEs carry.
+    pub user_index: u32,
 }
 
 /// create_srq request: the WQE ring and doorbell record the provider made
@@ -603,6 +605,7 @@ impl Ucontext {
             pas,
             srq: req.srq,
             gsi: req.gsi,
+            user_index: req.user_index,
         });
         let out = match params {
             Ok(p) => self.link.exec(Command::CreateQp(p)),

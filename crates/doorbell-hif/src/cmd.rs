@@ -157,6 +157,10 @@ pub struct QpParams {
     /// management datagrams peers send to QP 1 and sends its own from QP 1.
     /// One per device.
     pub gsi: bool,
+    /// The user index the provider gave the QP (`mlx5_ib_create_qp.uidx`,
+    /// 24 bits): every CQE of the QP carries it in `srqn_uidx`, which is how
+    /// a provider of CQE version 1 finds the QP of a completion.
+    pub user_index: u32,
 }
 
 /// Shared-receive-queue context (CREATE_SRQ): a ring of receive WQEs,

@@ -402,6 +402,7 @@ impl Command {
                     }
                     None => w.u8(0),
                 }
+                w.u32(q.user_index);
             }
             Command::ModifyQp { qpn, state, attrs } => {
                 head(&mut w, opcode::MODIFY_QP, *state as u16);
@@ -514,6 +515,7 @@ impl Command {
                         f => return unknown("SRQ flag", f),
                     },
                     gsi,
+                    user_index: r.u32()?,
                 })
             }
             opcode::MODIFY_QP => {

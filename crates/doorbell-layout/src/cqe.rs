@@ -223,6 +223,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
             (u32::from(opcode) << 24) | (qpn & 0x00ff_ffff),
         );
     }
+    /// Sets the SRQ number or user index (24 bits).
+    pub fn set_srqn_uidx(&mut self, v: u32) {
+        set_be32(self.buffer.as_mut(), field::SRQN_UIDX, v & 0x00ff_ffff);
+    }
     /// Sets the WQE counter.
     pub fn set_wqe_counter(&mut self, v: u16) {
         set_be16(self.buffer.as_mut(), field::WQE_COUNTER, v);

@@ -369,6 +369,9 @@ impl Pd {
             srq: attr.srq.as_ref().map(Srq::srqn),
             dyn_bfreg: td_bf.as_ref().and_then(|b| b.dyn_index),
             gsi,
+            // This provider finds a completion's QP by its number, so the
+            // user index its CQEs carry is left 0.
+            user_index: 0,
         };
         let out = ctx.driver().create_qp(req);
         let bf_of =

@@ -47,6 +47,8 @@ const EPSN: u32 = 1000;
 const SQ_PSN: u32 = 5000;
 const MIN_RNR_TIMER: u8 = 3;
 const MR_LEN: u64 = 8192;
+/// The user index the rig's QP is created with (24 bits).
+const USER_INDEX: u32 = 0x00ab_cdef;
 /// Offset of the bfreg the QP rings in its UAR.
 const REG: u32 = uar::BF_OFFSET as u32;
 
@@ -135,6 +137,7 @@ impl Rig {
             pas: qp_pas,
             srq: None,
             gsi: false,
+            user_index: USER_INDEX,
         })) else {
             panic!("no QP")
         };
@@ -1169,6 +1172,7 @@ fn commands_with_ranges_past_the_address_space_are_refused() {
             pas: vec![rig.qp_buf; 64],
             srq: None,
             gsi: false,
+            user_index: 0,
         })),
         Err(CmdError::BadParam {
             name: Param::LogRqStride,

@@ -10,7 +10,9 @@ use doorbell_layout::wqe::WqeOpcode;
 use doorbell_types::{HostAddr, Psn, UarIndex};
 use doorbell_wire::{AethRepr, AethSyndrome, BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr};
 
-use crate::{LOCAL, PEER, Rig, SQ_PSN, rdma_wqe};
+use crate::{LOCAL, PEER, Rig, SQ_PSN, USER_INDEX, rdma_wqe};
+use doorbell_layout::cqe::{Cqe64, CqeOpcode, Syndrome};
+use doorbell_layout::wqe::DataSeg;
 
 /// The peer's ACK of the rig's first message.
 fn ack(rig: &Rig, msn: u32) -> Vec<u8> {
@@ -118,4 +120,42 @@ fn cq_arms_follow_the_record() {
     // On a page that is not the CQ's, nothing is armed.
     arm_record(&mut rig, UarIndex::new(0x7777));
     assert_eq!(rig.counters().arms_by_record, 2);
+}
+
+/// Every CQE carries the QP's user index in `srqn_uidx` (mlx5dv.h's
+/// `struct mlx5_cqe64`), good or bad: a provider of CQE version 1, as
+/// rdma-core's libmlx5 is, finds the QP of a completion by it.
+#[test]
+fn cqes_carry_the_qps_user_index() {
+    let mut rig = Rig::new();
+    let uar = rig.uar;
+    let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
+    rig.write_sq(0, &w);
+    set_send_counter(&rig, 1);
+    send_record(&mut rig, uar);
+    assert_eq!(rig.transmitted().len(), 1);
+    rig.frame(&ack(&rig, 1));
+    // A WQE with a key nobody registered fails locally.
+    let mut bad = rdma_wqe(&rig, 1, WqeOpcode::RdmaWrite, 8);
+    DataSeg::new_unchecked(&mut bad[32..48]).set_lkey(0x00dd_0000);
+    rig.write_sq(1, &bad);
+    set_send_counter(&rig, 2);
+    send_record(&mut rig, uar);
+    let cqes = rig.cqes();
+    let seen: Vec<_> = cqes
+        .iter()
+        .map(|b| {
+            let c = Cqe64::new_unchecked(&b[..]);
+            (c.opcode(), c.srqn_uidx())
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (CqeOpcode::Req, USER_INDEX),
+            (CqeOpcode::ReqErr, USER_INDEX)
+        ]
+    );
+    let err = Cqe64::new_unchecked(&cqes[1][..]);
+    assert_eq!(err.syndrome(), Syndrome::LocalProtErr);
 }

@@ -26,6 +26,7 @@ fn qp_req(uc: &Ucontext, pd: Pdn, cq: Cqn, dyn_bfreg: Option<u32>) -> CreateQpRe
         srq: None,
         dyn_bfreg,
         gsi: false,
+        user_index: 0,
     }
 }
 

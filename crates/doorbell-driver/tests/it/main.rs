@@ -128,6 +128,7 @@ fn a_create_qp_the_device_refuses_unpins_and_frees_its_bfreg() {
         srq: None,
         dyn_bfreg: None,
         gsi: false,
+        user_index: 0,
     };
     assert_eq!(
         uc.create_qp(req),
@@ -198,6 +199,7 @@ fn an_srq_in_use_is_not_destroyed_and_its_pins_go_with_it() {
             srq: Some(srq),
             dyn_bfreg: None,
             gsi: false,
+            user_index: 0,
         })
         .unwrap();
     assert_eq!(

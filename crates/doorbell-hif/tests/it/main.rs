@@ -132,6 +132,7 @@ fn command() -> impl Strategy<Value = Command> {
                     pas,
                     srq,
                     gsi,
+                    user_index: ids[0].rotate_left(7) ^ dbr as u32,
                 })
             ),
         (any::<u32>(), state(), attrs()).prop_map(|(q, state, attrs)| Command::ModifyQp {

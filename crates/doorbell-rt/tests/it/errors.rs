@@ -1397,6 +1397,7 @@ fn objects_in_use_cannot_be_destroyed() {
             srq: None,
             dyn_bfreg: None,
             gsi: false,
+            user_index: 0,
         })
         .unwrap()
         .qpn;
