@@ -25,6 +25,8 @@ mod cma;
 pub mod consts;
 mod device;
 mod object;
+pub mod private34;
+pub mod uapi;
 mod work;
 
 pub use attr::*;
@@ -32,6 +34,16 @@ pub use base::*;
 pub use cma::*;
 pub use device::*;
 pub use object::*;
+pub use private34::{
+    ibv_alloc_pd, ibv_command_buffer, ibv_create_cq_ex, ibv_create_qp, ibv_create_srq,
+    ibv_get_context, verbs_context_ops, verbs_device_ops, verbs_mr, verbs_qp, verbs_srq,
+    verbs_sysfs_dev,
+};
+pub use uapi::{
+    ib_uverbs_alloc_pd_resp, ib_uverbs_create_ah_resp, ib_uverbs_create_qp_resp,
+    ib_uverbs_create_srq_resp, ib_uverbs_ex_create_cq_resp, ib_uverbs_get_context_resp,
+    ib_uverbs_reg_mr_resp,
+};
 pub use work::*;
 
 /// A C struct this crate only passes by pointer (declared opaque).
@@ -60,30 +72,18 @@ opaque!(
     ibv_xrcd_init_attr,
     ibv_wc_tm_info,
     verbs_ex_private,
-    verbs_device_ops,
-    verbs_sysfs_dev,
-    verbs_context_ops,
     verbs_cq,
-    verbs_qp,
-    verbs_srq,
-    verbs_mr,
     verbs_dm,
     verbs_xrcd,
     verbs_counters,
     verbs_flow_action,
-    ibv_command_buffer,
     ib_user_path_rec,
     ib_uverbs_qp_attr,
     ib_uverbs_ah_attr,
     ibv_alloc_mw,
-    ibv_alloc_pd,
-    ibv_create_cq_ex,
-    ibv_create_qp,
     ibv_create_qp_ex,
-    ibv_create_srq,
     ibv_create_xsrq,
     ibv_create_wq,
-    ibv_get_context,
     ibv_modify_cq,
     ibv_modify_qp,
     ibv_modify_qp_ex,
@@ -98,18 +98,11 @@ opaque!(
     ibv_rereg_mr,
     ibv_resize_cq,
     ib_uverbs_alloc_mw_resp,
-    ib_uverbs_alloc_pd_resp,
-    ib_uverbs_create_ah_resp,
-    ib_uverbs_ex_create_cq_resp,
-    ib_uverbs_create_qp_resp,
     ib_uverbs_ex_create_qp_resp,
     ib_uverbs_ex_create_rwq_ind_table_resp,
-    ib_uverbs_create_srq_resp,
     ib_uverbs_ex_create_wq_resp,
-    ib_uverbs_get_context_resp,
     ib_uverbs_ex_modify_qp_resp,
     ib_uverbs_ex_query_device_resp,
-    ib_uverbs_reg_mr_resp,
     ib_uverbs_rereg_mr_resp,
     ib_uverbs_resize_cq_resp,
     ib_uverbs_open_xrcd_resp,

@@ -170,6 +170,57 @@ fn cma() -> Vec<Layout> {
     }
 }
 
+/// The kernel uAPI structs the library answers libmlx5's commands with.
+fn uverbs() -> Vec<Layout> {
+    use ibverbs::abi::uapi::*;
+    layouts! {
+    struct ib_uverbs_cmd_hdr = "struct ib_uverbs_cmd_hdr" { command, in_words, out_words }
+    struct ib_uverbs_ex_cmd_hdr = "struct ib_uverbs_ex_cmd_hdr" { response, provider_in_words, provider_out_words, cmd_hdr_reserved }
+    struct ib_uverbs_get_context = "struct ib_uverbs_get_context" { response }
+    struct ib_uverbs_get_context_resp = "struct ib_uverbs_get_context_resp" { async_fd, num_comp_vectors }
+    struct ib_uverbs_alloc_pd = "struct ib_uverbs_alloc_pd" { response }
+    struct ib_uverbs_alloc_pd_resp = "struct ib_uverbs_alloc_pd_resp" { pd_handle }
+    struct ib_uverbs_ex_create_cq = "struct ib_uverbs_ex_create_cq" { user_handle, cqe, comp_vector, comp_channel, comp_mask, flags, reserved }
+    struct ib_uverbs_create_cq_resp = "struct ib_uverbs_create_cq_resp" { cq_handle, cqe }
+    struct ib_uverbs_ex_create_cq_resp = "struct ib_uverbs_ex_create_cq_resp" { base, comp_mask, response_length }
+    struct ib_uverbs_create_qp = "struct ib_uverbs_create_qp" { response, user_handle, pd_handle, send_cq_handle, recv_cq_handle, srq_handle, max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data, sq_sig_all, qp_type, is_srq, reserved }
+    struct ib_uverbs_create_qp_resp = "struct ib_uverbs_create_qp_resp" { qp_handle, qpn, max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data, reserved }
+    struct ib_uverbs_create_srq = "struct ib_uverbs_create_srq" { response, user_handle, pd_handle, max_wr, max_sge, srq_limit }
+    struct ib_uverbs_create_srq_resp = "struct ib_uverbs_create_srq_resp" { srq_handle, max_wr, max_sge, srqn }
+    struct ib_uverbs_reg_mr_resp = "struct ib_uverbs_reg_mr_resp" { mr_handle, lkey, rkey }
+    struct ib_uverbs_create_ah_resp = "struct ib_uverbs_create_ah_resp" { ah_handle }
+    }
+}
+
+/// mlx5's driver data of those commands.
+fn mlx5_abi() -> Vec<Layout> {
+    use ibverbs::abi::uapi::*;
+    layouts! {
+    struct mlx5_ib_alloc_ucontext_req_v2 = "struct mlx5_ib_alloc_ucontext_req_v2" { total_num_bfregs, num_low_latency_bfregs, flags, comp_mask, max_cqe_version, reserved0, reserved1, reserved2, lib_caps }
+    struct mlx5_ib_alloc_ucontext_resp = "struct mlx5_ib_alloc_ucontext_resp" { qp_tab_size, bf_reg_size, tot_bfregs, cache_line_size, max_sq_desc_sz, max_rq_desc_sz, max_send_wqebb, max_recv_wr, max_srq_recv_wr, num_ports, flow_action_flags, comp_mask, response_length, cqe_version, cmds_supp_uhw, eth_min_inline, clock_info_versions, hca_core_clock_offset, log_uar_size, num_uars_per_page, num_dyn_bfregs, dump_fill_mkey }
+    struct mlx5_ib_alloc_pd_resp = "struct mlx5_ib_alloc_pd_resp" { pdn }
+    struct mlx5_ib_create_cq = "struct mlx5_ib_create_cq" { buf_addr, db_addr, cqe_size, cqe_comp_en, cqe_comp_res_format, flags, uar_page_index, reserved0, reserved1 }
+    struct mlx5_ib_create_cq_resp = "struct mlx5_ib_create_cq_resp" { cqn, reserved }
+    struct mlx5_ib_create_qp = "struct mlx5_ib_create_qp" { buf_addr, db_addr, sq_wqe_count, rq_wqe_count, rq_wqe_shift, flags, uidx, bfreg_index, sq_buf_addr, ece_options, dci_streams, reserved }
+    struct mlx5_ib_create_qp_resp = "struct mlx5_ib_create_qp_resp" { bfreg_index, ece_options, comp_mask, tirn, tisn, rqn, sqn, reserved1, tir_icm_addr }
+    struct mlx5_ib_create_srq = "struct mlx5_ib_create_srq" { buf_addr, db_addr, flags, reserved0, uidx, reserved1 }
+    struct mlx5_ib_create_srq_resp = "struct mlx5_ib_create_srq_resp" { srqn, reserved }
+    struct mlx5_ib_create_ah_resp = "struct mlx5_ib_create_ah_resp" { response_length, dmac, reserved }
+    }
+}
+
+#[test]
+fn uapi_matches_ib_user_verbs_h() {
+    let probe = doorbell_cprobe::Probe::new("rdma/ib_user_verbs.h", env!("CARGO_TARGET_TMPDIR"));
+    check(uverbs(), probe, "rdma/ib_user_verbs.h");
+}
+
+#[test]
+fn uapi_matches_mlx5_abi_h() {
+    let probe = doorbell_cprobe::Probe::new("rdma/mlx5-abi.h", env!("CARGO_TARGET_TMPDIR"));
+    check(mlx5_abi(), probe, "rdma/mlx5-abi.h");
+}
+
 #[test]
 fn abi_matches_verbs_h() {
     check(all(), crate::c_probe::probe(), "infiniband/verbs.h");
