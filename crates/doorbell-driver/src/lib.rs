@@ -183,6 +183,8 @@ struct DbPage {
 struct QpRecord {
     /// The static bfreg it counts against; `None` for a dynamic one.
     bfregn: Option<u32>,
+    /// The UAR its doorbells go to.
+    uar: UarIndex,
     buf: HostAddr,
     buf_len: u64,
     db: HostAddr,
@@ -607,6 +609,7 @@ impl Ucontext {
             gsi: req.gsi,
             user_index: req.user_index,
         });
+        let params_uar = params.as_ref().map(|p| p.uar).unwrap_or_default();
         let out = match params {
             Ok(p) => self.link.exec(Command::CreateQp(p)),
             Err(page) => Err(CmdError::NoSuchObject {
@@ -620,6 +623,7 @@ impl Ucontext {
                     qpn,
                     QpRecord {
                         bfregn,
+                        uar: params_uar,
                         buf: req.buf_addr,
                         buf_len: req.buf_len,
                         db: req.db_addr,
@@ -657,6 +661,11 @@ impl Ucontext {
             .copied()
             .flatten()?;
         Some(UarIndex::new(base.get() + info.uar_in_page(n)))
+    }
+
+    /// The UAR QP `qpn`'s doorbells go to.
+    pub fn qp_uar(&self, qpn: Qpn) -> Option<UarIndex> {
+        self.state().qps.get(&qpn).map(|r| r.uar)
     }
 
     /// modify_qp.

@@ -106,14 +106,15 @@ pub(crate) fn set_errno(errno: c_int) {
     unsafe { *libc::__errno_location() = errno };
 }
 
+/// The calling thread's `errno`.
+pub(crate) fn errno() -> c_int {
+    // SAFETY: as in set_errno.
+    unsafe { *libc::__errno_location() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn errno() -> c_int {
-        // SAFETY: as in set_errno.
-        unsafe { *libc::__errno_location() }
-    }
 
     #[test]
     fn errors_follow_the_convention() {

@@ -15,39 +15,18 @@ use libc::{EINVAL, ENOENT};
 use crate::abi::consts::*;
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
+use crate::channel::CChannel;
 use crate::ctx::context;
 use crate::events::{self, Queue, ROUTER};
 use crate::handle;
 use crate::handles;
-
-#[repr(C)]
-pub(crate) struct CChannel {
-    /// C reads `fd`; this library counts its CQs in `refcnt`.
-    ch: UnsafeCell<ibv_comp_channel>,
-    /// Completion events waiting: the C handle of each event's CQ.
-    pub(crate) queue: Queue<usize>,
-}
-
-impl CChannel {
-    fn get(&self) -> ibv_comp_channel {
-        // SAFETY: a copy of plain data; writes happen through `refcnt`
-        // below, under the rule that a channel is not destroyed in use.
-        unsafe { self.ch.get().read() }
-    }
-
-    fn add_cq(&self, n: c_int) {
-        // SAFETY: the cell's own pointer; C never writes refcnt.
-        unsafe { (*self.ch.get()).refcnt += n };
-    }
-}
-handle!(CChannel, ibv_comp_channel, ch, Channel);
 
 /// `ibv_create_comp_channel`: its fd is a real eventfd, readable while
 /// events wait.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_comp_channel(context_: *mut ibv_context) -> *mut ibv_comp_channel {
     guard("ibv_create_comp_channel", Conv::Null, || {
-        context(context_)?;
+        crate::route::any_context(context_)?;
         let queue = Queue::new()?;
         let ch = ibv_comp_channel {
             context: context_,
@@ -104,6 +83,11 @@ pub extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard("ibv_create_cq", Conv::Null, || {
+        if let Some(r) =
+            crate::hosted::verbs::create_cq(context_, cqe, cq_context, channel, comp_vector)
+        {
+            return r;
+        }
         if cqe < 1 || comp_vector < 0 {
             return Err(EINVAL);
         }
@@ -177,6 +161,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard("ibv_destroy_cq", Conv::Errno, || {
+        if let Some(r) = crate::hosted::verbs::destroy_cq(cq) {
+            return r;
+        }
         let obj = handles::get::<CCq>(cq)?;
         if obj.inner.is_shared() {
             return Err(libc::EBUSY);
@@ -327,6 +314,14 @@ pub extern "C" fn ibv_get_cq_event(
         }
         loop {
             let h = ch.queue.pop()? as *mut ibv_cq;
+            if let Some(cqc) = crate::hosted::verbs::cq_event_taken(h) {
+                // SAFETY: both checked non-NULL.
+                unsafe {
+                    cq.write(h);
+                    cq_context.write(cqc);
+                }
+                return Ok(0);
+            }
             // A CQ destroyed meanwhile took its events with it; skip any left.
             let Ok(obj) = handles::get::<CCq>(h) else {
                 continue;
@@ -346,6 +341,9 @@ pub extern "C" fn ibv_get_cq_event(
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     guard("ibv_ack_cq_events", Conv::Abort, || {
+        if crate::hosted::verbs::ack_cq_events(cq, nevents).is_some() {
+            return Ok(());
+        }
         if let Ok(c) = handles::get::<CCq>(cq) {
             let mut u = lock(&c.unacked);
             let n = nevents.min(*u);

@@ -15,19 +15,23 @@ use libc::{EINVAL, ENODATA, size_t};
 
 use crate::abi::consts::*;
 use crate::abi::*;
+use crate::attrs::{device_attr_ex_of, device_attr_of, port_attr};
 use crate::boundary::{Conv, guard};
-use crate::cq::CChannel;
 use crate::cq::CQ_OPS;
 use crate::ctx::{CContext, context};
-use crate::events::{self, AsyncEvent, Deliver, Dispatcher, Queue, ROUTER};
+use crate::events::{self, Dispatcher, Queue, ROUTER};
 use crate::handles;
+use crate::hosted::{self, Provider};
 use crate::qp::QP_OPS;
+use crate::route::{Handles, any_context};
 
 /// The one device of this process, allocated once and never freed (C may
 /// keep a device pointer after freeing the list, as with rdma-core).
 struct Device {
     dev: verbs_device,
     config: ProcessNicConfig,
+    /// Which provider drives it (`DOORBELL_PROVIDER`).
+    provider: Provider,
 }
 
 // SAFETY: the raw pointers in `verbs_device` are all NULL and never
@@ -38,13 +42,6 @@ unsafe impl Sync for Device {}
 
 static DEVICE: OnceLock<Result<Box<Device>, c_int>> = OnceLock::new();
 
-fn copy_str(dst: &mut [c_char], s: &str) {
-    let room = dst.len().saturating_sub(1);
-    for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {
-        *d = b as c_char;
-    }
-}
-
 fn device() -> Result<&'static Device, c_int> {
     DEVICE
         .get_or_init(|| {
@@ -52,22 +49,30 @@ fn device() -> Result<&'static Device, c_int> {
                 eprintln!("libibverbs.so.1 (doorbell): {e}");
                 e.errno()
             })?;
+            let provider = Provider::from_env().map_err(|e| {
+                eprintln!("libibverbs.so.1 (doorbell): {e}");
+                EINVAL
+            })?;
             // SAFETY: verbs_device is plain data (integers, arrays, NULL
             // pointers); all-zero is its empty state, as rdma-core callocs it.
             let mut dev: verbs_device = unsafe { core::mem::zeroed() };
             dev.device.node_type = IBV_NODE_CA;
             dev.device.transport_type = IBV_TRANSPORT_IB;
-            copy_str(&mut dev.device.name, &config.name);
-            copy_str(&mut dev.device.dev_name, "uverbs0");
-            copy_str(
+            crate::tables::copy_str(&mut dev.device.name, &config.name);
+            crate::tables::copy_str(&mut dev.device.dev_name, "uverbs0");
+            crate::tables::copy_str(
                 &mut dev.device.dev_path,
                 "/sys/class/infiniband_verbs/uverbs0",
             );
-            copy_str(
+            crate::tables::copy_str(
                 &mut dev.device.ibdev_path,
                 &format!("/sys/class/infiniband/{}", config.name),
             );
-            Ok(Box::new(Device { dev, config }))
+            Ok(Box::new(Device {
+                dev,
+                config,
+                provider,
+            }))
         })
         .as_ref()
         .map(|d| &**d)
@@ -92,8 +97,13 @@ fn our_device(dev: *mut ibv_device) -> Result<&'static Device, c_int> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
     guard("ibv_get_device_list", Conv::Null, || {
-        let list: Box<[*mut ibv_device]> = match device() {
-            Ok(d) => vec![device_ptr(d), null_mut()].into_boxed_slice(),
+        // With a hosted provider the one device is the provider's.
+        let dev = device().and_then(|d| match d.provider {
+            Provider::Doorbell => Ok(device_ptr(d)),
+            Provider::Mlx5 => hosted::device(&d.config, node_guid(d)).map(|h| h.ibv_device()),
+        });
+        let list: Box<[*mut ibv_device]> = match dev {
+            Ok(p) => vec![p, null_mut()].into_boxed_slice(),
             Err(_) => vec![null_mut()].into_boxed_slice(),
         };
         let n = list.len() - 1;
@@ -132,6 +142,10 @@ pub extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
     guard("ibv_get_device_name", Conv::Null, || {
+        if let Some(h) = hosted::is_device(dev) {
+            // SAFETY: the hosted device's public part, never freed.
+            return Ok(unsafe { (*h.ibv_device()).name.as_ptr() });
+        }
         Ok(our_device(dev)?.dev.device.name.as_ptr())
     })
 }
@@ -153,6 +167,9 @@ fn node_guid(d: &Device) -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
     guard("ibv_get_device_guid", Conv::Value(0), || {
+        if let Some(h) = hosted::is_device(dev) {
+            return Ok(h.guid);
+        }
         Ok(node_guid(our_device(dev)?))
     })
 }
@@ -161,6 +178,9 @@ pub extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
     guard("ibv_get_device_index", Conv::MinusOne, || {
+        if hosted::is_device(dev).is_some() {
+            return Ok(0);
+        }
         our_device(dev).map(|_| 0)
     })
 }
@@ -169,6 +189,9 @@ pub extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
     guard("ibv_open_device", Conv::Null, || {
+        if let Some(r) = hosted::verbs::open_device(dev) {
+            return r;
+        }
         let d = our_device(dev)?;
         // The NIC's threads start here (and the context's interrupt
         // thread): without the program's signals.
@@ -220,23 +243,6 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
     })
 }
 
-/// Delivers routed events to the handles they belong to.
-struct Handles;
-
-impl Deliver for Handles {
-    fn completion(&self, channel: usize, cq: usize, _cqn: doorbell_types::Cqn) {
-        if let Ok(ch) = handles::get::<CChannel>(channel as *mut ibv_comp_channel) {
-            ch.queue.push(cq);
-        }
-    }
-
-    fn async_event(&self, ctx: usize, event: AsyncEvent) {
-        if let Ok(c) = context(ctx as *mut ibv_context) {
-            c.async_events.push(event);
-        }
-    }
-}
-
 /// `ibv_get_async_event`: waits for the context's next async event (EAGAIN
 /// at once if `async_fd` was made non-blocking and none is there).
 #[unsafe(no_mangle)]
@@ -245,6 +251,9 @@ pub extern "C" fn ibv_get_async_event(
     event: *mut ibv_async_event,
 ) -> c_int {
     guard("ibv_get_async_event", Conv::MinusOne, || {
+        if let Some(r) = hosted::verbs::get_async_event(context_, event) {
+            return r;
+        }
         let c = context(context_)?;
         if event.is_null() {
             return Err(EINVAL);
@@ -270,6 +279,9 @@ pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     guard("ibv_close_device", Conv::Errno, || {
+        if let Some(r) = hosted::verbs::close_device(context) {
+            return r;
+        }
         let c = handles::take::<CContext>(context)?;
         events::lock(&ROUTER).contexts.remove(&(context as usize));
         crate::stats::closing(c.nic.nic());
@@ -285,52 +297,20 @@ pub extern "C" fn ibv_query_device(
     device_attr: *mut ibv_device_attr,
 ) -> c_int {
     guard("ibv_query_device", Conv::Errno, || {
+        if let Some(r) = crate::hosted::verbs::query_device(context_, device_attr) {
+            return r;
+        }
         let c = context(context_)?;
         if device_attr.is_null() {
             return Err(EINVAL);
         }
-        let dev = device()?;
-        let caps = c.ctx.query_device().caps;
-        let clamp = |v: u32| v.min(i32::MAX as u32) as c_int;
-        // SAFETY: ibv_device_attr is plain data; zero is its empty value.
-        let mut a: ibv_device_attr = unsafe { core::mem::zeroed() };
-        copy_str(
-            &mut a.fw_ver,
-            concat!("doorbell ", env!("CARGO_PKG_VERSION")),
-        );
-        a.node_guid = node_guid(dev);
-        a.sys_image_guid = a.node_guid;
-        a.max_mr_size = u64::MAX;
-        a.page_size_cap = 0xffff_f000;
-        a.vendor_id = caps.vendor_id;
-        a.vendor_part_id = caps.vendor_part_id;
-        a.max_qp = clamp(1 << caps.log_max_qp);
-        a.max_qp_wr = clamp(caps.max_send_wqebb.min(caps.max_recv_wr));
-        a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
-        a.max_sge = clamp(caps.max_rq_desc_sz / 16);
-        a.max_sge_rd = a.max_sge;
-        a.max_cq = 1 << 24;
-        a.max_cqe = clamp(caps.max_cqe - 1);
-        a.max_mr = clamp(caps.max_mkeys);
-        a.max_pd = clamp(caps.max_pd);
-        a.max_qp_rd_atom = c_int::from(caps.max_rd_atomic);
-        a.max_res_rd_atom = a.max_qp_rd_atom * a.max_qp;
-        a.max_qp_init_rd_atom = a.max_qp_rd_atom;
-        a.atomic_cap = IBV_ATOMIC_HCA;
-        a.max_ah = c_int::MAX;
-        a.max_pkeys = 1;
-        a.local_ca_ack_delay = 16;
-        a.phys_port_cnt = 1;
+        let a = device_attr_of(&c.ctx, node_guid(device()?));
         // SAFETY: checked non-NULL; the caller passes a whole ibv_device_attr.
         unsafe { device_attr.write(a) };
         Ok(0)
     })
 }
 
-/// `verbs_context.query_device_ex`: the legacy attributes, and of the
-/// extended ones the port count (doorbell has no ODP, TSO, RSS, tag
-/// matching, device memory or PCIe atomics: those read as zero). Writes no
-/// more than the caller's `attr_size`.
 /// `ibv_query_rt_values_ex`: the device clock now (IBV_VALUES_MASK_RAW_CLOCK),
 /// in ticks in `tv_nsec` with `tv_sec` 0, as mlx5 reports it. Other bits
 /// are EINVAL.
@@ -362,6 +342,8 @@ unsafe extern "C" fn query_rt_values(
     })
 }
 
+/// `verbs_context.query_device_ex`: [`device_attr_ex_of`], written no
+/// further than the caller's `attr_size`.
 unsafe extern "C" fn query_device_ex(
     context_: *mut ibv_context,
     input: *const ibv_query_device_ex_input,
@@ -377,17 +359,7 @@ unsafe extern "C" fn query_device_ex(
         if attr.is_null() || attr_size < base {
             return Err(EINVAL);
         }
-        // SAFETY: ibv_device_attr_ex is plain data; zero is its empty value.
-        let mut a: ibv_device_attr_ex = unsafe { core::mem::zeroed() };
-        let r = ibv_query_device(context_, &mut a.orig_attr);
-        if r != 0 {
-            return Err(r);
-        }
-        a.phys_port_cnt_ex = u32::from(a.orig_attr.phys_port_cnt);
-        a.device_cap_flags_ex = u64::from(a.orig_attr.device_cap_flags);
-        // CQE timestamps: 63 bits of the device's clock, as mlx5 reports.
-        a.completion_timestamp_mask = u64::MAX >> 1;
-        a.hca_core_clock = doorbell_hif::CORE_CLOCK_KHZ;
+        let a = device_attr_ex_of(&context(context_)?.ctx, node_guid(device()?));
         let n = attr_size.min(core::mem::size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's struct has attr_size bytes; n <= attr_size.
         unsafe {
@@ -402,42 +374,6 @@ unsafe extern "C" fn query_device_ex(
     })
 }
 
-fn mtu_enum(bytes: u32) -> ibv_mtu {
-    match bytes {
-        0..=256 => IBV_MTU_256,
-        257..=512 => IBV_MTU_512,
-        513..=1024 => IBV_MTU_1024,
-        1025..=2048 => IBV_MTU_2048,
-        _ => IBV_MTU_4096,
-    }
-}
-
-fn port_attr(c: &CContext, port: u8) -> Result<ibv_port_attr, c_int> {
-    if port != 1 {
-        return Err(EINVAL);
-    }
-    let p = c.ctx.query_port();
-    // SAFETY: ibv_port_attr is plain data; zero is its empty value.
-    let mut a: ibv_port_attr = unsafe { core::mem::zeroed() };
-    a.state = if p.active { IBV_PORT_ACTIVE } else { 1 };
-    a.max_mtu = mtu_enum(p.max_mtu);
-    a.active_mtu = mtu_enum(p.active_mtu);
-    a.gid_tbl_len = p.gid_tbl_len as c_int;
-    a.max_msg_sz = p.max_msg_sz;
-    a.pkey_tbl_len = p.pkey_tbl_len;
-    a.active_width = 2; // 4x
-    a.active_speed = 32; // EDR, 25 Gb/s per lane
-    // LinkUp, or Disabled for a link taken down.
-    a.phys_state = if p.active { 5 } else { 3 };
-    a.link_layer = if p.ethernet {
-        IBV_LINK_LAYER_ETHERNET as u8
-    } else {
-        1
-    };
-    a.max_vl_num = 1;
-    Ok(a)
-}
-
 /// `ibv_query_port@IBVERBS_1.1`: writes the 48-byte compat struct only.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_query_port(
@@ -446,7 +382,10 @@ pub extern "C" fn ibv_query_port(
     port_attr_: *mut _compat_ibv_port_attr,
 ) -> c_int {
     guard("ibv_query_port", Conv::Errno, || {
-        let a = port_attr(context(context_)?, port_num)?;
+        if let Some(r) = hosted::verbs::query_port_compat(context_, port_num, port_attr_) {
+            return r;
+        }
+        let a = port_attr(&context(context_)?.ctx, port_num)?;
         if port_attr_.is_null() {
             return Err(EINVAL);
         }
@@ -473,7 +412,7 @@ unsafe extern "C" fn query_port_ex(
     port_attr_len: size_t,
 ) -> c_int {
     guard("ibv_query_port", Conv::Errno, || {
-        let a = port_attr(context(context_)?, port_num)?;
+        let a = port_attr(&context(context_)?.ctx, port_num)?;
         if port_attr_.is_null() {
             return Err(EINVAL);
         }
@@ -503,12 +442,13 @@ pub extern "C" fn ibv_query_gid(
     gid: *mut ibv_gid,
 ) -> c_int {
     guard("ibv_query_gid", Conv::MinusOne, || {
-        let c = context(context_)?;
-        let len = c.ctx.query_port().gid_tbl_len;
+        let any = any_context(context_)?;
+        let c = any.ctx()?;
+        let len = c.query_port().gid_tbl_len;
         if port_num != 1 || index < 0 || index as u32 >= len || gid.is_null() {
             return Err(EINVAL);
         }
-        let raw = c.ctx.query_gid(index as u32).unwrap_or([0; 16]);
+        let raw = c.query_gid(index as u32).unwrap_or([0; 16]);
         // SAFETY: checked non-NULL; ibv_gid is 16 bytes.
         unsafe { gid.cast::<[u8; 16]>().write(raw) };
         Ok(0)
@@ -524,8 +464,9 @@ pub extern "C" fn ibv_query_gid_type(
     type_: *mut ibv_gid_type_sysfs,
 ) -> c_int {
     guard("ibv_query_gid_type", Conv::MinusOne, || {
-        let c = context(context_)?;
-        if port_num != 1 || index >= c.ctx.query_port().gid_tbl_len || type_.is_null() {
+        let any = any_context(context_)?;
+        let c = any.ctx()?;
+        if port_num != 1 || index >= c.query_port().gid_tbl_len || type_.is_null() {
             return Err(EINVAL);
         }
         // SAFETY: checked non-NULL.
@@ -534,8 +475,8 @@ pub extern "C" fn ibv_query_gid_type(
     })
 }
 
-fn gid_entry(c: &CContext, index: u32) -> Option<ibv_gid_entry> {
-    let gid = c.ctx.query_gid(index)?;
+fn gid_entry(c: &Context, index: u32) -> Option<ibv_gid_entry> {
+    let gid = c.query_gid(index)?;
     // SAFETY: ibv_gid_entry is plain data.
     let mut e: ibv_gid_entry = unsafe { core::mem::zeroed() };
     // SAFETY: ibv_gid is a 16-byte union of byte views.
@@ -563,11 +504,12 @@ pub extern "C" fn _ibv_query_gid_ex(
     entry_size: size_t,
 ) -> c_int {
     guard("_ibv_query_gid_ex", Conv::Errno, || {
-        let c = context(context_)?;
+        let any = any_context(context_)?;
+        let c = any.ctx()?;
         if flags != 0 || entry.is_null() || entry_size < core::mem::size_of::<ibv_gid_entry>() {
             return Err(EINVAL);
         }
-        if port_num != 1 || gid_index >= c.ctx.query_port().gid_tbl_len {
+        if port_num != 1 || gid_index >= c.query_port().gid_tbl_len {
             return Err(EINVAL);
         }
         let e = gid_entry(c, gid_index).ok_or(ENODATA)?;
@@ -587,11 +529,12 @@ pub extern "C" fn _ibv_query_gid_table(
     entry_size: size_t,
 ) -> libc::ssize_t {
     guard("_ibv_query_gid_table", Conv::NegErrno, || {
-        let c = context(context_)?;
+        let any = any_context(context_)?;
+        let c = any.ctx()?;
         if flags != 0 || entry_size < core::mem::size_of::<ibv_gid_entry>() {
             return Err(EINVAL);
         }
-        let valid: Vec<ibv_gid_entry> = (0..c.ctx.query_port().gid_tbl_len)
+        let valid: Vec<ibv_gid_entry> = (0..c.query_port().gid_tbl_len)
             .filter_map(|i| gid_entry(c, i))
             .collect();
         if valid.len() > max_entries {
@@ -624,7 +567,7 @@ pub extern "C" fn ibv_query_pkey(
     pkey: *mut u16,
 ) -> c_int {
     guard("ibv_query_pkey", Conv::MinusOne, || {
-        context(context_)?;
+        any_context(context_)?;
         if port_num != 1 || index != 0 || pkey.is_null() {
             return Err(EINVAL);
         }
@@ -638,7 +581,7 @@ pub extern "C" fn ibv_query_pkey(
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_pkey_index(context_: *mut ibv_context, port_num: u8, pkey: u16) -> c_int {
     guard("ibv_get_pkey_index", Conv::MinusOne, || {
-        context(context_)?;
+        any_context(context_)?;
         if port_num == 1 && u16::from_be(pkey) | 0x8000 == 0xffff {
             Ok(0)
         } else {

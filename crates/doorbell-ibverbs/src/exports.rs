@@ -92,65 +92,45 @@ stubs! {
     [null] fn ibv_import_dm(context: *mut ibv_context, dm_handle: u32) -> *mut ibv_dm;
     [void] fn ibv_unimport_dm(dm: *mut ibv_dm);
     [zero] fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: ibv_wr_opcode, flags: u32) -> c_int;
-    // --- IBVERBS_PRIVATE_34 (only providers call these; ours never get a device)
-    [null] fn _verbs_init_and_alloc_context(device: *mut ibv_device, cmd_fd: c_int, alloc_size: size_t, context_offset: *mut verbs_context, driver_id: u32) -> *mut c_void;
-    [errno] fn execute_ioctl(context: *mut ibv_context, cmd: *mut ibv_command_buffer) -> c_int;
+    // --- IBVERBS_PRIVATE_34 (only providers call these; those a hosted
+    // libmlx5 needs are in `hosted`)
     [errno] fn ibv_cmd_advise_mr(pd: *mut ibv_pd, advice: ibv_advise_mr_advice, flags: u32, sg_list: *mut ibv_sge, num_sge: u32) -> c_int;
     [errno] fn ibv_cmd_alloc_dm(ctx: *mut ibv_context, dm_attr: *const ibv_alloc_dm_attr, dm: *mut verbs_dm, link: *mut ibv_command_buffer) -> c_int;
     [errno] fn ibv_cmd_alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type, mw: *mut ibv_mw, cmd: *mut ibv_alloc_mw, cmd_size: size_t, resp: *mut ib_uverbs_alloc_mw_resp, resp_size: size_t) -> c_int;
-    [errno] fn ibv_cmd_alloc_pd(context: *mut ibv_context, pd: *mut ibv_pd, cmd: *mut ibv_alloc_pd, cmd_size: size_t, resp: *mut ib_uverbs_alloc_pd_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [errno] fn ibv_cmd_close_xrcd(xrcd: *mut verbs_xrcd) -> c_int;
-    [errno] fn ibv_cmd_create_ah(pd: *mut ibv_pd, ah: *mut ibv_ah, attr: *mut ibv_ah_attr, resp: *mut ib_uverbs_create_ah_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_counters(context: *mut ibv_context, init_attr: *mut ibv_counters_init_attr, vcounters: *mut verbs_counters, link: *mut ibv_command_buffer) -> c_int;
-    [errno] fn ibv_cmd_create_cq_ex(context: *mut ibv_context, cq_attr: *const ibv_cq_init_attr_ex, cq: *mut verbs_cq, cmd: *mut ibv_create_cq_ex, cmd_size: size_t, resp: *mut ib_uverbs_ex_create_cq_resp, resp_size: size_t, cmd_flags: u32) -> c_int;
     [errno] fn ibv_cmd_create_flow(qp: *mut ibv_qp, flow_id: *mut ibv_flow, flow_attr: *mut ibv_flow_attr, ucmd: *mut c_void, ucmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_flow_action_esp(ctx: *mut ibv_context, attr: *mut ibv_flow_action_esp_attr, flow_action: *mut verbs_flow_action, driver: *mut ibv_command_buffer) -> c_int;
-    [errno] fn ibv_cmd_create_qp_ex(context: *mut ibv_context, qp: *mut verbs_qp, attr_ex: *mut ibv_qp_init_attr_ex, cmd: *mut ibv_create_qp, cmd_size: size_t, resp: *mut ib_uverbs_create_qp_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_qp_ex2(context: *mut ibv_context, qp: *mut verbs_qp, qp_attr: *mut ibv_qp_init_attr_ex, cmd: *mut ibv_create_qp_ex, cmd_size: size_t, resp: *mut ib_uverbs_ex_create_qp_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_rwq_ind_table(context: *mut ibv_context, init_attr: *mut ibv_rwq_ind_table_init_attr, rwq_ind_table: *mut ibv_rwq_ind_table, resp: *mut ib_uverbs_ex_create_rwq_ind_table_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_srq(pd: *mut ibv_pd, srq: *mut ibv_srq, attr: *mut ibv_srq_init_attr, cmd: *mut ibv_create_srq, cmd_size: size_t, resp: *mut ib_uverbs_create_srq_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_srq_ex(context: *mut ibv_context, srq: *mut verbs_srq, attr_ex: *mut ibv_srq_init_attr_ex, cmd: *mut ibv_create_xsrq, cmd_size: size_t, resp: *mut ib_uverbs_create_srq_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_wq(context: *mut ibv_context, wq_init_attr: *mut ibv_wq_init_attr, wq: *mut ibv_wq, cmd: *mut ibv_create_wq, cmd_size: size_t, resp: *mut ib_uverbs_ex_create_wq_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_dealloc_mw(mw: *mut ibv_mw) -> c_int;
-    [errno] fn ibv_cmd_dealloc_pd(pd: *mut ibv_pd) -> c_int;
-    [errno] fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
-    [errno] fn ibv_cmd_destroy_ah(ah: *mut ibv_ah) -> c_int;
     [errno] fn ibv_cmd_destroy_counters(vcounters: *mut verbs_counters) -> c_int;
-    [errno] fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
     [errno] fn ibv_cmd_destroy_flow(flow_id: *mut ibv_flow) -> c_int;
     [errno] fn ibv_cmd_destroy_flow_action(action: *mut verbs_flow_action) -> c_int;
-    [errno] fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int;
     [errno] fn ibv_cmd_destroy_rwq_ind_table(rwq_ind_table: *mut ibv_rwq_ind_table) -> c_int;
     [errno] fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
     [errno] fn ibv_cmd_destroy_wq(wq: *mut ibv_wq) -> c_int;
     [errno] fn ibv_cmd_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [errno] fn ibv_cmd_free_dm(dm: *mut verbs_dm) -> c_int;
-    [errno] fn ibv_cmd_get_context(context: *mut verbs_context, cmd: *mut ibv_get_context, cmd_size: size_t, resp: *mut ib_uverbs_get_context_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_modify_cq(cq: *mut ibv_cq, attr: *mut ibv_modify_cq_attr, cmd: *mut ibv_modify_cq, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_modify_flow_action_esp(flow_action: *mut verbs_flow_action, attr: *mut ibv_flow_action_esp_attr, driver: *mut ibv_command_buffer) -> c_int;
-    [errno] fn ibv_cmd_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, cmd: *mut ibv_modify_qp, cmd_size: size_t) -> c_int;
-    [errno] fn ibv_cmd_modify_qp_ex(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, cmd: *mut ibv_modify_qp_ex, cmd_size: size_t, resp: *mut ib_uverbs_ex_modify_qp_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int, cmd: *mut ibv_modify_srq, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_modify_wq(wq: *mut ibv_wq, attr: *mut ibv_wq_attr, cmd: *mut ibv_modify_wq, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_open_qp(context: *mut ibv_context, qp: *mut verbs_qp, vqp_sz: c_int, attr: *mut ibv_qp_open_attr, cmd: *mut ibv_open_qp, cmd_size: size_t, resp: *mut ib_uverbs_create_qp_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_open_xrcd(context: *mut ibv_context, xrcd: *mut verbs_xrcd, vxrcd_size: c_int, attr: *mut ibv_xrcd_init_attr, cmd: *mut ibv_open_xrcd, cmd_size: size_t, resp: *mut ib_uverbs_open_xrcd_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_query_context(ctx: *mut ibv_context, driver: *mut ibv_command_buffer) -> c_int;
-    [errno] fn ibv_cmd_query_device_any(context: *mut ibv_context, input: *const ibv_query_device_ex_input, attr: *mut ibv_device_attr_ex, attr_size: size_t, resp: *mut ib_uverbs_ex_query_device_resp, resp_size: *mut size_t) -> c_int;
     [errno] fn ibv_cmd_query_mr(pd: *mut ibv_pd, vmr: *mut verbs_mr, mr_handle: u32) -> c_int;
-    [errno] fn ibv_cmd_query_port(context: *mut ibv_context, port_num: u8, port_attr: *mut ibv_port_attr, cmd: *mut ibv_query_port, cmd_size: size_t) -> c_int;
-    [errno] fn ibv_cmd_query_qp(qp: *mut ibv_qp, qp_attr: *mut ibv_qp_attr, attr_mask: c_int, qp_init_attr: *mut ibv_qp_init_attr, cmd: *mut ibv_query_qp, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, cmd: *mut ibv_query_srq, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_read_counters(vcounters: *mut verbs_counters, counters_value: *mut u64, ncounters: u32, flags: u32, link: *mut ibv_command_buffer) -> c_int;
     [errno] fn ibv_cmd_reg_dm_mr(pd: *mut ibv_pd, dm: *mut verbs_dm, offset: u64, length: size_t, access: c_uint, vmr: *mut verbs_mr, link: *mut ibv_command_buffer) -> c_int;
     [errno] fn ibv_cmd_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: size_t, iova: u64, fd: c_int, access: c_int, vmr: *mut verbs_mr) -> c_int;
-    [errno] fn ibv_cmd_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: size_t, hca_va: u64, access: c_int, vmr: *mut verbs_mr, cmd: *mut ibv_reg_mr, cmd_size: size_t, resp: *mut ib_uverbs_reg_mr_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_rereg_mr(vmr: *mut verbs_mr, flags: u32, addr: *mut c_void, length: size_t, hca_va: u64, access: c_int, pd: *mut ibv_pd, cmd: *mut ibv_rereg_mr, cmd_sz: size_t, resp: *mut ib_uverbs_rereg_mr_resp, resp_sz: size_t) -> c_int;
     [errno] fn ibv_cmd_resize_cq(cq: *mut ibv_cq, cqe: c_int, cmd: *mut ibv_resize_cq, cmd_size: size_t, resp: *mut ib_uverbs_resize_cq_resp, resp_size: size_t) -> c_int;
-    [void] fn verbs_init_cq(cq: *mut ibv_cq, context: *mut ibv_context, channel: *mut ibv_comp_channel, cq_context: *mut c_void);
     [null] fn verbs_open_device(device: *mut ibv_device, private_data: *mut c_void) -> *mut ibv_context;
-    [void] fn verbs_set_ops(vctx: *mut verbs_context, ops: *const verbs_context_ops);
-    [void] fn verbs_uninit_context(context: *mut verbs_context);
     // C declares `void __verbs_log(struct verbs_context *, uint32_t, const
     // char *fmt, ...)`. Defining a C-variadic function is unstable in Rust;
     // a callee that ignores the variadic part is ABI-compatible on x86_64
@@ -211,6 +191,28 @@ pub const IMPLEMENTED: &[&str] = &[
     "ibv_dofork_range",
     "ibv_get_sysfs_path",
     "verbs_register_driver_34",
+    // The provider-facing ABI of a hosted libmlx5 (`hosted`).
+    "_verbs_init_and_alloc_context",
+    "execute_ioctl",
+    "ibv_cmd_alloc_pd",
+    "ibv_cmd_create_ah",
+    "ibv_cmd_create_cq_ex",
+    "ibv_cmd_create_qp_ex",
+    "ibv_cmd_dealloc_pd",
+    "ibv_cmd_dereg_mr",
+    "ibv_cmd_destroy_ah",
+    "ibv_cmd_destroy_cq",
+    "ibv_cmd_destroy_qp",
+    "ibv_cmd_get_context",
+    "ibv_cmd_modify_qp",
+    "ibv_cmd_modify_qp_ex",
+    "ibv_cmd_query_device_any",
+    "ibv_cmd_query_port",
+    "ibv_cmd_query_qp",
+    "ibv_cmd_reg_mr",
+    "verbs_init_cq",
+    "verbs_set_ops",
+    "verbs_uninit_context",
     "ibv_wc_status_str",
     "ibv_event_type_str",
     "ibv_node_type_str",
@@ -255,15 +257,6 @@ pub extern "C" fn ibv_dofork_range(base: *mut c_void, size: size_t) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
     guard("ibv_get_sysfs_path", Conv::Abort, || Ok(c"/sys".as_ptr()))
-}
-
-/// `verbs_register_driver_34`: accepted and ignored. The constructors of
-/// Debian's libmlx5 and libefa call it when they are loaded; devices come
-/// from doorbell, never from a provider.
-#[unsafe(no_mangle)]
-pub extern "C" fn verbs_register_driver_34(ops: *const verbs_device_ops) {
-    let _ = ops;
-    guard("verbs_register_driver_34", Conv::Abort, || Ok(()))
 }
 
 /// `ibv_wc_status_str`: rdma-core's text, `"unknown"` out of range.

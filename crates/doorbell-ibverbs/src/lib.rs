@@ -95,7 +95,9 @@
 #![deny(missing_docs)]
 
 pub mod abi;
+mod attrs;
 mod boundary;
+mod channel;
 mod cq;
 mod cq_ex;
 mod ctx;
@@ -103,10 +105,12 @@ mod device;
 mod events;
 pub mod exports;
 mod handles;
+mod hosted;
 mod pd;
 mod qp;
 mod qp_ex;
 pub mod rdma_cm;
+mod route;
 mod srq;
 mod stats;
 mod tables;

@@ -43,6 +43,9 @@ handle!(CTd, ibv_td, td, Td);
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_alloc_pd(context_: *mut ibv_context) -> *mut ibv_pd {
     guard("ibv_alloc_pd", Conv::Null, || {
+        if let Some(r) = crate::hosted::verbs::alloc_pd(context_) {
+            return r;
+        }
         let c = context(context_)?;
         let inner = c.ctx.alloc_pd().map_err(|e| e.errno())?;
         let pd = ibv_pd {
@@ -252,6 +255,9 @@ pub(crate) unsafe extern "C" fn alloc_parent_domain(
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard("ibv_dealloc_pd", Conv::Errno, || {
+        if let Some(r) = crate::hosted::verbs::dealloc_pd(pd) {
+            return r;
+        }
         let obj = handles::take::<CPd>(pd)?;
         // The verbs Pd is shared by every object made in it: only the last
         // holder frees the device's PD.
@@ -302,7 +308,7 @@ const KNOWN_ACCESS: c_uint = IBV_ACCESS_LOCAL_WRITE
 /// The device's rights for C access flags: unknown bits are EINVAL; memory
 /// windows, zero-based MRs and on-demand paging are not doorbell's
 /// (EOPNOTSUPP); the optional-range bits are hints it ignores.
-fn access_of(access: c_uint) -> Result<Access, c_int> {
+pub(crate) fn access_of(access: c_uint) -> Result<Access, c_int> {
     if access & !KNOWN_ACCESS != 0 {
         return Err(EINVAL);
     }
@@ -366,6 +372,9 @@ pub extern "C" fn ibv_reg_mr(
     access: c_int,
 ) -> *mut ibv_mr {
     guard("ibv_reg_mr", Conv::Null, || {
+        if let Some(r) = crate::hosted::verbs::reg_mr(pd, addr, length, addr as u64, access) {
+            return r;
+        }
         reg_mr(pd, addr, length, addr as u64, access as c_uint)
     })
 }
@@ -380,6 +389,9 @@ pub extern "C" fn ibv_reg_mr_iova(
     access: c_int,
 ) -> *mut ibv_mr {
     guard("ibv_reg_mr_iova", Conv::Null, || {
+        if let Some(r) = crate::hosted::verbs::reg_mr(pd, addr, length, iova, access) {
+            return r;
+        }
         reg_mr(pd, addr, length, iova, access as c_uint)
     })
 }
@@ -395,6 +407,9 @@ pub extern "C" fn ibv_reg_mr_iova2(
     access: c_uint,
 ) -> *mut ibv_mr {
     guard("ibv_reg_mr_iova2", Conv::Null, || {
+        if let Some(r) = crate::hosted::verbs::reg_mr(pd, addr, length, iova, access as c_int) {
+            return r;
+        }
         reg_mr(pd, addr, length, iova, access)
     })
 }
@@ -510,6 +525,9 @@ pub extern "C" fn ibv_rereg_mr(
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard("ibv_dereg_mr", Conv::Errno, || {
+        if let Some(r) = crate::hosted::verbs::dereg_mr(mr) {
+            return r;
+        }
         drop(handles::take::<CMr>(mr)?);
         Ok(0)
     })

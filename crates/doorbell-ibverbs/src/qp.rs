@@ -58,6 +58,9 @@ fn av_of(a: &ibv_ah_attr) -> Result<AddressVector, c_int> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_ah(pd_: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     guard("ibv_create_ah", Conv::Null, || {
+        if let Some(r) = crate::hosted::verbs::create_ah(pd_, attr) {
+            return r;
+        }
         // SAFETY: NULL is refused; the caller passes an ibv_ah_attr.
         let a = unsafe { attr.as_ref() }.ok_or(EINVAL)?;
         create_ah(pd_, a)
@@ -162,6 +165,9 @@ pub(crate) fn ah_of(ah: *mut ibv_ah) -> Result<Ah, c_int> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     guard("ibv_destroy_ah", Conv::Errno, || {
+        if let Some(r) = crate::hosted::verbs::destroy_ah(ah) {
+            return r;
+        }
         drop(handles::take::<CAh>(ah)?);
         Ok(0)
     })
@@ -259,7 +265,7 @@ impl Drop for Staging {
 }
 handle!(CQp, ibv_qp, qp, Qp);
 
-fn qp_type_of(t: c_uint) -> Result<QpType, c_int> {
+pub(crate) fn qp_type_of(t: c_uint) -> Result<QpType, c_int> {
     match t {
         IBV_QPT_RC => Ok(QpType::Rc),
         IBV_QPT_UC => Ok(QpType::Uc),
@@ -273,7 +279,7 @@ fn qp_type_of(t: c_uint) -> Result<QpType, c_int> {
     }
 }
 
-fn c_qp_type(t: QpType) -> c_uint {
+pub(crate) fn c_qp_type(t: QpType) -> c_uint {
     match t {
         QpType::Rc => IBV_QPT_RC,
         QpType::Uc => IBV_QPT_UC,
@@ -281,7 +287,7 @@ fn c_qp_type(t: QpType) -> c_uint {
     }
 }
 
-fn c_state(s: QpState) -> c_uint {
+pub(crate) fn c_state(s: QpState) -> c_uint {
     match s {
         QpState::Reset => IBV_QPS_RESET,
         QpState::Init => IBV_QPS_INIT,
@@ -293,7 +299,7 @@ fn c_state(s: QpState) -> c_uint {
     }
 }
 
-fn state_of(s: c_uint) -> Result<QpState, c_int> {
+pub(crate) fn state_of(s: c_uint) -> Result<QpState, c_int> {
     Ok(match s {
         IBV_QPS_RESET => QpState::Reset,
         IBV_QPS_INIT => QpState::Init,
@@ -398,6 +404,9 @@ pub(crate) fn create_qp(n: NewQp<'_>) -> Result<*mut ibv_qp, c_int> {
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_qp(pd_: *mut ibv_pd, attr_: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard("ibv_create_qp", Conv::Null, || {
+        if let Some(r) = crate::hosted::verbs::create_qp(pd_, attr_) {
+            return r;
+        }
         if attr_.is_null() {
             return Err(EINVAL);
         }
@@ -414,6 +423,9 @@ pub extern "C" fn ibv_create_qp(pd_: *mut ibv_pd, attr_: *mut ibv_qp_init_attr) 
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard("ibv_destroy_qp", Conv::Errno, || {
+        if let Some(r) = crate::hosted::verbs::destroy_qp(qp) {
+            return r;
+        }
         let obj = handles::take::<CQp>(qp)?;
         events::lock(&ROUTER).qps.remove(&obj.inner.qpn());
         drop(obj);
@@ -426,7 +438,7 @@ pub(crate) fn qp_of<'a>(qp: *mut ibv_qp) -> Result<&'a CQp, c_int> {
 }
 
 /// The attributes of `attr` that `mask` names, as the provider takes them.
-fn attrs_of(attr: &ibv_qp_attr, mask: c_uint) -> Result<QpAttrs, c_int> {
+pub(crate) fn attrs_of(attr: &ibv_qp_attr, mask: c_uint) -> Result<QpAttrs, c_int> {
     let has = |bit: c_uint| mask & bit != 0;
     let known = IBV_QP_STATE
         | IBV_QP_CUR_STATE
@@ -482,6 +494,9 @@ pub extern "C" fn ibv_modify_qp(
     attr_mask: c_int,
 ) -> c_int {
     guard("ibv_modify_qp", Conv::Errno, || {
+        if let Some(r) = crate::hosted::verbs::modify_qp(qp, attr, attr_mask) {
+            return r;
+        }
         let q = qp_of(qp)?;
         if attr.is_null() {
             return Err(EINVAL);
@@ -511,44 +526,16 @@ pub extern "C" fn ibv_query_qp(
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard("ibv_query_qp", Conv::Errno, || {
+        if let Some(r) = crate::hosted::verbs::query_qp(qp, attr, _attr_mask, init_attr) {
+            return r;
+        }
         let q = qp_of(qp)?;
         if attr.is_null() || init_attr.is_null() {
             return Err(EINVAL);
         }
         let (state, s) = q.inner.query().map_err(|e| e.errno())?;
-        // SAFETY: ibv_qp_attr is plain data.
-        let mut a: ibv_qp_attr = unsafe { core::mem::zeroed() };
-        a.qp_state = c_state(state);
-        a.cur_qp_state = a.qp_state;
-        a.path_mtu = s.path_mtu.map_or(IBV_MTU_1024, |m| m.trailing_zeros() - 7);
-        a.qkey = s.qkey.unwrap_or(0);
-        a.rq_psn = s.rq_psn.map_or(0, Psn::get);
-        a.sq_psn = s.sq_psn.map_or(0, Psn::get);
-        a.dest_qp_num = s.dest_qpn.map_or(0, Qpn::get);
-        a.qp_access_flags = s.access.map_or(0, |x| x.0);
+        let mut a = c_qp_attr(state, &s);
         a.cap = c_caps(q.inner.caps());
-        if let Some(av) = s.av {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.port_num = 1;
-            a.ah_attr.sl = av.sl;
-            // SAFETY: ibv_gid is a 16-byte union of byte views.
-            unsafe {
-                core::ptr::from_mut(&mut a.ah_attr.grh.dgid)
-                    .cast::<[u8; 16]>()
-                    .write(av.dgid)
-            };
-            a.ah_attr.grh.sgid_index = av.sgid_index;
-            a.ah_attr.grh.hop_limit = av.hop_limit;
-            a.ah_attr.grh.traffic_class = av.traffic_class;
-        }
-        a.pkey_index = s.pkey_index.unwrap_or(0);
-        a.max_rd_atomic = s.max_rd_atomic.unwrap_or(0);
-        a.max_dest_rd_atomic = s.max_dest_rd_atomic.unwrap_or(0);
-        a.min_rnr_timer = s.min_rnr_timer.unwrap_or(0);
-        a.port_num = s.port.unwrap_or(1);
-        a.timeout = s.timeout.unwrap_or(0);
-        a.retry_cnt = s.retry_cnt.unwrap_or(0);
-        a.rnr_retry = s.rnr_retry.unwrap_or(0);
         // SAFETY: a copy of plain data the QP's creation wrote.
         let b = unsafe { core::ptr::addr_of!((*q.qp.get()).qp_base).read() };
         let init = ibv_qp_init_attr {
@@ -567,6 +554,44 @@ pub extern "C" fn ibv_query_qp(
         }
         Ok(0)
     })
+}
+
+/// A QP's state and attributes as `ibv_query_qp` reports them (the caps
+/// are the caller's to fill).
+pub(crate) fn c_qp_attr(state: QpState, s: &QpAttrs) -> ibv_qp_attr {
+    // SAFETY: ibv_qp_attr is plain data.
+    let mut a: ibv_qp_attr = unsafe { core::mem::zeroed() };
+    a.qp_state = c_state(state);
+    a.cur_qp_state = a.qp_state;
+    a.path_mtu = s.path_mtu.map_or(IBV_MTU_1024, |m| m.trailing_zeros() - 7);
+    a.qkey = s.qkey.unwrap_or(0);
+    a.rq_psn = s.rq_psn.map_or(0, Psn::get);
+    a.sq_psn = s.sq_psn.map_or(0, Psn::get);
+    a.dest_qp_num = s.dest_qpn.map_or(0, Qpn::get);
+    a.qp_access_flags = s.access.map_or(0, |x| x.0);
+    if let Some(av) = s.av {
+        a.ah_attr.is_global = 1;
+        a.ah_attr.port_num = 1;
+        a.ah_attr.sl = av.sl;
+        // SAFETY: ibv_gid is a 16-byte union of byte views.
+        unsafe {
+            core::ptr::from_mut(&mut a.ah_attr.grh.dgid)
+                .cast::<[u8; 16]>()
+                .write(av.dgid)
+        };
+        a.ah_attr.grh.sgid_index = av.sgid_index;
+        a.ah_attr.grh.hop_limit = av.hop_limit;
+        a.ah_attr.grh.traffic_class = av.traffic_class;
+    }
+    a.pkey_index = s.pkey_index.unwrap_or(0);
+    a.max_rd_atomic = s.max_rd_atomic.unwrap_or(0);
+    a.max_dest_rd_atomic = s.max_dest_rd_atomic.unwrap_or(0);
+    a.min_rnr_timer = s.min_rnr_timer.unwrap_or(0);
+    a.port_num = s.port.unwrap_or(1);
+    a.timeout = s.timeout.unwrap_or(0);
+    a.retry_cnt = s.retry_cnt.unwrap_or(0);
+    a.rnr_retry = s.rnr_retry.unwrap_or(0);
+    a
 }
 
 const KNOWN_SEND_FLAGS: c_uint =

@@ -114,6 +114,9 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     guard("ibv_qp_to_qp_ex", Conv::Null, || {
+        if let Some(r) = crate::hosted::verbs::qp_to_qp_ex(qp) {
+            return r;
+        }
         let q = qp_of(qp)?;
         if !q.ex {
             return Err(EOPNOTSUPP);

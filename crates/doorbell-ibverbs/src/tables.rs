@@ -165,6 +165,14 @@ pub(crate) fn mbps_to_rate(mbps: i32) -> u32 {
     RATES.iter().find(|r| r.2 == mbps).map_or(RATE_MAX, |r| r.0)
 }
 
+/// Copies `s` into a C string buffer, truncated to leave its NUL.
+pub(crate) fn copy_str(dst: &mut [core::ffi::c_char], s: &str) {
+    let room = dst.len().saturating_sub(1);
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {
+        *d = b as core::ffi::c_char;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

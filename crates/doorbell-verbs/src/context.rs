@@ -120,15 +120,27 @@ impl Context {
     /// Opens a context with explicit settings.
     pub fn with_config(link: Arc<dyn DeviceLink>, cfg: ProviderConfig) -> Result<Self, VerbsError> {
         let (total, low) = cfg.normalised()?;
+        let req = AllocUcontextReq {
+            total_num_bfregs: total,
+            num_low_latency_bfregs: low,
+        };
+        Self::with_request(link, req, cfg)
+    }
+
+    /// Opens a context with the bfreg request exactly as given, which the
+    /// driver checks as the kernel does: what a host of another provider
+    /// (rdma-core's libmlx5, which made the request) uses. That provider
+    /// then drives the queues itself; this context answers the queries and
+    /// carries the events, and [`Context::ucontext`] the commands.
+    pub fn with_request(
+        link: Arc<dyn DeviceLink>,
+        req: AllocUcontextReq,
+        cfg: ProviderConfig,
+    ) -> Result<Self, VerbsError> {
+        let low = req.num_low_latency_bfregs;
         let mem = Arc::clone(link.memory());
         let mmio = Arc::clone(link.mmio());
-        let ucontext = Ucontext::alloc(
-            link,
-            AllocUcontextReq {
-                total_num_bfregs: total,
-                num_low_latency_bfregs: low,
-            },
-        )?;
+        let ucontext = Ucontext::alloc(link, req)?;
         let resp = ucontext.resp().clone();
         let tot_uuars = resp.tot_bfregs;
         let bf_reg_size = resp.bf_reg_size;
@@ -352,6 +364,12 @@ impl Context {
     }
 
     pub(crate) fn driver(&self) -> &Ucontext {
+        &self.inner.ucontext
+    }
+
+    /// The kernel's side of this context: its UARs, bfregs and objects, for
+    /// a host of another provider that sends the commands itself.
+    pub fn ucontext(&self) -> &Ucontext {
         &self.inner.ucontext
     }
 

@@ -10,11 +10,11 @@ use crate::library::{lib_dir, run};
 
 /// An address on this test process's own loopback subnet, so that parallel
 /// test runs never share a port.
-fn addr(net: u8, host: u8) -> String {
+pub(crate) fn addr(net: u8, host: u8) -> String {
     format!("127.{}.{net}.{host}", 1 + std::process::id() % 250)
 }
 
-fn client(prog: &str, nic_addr: &str) -> Command {
+pub(crate) fn client(prog: &str, nic_addr: &str) -> Command {
     let mut cmd = Command::new(prog);
     cmd.env("LD_BIND_NOW", "1")
         .env("LD_LIBRARY_PATH", lib_dir())

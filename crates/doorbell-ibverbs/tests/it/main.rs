@@ -13,6 +13,7 @@ mod bad_input;
 mod c_probe;
 mod clients;
 mod consts;
+mod hosted;
 mod layout;
 mod library;
 mod loader;

@@ -1,0 +1,137 @@
+//! rdma-core's own provider on doorbell: with `DOORBELL_PROVIDER=mlx5`
+//! Debian's unmodified libmlx5 drives the device, and Debian's unmodified
+//! tools run on it as two processes. What proves that libmlx5 did the work:
+//! its own formatting of the firmware version (doorbell's provider prints
+//! a name), and, in each process's `DOORBELL_STATS`, send doorbells and CQ
+//! arms taken from doorbell records, which only a provider that maps the
+//! UAR pages itself makes the device read.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use doorbell_cprobe::program::{finish, text};
+use serde_json::Value;
+
+use crate::clients::{addr, client};
+use crate::library::{lib_dir, run};
+
+fn hosted(prog: &str, nic_addr: &str) -> Command {
+    let mut c = client(prog, nic_addr);
+    c.env("DOORBELL_PROVIDER", "mlx5");
+    c
+}
+
+#[test]
+fn ibv_devinfo_runs_on_libmlx5() {
+    let out = run(hosted("ibv_devinfo", &addr(40, 2)).arg("-v"));
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("hca_id:\tdoorbell0"), "{all}");
+    // libmlx5 prints the raw firmware version as major.minor.sub.
+    assert!(all.contains("fw_ver:\t\t\t\t0.1.0000"), "{all}");
+    assert!(all.contains("PORT_ACTIVE"), "{all}");
+    assert!(all.contains("link_layer:\t\tEthernet"), "{all}");
+    assert!(all.contains(", RoCE v2"), "{all}");
+    // The same tool on doorbell's own provider reports another firmware.
+    let own = run(&mut client("ibv_devinfo", &addr(40, 3)));
+    assert!(
+        text(&own).contains("fw_ver:\t\t\t\tdoorbell "),
+        "{}",
+        text(&own)
+    );
+}
+
+#[test]
+fn an_unknown_provider_is_named_in_the_error() {
+    let mut c = client("ibv_devinfo", &addr(40, 4));
+    c.env("DOORBELL_PROVIDER", "mlx4");
+    let out = run(&mut c);
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("DOORBELL_PROVIDER=mlx4"), "{all}");
+    assert!(all.contains("`mlx5`"), "{all}");
+}
+
+/// Runs `tool` as a server and a client on libmlx5 with `args`, each with
+/// a stats file; returns their outputs and stats.
+fn pingpong(tool: &str, net: u8, port: u16, args: &[&str]) -> [(Output, Value); 2] {
+    let port = (port + (std::process::id() % 1000) as u16).to_string();
+    let dir = lib_dir().parent().expect("lib dir has a parent").to_owned();
+    let stats = |who: &str| dir.join(format!("hosted-{tool}-{who}-{}.json", std::process::id()));
+    let start = |who: &str, host: u8, peer: Option<&str>| {
+        let mut c = hosted(tool, &addr(net, host));
+        c.args(["-d", "doorbell0", "-g", "0", "-p", &port])
+            .args(args)
+            .args(peer)
+            .env("DOORBELL_STATS", stats(who))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().expect("start the tool")
+    };
+    let server = start("server", 2, None);
+    std::thread::sleep(Duration::from_millis(300));
+    let client = start("client", 3, Some("127.0.0.1"));
+    let c = finish(client, 60, &format!("the {tool} client"));
+    let s = finish(server, 60, &format!("the {tool} server"));
+    [("server", s), ("client", c)].map(|(who, out)| {
+        let file = stats(who);
+        let json = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{who}'s stats ({e}):\n{}", text(&out)));
+        let _ = std::fs::remove_file(&file);
+        let v: Value = serde_json::from_str(&json).expect("stats are JSON");
+        (out, v)
+    })
+}
+
+/// Both sides ran to the end, every doorbell was taken from a record and
+/// none was refused.
+fn assert_ran_on_libmlx5(sides: &[(Output, Value); 2], iters: u64) {
+    for (out, v) in sides {
+        let all = text(out);
+        assert!(out.status.success(), "{all}");
+        assert!(all.contains(&format!("{iters} iters in")), "{all}");
+        let d = &v["doorbells"];
+        assert!(d["by_record"].as_u64() >= Some(iters), "{v:#}\n{all}");
+        assert_eq!(d["bad"], 0, "{v:#}");
+        assert!(
+            d["mmio"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("inferred")),
+            "the stats say the MMIO counts are inferred: {v:#}"
+        );
+        assert_eq!(v["packets"]["retransmits"], 0, "{v:#}");
+    }
+}
+
+#[test]
+fn ibv_rc_pingpong_runs_on_libmlx5() {
+    let sides = pingpong(
+        "ibv_rc_pingpong",
+        41,
+        31515,
+        &["-n", "200", "-s", "4096", "-c"],
+    );
+    assert_ran_on_libmlx5(&sides, 200);
+    for (_, v) in &sides {
+        assert_eq!(
+            v["doorbells"]["arms_by_record"], 0,
+            "no events asked: {v:#}"
+        );
+    }
+}
+
+#[test]
+fn ibv_rc_pingpong_with_events_runs_on_libmlx5() {
+    let sides = pingpong(
+        "ibv_rc_pingpong",
+        42,
+        32515,
+        &["-n", "100", "-s", "64", "-e"],
+    );
+    assert_ran_on_libmlx5(&sides, 100);
+    for (out, v) in &sides {
+        // Each completion event is waited for after an arm.
+        let arms = v["doorbells"]["arms_by_record"].as_u64().unwrap_or(0);
+        assert!(arms >= 100, "{v:#}\n{}", text(out));
+    }
+}
