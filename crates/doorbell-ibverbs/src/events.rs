@@ -299,7 +299,7 @@ pub(crate) fn without_signals<R>(f: impl FnOnce() -> R) -> R {
 
 /// Blocks every signal in the calling thread (one of the library's own),
 /// so that the program's handlers (perftest's `alarm()`) run in its threads.
-fn block_signals() {
+pub(crate) fn block_signals() {
     // SAFETY: sigfillset initialises the set it is given; pthread_sigmask
     // reads it and changes only the calling thread's mask.
     unsafe {

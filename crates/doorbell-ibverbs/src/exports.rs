@@ -104,7 +104,6 @@ stubs! {
     [errno] fn ibv_cmd_create_flow_action_esp(ctx: *mut ibv_context, attr: *mut ibv_flow_action_esp_attr, flow_action: *mut verbs_flow_action, driver: *mut ibv_command_buffer) -> c_int;
     [errno] fn ibv_cmd_create_qp_ex2(context: *mut ibv_context, qp: *mut verbs_qp, qp_attr: *mut ibv_qp_init_attr_ex, cmd: *mut ibv_create_qp_ex, cmd_size: size_t, resp: *mut ib_uverbs_ex_create_qp_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_rwq_ind_table(context: *mut ibv_context, init_attr: *mut ibv_rwq_ind_table_init_attr, rwq_ind_table: *mut ibv_rwq_ind_table, resp: *mut ib_uverbs_ex_create_rwq_ind_table_resp, resp_size: size_t) -> c_int;
-    [errno] fn ibv_cmd_create_srq(pd: *mut ibv_pd, srq: *mut ibv_srq, attr: *mut ibv_srq_init_attr, cmd: *mut ibv_create_srq, cmd_size: size_t, resp: *mut ib_uverbs_create_srq_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_srq_ex(context: *mut ibv_context, srq: *mut verbs_srq, attr_ex: *mut ibv_srq_init_attr_ex, cmd: *mut ibv_create_xsrq, cmd_size: size_t, resp: *mut ib_uverbs_create_srq_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_wq(context: *mut ibv_context, wq_init_attr: *mut ibv_wq_init_attr, wq: *mut ibv_wq, cmd: *mut ibv_create_wq, cmd_size: size_t, resp: *mut ib_uverbs_ex_create_wq_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_dealloc_mw(mw: *mut ibv_mw) -> c_int;
@@ -112,19 +111,16 @@ stubs! {
     [errno] fn ibv_cmd_destroy_flow(flow_id: *mut ibv_flow) -> c_int;
     [errno] fn ibv_cmd_destroy_flow_action(action: *mut verbs_flow_action) -> c_int;
     [errno] fn ibv_cmd_destroy_rwq_ind_table(rwq_ind_table: *mut ibv_rwq_ind_table) -> c_int;
-    [errno] fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
     [errno] fn ibv_cmd_destroy_wq(wq: *mut ibv_wq) -> c_int;
     [errno] fn ibv_cmd_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     [errno] fn ibv_cmd_free_dm(dm: *mut verbs_dm) -> c_int;
     [errno] fn ibv_cmd_modify_cq(cq: *mut ibv_cq, attr: *mut ibv_modify_cq_attr, cmd: *mut ibv_modify_cq, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_modify_flow_action_esp(flow_action: *mut verbs_flow_action, attr: *mut ibv_flow_action_esp_attr, driver: *mut ibv_command_buffer) -> c_int;
-    [errno] fn ibv_cmd_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int, cmd: *mut ibv_modify_srq, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_modify_wq(wq: *mut ibv_wq, attr: *mut ibv_wq_attr, cmd: *mut ibv_modify_wq, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_open_qp(context: *mut ibv_context, qp: *mut verbs_qp, vqp_sz: c_int, attr: *mut ibv_qp_open_attr, cmd: *mut ibv_open_qp, cmd_size: size_t, resp: *mut ib_uverbs_create_qp_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_open_xrcd(context: *mut ibv_context, xrcd: *mut verbs_xrcd, vxrcd_size: c_int, attr: *mut ibv_xrcd_init_attr, cmd: *mut ibv_open_xrcd, cmd_size: size_t, resp: *mut ib_uverbs_open_xrcd_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_query_context(ctx: *mut ibv_context, driver: *mut ibv_command_buffer) -> c_int;
     [errno] fn ibv_cmd_query_mr(pd: *mut ibv_pd, vmr: *mut verbs_mr, mr_handle: u32) -> c_int;
-    [errno] fn ibv_cmd_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, cmd: *mut ibv_query_srq, cmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_read_counters(vcounters: *mut verbs_counters, counters_value: *mut u64, ncounters: u32, flags: u32, link: *mut ibv_command_buffer) -> c_int;
     [errno] fn ibv_cmd_reg_dm_mr(pd: *mut ibv_pd, dm: *mut verbs_dm, offset: u64, length: size_t, access: c_uint, vmr: *mut verbs_mr, link: *mut ibv_command_buffer) -> c_int;
     [errno] fn ibv_cmd_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: size_t, iova: u64, fd: c_int, access: c_int, vmr: *mut verbs_mr) -> c_int;
@@ -213,6 +209,10 @@ pub const IMPLEMENTED: &[&str] = &[
     "verbs_init_cq",
     "verbs_set_ops",
     "verbs_uninit_context",
+    "ibv_cmd_create_srq",
+    "ibv_cmd_destroy_srq",
+    "ibv_cmd_modify_srq",
+    "ibv_cmd_query_srq",
     "ibv_wc_status_str",
     "ibv_event_type_str",
     "ibv_node_type_str",

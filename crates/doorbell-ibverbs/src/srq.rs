@@ -33,6 +33,9 @@ handle!(CSrq, ibv_srq, srq, Srq);
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_create_srq(pd_: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard("ibv_create_srq", Conv::Null, || {
+        if let Some(r) = crate::hosted::srq::create_srq(pd_, attr) {
+            return r;
+        }
         // SAFETY: NULL is refused; the caller passes an ibv_srq_init_attr
         // it owns, into which the granted sizes are written back.
         let a = unsafe { attr.as_mut() }.ok_or(EINVAL)?;
@@ -103,6 +106,9 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard("ibv_destroy_srq", Conv::Errno, || {
+        if let Some(r) = crate::hosted::srq::destroy_srq(srq) {
+            return r;
+        }
         let obj = handles::take::<CSrq>(srq)?;
         if obj.inner.is_shared() {
             handles::restore(obj);
@@ -128,6 +134,9 @@ pub extern "C" fn ibv_modify_srq(
     srq_attr_mask: c_int,
 ) -> c_int {
     guard("ibv_modify_srq", Conv::Errno, || {
+        if let Some(r) = crate::hosted::srq::modify_srq(srq, srq_attr, srq_attr_mask) {
+            return r;
+        }
         let s = srq_of(srq)?;
         if srq_attr.is_null() {
             return Err(EINVAL);
@@ -148,6 +157,9 @@ pub extern "C" fn ibv_modify_srq(
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int {
     guard("ibv_query_srq", Conv::Errno, || {
+        if let Some(r) = crate::hosted::srq::query_srq(srq, srq_attr) {
+            return r;
+        }
         let s = srq_of(srq)?;
         if srq_attr.is_null() {
             return Err(EINVAL);

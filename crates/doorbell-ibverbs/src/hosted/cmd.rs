@@ -28,7 +28,11 @@ use std::sync::Arc;
 
 /// Reads a `T` at byte `at` of a request of `len` bytes; bytes the request
 /// does not have read as zero.
-fn read_req<T: Default + Copy>(cmd: *const c_void, at: usize, len: usize) -> Result<T, c_int> {
+pub(super) fn read_req<T: Default + Copy>(
+    cmd: *const c_void,
+    at: usize,
+    len: usize,
+) -> Result<T, c_int> {
     if cmd.is_null() || len < at {
         return Err(EINVAL);
     }
@@ -47,7 +51,7 @@ fn read_req<T: Default + Copy>(cmd: *const c_void, at: usize, len: usize) -> Res
 }
 
 /// Writes `t` at byte `at` of a response of `len` bytes, truncated to it.
-fn write_resp<T>(resp: *mut c_void, at: usize, len: usize, t: &T) -> Result<(), c_int> {
+pub(super) fn write_resp<T>(resp: *mut c_void, at: usize, len: usize, t: &T) -> Result<(), c_int> {
     if resp.is_null() {
         return Err(EINVAL);
     }
@@ -64,7 +68,7 @@ fn write_resp<T>(resp: *mut c_void, at: usize, len: usize, t: &T) -> Result<(), 
     Ok(())
 }
 
-fn errno(e: impl Into<VerbsError>) -> c_int {
+pub(super) fn errno(e: impl Into<VerbsError>) -> c_int {
     e.into().errno()
 }
 
@@ -73,7 +77,7 @@ fn hosted(c: *mut ibv_context) -> Result<Arc<HostedCtx>, c_int> {
 }
 
 /// The page holding a doorbell record, as the driver pins it.
-fn db_page(db: u64) -> (HostAddr, u64) {
+pub(super) fn db_page(db: u64) -> (HostAddr, u64) {
     (HostAddr::new(db & !(PAGE_SIZE - 1)), PAGE_SIZE)
 }
 
@@ -144,6 +148,7 @@ pub extern "C" fn ibv_cmd_get_context(
         write_resp(resp.cast(), drv_at, resp_size, &drv)?;
         h.set_ctx(ctx)?;
         h.start_events(Arc::new(crate::route::Handles))?;
+        h.watch.start()?;
         Ok(0)
     })
 }
@@ -548,10 +553,11 @@ pub extern "C" fn ibv_cmd_create_qp_ex(
         h.record_grant(Obj::Qp(qpn), buf, buf_len);
         h.record_grant(Obj::Qp(qpn), dbp, dbl);
         if let Some(uar) = ucontext.qp_uar(qpn) {
-            h.qp_uars
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(qpn, uar);
+            let counter = (drv.db_addr + 4) as *const u32;
+            // SAFETY: the send counter of the record libmlx5 allocated for
+            // this QP (word 1, MLX5_SND_DBR), aligned in a page it keeps
+            // until the QP is destroyed, which forgets it first.
+            unsafe { h.watch.add(qpn, uar, send_cq, counter) };
         }
         // SAFETY: checked non-NULL; the provider's new QP, filled as
         // libibverbs' set_qp fills it.
@@ -713,12 +719,9 @@ pub extern "C" fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int {
         let h = owner(qp).ok_or(EINVAL)?;
         // SAFETY: a live QP of a hosted context.
         let qpn = Qpn::new(unsafe { (*qp).qp_num });
+        h.watch.forget(qpn);
         h.ctx()?.ucontext().destroy_qp(qpn).map_err(errno)?;
         h.revoke(Obj::Qp(qpn));
-        h.qp_uars
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&qpn);
         events::lock(&ROUTER).qps.remove(&qpn);
         Ok(0)
     })

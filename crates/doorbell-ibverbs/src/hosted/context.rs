@@ -11,8 +11,10 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 
 use doorbell_hif::DeviceLink;
 use doorbell_host::{Mmio, RecordDoorbell};
+
+use super::watch::Watch;
 use doorbell_rt::ProcessNic;
-use doorbell_types::{Cqn, HostAddr, Qpn, UarIndex};
+use doorbell_types::{Cqn, HostAddr, Qpn, Srqn};
 use doorbell_verbs::Context;
 use libc::{EINVAL, EOPNOTSUPP};
 
@@ -27,12 +29,14 @@ pub(crate) enum Obj {
     Cq(Cqn),
     Qp(Qpn),
     Mr(u32),
+    Srq(Srqn),
 }
 
 /// The provider's fast-path ops, which the public ones wrap.
 #[derive(Clone, Copy)]
 pub(crate) struct Fast {
     pub(crate) post_send: PostSendFn,
+    pub(crate) poll_cq: PollCqFn,
     pub(crate) req_notify_cq: unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int,
 }
 
@@ -53,11 +57,13 @@ pub(crate) struct HostedCtx {
     /// The provider's ops, merged by `verbs_set_ops`.
     ops: Mutex<Box<verbs_context_ops>>,
     pub(crate) fast: OnceLock<Fast>,
-    /// Each QP's register page, by number.
-    pub(crate) qp_uars: RwLock<BTreeMap<Qpn, UarIndex>>,
+    /// The QPs' send doorbell records, watched.
+    pub(crate) watch: Watch,
     /// Ranges granted to the device for each object's buffers.
     grants: Mutex<BTreeMap<Obj, Vec<(HostAddr, u64)>>>,
     pub(crate) cq_events: Mutex<CqEvents>,
+    /// Each SRQ's size as the kernel reports it: WRs and SGEs.
+    pub(crate) srq_sizes: Mutex<BTreeMap<Srqn, (u32, u32)>>,
     pub(crate) cq_acked: Condvar,
 }
 
@@ -164,15 +170,7 @@ impl HostedCtx {
     /// The device is told that QP `qpn` rang its register: it reads the
     /// send counter from the doorbell record.
     pub(crate) fn rang_send(&self, qpn: Qpn) {
-        let uar = self
-            .qp_uars
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&qpn)
-            .copied();
-        if let Some(uar) = uar {
-            self.mmio().record_doorbell(uar, RecordDoorbell::Send(qpn));
-        }
+        self.watch.rang(qpn);
     }
 
     /// The device is told that CQ `cqn` was armed.
@@ -210,6 +208,7 @@ pub(crate) fn init_and_alloc(
         close_fd();
         e.errno()
     })?;
+    let nic_link = Arc::clone(nic.nic());
     let async_events = Queue::new().inspect_err(|_| close_fd())?;
     // SAFETY: calloc of the size the provider asked; the provider frees it
     // with free() after verbs_uninit_context.
@@ -242,9 +241,10 @@ pub(crate) fn init_and_alloc(
         async_events,
         ops: Mutex::new(ops),
         fast: OnceLock::new(),
-        qp_uars: RwLock::new(BTreeMap::new()),
+        watch: Watch::new(Arc::clone(DeviceLink::mmio(&*nic_link))),
         grants: Mutex::new(BTreeMap::new()),
         cq_events: Mutex::new(CqEvents::default()),
+        srq_sizes: Mutex::new(BTreeMap::new()),
         cq_acked: Condvar::new(),
     });
     contexts_write().insert(ibv_ctx as usize, h);
@@ -369,6 +369,25 @@ pub(crate) unsafe extern "C" fn post_send(
         // SAFETY: a live QP of the provider (owner found its context).
         let qpn = Qpn::new(unsafe { (*qp).qp_num });
         h.rang_send(qpn);
+        Ok(r)
+    })
+}
+
+/// The public `poll_cq` of a hosted context: first the device is told of
+/// doorbells rung without a call (`ibv_wr_complete`) by the QPs that send
+/// into this CQ, then the provider's; a poll that finds nothing lets the
+/// device make progress in this thread, as doorbell's own provider does.
+pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard("ibv_poll_cq", Conv::Value(-1), || {
+        let h = owner(cq).ok_or(EINVAL)?;
+        let f = h.fast.get().ok_or(EOPNOTSUPP)?;
+        // SAFETY: a live CQ of the provider; its handle is its number.
+        h.watch.check(Some(Cqn::new(unsafe { (*cq).handle })));
+        // SAFETY: the provider's own op, with the caller's arguments.
+        let r = unsafe { (f.poll_cq)(cq, n, wc) };
+        if r == 0 {
+            h.nic.nic().progress();
+        }
         Ok(r)
     })
 }

@@ -38,7 +38,9 @@
 
 mod cmd;
 pub(crate) mod context;
+pub(crate) mod srq;
 pub(crate) mod verbs;
+mod watch;
 
 use core::ffi::{CStr, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};

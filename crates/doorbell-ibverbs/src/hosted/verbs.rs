@@ -125,9 +125,12 @@ fn open(dev: &'static HostedDevice) -> Result<*mut ibv_context, c_int> {
     let c = unsafe { core::ptr::addr_of_mut!((*vctx).context) };
     let h = context(c).ok_or(EINVAL)?;
     let ops = h.ops();
-    if let (Some(post_send), Some(req_notify_cq)) = (ops.post_send, ops.req_notify_cq) {
+    if let (Some(post_send), Some(poll_cq), Some(req_notify_cq)) =
+        (ops.post_send, ops.poll_cq, ops.req_notify_cq)
+    {
         let _ = h.fast.set(hctx::Fast {
             post_send,
+            poll_cq,
             req_notify_cq,
         });
     }
@@ -140,6 +143,7 @@ fn open(dev: &'static HostedDevice) -> Result<*mut ibv_context, c_int> {
         v.create_cq_ex = Some(create_cq_ex_lib);
         if h.fast.get().is_some() {
             v.context.ops.post_send = Some(hctx::post_send);
+            v.context.ops.poll_cq = Some(hctx::poll_cq);
             v.context.ops.req_notify_cq = Some(hctx::req_notify_cq);
         }
     }

@@ -135,3 +135,44 @@ fn ibv_rc_pingpong_with_events_runs_on_libmlx5() {
         assert!(arms >= 100, "{v:#}\n{}", text(out));
     }
 }
+
+#[test]
+fn ibv_rc_pingpong_on_the_wr_api_runs_on_libmlx5() {
+    // `-N`: ibv_wr_* posting, whose doorbells libmlx5 rings without any
+    // call this library sees: the records are watched.
+    let sides = pingpong("ibv_rc_pingpong", 43, 33515, &["-n", "100", "-N"]);
+    assert_ran_on_libmlx5(&sides, 100);
+}
+
+#[test]
+fn ibv_ud_pingpong_runs_on_libmlx5() {
+    let sides = pingpong("ibv_ud_pingpong", 44, 34515, &["-n", "100", "-s", "1024"]);
+    assert_ran_on_libmlx5(&sides, 100);
+}
+
+#[test]
+fn ibv_srq_pingpong_runs_on_libmlx5() {
+    let sides = pingpong("ibv_srq_pingpong", 45, 35515, &["-n", "100", "-q", "4"]);
+    assert_ran_on_libmlx5(&sides, 100);
+}
+
+/// perftest on libmlx5: a bandwidth and a latency test, on both of its
+/// posting paths (the `ibv_wr_*` API it picks for a ConnectX-4 part ID, and
+/// `ibv_post_send`).
+#[test]
+fn perftest_runs_on_libmlx5() {
+    let env = [("DOORBELL_PROVIDER", "mlx5")];
+    for old in [false, true] {
+        let mut bw = vec!["-s", "65536", "-n", "200"];
+        let mut lat = vec!["-s", "8", "-n", "200"];
+        if old {
+            bw.push("--use_old_post_send");
+            lat.push("--use_old_post_send");
+        }
+        let what = if old { "ibv_post_send" } else { "ibv_wr_*" };
+        let rows = crate::perftest::run_env("ib_write_bw", &bw, &env);
+        assert_eq!(rows, [(65536, 200)], "ib_write_bw on {what}");
+        let rows = crate::perftest::run_env("ib_send_lat", &lat, &env);
+        assert_eq!(rows, [(8, 200)], "ib_send_lat on {what}");
+    }
+}

@@ -19,9 +19,17 @@ fn addr(net: u16, host: u8) -> String {
     format!("127.{}.{}.{host}", 1 + std::process::id() % 250, 100 + net)
 }
 
-fn spawn(tool: &str, nic: &str, port: &str, args: &[&str], server: Option<&str>) -> Child {
+fn spawn(
+    tool: &str,
+    nic: &str,
+    port: &str,
+    args: &[&str],
+    server: Option<&str>,
+    env: &[(&str, &str)],
+) -> Child {
     let mut c = Command::new(tool);
-    c.env("LD_BIND_NOW", "1")
+    c.envs(env.iter().copied())
+        .env("LD_BIND_NOW", "1")
         .env("LD_LIBRARY_PATH", lib_dir())
         .env("DOORBELL_ADDR", nic)
         .env_remove("DOORBELL_NAME")
@@ -63,12 +71,17 @@ fn finish(mut child: Child, what: &str) -> Output {
 /// Runs `tool args` as server and client; returns the client's result
 /// rows: (bytes, iterations) of each line of the result table.
 fn run(tool: &str, args: &[&str]) -> Vec<(u64, u64)> {
+    run_env(tool, args, &[])
+}
+
+/// [`run`] with `env` set in both processes.
+pub(crate) fn run_env(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Vec<(u64, u64)> {
     let k = NEXT.fetch_add(1, Ordering::Relaxed);
     let port = (21000 + (std::process::id() % 500) as u16 * 40 + k).to_string();
-    let server = spawn(tool, &addr(k, 2), &port, args, None);
+    let server = spawn(tool, &addr(k, 2), &port, args, None, env);
     // perftest's client retries its TCP connect while the server sets up.
     std::thread::sleep(Duration::from_millis(200));
-    let client = spawn(tool, &addr(k, 3), &port, args, Some("127.0.0.1"));
+    let client = spawn(tool, &addr(k, 3), &port, args, Some("127.0.0.1"), env);
     let what = format!("{tool} {}", args.join(" "));
     let c = finish(client, &format!("client of {what}"));
     let s = finish(server, &format!("server of {what}"));

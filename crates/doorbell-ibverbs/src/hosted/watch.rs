@@ -1,0 +1,176 @@
+//! Doorbells through memory: the send doorbell records of a hosted
+//! provider's QPs, watched.
+//!
+//! A provider that maps the UAR pages itself rings with plain stores, which
+//! no MMIO path sees. Where it rings through the public `post_send` this
+//! library is called and tells the device at once; but libmlx5's `ibv_wr_*`
+//! API (`ibv_wr_complete`), and programs that post through mlx5dv (UCX),
+//! ring without calling anything. Every such doorbell is preceded by a
+//! store of the QP's send counter to its doorbell record (x86 keeps the
+//! order), so watching the records finds them all, exactly: a record that
+//! moved is a doorbell. Three places look:
+//!
+//! - the wrapped `post_send`, after the provider's (exact, at once);
+//! - the wrapped `poll_cq`, before the provider's, for the QPs that send
+//!   into that CQ (a program that posts, then polls, is seen at its poll);
+//! - a watcher thread, for programs that poll their CQs themselves: it scans
+//!   every record, spinning for a while after it found one moved, then
+//!   sleeping longer and longer (up to [`IDLE_SLEEP`]) while none does.
+
+#![allow(unsafe_code)]
+
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use doorbell_host::{Mmio, RecordDoorbell};
+use doorbell_types::{Cqn, Qpn, UarIndex};
+
+/// How long the watcher spins after a record moved.
+const SPIN: Duration = Duration::from_micros(200);
+/// Its first sleep once nothing moves; doubled up to [`IDLE_SLEEP`].
+const FIRST_SLEEP: Duration = Duration::from_micros(20);
+/// Its longest sleep: the most a doorbell nobody else reports waits.
+const IDLE_SLEEP: Duration = Duration::from_millis(2);
+
+/// One watched send queue.
+struct Watched {
+    qpn: Qpn,
+    uar: UarIndex,
+    send_cq: Cqn,
+    /// The send counter's word in the QP's doorbell record.
+    counter: *const u32,
+    /// Its value when the device was last told.
+    seen: AtomicU32,
+}
+
+// SAFETY: `counter` points into a doorbell-record page the provider keeps
+// mapped while the QP exists; it is read only under the list's lock, and
+// the QP leaves the list (under the write lock) before it is destroyed.
+unsafe impl Send for Watched {}
+// SAFETY: as above.
+unsafe impl Sync for Watched {}
+
+/// The watched send queues of one context, and their watcher thread.
+pub(crate) struct Watch {
+    qps: Arc<RwLock<Vec<Watched>>>,
+    mmio: Arc<dyn Mmio>,
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Watch {
+    pub(crate) fn new(mmio: Arc<dyn Mmio>) -> Self {
+        Self {
+            qps: Arc::new(RwLock::new(Vec::new())),
+            mmio,
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: Mutex::new(None),
+        }
+    }
+
+    /// Starts the watcher thread (with every signal blocked, as the
+    /// library's other threads).
+    pub(crate) fn start(&self) -> Result<(), core::ffi::c_int> {
+        let (qps, mmio, stop) = (self.qps.clone(), self.mmio.clone(), self.stop.clone());
+        let t = std::thread::Builder::new()
+            .name("doorbell-watch".into())
+            .spawn(move || {
+                crate::events::block_signals();
+                let mut quiet_since = Instant::now();
+                let mut sleep = FIRST_SLEEP;
+                while !stop.load(Ordering::Acquire) {
+                    if scan(&qps, &*mmio, None) {
+                        quiet_since = Instant::now();
+                        sleep = FIRST_SLEEP;
+                    } else if quiet_since.elapsed() < SPIN {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::sleep(sleep);
+                        sleep = (sleep * 2).min(IDLE_SLEEP);
+                    }
+                }
+            })
+            .map_err(|_| libc::EAGAIN)?;
+        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        Ok(())
+    }
+
+    /// Watches QP `qpn`'s send counter at `counter`.
+    ///
+    /// # Safety
+    /// `counter` must point to the aligned send-counter word of the QP's
+    /// doorbell record, mapped until [`Watch::forget`] of the QP returns.
+    pub(crate) unsafe fn add(&self, qpn: Qpn, uar: UarIndex, send_cq: Cqn, counter: *const u32) {
+        // SAFETY: the caller's promise.
+        let now = unsafe { counter.read_volatile() };
+        write(&self.qps).push(Watched {
+            qpn,
+            uar,
+            send_cq,
+            counter,
+            seen: AtomicU32::new(now),
+        });
+    }
+
+    /// Stops watching QP `qpn` (before its record goes).
+    pub(crate) fn forget(&self, qpn: Qpn) {
+        write(&self.qps).retain(|w| w.qpn != qpn);
+    }
+
+    /// Tells the device of each QP whose record moved, of those sending
+    /// into `cq` (all with `None`); true if any had.
+    pub(crate) fn check(&self, cq: Option<Cqn>) -> bool {
+        scan(&self.qps, &*self.mmio, cq)
+    }
+
+    /// QP `qpn` rang through the wrapped `post_send`: the device is told
+    /// now, and the watcher will not tell it again.
+    pub(crate) fn rang(&self, qpn: Qpn) {
+        let qps = read(&self.qps);
+        if let Some(w) = qps.iter().find(|w| w.qpn == qpn) {
+            // SAFETY: read under the list's lock (type's invariant).
+            let now = unsafe { w.counter.read_volatile() };
+            w.seen.store(now, Ordering::Relaxed);
+            self.mmio.record_doorbell(w.uar, RecordDoorbell::Send(qpn));
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn scan(qps: &RwLock<Vec<Watched>>, mmio: &dyn Mmio, cq: Option<Cqn>) -> bool {
+    let mut moved = false;
+    for w in read(qps)
+        .iter()
+        .filter(|w| cq.is_none_or(|c| c == w.send_cq))
+    {
+        // SAFETY: read under the list's lock: the record is mapped (type's
+        // invariant). The provider stores the word from another thread;
+        // a volatile read of an aligned word sees a whole old or new value,
+        // as a device's DMA read of it would.
+        let now = unsafe { w.counter.read_volatile() };
+        if w.seen.swap(now, Ordering::Relaxed) != now {
+            mmio.record_doorbell(w.uar, RecordDoorbell::Send(w.qpn));
+            moved = true;
+        }
+    }
+    moved
+}
