@@ -1,23 +1,23 @@
 //! The kernel's side: the `ibv_cmd_*` calls a hosted provider makes, each
-// The exports are reached from C by their symbols, not from Rust.
-#![allow(unreachable_pub)]
 //! answered as uverbs and mlx5_ib answer it, with the driver-specific
 //! request and response of `<rdma/mlx5-abi.h>`, through `doorbell-driver`.
-//! Requests are read no further than the length the provider gave, and
-//! responses written no further than its room, so a shorter struct (an
-//! older provider) is fine, as with the kernel.
+//! Requests and responses are copied as the kernel copies them
+//! ([`super::io`]).
+
+// The exports are reached from C by their symbols, not from Rust.
+#![allow(unreachable_pub)]
 
 use core::ffi::{c_int, c_uint, c_void};
 use core::mem::size_of;
 
 use doorbell_driver::{AllocUcontextReq, CreateQpReq};
 use doorbell_hif::{QpState, QpType};
-use doorbell_host::PAGE_SIZE;
 use doorbell_types::{Cqn, HostAddr, Mkey, Pdn, Qpn, Srqn};
-use doorbell_verbs::{ProviderConfig, VerbsError};
+use doorbell_verbs::ProviderConfig;
 use libc::{EINVAL, EOPNOTSUPP, size_t};
 
 use super::context::{HostedCtx, Obj, context, owner};
+use super::io::{db_page, errno, read_req, write_resp};
 use crate::abi::consts::*;
 use crate::abi::private34::*;
 use crate::abi::uapi::*;
@@ -26,59 +26,8 @@ use crate::boundary::{Conv, guard};
 use crate::events::{self, ROUTER};
 use std::sync::Arc;
 
-/// Reads a `T` at byte `at` of a request of `len` bytes; bytes the request
-/// does not have read as zero.
-pub(super) fn read_req<T: Default + Copy>(
-    cmd: *const c_void,
-    at: usize,
-    len: usize,
-) -> Result<T, c_int> {
-    if cmd.is_null() || len < at {
-        return Err(EINVAL);
-    }
-    let mut t = T::default();
-    let n = (len - at).min(size_of::<T>());
-    // SAFETY: the provider's request has `len` bytes; n of them from `at`
-    // are copied into a plain-data T (uAPI structs of integers).
-    unsafe {
-        core::ptr::copy_nonoverlapping(
-            cmd.cast::<u8>().add(at),
-            core::ptr::from_mut(&mut t).cast::<u8>(),
-            n,
-        );
-    }
-    Ok(t)
-}
-
-/// Writes `t` at byte `at` of a response of `len` bytes, truncated to it.
-pub(super) fn write_resp<T>(resp: *mut c_void, at: usize, len: usize, t: &T) -> Result<(), c_int> {
-    if resp.is_null() {
-        return Err(EINVAL);
-    }
-    let n = len.saturating_sub(at).min(size_of::<T>());
-    // SAFETY: the provider's response has room for `len` bytes; n of them
-    // from `at` are written from a plain-data T.
-    unsafe {
-        core::ptr::copy_nonoverlapping(
-            core::ptr::from_ref(t).cast::<u8>(),
-            resp.cast::<u8>().add(at),
-            n,
-        );
-    }
-    Ok(())
-}
-
-pub(super) fn errno(e: impl Into<VerbsError>) -> c_int {
-    e.into().errno()
-}
-
 fn hosted(c: *mut ibv_context) -> Result<Arc<HostedCtx>, c_int> {
     context(c).ok_or(EINVAL)
-}
-
-/// The page holding a doorbell record, as the driver pins it.
-pub(super) fn db_page(db: u64) -> (HostAddr, u64) {
-    (HostAddr::new(db & !(PAGE_SIZE - 1)), PAGE_SIZE)
 }
 
 /// `ibv_cmd_get_context`: the driver's ucontext from libmlx5's bfreg

@@ -38,6 +38,7 @@
 
 mod cmd;
 pub(crate) mod context;
+mod io;
 pub(crate) mod srq;
 pub(crate) mod verbs;
 mod watch;

@@ -12,8 +12,8 @@ use doorbell_driver::CreateSrqReq;
 use doorbell_types::{HostAddr, Pdn, Srqn};
 use libc::{EINVAL, EOPNOTSUPP, size_t};
 
-use super::cmd::{db_page, errno, read_req, write_resp};
 use super::context::{Obj, owner};
+use super::io::{db_page, errno, read_req, write_resp};
 use crate::abi::consts::*;
 use crate::abi::uapi::*;
 use crate::abi::*;

@@ -1,11 +1,12 @@
 //! libibverbs' part for a hosted provider: the private entry points it
-// The exports are reached from C by their symbols, not from Rust.
-#![allow(unreachable_pub)]
 //! calls (`_verbs_init_and_alloc_context`, `verbs_set_ops`,
 //! `verbs_uninit_context`, `verbs_init_cq`, `verbs_register_driver_34`), and
 //! the public verbs on its objects, which call its ops as libibverbs' own
 //! `verbs.c` does. Each public helper answers `None` for an object that is
 //! not hosted, and the export goes on with its own handles.
+
+// The exports are reached from C by their symbols, not from Rust.
+#![allow(unreachable_pub)]
 
 use core::ffi::{c_int, c_uint, c_void};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
