@@ -102,7 +102,6 @@ stubs! {
     [errno] fn ibv_cmd_create_counters(context: *mut ibv_context, init_attr: *mut ibv_counters_init_attr, vcounters: *mut verbs_counters, link: *mut ibv_command_buffer) -> c_int;
     [errno] fn ibv_cmd_create_flow(qp: *mut ibv_qp, flow_id: *mut ibv_flow, flow_attr: *mut ibv_flow_attr, ucmd: *mut c_void, ucmd_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_flow_action_esp(ctx: *mut ibv_context, attr: *mut ibv_flow_action_esp_attr, flow_action: *mut verbs_flow_action, driver: *mut ibv_command_buffer) -> c_int;
-    [errno] fn ibv_cmd_create_qp_ex2(context: *mut ibv_context, qp: *mut verbs_qp, qp_attr: *mut ibv_qp_init_attr_ex, cmd: *mut ibv_create_qp_ex, cmd_size: size_t, resp: *mut ib_uverbs_ex_create_qp_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_rwq_ind_table(context: *mut ibv_context, init_attr: *mut ibv_rwq_ind_table_init_attr, rwq_ind_table: *mut ibv_rwq_ind_table, resp: *mut ib_uverbs_ex_create_rwq_ind_table_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_srq_ex(context: *mut ibv_context, srq: *mut verbs_srq, attr_ex: *mut ibv_srq_init_attr_ex, cmd: *mut ibv_create_xsrq, cmd_size: size_t, resp: *mut ib_uverbs_create_srq_resp, resp_size: size_t) -> c_int;
     [errno] fn ibv_cmd_create_wq(context: *mut ibv_context, wq_init_attr: *mut ibv_wq_init_attr, wq: *mut ibv_wq, cmd: *mut ibv_create_wq, cmd_size: size_t, resp: *mut ib_uverbs_ex_create_wq_resp, resp_size: size_t) -> c_int;
@@ -126,7 +125,6 @@ stubs! {
     [errno] fn ibv_cmd_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: size_t, iova: u64, fd: c_int, access: c_int, vmr: *mut verbs_mr) -> c_int;
     [errno] fn ibv_cmd_rereg_mr(vmr: *mut verbs_mr, flags: u32, addr: *mut c_void, length: size_t, hca_va: u64, access: c_int, pd: *mut ibv_pd, cmd: *mut ibv_rereg_mr, cmd_sz: size_t, resp: *mut ib_uverbs_rereg_mr_resp, resp_sz: size_t) -> c_int;
     [errno] fn ibv_cmd_resize_cq(cq: *mut ibv_cq, cqe: c_int, cmd: *mut ibv_resize_cq, cmd_size: size_t, resp: *mut ib_uverbs_resize_cq_resp, resp_size: size_t) -> c_int;
-    [null] fn verbs_open_device(device: *mut ibv_device, private_data: *mut c_void) -> *mut ibv_context;
     // C declares `void __verbs_log(struct verbs_context *, uint32_t, const
     // char *fmt, ...)`. Defining a C-variadic function is unstable in Rust;
     // a callee that ignores the variadic part is ABI-compatible on x86_64
@@ -213,6 +211,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "ibv_cmd_destroy_srq",
     "ibv_cmd_modify_srq",
     "ibv_cmd_query_srq",
+    "ibv_cmd_create_qp_ex2",
+    "verbs_open_device",
     "ibv_wc_status_str",
     "ibv_event_type_str",
     "ibv_node_type_str",

@@ -41,8 +41,8 @@ pub use private34::{
 };
 pub use uapi::{
     ib_uverbs_alloc_pd_resp, ib_uverbs_create_ah_resp, ib_uverbs_create_qp_resp,
-    ib_uverbs_create_srq_resp, ib_uverbs_ex_create_cq_resp, ib_uverbs_get_context_resp,
-    ib_uverbs_reg_mr_resp,
+    ib_uverbs_create_srq_resp, ib_uverbs_ex_create_cq_resp, ib_uverbs_ex_create_qp_resp,
+    ib_uverbs_get_context_resp, ib_uverbs_reg_mr_resp,
 };
 pub use work::*;
 
@@ -81,7 +81,6 @@ opaque!(
     ib_uverbs_qp_attr,
     ib_uverbs_ah_attr,
     ibv_alloc_mw,
-    ibv_create_qp_ex,
     ibv_create_xsrq,
     ibv_create_wq,
     ibv_modify_cq,
@@ -98,7 +97,6 @@ opaque!(
     ibv_rereg_mr,
     ibv_resize_cq,
     ib_uverbs_alloc_mw_resp,
-    ib_uverbs_ex_create_qp_resp,
     ib_uverbs_ex_create_rwq_ind_table_resp,
     ib_uverbs_ex_create_wq_resp,
     ib_uverbs_ex_modify_qp_resp,

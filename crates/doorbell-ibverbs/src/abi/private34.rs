@@ -417,6 +417,17 @@ pub struct ibv_create_qp {
     pub core: uapi::ib_uverbs_create_qp,
 }
 
+/// `struct ibv_create_qp_ex`.
+#[repr(C)]
+pub struct ibv_create_qp_ex {
+    /// Header.
+    pub hdr: uapi::ib_uverbs_cmd_hdr,
+    /// Extended header.
+    pub ex_hdr: uapi::ib_uverbs_ex_cmd_hdr,
+    /// The kernel's part.
+    pub core: uapi::ib_uverbs_ex_create_qp,
+}
+
 /// `struct ibv_create_srq`.
 #[repr(C)]
 pub struct ibv_create_srq {
@@ -462,6 +473,7 @@ const _: () = {
     assert!(size_of::<ibv_create_cq_ex>() == 56);
     assert!(size_of::<ibv_create_qp>() == 64);
     assert!(size_of::<ibv_create_srq>() == 40);
+    assert!(size_of::<ibv_create_qp_ex>() == 88);
     assert!(size_of::<ibv_get_context>() + size_of::<uapi::mlx5_ib_alloc_ucontext_req_v2>() == 48);
     assert!(size_of::<ibv_create_cq_ex>() + size_of::<uapi::mlx5_ib_create_cq>() == 88);
     assert!(size_of::<ibv_create_qp>() + size_of::<uapi::mlx5_ib_create_qp>() == 120);

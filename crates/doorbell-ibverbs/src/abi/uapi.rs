@@ -172,6 +172,60 @@ pub struct ib_uverbs_create_qp_resp {
     pub reserved: u32,
 }
 
+/// `struct ib_uverbs_ex_create_qp` (without its driver data).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ib_uverbs_ex_create_qp {
+    /// The user's handle.
+    pub user_handle: u64,
+    /// Its PD.
+    pub pd_handle: u32,
+    /// Its send CQ.
+    pub send_cq_handle: u32,
+    /// Its receive CQ.
+    pub recv_cq_handle: u32,
+    /// Its SRQ.
+    pub srq_handle: u32,
+    /// Send WRs asked for.
+    pub max_send_wr: u32,
+    /// Receive WRs asked for.
+    pub max_recv_wr: u32,
+    /// Send SGEs asked for.
+    pub max_send_sge: u32,
+    /// Receive SGEs asked for.
+    pub max_recv_sge: u32,
+    /// Inline bytes asked for.
+    pub max_inline_data: u32,
+    /// Signal every send.
+    pub sq_sig_all: u8,
+    /// `IB_QPT_*`.
+    pub qp_type: u8,
+    /// Receives from an SRQ.
+    pub is_srq: u8,
+    /// Reserved.
+    pub reserved: u8,
+    /// Extensions in use.
+    pub comp_mask: u32,
+    /// `IB_UVERBS_QP_CREATE_*`.
+    pub create_flags: u32,
+    /// RSS indirection table.
+    pub rwq_ind_tbl_handle: u32,
+    /// Source QPN (UD).
+    pub source_qpn: u32,
+}
+
+/// `struct ib_uverbs_ex_create_qp_resp` (without its driver data).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ib_uverbs_ex_create_qp_resp {
+    /// The legacy part.
+    pub base: ib_uverbs_create_qp_resp,
+    /// Extensions answered.
+    pub comp_mask: u32,
+    /// Bytes of response written.
+    pub response_length: u32,
+}
+
 /// `struct ib_uverbs_create_srq` (without its driver data).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

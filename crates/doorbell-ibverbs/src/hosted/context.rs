@@ -62,6 +62,9 @@ pub(crate) struct HostedCtx {
     /// Ranges granted to the device for each object's buffers.
     grants: Mutex<BTreeMap<Obj, Vec<(HostAddr, u64)>>>,
     pub(crate) cq_events: Mutex<CqEvents>,
+    /// What the kernel reports of each QP: its receive WRs and SGEs, and
+    /// whether it signals every send.
+    pub(crate) qp_caps: Mutex<BTreeMap<Qpn, (u32, u32, bool)>>,
     /// Each SRQ's size as the kernel reports it: WRs and SGEs.
     pub(crate) srq_sizes: Mutex<BTreeMap<Srqn, (u32, u32)>>,
     pub(crate) cq_acked: Condvar,
@@ -244,6 +247,7 @@ pub(crate) fn init_and_alloc(
         watch: Watch::new(Arc::clone(DeviceLink::mmio(&*nic_link))),
         grants: Mutex::new(BTreeMap::new()),
         cq_events: Mutex::new(CqEvents::default()),
+        qp_caps: Mutex::new(BTreeMap::new()),
         srq_sizes: Mutex::new(BTreeMap::new()),
         cq_acked: Condvar::new(),
     });

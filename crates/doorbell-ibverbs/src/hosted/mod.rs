@@ -39,6 +39,7 @@
 mod cmd;
 pub(crate) mod context;
 mod io;
+mod qp;
 pub(crate) mod srq;
 pub(crate) mod verbs;
 mod watch;

@@ -108,17 +108,17 @@ fn init_cq(
 /// `ibv_open_device` of the hosted device.
 pub(crate) fn open_device(dev: *mut ibv_device) -> Option<Result<*mut ibv_context, c_int>> {
     let d = super::is_device(dev)?;
-    Some(open(d))
+    Some(open(d, core::ptr::null_mut()))
 }
 
 /// `ibv_open_device` of the hosted device: the provider makes the context.
-fn open(dev: &'static HostedDevice) -> Result<*mut ibv_context, c_int> {
+fn open(dev: &'static HostedDevice, private_data: *mut c_void) -> Result<*mut ibv_context, c_int> {
     let alloc = dev.ops.alloc_context.ok_or(EOPNOTSUPP)?;
     let fd = memfd()?;
     // SAFETY: the provider's alloc_context with its own device and a
     // command fd it may map; it calls back into this library and returns
     // its verbs_context or NULL (errno set).
-    let vctx = unsafe { alloc(dev.ibv_device(), fd, core::ptr::null_mut()) };
+    let vctx = unsafe { alloc(dev.ibv_device(), fd, private_data) };
     if vctx.is_null() {
         return Err(crate::boundary::errno().max(1));
     }
@@ -176,6 +176,19 @@ fn memfd() -> Result<RawFd, c_int> {
 /// page offsets below 0x700 (regular 0.., non-cached 0x300.., the clock
 /// pages 0x500 and 0x700 are not advertised, dynamic 0x600..).
 const CMD_FD_BYTES: i64 = 0x700 * 4096;
+
+/// `verbs_open_device`: `ibv_open_device` with the provider's own
+/// attributes (`mlx5dv_open_device` passes its `mlx5dv_context_attr`).
+#[unsafe(no_mangle)]
+pub extern "C" fn verbs_open_device(
+    device: *mut ibv_device,
+    private_data: *mut c_void,
+) -> *mut ibv_context {
+    guard("verbs_open_device", Conv::Null, || {
+        let d = super::is_device(device).ok_or(EINVAL)?;
+        open(d, private_data)
+    })
+}
 
 /// `ibv_close_device` of a hosted context: the provider frees it.
 pub(crate) fn close_device(c: *mut ibv_context) -> Option<Result<c_int, c_int>> {
