@@ -86,12 +86,13 @@ impl NicStats {
                 "by_record": n.doorbells_by_record,
                 "arms_by_record": n.arms_by_record,
                 // Doorbells taken from records were not seen on the bus:
-                // the MMIO counts are then inferred (one 8-byte store
-                // each), not measured.
+                // each is counted as one 8-byte store, the least it can
+                // have been.
                 "mmio": if n.doorbells_by_record + n.arms_by_record == 0 {
                     "observed"
                 } else {
-                    "inferred from doorbell records: doorbell or BlueFlame, and stores coalesced, not known"
+                    "observed, except the doorbells taken from records: counted as one 8-byte store \
+                     each, whether doorbell or BlueFlame, and how many stores were coalesced, not known"
                 },
             },
             "hw_counters": Value::Object(hw),

@@ -12,9 +12,11 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use doorbell_hif::DeviceLink;
 use doorbell_host::{Mmio, RecordDoorbell};
 
+use super::uar::{Store, UarPages};
 use super::watch::Watch;
+use doorbell_layout::uar::BF_CHUNK;
 use doorbell_rt::ProcessNic;
-use doorbell_types::{Cqn, HostAddr, Qpn, Srqn};
+use doorbell_types::{Cqn, HostAddr, Qpn, Srqn, UarIndex};
 use doorbell_verbs::Context;
 use libc::{EINVAL, EOPNOTSUPP};
 
@@ -40,6 +42,15 @@ pub(crate) struct Fast {
     pub(crate) req_notify_cq: unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int,
 }
 
+/// Where a QP rings: see [`HostedCtx::set_reg`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QpReg {
+    pub(crate) uar: UarIndex,
+    pub(crate) page: usize,
+    pub(crate) offset: usize,
+    pub(crate) half: usize,
+}
+
 /// Completion events of a hosted CQ: taken and acknowledged
 /// (`ibv_cmd_destroy_cq` waits until they agree, as uverbs has it wait).
 #[derive(Default)]
@@ -59,6 +70,12 @@ pub(crate) struct HostedCtx {
     pub(crate) fast: OnceLock<Fast>,
     /// The QPs' send doorbell records, watched.
     pub(crate) watch: Watch,
+    /// The command fd's pages, where libmlx5 stores its doorbells.
+    uar: UarPages,
+    /// Each QP's register.
+    qp_regs: RwLock<BTreeMap<Qpn, QpReg>>,
+    /// Held while a register is read back and cleared.
+    reg_lock: Mutex<()>,
     /// Ranges granted to the device for each object's buffers.
     grants: Mutex<BTreeMap<Obj, Vec<(HostAddr, u64)>>>,
     pub(crate) cq_events: Mutex<CqEvents>,
@@ -170,10 +187,55 @@ impl HostedCtx {
         e.taken.remove(&(cq as usize));
     }
 
-    /// The device is told that QP `qpn` rang its register: it reads the
-    /// send counter from the doorbell record.
+    /// QP `qpn` rang its register through the wrapped `post_send`: the
+    /// store is read back from the register and handed to the device as the
+    /// MMIO writes it was; if it cannot be read back whole (another
+    /// thread's store is in the way) the device reads the doorbell record.
+    /// If the watcher told the device first, there is nothing left to do
+    /// but clear the register.
     pub(crate) fn rang_send(&self, qpn: Qpn) {
-        self.watch.rang(qpn);
+        let Some(reg) = self
+            .qp_regs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .copied()
+        else {
+            return;
+        };
+        let store = {
+            let _one = lock(&self.reg_lock);
+            self.uar.take(reg.page, reg.offset, reg.half, qpn.get())
+        };
+        if !self.watch.claim(qpn) {
+            return;
+        }
+        let mmio = self.mmio();
+        match store {
+            Some((at, Store::Doorbell(d))) => mmio.mmio_write(reg.uar, at as u32, &d),
+            Some((at, Store::BlueFlame(b))) => {
+                for (i, chunk) in b.chunks(BF_CHUNK).enumerate() {
+                    mmio.mmio_write(reg.uar, (at + i * BF_CHUNK) as u32, chunk);
+                }
+            }
+            None => mmio.record_doorbell(reg.uar, RecordDoorbell::Send(qpn)),
+        }
+    }
+
+    /// Where QP `qpn` rings: its UAR (as the device numbers it), the page of
+    /// the command fd libmlx5 maps for it, and its register there.
+    pub(crate) fn set_reg(&self, qpn: Qpn, reg: QpReg) {
+        self.qp_regs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(qpn, reg);
+    }
+
+    pub(crate) fn forget_reg(&self, qpn: Qpn) {
+        self.qp_regs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&qpn);
     }
 
     /// The device is told that CQ `cqn` was armed.
@@ -213,6 +275,7 @@ pub(crate) fn init_and_alloc(
     })?;
     let nic_link = Arc::clone(nic.nic());
     let async_events = Queue::new().inspect_err(|_| close_fd())?;
+    let uar = UarPages::map(cmd_fd).inspect_err(|_| close_fd())?;
     // SAFETY: calloc of the size the provider asked; the provider frees it
     // with free() after verbs_uninit_context.
     let p = unsafe { libc::calloc(1, alloc_size) };
@@ -245,6 +308,9 @@ pub(crate) fn init_and_alloc(
         ops: Mutex::new(ops),
         fast: OnceLock::new(),
         watch: Watch::new(Arc::clone(DeviceLink::mmio(&*nic_link))),
+        uar,
+        qp_regs: RwLock::new(BTreeMap::new()),
+        reg_lock: Mutex::new(()),
         grants: Mutex::new(BTreeMap::new()),
         cq_events: Mutex::new(CqEvents::default()),
         qp_caps: Mutex::new(BTreeMap::new()),

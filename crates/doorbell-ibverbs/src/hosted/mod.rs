@@ -41,6 +41,7 @@ pub(crate) mod context;
 mod io;
 mod qp;
 pub(crate) mod srq;
+mod uar;
 pub(crate) mod verbs;
 mod watch;
 

@@ -13,7 +13,7 @@ use doorbell_hif::QpState;
 use doorbell_types::{Cqn, HostAddr, Pdn, Qpn, Srqn};
 use libc::{EINVAL, EOPNOTSUPP, size_t};
 
-use super::context::{HostedCtx, Obj, context, owner};
+use super::context::{HostedCtx, Obj, QpReg, context, owner};
 use super::io::{db_page, errno, read_req, write_resp};
 use crate::abi::consts::*;
 use crate::abi::private34::*;
@@ -194,6 +194,18 @@ fn create(
         // this QP (word 1, MLX5_SND_DBR), aligned in a page it keeps
         // until the QP is destroyed, which forgets it first.
         unsafe { h.watch.add(qpn, uar, send_cq, counter) };
+        // The gross index counts four registers per UAR page.
+        let r = ucontext.resp();
+        let gross = out.bfreg_index as usize;
+        h.set_reg(
+            qpn,
+            QpReg {
+                uar,
+                page: gross / 4,
+                offset: 0x800 + (gross % 4) * r.bf_reg_size as usize,
+                half: (r.bf_reg_size as usize / 2).max(8),
+            },
+        );
     }
     // SAFETY: checked non-NULL; the provider's new QP, filled as
     // libibverbs' set_qp fills it.
@@ -362,6 +374,7 @@ pub extern "C" fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: a live QP of a hosted context.
         let qpn = Qpn::new(unsafe { (*qp).qp_num });
         h.watch.forget(qpn);
+        h.forget_reg(qpn);
         events::lock(&h.qp_caps).remove(&qpn);
         h.ctx()?.ucontext().destroy_qp(qpn).map_err(errno)?;
         h.revoke(Obj::Qp(qpn));

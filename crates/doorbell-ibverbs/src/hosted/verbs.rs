@@ -163,7 +163,7 @@ fn memfd() -> Result<RawFd, c_int> {
         return Err(crate::boundary::errno().max(1));
     }
     // SAFETY: our own new fd.
-    if unsafe { libc::ftruncate(fd, CMD_FD_BYTES) } != 0 {
+    if unsafe { libc::ftruncate(fd, super::uar::CMD_FD_BYTES as i64) } != 0 {
         let e = crate::boundary::errno().max(1);
         // SAFETY: as above; closed once.
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
@@ -171,11 +171,6 @@ fn memfd() -> Result<RawFd, c_int> {
     }
     Ok(fd)
 }
-
-/// Bytes of the command fd (sparse): the UAR pages libmlx5 maps are at
-/// page offsets below 0x700 (regular 0.., non-cached 0x300.., the clock
-/// pages 0x500 and 0x700 are not advertised, dynamic 0x600..).
-const CMD_FD_BYTES: i64 = 0x700 * 4096;
 
 /// `verbs_open_device`: `ibv_open_device` with the provider's own
 /// attributes (`mlx5dv_open_device` passes its `mlx5dv_context_attr`).

@@ -10,7 +10,9 @@
 //! order), so watching the records finds them all, exactly: a record that
 //! moved is a doorbell. Three places look:
 //!
-//! - the wrapped `post_send`, after the provider's (exact, at once);
+//! - the wrapped `post_send`, after the provider's (at once; the store is
+//!   then read back from the register, `uar`, and handed over as the MMIO
+//!   writes it was);
 //! - the wrapped `poll_cq`, before the provider's, for the QPs that send
 //!   into that CQ (a program that posts, then polls, is seen at its poll);
 //! - a watcher thread, for programs that poll their CQs themselves: it scans
@@ -125,16 +127,16 @@ impl Watch {
         scan(&self.qps, &*self.mmio, cq)
     }
 
-    /// QP `qpn` rang through the wrapped `post_send`: the device is told
-    /// now, and the watcher will not tell it again.
-    pub(crate) fn rang(&self, qpn: Qpn) {
+    /// QP `qpn` rang through the wrapped `post_send`: true if its record
+    /// moved and nobody has told the device yet, who then must (the swap of
+    /// the value seen decides who tells it, once).
+    pub(crate) fn claim(&self, qpn: Qpn) -> bool {
         let qps = read(&self.qps);
-        if let Some(w) = qps.iter().find(|w| w.qpn == qpn) {
+        qps.iter().find(|w| w.qpn == qpn).is_some_and(|w| {
             // SAFETY: read under the list's lock (type's invariant).
             let now = unsafe { w.counter.read_volatile() };
-            w.seen.store(now, Ordering::Relaxed);
-            self.mmio.record_doorbell(w.uar, RecordDoorbell::Send(qpn));
-        }
+            w.seen.swap(now, Ordering::Relaxed) != now
+        })
     }
 }
 
