@@ -3,25 +3,36 @@
 //! `-` (`doorbell_rt::stats` renders both). A context closed before the
 //! exit leaves the counters as they were then; a NIC still open at the exit
 //! is read at the exit.
+//!
+//! `DOORBELL_HIF_LOG` (`doorbell run --hif-log FILE`): likewise, a capture of
+//! the host interface goes to FILE as JSON lines
+//! (`doorbell_rt::stats::capture_json_lines`): every register store, and
+//! the WQEs, doorbell records and CQEs the device moved, with their bytes.
 
 #![allow(unsafe_code)]
 
 use std::sync::{Arc, Mutex, Once, Weak};
 
+use doorbell_pcie::Carried;
 use doorbell_rt::LiveNic;
 use doorbell_rt::stats::NicStats;
 
 /// The variable naming the statistics file.
 pub(crate) const STATS_VAR: &str = "DOORBELL_STATS";
+/// The variable naming the capture file.
+pub(crate) const CAPTURE_VAR: &str = "DOORBELL_HIF_LOG";
 
 struct Watch {
     nic: Weak<LiveNic>,
     last: Option<NicStats>,
+    /// What was captured until a context closed.
+    captured: Vec<Carried>,
 }
 
 static WATCH: Mutex<Watch> = Mutex::new(Watch {
     nic: Weak::new(),
     last: None,
+    captured: Vec::new(),
 });
 static AT_EXIT: Once = Once::new();
 
@@ -33,12 +44,23 @@ fn wanted() -> Option<String> {
     std::env::var(STATS_VAR).ok().filter(|v| !v.is_empty())
 }
 
-/// A context was opened on `nic`: watch it, and write the file at exit.
+fn capture_wanted() -> Option<String> {
+    std::env::var(CAPTURE_VAR).ok().filter(|v| !v.is_empty())
+}
+
+/// A context was opened on `nic`: watch it, and write the files at exit.
 pub(crate) fn opened(nic: &Arc<LiveNic>) {
-    if wanted().is_none() {
+    if wanted().is_none() && capture_wanted().is_none() {
         return;
     }
-    lock().nic = Arc::downgrade(nic);
+    let mut w = lock();
+    let same = w.nic.upgrade().is_some_and(|n| Arc::ptr_eq(&n, nic));
+    if capture_wanted().is_some() && !same {
+        // A capture runs from the first open on this NIC.
+        let _ = nic.capture(true);
+    }
+    w.nic = Arc::downgrade(nic);
+    drop(w);
     AT_EXIT.call_once(|| {
         // SAFETY: registers a function with no arguments that stays valid
         // for the life of the process (it is in this library, which the
@@ -47,17 +69,39 @@ pub(crate) fn opened(nic: &Arc<LiveNic>) {
     });
 }
 
-/// A context on `nic` is closing: keep its counters as they are now.
+/// A context on `nic` is closing: keep its counters as they are now, and
+/// what was captured so far.
 pub(crate) fn closing(nic: &Arc<LiveNic>) {
     if wanted().is_some() {
         let s = nic.snapshot();
         lock().last = Some(s);
+    }
+    if capture_wanted().is_some() {
+        let c = nic.capture(true);
+        lock().captured.extend(c);
     }
 }
 
 extern "C" fn write_at_exit() {
     // No unwinding out of an exit handler: a failure only loses the file.
     let _ = std::panic::catch_unwind(|| {
+        if let Some(dest) = capture_wanted() {
+            let c = {
+                let mut w = lock();
+                let rest = w
+                    .nic
+                    .upgrade()
+                    .map(|n| n.capture(false))
+                    .unwrap_or_default();
+                let mut all = std::mem::take(&mut w.captured);
+                all.extend(rest);
+                all
+            };
+            let text = doorbell_rt::stats::capture_json_lines(&c);
+            if let Err(e) = std::fs::write(&dest, text) {
+                eprintln!("libibverbs.so.1 (doorbell): cannot write {dest}: {e}");
+            }
+        }
         let Some(dest) = wanted() else { return };
         let stats = {
             let w = lock();

@@ -30,8 +30,8 @@ pub use report::PerPost;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use doorbell_host::{HostMemory, MemError};
-use doorbell_types::{HostAddr, Instant, Qpn};
+use doorbell_host::{HostMemory, MemError, RecordDoorbell};
+use doorbell_types::{HostAddr, Instant, Qpn, UarIndex};
 
 /// No TLP may cross a 4 KiB address boundary (PCIe Base Specification §2.2.7).
 pub const TLP_BOUNDARY: u64 = 4096;
@@ -414,6 +414,54 @@ pub struct Bus {
     total: Counters,
     per_qp: BTreeMap<Qpn, Counters>,
     log: Option<Vec<Crossing>>,
+    capture: Option<Vec<Carried>>,
+}
+
+/// A host-interface crossing with the bytes it carried: what a capture of
+/// the interface between driver and device shows (the register stores, the
+/// WQEs and doorbell records the device read, the CQEs it wrote). The
+/// payload DMA of messages is not kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carried {
+    /// A store into UAR page `uar` at `offset`.
+    Mmio {
+        /// The UAR page.
+        uar: UarIndex,
+        /// Byte offset in it.
+        offset: u32,
+        /// The bytes stored.
+        data: Vec<u8>,
+    },
+    /// A store the device did not see, taken from a doorbell record.
+    RecordDoorbell {
+        /// The UAR page it was made on.
+        uar: UarIndex,
+        /// Which record.
+        db: RecordDoorbell,
+    },
+    /// A DMA read of a WQE, a receive WQE or a doorbell record.
+    Read {
+        /// Who and what for.
+        tag: DmaTag,
+        /// The bytes read.
+        data: Vec<u8>,
+    },
+    /// A DMA write of a CQE.
+    Write {
+        /// Who and what for.
+        tag: DmaTag,
+        /// The bytes written.
+        data: Vec<u8>,
+    },
+}
+
+/// Whether a capture keeps DMA of `purpose` (the host interface's own
+/// structures, not message payloads).
+fn captured(purpose: DmaPurpose) -> bool {
+    matches!(
+        purpose,
+        DmaPurpose::SendWqe | DmaPurpose::RecvWqe | DmaPurpose::DoorbellRecord | DmaPurpose::Cqe
+    )
 }
 
 impl Bus {
@@ -425,6 +473,40 @@ impl Bus {
             total: Counters::default(),
             per_qp: BTreeMap::new(),
             log: None,
+            capture: None,
+        }
+    }
+
+    /// Starts or stops capturing what crosses the host interface, with
+    /// its bytes ([`Carried`]).
+    pub fn set_capture(&mut self, on: bool) {
+        self.capture = if on { Some(Vec::new()) } else { None };
+    }
+
+    /// Takes what was captured so far.
+    pub fn take_capture(&mut self) -> Vec<Carried> {
+        self.capture
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Captures a register store, as the CPU made it (the runtime calls
+    /// this as it hands the store to the device).
+    pub fn capture_mmio(&mut self, uar: UarIndex, offset: u32, data: &[u8]) {
+        if let Some(c) = &mut self.capture {
+            c.push(Carried::Mmio {
+                uar,
+                offset,
+                data: data.to_vec(),
+            });
+        }
+    }
+
+    /// Captures a store the device learns of from a doorbell record.
+    pub fn capture_record(&mut self, uar: UarIndex, db: RecordDoorbell) {
+        if let Some(c) = &mut self.capture {
+            c.push(Carried::RecordDoorbell { uar, db });
         }
     }
 
@@ -506,6 +588,14 @@ impl Dma for Bus {
     ) -> Result<Instant, DmaError> {
         self.count_read(at, tag, addr, buf.len() as u64);
         self.mem.read(addr, buf)?;
+        if let Some(c) = &mut self.capture
+            && captured(tag.purpose)
+        {
+            c.push(Carried::Read {
+                tag,
+                data: buf.to_vec(),
+            });
+        }
         Ok(at)
     }
 
@@ -518,6 +608,14 @@ impl Dma for Bus {
     ) -> Result<Instant, DmaError> {
         self.count_write(at, tag, addr, data.len() as u64);
         self.mem.write(addr, data)?;
+        if let Some(c) = &mut self.capture
+            && captured(tag.purpose)
+        {
+            c.push(Carried::Write {
+                tag,
+                data: data.to_vec(),
+            });
+        }
         Ok(at)
     }
 

@@ -105,8 +105,15 @@ impl Engine {
                 offset,
                 len,
                 data,
-            } => nic.handle_mmio(now, uar, offset, &data[..usize::from(len)], bus),
-            Msg::RecordDoorbell(uar, db) => nic.handle_record_doorbell(now, uar, db, bus),
+            } => {
+                let data = &data[..usize::from(len)];
+                bus.capture_mmio(uar, offset, data);
+                nic.handle_mmio(now, uar, offset, data, bus);
+            }
+            Msg::RecordDoorbell(uar, db) => {
+                bus.capture_record(uar, db);
+                nic.handle_record_doorbell(now, uar, db, bus);
+            }
             Msg::Frames(fs) => {
                 for f in fs {
                     nic.handle_frame(now, &f, bus);
@@ -130,6 +137,11 @@ impl Engine {
                     qps: bus.all_qp_counters(),
                     nic: nic.counters(),
                 });
+            }
+            Msg::Capture(on, reply) => {
+                let c = bus.take_capture();
+                bus.set_capture(on);
+                let _ = reply.send(c);
             }
             Msg::Record(on, reply) => {
                 let log = bus.take_log();

@@ -5,7 +5,7 @@ use crossbeam_channel::Sender;
 use doorbell_device::NicCounters;
 use doorbell_hif::{CmdError, CmdOut, Command};
 use doorbell_host::RecordDoorbell;
-use doorbell_pcie::{Counters, Crossing};
+use doorbell_pcie::{Carried, Counters, Crossing};
 use doorbell_types::{Qpn, UarIndex};
 
 /// One input of a device thread.
@@ -25,6 +25,9 @@ pub(crate) enum Msg {
     Cmd(Command, Sender<Result<CmdOut, CmdError>>),
     Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
     Record(bool, Sender<Vec<Crossing>>),
+    /// Starts or stops a capture of the host interface; answers what it
+    /// holds.
+    Capture(bool, Sender<Vec<Carried>>),
     /// Every QP's bus counters, the totals and the device's counters.
     Snapshot(Sender<BusSnapshot>),
 }

@@ -85,7 +85,7 @@ use doorbell_device::{Frame, Nic, NicConfig, NicCounters};
 use doorbell_driver::EventQueues;
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio, RecordDoorbell};
-use doorbell_pcie::{Bus, ConfigError, Counters, Crossing, LinkConfig};
+use doorbell_pcie::{Bus, Carried, ConfigError, Counters, Crossing, LinkConfig};
 use doorbell_types::{Qpn, UarIndex};
 
 use engine::{Core, Egress, Engine};
@@ -561,6 +561,18 @@ impl LiveNic {
         }
         let (tx, rx) = bounded(1);
         self.core.submit(Msg::Record(on, tx));
+        rx.recv().unwrap_or_default()
+    }
+
+    /// Starts or stops a capture of the host interface (every register
+    /// store, and the WQEs, doorbell records and CQEs the device moved, with
+    /// their bytes); returns what was captured so far.
+    pub fn capture(&self, on: bool) -> Vec<Carried> {
+        if self.is_forked_copy() {
+            return Vec::new();
+        }
+        let (tx, rx) = bounded(1);
+        self.core.submit(Msg::Capture(on, tx));
         rx.recv().unwrap_or_default()
     }
 

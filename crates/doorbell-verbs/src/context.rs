@@ -59,6 +59,8 @@ struct ContextInner {
     low_lat_uuars: u32,
     dbr: Mutex<DbrPages>,
     qps: RwLock<BTreeMap<Qpn, Arc<QpShared>>>,
+    /// User indexes in use (`uidx` of create_qp).
+    uidx: Mutex<std::collections::BTreeSet<u32>>,
     observer: RwLock<Option<Arc<dyn PostObserver>>>,
     /// Events read from the device while waiting for the other kind.
     pending: Mutex<PendingEvents>,
@@ -171,6 +173,7 @@ impl Context {
                 low_lat_uuars: low,
                 dbr: Mutex::new(DbrPages { pages: Vec::new() }),
                 qps: RwLock::new(BTreeMap::new()),
+                uidx: Mutex::new(std::collections::BTreeSet::new()),
                 observer: RwLock::new(None),
                 pending: Mutex::new(PendingEvents::default()),
                 dyn_regs: Mutex::new(DynRegs::default()),
@@ -436,6 +439,23 @@ impl Context {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(shared.qpn, shared);
+    }
+
+    /// The lowest free user index (libmlx5's `mlx5_store_uidx` hands them
+    /// out so), now in use.
+    pub(crate) fn alloc_uidx(&self) -> u32 {
+        let mut u = self.inner.uidx.lock().unwrap_or_else(|e| e.into_inner());
+        let free = (0..).find(|i| !u.contains(i)).unwrap_or(0);
+        u.insert(free);
+        free
+    }
+
+    pub(crate) fn free_uidx(&self, uidx: u32) {
+        self.inner
+            .uidx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uidx);
     }
 
     pub(crate) fn unregister_qp(&self, qpn: Qpn) {

@@ -47,7 +47,7 @@ mod td;
 mod wq;
 mod wr;
 
-pub use ah::{GRH_LEN, ReturnPath};
+pub use ah::{GRH_LEN, ReturnPath, roce_mac};
 pub use config::ProviderConfig;
 pub use connect::RcEndpoint;
 pub use context::{Context, DeviceAttr, GID_TABLE_LEN, PortAttr};

@@ -199,6 +199,8 @@ struct QpInner {
     sq_start: HostAddr,
     rq_stride: u32,
     dbr: HostAddr,
+    /// The user index its CQEs carry (`uidx`).
+    uidx: u32,
     bfreg_index: u32,
     bf: Arc<Bfreg>,
     max_send_post: u32,
@@ -237,6 +239,7 @@ impl Drop for QpInner {
             self.buf.free(&**ctx.mem());
         }
         ctx.free_dbrec(self.dbr);
+        ctx.free_uidx(self.uidx);
     }
 }
 
@@ -349,6 +352,7 @@ impl Pd {
                 return Err(e);
             }
         };
+        let uidx = ctx.alloc_uidx();
         // A parent domain's thread domain gives the register (lockless).
         let td_bf = self.thread_domain().map(|td| Arc::clone(td.bfreg()));
         let req = CreateQpReq {
@@ -369,9 +373,9 @@ impl Pd {
             srq: attr.srq.as_ref().map(Srq::srqn),
             dyn_bfreg: td_bf.as_ref().and_then(|b| b.dyn_index),
             gsi,
-            // This provider finds a completion's QP by its number, so the
-            // user index its CQEs carry is left 0.
-            user_index: 0,
+            // The lowest free index, as libmlx5 numbers them (this
+            // provider finds a completion's QP by its number all the same).
+            user_index: uidx,
         };
         let out = ctx.driver().create_qp(req);
         let bf_of =
@@ -385,6 +389,7 @@ impl Pd {
                 let _ = ctx.driver().destroy_qp(o.qpn);
                 qbuf.free(&**mem);
                 ctx.free_dbrec(dbr_addr);
+                ctx.free_uidx(uidx);
                 return Err(match (bf, cleared) {
                     (_, Err(e)) => e,
                     _ => VerbsError::InvalidArgument("kernel returned an unmapped bfreg"),
@@ -393,6 +398,7 @@ impl Pd {
             Err(e) => {
                 qbuf.free(&**mem);
                 ctx.free_dbrec(dbr_addr);
+                ctx.free_uidx(uidx);
                 return Err(e.into());
             }
         };
@@ -435,6 +441,7 @@ impl Pd {
                 sq_start: offset(buf, rq_bytes)?,
                 rq_stride,
                 dbr: dbr_addr,
+                uidx,
                 bfreg_index: out.bfreg_index,
                 bf,
                 max_send_post,
@@ -753,11 +760,15 @@ impl Qp {
             d.set_dqpn(ud.remote_qpn.get());
             d.set_sl(ud.ah.av.sl);
             d.set_fl_mlid(0);
+            // The UDP source port of RoCE v2 (libmlx5 picks one at random
+            // per address handle): 0 lets the device choose.
             d.set_rlid(0);
-            d.set_rmac([0; 6]);
+            d.set_rmac(crate::ah::roce_mac(&ud.ah.av.dgid));
             d.set_tclass(ud.ah.av.traffic_class);
             d.set_hop_limit(ud.ah.av.hop_limit);
-            d.set_grh_gid_fl(wqe::AV_GRH_FLAG | (u32::from(ud.ah.av.sgid_index) << 20));
+            // On RoCE every packet has a GRH, so the GRH bit is reserved
+            // and left clear, as libmlx5 leaves it.
+            d.set_grh_gid_fl(u32::from(ud.ah.av.sgid_index) << 20);
             d.set_rgid(ud.ah.av.dgid);
             off += field::AV_LEN;
         }

@@ -448,7 +448,7 @@ pub extern "C" fn ibv_cmd_create_ah(
         )?;
         let drv = mlx5_ib_create_ah_resp {
             response_length: size_of::<mlx5_ib_create_ah_resp>() as u32,
-            dmac: super::verbs::mac_of_gid(&gid),
+            dmac: doorbell_verbs::roce_mac(&gid),
             reserved: [0; 6],
         };
         write_resp(

@@ -561,10 +561,3 @@ pub(crate) fn get_async_event(
         Ok(0)
     })())
 }
-
-/// The destination MAC of a RoCE GID as doorbell resolves it: a locally
-/// administered address made of the IPv4 address of an IPv4-mapped GID
-/// (`02:00:a.b.c.d`), or of the GID's last four bytes.
-pub(crate) fn mac_of_gid(gid: &[u8; 16]) -> [u8; 6] {
-    [0x02, 0x00, gid[12], gid[13], gid[14], gid[15]]
-}

@@ -12,6 +12,7 @@ mod bad_input;
 #[allow(dead_code)]
 mod c_probe;
 mod clients;
+mod conformance;
 mod consts;
 mod hosted;
 mod layout;
