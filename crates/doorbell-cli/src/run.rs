@@ -31,6 +31,8 @@ use crate::libdir;
 pub const STATS_VAR: &str = "DOORBELL_STATS";
 /// The variable for `--provider`.
 pub const PROVIDER_VAR: &str = "DOORBELL_PROVIDER";
+/// The variable for `--hif-log`.
+pub const HIF_LOG_VAR: &str = "DOORBELL_HIF_LOG";
 
 /// The settings of `doorbell env` and `doorbell run`. Each one not given is
 /// left as the environment has it (unset: the library's default).
@@ -53,9 +55,16 @@ pub struct EnvArgs {
     /// IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE.
     #[arg(long, value_name = "AT_MS:FOR_MS", value_parser = parse_link_down)]
     pub link_down: Option<String>,
-    /// Provider (sets DOORBELL_PROVIDER; the library's default: doorbell).
-    #[arg(long, value_name = "NAME")]
+    /// The user-space provider that drives the device (sets
+    /// DOORBELL_PROVIDER): `doorbell` (the default) or `mlx5`, rdma-core's
+    /// own libmlx5 from Debian's ibverbs-providers, hosted on doorbell.
+    #[arg(long, value_name = "NAME", value_parser = ["doorbell", "mlx5"])]
     pub provider: Option<String>,
+    /// Where the library writes a capture of the host interface at exit,
+    /// as JSON lines: every register store, and the WQEs, doorbell records
+    /// and CQEs the device moved, with their bytes (sets DOORBELL_HIF_LOG).
+    #[arg(long, value_name = "FILE")]
+    pub hif_log: Option<OsString>,
 }
 
 /// `doorbell run`: the settings, then the program and its arguments.
@@ -195,6 +204,9 @@ pub fn settings(args: &EnvArgs) -> Result<Vec<(&'static str, OsString)>> {
     }
     if let Some(p) = &args.provider {
         vars.push((PROVIDER_VAR, p.into()));
+    }
+    if let Some(f) = &args.hif_log {
+        vars.push((HIF_LOG_VAR, f.clone()));
     }
     Ok(vars)
 }

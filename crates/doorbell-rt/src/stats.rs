@@ -163,6 +163,47 @@ impl NicStats {
     }
 }
 
+/// A capture of the host interface ([`crate::LiveNic::capture`]) as JSON
+/// lines, one per crossing, bytes in hex: `{"mmio":{"uar","offset","data"}}`,
+/// `{"record":{"uar","send"|"arm"}}`, `{"read":{"qpn","what","data"}}` and
+/// `{"write":{"qpn","what","data"}}`. Host addresses are left out, so that
+/// two runs of one program compare equal where the device saw the same.
+pub fn capture_json_lines(c: &[doorbell_pcie::Carried]) -> String {
+    use doorbell_host::RecordDoorbell;
+    use doorbell_pcie::Carried;
+    let hex = |b: &[u8]| {
+        b.iter().fold(String::new(), |mut s, x| {
+            let _ = write!(s, "{x:02x}");
+            s
+        })
+    };
+    let mut out = String::new();
+    for x in c {
+        let v = match x {
+            Carried::Mmio { uar, offset, data } => {
+                json!({"mmio": {"uar": uar.get(), "offset": offset, "data": hex(data)}})
+            }
+            Carried::RecordDoorbell { uar, db } => match db {
+                RecordDoorbell::Send(q) => json!({"record": {"uar": uar.get(), "send": q.get()}}),
+                RecordDoorbell::Arm(c) => json!({"record": {"uar": uar.get(), "arm": c.get()}}),
+            },
+            Carried::Read { tag, data } => json!({"read": {
+                "qpn": tag.qpn.map(|q| q.get()),
+                "what": tag.purpose.name(),
+                "data": hex(data),
+            }}),
+            Carried::Write { tag, data } => json!({"write": {
+                "qpn": tag.qpn.map(|q| q.get()),
+                "what": tag.purpose.name(),
+                "data": hex(data),
+            }}),
+        };
+        out.push_str(&v.to_string());
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,45 +251,4 @@ mod tests {
                 .contains("4 EQE writes, 3 MSI-X interrupts")
         );
     }
-}
-
-/// A capture of the host interface ([`crate::LiveNic::capture`]) as JSON
-/// lines, one per crossing, bytes in hex: `{"mmio":{"uar","offset","data"}}`,
-/// `{"record":{"uar","send"|"arm"}}`, `{"read":{"qpn","what","data"}}` and
-/// `{"write":{"qpn","what","data"}}`. Host addresses are left out, so that
-/// two runs of one program compare equal where the device saw the same.
-pub fn capture_json_lines(c: &[doorbell_pcie::Carried]) -> String {
-    use doorbell_host::RecordDoorbell;
-    use doorbell_pcie::Carried;
-    let hex = |b: &[u8]| {
-        b.iter().fold(String::new(), |mut s, x| {
-            let _ = write!(s, "{x:02x}");
-            s
-        })
-    };
-    let mut out = String::new();
-    for x in c {
-        let v = match x {
-            Carried::Mmio { uar, offset, data } => {
-                json!({"mmio": {"uar": uar.get(), "offset": offset, "data": hex(data)}})
-            }
-            Carried::RecordDoorbell { uar, db } => match db {
-                RecordDoorbell::Send(q) => json!({"record": {"uar": uar.get(), "send": q.get()}}),
-                RecordDoorbell::Arm(c) => json!({"record": {"uar": uar.get(), "arm": c.get()}}),
-            },
-            Carried::Read { tag, data } => json!({"read": {
-                "qpn": tag.qpn.map(|q| q.get()),
-                "what": tag.purpose.name(),
-                "data": hex(data),
-            }}),
-            Carried::Write { tag, data } => json!({"write": {
-                "qpn": tag.qpn.map(|q| q.get()),
-                "what": tag.purpose.name(),
-                "data": hex(data),
-            }}),
-        };
-        out.push_str(&v.to_string());
-        out.push('\n');
-    }
-    out
 }

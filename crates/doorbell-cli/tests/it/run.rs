@@ -191,3 +191,18 @@ fn bad_settings_and_a_missing_library_are_refused_with_the_reason() {
         format!("export LD_LIBRARY_PATH={}\n", our_dir().display())
     );
 }
+
+#[test]
+fn run_with_provider_mlx5_has_rdma_cores_libmlx5_drive_the_device() {
+    let o = out(clean().args(["run", "--provider", "mlx5", "--", "ibv_devinfo"]));
+    assert_ok(&o, "doorbell run --provider mlx5 -- ibv_devinfo");
+    let info = text(&o.stdout);
+    // libmlx5 prints the firmware version as major.minor.sub.
+    assert!(info.contains("fw_ver:\t\t\t\t0.1.0000"), "{info}");
+    assert!(info.contains("PORT_ACTIVE"), "{info}");
+    // A provider doorbell cannot host is refused before anything runs.
+    let o = out(clean().args(["run", "--provider", "mlx4", "--", "true"]));
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("mlx4") && err.contains("mlx5"), "{err}");
+}
