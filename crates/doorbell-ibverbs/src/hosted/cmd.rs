@@ -363,6 +363,11 @@ pub extern "C" fn ibv_cmd_create_cq_ex(
         };
         h.record_grant(Obj::Cq(cqn), buf, len);
         h.record_grant(Obj::Cq(cqn), dbp, dbl);
+        let uar = h.ctx()?.ucontext().cq_uar();
+        // SAFETY: the arm word (word 1, MLX5_CQ_ARM_DB) of the record
+        // libmlx5 allocated for this CQ, aligned in a page it keeps until the
+        // CQ is destroyed, which forgets it first.
+        unsafe { h.watch.add_cq(cqn, uar, (drv.db_addr + 4) as *mut u32) };
         // SAFETY: checked non-NULL; the provider's new CQ.
         unsafe {
             (*cq).context = context_;
@@ -403,6 +408,8 @@ pub extern "C" fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int {
         // SAFETY: a live CQ of a hosted context.
         let (cqn, channel) = unsafe { (Cqn::new((*cq).handle), (*cq).channel) };
         h.ctx()?.ucontext().destroy_cq(cqn).map_err(errno)?;
+        // The record stays mapped until this returns.
+        h.watch.forget_cq(cqn);
         h.revoke(Obj::Cq(cqn));
         events::lock(&ROUTER).cqs.remove(&cqn);
         crate::channel::forget_events(channel, cq);

@@ -237,14 +237,6 @@ impl HostedCtx {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&qpn);
     }
-
-    /// The device is told that CQ `cqn` was armed.
-    pub(crate) fn rang_arm(&self, cqn: Cqn) {
-        if let Ok(ctx) = self.ctx() {
-            let uar = ctx.ucontext().cq_uar();
-            self.mmio().record_doorbell(uar, RecordDoorbell::Arm(cqn));
-        }
-    }
 }
 
 /// `_verbs_init_and_alloc_context`: allocates the provider's context
@@ -472,7 +464,7 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c
         let r = unsafe { (f.req_notify_cq)(cq, solicited_only) };
         if r == 0 {
             // SAFETY: a live CQ of the provider; its handle is its number.
-            h.rang_arm(Cqn::new(unsafe { (*cq).handle }));
+            h.watch.arms(Some(Cqn::new(unsafe { (*cq).handle })));
         }
         Ok(r)
     })

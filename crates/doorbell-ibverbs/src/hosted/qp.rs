@@ -373,10 +373,11 @@ pub extern "C" fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int {
         let h = owner(qp).ok_or(EINVAL)?;
         // SAFETY: a live QP of a hosted context.
         let qpn = Qpn::new(unsafe { (*qp).qp_num });
+        h.ctx()?.ucontext().destroy_qp(qpn).map_err(errno)?;
+        // The record stays mapped until this returns.
         h.watch.forget(qpn);
         h.forget_reg(qpn);
         events::lock(&h.qp_caps).remove(&qpn);
-        h.ctx()?.ucontext().destroy_qp(qpn).map_err(errno)?;
         h.revoke(Obj::Qp(qpn));
         events::lock(&ROUTER).qps.remove(&qpn);
         Ok(0)

@@ -1,5 +1,5 @@
 //! Doorbells through memory: the send doorbell records of a hosted
-//! provider's QPs, watched.
+//! provider's QPs, and the arm words of its CQs, watched.
 //!
 //! A provider that maps the UAR pages itself rings with plain stores, which
 //! no MMIO path sees. Where it rings through the public `post_send` this
@@ -18,6 +18,14 @@
 //! - a watcher thread, for programs that poll their CQs themselves: it scans
 //!   every record, spinning for a while after it found one moved, then
 //!   sleeping longer and longer (up to [`IDLE_SLEEP`]) while none does.
+//!
+//! CQ arms are subtler: all CQs arm through one register, and a repeated arm
+//! may store the same word again (a fresh CQ's first arm writes 0 over 0).
+//! So the arm word of each CQ's record is consumed: this library writes a
+//! sentinel there that libmlx5 never writes ([`ARM_TAKEN`]; it only ever
+//! stores the word, never reads it), and whoever swaps a real arm word out
+//! hands the device the arm doorbell libmlx5 made of it (that word and the
+//! CQN, at the arm register): each arm once, none lost.
 
 #![allow(unsafe_code)]
 
@@ -35,6 +43,26 @@ const SPIN: Duration = Duration::from_micros(200);
 const FIRST_SLEEP: Duration = Duration::from_micros(20);
 /// Its longest sleep: the most a doorbell nobody else reports waits.
 const IDLE_SLEEP: Duration = Duration::from_millis(2);
+
+/// What an arm word reads once taken: bits 30 and 31 are set, which no
+/// arm word has (`sn << 28 | cmd << 24 | ci`, `cmd` 0 or 1).
+pub(crate) const ARM_TAKEN: u32 = u32::MAX;
+/// The arm register's offset in a UAR page (MLX5_CQ_DOORBELL).
+const CQ_DOORBELL: u32 = 0x20;
+
+/// One watched CQ.
+struct WatchedCq {
+    cqn: Cqn,
+    uar: UarIndex,
+    /// The arm word of the CQ's doorbell record.
+    arm: *mut u32,
+}
+
+// SAFETY: as for `Watched`: the record is mapped while the CQ exists, read
+// under the list's lock, and the CQ leaves the list before it goes.
+unsafe impl Send for WatchedCq {}
+// SAFETY: as above.
+unsafe impl Sync for WatchedCq {}
 
 /// One watched send queue.
 struct Watched {
@@ -57,6 +85,7 @@ unsafe impl Sync for Watched {}
 /// The watched send queues of one context, and their watcher thread.
 pub(crate) struct Watch {
     qps: Arc<RwLock<Vec<Watched>>>,
+    cqs: Arc<RwLock<Vec<WatchedCq>>>,
     mmio: Arc<dyn Mmio>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -66,6 +95,7 @@ impl Watch {
     pub(crate) fn new(mmio: Arc<dyn Mmio>) -> Self {
         Self {
             qps: Arc::new(RwLock::new(Vec::new())),
+            cqs: Arc::new(RwLock::new(Vec::new())),
             mmio,
             stop: Arc::new(AtomicBool::new(false)),
             thread: Mutex::new(None),
@@ -75,7 +105,8 @@ impl Watch {
     /// Starts the watcher thread (with every signal blocked, as the
     /// library's other threads).
     pub(crate) fn start(&self) -> Result<(), core::ffi::c_int> {
-        let (qps, mmio, stop) = (self.qps.clone(), self.mmio.clone(), self.stop.clone());
+        let (qps, cqs) = (self.qps.clone(), self.cqs.clone());
+        let (mmio, stop) = (self.mmio.clone(), self.stop.clone());
         let t = std::thread::Builder::new()
             .name("doorbell-watch".into())
             .spawn(move || {
@@ -83,7 +114,8 @@ impl Watch {
                 let mut quiet_since = Instant::now();
                 let mut sleep = FIRST_SLEEP;
                 while !stop.load(Ordering::Acquire) {
-                    if scan(&qps, &*mmio, None) {
+                    let armed = take_arms(&cqs, &*mmio, None);
+                    if scan(&qps, &*mmio, None) || armed {
                         quiet_since = Instant::now();
                         sleep = FIRST_SLEEP;
                     } else if quiet_since.elapsed() < SPIN {
@@ -116,9 +148,33 @@ impl Watch {
         });
     }
 
-    /// Stops watching QP `qpn` (before its record goes).
+    /// Stops watching QP `qpn` (before its record goes: when the destroy
+    /// succeeded, and before it returns to the provider).
     pub(crate) fn forget(&self, qpn: Qpn) {
         write(&self.qps).retain(|w| w.qpn != qpn);
+    }
+
+    /// Watches CQ `cqn`'s arm word at `arm`, which is taken first (a
+    /// fresh CQ's record holds 0, a valid arm word).
+    ///
+    /// # Safety
+    /// `arm` must point to the aligned arm word of the CQ's doorbell
+    /// record, mapped until [`Watch::forget_cq`] of the CQ returns.
+    pub(crate) unsafe fn add_cq(&self, cqn: Cqn, uar: UarIndex, arm: *mut u32) {
+        // SAFETY: the caller's promise; the word is only ever swapped.
+        unsafe { AtomicU32::from_ptr(arm) }.store(ARM_TAKEN, Ordering::Release);
+        write(&self.cqs).push(WatchedCq { cqn, uar, arm });
+    }
+
+    /// Stops watching CQ `cqn` (likewise).
+    pub(crate) fn forget_cq(&self, cqn: Cqn) {
+        write(&self.cqs).retain(|w| w.cqn != cqn);
+    }
+
+    /// Hands the device the arms stored since last looked, of `cq` (all
+    /// with `None`); true if there was one.
+    pub(crate) fn arms(&self, cq: Option<Cqn>) -> bool {
+        take_arms(&self.cqs, &*self.mmio, cq)
     }
 
     /// Tells the device of each QP whose record moved, of those sending
@@ -175,4 +231,25 @@ fn scan(qps: &RwLock<Vec<Watched>>, mmio: &dyn Mmio, cq: Option<Cqn>) -> bool {
         }
     }
     moved
+}
+
+fn take_arms(cqs: &RwLock<Vec<WatchedCq>>, mmio: &dyn Mmio, cq: Option<Cqn>) -> bool {
+    let mut armed = false;
+    for w in read(cqs).iter().filter(|w| cq.is_none_or(|c| c == w.cqn)) {
+        // SAFETY: under the list's lock the record is mapped (type's
+        // invariant). libmlx5 stores the word with a plain aligned 32-bit
+        // store from its threads; the swap sees it whole or not at all, and
+        // takes it exactly once.
+        let word = unsafe { AtomicU32::from_ptr(w.arm) }.swap(ARM_TAKEN, Ordering::AcqRel);
+        if word != ARM_TAKEN {
+            // The arm doorbell as libmlx5 stores it: the record's word (in
+            // memory order, big-endian) and the CQN.
+            let mut db = [0u8; 8];
+            db[..4].copy_from_slice(&word.to_ne_bytes());
+            db[4..].copy_from_slice(&w.cqn.get().to_be_bytes());
+            mmio.mmio_write(w.uar, CQ_DOORBELL, &db);
+            armed = true;
+        }
+    }
+    armed
 }
