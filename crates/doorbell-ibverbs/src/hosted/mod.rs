@@ -96,9 +96,9 @@ pub(crate) fn register(ops: *const verbs_device_ops) {
     }
 }
 
-/// The registered provider named `name`.
+/// The provider named `name` registered last.
 fn registered(name: &CStr) -> Option<&'static verbs_device_ops> {
-    crate::events::lock(&DRIVERS).iter().find_map(|r| {
+    crate::events::lock(&DRIVERS).iter().rev().find_map(|r| {
         // SAFETY: registered pointers are the providers' static ops.
         let ops = unsafe { &*r.0 };
         if ops.name.is_null() {
@@ -152,11 +152,18 @@ pub(crate) fn device(config: &ProcessNicConfig, guid: u64) -> Result<&'static Ho
 }
 
 fn make_device(config: &ProcessNicConfig, guid: u64) -> Result<HostedDevice, String> {
-    if registered(c"mlx5").is_none() {
+    // DOORBELL_PROVIDER_LIB: another build of libmlx5 (by path or name).
+    let lib = std::env::var("DOORBELL_PROVIDER_LIB")
+        .ok()
+        .filter(|v| !v.is_empty());
+    if lib.is_some() || registered(c"mlx5").is_none() {
+        let name = lib.as_deref().unwrap_or("libmlx5.so.1");
+        let cname = std::ffi::CString::new(name)
+            .map_err(|_| format!("DOORBELL_PROVIDER_LIB={name:?} holds a NUL byte"))?;
         // SAFETY: a NUL-terminated name; RTLD_NOW makes a provider of an
         // unknown private ABI (whose verbs_register_driver_NN this library
         // does not define) fail here, with dlerror's text.
-        let h = unsafe { libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW) };
+        let h = unsafe { libc::dlopen(cname.as_ptr(), libc::RTLD_NOW) };
         if h.is_null() {
             // SAFETY: dlerror returns NULL or a C string valid until the
             // next dl call on this thread.
@@ -169,14 +176,16 @@ fn make_device(config: &ProcessNicConfig, guid: u64) -> Result<HostedDevice, Str
                 }
             };
             return Err(format!(
-                "DOORBELL_PROVIDER=mlx5: cannot load libmlx5.so.1 ({why}); it comes with \
-                 Debian's ibverbs-providers, and doorbell hosts providers of rdma-core's \
-                 private ABI 34 (rdma-core v34 to v56)"
+                "DOORBELL_PROVIDER=mlx5: cannot load {name} ({why}); libmlx5.so.1 comes \
+                 with Debian's ibverbs-providers, and doorbell hosts providers of \
+                 rdma-core's private ABI 34 (rdma-core v34 to v56; v44 to v52 are tested \
+                 alike)"
             ));
         }
     }
+    // The provider registered last is the one just loaded.
     let ops = registered(c"mlx5").ok_or_else(|| {
-        "DOORBELL_PROVIDER=mlx5: libmlx5.so.1 loaded but did not register itself \
+        "DOORBELL_PROVIDER=mlx5: the provider loaded but did not register itself \
          with verbs_register_driver_34: it is not a provider of private ABI 34"
             .to_string()
     })?;

@@ -209,3 +209,46 @@ fn perftest_runs_on_libmlx5() {
         assert_eq!(rows, [(8, 200)], "ib_send_lat on {what}");
     }
 }
+
+/// Builds `c/fake_provider.c` as a shared library registering through
+/// `verbs_register_driver_<pabi>`.
+fn fake_provider(pabi: u32) -> std::path::PathBuf {
+    let dir = lib_dir().parent().expect("lib dir has a parent");
+    let out = dir.join(format!("libfake-provider-{pabi}-{}.so", std::process::id()));
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fake_provider.c");
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", &format!("-DPABI={pabi}"), "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run cc (scripts/setup.sh installs gcc)");
+    assert!(st.success(), "cc failed for {}", src.display());
+    out
+}
+
+#[test]
+fn a_provider_of_an_unknown_private_abi_is_refused_with_the_reason() {
+    // rdma-core v57 renamed the registration: the library does not define
+    // it, so the provider cannot even load.
+    let v57 = fake_provider(57);
+    let mut c = hosted("ibv_devinfo", &addr(46, 2));
+    c.env("DOORBELL_PROVIDER_LIB", &v57);
+    let out = run(&mut c);
+    let all = text(&out);
+    let _ = std::fs::remove_file(&v57);
+    assert!(all.contains("No IB devices found"), "{all}");
+    assert!(all.contains("verbs_register_driver_57"), "{all}");
+    assert!(
+        all.contains("private ABI 34 (rdma-core v34 to v56"),
+        "{all}"
+    );
+    // A provider of ABI 34 for a kernel ABI doorbell's driver does not speak.
+    let v34 = fake_provider(34);
+    let mut c = hosted("ibv_devinfo", &addr(46, 3));
+    c.env("DOORBELL_PROVIDER_LIB", &v34);
+    let out = run(&mut c);
+    let all = text(&out);
+    let _ = std::fs::remove_file(&v34);
+    assert!(all.contains("No IB devices found"), "{all}");
+    assert!(all.contains("kernel ABI versions 7..7"), "{all}");
+}
