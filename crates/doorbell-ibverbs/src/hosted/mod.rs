@@ -178,8 +178,7 @@ fn make_device(config: &ProcessNicConfig, guid: u64) -> Result<HostedDevice, Str
             return Err(format!(
                 "DOORBELL_PROVIDER=mlx5: cannot load {name} ({why}); libmlx5.so.1 comes \
                  with Debian's ibverbs-providers, and doorbell hosts providers of \
-                 rdma-core's private ABI 34 (rdma-core v34 to v56; v44 to v52 are tested \
-                 alike)"
+                 rdma-core's private ABI 34 as rdma-core v44 to v52 have it"
             ));
         }
     }

@@ -239,7 +239,7 @@ fn a_provider_of_an_unknown_private_abi_is_refused_with_the_reason() {
     assert!(all.contains("No IB devices found"), "{all}");
     assert!(all.contains("verbs_register_driver_57"), "{all}");
     assert!(
-        all.contains("private ABI 34 (rdma-core v34 to v56"),
+        all.contains("private ABI 34 as rdma-core v44 to v52"),
         "{all}"
     );
     // A provider of ABI 34 for a kernel ABI doorbell's driver does not speak.
