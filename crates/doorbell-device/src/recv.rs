@@ -279,17 +279,20 @@ fn uc_write<D: Dma>(
             .access
             .unwrap_or_default()
             .allows(Access::REMOTE_WRITE);
-        let key_ok = ctx
-            .mkeys
-            .translate(
-                reth.rkey,
-                qp.p.pd,
-                Access::REMOTE_WRITE,
-                reth.va,
-                reth.dma_len.into(),
-                |_, _, _| {},
-            )
-            .is_ok();
+        // A WRITE of no bytes checks neither key nor address (IBTA C9-88):
+        // programs send them to flush or probe a connection (UCX does).
+        let key_ok = reth.dma_len == 0
+            || ctx
+                .mkeys
+                .translate(
+                    reth.rkey,
+                    qp.p.pd,
+                    Access::REMOTE_WRITE,
+                    reth.va,
+                    reth.dma_len.into(),
+                    |_, _, _| {},
+                )
+                .is_ok();
         if !allowed || !key_ok {
             // UC answers nothing: a WRITE the responder may not do is
             // dropped whole.
@@ -330,14 +333,20 @@ fn uc_write<D: Dma>(
     let mut ok = true;
     let dma = &mut *ctx.dma;
     let t = &mut ctx.t;
-    let translated = ctx.mkeys.translate(
-        Mkey::from_raw(w.rkey),
-        qp.p.pd,
-        Access::REMOTE_WRITE,
-        va,
-        payload.len() as u64,
-        |h, n, o| ok &= dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
-    );
+    let translated = if payload.is_empty() {
+        Ok(())
+    } else {
+        ctx.mkeys
+            .translate(
+                Mkey::from_raw(w.rkey),
+                qp.p.pd,
+                Access::REMOTE_WRITE,
+                va,
+                payload.len() as u64,
+                |h, n, o| ok &= dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
+            )
+            .map(|_| ())
+    };
     if translated.is_err() || !ok {
         if let Some(r) = recv {
             qp.inbound.spare = Some(r);
@@ -577,17 +586,19 @@ fn inbound_write<D: Dma>(
             .access
             .unwrap_or_default()
             .allows(Access::REMOTE_WRITE);
-        let key_ok = ctx
-            .mkeys
-            .translate(
-                reth.rkey,
-                qp.p.pd,
-                Access::REMOTE_WRITE,
-                reth.va,
-                reth.dma_len.into(),
-                |_, _, _| {},
-            )
-            .is_ok();
+        // A WRITE of no bytes checks neither key nor address (IBTA C9-88).
+        let key_ok = reth.dma_len == 0
+            || ctx
+                .mkeys
+                .translate(
+                    reth.rkey,
+                    qp.p.pd,
+                    Access::REMOTE_WRITE,
+                    reth.va,
+                    reth.dma_len.into(),
+                    |_, _, _| {},
+                )
+                .is_ok();
         if !allowed || !key_ok {
             return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
         }
@@ -636,14 +647,20 @@ fn inbound_write<D: Dma>(
     let mut ok = true;
     let dma = &mut *ctx.dma;
     let t = &mut ctx.t;
-    let translated = ctx.mkeys.translate(
-        Mkey::from_raw(w.rkey),
-        qp.p.pd,
-        Access::REMOTE_WRITE,
-        va,
-        payload.len() as u64,
-        |h, n, o| ok &= dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
-    );
+    let translated = if payload.is_empty() {
+        Ok(())
+    } else {
+        ctx.mkeys
+            .translate(
+                Mkey::from_raw(w.rkey),
+                qp.p.pd,
+                Access::REMOTE_WRITE,
+                va,
+                payload.len() as u64,
+                |h, n, o| ok &= dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
+            )
+            .map(|_| ())
+    };
     if translated.is_err() || !ok {
         return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
     }
@@ -700,14 +717,21 @@ fn inbound_read<D: Dma>(
         return nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
     }
     let mut runs = Vec::new();
-    let translated = ctx.mkeys.translate(
-        reth.rkey,
-        qp.p.pd,
-        Access::REMOTE_READ,
-        reth.va,
-        len,
-        |h, n, o| runs.push((h, n, o)),
-    );
+    // A READ of no bytes checks neither key nor address, as a WRITE of none.
+    let translated = if len == 0 {
+        Ok(())
+    } else {
+        ctx.mkeys
+            .translate(
+                reth.rkey,
+                qp.p.pd,
+                Access::REMOTE_READ,
+                reth.va,
+                len,
+                |h, n, o| runs.push((h, n, o)),
+            )
+            .map(|_| ())
+    };
     if !allowed || translated.is_err() {
         return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
     }

@@ -9,6 +9,7 @@
 mod acks;
 mod mkey;
 mod records;
+mod zero_length;
 
 use std::sync::Arc;
 
