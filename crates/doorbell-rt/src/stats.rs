@@ -159,7 +159,69 @@ impl NicStats {
             t.writes(DmaPurpose::Eqe),
             t.writes(DmaPurpose::Msix)
         );
+        let noted: Vec<_> = self.counters().into_iter().filter(|c| c.1 != 0).collect();
+        if !noted.is_empty() {
+            let _ = writeln!(s, "counters that are not zero:");
+        }
+        for (name, v, what) in noted {
+            let _ = writeln!(s, "{name:>30} {v:>10}  {what}");
+        }
         s
+    }
+
+    /// Every counter a person reads, with what it means and its usual
+    /// cause: the kernel's `hw_counters` under their names, then the
+    /// device's own.
+    pub fn counters(&self) -> Vec<(&'static str, u64, &'static str)> {
+        let n = &self.bus.nic;
+        let mut v: Vec<(&'static str, u64, &'static str)> = n
+            .hw_counters()
+            .into_iter()
+            .map(|(name, value)| (name, value, explain(name)))
+            .collect();
+        v.extend([
+            (
+                "tx_retransmits",
+                n.tx_retransmits,
+                "packets sent again after a timeout or a NAK: loss on the path, or a peer slow to answer",
+            ),
+            (
+                "rx_dropped",
+                n.rx_dropped,
+                "frames dropped as unparsable or for no QP here: a peer with a stale QPN, or not RoCEv2",
+            ),
+            (
+                "bad_doorbells",
+                n.bad_doorbells,
+                "doorbells refused: an unknown QP, a UAR the QP does not ring through, or a counter out of the ring",
+            ),
+            (
+                "doorbells_not_ready",
+                n.doorbells_not_ready,
+                "doorbells for a QP not yet in RTS: a post before the QP was connected",
+            ),
+            (
+                "doorbells_by_record",
+                n.doorbells_by_record,
+                "send doorbells taken from doorbell records (a provider that maps UARs itself): counts inferred",
+            ),
+            (
+                "arms_by_record",
+                n.arms_by_record,
+                "CQ arms taken from doorbell records",
+            ),
+            (
+                "events_lost",
+                n.events_lost,
+                "events no EQ could take (full, or its EQE write faulted): an EQ not consumed fast enough",
+            ),
+            (
+                "acks_coalesced",
+                n.acks_coalesced,
+                "ACKs folded into a later one before leaving: normal under load",
+            ),
+        ]);
+        v
     }
 }
 
@@ -202,6 +264,46 @@ pub fn capture_json_lines(c: &[doorbell_pcie::Carried]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// What a kernel-named `hw_counter` means, and its usual cause.
+fn explain(name: &str) -> &'static str {
+    match name {
+        "duplicate_request" => {
+            "requests received again (a retry of one already executed): the peer timed out, usually because an ACK was lost"
+        }
+        "implied_nak_seq_err" => {
+            "READ or atomic responses that skipped PSNs: responses lost on the way, so the requester retried"
+        }
+        "local_ack_timeout_err" => {
+            "ACK timeouts with retries left: packets or ACKs lost, or a peer slower than the QP's timeout"
+        }
+        "out_of_buffer" => {
+            "messages that found no receive WQE (RNR NAK sent, or a UD datagram dropped): the receiver posts too few receives"
+        }
+        "out_of_sequence" => {
+            "packets received with a PSN ahead of the one expected: loss before them, answered with a NAK"
+        }
+        "packet_seq_err" => {
+            "sequence-error NAKs received: the peer saw a gap in this side's packets"
+        }
+        "req_rnr_retries_exceeded" => {
+            "WQEs failed for RNR retries exhausted: the peer never posted a receive in time"
+        }
+        "req_transport_retries_exceeded" => {
+            "WQEs failed for transport retries exhausted: the peer is gone or the path drops everything"
+        }
+        "rnr_nak_retry_err" => {
+            "RNR NAKs received and retried: the peer had no receive posted, and got one later"
+        }
+        "rx_atomic_requests" => "atomic requests this side executed as a responder",
+        "rx_icrc_encapsulated" => {
+            "RoCEv2 packets dropped for a bad ICRC: corrupted on the way (or by fault injection)"
+        }
+        "rx_read_requests" => "RDMA READ requests this side answered (retries included)",
+        "rx_write_requests" => "RDMA WRITE requests this side executed",
+        _ => "",
+    }
 }
 
 #[cfg(test)]
@@ -250,5 +352,38 @@ mod tests {
                 .to_table()
                 .contains("4 EQE writes, 3 MSI-X interrupts")
         );
+        assert!(
+            !stats.to_table().contains("not zero"),
+            "no counter is worth a note"
+        );
+    }
+
+    /// Each counter that is not zero gets a line that says what it means;
+    /// every counter has an explanation.
+    #[test]
+    fn counters_that_are_not_zero_are_explained() {
+        let mut stats = NicStats::default();
+        stats.bus.nic.out_of_sequence = 3;
+        stats.bus.nic.tx_retransmits = 2;
+        let t = stats.to_table();
+        let notes: Vec<&str> = t
+            .lines()
+            .skip_while(|l| !l.starts_with("counters that are not zero"))
+            .skip(1)
+            .collect();
+        assert_eq!(notes.len(), 2, "{t}");
+        assert!(
+            notes
+                .iter()
+                .any(|l| l.contains("out_of_sequence") && l.contains("PSN ahead"))
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|l| l.contains("tx_retransmits") && l.contains("loss"))
+        );
+        for (name, _, what) in stats.counters() {
+            assert!(!what.is_empty(), "{name} has no explanation");
+        }
     }
 }

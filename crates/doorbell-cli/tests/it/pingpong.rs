@@ -308,3 +308,19 @@ fn bad_options_and_unusable_addresses_are_messages() {
     assert_eq!(f.status.and_then(|s| s.code()), Some(2), "{f:?}");
     assert!(f.stderr.contains("--iters"), "{}", f.stderr);
 }
+
+#[test]
+fn stats_show_each_qps_crossings_and_explain_counters() {
+    let args = ["-s", "64", "-n", "50", "--stats"];
+    let (s, c) = pair(&lo(48, 2), &args, &lo(48, 3), &args);
+    s.assert_ok("server");
+    c.assert_ok("client");
+    for out in [&s.stderr, &c.stderr] {
+        // The table's header, one QP's row and the totals.
+        assert!(out.contains("MMIO") && out.contains("WQE rd"), "{out}");
+        assert!(out.contains("0x100") && out.contains("total"), "{out}");
+        // A clean run over shared memory: nothing to explain but the
+        // requests each side answered (none: pingpong only SENDs).
+        assert!(!out.contains("rnr_nak_retry_err"), "{out}");
+    }
+}
