@@ -140,6 +140,10 @@ pub struct PingpongArgs {
     /// and each counter that is not zero with what it means.
     #[arg(long)]
     pub stats: bool,
+    /// Write every frame the NIC sends and receives to FILE, as pcapng
+    /// (tshark and Wireshark decode them as RoCEv2).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// What one side of the loop is run with.
@@ -859,6 +863,7 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
     let opts = doorbell_rt::NicOptions {
         shm: env.shm,
         udp_gso: env.udp_gso,
+        pcap: args.pcap.clone(),
         ..doorbell_rt::NicOptions::default()
     };
     let nic = LiveNic::start_with(&args.ib_dev, addr.octets(), doorbell_rt::Port::Udp, opts)

@@ -31,6 +31,8 @@ use crate::libdir;
 pub const STATS_VAR: &str = "DOORBELL_STATS";
 /// The variable for `--provider`.
 pub const PROVIDER_VAR: &str = "DOORBELL_PROVIDER";
+/// The variable for `--pcap`.
+pub const PCAP_VAR: &str = "DOORBELL_PCAP";
 /// The variable for `--hif-log`.
 pub const HIF_LOG_VAR: &str = "DOORBELL_HIF_LOG";
 
@@ -65,6 +67,10 @@ pub struct EnvArgs {
     /// and CQEs the device moved, with their bytes (sets DOORBELL_HIF_LOG).
     #[arg(long, value_name = "FILE")]
     pub hif_log: Option<OsString>,
+    /// Where the library writes every frame the NIC sends and receives, as
+    /// pcapng (sets DOORBELL_PCAP).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<OsString>,
 }
 
 /// `doorbell run`: the settings, then the program and its arguments.
@@ -207,6 +213,9 @@ pub fn settings(args: &EnvArgs) -> Result<Vec<(&'static str, OsString)>> {
     }
     if let Some(f) = &args.hif_log {
         vars.push((HIF_LOG_VAR, f.clone()));
+    }
+    if let Some(f) = &args.pcap {
+        vars.push((PCAP_VAR, f.clone()));
     }
     Ok(vars)
 }

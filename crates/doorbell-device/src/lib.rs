@@ -104,6 +104,17 @@ use response::Then;
 use srq::Srq;
 use timer::{Timer, TimerIndex};
 
+/// What became of a frame the NIC was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A QP took it (whatever the transport then made of it: a duplicate,
+    /// a NAK, an RNR wait).
+    Taken,
+    /// It went no further than the port, for this reason (counted in
+    /// `rx_icrc_errors`, `rx_dropped` or `link_down_dropped`).
+    Dropped(&'static str),
+}
+
 /// BlueFlame chunks collected for one buffer of one bfreg.
 #[derive(Default)]
 struct BfAssembly {
@@ -908,10 +919,11 @@ impl Nic {
         }
     }
 
-    /// Takes one frame from the fabric.
-    pub fn handle_frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) {
-        self.frame(now, frame, dma, true);
+    /// Takes one frame from the fabric; tells whether it reached a QP.
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) -> Received {
+        let r = self.frame(now, frame, dma, true);
         self.deliver_events(dma);
+        r
     }
 
     /// [`Nic::handle_frame`] for a frame another NIC of this process
@@ -919,15 +931,27 @@ impl Nic {
     /// its ICRC is right by construction, so it is not computed again (a
     /// link inside one process cannot corrupt a frame). Everything else is
     /// checked as for any frame.
-    pub fn handle_emitted_frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) {
-        self.frame(now, frame, dma, false);
+    pub fn handle_emitted_frame(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        dma: &mut impl Dma,
+    ) -> Received {
+        let r = self.frame(now, frame, dma, false);
         self.deliver_events(dma);
+        r
     }
 
-    fn frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma, check_icrc: bool) {
+    fn frame(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        dma: &mut impl Dma,
+        check_icrc: bool,
+    ) -> Received {
         if self.link_down {
             self.out.counters.link_down_dropped += 1;
-            return;
+            return Received::Dropped("the link is down");
         }
         let parsed = if check_icrc {
             doorbell_wire::parse_roce(frame)
@@ -938,17 +962,17 @@ impl Nic {
             Ok(p) => p,
             Err(doorbell_wire::Error::BadIcrc) => {
                 self.out.counters.rx_icrc_errors += 1;
-                return;
+                return Received::Dropped("bad ICRC");
             }
             Err(_) => {
                 self.out.counters.rx_dropped += 1;
-                return;
+                return Received::Dropped("not a RoCEv2 packet this NIC can parse");
             }
         };
         let (pu, start) = acquire_pu(&mut self.pus, now);
         let Some(qp) = self.qps.get_mut(&parsed.repr.bth.dest_qp) else {
             self.out.counters.rx_dropped += 1;
-            return;
+            return Received::Dropped("no such QP");
         };
         self.out.counters.rx_packets += 1;
         let payload = frame.get(parsed.payload.clone()).unwrap_or(&[]);
@@ -966,6 +990,7 @@ impl Nic {
         sync_timers(&mut self.timers, qp);
         self.pus[pu] = start.add(busy);
         self.pu_busy = self.pu_busy.add(busy);
+        Received::Taken
     }
 
     /// Fires every transport timer due at `now`.

@@ -38,7 +38,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
-use doorbell_device::{Frame, Nic};
+use doorbell_device::{Frame, Nic, Received};
 use doorbell_hif::NicEvent;
 use doorbell_pcie::Bus;
 use doorbell_types::Instant;
@@ -76,6 +76,8 @@ pub(crate) struct Engine {
     pub(crate) irqs: Option<Sender<u16>>,
     /// Events no EQ took.
     pub(crate) events: Sender<NicEvent>,
+    /// Where frames taken in are recorded, if anywhere.
+    pub(crate) capture: Option<crate::pcap::Capture>,
     out: Vec<Frame>,
 }
 
@@ -93,12 +95,24 @@ impl Engine {
             egress,
             irqs: Some(irqs),
             events,
+            capture: None,
             out: Vec::new(),
         }
     }
 
     fn handle(&mut self, now: Instant, msg: Msg) {
-        let Self { nic, bus, .. } = self;
+        let Self {
+            nic, bus, capture, ..
+        } = self;
+        let record = |c: &Option<crate::pcap::Capture>, f: &[u8], r: Received| {
+            if let Some(c) = c {
+                let why = match r {
+                    Received::Taken => None,
+                    Received::Dropped(why) => Some(why),
+                };
+                c.record(crate::pcap::Direction::In, f, why);
+            }
+        };
         match msg {
             Msg::Mmio {
                 uar,
@@ -116,12 +130,14 @@ impl Engine {
             }
             Msg::Frames(fs) => {
                 for f in fs {
-                    nic.handle_frame(now, &f, bus);
+                    let r = nic.handle_frame(now, &f, bus);
+                    record(capture, &f, r);
                 }
             }
             Msg::EmittedFrames(fs) => {
                 for f in fs {
-                    nic.handle_emitted_frame(now, &f, bus);
+                    let r = nic.handle_emitted_frame(now, &f, bus);
+                    record(capture, &f, r);
                 }
             }
             Msg::Cmd(c, reply) => {

@@ -61,6 +61,7 @@ mod forks;
 mod inbox;
 mod irq;
 pub mod loopback;
+pub mod pcap;
 pub mod process;
 pub mod procmem;
 mod shm;
@@ -112,6 +113,14 @@ pub enum RtError {
     Socket {
         /// The address asked for.
         addr: [u8; 4],
+        /// What the OS said.
+        kind: std::io::ErrorKind,
+    },
+    /// The capture file could not be created.
+    #[error("capture file {path:?}: {kind}")]
+    Capture {
+        /// The file asked for.
+        path: std::path::PathBuf,
         /// What the OS said.
         kind: std::io::ErrorKind,
     },
@@ -218,6 +227,9 @@ pub struct NicOptions {
     /// kernel. A capture on lo or a veth then shows each run as one large
     /// datagram: `false` sends every datagram on its own.
     pub udp_gso: bool,
+    /// Write every frame the NIC sends and receives to this pcapng file
+    /// (module [`pcap`]).
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 impl Default for NicOptions {
@@ -229,6 +241,7 @@ impl Default for NicOptions {
             memory: None,
             shm: true,
             udp_gso: true,
+            pcap: None,
         }
     }
 }
@@ -402,7 +415,33 @@ impl LiveNic {
             }
         };
         // From here on a failure drops `handle`, which undoes the port.
-        let (egress, faults) = match opts.faults {
+        let capture = match &opts.pcap {
+            Some(path) => {
+                Some(
+                    pcap::Capture::create(path, name).map_err(|e| RtError::Capture {
+                        path: path.clone(),
+                        kind: e.kind(),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let (sink, policy): (Box<dyn fault::Sink>, _) = match &capture {
+            Some(c) => (
+                Box::new(pcap::CaptureSink {
+                    inner: sink,
+                    capture: c.clone(),
+                }),
+                opts.faults.map(|inner| {
+                    Box::new(pcap::CapturingPolicy {
+                        inner,
+                        capture: c.clone(),
+                    }) as Box<dyn FaultPolicy>
+                }),
+            ),
+            None => (sink, opts.faults),
+        };
+        let (egress, faults) = match policy {
             None => (Egress::Direct(sink), None),
             Some(policy) => {
                 let r = fault::Relay::start(name, policy, sink, opts.relay_queue)
@@ -424,7 +463,8 @@ impl LiveNic {
         let epoch_unix_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        let engine = Engine::new(Nic::new(cfg), bus, egress, irq_tx, ev_tx.clone());
+        let mut engine = Engine::new(Nic::new(cfg), bus, egress, irq_tx, ev_tx.clone());
+        engine.capture = capture;
         let core = Arc::new(Core::new(engine, epoch));
         let worker = core.clone();
         let thread = std::thread::Builder::new()

@@ -81,6 +81,9 @@ pub struct ProcessNicConfig {
     /// default); `false`: one send per datagram, so that a capture on lo
     /// or a veth shows every packet ([`Self::UDP_GSO_VAR`]).
     pub udp_gso: bool,
+    /// Write every frame the NIC sends and receives to this pcapng file
+    /// ([`Self::PCAP_VAR`]; [`crate::pcap`]).
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// When the port's link goes down after the NIC starts, and for how long
@@ -103,6 +106,7 @@ impl Default for ProcessNicConfig {
             link_down: None,
             shm: true,
             udp_gso: true,
+            pcap: None,
         }
     }
 }
@@ -121,6 +125,9 @@ impl ProcessNicConfig {
     /// The variable that turns UDP segmentation offload on (`1`, `on`;
     /// unset: on) or off (`0`, `off`).
     pub const UDP_GSO_VAR: &'static str = "DOORBELL_UDP_GSO";
+    /// The variable naming a pcapng file for the NIC's frames; unset or
+    /// empty: none.
+    pub const PCAP_VAR: &'static str = "DOORBELL_PCAP";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -170,12 +177,16 @@ impl ProcessNicConfig {
         };
         let shm = switch(Self::SHM_VAR)?;
         let udp_gso = switch(Self::UDP_GSO_VAR)?;
+        let pcap = get(Self::PCAP_VAR)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from);
         Ok(Self {
             name,
             addr,
             link_down,
             shm,
             udp_gso,
+            pcap,
         })
     }
 
@@ -331,6 +342,11 @@ impl ProcessNicError {
                 RtError::Link(_) => libc::EINVAL,
                 RtError::AddressInUse(_) => libc::EADDRINUSE,
                 RtError::Spawn => libc::EAGAIN,
+                RtError::Capture { kind, .. } => match kind {
+                    std::io::ErrorKind::PermissionDenied => libc::EACCES,
+                    std::io::ErrorKind::NotFound => libc::ENOENT,
+                    _ => libc::EIO,
+                },
                 RtError::Socket { kind, .. } => match kind {
                     std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
                     std::io::ErrorKind::PermissionDenied => libc::EACCES,
@@ -530,6 +546,7 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
             memory: Some(memory.clone()),
             shm: cfg.shm,
             udp_gso: cfg.udp_gso,
+            pcap: cfg.pcap.clone(),
             ..NicOptions::default()
         };
         let started = {

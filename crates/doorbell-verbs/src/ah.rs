@@ -140,13 +140,10 @@ impl Context {
     }
 }
 
-/// The MAC address doorbell resolves a RoCE GID to (what mlx5_ib answers
-/// libmlx5 in create_ah, and what doorbell's provider writes in the UD
-/// address vector): a locally administered address made of the last four
-/// bytes of the GID, for an IPv4-mapped GID its IPv4 address
-/// (`02:00:a.b.c.d`).
+/// The MAC address doorbell resolves a RoCE GID to
+/// ([`doorbell_wire::Gid::roce_mac`]).
 pub fn roce_mac(gid: &[u8; 16]) -> [u8; 6] {
-    [0x02, 0x00, gid[12], gid[13], gid[14], gid[15]]
+    doorbell_wire::Gid::new(*gid).roce_mac()
 }
 
 #[cfg(test)]

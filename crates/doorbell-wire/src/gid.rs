@@ -40,6 +40,15 @@ impl Gid {
         self.0[..12] == V4_MAPPED_PREFIX
     }
 
+    /// The MAC address doorbell resolves this GID to (RoCE needs one per
+    /// destination, and doorbell has no neighbour table): locally
+    /// administered, the GID's last four bytes, so for an IPv4-mapped GID its
+    /// address (`02:00:a.b.c.d`). The UD address vectors of doorbell's
+    /// provider, mlx5_ib's create_ah answer to libmlx5 and captures use it.
+    pub fn roce_mac(self) -> [u8; 6] {
+        [0x02, 0x00, self.0[12], self.0[13], self.0[14], self.0[15]]
+    }
+
     /// The IPv4 address of an IPv4-mapped GID, else `None`.
     pub fn to_ipv4(self) -> Option<[u8; 4]> {
         if self.is_ipv4_mapped() {

@@ -324,3 +324,43 @@ fn stats_show_each_qps_crossings_and_explain_counters() {
         assert!(!out.contains("rnr_nak_retry_err"), "{out}");
     }
 }
+
+#[test]
+fn pcap_writes_what_tshark_decodes_as_rocev2() {
+    let dir = std::env::temp_dir();
+    let (fs, fc) = (
+        dir.join(format!("pp-s-{}.pcapng", std::process::id())),
+        dir.join(format!("pp-c-{}.pcapng", std::process::id())),
+    );
+    let srv = ["-s", "2000", "-n", "20", "--pcap", fs.to_str().unwrap()];
+    let cli = ["-s", "2000", "-n", "20", "--pcap", fc.to_str().unwrap()];
+    let (s, c) = pair(&lo(48, 4), &srv, &lo(48, 5), &cli);
+    s.assert_ok("server");
+    c.assert_ok("client");
+    for f in [&fs, &fc] {
+        let out = std::process::Command::new("tshark")
+            .arg("-r")
+            .arg(f)
+            .args([
+                "-T",
+                "fields",
+                "-e",
+                "frame.protocols",
+                "-e",
+                "infiniband.bth.opcode",
+            ])
+            .output()
+            .expect("tshark (scripts/setup.sh installs it)");
+        let _ = std::fs::remove_file(f);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let rows: Vec<&str> = text.lines().collect();
+        // Each of 20 round trips: two 1 KiB packets of a SEND each way and
+        // an ACK each way, seen by both ends.
+        assert!(rows.len() >= 20 * 6, "{} frames:\n{text}", rows.len());
+        assert!(
+            rows.iter()
+                .all(|r| r.starts_with("eth:ethertype:ip:udp:infiniband")),
+            "{text}"
+        );
+    }
+}

@@ -86,6 +86,18 @@ fn rc_pingpong(net: u8, port: u16, args: &[&str]) -> (Output, Output) {
 /// Runs one of rdma-core's pingpong examples (`tool`) as a server and a
 /// client with `args` on both.
 fn pingpong(tool: &str, net: u8, port: u16, args: &[&str]) -> (Output, Output) {
+    pingpong_env(tool, net, port, args, [&[], &[]])
+}
+
+/// [`pingpong`] with `env[0]` set for the server and `env[1]` for the
+/// client.
+fn pingpong_env(
+    tool: &str,
+    net: u8,
+    port: u16,
+    args: &[&str],
+    env: [&[(&str, &str)]; 2],
+) -> (Output, Output) {
     let (sa, ca) = (addr(net, 2), addr(net, 3));
     let port = (port + (std::process::id() % 1000) as u16).to_string();
     let common = |c: &mut Command| {
@@ -95,12 +107,14 @@ fn pingpong(tool: &str, net: u8, port: u16, args: &[&str]) -> (Output, Output) {
             .stderr(Stdio::piped());
     };
     let mut s = client(tool, &sa);
+    s.envs(env[0].iter().copied());
     common(&mut s);
     let server = s.spawn().expect("start the server");
     // The server listens on TCP before it opens the device's QP; give it a
     // moment, then the client retries the connection itself.
     std::thread::sleep(Duration::from_millis(300));
     let mut c = client(tool, &ca);
+    c.envs(env[1].iter().copied());
     common(&mut c);
     c.arg("127.0.0.1");
     let client = c.spawn().expect("start the client");
@@ -222,4 +236,50 @@ fn ibv_asyncwatch_sees_the_port_go_down_and_come_back() {
         Some("event_type IBV_EVENT_PORT_ACTIVE (9), port 1"),
         "{all}"
     );
+}
+
+#[test]
+fn doorbell_pcap_captures_a_programs_frames() {
+    let dir = lib_dir().parent().expect("lib dir has a parent");
+    let (fs, fc) = (
+        dir.join(format!("ud-s-{}.pcapng", std::process::id())),
+        dir.join(format!("ud-c-{}.pcapng", std::process::id())),
+    );
+    let (s, c) = pingpong_env(
+        "ibv_ud_pingpong",
+        11,
+        25515,
+        &["-n", "10", "-s", "512"],
+        [
+            &[("DOORBELL_PCAP", fs.to_str().unwrap())],
+            &[("DOORBELL_PCAP", fc.to_str().unwrap())],
+        ],
+    );
+    assert_pingpong_ok(&s, &c, "10");
+    for f in [&fs, &fc] {
+        let out = Command::new("tshark")
+            .arg("-r")
+            .arg(f)
+            .args([
+                "-T",
+                "fields",
+                "-e",
+                "frame.protocols",
+                "-e",
+                "infiniband.bth.opcode",
+            ])
+            .output()
+            .expect("tshark (scripts/setup.sh installs it)");
+        let _ = std::fs::remove_file(f);
+        let text = String::from_utf8_lossy(&out.stdout);
+        // 10 round trips of UD SENDs (opcode 100, "UD Send Only"), each
+        // seen leaving one end and arriving at the other.
+        let sends = text.lines().filter(|l| l.ends_with("\t100")).count();
+        assert_eq!(sends, 20, "{text}");
+        assert!(
+            text.lines()
+                .all(|l| l.starts_with("eth:ethertype:ip:udp:infiniband")),
+            "{text}"
+        );
+    }
 }

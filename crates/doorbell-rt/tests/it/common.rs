@@ -126,7 +126,7 @@ fn connect(a: Side, b: Side, fabric: Fabric, mtu: u32) -> Pair {
     }
 }
 
-fn default_caps() -> QpCaps {
+pub fn default_caps() -> QpCaps {
     QpCaps {
         max_send_wr: 64,
         max_recv_wr: 64,

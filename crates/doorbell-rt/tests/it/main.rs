@@ -10,6 +10,7 @@ mod errors;
 mod events;
 mod net;
 mod one_way;
+mod pcap;
 mod process;
 mod provider;
 mod resize;

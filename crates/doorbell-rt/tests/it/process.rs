@@ -41,6 +41,7 @@ fn cfg(name: &str) -> ProcessNicConfig {
         link_down: None,
         shm: true,
         udp_gso: true,
+        pcap: None,
     }
 }
 
@@ -207,6 +208,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         link_down: None,
         shm: true,
         udp_gso: true,
+        pcap: None,
     };
     let e = ProcessNic::acquire(&fixed).unwrap_err();
     assert_eq!(e, ProcessNicError::AddressInUse { addr: taken });
@@ -232,6 +234,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         link_down: None,
         shm: true,
         udp_gso: true,
+        pcap: None,
     };
     let e = ProcessNic::acquire(&foreign).unwrap_err();
     assert!(
@@ -268,6 +271,7 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
             link_down: None,
             shm: true,
             udp_gso: true,
+            pcap: None,
         }
     );
     // Empty means unset: pick one.

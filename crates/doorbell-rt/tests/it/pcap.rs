@@ -1,0 +1,112 @@
+//! `NicOptions::pcap`: every frame a NIC sends and receives in a pcapng
+//! file, read back by tshark (from Debian's packages, which
+//! `scripts/setup.sh` installs): each decodes as Ethernet, IPv4, UDP and
+//! RoCEv2 (Wireshark's InfiniBand dissector) with no malformed packet,
+//! directions are marked, and a frame the receiver dropped for a bad ICRC is
+//! in its file with a comment that says so.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use doorbell_rt::NicOptions;
+
+use crate::common::*;
+use crate::net::*;
+
+fn file(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("doorbell-{name}-{}.pcapng", std::process::id()))
+}
+
+/// tshark's fields `fields` of every frame of `path`, one line each.
+fn tshark(path: &Path, fields: &[&str]) -> Vec<String> {
+    let mut c = Command::new("tshark");
+    c.arg("-r")
+        .arg(path)
+        .args(["-T", "fields", "-E", "separator=|"]);
+    for f in fields {
+        c.args(["-e", f]);
+    }
+    let out = c
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run tshark ({e}); scripts/setup.sh installs it"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn captures_hold_every_frame_as_rocev2_with_drops_marked() {
+    let (fa, fb) = (file("pcap-a"), file("pcap-b"));
+    let a = NicOptions {
+        pcap: Some(fa.clone()),
+        ..corrupting_first_send()
+    };
+    let b = NicOptions {
+        pcap: Some(fb.clone()),
+        ..NicOptions::default()
+    };
+    let p = fabric_pair([a, b], default_caps(), 4096, Timers::default());
+    let (ca, cb) = send_through_a_corruption(&p);
+    drop(p);
+    let (a_rows, b_rows) = (
+        tshark(
+            &fa,
+            &[
+                "frame.protocols",
+                "frame.packet_flags",
+                "frame.comment",
+                "infiniband.bth.opcode",
+            ],
+        ),
+        tshark(
+            &fb,
+            &[
+                "frame.protocols",
+                "frame.packet_flags",
+                "frame.comment",
+                "infiniband.bth.opcode",
+            ],
+        ),
+    );
+    let _ = (std::fs::remove_file(&fa), std::fs::remove_file(&fb));
+    for (who, rows, c) in [("A", &a_rows, &ca), ("B", &b_rows, &cb)] {
+        // Every frame the NIC sent and every one it was given.
+        assert_eq!(
+            rows.len() as u64,
+            c.tx_packets + c.rx_packets + c.rx_icrc_errors,
+            "{who}: {rows:#?}"
+        );
+        for r in rows.iter() {
+            assert!(
+                r.starts_with("eth:ethertype:ip:udp:infiniband"),
+                "{who}: {r}"
+            );
+            assert!(!r.contains("malformed"), "{who}: {r}");
+        }
+        let dir = |flag: &str| {
+            rows.iter()
+                .filter(|r| r.split('|').nth(1) == Some(flag))
+                .count()
+        };
+        assert_eq!(
+            dir("0x00000002") as u64,
+            c.tx_packets,
+            "{who} outbound: {rows:#?}"
+        );
+    }
+    // B took the corrupted SEND in and dropped it: it is in B's file,
+    // marked; A's file has the SEND twice (the first, corrupted, and its
+    // retransmission) and no note (A did not drop it).
+    let marked: Vec<&String> = b_rows
+        .iter()
+        .filter(|r| r.contains("dropped: bad ICRC"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{b_rows:#?}");
+    assert!(a_rows.iter().all(|r| !r.contains("dropped")), "{a_rows:#?}");
+}
