@@ -136,6 +136,10 @@ pub struct SimArgs {
     /// Run a sweep instead of one workload.
     #[arg(long, value_enum)]
     pub sweep: Option<Sweep>,
+    /// Write every frame both NICs send and receive to FILE, as pcapng, at
+    /// virtual time (the run starts at the Unix epoch); one run only.
+    #[arg(long, value_name = "FILE", conflicts_with = "sweep")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 impl SimArgs {
@@ -207,7 +211,14 @@ pub fn main(args: &SimArgs, json: bool) -> Result<()> {
     match args.sweep {
         None => {
             let p = args.profile(&args.profile)?;
-            let r = args.workload().run(&p)?;
+            let capture = match &args.pcap {
+                Some(path) => Some(
+                    doorbell_pcap::Capture::create_for(path, &["nic-a", "nic-b"])
+                        .with_context(|| format!("--pcap {}", path.display()))?,
+                ),
+                None => None,
+            };
+            let r = args.workload().run_captured(&p, capture)?;
             if json {
                 crate::print_out(&serde_json::to_string_pretty(&r)?);
             } else {

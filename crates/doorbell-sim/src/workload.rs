@@ -329,6 +329,16 @@ impl Workload {
 
     /// Runs the workload on `profile` and measures it.
     pub fn run(&self, profile: &Profile) -> Result<Report, SimError> {
+        self.run_captured(profile, None)
+    }
+
+    /// [`Workload::run`], writing the measured run's frames to `capture`
+    /// (interface 0 the client's NIC, 1 the server's), at virtual time.
+    pub fn run_captured(
+        &self,
+        profile: &Profile,
+        capture: Option<doorbell_pcap::Capture>,
+    ) -> Result<Report, SimError> {
         self.validate(profile)?;
         let steps = {
             let probe = Workload {
@@ -346,6 +356,7 @@ impl Workload {
             run.steps()
         };
         let mut run = Run::setup(self, profile)?;
+        run.world.capture = capture;
         let before = (run.world.counters(0), run.world.link_bytes(0));
         run.go()?;
         Ok(run.report(profile, before, steps))

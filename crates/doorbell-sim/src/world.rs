@@ -17,11 +17,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use doorbell_device::{Nic, NicConfig};
+use doorbell_device::{Nic, NicConfig, Received};
 use doorbell_driver::EventQueues;
 use doorbell_fault::{FaultStage, FaultStats, Packet};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio, RecordDoorbell};
+use doorbell_pcap::Direction as Way;
 use doorbell_pcie::model::{Direction, LinkModel};
 use doorbell_pcie::{Bus, Counters, Dma, DmaError, DmaPurpose, DmaTag};
 use doorbell_types::{Cqn, Duration, HostAddr, Instant, Qpn, UarIndex};
@@ -249,6 +250,11 @@ impl Dma for SimBus {
     }
 }
 
+/// Virtual time as a capture's timestamp: since the epoch of the run.
+fn virtual_ts(at: Instant) -> std::time::Duration {
+    std::time::Duration::from_nanos(at.as_ps() / 1000)
+}
+
 /// An MMIO store on its way to the NIC.
 pub(crate) struct MmioOut {
     pub(crate) at: Instant,
@@ -460,6 +466,9 @@ pub(crate) struct World {
     pub(crate) arrivals: Option<Vec<(usize, Instant, u8)>>,
     /// A reusable buffer for frames leaving a NIC.
     frames: Vec<doorbell_device::Frame>,
+    /// Where frames are recorded as they leave a port and as a NIC takes
+    /// them in, interface by NIC.
+    pub(crate) capture: Option<doorbell_pcap::Capture>,
     /// When the first MMIO store left its core, while tracing arrivals.
     pub(crate) first_store: Option<Instant>,
     pub(crate) events: u64,
@@ -561,6 +570,7 @@ impl World {
             arrivals: None,
             first_store: None,
             frames: Vec::new(),
+            capture: None,
             events: 0,
             faults: (0..2)
                 .map(|d| n.faults.as_ref().map(|f| FaultStage::random(f.faults(d))))
@@ -572,6 +582,9 @@ impl World {
     /// Puts a frame from NIC `from` for NIC `dst` on the wire once it has
     /// left the port, at `at`: through the fault stage, if there is one.
     fn wire(&mut self, from: usize, at: Instant, dst: usize, bytes: Vec<u8>) {
+        if let Some(c) = &self.capture {
+            c.record_on(from as u32, virtual_ts(at), Way::Out, &bytes, None);
+        }
         match &mut self.faults[from] {
             None => self
                 .q
@@ -768,7 +781,14 @@ impl World {
             Ev::Frame { nic, bytes } => {
                 let mut s = lock(&self.nics[nic]);
                 let NicSide { nic: n, bus } = &mut *s;
-                n.handle_frame(at, &bytes, bus);
+                let r = n.handle_frame(at, &bytes, bus);
+                if let Some(c) = &self.capture {
+                    let why = match r {
+                        Received::Taken => None,
+                        Received::Dropped(why) => Some(why),
+                    };
+                    c.record_on(nic as u32, virtual_ts(at), Way::In, &bytes, why);
+                }
                 if let Some(a) = &mut self.arrivals {
                     a.push((nic, at, 1));
                 }

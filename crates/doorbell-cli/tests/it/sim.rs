@@ -213,3 +213,53 @@ fn td_on_puts_each_threads_qps_in_a_thread_domain() {
     assert_eq!(off["locked_posts"], 12 * 200, "12 QPs on medium bfregs");
     assert_eq!(on["locked_posts"], 0);
 }
+
+#[test]
+fn pcap_writes_both_nics_frames_at_virtual_time() {
+    let f = std::env::temp_dir().join(format!("sim-{}.pcapng", std::process::id()));
+    let path = f.to_str().unwrap();
+    let o = doorbell(&[
+        "sim", "--op", "write", "--size", "4096", "--iters", "3", "--mtu", "1024", "--pcap", path,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = Command::new("tshark")
+        .args([
+            "-r",
+            path,
+            "-T",
+            "fields",
+            "-e",
+            "frame.protocols",
+            "-e",
+            "frame.interface_id",
+        ])
+        .args(["-e", "frame.time_epoch", "-e", "infiniband.bth.opcode"])
+        .output()
+        .expect("tshark (scripts/setup.sh installs it)");
+    let _ = std::fs::remove_file(&f);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+    // Three 4 KiB WRITEs of four 1 KiB packets, each seen leaving the
+    // client's NIC (interface 0) and arriving at the server's (1), and
+    // their ACKs the other way.
+    let writes = |iface: &str| {
+        rows.iter()
+            .filter(|r| r[1] == iface && r[3] != "17")
+            .count()
+    };
+    assert_eq!((writes("0"), writes("1")), (12, 12), "{text}");
+    for r in &rows {
+        assert!(
+            r[0].starts_with("eth:ethertype:ip:udp:infiniband"),
+            "{text}"
+        );
+        // Virtual time: the run starts at the epoch and lasts microseconds.
+        let t: f64 = r[2].parse().unwrap();
+        assert!(t < 0.001, "{text}");
+    }
+    // One run only: a sweep's many runs would need many files.
+    let o = doorbell(&["sim", "--sweep", "threads", "--pcap", path]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--pcap") && err.contains("--sweep"), "{err}");
+}

@@ -1,0 +1,197 @@
+//! Captures of what NICs send and receive, as a pcapng file that tshark
+//! and Wireshark open: each RoCEv2 packet with the Ethernet header it would
+//! have on the wire (the MAC addresses doorbell resolves IP addresses to),
+//! its direction (pcapng `epb_flags`), and a wall-clock timestamp in
+//! nanoseconds. A frame the NIC dropped (a bad ICRC, a packet for no QP,
+//! the link down), or that fault injection dropped on the way out, is still
+//! in the file, with a comment that says so.
+//!
+//! One file may hold several NICs, each an interface of its own (the
+//! simulator's two); the runtime that records says where frames cross:
+//! `doorbell-rt` as they leave for the port and as the device takes them
+//! in. The file is buffered and flushed when the last holder drops it.
+
+#![deny(missing_docs)]
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use doorbell_wire::ethernet::{EtherType, EthernetHeader, EthernetRepr};
+use doorbell_wire::gid::Gid;
+use pcap_file::DataLink;
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+
+/// Which way a frame crossed the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Taken in by the NIC.
+    In,
+    /// Sent by the NIC.
+    Out,
+}
+
+/// An open capture, shared by the NIC's threads.
+#[derive(Clone)]
+pub struct Capture {
+    w: Arc<Mutex<PcapNgWriter<BufWriter<File>>>>,
+}
+
+impl std::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Capture")
+    }
+}
+
+fn io(e: pcap_file::PcapError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+impl Capture {
+    /// Creates (or truncates) the pcapng file `path`, with one Ethernet
+    /// interface named after the NIC.
+    pub fn create(path: &Path, nic: &str) -> std::io::Result<Self> {
+        Self::create_for(path, &[nic])
+    }
+
+    /// Creates (or truncates) the pcapng file `path`, with one Ethernet
+    /// interface for each NIC of `nics`, numbered in that order.
+    pub fn create_for(path: &Path, nics: &[&str]) -> std::io::Result<Self> {
+        let file = BufWriter::new(File::create(path)?);
+        let mut w = PcapNgWriter::new(file).map_err(io)?;
+        for nic in nics {
+            let idb = InterfaceDescriptionBlock {
+                linktype: DataLink::ETHERNET,
+                snaplen: 0,
+                options: vec![
+                    InterfaceDescriptionOption::IfName(nic.to_string().into()),
+                    // Timestamps in nanoseconds (10^-9).
+                    InterfaceDescriptionOption::IfTsResol(9),
+                ],
+            };
+            w.write_pcapng_block(idb).map_err(io)?;
+        }
+        Ok(Self {
+            w: Arc::new(Mutex::new(w)),
+        })
+    }
+
+    /// Records `frame` (an IPv4 or IPv6 packet, as the NIC's port carries
+    /// it) crossing the port `dir`, now; `dropped` says why it went no
+    /// further, if it did not. A write that fails loses the frame from the
+    /// file, never the frame itself.
+    pub fn record(&self, dir: Direction, frame: &[u8], dropped: Option<&str>) {
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        self.record_at(ts, dir, frame, dropped);
+    }
+
+    /// [`Capture::record`] at time `ts` since the Unix epoch.
+    pub fn record_at(&self, ts: Duration, dir: Direction, frame: &[u8], dropped: Option<&str>) {
+        self.record_on(0, ts, dir, frame, dropped);
+    }
+
+    /// [`Capture::record_at`] on interface `nic` of [`Capture::create_for`]
+    /// (the simulator's, at its virtual time).
+    pub fn record_on(
+        &self,
+        nic: u32,
+        ts: Duration,
+        dir: Direction,
+        frame: &[u8],
+        dropped: Option<&str>,
+    ) {
+        let data = ethernet(frame);
+        // epb_flags bits 0-1: 01 inbound, 10 outbound.
+        let mut options = vec![EnhancedPacketOption::Flags(match dir {
+            Direction::In => 1,
+            Direction::Out => 2,
+        })];
+        if let Some(why) = dropped {
+            options.push(EnhancedPacketOption::Comment(
+                format!("dropped: {why}").into(),
+            ));
+        }
+        let epb = EnhancedPacketBlock {
+            interface_id: nic,
+            timestamp: ts,
+            original_len: data.len() as u32,
+            data: data.into(),
+            options,
+        };
+        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = w.write_pcapng_block(epb);
+    }
+
+    /// Writes what is buffered to the file.
+    pub fn flush(&self) {
+        use std::io::Write as _;
+        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = w.get_mut().flush();
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.w) == 1 {
+            self.flush();
+        }
+    }
+}
+
+/// The GID of a packet's address (an IPv4 address, mapped, or IPv6).
+fn gid_of(ip: &[u8]) -> Gid {
+    match ip.len() {
+        4 => Gid::from_ipv4([ip[0], ip[1], ip[2], ip[3]]),
+        16 => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(ip);
+            Gid::from_ipv6(a)
+        }
+        _ => Gid::new([0; 16]),
+    }
+}
+
+/// `frame` behind the Ethernet header it has on the wire.
+fn ethernet(frame: &[u8]) -> Vec<u8> {
+    let (ethertype, src, dst): (EtherType, &[u8], &[u8]) = match frame.first().map(|b| b >> 4) {
+        Some(4) if frame.len() >= 20 => (EtherType::Ipv4, &frame[12..16], &frame[16..20]),
+        Some(6) if frame.len() >= 40 => (EtherType::Ipv6, &frame[8..24], &frame[24..40]),
+        _ => (EtherType::Ipv4, &[], &[]),
+    };
+    let eth = EthernetRepr {
+        dst: gid_of(dst).roce_mac(),
+        src: gid_of(src).roce_mac(),
+        ethertype,
+    };
+    let mut out = vec![0u8; eth.buffer_len() + frame.len()];
+    eth.emit(&mut EthernetHeader::new_unchecked(
+        &mut out[..eth.buffer_len()],
+    ));
+    out[eth.buffer_len()..].copy_from_slice(frame);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ethernet_headers_carry_the_resolved_macs() {
+        let mut ip = vec![0x45u8; 20];
+        ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        let e = ethernet(&ip);
+        assert_eq!(&e[..6], &[2, 0, 10, 0, 0, 2]);
+        assert_eq!(&e[6..12], &[2, 0, 10, 0, 0, 1]);
+        assert_eq!(&e[12..14], &[0x08, 0x00]);
+        assert_eq!(&e[14..], &ip[..]);
+    }
+}
