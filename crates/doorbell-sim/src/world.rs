@@ -582,15 +582,24 @@ impl World {
     /// Puts a frame from NIC `from` for NIC `dst` on the wire once it has
     /// left the port, at `at`: through the fault stage, if there is one.
     fn wire(&mut self, from: usize, at: Instant, dst: usize, bytes: Vec<u8>) {
-        if let Some(c) = &self.capture {
-            c.record_on(from as u32, virtual_ts(at), Way::Out, &bytes, None);
-        }
         match &mut self.faults[from] {
-            None => self
-                .q
-                .push(at.add(self.one_way), Ev::Frame { nic: dst, bytes }),
+            None => {
+                if let Some(c) = &self.capture {
+                    c.record_on(from as u32, virtual_ts(at), Way::Out, &bytes, None);
+                }
+                self.q
+                    .push(at.add(self.one_way), Ev::Frame { nic: dst, bytes });
+            }
             Some(stage) => {
+                // A capture shows a frame the wire's faults lose, marked.
+                let copy = self.capture.as_ref().map(|_| bytes.clone());
+                let lost = stage.stats().dropped;
                 stage.handle_frame(at, Wired { dst, bytes });
+                if let (Some(c), Some(b)) = (&self.capture, copy) {
+                    let why = (stage.stats().dropped > lost)
+                        .then_some("lost on the link (fault injection)");
+                    c.record_on(from as u32, virtual_ts(at), Way::Out, &b, why);
+                }
                 self.release(from, at);
             }
         }

@@ -263,3 +263,54 @@ fn pcap_writes_both_nics_frames_at_virtual_time() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--pcap") && err.contains("--sweep"), "{err}");
 }
+
+#[test]
+fn pcap_marks_what_the_wire_lost_and_what_the_nic_dropped() {
+    let dir = std::env::temp_dir();
+    let (prof, cap) = (
+        dir.join(format!("faulty-{}.toml", std::process::id())),
+        dir.join(format!("faulty-{}.pcapng", std::process::id())),
+    );
+    let base = doorbell(&["sim", "--print-profile"]);
+    assert!(base.status.success());
+    let toml = String::from_utf8_lossy(&base.stdout).into_owned()
+        + "\n[network.faults]\nseed = 7\nloss = 0.1\ncorrupt = 0.1\n";
+    std::fs::write(&prof, toml).unwrap();
+    let o = doorbell(&[
+        "sim",
+        "--profile",
+        prof.to_str().unwrap(),
+        "--op",
+        "write",
+        "--size",
+        "1024",
+        "--iters",
+        "200",
+        "--pcap",
+        cap.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&prof);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = Command::new("tshark")
+        .args([
+            "-r",
+            cap.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "frame.comment",
+        ])
+        .output()
+        .expect("tshark (scripts/setup.sh installs it)");
+    let _ = std::fs::remove_file(&cap);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lost = text
+        .lines()
+        .filter(|l| l.contains("dropped: lost on the link"))
+        .count();
+    let bad = text
+        .lines()
+        .filter(|l| l.contains("dropped: bad ICRC"))
+        .count();
+    assert!(lost > 0 && bad > 0, "lost {lost}, bad ICRC {bad}:\n{text}");
+}
