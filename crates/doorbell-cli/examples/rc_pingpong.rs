@@ -42,8 +42,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  remote address: {es}");
     server.connect(&ec)?;
     client.connect(&es)?;
-    let srv = thread::spawn(move || server.run(false).map_err(|e| e.to_string()));
-    let out = client.run(true)?;
+    // No progress bar: the example's output is its summary alone.
+    let srv = thread::spawn(move || {
+        let quiet = doorbell_cli::progress::Bar::new(0, "", true);
+        server.run(false, &quiet).map_err(|e| e.to_string())
+    });
+    let out = client.run(true, &doorbell_cli::progress::Bar::new(0, "", true))?;
     srv.join().map_err(|_| "server thread panicked")??;
     println!("{}", summary(s.size, s.iters, out.secs));
     Ok(())

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod libdir;
 pub mod pcie;
 pub mod pingpong;
+pub mod progress;
 pub mod run;
 pub mod seed;
 pub mod sim;

@@ -589,7 +589,8 @@ impl Endpoint {
 
     /// Step 5, the loop; the client (`client`) sends first. Returns the
     /// time it took and, with `validate`, the pages that failed the check.
-    pub fn run(&mut self, client: bool) -> Result<Outcome> {
+    /// `bar` is told the round trips done.
+    pub fn run(&mut self, client: bool, bar: &crate::progress::Bar) -> Result<Outcome> {
         let (size, iters) = (self.s.size as usize, self.s.iters);
         let mut pending = RECV_WRID;
         if client {
@@ -658,6 +659,9 @@ impl Endpoint {
                             }
                         }
                         rcnt += 1;
+                        if rcnt % 1024 == 0 {
+                            bar.set(u64::from(rcnt));
+                        }
                     }
                     other => bail!("Completion for unknown wr_id {other}"),
                 }
@@ -891,7 +895,10 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
         crate::print_out(&format!("  remote address: {remote}"));
     }
     let client = args.servername.is_some();
-    let out = ep.run(client)?;
+    let bar = crate::progress::Bar::new(u64::from(s.iters), "round trips", json);
+    let out = ep.run(client, &bar);
+    bar.finish();
+    let out = out?;
     let bad = out.invalid_pages.clone().unwrap_or_default();
     if json {
         let usec = out.secs * 1e6;

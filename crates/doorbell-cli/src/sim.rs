@@ -15,6 +15,7 @@
 //! `total`), and `profile`, `workload`, `simulated_ns`, `events`.
 //! `--sweep` prints an array of `{ "profile", "config", ...report }` rows.
 
+use crate::progress::Bar;
 use anyhow::{Context as _, Result, bail};
 use doorbell_hif::QpType;
 use doorbell_sim::{Op, Profile, Report, Workload};
@@ -218,7 +219,16 @@ pub fn main(args: &SimArgs, json: bool) -> Result<()> {
                 ),
                 None => None,
             };
-            let r = args.workload().run_captured(&p, capture)?;
+            let w = args.workload();
+            let bar = std::sync::Arc::new(Bar::new(w.iters * u64::from(w.qps), "simulating", json));
+            let b = bar.clone();
+            let opts = doorbell_sim::RunOptions {
+                capture,
+                progress: Some(std::sync::Arc::new(move |done, _| b.set(done))),
+            };
+            let r = w.run_with(&p, opts);
+            bar.finish();
+            let r = r?;
             if json {
                 crate::print_out(&serde_json::to_string_pretty(&r)?);
             } else {
@@ -226,7 +236,7 @@ pub fn main(args: &SimArgs, json: bool) -> Result<()> {
             }
         }
         Some(s) => {
-            let rows = sweep(args, s)?;
+            let rows = sweep(args, s, json)?;
             if json {
                 crate::print_out(&serde_json::to_string_pretty(&rows)?);
             } else {
@@ -238,7 +248,7 @@ pub fn main(args: &SimArgs, json: bool) -> Result<()> {
 }
 
 /// The rows of a sweep.
-pub fn sweep(args: &SimArgs, s: Sweep) -> Result<Vec<SweepRow>> {
+pub fn sweep(args: &SimArgs, s: Sweep, quiet: bool) -> Result<Vec<SweepRow>> {
     let base = args.workload();
     let mut rows = Vec::new();
     match s {
@@ -303,10 +313,12 @@ pub fn sweep(args: &SimArgs, s: Sweep) -> Result<Vec<SweepRow>> {
             } else {
                 vec![args.profile.clone()]
             };
+            let bar = Bar::new((profiles.len() * configs.len()) as u64, "sweeping", quiet);
             for name in profiles {
                 let p = args.profile(&name)?;
                 for (config, w) in &configs {
                     let report = w.run(&p).with_context(|| format!("{name}, {config}"))?;
+                    bar.set(rows.len() as u64 + 1);
                     rows.push(SweepRow {
                         profile: name.clone(),
                         config: config.to_string(),
@@ -314,9 +326,11 @@ pub fn sweep(args: &SimArgs, s: Sweep) -> Result<Vec<SweepRow>> {
                     });
                 }
             }
+            bar.finish();
         }
         Sweep::Threads => {
             let p = args.profile(&args.profile)?;
+            let bar = Bar::new(8, "sweeping", quiet);
             for t in [1u32, 4, 16, 64] {
                 for td in [false, true] {
                     let w = Workload {
@@ -328,6 +342,7 @@ pub fn sweep(args: &SimArgs, s: Sweep) -> Result<Vec<SweepRow>> {
                     };
                     let config = format!("{t} threads{}", if td { ", TD" } else { "" });
                     let report = w.run(&p).with_context(|| config.clone())?;
+                    bar.set(rows.len() as u64 + 1);
                     rows.push(SweepRow {
                         profile: p.name.clone(),
                         config,
@@ -335,6 +350,7 @@ pub fn sweep(args: &SimArgs, s: Sweep) -> Result<Vec<SweepRow>> {
                     });
                 }
             }
+            bar.finish();
         }
     }
     if rows.is_empty() {

@@ -36,6 +36,7 @@
 #![warn(unreachable_pub)]
 
 mod kernel;
+mod options;
 mod post_cost;
 pub mod profile;
 pub mod queue;
@@ -45,6 +46,7 @@ pub mod workload;
 mod world;
 
 pub use doorbell_pcie::PerPost;
+pub use options::{Progress, RunOptions};
 pub use profile::{Profile, WireFaults};
 pub use workload::{Latency, Op, Report, SimError, Steps, Utilisation, Workload};
 pub use world::LogLine;

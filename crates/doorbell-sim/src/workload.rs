@@ -15,6 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::options::{Progress, RunOptions};
 use crate::post_cost::{BuildCosts, PostCosts};
 use crate::profile::{Profile, dur_ns};
 use crate::world::{LogLine, World, lock};
@@ -282,6 +283,8 @@ struct Run {
     last_done: Instant,
     done_ops: u64,
     target_ops: u64,
+    /// Told `(done, of)` operations as the run goes.
+    progress: Option<Progress>,
     error: Option<WcStatus>,
     /// The requester's post observer, which counts lock waits.
     posts: Arc<PostCosts>,
@@ -329,16 +332,13 @@ impl Workload {
 
     /// Runs the workload on `profile` and measures it.
     pub fn run(&self, profile: &Profile) -> Result<Report, SimError> {
-        self.run_captured(profile, None)
+        self.run_with(profile, RunOptions::default())
     }
 
-    /// [`Workload::run`], writing the measured run's frames to `capture`
-    /// (interface 0 the client's NIC, 1 the server's), at virtual time.
-    pub fn run_captured(
-        &self,
-        profile: &Profile,
-        capture: Option<doorbell_pcap::Capture>,
-    ) -> Result<Report, SimError> {
+    /// [`Workload::run`] with `opts`: a capture of the measured run's
+    /// frames, and a progress callback.
+    pub fn run_with(&self, profile: &Profile, opts: RunOptions) -> Result<Report, SimError> {
+        let RunOptions { capture, progress } = opts;
         self.validate(profile)?;
         let steps = {
             let probe = Workload {
@@ -357,6 +357,7 @@ impl Workload {
         };
         let mut run = Run::setup(self, profile)?;
         run.world.capture = capture;
+        run.progress = progress;
         let before = (run.world.counters(0), run.world.link_bytes(0));
         run.go()?;
         Ok(run.report(profile, before, steps))
@@ -612,6 +613,7 @@ impl Run {
         keep.push(Box::new((ca, cb, pa, pb, mr_a, mr_b, server_cqs)));
         Ok(Run {
             target_ops: w.iters * u64::from(w.qps),
+            progress: None,
             w: w.clone(),
             world,
             threads: threads_v,
@@ -627,9 +629,16 @@ impl Run {
     }
 
     fn go(&mut self) -> Result<(), SimError> {
+        let mut steps = 0u32;
         while self.done_ops < self.target_ops {
             if let Some(e) = self.error {
                 return Err(SimError::Completion(e));
+            }
+            steps = steps.wrapping_add(1);
+            if steps % 4096 == 0
+                && let Some(p) = &self.progress
+            {
+                p(self.done_ops, self.target_ops);
             }
             let Some((at, thread)) = self.world.step() else {
                 return Err(SimError::Stalled(self.world.clock.now().as_ps() / 1000));

@@ -314,3 +314,35 @@ fn pcap_marks_what_the_wire_lost_and_what_the_nic_dropped() {
         .count();
     assert!(lost > 0 && bad > 0, "lost {lost}, bad ICRC {bad}:\n{text}");
 }
+
+/// Runs `args` of the doorbell binary on a pseudo-terminal (util-linux
+/// `script`), returning what the terminal showed.
+fn on_a_terminal(args: &str) -> String {
+    let cmd = format!("{} {args}", env!("CARGO_BIN_EXE_doorbell"));
+    let o = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("script (util-linux)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A simulation longer than a second shows a progress bar on a terminal,
+/// and prints nothing extra into a pipe or with --json.
+#[test]
+fn long_runs_show_progress_on_a_terminal_only() {
+    // Long enough (over a second, even unoptimised) to show the bar.
+    let args = "sim --op write --size 8 --iters 30000";
+    let tty = on_a_terminal(args);
+    assert!(tty.contains("simulating ["), "{tty}");
+    let piped = doorbell(&args.split(' ').collect::<Vec<_>>());
+    assert!(piped.status.success());
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        !err.contains("simulating") && !err.contains('\u{1b}'),
+        "{err}"
+    );
+    let json = on_a_terminal(&format!("--json {args}"));
+    assert!(!json.contains("simulating ["), "{json}");
+    assert!(json.trim_start().starts_with('{'), "{json}");
+}
