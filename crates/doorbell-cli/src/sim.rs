@@ -53,6 +53,16 @@ pub enum OpArg {
     Faa,
 }
 
+/// perftest's test type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestArg {
+    /// Bandwidth (ib_*_bw): the send queue kept full.
+    Bw,
+    /// Latency (ib_*_lat): one message outstanding; SEND and WRITE as a
+    /// ping-pong, READ and atomics one at a time.
+    Lat,
+}
+
 /// On or off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {
@@ -84,6 +94,10 @@ pub struct SimArgs {
     /// Print the profile as TOML (to copy and edit) and exit.
     #[arg(long)]
     pub print_profile: bool,
+    /// perftest's test type: bw (the queue kept full) or lat (one message
+    /// outstanding, reported as perftest's latency table).
+    #[arg(long, value_enum, default_value_t = TestArg::Bw)]
+    pub test: TestArg,
     /// Transport.
     #[arg(long, value_enum, default_value_t = QpTypeArg::Rc)]
     pub qp_type: QpTypeArg,
@@ -141,6 +155,13 @@ pub struct SimArgs {
     /// virtual time (the run starts at the Unix epoch); one run only.
     #[arg(long, value_name = "FILE", conflicts_with = "sweep")]
     pub pcap: Option<std::path::PathBuf>,
+    /// Write the run's timeline to FILE as Chrome trace-event JSON, for
+    /// Perfetto UI (ui.perfetto.dev) or chrome://tracing: each core, PCIe
+    /// direction, NIC processing unit, DMA engine and wire direction, and
+    /// each work request's steps 0 to 5. One run only; keep --iters small
+    /// (every TLP is an event).
+    #[arg(long, value_name = "FILE", conflicts_with = "sweep")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 impl SimArgs {
@@ -173,6 +194,10 @@ impl SimArgs {
             tx_depth: self.tx_depth.max(self.postlist).max(self.signal_every),
             mtu: self.mtu,
             seed: self.seed,
+            test: match self.test {
+                TestArg::Bw => doorbell_sim::workload::Test::Bw,
+                TestArg::Lat => doorbell_sim::workload::Test::Lat,
+            },
         }
     }
 
@@ -225,10 +250,16 @@ pub fn main(args: &SimArgs, json: bool) -> Result<()> {
             let opts = doorbell_sim::RunOptions {
                 capture,
                 progress: Some(std::sync::Arc::new(move |done, _| b.set(done))),
+                trace: args.trace.is_some(),
             };
-            let r = w.run_with(&p, opts);
+            let out = w.run_with(&p, opts);
             bar.finish();
-            let r = r?;
+            let out = out?;
+            if let (Some(path), Some(t)) = (&args.trace, &out.trace) {
+                std::fs::write(path, t.to_json())
+                    .with_context(|| format!("--trace {}", path.display()))?;
+            }
+            let r = out.report;
             if json {
                 crate::print_out(&serde_json::to_string_pretty(&r)?);
             } else {
@@ -388,6 +419,34 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(
             s,
             "  completions by events (-e): arm, EQE, interrupt, wake-up"
+        );
+    }
+    if let Some(l) = &r.latency {
+        let _ = writeln!(
+            s,
+            "\n  {:<8} {:<12} {:>12} {:>12} {:>16} {:>12} {:>14} {:>22} {:>24}",
+            "#bytes",
+            "#iterations",
+            "t_min[usec]",
+            "t_max[usec]",
+            "t_typical[usec]",
+            "t_avg[usec]",
+            "t_stdev[usec]",
+            "99% percentile[usec]",
+            "99.9% percentile[usec]"
+        );
+        let _ = writeln!(
+            s,
+            "  {:<8} {:<12} {:>12.3} {:>12.3} {:>16.3} {:>12.3} {:>14.3} {:>22.3} {:>24.3}",
+            w.size,
+            l.iterations,
+            l.t_min_us,
+            l.t_max_us,
+            l.t_typical_us,
+            l.t_avg_us,
+            l.t_stdev_us,
+            l.p99_us,
+            l.p99_9_us
         );
     }
     let _ = writeln!(s, "\n  message rate   {:>10.2} Mops", r.msg_rate_mops);

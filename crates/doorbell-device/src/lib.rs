@@ -194,6 +194,8 @@ pub struct Nic {
     atomic_free: BTreeMap<u64, Instant>,
     /// Processing-unit time spent, all units together.
     pu_busy: Duration,
+    /// Each stretch of processing-unit time, while recorded.
+    pu_work: Option<Vec<PuWork>>,
     /// Every QP's running timers, by deadline.
     timers: TimerIndex,
     /// The port's link is down (administratively): no frame leaves or
@@ -201,6 +203,32 @@ pub struct Nic {
     link_down: bool,
     /// Event queues, their interrupts, and events no EQ takes.
     eqs: Eqs,
+}
+
+/// What a processing unit worked on ([`PuWork`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PuTask {
+    /// A doorbell, BlueFlame copy or doorbell record: WQEs to send.
+    Doorbell,
+    /// A frame that arrived.
+    Frame,
+    /// A transport timer (retransmission, RNR).
+    Timer,
+}
+
+/// One stretch of a processing unit's time, for timelines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PuWork {
+    /// Which unit.
+    pub unit: u16,
+    /// When it started.
+    pub start: Instant,
+    /// When it was free again.
+    pub end: Instant,
+    /// The QP it worked for.
+    pub qpn: Qpn,
+    /// What it did.
+    pub task: PuTask,
 }
 
 impl Nic {
@@ -225,6 +253,7 @@ impl Nic {
             pus: vec![Instant::ZERO; cfg_pus],
             atomic_free: BTreeMap::new(),
             pu_busy: Duration::ZERO,
+            pu_work: None,
             timers: TimerIndex::default(),
             link_down: false,
             eqs: Eqs::default(),
@@ -244,6 +273,35 @@ impl Nic {
     /// Processing-unit time spent so far, all units together.
     pub fn pu_busy(&self) -> Duration {
         self.pu_busy
+    }
+
+    /// Starts (`on`) or stops recording each stretch of processing-unit
+    /// time ([`Nic::take_pu_work`]), for timelines.
+    pub fn record_pu_work(&mut self, on: bool) {
+        self.pu_work = on.then(|| self.pu_work.take().unwrap_or_default());
+    }
+
+    /// The stretches of processing-unit time recorded since the last call.
+    pub fn take_pu_work(&mut self) -> Vec<PuWork> {
+        self.pu_work
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Unit `pu` worked on `qpn` from `start` for `busy`.
+    fn occupy(&mut self, pu: usize, start: Instant, busy: Duration, qpn: Qpn, task: PuTask) {
+        self.pus[pu] = start.add(busy);
+        self.pu_busy = self.pu_busy.add(busy);
+        if let Some(log) = &mut self.pu_work {
+            log.push(PuWork {
+                unit: pu as u16,
+                start,
+                end: start.add(busy),
+                qpn,
+                task,
+            });
+        }
     }
 
     /// State of a QP, if it exists.
@@ -847,8 +905,8 @@ impl Nic {
         settle(qp, r.map(|()| Then::Done), &mut ctx);
         let busy = ctx.busy;
         sync_timers(&mut self.timers, qp);
-        self.pus[pu] = start.add(busy);
-        self.pu_busy = self.pu_busy.add(busy);
+        let qpn = qp.qpn;
+        self.occupy(pu, start, busy, qpn, PuTask::Doorbell);
     }
 
     /// Takes a doorbell that reached UAR page `uar` as a store the device
@@ -888,8 +946,8 @@ impl Nic {
         settle(qp, r.map(|()| Then::Done), &mut ctx);
         let busy = ctx.busy;
         sync_timers(&mut self.timers, qp);
-        self.pus[pu] = start.add(busy);
-        self.pu_busy = self.pu_busy.add(busy);
+        let qpn = qp.qpn;
+        self.occupy(pu, start, busy, qpn, PuTask::Doorbell);
     }
 
     /// A CQ arm from `cqn`'s arm word. Several CQs share one arm register
@@ -988,8 +1046,8 @@ impl Nic {
         settle(qp, r, &mut ctx);
         let busy = ctx.busy;
         sync_timers(&mut self.timers, qp);
-        self.pus[pu] = start.add(busy);
-        self.pu_busy = self.pu_busy.add(busy);
+        let qpn = qp.qpn;
+        self.occupy(pu, start, busy, qpn, PuTask::Frame);
         Received::Taken
     }
 
@@ -1011,8 +1069,7 @@ impl Nic {
             settle(qp, r, &mut ctx);
             let busy = ctx.busy;
             sync_timers(&mut self.timers, qp);
-            self.pus[pu] = start.add(busy);
-            self.pu_busy = self.pu_busy.add(busy);
+            self.occupy(pu, start, busy, qpn, PuTask::Timer);
         }
     }
 

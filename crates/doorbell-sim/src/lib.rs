@@ -40,13 +40,15 @@ mod options;
 mod post_cost;
 pub mod profile;
 pub mod queue;
+mod timeline;
 #[cfg(test)]
 mod wire_faults;
 pub mod workload;
 mod world;
 
 pub use doorbell_pcie::PerPost;
-pub use options::{Progress, RunOptions};
+pub use doorbell_trace::Trace;
+pub use options::{Outcome, Progress, RunOptions};
 pub use profile::{Profile, WireFaults};
 pub use workload::{Latency, Op, Report, SimError, Steps, Utilisation, Workload};
 pub use world::LogLine;

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use doorbell_types::{Duration, Instant};
-use doorbell_verbs::{PostObserver, PostReport};
+use doorbell_verbs::{PostObserver, PostReport, Ring};
 
+use crate::timeline::RingObs;
 use crate::world::{Cpu, lock};
 
 /// CPU costs of building and ringing, from the profile's `[cpu]` table.
@@ -45,6 +46,8 @@ pub(crate) struct PostCosts {
     pub(crate) lock_free: Mutex<BTreeMap<u32, Instant>>,
     /// Posts that took a lock, and the time they waited for it.
     pub(crate) locked: Mutex<(u64, Duration)>,
+    /// What each ring was, while a timeline is recorded.
+    pub(crate) rings: Mutex<Option<Vec<RingObs>>>,
 }
 
 impl PostObserver for PostCosts {
@@ -52,6 +55,7 @@ impl PostObserver for PostCosts {
         let mut cpu = lock(&self.cpu);
         let core = cpu.current;
         cpu.charge(core, self.costs.build(r));
+        let mut waited = None;
         if r.locked {
             let free = lock(&self.lock_free)
                 .get(&r.bfreg)
@@ -59,11 +63,20 @@ impl PostObserver for PostCosts {
                 .unwrap_or_default();
             // Waiting for the lock is time, not work.
             let wait = free.since(cpu.t[core]);
+            let from = cpu.t[core];
             cpu.t[core] = cpu.t[core].add(wait);
+            waited = Some((from, cpu.t[core]));
             cpu.charge(core, self.costs.lock);
             let mut locked = lock(&self.locked);
             locked.0 += 1;
             locked.1 = locked.1.add(wait);
+        }
+        if let Some(log) = lock(&self.rings).as_mut() {
+            log.push(RingObs {
+                built: cpu.t[core],
+                lock_wait: waited,
+                blueflame: matches!(r.ring, Ring::BlueFlame { .. }),
+            });
         }
     }
 
@@ -80,7 +93,6 @@ impl PostObserver for PostCosts {
 mod tests {
     use super::*;
     use doorbell_types::Qpn;
-    use doorbell_verbs::Ring;
 
     #[test]
     fn build_cost_follows_the_report() {

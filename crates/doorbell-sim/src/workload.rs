@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use doorbell_hif::{AddressVector, DeviceLink, QpAttrs, QpState, QpType};
-use doorbell_pcie::{DmaPurpose, PerPost};
+use doorbell_pcie::PerPost;
 use doorbell_types::{Duration, Instant, Psn, Qpn};
 use doorbell_verbs::{
     Access, Ah, Context, Cq, ProviderConfig, Qp, QpCaps, QpInitAttr, RcEndpoint, RecvWr,
@@ -15,10 +15,14 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::options::{Progress, RunOptions};
+use crate::options::{Outcome, Progress, RunOptions};
 use crate::post_cost::{BuildCosts, PostCosts};
+use crate::timeline::{PostObs, QpObs, Timeline};
+
+mod lat;
 use crate::profile::{Profile, dur_ns};
 use crate::world::{LogLine, World, lock};
+pub use lat::{LatencyDist, Test};
 
 /// The operation each work request performs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -62,6 +66,19 @@ impl Op {
     fn is_atomic(self) -> bool {
         matches!(self, Op::Cas | Op::Faa)
     }
+
+    /// perftest's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Send => "send",
+            Op::SendImm => "send_imm",
+            Op::Write => "write",
+            Op::WriteImm => "write_imm",
+            Op::Read => "read",
+            Op::Cas => "cas",
+            Op::Faa => "faa",
+        }
+    }
 }
 
 /// A workload (perftest's options).
@@ -104,6 +121,9 @@ pub struct Workload {
     pub mtu: u32,
     /// Seed of the run's random choices.
     pub seed: u64,
+    /// perftest's test type: bandwidth (the queue kept full) or latency
+    /// (one message outstanding).
+    pub test: Test,
 }
 
 fn ser_qp_type<S: serde::Serializer>(t: &QpType, s: S) -> Result<S::Ok, S::Error> {
@@ -132,6 +152,7 @@ impl Default for Workload {
             tx_depth: 128,
             mtu: 1024,
             seed: 1,
+            test: Test::Bw,
         }
     }
 }
@@ -177,7 +198,7 @@ pub struct Utilisation {
 }
 
 /// One post's critical path, by the seed's steps, in ns.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Steps {
     /// 0: building the WQE and the barriers before the doorbell.
     pub wqe_write: f64,
@@ -206,8 +227,13 @@ pub struct Report {
     pub msg_rate_mops: f64,
     /// Payload bandwidth, Gb/s.
     pub bandwidth_gbps: f64,
-    /// Post-to-completion latency of signalled WRs.
+    /// Post-to-completion latency of signalled WRs; with `--test lat`,
+    /// the latency of each iteration (half the round trip of a SEND or
+    /// WRITE ping-pong).
     pub latency_ns: Latency,
+    /// With `--test lat`, the distribution as perftest prints it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyDist>,
     /// Per-post crossings.
     pub per_post: PerPost,
     /// Utilisation.
@@ -260,6 +286,8 @@ enum Kind {
         by_qpn: BTreeMap<Qpn, usize>,
         cq: Cq,
     },
+    /// A side of a latency test.
+    Ping(Box<lat::PingPong>),
 }
 
 fn index_by_qpn<'a>(qpns: impl Iterator<Item = &'a Qp>) -> BTreeMap<Qpn, usize> {
@@ -288,11 +316,50 @@ struct Run {
     error: Option<WcStatus>,
     /// The requester's post observer, which counts lock waits.
     posts: Arc<PostCosts>,
+    /// The client QPs, as a timeline follows them.
+    followed: Vec<QpObs>,
+    /// `post_send` calls made.
+    calls: u64,
     _keep: Vec<Box<dyn std::any::Any>>,
 }
 
 fn blank_wc() -> Wc {
     Wc::default()
+}
+
+/// Records `post_send` call `seq` of `wrs` on `qpn`, which started at
+/// `start` on `core`, if a timeline is recorded.
+fn note_post(
+    world: &mut World,
+    posts: &PostCosts,
+    seq: u64,
+    core: usize,
+    qpn: Qpn,
+    wrs: &[SendWr<'_>],
+    start: Instant,
+) {
+    let Some(tl) = &mut world.timeline else {
+        return;
+    };
+    let end = {
+        let mut cpu = lock(&world.cpu);
+        cpu.post = None;
+        cpu.t[core]
+    };
+    let ring = lock(&posts.rings).as_mut().and_then(Vec::pop);
+    tl.posts.push(PostObs {
+        seq,
+        core,
+        qpn,
+        wr_ids: wrs.iter().map(|w| w.wr_id).collect(),
+        signalled: wrs
+            .iter()
+            .map(|w| w.flags.contains(SendFlags::SIGNALED))
+            .collect(),
+        start,
+        end,
+        ring,
+    });
 }
 
 impl Workload {
@@ -326,19 +393,42 @@ impl Workload {
         if self.threads > 1024 || self.qps > 4096 {
             return bad("at most 1024 threads and 4096 QPs");
         }
+        if self.test == Test::Lat {
+            if self.qps != 1 || self.threads != 1 {
+                return bad("the latency test runs one QP on one thread (--qps 1 --threads 1)");
+            }
+            if self.postlist != 1 || self.signal_every != 1 {
+                return bad(
+                    "the latency test posts one signalled WR at a time (--postlist 1 --signal-every 1)",
+                );
+            }
+            if matches!(self.op, Op::SendImm | Op::WriteImm) {
+                return bad("the latency test runs send, write, read, cas or faa");
+            }
+            if self.op == Op::Write && self.size == 0 {
+                return bad("a WRITE latency test needs at least one byte (--size 1 or more)");
+            }
+            if self.events {
+                return bad("the latency test polls (no -e)");
+            }
+        }
         let _ = profile;
         Ok(())
     }
 
     /// Runs the workload on `profile` and measures it.
     pub fn run(&self, profile: &Profile) -> Result<Report, SimError> {
-        self.run_with(profile, RunOptions::default())
+        Ok(self.run_with(profile, RunOptions::default())?.report)
     }
 
     /// [`Workload::run`] with `opts`: a capture of the measured run's
-    /// frames, and a progress callback.
-    pub fn run_with(&self, profile: &Profile, opts: RunOptions) -> Result<Report, SimError> {
-        let RunOptions { capture, progress } = opts;
+    /// frames, a progress callback, a timeline.
+    pub fn run_with(&self, profile: &Profile, opts: RunOptions) -> Result<Outcome, SimError> {
+        let RunOptions {
+            capture,
+            progress,
+            trace,
+        } = opts;
         self.validate(profile)?;
         let steps = {
             let probe = Workload {
@@ -347,20 +437,30 @@ impl Workload {
                 postlist: 1,
                 signal_every: 1,
                 iters: 1,
+                test: Test::Bw,
                 ..self.clone()
             };
             let mut run = Run::setup(&probe, profile)?;
-            run.world.trace(0, true);
-            run.world.arrivals = Some(Vec::new());
+            let t = Timeline::following(std::mem::take(&mut run.followed));
+            run.world.start_timeline(t);
             run.go()?;
             run.steps()
         };
         let mut run = Run::setup(self, profile)?;
         run.world.capture = capture;
         run.progress = progress;
+        if trace {
+            let t = Timeline::following(std::mem::take(&mut run.followed));
+            run.world.start_timeline(t);
+            *lock(&run.posts.rings) = Some(Vec::new());
+        }
         let before = (run.world.counters(0), run.world.link_bytes(0));
         run.go()?;
-        Ok(run.report(profile, before, steps))
+        let report = run.report(profile, before, steps);
+        // What the NICs did last is still in their records.
+        run.world.drain();
+        let trace = run.world.timeline.take().map(Timeline::into_trace);
+        Ok(Outcome { report, trace })
     }
 
     /// Runs the workload with an event log, for determinism checks.
@@ -378,7 +478,14 @@ impl Run {
         let mut rng = ChaCha8Rng::seed_from_u64(w.seed);
         let threads = w.threads as usize;
         let client_cores = threads.min(profile.cpu.cores as usize);
-        let server_threads = if w.op.needs_recv() { threads } else { 0 };
+        let lat = w.test == Test::Lat;
+        let server_threads = if lat {
+            usize::from(w.op.is_ping_pong())
+        } else if w.op.needs_recv() {
+            threads
+        } else {
+            0
+        };
         let server_cores = server_threads.clamp(1, profile.cpu.cores as usize);
         let mut world = World::new(
             profile,
@@ -402,7 +509,11 @@ impl Run {
                 | Access::REMOTE_READ
                 | Access::REMOTE_ATOMIC,
         );
-        let buf = (w.size as usize).max(64) + 64;
+        let buf = if lat {
+            2 * lat::half(w.size) as usize + 64
+        } else {
+            (w.size as usize).max(64) + 64
+        };
         let mr_a = pa.reg_mr(buf, access)?;
         let mr_b = pb.reg_mr(buf, access)?;
         let depth = w.tx_depth;
@@ -422,6 +533,7 @@ impl Run {
             .map(|_| cb.create_cq(cqe))
             .collect::<Result<_, _>>()?;
         let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+        let mut followed = Vec::new();
         for t in 0..threads {
             let cq = ca.create_cq(cqe)?;
             // The thread's own parent domains, one per host.
@@ -515,13 +627,33 @@ impl Run {
                     }
                 }
                 let len = if w.op.is_atomic() { 8 } else { w.size };
+                let packets = if w.op.is_atomic() || w.qp_type == QpType::Ud {
+                    1
+                } else {
+                    w.size.div_ceil(w.mtu).max(1)
+                };
+                followed.push(QpObs {
+                    local: qa.qpn(),
+                    remote: qb.qpn(),
+                    first_psn: psn_a,
+                    psns_per_wr: packets,
+                    answered: w.qp_type == QpType::Rc,
+                    op: w.op.name(),
+                    bytes: len,
+                });
                 let sge = mr_a.sge(0, len)?;
-                let remote_off = if w.op.is_atomic() { 64 } else { 0 };
+                let remote_off = if w.op.is_atomic() {
+                    64
+                } else if lat && w.op.is_ping_pong() {
+                    lat::half(w.size)
+                } else {
+                    0
+                };
                 let remote = RemoteAddr {
                     addr: mr_b.addr() + remote_off,
                     rkey: mr_b.rkey(),
                 };
-                if w.op.needs_recv() {
+                if w.op.needs_recv() || (lat && w.op.is_ping_pong()) {
                     let rlen = if w.qp_type == QpType::Ud {
                         w.size + 40
                     } else {
@@ -579,8 +711,28 @@ impl Run {
             },
             lock_free: Default::default(),
             locked: Default::default(),
+            rings: Default::default(),
         });
         ca.set_post_observer(Some(posts.clone()));
+        if lat {
+            // The server posts too: its WQEs cost its core the same.
+            let server = PostCosts {
+                cpu: world.cpu.clone(),
+                costs: posts.costs,
+                lock_free: Default::default(),
+                locked: Default::default(),
+                rings: Default::default(),
+            };
+            cb.set_post_observer(Some(Arc::new(server)));
+            let av_a = AddressVector {
+                dgid: ca.gid(),
+                sgid_index: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+                sl: 0,
+            };
+            lat::pair(w, &mut threads_v, &mr_a, &mr_b, av_a)?;
+        }
         let costs = Costs {
             poll_empty: dur_ns(c.poll_empty_ns),
             poll_cqe: dur_ns(c.poll_cqe_ns),
@@ -624,6 +776,8 @@ impl Run {
             done_ops: 0,
             error: None,
             posts,
+            followed,
+            calls: 0,
             _keep: keep,
         })
     }
@@ -658,10 +812,10 @@ impl Run {
             cpu.current = core;
             cpu.t[core] = cpu.t[core].max(now);
         }
-        if matches!(self.threads[t].kind, Kind::Server { .. }) {
-            self.run_server(t, core);
-        } else {
-            self.run_client(t, core);
+        match self.threads[t].kind {
+            Kind::Server { .. } => self.run_server(t, core),
+            Kind::Ping(_) => self.run_ping(t, core),
+            Kind::Client { .. } => self.run_client(t, core),
         }
     }
 
@@ -698,7 +852,14 @@ impl Run {
             {
                 posted += 1;
             }
-            lock(&self.world.cpu).charge(core, self.costs.recv_post.mul(posted));
+            let mut cpu = lock(&self.world.cpu);
+            let from = cpu.t[core];
+            cpu.charge(core, self.costs.recv_post.mul(posted));
+            let to = cpu.t[core];
+            drop(cpu);
+            if let Some(tl) = &mut self.world.timeline {
+                tl.record_recv_posts(core, from, to, posted);
+            }
         }
         loop {
             let n = cq.poll(&mut wc).unwrap_or(0);
@@ -707,7 +868,18 @@ impl Run {
             } else {
                 self.costs.poll_cqe.mul(n as u32)
             };
-            lock(&self.world.cpu).charge(core, cost);
+            let (from, to) = {
+                let mut cpu = lock(&self.world.cpu);
+                let from = cpu.t[core];
+                cpu.charge(core, cost);
+                (from, cpu.t[core])
+            };
+            if let Some(tl) = &mut self.world.timeline
+                && n > 0
+            {
+                let wcs = wc[..n].iter().map(|w| (w.qp_num, w.wr_id)).collect();
+                tl.record_poll(core, from, to, wcs);
+            }
             for w in &wc[..n] {
                 if w.status != WcStatus::Success && w.status != WcStatus::WrFlushErr {
                     self.error = Some(w.status);
@@ -742,6 +914,7 @@ impl Run {
     fn block_on_event(&mut self, t: usize, host: usize) {
         let cq = match &self.threads[t].kind {
             Kind::Client { cq, .. } | Kind::Server { cq, .. } => cq.clone(),
+            Kind::Ping(p) => p.cq.clone(),
         };
         // A CQ that cannot be armed has no events to wait for: poll.
         if cq.req_notify(false).is_err() {
@@ -768,11 +941,18 @@ impl Run {
             } else {
                 self.costs.poll_cqe.mul(n as u32)
             };
-            let now = {
+            let (from, now) = {
                 let mut cpu = lock(&self.world.cpu);
+                let from = cpu.t[core];
                 cpu.charge(core, cost);
-                cpu.t[core]
+                (from, cpu.t[core])
             };
+            if let Some(tl) = &mut self.world.timeline
+                && n > 0
+            {
+                let wcs = wc[..n].iter().map(|w| (w.qp_num, w.wr_id)).collect();
+                tl.record_poll(core, from, now, wcs);
+            }
             for w in &wc[..n] {
                 if w.status != WcStatus::Success {
                     self.error.get_or_insert(w.status);
@@ -863,10 +1043,25 @@ impl Run {
             }
             // The provider reports what it built, and the CPU model charges
             // for it (`PostCosts`), as the doorbell rings.
+            let seq = self.calls;
+            self.calls += 1;
+            let tracing = self.world.timeline.is_some();
+            if tracing {
+                lock(&self.world.cpu).post = Some(seq);
+            }
             if q.qp.post_send(&wrs).is_err() {
                 self.error.get_or_insert(WcStatus::GeneralErr);
                 return;
             }
+            note_post(
+                &mut self.world,
+                &self.posts,
+                seq,
+                core,
+                q.qp.qpn(),
+                &wrs,
+                start,
+            );
             q.posted += count;
             self.first_post.get_or_insert(start);
             if self.yield_if_ahead(t, core) {
@@ -875,47 +1070,32 @@ impl Run {
         }
     }
 
+    /// One post's critical path: the steps of the first WR of a run that
+    /// recorded its timeline (the unloaded probe).
     fn steps(&mut self) -> Steps {
-        let trace = self.world.trace(0, false);
-        let arrivals = self.world.arrivals.take().unwrap_or_default();
         let ns = |d: Duration| d.as_ns_f64();
-        let post = self.first_post.unwrap_or_default();
-        let total = self.latencies.first().copied().unwrap_or_default();
-        let end = post.add(total);
-        let mmio: Vec<Instant> = arrivals
-            .iter()
-            .filter(|a| a.0 == 0 && a.2 == 0)
-            .map(|a| a.1)
-            .collect();
-        let frames: Vec<Instant> = arrivals
-            .iter()
-            .filter(|a| a.0 == 0 && a.2 == 1)
-            .map(|a| a.1)
-            .collect();
-        let wqe = trace
-            .iter()
-            .find(|t| World::is(t, DmaPurpose::SendWqe, false));
-        let payload = trace
-            .iter()
-            .find(|t| World::is(t, DmaPurpose::Payload, false));
-        let db_arrival = mmio.last().copied().unwrap_or(post);
-        // Step 0 ends when the first store leaves the core.
-        let s1_start = self
+        self.world.drain();
+        let wr = self
             .world
-            .first_store
-            .unwrap_or(db_arrival)
-            .max(post)
-            .min(db_arrival);
-        let s2_end = wqe.map(|t| t.done).unwrap_or(db_arrival).max(db_arrival);
-        let s3_end = payload.map(|t| t.done).unwrap_or(s2_end).max(s2_end);
-        let response = frames.last().copied().unwrap_or(s3_end).max(s3_end);
+            .timeline
+            .take()
+            .and_then(|t| t.wr_steps().into_iter().next());
+        let total = self.latencies.first().copied().unwrap_or_default();
+        let Some(wr) = wr else {
+            return Steps {
+                total: ns(total),
+                ..Steps::default()
+            };
+        };
+        let [s0, s1, s2, s3, s4, s5] = wr.bounds;
+        let end = wr.done.unwrap_or(s0.add(total)).max(s5);
         Steps {
-            wqe_write: ns(s1_start.since(post)),
-            doorbell: ns(db_arrival.since(s1_start)),
-            wqe_dma_read: ns(s2_end.since(db_arrival)),
-            payload_dma_read: ns(s3_end.since(s2_end)),
-            wire_and_ack: ns(response.since(s3_end)),
-            cqe_dma_write: ns(end.since(response)),
+            wqe_write: ns(s1.since(s0)),
+            doorbell: ns(s2.since(s1)),
+            wqe_dma_read: ns(s3.since(s2)),
+            payload_dma_read: ns(s4.since(s3)),
+            wire_and_ack: ns(s5.since(s4)),
+            cqe_dma_write: ns(end.since(s5)),
             total: ns(total),
         }
     }
@@ -958,6 +1138,9 @@ impl Run {
                 p50: pct(0.5),
                 p99: pct(0.99),
             },
+            latency: (self.w.test == Test::Lat)
+                .then(|| LatencyDist::of(&self.latencies))
+                .flatten(),
             per_post: PerPost::from_counters(&c, self.target_ops).with_link_bytes(
                 to_dev - before.1.0,
                 to_host - before.1.1,

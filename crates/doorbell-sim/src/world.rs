@@ -23,13 +23,14 @@ use doorbell_fault::{FaultStage, FaultStats, Packet};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
 use doorbell_host::{HostMemory, HostRam, Mmio, RecordDoorbell};
 use doorbell_pcap::Direction as Way;
-use doorbell_pcie::model::{Direction, LinkModel};
-use doorbell_pcie::{Bus, Counters, Dma, DmaError, DmaPurpose, DmaTag};
+use doorbell_pcie::model::{Direction, LinkModel, TlpTiming};
+use doorbell_pcie::{Bus, Counters, Dma, DmaError, DmaTag};
 use doorbell_types::{Cqn, Duration, HostAddr, Instant, Qpn, UarIndex};
 
 use crate::kernel::Kernel;
 use crate::profile::{Profile, dur_ns};
 use crate::queue::EventQueue;
+use crate::timeline::Timeline;
 
 /// Locks a mutex, taking the data even if a panic poisoned it.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -51,14 +52,8 @@ impl Clock {
     }
 }
 
-/// A DMA transaction as the simulator timed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Timed {
-    pub(crate) tag: DmaTag,
-    pub(crate) write: bool,
-    pub(crate) issued: Instant,
-    pub(crate) done: Instant,
-}
+/// A DMA as a timeline records it: tag, write, engine slot, done, bytes.
+pub(crate) type DmaDone = (DmaTag, bool, Instant, Instant, u64);
 
 /// A DMA write on its way to host memory.
 struct Pending {
@@ -84,7 +79,10 @@ pub(crate) struct SimBus {
     pub(crate) fresh: Vec<(u64, Instant)>,
     /// MSI-X writes since the world last looked: `(vector, arrival)`.
     pub(crate) irqs: Vec<(u16, Instant)>,
-    pub(crate) trace: Option<Vec<Timed>>,
+    /// Every TLP (with the end of its serialisation) and every DMA (tag,
+    /// write, engine slot, done, bytes), while a timeline is recorded.
+    pub(crate) tlps: Option<Vec<(TlpTiming, Instant)>>,
+    pub(crate) dmas: Option<Vec<DmaDone>>,
 }
 
 impl SimBus {
@@ -104,7 +102,8 @@ impl SimBus {
             applied: Vec::new(),
             fresh: Vec::new(),
             irqs: Vec::new(),
-            trace: None,
+            tlps: None,
+            dmas: None,
         }
     }
 
@@ -125,36 +124,44 @@ impl SimBus {
     }
 
     /// The DMA engine issues one transaction per `period`: the transaction
-    /// takes the first free slot at or after `at`. Taken slots are kept as
-    /// merged runs `[start, end)`, not a single busy-until, because one
-    /// input's later DMAs are submitted before another input's earlier ones.
+    /// takes the first stretch of `period` free at or after `at` (an idle
+    /// engine issues at once). Taken time is kept as merged runs
+    /// `[start, end)` in ps, not a single busy-until, because one input's
+    /// later DMAs are submitted before another input's earlier ones.
     fn engine(&mut self, at: Instant) -> Instant {
         let p = self.period.as_ps();
         if p == 0 {
             return at;
         }
-        let mut k = at.as_ps().div_ceil(p);
-        // Runs never touch, so a slot inside a run is free only at its end.
-        if let Some((_, &end)) = self.engine_runs.range(..=k).next_back()
-            && end > k
+        let mut t = at.as_ps();
+        // A run that holds `t` moves it to the run's end.
+        if let Some((_, &end)) = self.engine_runs.range(..=t).next_back()
+            && end > t
         {
-            k = end;
+            t = end;
         }
-        // Take slot k, merging with the run that ends at k and the one that
-        // starts at k + 1.
-        let start = match self.engine_runs.range(..k).next_back() {
-            Some((&s, &e)) if e == k => s,
-            _ => k,
+        // A gap shorter than a period before the next run is no room.
+        while let Some((&s, &e)) = self.engine_runs.range(t + 1..).next() {
+            if s >= t + p {
+                break;
+            }
+            t = e;
+        }
+        // Take [t, t + p), merging with the run that ends at t and the one
+        // that starts at t + p: runs never touch.
+        let start = match self.engine_runs.range(..=t).next_back() {
+            Some((&s, &e)) if e == t => s,
+            _ => t,
         };
-        let end = self.engine_runs.remove(&(k + 1)).unwrap_or(k + 1);
+        let end = self.engine_runs.remove(&(t + p)).unwrap_or(t + p);
         self.engine_runs.insert(start, end);
-        Instant::from_ps(k * p)
+        Instant::from_ps(t)
     }
 
     /// Forgets what ends before `before`: no later call is issued earlier.
     pub(crate) fn retire(&mut self, before: Instant) {
         self.link.retire(before);
-        let now = before.as_ps() / self.period.as_ps().max(1);
+        let now = before.as_ps();
         while let Some((&s, &e)) = self.engine_runs.first_key_value() {
             if e > now {
                 break;
@@ -165,6 +172,23 @@ impl SimBus {
 
     pub(crate) fn counters(&self) -> Counters {
         self.counter.counters()
+    }
+
+    /// Keeps `tlps` and the DMA, if a timeline is recorded.
+    fn note(&mut self, tlps: Vec<TlpTiming>, dma: DmaDone) {
+        if let Some(log) = &mut self.tlps {
+            for t in tlps {
+                let end = t.start.add(self.link.wire_time(t.wire_bytes));
+                log.push((t, end));
+            }
+        }
+        if let Some(d) = &mut self.dmas {
+            d.push(dma);
+        }
+    }
+
+    fn timed(&self) -> bool {
+        self.tlps.is_some()
     }
 }
 
@@ -181,15 +205,15 @@ impl Dma for SimBus {
         let t = self.engine(at);
         self.counter.count_read(t, tag, addr, buf.len() as u64);
         self.mem.read(addr, buf)?;
-        let done = self.link.read(t, addr.get(), buf.len() as u64).last_data;
-        if let Some(tr) = &mut self.trace {
-            tr.push(Timed {
-                tag,
-                write: false,
-                issued: t,
-                done,
-            });
-        }
+        let mut tlps = Vec::new();
+        let done = if self.timed() {
+            self.link
+                .read_with(t, addr.get(), buf.len() as u64, |x| tlps.push(x))
+                .last_data
+        } else {
+            self.link.read(t, addr.get(), buf.len() as u64).last_data
+        };
+        self.note(tlps, (tag, false, t, done, buf.len() as u64));
         Ok(done)
     }
 
@@ -203,17 +227,15 @@ impl Dma for SimBus {
         self.mem.check(addr, data.len())?;
         let t = self.engine(at);
         self.counter.count_write(t, tag, addr, data.len() as u64);
-        let visible = self
-            .link
-            .write(t, addr.get(), data.len() as u64, Direction::ToHost);
-        if let Some(tr) = &mut self.trace {
-            tr.push(Timed {
-                tag,
-                write: true,
-                issued: t,
-                done: visible,
-            });
-        }
+        let mut tlps = Vec::new();
+        let len = data.len() as u64;
+        let visible = if self.timed() {
+            self.link
+                .write_with(t, addr.get(), len, Direction::ToHost, |x| tlps.push(x))
+        } else {
+            self.link.write(t, addr.get(), len, Direction::ToHost)
+        };
+        self.note(tlps, (tag, true, t, visible, len));
         self.next_id += 1;
         self.pending.push(Pending {
             id: self.next_id,
@@ -236,15 +258,14 @@ impl Dma for SimBus {
         let t = self.engine(at);
         self.counter
             .count_write(t, doorbell_pcie::MSIX_TAG, addr, 4);
-        let arrive = self.link.write(t, addr.get(), 4, Direction::ToHost);
-        if let Some(tr) = &mut self.trace {
-            tr.push(Timed {
-                tag: doorbell_pcie::MSIX_TAG,
-                write: true,
-                issued: t,
-                done: arrive,
-            });
-        }
+        let mut tlps = Vec::new();
+        let arrive = if self.timed() {
+            self.link
+                .write_with(t, addr.get(), 4, Direction::ToHost, |x| tlps.push(x))
+        } else {
+            self.link.write(t, addr.get(), 4, Direction::ToHost)
+        };
+        self.note(tlps, (doorbell_pcie::MSIX_TAG, true, t, arrive, 4));
         self.irqs.push((vector, arrive));
         t
     }
@@ -266,6 +287,8 @@ pub(crate) struct MmioOut {
     /// A store whose bytes the NIC does not see: it reads this record.
     pub(crate) record: Option<RecordDoorbell>,
     pub(crate) core: usize,
+    /// The `post_send` call that made it, while a timeline is recorded.
+    pub(crate) post: Option<u64>,
 }
 
 /// The CPU cores of every host: their virtual clocks and what they cost.
@@ -277,6 +300,8 @@ pub(crate) struct Cpu {
     pub(crate) wc_chunk: Vec<Duration>,
     pub(crate) host_of: Vec<usize>,
     pub(crate) out: Vec<MmioOut>,
+    /// The `post_send` call running, while a timeline is recorded.
+    pub(crate) post: Option<u64>,
 }
 
 impl Cpu {
@@ -306,6 +331,7 @@ impl Mmio for SimMmio {
         let len = data.len().min(64);
         buf[..len].copy_from_slice(&data[..len]);
         let at = cpu.t[core];
+        let post = cpu.post;
         cpu.out.push(MmioOut {
             at,
             nic: self.nic,
@@ -315,6 +341,7 @@ impl Mmio for SimMmio {
             data: buf,
             record: None,
             core,
+            post,
         });
     }
 
@@ -324,6 +351,7 @@ impl Mmio for SimMmio {
         let cost = cpu.mmio_8b[core];
         cpu.charge(core, cost);
         let at = cpu.t[core];
+        let post = cpu.post;
         cpu.out.push(MmioOut {
             at,
             nic: self.nic,
@@ -333,6 +361,7 @@ impl Mmio for SimMmio {
             data: [0; 64],
             record: Some(db),
             core,
+            post,
         });
     }
 }
@@ -462,19 +491,17 @@ pub(crate) struct World {
     irq_cost: Duration,
     wakeup: Duration,
     pub(crate) log: Option<Vec<LogLine>>,
-    /// Arrivals at NICs, for the critical-path breakdown: (nic, at, kind).
-    pub(crate) arrivals: Option<Vec<(usize, Instant, u8)>>,
     /// A reusable buffer for frames leaving a NIC.
     frames: Vec<doorbell_device::Frame>,
     /// Where frames are recorded as they leave a port and as a NIC takes
     /// them in, interface by NIC.
     pub(crate) capture: Option<doorbell_pcap::Capture>,
-    /// When the first MMIO store left its core, while tracing arrivals.
-    pub(crate) first_store: Option<Instant>,
     pub(crate) events: u64,
     /// Faults on the frames each NIC sends, and when its stage is next due.
     faults: Vec<Option<FaultStage<Wired>>>,
     faults_at: Vec<Option<Instant>>,
+    /// What a timeline records, when one is asked for.
+    pub(crate) timeline: Option<Timeline>,
 }
 
 impl World {
@@ -495,6 +522,7 @@ impl World {
             wc_chunk: vec![dur_ns(c.wc_chunk_ns); cores],
             host_of,
             out: Vec::new(),
+            post: None,
         }));
         let ips = vec![[10, 0, 0, 1], [10, 0, 0, 2]];
         let mut kernel = Kernel::new();
@@ -567,8 +595,6 @@ impl World {
             irq_cost: dur_ns(c.interrupt_ns),
             wakeup: dur_ns(c.wakeup_ns),
             log: None,
-            arrivals: None,
-            first_store: None,
             frames: Vec::new(),
             capture: None,
             events: 0,
@@ -576,14 +602,27 @@ impl World {
                 .map(|d| n.faults.as_ref().map(|f| FaultStage::random(f.faults(d))))
                 .collect(),
             faults_at: vec![None; 2],
+            timeline: None,
         }
     }
 
     /// Puts a frame from NIC `from` for NIC `dst` on the wire once it has
     /// left the port, at `at`: through the fault stage, if there is one.
-    fn wire(&mut self, from: usize, at: Instant, dst: usize, bytes: Vec<u8>) {
+    /// `sent` is when the NIC had it ready and when the port started on it.
+    fn wire(
+        &mut self,
+        from: usize,
+        sent: (Instant, Instant),
+        at: Instant,
+        dst: usize,
+        bytes: Vec<u8>,
+    ) {
+        let (ready, start) = sent;
         match &mut self.faults[from] {
             None => {
+                if let Some(t) = &mut self.timeline {
+                    t.record_frame(from, ready, start, at, at.add(self.one_way), &bytes, false);
+                }
                 if let Some(c) = &self.capture {
                     c.record_on(from as u32, virtual_ts(at), Way::Out, &bytes, None);
                 }
@@ -592,13 +631,17 @@ impl World {
             }
             Some(stage) => {
                 // A capture shows a frame the wire's faults lose, marked.
-                let copy = self.capture.as_ref().map(|_| bytes.clone());
+                let copy =
+                    (self.capture.is_some() || self.timeline.is_some()).then(|| bytes.clone());
                 let lost = stage.stats().dropped;
                 stage.handle_frame(at, Wired { dst, bytes });
-                if let (Some(c), Some(b)) = (&self.capture, copy) {
-                    let why = (stage.stats().dropped > lost)
-                        .then_some("lost on the link (fault injection)");
-                    c.record_on(from as u32, virtual_ts(at), Way::Out, &b, why);
+                let dropped = stage.stats().dropped > lost;
+                if let (Some(c), Some(b)) = (&self.capture, &copy) {
+                    let why = dropped.then_some("lost on the link (fault injection)");
+                    c.record_on(from as u32, virtual_ts(at), Way::Out, b, why);
+                }
+                if let (Some(t), Some(b)) = (&mut self.timeline, &copy) {
+                    t.record_frame(from, ready, start, at, at.add(self.one_way), b, dropped);
                 }
                 self.release(from, at);
             }
@@ -654,21 +697,31 @@ impl World {
         for o in outs {
             let mut side = lock(&self.nics[o.nic]);
             let addr = 0x8000_0000 + u64::from(o.uar.get()) * 4096 + u64::from(o.offset);
+            let mut tlps = Vec::new();
+            let each = |t: TlpTiming| tlps.push(t);
             let arrive = if o.len <= 8 {
                 side.bus
                     .link
-                    .write(o.at, addr, u64::from(o.len), Direction::ToDevice)
+                    .write_with(o.at, addr, u64::from(o.len), Direction::ToDevice, each)
             } else {
-                side.bus.link.write_combined(o.at, addr, u64::from(o.len))
+                side.bus
+                    .link
+                    .write_combined_with(o.at, addr, u64::from(o.len), each)
             };
-            drop(side);
-            if self.arrivals.is_some() && self.first_store.is_none() {
+            if let Some(t) = &mut self.timeline {
+                for tlp in tlps {
+                    let end = tlp.start.add(side.bus.link.wire_time(tlp.wire_bytes));
+                    t.record_tlp(o.nic, tlp, end);
+                }
                 let cost = lock(&self.cpu).mmio_8b[o.core];
-                self.first_store = Some(Instant::from_ps(
-                    o.at.as_ps()
-                        .saturating_sub(if o.len <= 8 { cost.as_ps() } else { 0 }),
-                ));
+                let left = if o.len <= 8 {
+                    Instant::from_ps(o.at.as_ps().saturating_sub(cost.as_ps()))
+                } else {
+                    o.at
+                };
+                t.record_store(o.post, o.nic, o.core, left, arrive, o.len);
             }
+            drop(side);
             self.q.push(
                 arrive,
                 Ev::Mmio {
@@ -697,6 +750,18 @@ impl World {
             // The NIC's interrupts are in the bus's record, with their
             // arrival times.
             while s.nic.poll_interrupt().is_some() {}
+            if let Some(t) = &mut self.timeline {
+                let work = s.nic.take_pu_work();
+                t.record_pu(i, work);
+                for (tlp, end) in s.bus.tlps.as_mut().map(std::mem::take).unwrap_or_default() {
+                    t.record_tlp(i, tlp, end);
+                }
+                for (tag, write, slot, done, len) in
+                    s.bus.dmas.as_mut().map(std::mem::take).unwrap_or_default()
+                {
+                    t.record_dma(i, tag.qpn, tag.purpose, write, slot, done, len);
+                }
+            }
             let writes = std::mem::take(&mut s.bus.fresh);
             let applied = std::mem::take(&mut s.bus.applied);
             let irqs = std::mem::take(&mut s.bus.irqs);
@@ -722,7 +787,7 @@ impl World {
                 (wire_bytes * self.port_ps_per_byte).round() as u64,
             ));
             self.port_free[i] = done;
-            self.wire(i, done, dst, f.bytes);
+            self.wire(i, (f.ready, start), done, dst, f.bytes);
         }
         self.frames = frames;
         if let Some(t) = timer
@@ -782,24 +847,21 @@ impl World {
                     Some(db) => n.handle_record_doorbell(at, uar, db, bus),
                     None => n.handle_mmio(at, uar, offset, &data[..usize::from(len)], bus),
                 }
-                if let Some(a) = &mut self.arrivals {
-                    a.push((nic, at, 0));
-                }
                 line(0, nic, u64::from(offset))
             }
             Ev::Frame { nic, bytes } => {
                 let mut s = lock(&self.nics[nic]);
                 let NicSide { nic: n, bus } = &mut *s;
                 let r = n.handle_frame(at, &bytes, bus);
+                if let Some(t) = &mut self.timeline {
+                    t.record_arrival(nic, at, &bytes);
+                }
                 if let Some(c) = &self.capture {
                     let why = match r {
                         Received::Taken => None,
                         Received::Dropped(why) => Some(why),
                     };
                     c.record_on(nic as u32, virtual_ts(at), Way::In, &bytes, why);
-                }
-                if let Some(a) = &mut self.arrivals {
-                    a.push((nic, at, 1));
                 }
                 line(1, nic, bytes.len() as u64)
             }
@@ -846,14 +908,18 @@ impl World {
         lock(&self.nics[i]).bus.counters()
     }
 
-    /// Starts recording the DMA transactions of NIC `i`.
-    pub(crate) fn trace(&self, i: usize, on: bool) -> Vec<Timed> {
-        let mut s = lock(&self.nics[i]);
-        let old = s.bus.trace.take().unwrap_or_default();
-        if on {
-            s.bus.trace = Some(Vec::new());
+    /// Starts recording a timeline: every TLP, DMA and stretch of
+    /// processing-unit time of both NICs from now on.
+    pub(crate) fn start_timeline(&mut self, mut t: Timeline) {
+        t.host_of_core = lock(&self.cpu).host_of.clone();
+        for side in &self.nics {
+            let mut s = lock(side);
+            s.bus.tlps = Some(Vec::new());
+            s.bus.dmas = Some(Vec::new());
+            t.dma_period = s.bus.period;
+            s.nic.record_pu_work(true);
         }
-        old
+        self.timeline = Some(t);
     }
 
     /// Busy time of each direction of NIC `i`'s link.
@@ -883,11 +949,6 @@ impl World {
     /// Processing-unit time NIC `i` spent.
     pub(crate) fn pu_busy(&self, i: usize) -> Duration {
         lock(&self.nics[i]).nic.pu_busy()
-    }
-
-    /// The purpose a DMA had, for the breakdown.
-    pub(crate) fn is(t: &Timed, p: DmaPurpose, write: bool) -> bool {
-        t.tag.purpose == p && t.write == write
     }
 
     /// Host `host`'s interrupt handler runs on the host's first core: it

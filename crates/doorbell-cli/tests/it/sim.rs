@@ -346,3 +346,73 @@ fn long_runs_show_progress_on_a_terminal_only() {
     assert!(!json.contains("simulating ["), "{json}");
     assert!(json.trim_start().starts_with('{'), "{json}");
 }
+
+#[test]
+fn trace_writes_a_timeline_perfetto_opens() {
+    let f = std::env::temp_dir().join(format!("sim-{}.trace.json", std::process::id()));
+    let path = f.to_str().unwrap();
+    let o = doorbell(&["sim", "--iters", "8", "--postlist", "2", "--trace", path]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&f);
+    let ev = v["traceEvents"].as_array().unwrap();
+    // The format's phases only, each with the fields it needs.
+    for e in ev {
+        let ph = e["ph"].as_str().unwrap();
+        assert!(["M", "X", "b", "e", "i"].contains(&ph), "{e}");
+        assert!(e["pid"].is_u64() && e["name"].is_string(), "{e}");
+        if ph != "M" {
+            assert!(e["ts"].is_f64() || e["ts"].is_u64(), "{e}");
+        }
+        if ph == "X" {
+            assert!(
+                e["dur"].as_f64().unwrap() >= 0.0 && e["tid"].is_u64(),
+                "{e}"
+            );
+        }
+        if ph == "b" || ph == "e" {
+            assert!(e["id"].is_string(), "{e}");
+        }
+    }
+    // Eight WRs, each with its six steps.
+    let begins = |prefix: &str| {
+        ev.iter()
+            .filter(|e| e["ph"] == "b" && e["name"].as_str().unwrap().starts_with(prefix))
+            .count()
+    };
+    assert_eq!(begins("WR "), 8);
+    for step in ["0 ", "1 ", "2 ", "3 ", "4 ", "5 "] {
+        assert_eq!(begins(step), 8, "step {step}");
+    }
+    // One run only.
+    let o = doorbell(&["sim", "--sweep", "threads", "--trace", path]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn test_lat_prints_perftests_latency_table() {
+    let o = doorbell(&["sim", "--test", "lat", "--op", "read", "--iters", "100"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for col in [
+        "t_min[usec]",
+        "t_max[usec]",
+        "t_typical[usec]",
+        "t_avg[usec]",
+        "t_stdev[usec]",
+        "99% percentile[usec]",
+        "99.9% percentile[usec]",
+    ] {
+        assert!(text.contains(col), "{col}: {text}");
+    }
+    let o = doorbell(&[
+        "sim", "--test", "lat", "--op", "write", "--iters", "100", "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["workload"]["test"], "lat");
+    assert!(v["latency"]["t_typical_us"].as_f64().unwrap() > 0.0);
+    // A latency test is one QP: perftest's rule, said plainly.
+    let o = doorbell(&["sim", "--test", "lat", "--qps", "4"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("one QP"));
+}

@@ -5,9 +5,11 @@ mod calibration;
 mod determinism;
 mod events;
 mod faults;
+mod lat;
 mod steps;
 mod table;
 mod td;
+mod trace;
 
 use doorbell_sim::Profile;
 
