@@ -66,7 +66,9 @@ pub enum UarRegister {
     Other,
 }
 
-/// Decodes an offset inside a UAR page.
+/// Decodes an offset inside a UAR page. With a `bf_reg_size` below 2 (0:
+/// no BlueFlame) there are no bfregs: their offsets decode to
+/// [`UarRegister::Other`].
 pub fn decode_offset(off: usize, bf_reg_size: usize) -> UarRegister {
     if off == CQ_DOORBELL {
         return UarRegister::CqArm;
@@ -76,7 +78,8 @@ pub fn decode_offset(off: usize, bf_reg_size: usize) -> UarRegister {
             arm: off == EQ_DOORBELL,
         };
     }
-    if bf_reg_size == 0 || !(BF_OFFSET..UAR_PAGE_SIZE).contains(&off) {
+    // A size below 2 has no two halves (0: no BlueFlame at all).
+    if bf_reg_size < 2 || !(BF_OFFSET..UAR_PAGE_SIZE).contains(&off) {
         return UarRegister::Other;
     }
     let rel = off - BF_OFFSET;
@@ -192,6 +195,12 @@ mod tests {
     fn bfreg_offsets_fill_upper_half() {
         let offs: [usize; 4] = core::array::from_fn(|i| bfreg_offset(i as u32, BF_REG_SIZE));
         assert_eq!(offs, [0x800, 0xa00, 0xc00, 0xe00]);
+    }
+
+    #[test]
+    fn a_bfreg_size_without_two_halves_decodes_to_other() {
+        assert_eq!(decode_offset(BF_OFFSET, 0), UarRegister::Other);
+        assert_eq!(decode_offset(BF_OFFSET + 3, 1), UarRegister::Other);
     }
 
     #[test]
