@@ -25,6 +25,10 @@
 #     more rdma_cm client.
 #   - The TCP baselines of the live-speed benchmarks (scripts/bench-tools.sh):
 #     sockperf and iperf3.
+#   - cargo-fuzz (`cargo install cargo-fuzz --locked`, from crates.io) for
+#     the fuzz targets of fuzz/ (scripts/fuzz.sh), which also need rustup's
+#     nightly toolchain (not installed here: the machine has it; a warning
+#     says so if it does not).
 #   - A Python virtual environment at <repo>/.venv with scapy. Tests and tools
 #     run it as <repo>/.venv/bin/python. It is built from Debian's
 #     /usr/bin/python3 (python3-venv supplies ensurepip), not from whatever
@@ -137,6 +141,18 @@ else
         "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
             apt-get install -y -q --no-install-recommends "${missing[@]}"
     fi
+fi
+
+# --- cargo-fuzz ----------------------------------------------------------------
+
+if cargo fuzz --version >/dev/null 2>&1; then
+    log "cargo-fuzz: $(cargo fuzz --version), install skipped"
+else
+    log "cargo install cargo-fuzz --locked"
+    cargo install cargo-fuzz --locked
+fi
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    log "warning: no nightly toolchain, which cargo fuzz needs (rustup toolchain install nightly)"
 fi
 
 # --- Python venv with scapy --------------------------------------------------

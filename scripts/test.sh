@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need (scripts/setup.sh), then runs every check:
 # formatting, clippy, the module graph of each crate, the whole test suite,
-# and the rc_pingpong example.
+# the rc_pingpong example, and every fuzz target for a short fixed time.
 #
 #   scripts/test.sh
 #
@@ -25,3 +25,8 @@ cargo test --workspace --locked
 
 echo "test.sh: rc_pingpong example"
 cargo run --locked -q -p doorbell-cli --example rc_pingpong -- 4096 200 100 1024
+
+# Every cargo-fuzz target for FUZZ_SECONDS each (default 15): the nightly
+# build takes a few minutes the first time, the runs 11 x 15 s.
+echo "test.sh: fuzz targets, ${FUZZ_SECONDS:-15}s each"
+scripts/fuzz.sh "${FUZZ_SECONDS:-15}"

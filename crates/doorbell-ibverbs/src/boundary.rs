@@ -10,7 +10,18 @@
 #![allow(unsafe_code)]
 
 use core::ffi::c_int;
+use core::sync::atomic::{AtomicU64, Ordering};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Panics [`guard`] has caught in this process.
+static PANICS_CAUGHT: AtomicU64 = AtomicU64::new(0);
+
+/// Panics [`guard`] has caught so far (each answered as `EIO`): a count
+/// that only tells a caller whether any happened, so `Relaxed`.
+#[cfg_attr(not(feature = "fuzzing"), allow(dead_code))]
+pub(crate) fn panics_caught() -> u64 {
+    PANICS_CAUGHT.load(Ordering::Relaxed)
+}
 
 /// How a C function reports failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +99,10 @@ pub(crate) fn guard<R: CRet>(name: &str, conv: Conv, body: impl FnOnce() -> Resu
     let (errno, what) = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => return v,
         Ok(Err(errno)) => (errno, "failed"),
-        Err(_) => (libc::EIO, "panicked"),
+        Err(_) => {
+            PANICS_CAUGHT.fetch_add(1, Ordering::Relaxed);
+            (libc::EIO, "panicked")
+        }
     };
     R::fail(conv, errno).unwrap_or_else(|| {
         eprintln!(

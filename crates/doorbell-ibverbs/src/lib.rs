@@ -28,7 +28,8 @@
 //! Pointers, lengths and enum values from C are checked before any Rust
 //! reference is made from them; `unsafe` is allowed only in the FFI modules
 //! (`exports`, `boundary`, `handles`, `ctx`, `device`, `events`, `pd`, `cq`,
-//! `qp`, `qp_ex`, `stats`), each block with
+//! `qp`, `qp_ex`, `stats`, and `fuzzing`, the fuzz harness of the `fuzzing`
+//! feature), each block with
 //! its `// SAFETY:` reason.
 //!
 //! # Ownership, per handle
@@ -104,6 +105,8 @@ mod ctx;
 mod device;
 mod events;
 pub mod exports;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod handles;
 mod hosted;
 mod pd;

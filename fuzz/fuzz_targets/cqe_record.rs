@@ -1,0 +1,2 @@
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| doorbell_fuzzing::layout::cqe_record(data));
