@@ -12,14 +12,14 @@ use doorbell_hif::{Access, QpState, QpType};
 use doorbell_layout::cqe::{CqeOpcode, Syndrome};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::{CREDITS_INVALID, RequestPsn};
-use doorbell_types::{Mkey, Psn};
+use doorbell_types::{HostAddr, Mkey, Psn};
 use doorbell_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, BthOpcode, BthRepr, ExtHeaders, NakCode, RoceRepr,
 };
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
 use crate::ctx::Ctx;
-use crate::dma::dma_write;
+use crate::dma::{dma_read, dma_write};
 use crate::emit::{emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
@@ -737,15 +737,29 @@ fn inbound_read<D: Dma>(
     }
     let mut data = vec![0u8; len as usize];
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
+    let mtu = qp.mtu() as usize;
+    let n = data.len().div_ceil(mtu).max(1) as u32;
+    // Each response's MTU of data is read on its own, all issued at once:
+    // a response leaves when its data is in, not when the whole message
+    // is, as hardware streams a READ's responses.
+    let t0 = ctx.t;
+    let mut ready = Vec::with_capacity(n as usize);
     let mut ok = true;
-    for (h, n, o) in runs {
-        ok &= ctx.read(tag, h, &mut data[o as usize..(o + n) as usize]);
+    for i in 0..n as u64 {
+        let (cs, ce) = (i * mtu as u64, ((i + 1) * mtu as u64).min(len));
+        let mut t = t0;
+        for &(h, rn, o) in &runs {
+            let (a, b) = (o.max(cs), (o + rn).min(ce));
+            if a < b {
+                let at = HostAddr::new(h.get() + (a - o));
+                ok &= dma_read(ctx.dma, &mut t, tag, at, &mut data[a as usize..b as usize]);
+            }
+        }
+        ready.push(t);
     }
     if !ok {
         return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
     }
-    let mtu = qp.mtu() as usize;
-    let n = data.len().div_ceil(mtu).max(1) as u32;
     ctx.out.counters.rx_read_requests += 1;
     if fresh {
         qp.resp.complete_message();
@@ -776,6 +790,7 @@ fn inbound_read<D: Dma>(
         };
         let start = (i as usize * mtu).min(data.len());
         let end = ((i as usize + 1) * mtu).min(data.len());
+        ctx.t = ctx.t.max(ready[i as usize]);
         emit(qp, ctx, dst, bth, ext, &data[start..end]);
     }
     Ok(())

@@ -7,6 +7,9 @@ use crate::model::params::ModelError;
 /// The host's DMA read latency as a function of the read's size: a few
 /// (size, latency) points, interpolated linearly, flat below the first
 /// point and extended along the last segment above the last one.
+/// [`LinkModel`](crate::model::LinkModel) uses it only up to the last
+/// point: a longer read is answered after the longest measured read's
+/// delay, and the link's serialisation, tags and credits do the rest.
 ///
 /// A point gives the round trip the device sees on an otherwise idle link,
 /// from issuing the read to the arrival of its last byte, whatever MRRS
@@ -65,6 +68,12 @@ impl ReadLatencyCurve {
     /// The points.
     pub fn points(&self) -> &[(u64, Duration)] {
         &self.points[..self.len]
+    }
+
+    /// The longest read the curve measured (its last point's size), or
+    /// `None` for a curve of one point, which holds for every size.
+    pub fn measured_up_to(&self) -> Option<u64> {
+        (self.len > 1).then(|| self.points[self.len - 1].0)
     }
 
     /// Round-trip latency of an idle-link read of `size_bytes`.

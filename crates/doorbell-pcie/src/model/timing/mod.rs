@@ -577,13 +577,23 @@ impl LinkModel {
         let cpl_oh = u64::from(link.tlp_overhead_bytes(TlpKind::CplD));
 
         // The host delay that makes an idle-link read take the curve's time.
+        // Past the curve's last point nothing was measured: the host answers
+        // a longer read after the delay of the longest measured one, and the
+        // rest of its time is the link's (serialisation, tags, credits), so
+        // a long read streams at what the link carries instead of at the
+        // slope of the curve's last segment.
+        let probe = self
+            .cfg
+            .read_latency
+            .measured_up_to()
+            .map_or(len, |m| len.min(m.max(1)));
         let cpl_wire: u64 = split
-            .read_requests(addr, len)
+            .read_requests(addr, probe)
             .flat_map(|(a, n)| cpl_split.completions(a, n))
             .map(|(_, n)| n + cpl_oh)
             .sum();
         let idle_wire = self.dur(req_oh) + self.dur(cpl_wire) + 2 * self.one_way_q;
-        let host_delay = q_of_d(self.cfg.read_latency.at(len)).saturating_sub(idle_wire);
+        let host_delay = q_of_d(self.cfg.read_latency.at(probe)).saturating_sub(idle_wire);
 
         let up = Direction::ToHost.index();
         let down = Direction::ToDevice.index();
