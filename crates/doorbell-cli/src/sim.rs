@@ -23,6 +23,8 @@ use serde::Serialize;
 
 use crate::pcie::ConventionArg;
 
+mod picture;
+
 /// Transport, as the command line names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum QpTypeArg {
@@ -82,6 +84,11 @@ pub enum Sweep {
     /// without and with thread domains ("16 threads" and "16 threads, TD"):
     /// what the bfreg locks cost and what a TD saves.
     Threads,
+    /// Message sizes from 2 B to 8 MiB in powers of two, as perftest's -a
+    /// runs them, on every built-in profile (UD: up to the MTU). Runs of
+    /// large messages are shortened so that each size moves at most
+    /// 256 MiB.
+    Sizes,
 }
 
 /// `doorbell sim` options.
@@ -105,7 +112,7 @@ pub struct SimArgs {
     #[arg(long, value_enum, default_value_t = OpArg::Write)]
     pub op: OpArg,
     /// Message size in bytes.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=8_388_608))]
     pub size: u32,
     /// Queue pairs.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -162,6 +169,17 @@ pub struct SimArgs {
     /// (every TLP is an event).
     #[arg(long, value_name = "FILE", conflicts_with = "sweep")]
     pub trace: Option<std::path::PathBuf>,
+    /// Draw one unloaded post's critical path (steps 0 to 5 across host,
+    /// root complex, NIC and wire): printed as text, and drawn into FILE
+    /// when one is given, as SVG or PNG by its extension.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, conflicts_with = "sweep")]
+    pub explain: Option<Option<std::path::PathBuf>>,
+    /// Draw the sweep into FILE (SVG or PNG by its extension): message rate
+    /// and bandwidth against what it varies, one series per configuration,
+    /// the profile's published figures where the sweep runs their
+    /// workload, and the port's and the PCIe link's bandwidth.
+    #[arg(long, value_name = "FILE", requires = "sweep")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 impl SimArgs {
@@ -260,14 +278,30 @@ pub fn main(args: &SimArgs, json: bool) -> Result<()> {
                     .with_context(|| format!("--trace {}", path.display()))?;
             }
             let r = out.report;
+            let explained = match &args.explain {
+                Some(file) => Some(picture::explain(&r, file.as_deref())?),
+                None => None,
+            };
             if json {
                 crate::print_out(&serde_json::to_string_pretty(&r)?);
             } else {
                 crate::print_out(&render(&r));
+                if let Some(text) = explained {
+                    crate::print_out(&text);
+                }
             }
         }
         Some(s) => {
             let rows = sweep(args, s, json)?;
+            if let Some(path) = &args.plot {
+                let mut names: Vec<&str> = rows.iter().map(|r| r.profile.as_str()).collect();
+                names.dedup();
+                let profiles = names
+                    .iter()
+                    .map(|n| args.profile(n))
+                    .collect::<Result<Vec<_>>>()?;
+                picture::plot(&rows, s, &profiles, path)?;
+            }
             if json {
                 crate::print_out(&serde_json::to_string_pretty(&rows)?);
             } else {
@@ -336,14 +370,7 @@ pub fn sweep(args: &SimArgs, s: Sweep, quiet: bool) -> Result<Vec<SweepRow>> {
                     },
                 ),
             ];
-            let profiles: Vec<String> = if args.profile == "connectib-haswell" {
-                doorbell_sim::profile::BUILTIN
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect()
-            } else {
-                vec![args.profile.clone()]
-            };
+            let profiles = sweep_profiles(args);
             let bar = Bar::new((profiles.len() * configs.len()) as u64, "sweeping", quiet);
             for name in profiles {
                 let p = args.profile(&name)?;
@@ -383,11 +410,62 @@ pub fn sweep(args: &SimArgs, s: Sweep, quiet: bool) -> Result<Vec<SweepRow>> {
             }
             bar.finish();
         }
+        Sweep::Sizes => {
+            if matches!(base.op, Op::Cas | Op::Faa) {
+                bail!("atomics are 8 bytes: a sizes sweep needs --op send, write or read");
+            }
+            let max = if base.qp_type == QpType::Ud {
+                base.mtu
+            } else {
+                MAX_SWEEP_SIZE
+            };
+            let sizes: Vec<u32> = (1..=23).map(|k| 1u32 << k).filter(|&s| s <= max).collect();
+            let profiles = sweep_profiles(args);
+            let bar = Bar::new((profiles.len() * sizes.len()) as u64, "sweeping", quiet);
+            for name in profiles {
+                let p = args.profile(&name)?;
+                for &size in &sizes {
+                    let w = Workload {
+                        size,
+                        iters: base.iters.min((SWEEP_BYTES / u64::from(size)).max(16)),
+                        ..base.clone()
+                    };
+                    let config = format!("{size} B");
+                    let report = w.run(&p).with_context(|| format!("{name}, {config}"))?;
+                    bar.set(rows.len() as u64 + 1);
+                    rows.push(SweepRow {
+                        profile: name.clone(),
+                        config,
+                        report,
+                    });
+                }
+            }
+            bar.finish();
+        }
     }
     if rows.is_empty() {
         bail!("the sweep ran nothing");
     }
     Ok(rows)
+}
+
+/// perftest -a's largest message.
+const MAX_SWEEP_SIZE: u32 = 8 << 20;
+
+/// Bytes each size of a sizes sweep moves at most.
+const SWEEP_BYTES: u64 = 256 << 20;
+
+/// The profiles a features or sizes sweep runs: every built-in one unless
+/// another profile was named.
+fn sweep_profiles(args: &SimArgs) -> Vec<String> {
+    if args.profile == "connectib-haswell" {
+        doorbell_sim::profile::BUILTIN
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        vec![args.profile.clone()]
+    }
 }
 
 /// The human-readable report of one run.
@@ -526,24 +604,48 @@ pub fn render_sweep(rows: &[SweepRow], s: Sweep) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let first = &rows[0].report.workload;
+    if s == Sweep::Sizes {
+        let _ = writeln!(
+            out,
+            "{:?} {:?}, sizes 2 B to {} B (perftest -a); up to {} WRs per QP\n",
+            first.qp_type,
+            first.op,
+            rows.iter()
+                .map(|r| r.report.workload.size)
+                .max()
+                .unwrap_or(0),
+            first.iters
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "{:?} {:?} of {} B; {} WRs per QP\n",
+            first.qp_type, first.op, first.size, first.iters
+        );
+    }
     let _ = writeln!(
         out,
-        "{:?} {:?} of {} B; {} WRs per QP\n",
-        first.qp_type, first.op, first.size, first.iters
-    );
-    let _ = writeln!(
-        out,
-        "{:<20} {:<15} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8}",
-        "profile", "config", "Mops", "p50 ns", "p99 ns", "PCIe->", "PCIe<-", "NIC", "locked"
+        "{:<20} {:<15} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8}",
+        "profile",
+        "config",
+        "Mops",
+        "Gb/s",
+        "p50 ns",
+        "p99 ns",
+        "PCIe->",
+        "PCIe<-",
+        "NIC",
+        "locked"
     );
     for r in rows {
         let u = &r.report.utilisation;
         let _ = writeln!(
             out,
-            "{:<20} {:<15} {:>10.2} {:>10.0} {:>10.0} {:>7.0}% {:>7.0}% {:>7.0}% {:>8}",
+            "{:<20} {:<15} {:>10.2} {:>10.2} {:>10.0} {:>10.0} {:>7.0}% {:>7.0}% {:>7.0}% {:>8}",
             r.profile,
             r.config,
             r.report.msg_rate_mops,
+            r.report.bandwidth_gbps,
             r.report.latency_ns.p50,
             r.report.latency_ns.p99,
             u.pcie_to_device * 100.0,

@@ -39,6 +39,7 @@ mod kernel;
 mod options;
 mod post_cost;
 pub mod profile;
+pub mod published;
 pub mod queue;
 mod timeline;
 #[cfg(test)]

@@ -416,3 +416,169 @@ fn test_lat_prints_perftests_latency_table() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("one QP"));
 }
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("sim-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn explain_prints_the_critical_path_and_draws_it_by_extension() {
+    let svg = tmp("explain.svg");
+    let o = doorbell(&[
+        "sim",
+        "--iters",
+        "1",
+        "--bf",
+        "off",
+        "--explain",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let steps = [
+        "WQE write (CPU)",
+        "doorbell MMIO",
+        "WQE DMA read",
+        "payload DMA read",
+        "wire and ACK",
+        "CQE DMA write and poll",
+    ];
+    for s in steps {
+        assert!(text.contains(s), "{s}: {text}");
+    }
+    let body = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    let doc = roxmltree::Document::parse(&body).expect("the file parses as XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: String = doc.descendants().filter_map(|n| n.text()).collect();
+    for s in steps.iter().chain(&["Host", "NIC", "Wire"]) {
+        assert!(texts.contains(s), "{s} is not in the picture");
+    }
+    let png = tmp("explain.png");
+    let o = doorbell(&["sim", "--iters", "1", "--explain", png.to_str().unwrap()]);
+    assert!(o.status.success());
+    let bytes = std::fs::read(&png).unwrap();
+    let _ = std::fs::remove_file(&png);
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "a PNG file");
+    // Text only, without a file; and an unknown extension is refused.
+    let o = doorbell(&["sim", "--iters", "1", "--explain"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("total"));
+    let o = doorbell(&["sim", "--iters", "1", "--explain", "/tmp/x.gif"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains(".svg"));
+}
+
+#[test]
+fn sizes_sweep_runs_perftests_sizes_and_plots_them() {
+    let out = doorbell(&[
+        "sim",
+        "--sweep",
+        "sizes",
+        "--profile",
+        "connectib-haswell",
+        "--iters",
+        "20",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    let sizes: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["profile"] == "connectib-haswell")
+        .map(|r| r["workload"]["size"].as_u64().unwrap())
+        .collect();
+    let want: Vec<u64> = (1..=23).map(|k| 1u64 << k).collect();
+    assert_eq!(sizes, want, "2 B to 8 MiB in powers of two");
+    // Bandwidth grows with the size until the link binds.
+    let bw = |size: u64| {
+        rows.iter().find(|r| r["workload"]["size"] == size).unwrap()["bandwidth_gbps"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(bw(4096) > 10.0 * bw(64), "{} against {}", bw(4096), bw(64));
+    // Drawn, with a series per profile and the port's line rate.
+    let svg = tmp("sizes.svg");
+    let out = doorbell(&[
+        "sim",
+        "--sweep",
+        "sizes",
+        "--iters",
+        "20",
+        "--op",
+        "read",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let body = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    let doc = roxmltree::Document::parse(&body).unwrap();
+    let texts: String = doc.descendants().filter_map(|n| n.text()).collect();
+    for s in [
+        "connectib-haswell",
+        "connectx4-thunderx2",
+        "port",
+        "8M",
+        "message rate",
+        "bandwidth",
+    ] {
+        assert!(texts.contains(s), "{s} is not in the plot");
+    }
+    // --plot belongs to a sweep.
+    let o = doorbell(&["sim", "--plot", "/tmp/x.svg"]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn threads_plot_marks_the_published_figure_it_reproduces() {
+    // Kalia16's K11: UD SENDs of 16 B, inline, 1 in 64 signalled, from 14
+    // threads; the threads sweep of that workload runs 14 threads too.
+    let png = tmp("threads.png");
+    let svg = tmp("threads.svg");
+    for f in [&png, &svg] {
+        let out = doorbell(&[
+            "sim",
+            "--sweep",
+            "threads",
+            "--qp-type",
+            "ud",
+            "--op",
+            "send",
+            "--size",
+            "16",
+            "--inline",
+            "64",
+            "--signal-every",
+            "64",
+            "--tx-depth",
+            "256",
+            "--iters",
+            "200",
+            "--plot",
+            f.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let body = std::fs::read_to_string(&svg).unwrap();
+    let bytes = std::fs::read(&png).unwrap();
+    let _ = (std::fs::remove_file(&svg), std::fs::remove_file(&png));
+    assert!(
+        body.contains("K11 (Kalia16) 80 Mops"),
+        "the mark is missing"
+    );
+    assert!(!body.contains("K19"), "a READ figure on a SEND sweep");
+    assert_eq!(&bytes[1..4], b"PNG");
+}
