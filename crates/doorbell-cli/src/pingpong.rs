@@ -144,6 +144,11 @@ pub struct PingpongArgs {
     /// (tshark and Wireshark decode them as RoCEv2).
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<std::path::PathBuf>,
+    /// Write the NIC's timeline to FILE at the end, as Chrome trace-event
+    /// JSON for Perfetto UI: the device's work, register stores, DMAs and
+    /// frames, stamped with the wall clock.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// What one side of the loop is run with.
@@ -868,6 +873,7 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
         shm: env.shm,
         udp_gso: env.udp_gso,
         pcap: args.pcap.clone(),
+        trace: args.trace.is_some(),
         ..doorbell_rt::NicOptions::default()
     };
     let nic = LiveNic::start_with(&args.ib_dev, addr.octets(), doorbell_rt::Port::Udp, opts)
@@ -935,6 +941,9 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
     }
     if args.stats {
         eprint!("{}", nic.snapshot().to_table());
+    }
+    if let (Some(path), Some(t)) = (&args.trace, nic.take_trace()) {
+        std::fs::write(path, t.to_json()).with_context(|| format!("--trace {}", path.display()))?;
     }
     if !bad.is_empty() {
         bail!(

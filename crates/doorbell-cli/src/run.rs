@@ -33,6 +33,8 @@ pub const STATS_VAR: &str = "DOORBELL_STATS";
 pub const PROVIDER_VAR: &str = "DOORBELL_PROVIDER";
 /// The variable for `--pcap`.
 pub const PCAP_VAR: &str = "DOORBELL_PCAP";
+/// The variable for `--trace`.
+pub const TRACE_VAR: &str = "DOORBELL_TRACE";
 /// The variable for `--hif-log`.
 pub const HIF_LOG_VAR: &str = "DOORBELL_HIF_LOG";
 
@@ -71,6 +73,12 @@ pub struct EnvArgs {
     /// pcapng (sets DOORBELL_PCAP).
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<OsString>,
+    /// Where the library writes the NIC's timeline at exit, as Chrome
+    /// trace-event JSON for Perfetto UI (ui.perfetto.dev): the device's
+    /// work, register stores, DMAs and frames, stamped with the wall clock
+    /// (sets DOORBELL_TRACE).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<OsString>,
 }
 
 /// `doorbell run`: the settings, then the program and its arguments.
@@ -213,6 +221,9 @@ pub fn settings(args: &EnvArgs) -> Result<Vec<(&'static str, OsString)>> {
     }
     if let Some(f) = &args.hif_log {
         vars.push((HIF_LOG_VAR, f.clone()));
+    }
+    if let Some(f) = &args.trace {
+        vars.push((TRACE_VAR, f.clone()));
     }
     if let Some(f) = &args.pcap {
         vars.push((PCAP_VAR, f.clone()));

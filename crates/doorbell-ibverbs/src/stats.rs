@@ -8,6 +8,10 @@
 //! the host interface goes to FILE as JSON lines
 //! (`doorbell_rt::stats::capture_json_lines`): every register store, and
 //! the WQEs, doorbell records and CQEs the device moved, with their bytes.
+//!
+//! `DOORBELL_TRACE` (`doorbell run --trace FILE`): the NIC records a
+//! timeline (`doorbell_rt::NicOptions::trace`), written to FILE at exit as
+//! Chrome trace-event JSON for Perfetto UI.
 
 #![allow(unsafe_code)]
 
@@ -21,18 +25,23 @@ use doorbell_rt::stats::NicStats;
 pub(crate) const STATS_VAR: &str = "DOORBELL_STATS";
 /// The variable naming the capture file.
 pub(crate) const CAPTURE_VAR: &str = "DOORBELL_HIF_LOG";
+/// The variable naming the timeline's file.
+pub(crate) const TRACE_VAR: &str = doorbell_rt::ProcessNicConfig::TRACE_VAR;
 
 struct Watch {
     nic: Weak<LiveNic>,
     last: Option<NicStats>,
     /// What was captured until a context closed.
     captured: Vec<Carried>,
+    /// The timeline until a context closed.
+    traced: Option<doorbell_trace::Trace>,
 }
 
 static WATCH: Mutex<Watch> = Mutex::new(Watch {
     nic: Weak::new(),
     last: None,
     captured: Vec::new(),
+    traced: None,
 });
 static AT_EXIT: Once = Once::new();
 
@@ -48,9 +57,13 @@ fn capture_wanted() -> Option<String> {
     std::env::var(CAPTURE_VAR).ok().filter(|v| !v.is_empty())
 }
 
+fn trace_wanted() -> Option<String> {
+    std::env::var(TRACE_VAR).ok().filter(|v| !v.is_empty())
+}
+
 /// A context was opened on `nic`: watch it, and write the files at exit.
 pub(crate) fn opened(nic: &Arc<LiveNic>) {
-    if wanted().is_none() && capture_wanted().is_none() {
+    if wanted().is_none() && capture_wanted().is_none() && trace_wanted().is_none() {
         return;
     }
     let mut w = lock();
@@ -80,6 +93,15 @@ pub(crate) fn closing(nic: &Arc<LiveNic>) {
         let c = nic.capture(true);
         lock().captured.extend(c);
     }
+    if trace_wanted().is_some()
+        && let Some(t) = nic.take_trace()
+    {
+        let mut w = lock();
+        match &mut w.traced {
+            Some(all) => all.append(t),
+            None => w.traced = Some(t),
+        }
+    }
 }
 
 extern "C" fn write_at_exit() {
@@ -99,6 +121,20 @@ extern "C" fn write_at_exit() {
             };
             let text = doorbell_rt::stats::capture_json_lines(&c);
             if let Err(e) = std::fs::write(&dest, text) {
+                eprintln!("libibverbs.so.1 (doorbell): cannot write {dest}: {e}");
+            }
+        }
+        if let Some(dest) = trace_wanted() {
+            let t = {
+                let mut w = lock();
+                let rest = w.nic.upgrade().and_then(|n| n.take_trace());
+                let mut all = w.traced.take().unwrap_or_default();
+                if let Some(r) = rest {
+                    all.append(r);
+                }
+                all
+            };
+            if let Err(e) = std::fs::write(&dest, t.to_json()) {
                 eprintln!("libibverbs.so.1 (doorbell): cannot write {dest}: {e}");
             }
         }

@@ -78,7 +78,60 @@ pub(crate) struct Engine {
     pub(crate) events: Sender<NicEvent>,
     /// Where frames taken in are recorded, if anywhere.
     pub(crate) capture: Option<crate::pcap::Capture>,
+    /// The timeline, if one is recorded (the bus then records every
+    /// crossing, which the timeline takes after each input).
+    pub(crate) timeline: Option<Timeline>,
     out: Vec<Frame>,
+}
+
+/// A live NIC's timeline and what it needs.
+pub(crate) struct Timeline {
+    pub(crate) rec: crate::timeline::LiveTimeline,
+    /// The NIC's name, for the timeline's names.
+    pub(crate) name: String,
+    /// The device clock's zero.
+    pub(crate) start: std::time::Instant,
+    /// Crossings a [`Msg::Record`] asked for, kept aside while the
+    /// timeline also takes the bus's record.
+    pub(crate) kept: Option<Vec<doorbell_pcie::Crossing>>,
+}
+
+impl Timeline {
+    fn now(&self) -> Instant {
+        let ps = self.start.elapsed().as_nanos().saturating_mul(1000);
+        Instant::from_ps(u64::try_from(ps).unwrap_or(u64::MAX))
+    }
+
+    /// After an input: the bus's crossings, and the work from `start`.
+    fn after(&mut self, bus: &mut Bus, what: Option<String>, start: Instant) {
+        let log = bus.take_log();
+        if let Some(k) = &mut self.kept {
+            k.extend_from_slice(&log);
+        }
+        self.rec.crossings(&log);
+        if let Some(w) = what {
+            let end = self.now();
+            self.rec.work(w, start, end);
+        }
+    }
+}
+
+/// The device's work an input is, as a timeline names it; `None` for
+/// queries that are no work of the device.
+fn work_name(msg: &Msg) -> Option<String> {
+    Some(match msg {
+        Msg::Mmio {
+            uar, offset, len, ..
+        } => format!("register store: UAR {}, +{offset:#x}, {len} B", uar.get()),
+        Msg::RecordDoorbell(uar, db) => format!("doorbell record: UAR {}, {db:?}", uar.get()),
+        Msg::Frames(fs) | Msg::EmittedFrames(fs) => format!("frames in ×{}", fs.len()),
+        Msg::Cmd(c, _) => {
+            let full = format!("{c:?}");
+            let kind = full.split(|ch: char| !ch.is_alphanumeric()).next();
+            format!("command {}", kind.unwrap_or_default())
+        }
+        _ => return None,
+    })
 }
 
 impl Engine {
@@ -96,13 +149,27 @@ impl Engine {
             irqs: Some(irqs),
             events,
             capture: None,
+            timeline: None,
             out: Vec::new(),
         }
     }
 
     fn handle(&mut self, now: Instant, msg: Msg) {
+        let what = self.timeline.as_ref().and_then(|_| work_name(&msg));
+        self.handle_msg(now, msg);
+        let Self { bus, timeline, .. } = self;
+        if let Some(tl) = timeline {
+            tl.after(bus, what, now);
+        }
+    }
+
+    fn handle_msg(&mut self, now: Instant, msg: Msg) {
         let Self {
-            nic, bus, capture, ..
+            nic,
+            bus,
+            capture,
+            timeline,
+            ..
         } = self;
         let record = |c: &Option<crate::pcap::Capture>, f: &[u8], r: Received| {
             if let Some(c) = c {
@@ -130,12 +197,18 @@ impl Engine {
             }
             Msg::Frames(fs) => {
                 for f in fs {
+                    if let Some(tl) = timeline {
+                        tl.rec.frame(false, now, &f);
+                    }
                     let r = nic.handle_frame(now, &f, bus);
                     record(capture, &f, r);
                 }
             }
             Msg::EmittedFrames(fs) => {
                 for f in fs {
+                    if let Some(tl) = timeline {
+                        tl.rec.frame(false, now, &f);
+                    }
                     let r = nic.handle_emitted_frame(now, &f, bus);
                     record(capture, &f, r);
                 }
@@ -159,10 +232,24 @@ impl Engine {
                 bus.set_capture(on);
                 let _ = reply.send(c);
             }
-            Msg::Record(on, reply) => {
-                let log = bus.take_log();
-                bus.set_recording(on);
-                let _ = reply.send(log);
+            Msg::Record(on, reply) => match timeline {
+                // The bus keeps recording for the timeline; the asker's
+                // crossings are kept aside.
+                Some(tl) => {
+                    let mut log = tl.kept.take().unwrap_or_default();
+                    log.extend(bus.take_log());
+                    tl.kept = on.then(Vec::new);
+                    let _ = reply.send(log);
+                }
+                None => {
+                    let log = bus.take_log();
+                    bus.set_recording(on);
+                    let _ = reply.send(log);
+                }
+            },
+            Msg::Trace(reply) => {
+                let t = timeline.as_mut().map(|tl| tl.rec.take(&tl.name));
+                let _ = reply.send(t);
             }
         }
     }
@@ -172,9 +259,17 @@ impl Engine {
     fn flush(&mut self, now: Instant) {
         if self.nic.poll_timeout().is_some_and(|t| t <= now) {
             self.nic.handle_timeout(now, &mut self.bus);
+            if let Some(tl) = &mut self.timeline {
+                tl.after(&mut self.bus, Some("timers".into()), now);
+            }
         }
         self.out
             .extend(std::iter::from_fn(|| self.nic.poll_transmit()));
+        if let Some(tl) = &mut self.timeline {
+            for f in &self.out {
+                tl.rec.frame(true, f.ready.max(now), &f.bytes);
+            }
+        }
         if !self.out.is_empty() {
             self.egress.send(&mut self.out);
         }

@@ -30,6 +30,8 @@ pub(crate) enum Msg {
     Capture(bool, Sender<Vec<Carried>>),
     /// Every QP's bus counters, the totals and the device's counters.
     Snapshot(Sender<BusSnapshot>),
+    /// What the NIC's timeline recorded so far, if it records one.
+    Trace(Sender<Option<doorbell_trace::Trace>>),
 }
 
 /// The device thread's part of a `stats::NicStats`.

@@ -68,6 +68,7 @@ mod shm;
 pub mod stats;
 #[allow(unsafe_code)]
 mod sys;
+mod timeline;
 mod udp;
 
 pub use fault::{Fate, FaultPolicy, FaultStage, FaultStats, Faults, RandomFaults};
@@ -230,6 +231,9 @@ pub struct NicOptions {
     /// Write every frame the NIC sends and receives to this pcapng file
     /// (module [`pcap`]).
     pub pcap: Option<std::path::PathBuf>,
+    /// Record a timeline of the device's work, its register stores, DMAs
+    /// and frames, stamped with the wall clock ([`LiveNic::take_trace`]).
+    pub trace: bool,
 }
 
 impl Default for NicOptions {
@@ -242,6 +246,7 @@ impl Default for NicOptions {
             shm: true,
             udp_gso: true,
             pcap: None,
+            trace: false,
         }
     }
 }
@@ -465,6 +470,15 @@ impl LiveNic {
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let mut engine = Engine::new(Nic::new(cfg), bus, egress, irq_tx, ev_tx.clone());
         engine.capture = capture;
+        if opts.trace {
+            engine.bus.set_recording(true);
+            engine.timeline = Some(engine::Timeline {
+                rec: timeline::LiveTimeline::new(name),
+                name: name.to_string(),
+                start: epoch,
+                kept: None,
+            });
+        }
         let core = Arc::new(Core::new(engine, epoch));
         let worker = core.clone();
         let thread = std::thread::Builder::new()
@@ -602,6 +616,18 @@ impl LiveNic {
         let (tx, rx) = bounded(1);
         self.core.submit(Msg::Record(on, tx));
         rx.recv().unwrap_or_default()
+    }
+
+    /// What the NIC's timeline recorded since the last call, if it records
+    /// one ([`NicOptions::trace`]): write it with
+    /// [`doorbell_trace::Trace::to_json`] for Perfetto UI.
+    pub fn take_trace(&self) -> Option<doorbell_trace::Trace> {
+        if self.is_forked_copy() {
+            return None;
+        }
+        let (tx, rx) = bounded(1);
+        self.core.submit(Msg::Trace(tx));
+        rx.recv().ok().flatten()
     }
 
     /// Starts or stops a capture of the host interface (every register

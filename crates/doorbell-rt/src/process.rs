@@ -84,6 +84,10 @@ pub struct ProcessNicConfig {
     /// Write every frame the NIC sends and receives to this pcapng file
     /// ([`Self::PCAP_VAR`]; [`crate::pcap`]).
     pub pcap: Option<std::path::PathBuf>,
+    /// Where the program's user writes the NIC's timeline
+    /// ([`Self::TRACE_VAR`]; [`crate::NicOptions::trace`]): the NIC
+    /// records one when this is set.
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// When the port's link goes down after the NIC starts, and for how long
@@ -107,6 +111,7 @@ impl Default for ProcessNicConfig {
             shm: true,
             udp_gso: true,
             pcap: None,
+            trace: None,
         }
     }
 }
@@ -128,6 +133,9 @@ impl ProcessNicConfig {
     /// The variable naming a pcapng file for the NIC's frames; unset or
     /// empty: none.
     pub const PCAP_VAR: &'static str = "DOORBELL_PCAP";
+    /// The variable naming a file for the NIC's timeline (Chrome
+    /// trace-event JSON); unset or empty: none.
+    pub const TRACE_VAR: &'static str = "DOORBELL_TRACE";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -180,6 +188,9 @@ impl ProcessNicConfig {
         let pcap = get(Self::PCAP_VAR)
             .filter(|v| !v.is_empty())
             .map(std::path::PathBuf::from);
+        let trace = get(Self::TRACE_VAR)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from);
         Ok(Self {
             name,
             addr,
@@ -187,6 +198,7 @@ impl ProcessNicConfig {
             shm,
             udp_gso,
             pcap,
+            trace,
         })
     }
 
@@ -547,6 +559,7 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
             shm: cfg.shm,
             udp_gso: cfg.udp_gso,
             pcap: cfg.pcap.clone(),
+            trace: cfg.trace.is_some(),
             ..NicOptions::default()
         };
         let started = {

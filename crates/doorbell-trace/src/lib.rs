@@ -308,6 +308,24 @@ impl Trace {
         self.push(e, end, class);
     }
 
+    /// Adds what `other` recorded after what this trace holds (its names
+    /// too; a name given twice is harmless).
+    pub fn append(&mut self, other: Trace) {
+        self.meta.extend(other.meta);
+        for mut e in other.events {
+            // Re-number: the order among events at one time is kept.
+            let n = self.events.len() as u64;
+            e.key.2 = match (e.key.1, e.key.3) {
+                (0, _) => u64::MAX - n,
+                // The end of a span of no length sorts with its begin,
+                // the event before it.
+                (_, 1) => n.saturating_sub(1),
+                _ => n,
+            };
+            self.events.push(e);
+        }
+    }
+
     /// Events recorded (names excluded).
     pub fn len(&self) -> usize {
         self.events.len()

@@ -364,3 +364,35 @@ fn pcap_writes_what_tshark_decodes_as_rocev2() {
         );
     }
 }
+
+#[test]
+fn trace_writes_each_sides_timeline() {
+    let dir = std::env::temp_dir();
+    let (fs, fc) = (
+        dir.join(format!("pp-s-{}.trace.json", std::process::id())),
+        dir.join(format!("pp-c-{}.trace.json", std::process::id())),
+    );
+    let srv = ["-s", "64", "-n", "20", "--trace", fs.to_str().unwrap()];
+    let cli = ["-s", "64", "-n", "20", "--trace", fc.to_str().unwrap()];
+    let (s, c) = pair(&lo(48, 6), &srv, &lo(48, 7), &cli);
+    s.assert_ok("server");
+    c.assert_ok("client");
+    let mut sent = Vec::new();
+    for f in [&fs, &fc] {
+        let body = std::fs::read(f).unwrap();
+        let _ = std::fs::remove_file(f);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let ev = v["traceEvents"].as_array().unwrap();
+        let count = |tid: u64, prefix: &str| {
+            ev.iter()
+                .filter(|e| e["tid"] == tid && e["name"].as_str().unwrap().starts_with(prefix))
+                .count()
+        };
+        // 20 SENDs each way (track 4 sent, 5 received) and their CQEs.
+        assert_eq!(count(4, "RcSendOnly"), 20, "{}", f.display());
+        assert_eq!(count(5, "RcSendOnly"), 20, "{}", f.display());
+        assert!(count(3, "Cqe write") >= 40);
+        sent.push(count(4, "Rc"));
+    }
+    assert!(sent.iter().all(|&n| n >= 20));
+}

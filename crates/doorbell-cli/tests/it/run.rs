@@ -57,6 +57,7 @@ fn env_prints_shell_quoted_exports_naming_our_library() {
     let o = out(clean()
         .args(["env", "--addr", "127.0.0.9", "--name", "nic_1"])
         .args(["--stats", "/tmp/a b's", "--provider", "doorbell"])
+        .args(["--trace", "/tmp/t.json"])
         .env("LD_LIBRARY_PATH", "/old/lib"));
     assert_ok(&o, "doorbell env");
     let lines = text(&o.stdout);
@@ -66,7 +67,7 @@ fn env_prints_shell_quoted_exports_naming_our_library() {
     // A shell reads it back to the very values.
     let sh = out(Command::new("sh").args([
         "-c",
-        r#"eval "$1" && printf '%s\n' "$LD_LIBRARY_PATH" "$DOORBELL_ADDR" "$DOORBELL_NAME" "$DOORBELL_STATS" "$DOORBELL_PROVIDER""#,
+        r#"eval "$1" && printf '%s\n' "$LD_LIBRARY_PATH" "$DOORBELL_ADDR" "$DOORBELL_NAME" "$DOORBELL_STATS" "$DOORBELL_PROVIDER" "$DOORBELL_TRACE""#,
         "sh",
         &lines,
     ]));
@@ -81,7 +82,8 @@ fn env_prints_shell_quoted_exports_naming_our_library() {
             "127.0.0.9",
             "nic_1",
             "/tmp/a b's",
-            "doorbell"
+            "doorbell",
+            "/tmp/t.json"
         ]
     );
     // The directory holds libibverbs.so.1, a link to the built library.

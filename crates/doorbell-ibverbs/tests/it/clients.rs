@@ -283,3 +283,53 @@ fn doorbell_pcap_captures_a_programs_frames() {
         );
     }
 }
+
+/// `DOORBELL_TRACE` (`doorbell run --trace`): an unmodified program's NIC
+/// writes its timeline at exit, with the device's work, the doorbells, the
+/// DMAs and the frames of each message.
+#[test]
+fn doorbell_trace_writes_a_programs_timeline() {
+    let dir = lib_dir().parent().expect("lib dir has a parent");
+    let (fs, fc) = (
+        dir.join(format!("rc-s-{}.trace.json", std::process::id())),
+        dir.join(format!("rc-c-{}.trace.json", std::process::id())),
+    );
+    let (s, c) = pingpong_env(
+        "ibv_rc_pingpong",
+        13,
+        25517,
+        &["-n", "10", "-s", "512"],
+        [
+            &[("DOORBELL_TRACE", fs.to_str().unwrap())],
+            &[("DOORBELL_TRACE", fc.to_str().unwrap())],
+        ],
+    );
+    assert_pingpong_ok(&s, &c, "10");
+    for f in [&fs, &fc] {
+        let body = std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let _ = std::fs::remove_file(f);
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("the trace is JSON");
+        let ev = v["traceEvents"].as_array().unwrap();
+        let named = |n: &str| {
+            ev.iter()
+                .filter(|e| e["name"].as_str().is_some_and(|s| s.starts_with(n)))
+                .count()
+        };
+        // Ten SENDs each way: each side's NIC sent ten and took in ten,
+        // and wrote a CQE for each send and each receive.
+        let sends = |tid: u64| {
+            ev.iter()
+                .filter(|e| e["tid"] == tid && e["name"].as_str().unwrap().starts_with("RcSend"))
+                .count()
+        };
+        assert_eq!((sends(4), sends(5)), (10, 10), "{}", f.display());
+        assert!(named("Cqe write") >= 20, "{}", f.display());
+        assert!(named("Payload read") >= 10);
+        assert!(named("doorbell") + named("BlueFlame") >= 10);
+        assert!(named("command CreateQp") >= 1);
+        // Stamped with the wall clock: in order, within the run.
+        let ts: Vec<f64> = ev.iter().filter_map(|e| e["ts"].as_f64()).collect();
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+        assert!(ts.last().unwrap() - ts[0] < 60e6, "more than a minute");
+    }
+}

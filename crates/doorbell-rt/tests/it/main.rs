@@ -18,6 +18,7 @@ mod shm;
 mod soak;
 mod srq;
 mod td;
+mod trace;
 mod uc;
 mod udp;
 mod virtual_time;

@@ -42,6 +42,7 @@ fn cfg(name: &str) -> ProcessNicConfig {
         shm: true,
         udp_gso: true,
         pcap: None,
+        trace: None,
     }
 }
 
@@ -209,6 +210,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         shm: true,
         udp_gso: true,
         pcap: None,
+        trace: None,
     };
     let e = ProcessNic::acquire(&fixed).unwrap_err();
     assert_eq!(e, ProcessNicError::AddressInUse { addr: taken });
@@ -235,6 +237,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         shm: true,
         udp_gso: true,
         pcap: None,
+        trace: None,
     };
     let e = ProcessNic::acquire(&foreign).unwrap_err();
     assert!(
@@ -272,8 +275,14 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
             shm: true,
             udp_gso: true,
             pcap: None,
+            trace: None,
         }
     );
+    assert_eq!(
+        get(&[("DOORBELL_TRACE", "/tmp/t.json")]).unwrap().trace,
+        Some("/tmp/t.json".into())
+    );
+    assert_eq!(get(&[("DOORBELL_TRACE", "")]).unwrap().trace, None);
     // Empty means unset: pick one.
     assert_eq!(get(&[("DOORBELL_ADDR", "")]).unwrap().addr, None);
     assert!(!get(&[("DOORBELL_SHM", "off")]).unwrap().shm);

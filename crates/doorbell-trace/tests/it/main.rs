@@ -135,3 +135,22 @@ fn same_calls_same_bytes() {
     };
     assert_eq!(build(), build());
 }
+
+#[test]
+fn appended_traces_keep_their_order_and_nesting() {
+    let mut a = Trace::new();
+    a.span(1, "post", 1, "WR 0", ns(0), ns(10), Args::new());
+    a.span(1, "post", 1, "step", ns(0), ns(0), Args::new());
+    let mut b = Trace::new();
+    b.name_process(2, "later", 0);
+    b.span(1, "post", 2, "WR 1", ns(10), ns(20), Args::new());
+    b.span(1, "post", 2, "step", ns(20), ns(20), Args::new());
+    a.append(b);
+    let ev = parse(&a);
+    assert_eq!(ev.iter().filter(|e| e["ph"] == "M").count(), 2);
+    for id in ["0x1", "0x2"] {
+        let of: Vec<Value> = ev.iter().filter(|e| e["id"] == id).cloned().collect();
+        let opened = nest(&of);
+        assert_eq!(opened.len(), 2, "{id}");
+    }
+}

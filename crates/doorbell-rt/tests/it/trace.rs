@@ -1,0 +1,98 @@
+//! `NicOptions::trace`: a live NIC's timeline, stamped with the wall clock.
+
+use doorbell_rt::NicOptions;
+use serde_json::Value;
+
+use crate::common::*;
+use crate::net::*;
+
+/// The events of `nic`'s timeline that are not names, in file order.
+fn events(side: &Side) -> Vec<Value> {
+    let t = side.nic.take_trace().expect("the NIC records a timeline");
+    let v: Value = serde_json::from_slice(&t.to_json()).unwrap();
+    v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] != "M")
+        .cloned()
+        .collect()
+}
+
+fn position(ev: &[Value], tid: u64, prefix: &str) -> usize {
+    ev.iter()
+        .position(|e| e["tid"] == tid && e["name"].as_str().unwrap().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} on track {tid}: {ev:#?}"))
+}
+
+#[test]
+fn a_send_crosses_the_timeline_in_order() {
+    let traced = || NicOptions {
+        trace: true,
+        ..NicOptions::default()
+    };
+    let p = fabric_pair(
+        [traced(), traced()],
+        default_caps(),
+        4096,
+        Timers::default(),
+    );
+    // Setup is in the timeline too; start from the SEND.
+    let _ = (events(&p.a), events(&p.b));
+    p.a.mr.write(0, &pattern(256, 3)).unwrap();
+    post_recv(&p.b.qp, 1, &[p.b.mr.sge(0, 256).unwrap()]);
+    post(
+        &p.a.qp,
+        signaled(
+            1,
+            &[p.a.mr.sge(0, 256).unwrap()],
+            doorbell_verbs::WrOpcode::Send,
+        ),
+    );
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    assert_eq!(wait(&p.b.cq, 1)[0].byte_len, 256);
+    let _ = settled(&p);
+    let (a, b) = (events(&p.a), events(&p.b));
+    // A: the doorbell reaches the NIC, which reads the payload and sends
+    // the SEND; the ACK comes back and the CQE is written.
+    let qpn = format!("{:#x}", p.a.qp.qpn().get());
+    let db = position(&a, 2, "");
+    assert_eq!(a[db]["args"]["qpn"], qpn.as_str());
+    let read = position(&a, 3, "Payload read 256 B");
+    let sent = position(&a, 4, "RcSendOnly");
+    let ack = position(&a, 5, "RcAck");
+    let cqe = position(&a, 3, "Cqe write");
+    assert!(
+        db <= read && read < sent && sent < ack && ack < cqe,
+        "{a:#?}"
+    );
+    // B: the SEND comes in, its receive WQE is read, the data and the CQE
+    // written, the ACK sent.
+    let got = position(&b, 5, "RcSendOnly");
+    let wqe = position(&b, 3, "RecvWqe read");
+    let data = position(&b, 3, "Scatter write 256 B");
+    let rcqe = position(&b, 3, "Cqe write");
+    let acked = position(&b, 4, "RcAck");
+    assert!(got < wqe && wqe < data && data < rcqe, "{b:#?}");
+    assert!(got < acked);
+    // The device's work is slices, the crossings instants, all in time
+    // order.
+    for ev in [&a, &b] {
+        assert!(ev.iter().any(|e| e["ph"] == "X" && e["tid"] == 1));
+        let ts: Vec<f64> = ev.iter().map(|e| e["ts"].as_f64().unwrap()).collect();
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+    }
+    // Taken: the next take starts empty.
+    assert!(events(&p.a).is_empty());
+}
+
+#[test]
+fn no_timeline_unless_asked() {
+    let p = fabric_pair(
+        [NicOptions::default(), NicOptions::default()],
+        default_caps(),
+        4096,
+        Timers::default(),
+    );
+    assert!(p.a.nic.take_trace().is_none());
+}
