@@ -14,7 +14,7 @@
 #![deny(missing_docs)]
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write as _};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,8 +22,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use doorbell_wire::ethernet::{EtherType, EthernetHeader, EthernetRepr};
 use doorbell_wire::gid::Gid;
 use pcap_file::DataLink;
+use pcap_file::Endianness;
 use pcap_file::pcapng::PcapNgWriter;
-use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
 };
@@ -40,8 +40,18 @@ pub enum Direction {
 /// An open capture, shared by the NIC's threads.
 #[derive(Clone)]
 pub struct Capture {
-    w: Arc<Mutex<PcapNgWriter<BufWriter<File>>>>,
+    w: Arc<Mutex<Inner>>,
 }
+
+/// The file, and a buffer each packet block is built in.
+struct Inner {
+    w: PcapNgWriter<BufWriter<File>>,
+    block: Vec<u8>,
+}
+
+/// Bytes buffered before a write to the file: a capture records in the
+/// NIC's hot path, so it writes seldom.
+const BUFFER_BYTES: usize = 1 << 20;
 
 impl std::fmt::Debug for Capture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -63,8 +73,9 @@ impl Capture {
     /// Creates (or truncates) the pcapng file `path`, with one Ethernet
     /// interface for each NIC of `nics`, numbered in that order.
     pub fn create_for(path: &Path, nics: &[&str]) -> std::io::Result<Self> {
-        let file = BufWriter::new(File::create(path)?);
-        let mut w = PcapNgWriter::new(file).map_err(io)?;
+        let file = BufWriter::with_capacity(BUFFER_BYTES, File::create(path)?);
+        // Little-endian, which the packet blocks are written in below.
+        let mut w = PcapNgWriter::with_endianness(file, Endianness::Little).map_err(io)?;
         for nic in nics {
             let idb = InterfaceDescriptionBlock {
                 linktype: DataLink::ETHERNET,
@@ -78,7 +89,10 @@ impl Capture {
             w.write_pcapng_block(idb).map_err(io)?;
         }
         Ok(Self {
-            w: Arc::new(Mutex::new(w)),
+            w: Arc::new(Mutex::new(Inner {
+                w,
+                block: Vec::new(),
+            })),
         })
     }
 
@@ -108,33 +122,16 @@ impl Capture {
         frame: &[u8],
         dropped: Option<&str>,
     ) {
-        let data = ethernet(frame);
-        // epb_flags bits 0-1: 01 inbound, 10 outbound.
-        let mut options = vec![EnhancedPacketOption::Flags(match dir {
-            Direction::In => 1,
-            Direction::Out => 2,
-        })];
-        if let Some(why) = dropped {
-            options.push(EnhancedPacketOption::Comment(
-                format!("dropped: {why}").into(),
-            ));
-        }
-        let epb = EnhancedPacketBlock {
-            interface_id: nic,
-            timestamp: ts,
-            original_len: data.len() as u32,
-            data: data.into(),
-            options,
-        };
-        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = w.write_pcapng_block(epb);
+        let mut g = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        let Inner { w, block } = &mut *g;
+        enhanced_packet(block, nic, ts, dir, frame, dropped);
+        let _ = w.get_mut().write_all(block);
     }
 
     /// Writes what is buffered to the file.
     pub fn flush(&self) {
-        use std::io::Write as _;
-        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = w.get_mut().flush();
+        let mut g = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = g.w.get_mut().flush();
     }
 }
 
@@ -159,8 +156,64 @@ fn gid_of(ip: &[u8]) -> Gid {
     }
 }
 
-/// `frame` behind the Ethernet header it has on the wire.
-fn ethernet(frame: &[u8]) -> Vec<u8> {
+/// Builds in `out` the Enhanced Packet Block (pcapng, section 4.3) of
+/// `frame` behind its Ethernet header, little-endian: the block is built by
+/// hand into a reused buffer, as a NIC's hot path wants, rather than
+/// through `pcap_file`'s block types, which allocate for each packet.
+fn enhanced_packet(
+    out: &mut Vec<u8>,
+    nic: u32,
+    ts: Duration,
+    dir: Direction,
+    frame: &[u8],
+    dropped: Option<&str>,
+) {
+    let pad = |n: usize| n.next_multiple_of(4) - n;
+    let eth = ethernet_header(frame);
+    let len = eth.len() + frame.len();
+    let comment = dropped.map(|why| format!("dropped: {why}"));
+    let comment_len = comment.as_ref().map_or(0, |c| 4 + c.len() + pad(c.len()));
+    // Header, data, epb_flags, comment, opt_endofopt, trailing length.
+    let total = 28 + len + pad(len) + 8 + comment_len + 4 + 4;
+    let ns = u64::try_from(ts.as_nanos()).unwrap_or(u64::MAX);
+    out.clear();
+    let u32le = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
+    let u16le = |out: &mut Vec<u8>, v: u16| out.extend_from_slice(&v.to_le_bytes());
+    u32le(out, 6);
+    u32le(out, total as u32);
+    u32le(out, nic);
+    u32le(out, (ns >> 32) as u32);
+    u32le(out, ns as u32);
+    u32le(out, len as u32);
+    u32le(out, len as u32);
+    out.extend_from_slice(&eth);
+    out.extend_from_slice(frame);
+    out.resize(out.len() + pad(len), 0);
+    // epb_flags (code 2), bits 0-1: 01 inbound, 10 outbound.
+    u16le(out, 2);
+    u16le(out, 4);
+    u32le(
+        out,
+        match dir {
+            Direction::In => 1,
+            Direction::Out => 2,
+        },
+    );
+    if let Some(c) = &comment {
+        // opt_comment (code 1).
+        u16le(out, 1);
+        u16le(out, c.len() as u16);
+        out.extend_from_slice(c.as_bytes());
+        out.resize(out.len() + pad(c.len()), 0);
+    }
+    // opt_endofopt.
+    u32le(out, 0);
+    u32le(out, total as u32);
+    debug_assert_eq!(out.len(), total);
+}
+
+/// The Ethernet header `frame` has on the wire.
+fn ethernet_header(frame: &[u8]) -> [u8; 14] {
     let (ethertype, src, dst): (EtherType, &[u8], &[u8]) = match frame.first().map(|b| b >> 4) {
         Some(4) if frame.len() >= 20 => (EtherType::Ipv4, &frame[12..16], &frame[16..20]),
         Some(6) if frame.len() >= 40 => (EtherType::Ipv6, &frame[8..24], &frame[24..40]),
@@ -171,11 +224,8 @@ fn ethernet(frame: &[u8]) -> Vec<u8> {
         src: gid_of(src).roce_mac(),
         ethertype,
     };
-    let mut out = vec![0u8; eth.buffer_len() + frame.len()];
-    eth.emit(&mut EthernetHeader::new_unchecked(
-        &mut out[..eth.buffer_len()],
-    ));
-    out[eth.buffer_len()..].copy_from_slice(frame);
+    let mut out = [0u8; 14];
+    eth.emit(&mut EthernetHeader::new_unchecked(&mut out[..]));
     out
 }
 
@@ -188,10 +238,9 @@ mod tests {
         let mut ip = vec![0x45u8; 20];
         ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
         ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        let e = ethernet(&ip);
+        let e = ethernet_header(&ip);
         assert_eq!(&e[..6], &[2, 0, 10, 0, 0, 2]);
         assert_eq!(&e[6..12], &[2, 0, 10, 0, 0, 1]);
         assert_eq!(&e[12..14], &[0x08, 0x00]);
-        assert_eq!(&e[14..], &ip[..]);
     }
 }

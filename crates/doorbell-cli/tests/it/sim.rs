@@ -582,3 +582,46 @@ fn threads_plot_marks_the_published_figure_it_reproduces() {
     assert!(!body.contains("K19"), "a READ figure on a SEND sweep");
     assert_eq!(&bytes[1..4], b"PNG");
 }
+
+/// The README's pictures are what the commands it names draw today: the
+/// critical path and the trace are re-made and compared byte for byte (the
+/// model and the drawing are deterministic), so a change to either is
+/// seen here and the pictures are made again with the README's commands.
+#[test]
+fn the_readmes_pictures_are_what_its_commands_make() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/pictures");
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &["sim", "--iters", "1", "--bf", "off", "--explain"],
+            "critical-path.png",
+        ),
+        (
+            &[
+                "sim",
+                "--iters",
+                "2",
+                "--postlist",
+                "2",
+                "--signal-every",
+                "2",
+                "--trace",
+            ],
+            "trace-write-8B.json",
+        ),
+    ];
+    for (args, name) in cases {
+        let f = tmp(name);
+        let mut all: Vec<&str> = args.to_vec();
+        all.push(f.to_str().unwrap());
+        let o = doorbell(&all);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let made = std::fs::read(&f).unwrap();
+        let _ = std::fs::remove_file(&f);
+        let committed = std::fs::read(docs.join(name)).unwrap();
+        assert!(
+            made == committed,
+            "docs/pictures/{name} is not what `doorbell {}` makes now: run the README's command again",
+            args.join(" ")
+        );
+    }
+}
