@@ -25,6 +25,8 @@
 #     more rdma_cm client.
 #   - The TCP baselines of the live-speed benchmarks (scripts/bench-tools.sh):
 #     sockperf and iperf3.
+#   - nftables (nft), with which the two-namespace soak has the kernel drop
+#     packets.
 #   - cargo-fuzz (`cargo install cargo-fuzz --locked`, from crates.io) for
 #     the fuzz targets of fuzz/ (scripts/fuzz.sh), which also need rustup's
 #     nightly toolchain (not installed here: the machine has it; a warning
@@ -80,6 +82,7 @@ need_file /usr/include/rdma/rdma_cma.h librdmacm-dev
 need_cmd qperf qperf
 need_cmd sockperf sockperf
 need_cmd iperf3 iperf3
+need_cmd nft nftables
 need_file /usr/lib/python3/dist-packages/pyverbs/__init__.py python3-pyverbs
 need_file /usr/lib/x86_64-linux-gnu/libmlx5.so.1 ibverbs-providers
 need_file /usr/lib/x86_64-linux-gnu/libefa.so.1 ibverbs-providers

@@ -35,6 +35,8 @@ pub const PROVIDER_VAR: &str = "DOORBELL_PROVIDER";
 pub const PCAP_VAR: &str = "DOORBELL_PCAP";
 /// The variable for `--trace`.
 pub const TRACE_VAR: &str = "DOORBELL_TRACE";
+/// The variable for `--faults`.
+pub const FAULTS_VAR: &str = "DOORBELL_FAULTS";
 /// The variable for `--hif-log`.
 pub const HIF_LOG_VAR: &str = "DOORBELL_HIF_LOG";
 
@@ -79,6 +81,18 @@ pub struct EnvArgs {
     /// (sets DOORBELL_TRACE).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<OsString>,
+    /// Random faults on every frame the NIC sends, to try a program under
+    /// loss (sets DOORBELL_FAULTS): comma-separated loss=P, dup=P,
+    /// reorder=P, corrupt=P (probabilities per frame), delay_us=N and
+    /// seed=N, e.g. loss=0.02,reorder=0.01,seed=7.
+    #[arg(long, value_name = "SPEC", value_parser = parse_faults)]
+    pub faults: Option<String>,
+}
+
+fn parse_faults(s: &str) -> Result<String, String> {
+    doorbell_rt::process::parse_faults(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// `doorbell run`: the settings, then the program and its arguments.
@@ -224,6 +238,9 @@ pub fn settings(args: &EnvArgs) -> Result<Vec<(&'static str, OsString)>> {
     }
     if let Some(f) = &args.trace {
         vars.push((TRACE_VAR, f.clone()));
+    }
+    if let Some(f) = &args.faults {
+        vars.push((FAULTS_VAR, f.into()));
     }
     if let Some(f) = &args.pcap {
         vars.push((PCAP_VAR, f.clone()));

@@ -62,7 +62,7 @@ pub const AUTO_FIRST: [u8; 4] = [127, 0, 0, 2];
 pub const AUTO_LAST_HOST: u8 = 254;
 
 /// How the process's NIC is set up: its device name and address.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProcessNicConfig {
     /// The device name (`ibv_get_device_name`): 1 to 63 bytes, without
     /// `/` or NUL.
@@ -88,6 +88,10 @@ pub struct ProcessNicConfig {
     /// ([`Self::TRACE_VAR`]; [`crate::NicOptions::trace`]): the NIC
     /// records one when this is set.
     pub trace: Option<std::path::PathBuf>,
+    /// Random faults on every frame the NIC sends ([`Self::FAULTS_VAR`];
+    /// [`crate::Faults`]): to try a program under loss, reordering,
+    /// duplication and corruption.
+    pub faults: Option<crate::Faults>,
 }
 
 /// When the port's link goes down after the NIC starts, and for how long
@@ -112,6 +116,7 @@ impl Default for ProcessNicConfig {
             udp_gso: true,
             pcap: None,
             trace: None,
+            faults: None,
         }
     }
 }
@@ -136,6 +141,12 @@ impl ProcessNicConfig {
     /// The variable naming a file for the NIC's timeline (Chrome
     /// trace-event JSON); unset or empty: none.
     pub const TRACE_VAR: &'static str = "DOORBELL_TRACE";
+    /// The variable that puts random faults on the frames the NIC sends:
+    /// comma-separated `loss=P`, `dup=P`, `reorder=P`, `corrupt=P` (each a
+    /// probability per frame, together at most 1), `delay_us=N` (the longest
+    /// hold of a reordered frame, default 200) and `seed=N` (default 1),
+    /// e.g. `loss=0.02,reorder=0.01,seed=7`; unset or empty: none.
+    pub const FAULTS_VAR: &'static str = "DOORBELL_FAULTS";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -191,6 +202,11 @@ impl ProcessNicConfig {
         let trace = get(Self::TRACE_VAR)
             .filter(|v| !v.is_empty())
             .map(std::path::PathBuf::from);
+        let faults = match get(Self::FAULTS_VAR) {
+            None => None,
+            Some(v) if v.is_empty() => None,
+            Some(v) => Some(parse_faults(&v.to_string_lossy())?),
+        };
         Ok(Self {
             name,
             addr,
@@ -199,6 +215,7 @@ impl ProcessNicConfig {
             udp_gso,
             pcap,
             trace,
+            faults,
         })
     }
 
@@ -216,6 +233,54 @@ impl ProcessNicConfig {
         }
         Ok(())
     }
+}
+
+/// [`ProcessNicConfig::FAULTS_VAR`]'s value.
+pub fn parse_faults(value: &str) -> Result<crate::Faults, ProcessNicError> {
+    let bad = |why: String| ProcessNicError::BadFaults {
+        var: ProcessNicConfig::FAULTS_VAR,
+        value: value.to_owned(),
+        why,
+    };
+    let mut f = crate::Faults::new(1);
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (key, v) = item
+            .split_once('=')
+            .ok_or_else(|| bad(format!("{item:?} is not KEY=VALUE")))?;
+        let p = || -> Result<f64, ProcessNicError> {
+            let p: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("{key}={v:?} is not a number")))?;
+            if (0.0..=1.0).contains(&p) {
+                Ok(p)
+            } else {
+                Err(bad(format!("{key}={v} is not a probability (0 to 1)")))
+            }
+        };
+        let n = || -> Result<u64, ProcessNicError> {
+            v.trim()
+                .parse()
+                .map_err(|_| bad(format!("{key}={v:?} is not a whole number")))
+        };
+        match key.trim() {
+            "loss" => f.loss = p()?,
+            "dup" | "duplicate" => f.duplicate = p()?,
+            "reorder" => f.reorder = p()?,
+            "corrupt" => f.corrupt = p()?,
+            "seed" => f.seed = n()?,
+            "delay_us" => f.max_delay = doorbell_types::Duration::from_us(n()?),
+            other => {
+                return Err(bad(format!(
+                    "unknown key {other:?} (loss, dup, reorder, corrupt, delay_us, seed)"
+                )));
+            }
+        }
+    }
+    if f.loss + f.duplicate + f.reorder + f.corrupt > 1.0 {
+        return Err(bad("the probabilities add up to more than 1".into()));
+    }
+    Ok(f)
 }
 
 fn parse_link_down(value: &str) -> Result<LinkDown, ProcessNicError> {
@@ -288,6 +353,16 @@ pub enum ProcessNicError {
         value: String,
     },
     /// An on/off setting that is neither on nor off.
+    #[error("{var}={value:?}: {why}")]
+    BadFaults {
+        /// The variable, [`ProcessNicConfig::FAULTS_VAR`].
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A switch variable is neither on nor off.
     #[error("{var}={value:?}: expected 1 or on (the default), or 0 or off")]
     BadSwitch {
         /// The variable ([`ProcessNicConfig::SHM_VAR`] or
@@ -347,6 +422,7 @@ impl ProcessNicError {
             Self::BadAddr { .. }
             | Self::BadName { .. }
             | Self::BadLinkDown { .. }
+            | Self::BadFaults { .. }
             | Self::BadSwitch { .. } => libc::EINVAL,
             Self::AddressInUse { .. } | Self::NoFreeAddress { .. } => libc::EADDRINUSE,
             Self::AtFork { errno } => *errno,
@@ -560,6 +636,14 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
             udp_gso: cfg.udp_gso,
             pcap: cfg.pcap.clone(),
             trace: cfg.trace.is_some(),
+            relay_queue: cfg
+                .faults
+                .as_ref()
+                .map_or(crate::fault::DEFAULT_QUEUE_LIMIT, |f| f.queue_limit),
+            faults: cfg
+                .faults
+                .clone()
+                .map(|f| Box::new(crate::RandomFaults::new(f)) as Box<dyn crate::FaultPolicy>),
             ..NicOptions::default()
         };
         let started = {

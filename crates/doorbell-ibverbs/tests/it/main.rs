@@ -20,4 +20,5 @@ mod library;
 mod loader;
 mod perftest;
 mod pyverbs;
+mod soak;
 mod symbols;

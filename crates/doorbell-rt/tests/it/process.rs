@@ -43,6 +43,7 @@ fn cfg(name: &str) -> ProcessNicConfig {
         udp_gso: true,
         pcap: None,
         trace: None,
+        faults: None,
     }
 }
 
@@ -211,6 +212,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         udp_gso: true,
         pcap: None,
         trace: None,
+        faults: None,
     };
     let e = ProcessNic::acquire(&fixed).unwrap_err();
     assert_eq!(e, ProcessNicError::AddressInUse { addr: taken });
@@ -238,6 +240,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         udp_gso: true,
         pcap: None,
         trace: None,
+        faults: None,
     };
     let e = ProcessNic::acquire(&foreign).unwrap_err();
     assert!(
@@ -276,8 +279,34 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
             udp_gso: true,
             pcap: None,
             trace: None,
+            faults: None,
         }
     );
+    let f = get(&[(
+        "DOORBELL_FAULTS",
+        "loss=0.05, dup=0.01,reorder=0.02,corrupt=0.001,seed=7,delay_us=50",
+    )])
+    .unwrap()
+    .faults
+    .unwrap();
+    assert_eq!(
+        (f.loss, f.duplicate, f.reorder, f.corrupt, f.seed),
+        (0.05, 0.01, 0.02, 0.001, 7)
+    );
+    assert_eq!(f.max_delay, doorbell_types::Duration::from_us(50));
+    for bad in [
+        "loss",
+        "loss=2",
+        "loss=x",
+        "drop=0.1",
+        "loss=0.6,dup=0.6",
+        "seed=-1",
+    ] {
+        let e = ProcessNicConfig::from_lookup(|k| (k == "DOORBELL_FAULTS").then(|| bad.into()))
+            .unwrap_err();
+        assert!(e.to_string().starts_with("DOORBELL_FAULTS="), "{bad}: {e}");
+        assert_eq!(e.errno(), libc::EINVAL);
+    }
     assert_eq!(
         get(&[("DOORBELL_TRACE", "/tmp/t.json")]).unwrap().trace,
         Some("/tmp/t.json".into())
