@@ -1,4 +1,8 @@
 //! Completion queues: CQE write-back, overrun detection and arming.
+//!
+//! A CQE never overwrites one the consumer has not polled (as the doorbell
+//! record's consumer index says): a CQ that would overrun goes to the
+//! error state for good instead, and drops that CQE and every later one.
 
 use doorbell_host::PAGE_SIZE;
 use doorbell_layout::cqe::{CQE_LEN, Cqe64, CqeOpcode, owner_for};
@@ -23,6 +27,9 @@ pub(crate) struct Cq {
     armed: Option<bool>,
     /// Number of QPs using this CQ.
     pub(crate) users: u32,
+    /// The CQ overran (or its buffer was unreachable): it is in the error
+    /// state for good, and takes no more CQEs.
+    error: bool,
 }
 
 /// Result of writing one CQE.
@@ -30,7 +37,8 @@ pub(crate) struct Cq {
 pub(crate) enum CqeWrite {
     /// Written; `event` says whether a completion event is due.
     Written { event: bool },
-    /// The CQ is full: the CQE was dropped and the CQ is in error.
+    /// The CQ is full: the CQE was dropped and the CQ is now in error;
+    /// or it already was, and the CQE was dropped without a DMA.
     Overrun,
     /// The DMA failed.
     DmaFault,
@@ -45,11 +53,17 @@ impl Cq {
             ci: 0,
             armed: None,
             users: 0,
+            error: false,
         }
     }
 
     pub(crate) fn uar(&self) -> UarIndex {
         self.p.uar
+    }
+
+    /// Whether the CQ is in the error state (it overran).
+    pub(crate) fn is_error(&self) -> bool {
+        self.error
     }
 
     fn slot_addr(&self, index: u32) -> Option<HostAddr> {
@@ -70,6 +84,9 @@ impl Cq {
         fill: impl FnOnce(&mut Cqe64<&mut [u8]>),
     ) -> CqeWrite {
         let tag = DmaTag::new(qpn, DmaPurpose::Cqe);
+        if self.error {
+            return CqeWrite::Overrun;
+        }
         if self.pi.wrapping_sub(self.ci) >= self.ncqe {
             // Looks full: refresh the consumer index from the doorbell record.
             // Only the consumer-index word is read, into its place in a
@@ -85,9 +102,15 @@ impl Cq {
                     let back = self.pi.wrapping_sub(ci24) & 0x00ff_ffff;
                     self.ci = self.pi.wrapping_sub(back);
                 }
-                _ => return CqeWrite::DmaFault,
+                _ => {
+                    self.error = true;
+                    return CqeWrite::DmaFault;
+                }
             }
             if self.pi.wrapping_sub(self.ci) >= self.ncqe {
+                // Never over a CQE the consumer has not polled: the CQ
+                // goes to error instead (the PRM's CQ overrun).
+                self.error = true;
                 return CqeWrite::Overrun;
             }
         }
@@ -95,12 +118,13 @@ impl Cq {
         let mut cqe = Cqe64::new_unchecked(&mut buf[..]);
         fill(&mut cqe);
         cqe.set_op_own(opcode, solicited, owner_for(self.pi, self.ncqe));
-        let Some(addr) = self.slot_addr(self.pi) else {
-            return CqeWrite::DmaFault;
-        };
         // One DMA write whose last byte is op_own: the consumer never sees
         // the owner bit before the body.
-        if !dma_write(dma, t, tag, addr, &buf) {
+        let written = self
+            .slot_addr(self.pi)
+            .is_some_and(|addr| dma_write(dma, t, tag, addr, &buf));
+        if !written {
+            self.error = true;
             return CqeWrite::DmaFault;
         }
         self.pi = self.pi.wrapping_add(1);

@@ -15,6 +15,10 @@ use crate::qp::Qp;
 /// timestamp is the device's time when it starts the write, in ticks of
 /// [`doorbell_hif::CORE_CLOCK_KHZ`]; it carries the QP's user index in
 /// `srqn_uidx`, as mlx5 hardware does for a context of CQE version 1.
+///
+/// A CQE the CQ cannot take (it overran, or is in error since it did) is
+/// lost: the CQ error event is raised once, and `ctx.cqe_lost` tells the
+/// caller to move `qp` to the error state.
 pub(crate) fn write_cqe<D: Dma>(
     ctx: &mut Ctx<'_, D>,
     qp: &Qp,
@@ -26,6 +30,7 @@ pub(crate) fn write_cqe<D: Dma>(
     let Some(cq) = ctx.cqs.get_mut(&cqn) else {
         return;
     };
+    let was_error = cq.is_error();
     ctx.t = ctx.t.add(ctx.cfg.timing.cqe);
     ctx.busy = ctx.busy.add(ctx.cfg.timing.cqe);
     let stamp = ctx.t.as_ps() / (1_000_000_000 / doorbell_hif::CORE_CLOCK_KHZ);
@@ -38,7 +43,14 @@ pub(crate) fn write_cqe<D: Dma>(
     match cq.write(ctx.dma, &mut ctx.t, qp.qpn, opcode, solicited, fill) {
         CqeWrite::Written { event: true } => ctx.raise(NicEvent::Completion(cqn)),
         CqeWrite::Written { event: false } => {}
-        CqeWrite::Overrun | CqeWrite::DmaFault => ctx.raise(NicEvent::CqError(cqn)),
+        CqeWrite::Overrun | CqeWrite::DmaFault => {
+            // One CQ error event, when the CQ goes to error; the QP whose
+            // completion was lost goes to error too (`Ctx::cqe_lost`).
+            ctx.cqe_lost = true;
+            if !was_error {
+                ctx.raise(NicEvent::CqError(cqn));
+            }
+        }
     }
 }
 

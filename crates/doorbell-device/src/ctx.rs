@@ -29,6 +29,10 @@ pub(crate) struct Ctx<'a, D: Dma> {
     pub(crate) srqs: &'a mut BTreeMap<Srqn, Srq>,
     pub(crate) out: &'a mut Outputs,
     pub(crate) cfg: &'a NicConfig,
+    /// A CQE of this work's QP was lost (its CQ overran or is in error):
+    /// the QP goes to the error state once the engine returns, with
+    /// [`NicEvent::QpFatal`], as an mlx5 QP does whose CQ overran.
+    pub(crate) cqe_lost: bool,
 }
 
 impl<D: Dma> Ctx<'_, D> {

@@ -134,6 +134,7 @@ macro_rules! ctx {
             srqs: &mut $self.srqs,
             out: &mut $self.out,
             cfg: &$self.cfg,
+            cqe_lost: false,
         }
     };
 }
@@ -151,7 +152,8 @@ fn acquire_pu(pus: &mut [Instant], now: Instant) -> (usize, Instant) {
 }
 
 /// Acts on what an engine returned: runs the send engine if asked, and
-/// turns a fault into the error state.
+/// turns a fault, or a completion its CQ could not take, into the error
+/// state.
 fn settle<D: Dma>(qp: &mut Qp, r: Outcome<Then>, ctx: &mut Ctx<'_, D>) {
     let r = match r {
         Ok(Then::Pump) => send::pump(qp, ctx),
@@ -160,6 +162,10 @@ fn settle<D: Dma>(qp: &mut Qp, r: Outcome<Then>, ctx: &mut Ctx<'_, D>) {
     };
     if let Err(f) = r {
         complete::fault(qp, f, ctx);
+    }
+    if std::mem::take(&mut ctx.cqe_lost) {
+        complete::fault(qp, fault::Fault::Qp, ctx);
+        ctx.cqe_lost = false;
     }
 }
 

@@ -19,13 +19,18 @@ pub(crate) enum KeyError {
     OutOfBounds,
 }
 
+/// Indices an mkey has room for (24 bits).
+const MKEY_INDICES: usize = 1 << 24;
+
 struct Entry {
     variant: u8,
     p: MkeyParams,
 }
 
 /// The mkey table. Index 0 is never used and index 1 with variant 0 is the
-/// reserved scatter terminator, so allocation starts at 2.
+/// reserved scatter terminator, so allocation starts at 2; `max` keys can
+/// be made (the `max_mkeys` the device reports), at most as many as the
+/// 24-bit index leaves after those two.
 pub(crate) struct MkeyTable {
     entries: Vec<Option<Entry>>,
     next_variant: u8,
@@ -47,7 +52,7 @@ impl MkeyTable {
             Some(i) => i,
             None => {
                 let i = self.entries.len().max(2);
-                if i >= self.max {
+                if i - 2 >= self.max || i >= MKEY_INDICES {
                     return None;
                 }
                 self.entries.resize_with(i + 1, || None);

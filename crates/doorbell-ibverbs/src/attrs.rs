@@ -50,10 +50,18 @@ pub(crate) fn device_attr_of(ctx: &Context, guid: u64) -> ibv_device_attr {
     a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
     a.max_sge = clamp(caps.max_rq_desc_sz / 16);
     a.max_sge_rd = a.max_sge;
-    a.max_cq = 1 << 24;
+    a.max_cq = clamp(doorbell_types::Cqn::MAX);
     a.max_cqe = clamp(caps.max_cqe - 1);
-    a.max_mr = clamp(caps.max_mkeys);
+    // The device's keys, less the two indices no key gets (0 and the
+    // scatter terminator's) where the 24-bit index is what limits them.
+    a.max_mr = clamp(caps.max_mkeys.min((1 << 24) - 2));
     a.max_pd = clamp(caps.max_pd);
+    // SRQs as the device numbers them (1 to Srqn::MAX); a ring of at least
+    // max_wr + 1 WQEs within max_recv_wr; a WQE of a next segment and data
+    // segments within max_rq_desc_sz, as mlx5 reports them.
+    a.max_srq = clamp(doorbell_types::Srqn::MAX);
+    a.max_srq_wr = clamp(caps.max_recv_wr.saturating_sub(1));
+    a.max_srq_sge = clamp((caps.max_rq_desc_sz / 16).saturating_sub(1));
     a.max_qp_rd_atom = c_int::from(caps.max_rd_atomic);
     a.max_res_rd_atom = a.max_qp_rd_atom * a.max_qp;
     a.max_qp_init_rd_atom = a.max_qp_rd_atom;

@@ -166,7 +166,13 @@ impl LoopbackLink {
     /// A NIC named `name` at `ipv4` over fresh host memory, with the default
     /// PCIe link.
     pub fn new(name: &str, ipv4: [u8; 4]) -> Self {
-        Self::build(name, ipv4, None)
+        Self::build(name, NicConfig::new(ipv4), None)
+    }
+
+    /// As [`LoopbackLink::new`], for a NIC of `cfg` (at `cfg.ipv4`): other
+    /// capabilities, such as small tables to run out of.
+    pub fn with_config(name: &str, cfg: NicConfig) -> Self {
+        Self::build(name, cfg, None)
     }
 
     /// As [`LoopbackLink::new`], with `policy` deciding the fate of every
@@ -174,12 +180,12 @@ impl LoopbackLink {
     /// at most [`DEFAULT_QUEUE_LIMIT`] delayed frames wait at once.
     pub fn with_faults(name: &str, ipv4: [u8; 4], policy: impl FaultPolicy + 'static) -> Self {
         let stage = FaultStage::new(Box::new(policy), DEFAULT_QUEUE_LIMIT);
-        Self::build(name, ipv4, Some(stage))
+        Self::build(name, NicConfig::new(ipv4), Some(stage))
     }
 
-    fn build(name: &str, ipv4: [u8; 4], faults: Option<FaultStage<Vec<u8>>>) -> Self {
+    fn build(name: &str, cfg: NicConfig, faults: Option<FaultStage<Vec<u8>>>) -> Self {
         let mem: Arc<dyn HostMemory> = Arc::new(HostRam::new());
-        let cfg = NicConfig::new(ipv4);
+        let ipv4 = cfg.ipv4;
         let gid = cfg.gid();
         // The kernel's part of bringing the device up: its event queues.
         // Without them events would stay in the NIC.

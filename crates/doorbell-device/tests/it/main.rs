@@ -7,6 +7,7 @@
 #![allow(missing_docs, unreachable_pub)]
 
 mod acks;
+mod exhaust;
 mod mkey;
 mod records;
 mod zero_length;

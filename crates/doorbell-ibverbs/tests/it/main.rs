@@ -14,6 +14,7 @@ mod c_probe;
 mod clients;
 mod conformance;
 mod consts;
+mod exhaust;
 mod hosted;
 mod layout;
 mod library;

@@ -8,6 +8,7 @@ mod counters;
 mod data;
 mod errors;
 mod events;
+mod exhaust;
 mod isolation;
 mod net;
 mod one_way;
