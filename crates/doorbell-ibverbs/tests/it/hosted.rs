@@ -57,7 +57,13 @@ fn an_unknown_provider_is_named_in_the_error() {
 fn pingpong(tool: &str, net: u8, port: u16, args: &[&str]) -> [(Output, Value); 2] {
     let port = (port + (std::process::id() % 1000) as u16).to_string();
     let dir = lib_dir().parent().expect("lib dir has a parent").to_owned();
-    let stats = |who: &str| dir.join(format!("hosted-{tool}-{who}-{}.json", std::process::id()));
+    // Two tests may run the same tool at once: the net tells them apart.
+    let stats = |who: &str| {
+        dir.join(format!(
+            "hosted-{tool}-{net}-{who}-{}.json",
+            std::process::id()
+        ))
+    };
     let start = |who: &str, host: u8, peer: Option<&str>| {
         let mut c = hosted(tool, &addr(net, host));
         c.args(["-d", "doorbell0", "-g", "0", "-p", &port])
