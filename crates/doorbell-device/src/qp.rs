@@ -11,7 +11,8 @@ use doorbell_types::{HostAddr, Instant, Qpn};
 use crate::dma::page_runs;
 use crate::timer::Timer;
 use crate::wq::{Inbound, RecvQueue, SendQueue};
-use doorbell_hif::{CmdError, QpAttrs, QpParams, QpState, check_modify};
+use doorbell_hif::{CmdError, QpAttrs, QpParams, QpState, QpType, check_modify};
+use doorbell_wire::{Gid, RoceIp};
 
 /// Everything the device keeps for one QP.
 pub(crate) struct Qp {
@@ -125,6 +126,26 @@ impl Qp {
     pub(crate) fn recv_counter_addr(&self) -> Option<(HostAddr, std::ops::Range<usize>)> {
         let word = dbr::field::WORD0;
         Some((self.p.dbr_addr.checked_add(word.start as u64)?, word))
+    }
+
+    /// True if a packet from `src` may reach this QP. A connected QP (RC,
+    /// UC) takes packets only from the port its path names (IBTA Vol 1
+    /// §9.6, packet header validation; rxe's `check_addr` does the same):
+    /// a packet from any other address is silently dropped, before its PSN
+    /// or opcode is looked at. UD QPs, and connected QPs with no path yet
+    /// (RESET, INIT), take any source.
+    pub(crate) fn is_from_peer(&self, src: &RoceIp) -> bool {
+        let Some(av) = self.attrs.av else {
+            return true;
+        };
+        if !matches!(self.p.qp_type, QpType::Rc | QpType::Uc) {
+            return true;
+        }
+        let peer = Gid::new(av.dgid);
+        match *src {
+            RoceIp::V4 { src, .. } => peer.to_ipv4() == Some(src),
+            RoceIp::V6 { src, .. } => peer.octets() == src,
+        }
     }
 }
 

@@ -30,6 +30,9 @@ use crate::wq::{RecvInProgress, RecvWqe, WriteInProgress};
 /// Bytes of the GRH area a UD receive buffer starts with.
 const GRH_LEN: usize = 40;
 
+/// The transport bits of a BTH opcode (reference A.2): 000 for RC.
+const RC_TRANSPORT_MASK: u8 = 0xe0;
+
 fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
     let Some(dst) = peer_ip(qp) else { return };
     let bth = BthRepr::new(BthOpcode::RcAck, qp.attrs.dest_qpn.unwrap_or_default(), psn);
@@ -85,11 +88,17 @@ pub(crate) fn handle_request<D: Dma>(
     payload: &[u8],
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
+    if !qp.is_from_peer(&repr.ip) {
+        ctx.out.counters.rx_dropped += 1;
+        return Ok(());
+    }
     match qp.p.qp_type {
         QpType::Ud => ud_receive(qp, repr, ip_header, payload, ctx),
         QpType::Uc => uc_request(qp, repr, payload, ctx),
-        // A packet of another transport is silently dropped.
-        QpType::Rc if repr.bth.opcode.is_uc() => {
+        // A packet of another transport (UC, UD, a CNP) is silently
+        // dropped, as the opcode check of IBTA Vol 1 §9.6 says: the top
+        // three bits of an RC opcode are 000.
+        QpType::Rc if u8::from(repr.bth.opcode) & RC_TRANSPORT_MASK != 0 => {
             ctx.out.counters.rx_dropped += 1;
             Ok(())
         }
@@ -473,6 +482,9 @@ fn rc_request<D: Dma>(
         RequestPsn::Duplicate => return duplicate(qp, repr, ctx),
         RequestPsn::Expected => {}
     }
+    if !fits_path_mtu(bth.opcode, payload.len(), qp.mtu()) {
+        return nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
+    }
     use BthOpcode::*;
     match bth.opcode {
         RcSendFirst
@@ -490,6 +502,23 @@ fn rc_request<D: Dma>(
         RcRdmaReadRequest => inbound_read(qp, repr, ctx, true),
         RcCompareSwap | RcFetchAdd => inbound_atomic(qp, repr, ctx),
         _ => nak_fatal(qp, ctx, psn, NakCode::InvalidRequest),
+    }
+}
+
+/// The responder's length check against the path MTU (IBTA Vol 1 §9.7.4,
+/// responder behaviour; rxe's `check_length`): a First or Middle packet
+/// carries exactly one PMTU of payload, a Last between one byte and one
+/// PMTU, an Only at most one PMTU. A packet that does not is an invalid
+/// request (a class C error: NAK, and the QP goes to ERR).
+fn fits_path_mtu(op: BthOpcode, len: usize, mtu: u32) -> bool {
+    use BthOpcode::*;
+    let mtu = mtu as usize;
+    match op {
+        RcSendFirst | RcSendMiddle | RcRdmaWriteFirst | RcRdmaWriteMiddle => len == mtu,
+        RcSendLast | RcSendLastWithImmediate | RcRdmaWriteLast | RcRdmaWriteLastWithImmediate => {
+            (1..=mtu).contains(&len)
+        }
+        _ => len <= mtu,
     }
 }
 

@@ -93,7 +93,10 @@ pub(crate) fn handle_response<D: Dma>(
     payload: &[u8],
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome<Then> {
-    if qp.p.qp_type != QpType::Rc || !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+    if qp.p.qp_type != QpType::Rc
+        || !matches!(qp.state, QpState::Rts | QpState::Sqd)
+        || !qp.is_from_peer(&repr.ip)
+    {
         ctx.out.counters.rx_dropped += 1;
         return Ok(Then::Done);
     }
@@ -103,6 +106,15 @@ pub(crate) fn handle_response<D: Dma>(
             let Some(aeth) = repr.ext.aeth else {
                 return Ok(Then::Done);
             };
+            // A NAK names the request it refuses, one sent and not yet
+            // acknowledged; any other is a ghost, forged or stale, and is
+            // dropped without acting on it (IBTA Vol 1 §9.7: a response
+            // whose PSN names no outstanding request is silently dropped;
+            // rxe's completer drops those behind the oldest unacked PSN).
+            let unacked = !psn.precedes(qp.req.una()) && psn.precedes(qp.req.high_psn());
+            if !matches!(aeth.syndrome, AethSyndrome::Ack { .. }) && !unacked {
+                return Ok(Then::Done);
+            }
             match aeth.syndrome {
                 AethSyndrome::Ack { .. } => {
                     note_ack(qp, psn, ctx);
@@ -180,8 +192,9 @@ fn psn_seq_nak<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> Outcome {
 
 fn atomic_ack<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) -> Outcome {
     let psn = repr.bth.psn;
-    // Everything before the atomic is implicitly acknowledged.
-    if !note_ack(qp, prev(psn), ctx) {
+    // Everything before the atomic is implicitly acknowledged, if the
+    // atomic's PSN was sent at all.
+    if !psn.precedes(qp.req.high_psn()) || !note_ack(qp, prev(psn), ctx) {
         return Ok(());
     }
     let Some(orig) = repr.ext.atomic_ack_eth.map(|a| a.orig) else {
@@ -220,7 +233,9 @@ fn read_response<D: Dma>(
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
     let psn = repr.bth.psn;
-    if !note_ack(qp, prev(psn), ctx) {
+    // A response at a PSN never sent answers no READ: a ghost, which must
+    // not acknowledge what came before it either.
+    if !psn.precedes(qp.req.high_psn()) || !note_ack(qp, prev(psn), ctx) {
         return Ok(());
     }
     let mtu = u64::from(qp.mtu());

@@ -9,6 +9,7 @@ mod data;
 mod errors;
 mod events;
 mod exhaust;
+mod hostile;
 mod isolation;
 mod net;
 mod one_way;
