@@ -327,6 +327,37 @@ fn blank_wc() -> Wc {
     Wc::default()
 }
 
+/// Polls `cq` into `wc` on `core`: charges the poll's cost to the core and
+/// records the poll on the timeline, if one is kept. Returns the
+/// completions taken and the core's time after the poll.
+fn poll_charged(
+    world: &mut World,
+    costs: &Costs,
+    core: usize,
+    cq: &Cq,
+    wc: &mut [Wc],
+) -> (usize, Instant) {
+    let n = cq.poll(wc).unwrap_or(0);
+    let cost = if n == 0 {
+        costs.poll_empty
+    } else {
+        costs.poll_cqe.mul(n as u32)
+    };
+    let (from, to) = {
+        let mut cpu = lock(&world.cpu);
+        let from = cpu.t[core];
+        cpu.charge(core, cost);
+        (from, cpu.t[core])
+    };
+    if let Some(tl) = &mut world.timeline
+        && n > 0
+    {
+        let wcs = wc[..n].iter().map(|w| (w.qp_num, w.wr_id)).collect();
+        tl.record_poll(core, from, to, wcs);
+    }
+    (n, to)
+}
+
 /// Records `post_send` call `seq` of `wrs` on `qpn`, which started at
 /// `start` on `core`, if a timeline is recorded.
 fn note_post(
@@ -862,24 +893,7 @@ impl Run {
             }
         }
         loop {
-            let n = cq.poll(&mut wc).unwrap_or(0);
-            let cost = if n == 0 {
-                self.costs.poll_empty
-            } else {
-                self.costs.poll_cqe.mul(n as u32)
-            };
-            let (from, to) = {
-                let mut cpu = lock(&self.world.cpu);
-                let from = cpu.t[core];
-                cpu.charge(core, cost);
-                (from, cpu.t[core])
-            };
-            if let Some(tl) = &mut self.world.timeline
-                && n > 0
-            {
-                let wcs = wc[..n].iter().map(|w| (w.qp_num, w.wr_id)).collect();
-                tl.record_poll(core, from, to, wcs);
-            }
+            let (n, _) = poll_charged(&mut self.world, &self.costs, core, cq, &mut wc);
             for w in &wc[..n] {
                 if w.status != WcStatus::Success && w.status != WcStatus::WrFlushErr {
                     self.error = Some(w.status);
@@ -935,24 +949,7 @@ impl Run {
             else {
                 return;
             };
-            let n = cq.poll(&mut wc).unwrap_or(0);
-            let cost = if n == 0 {
-                self.costs.poll_empty
-            } else {
-                self.costs.poll_cqe.mul(n as u32)
-            };
-            let (from, now) = {
-                let mut cpu = lock(&self.world.cpu);
-                let from = cpu.t[core];
-                cpu.charge(core, cost);
-                (from, cpu.t[core])
-            };
-            if let Some(tl) = &mut self.world.timeline
-                && n > 0
-            {
-                let wcs = wc[..n].iter().map(|w| (w.qp_num, w.wr_id)).collect();
-                tl.record_poll(core, from, now, wcs);
-            }
+            let (n, now) = poll_charged(&mut self.world, &self.costs, core, cq, &mut wc);
             for w in &wc[..n] {
                 if w.status != WcStatus::Success {
                     self.error.get_or_insert(w.status);

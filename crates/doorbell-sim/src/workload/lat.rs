@@ -17,7 +17,7 @@ use doorbell_verbs::{
 };
 use serde::Serialize;
 
-use super::{Kind, Op, Run, Thread, Workload, blank_wc, note_post};
+use super::{Kind, Op, Run, Thread, Workload, blank_wc, note_post, poll_charged};
 use crate::world::{Ev, lock};
 
 /// perftest's test type.
@@ -320,24 +320,7 @@ impl Run {
                 }
                 p.arrived = expected;
             } else if !(p.phase == Phase::Peer && p.arrived >= expected) {
-                let n = p.cq.poll(&mut wc).unwrap_or(0);
-                let cost = if n == 0 {
-                    self.costs.poll_empty
-                } else {
-                    self.costs.poll_cqe.mul(n as u32)
-                };
-                let (from, to) = {
-                    let mut cpu = lock(&self.world.cpu);
-                    let from = cpu.t[core];
-                    cpu.charge(core, cost);
-                    (from, cpu.t[core])
-                };
-                if let Some(tl) = &mut self.world.timeline
-                    && n > 0
-                {
-                    let wcs = wc[..n].iter().map(|w| (w.qp_num, w.wr_id)).collect();
-                    tl.record_poll(core, from, to, wcs);
-                }
+                let (n, _) = poll_charged(&mut self.world, &self.costs, core, &p.cq, &mut wc);
                 for w in &wc[..n] {
                     if w.status != WcStatus::Success {
                         self.error.get_or_insert(w.status);
