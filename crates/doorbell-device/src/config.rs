@@ -137,6 +137,29 @@ pub struct NicCounters {
     pub req_rnr_retries_exceeded: u64,
     /// Responder: RDMA WRITE requests executed (`rx_write_requests`).
     pub rx_write_requests: u64,
+    /// Responder: requests NAKed with a remote access error: a bad rkey,
+    /// an address outside the MR, an access the MR does not grant
+    /// (`resp_remote_access_errors`).
+    pub resp_remote_access_errors: u64,
+    /// Responder: messages longer than the receive WQE's buffers
+    /// (`resp_local_length_error`).
+    pub resp_local_length_error: u64,
+    /// Requester: remote access error NAKs received
+    /// (`req_remote_access_errors`).
+    pub req_remote_access_errors: u64,
+    /// Requester: invalid request NAKs received
+    /// (`req_remote_invalid_request`).
+    pub req_remote_invalid_request: u64,
+    /// Send-side CQEs written with an error other than a flush
+    /// (`req_cqe_error`).
+    pub req_cqe_error: u64,
+    /// Send-side CQEs flushed by a QP in error (`req_cqe_flush_error`).
+    pub req_cqe_flush_error: u64,
+    /// Receive-side CQEs written with an error other than a flush
+    /// (`resp_cqe_error`).
+    pub resp_cqe_error: u64,
+    /// Receive-side CQEs flushed by a QP in error (`resp_cqe_flush_error`).
+    pub resp_cqe_flush_error: u64,
     /// Responder: RDMA READ requests executed, duplicates included
     /// (`rx_read_requests`).
     pub rx_read_requests: u64,
@@ -165,7 +188,7 @@ pub struct NicCounters {
 impl NicCounters {
     /// The counters the kernel's mlx5 driver also has, under its names (as
     /// `/sys/class/infiniband/*/ports/1/hw_counters/*` shows them).
-    pub fn hw_counters(&self) -> [(&'static str, u64); 13] {
+    pub fn hw_counters(&self) -> [(&'static str, u64); 21] {
         [
             ("duplicate_request", self.duplicate_request),
             ("implied_nak_seq_err", self.implied_nak_seq_err),
@@ -173,11 +196,22 @@ impl NicCounters {
             ("out_of_buffer", self.out_of_buffer),
             ("out_of_sequence", self.out_of_sequence),
             ("packet_seq_err", self.packet_seq_err),
+            ("req_cqe_error", self.req_cqe_error),
+            ("req_cqe_flush_error", self.req_cqe_flush_error),
+            ("req_remote_access_errors", self.req_remote_access_errors),
+            (
+                "req_remote_invalid_request",
+                self.req_remote_invalid_request,
+            ),
             ("req_rnr_retries_exceeded", self.req_rnr_retries_exceeded),
             (
                 "req_transport_retries_exceeded",
                 self.req_transport_retries_exceeded,
             ),
+            ("resp_cqe_error", self.resp_cqe_error),
+            ("resp_cqe_flush_error", self.resp_cqe_flush_error),
+            ("resp_local_length_error", self.resp_local_length_error),
+            ("resp_remote_access_errors", self.resp_remote_access_errors),
             ("rnr_nak_retry_err", self.rnr_nak_retry_err),
             ("rx_atomic_requests", self.rx_atomic_requests),
             ("rx_icrc_encapsulated", self.rx_icrc_errors),

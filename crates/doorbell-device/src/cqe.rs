@@ -79,6 +79,11 @@ pub(crate) fn send_error<D: Dma>(
     ctx: &mut Ctx<'_, D>,
 ) {
     let qpn = qp.qpn;
+    if s == Syndrome::WrFlushErr {
+        ctx.out.counters.req_cqe_flush_error += 1;
+    } else {
+        ctx.out.counters.req_cqe_error += 1;
+    }
     write_cqe(ctx, qp, qp.p.send_cq, CqeOpcode::ReqErr, false, |c| {
         c.set_sop_qpn(u8::from(opcode), qpn.get());
         c.set_wqe_counter(index);
@@ -115,6 +120,14 @@ pub(crate) fn recv_done<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, d: RecvDone) {
 /// A receive-side error completion.
 pub(crate) fn recv_error<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, index: u16, s: Syndrome) {
     let qpn = qp.qpn;
+    match s {
+        Syndrome::WrFlushErr => ctx.out.counters.resp_cqe_flush_error += 1,
+        Syndrome::LocalLengthErr => {
+            ctx.out.counters.resp_local_length_error += 1;
+            ctx.out.counters.resp_cqe_error += 1;
+        }
+        _ => ctx.out.counters.resp_cqe_error += 1,
+    }
     write_cqe(ctx, qp, qp.p.recv_cq, CqeOpcode::RespErr, false, |c| {
         c.set_sop_qpn(0, qpn.get());
         c.set_wqe_counter(index);

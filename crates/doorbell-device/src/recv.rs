@@ -76,6 +76,9 @@ fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
 /// A class-C/D responder error: NAK the request, complete what the error
 /// consumed, and move the QP to ERR.
 fn nak_fatal<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) -> Outcome {
+    if code == NakCode::RemoteAccessErr {
+        ctx.out.counters.resp_remote_access_errors += 1;
+    }
     send_aeth(qp, ctx, psn, AethSyndrome::Nak(code));
     Err(Fault::Qp)
 }

@@ -131,6 +131,15 @@ pub(crate) fn handle_response<D: Dma>(
                         _ => Syndrome::RemoteOpErr,
                     };
                     if note_ack(qp, prev(psn), ctx) {
+                        match code {
+                            NakCode::InvalidRequest => {
+                                ctx.out.counters.req_remote_invalid_request += 1;
+                            }
+                            NakCode::RemoteAccessErr => {
+                                ctx.out.counters.req_remote_access_errors += 1;
+                            }
+                            _ => {}
+                        }
                         retire(qp, ctx);
                         return Err(Fault::Head(s));
                     }

@@ -293,6 +293,28 @@ fn explain(name: &str) -> &'static str {
         "req_transport_retries_exceeded" => {
             "WQEs failed for transport retries exhausted: the peer is gone or the path drops everything"
         }
+        "req_cqe_error" => {
+            "send WRs completed with an error: see the CQE's status (the peer refused, or retries ran out)"
+        }
+        "req_cqe_flush_error" => {
+            "send WRs flushed because their QP went to the error state after an earlier error"
+        }
+        "req_remote_access_errors" => {
+            "remote access error NAKs received: a WRITE, READ or atomic with a bad rkey, outside the peer's MR or without its access right"
+        }
+        "req_remote_invalid_request" => {
+            "invalid request NAKs received: the peer found a request malformed (lengths, an unaligned atomic, an opcode it does not take)"
+        }
+        "resp_cqe_error" => {
+            "receive WRs completed with an error: see the CQE's status (a message too long for the buffer, a bad local key)"
+        }
+        "resp_cqe_flush_error" => "receive WRs flushed because their QP went to the error state",
+        "resp_local_length_error" => {
+            "messages longer than the receive buffers posted for them: the sender's message size and the receiver's buffers disagree"
+        }
+        "resp_remote_access_errors" => {
+            "requests this side refused with a remote access error: the peer used a bad rkey, left the MR or lacked the access right"
+        }
         "rnr_nak_retry_err" => {
             "RNR NAKs received and retried: the peer had no receive posted, and got one later"
         }
@@ -343,7 +365,7 @@ mod tests {
         assert_eq!(v["total"]["tlps"]["cpld"], 5);
         assert_eq!(v["qps"][0]["qpn"], 0x100);
         assert_eq!(v["packets"]["tx"], 9);
-        assert_eq!(v["hw_counters"].as_object().unwrap().len(), 13);
+        assert_eq!(v["hw_counters"].as_object().unwrap().len(), 21);
         assert_eq!(v["total"]["dma_writes"]["eqe"], 4);
         assert_eq!(v["total"]["dma_writes"]["msix"], 3);
         assert!(stats.to_table().contains("0x100"));

@@ -131,9 +131,19 @@ fn clean_traffic_moves_no_error_counter() {
         "req_rnr_retries_exceeded",
         "rx_icrc_encapsulated",
         "implied_nak_seq_err",
+        "resp_remote_access_errors",
+        "req_remote_access_errors",
+        "req_remote_invalid_request",
+        "resp_local_length_error",
+        "req_cqe_error",
+        "req_cqe_flush_error",
+        "resp_cqe_error",
+        "resp_cqe_flush_error",
     ] {
         assert!(names.contains(&n), "{n}");
     }
+    // In the kernel's order: sorted by name.
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
 }
 
 #[test]

@@ -177,11 +177,25 @@ fn nothing_beyond_the_rules(p: &Pair, port: &str) {
     ];
     for (n, (what, opcode, len)) in cases.into_iter().enumerate() {
         let (qa, qb) = fresh(p, n as u32 + 1);
+        let (ca, cb) = (sync(&p.a), sync(b));
         let s = [sge(len)];
         qa.post_send(&[signaled(n as u64, &s, opcode)]).unwrap();
         let wc = wait(&p.a.cq, 1);
         assert_eq!(wc[0].status, WcStatus::RemAccessErr, "{port}: {what}");
         assert_eq!(wc[0].qp_num, qa.qpn(), "{port}: {what}");
+        // Counted as mlx5 counts it, on both sides.
+        let (ca2, cb2) = (sync(&p.a), sync(b));
+        assert_eq!(
+            cb2.resp_remote_access_errors - cb.resp_remote_access_errors,
+            1,
+            "{port}: {what}"
+        );
+        assert_eq!(
+            ca2.req_remote_access_errors - ca.req_remote_access_errors,
+            1,
+            "{port}: {what}"
+        );
+        assert_eq!(ca2.req_cqe_error - ca.req_cqe_error, 1, "{port}: {what}");
         for m in all {
             unchanged(m, SENTINEL, &format!("{port}: {what}"));
         }
