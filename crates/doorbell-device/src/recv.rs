@@ -733,8 +733,20 @@ fn inbound_read<D: Dma>(
     fresh: bool,
 ) -> Outcome {
     let psn = repr.bth.psn;
+    // A duplicate repeats a READ this QP already took, which passed these
+    // checks: one that fails them is no copy of it (a forged or garbled
+    // packet behind the window) and is dropped, leaving the QP as it is,
+    // as mlx5 and rxe drop a duplicate READ that matches no READ they hold.
+    let refuse = |qp: &Qp, ctx: &mut Ctx<'_, D>, code| {
+        if fresh {
+            nak_fatal(qp, ctx, psn, code)
+        } else {
+            ctx.out.counters.rx_dropped += 1;
+            Ok(())
+        }
+    };
     let Some(reth) = repr.ext.reth else {
-        return nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
+        return refuse(qp, ctx, NakCode::InvalidRequest);
     };
     let allowed = qp
         .attrs
@@ -746,7 +758,7 @@ fn inbound_read<D: Dma>(
     // allocating. A READ longer than the largest message is an invalid
     // request, as for hardware, even where the key covers it.
     if len > MAX_MSG_LEN {
-        return nak_fatal(qp, ctx, psn, NakCode::InvalidRequest);
+        return refuse(qp, ctx, NakCode::InvalidRequest);
     }
     let mut runs = Vec::new();
     // A READ of no bytes checks neither key nor address, as a WRITE of none.
@@ -765,7 +777,7 @@ fn inbound_read<D: Dma>(
             .map(|_| ())
     };
     if !allowed || translated.is_err() {
-        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
+        return refuse(qp, ctx, NakCode::RemoteAccessErr);
     }
     let mut data = vec![0u8; len as usize];
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);

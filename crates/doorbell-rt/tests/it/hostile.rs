@@ -1093,6 +1093,14 @@ fn psns_outside_and_at_the_edges_of_the_window() {
         }
         assert!(got == r.expected(READ_OFF, len as usize));
     }
+    // A "copy" of that READ that no check would pass (a guessed rkey, or
+    // past the MR) is no copy: dropped, unanswered, the QP left as it is.
+    let bad_key = Mkey::from_raw(rkey.raw() ^ 0x5a5a_0000);
+    r.peer
+        .send(q, e.add(3), &Pkt::read(r.va(READ_OFF), bad_key, len));
+    r.peer.send(q, e.add(3), &Pkt::read(r.va(0), rkey, 1 << 30));
+    r.peer.assert_quiet("duplicate READs that fail the checks");
+    assert_eq!(state(&r.b.qp), QpState::Rts);
     // The READ took three PSNs: the next request is at e + 6.
     post_recv(&r.b.qp, 2, &[r.b.mr.sge(RECV_OFF + 1024, 1024).unwrap()]);
     r.peer.send(q, e.add(6), &Pkt::send(16, 7));
@@ -1101,7 +1109,7 @@ fn psns_outside_and_at_the_edges_of_the_window() {
     assert_eq!(wait(&r.b.cq, 1)[0].wr_id, 2);
     let c2 = r.counters();
     assert_eq!(c2.out_of_sequence - c0.out_of_sequence, 5);
-    assert_eq!(c2.duplicate_request - c0.duplicate_request, 7);
+    assert_eq!(c2.duplicate_request - c0.duplicate_request, 9);
     assert_eq!(c2.rx_write_requests - c0.rx_write_requests, 1);
     assert_eq!(c2.rx_atomic_requests - c0.rx_atomic_requests, 1);
     assert_eq!(c2.rx_read_requests - c0.rx_read_requests, 2);
