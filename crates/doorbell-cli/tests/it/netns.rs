@@ -1,8 +1,9 @@
-//! Two hosts: `doorbell pingpong` between two network namespaces joined
-//! by a veth pair, one process in each, RoCEv2 crossing the veth.
+//! Two hosts: `doorbell pingpong`, and the soak of the C library, between
+//! two network namespaces joined by a veth pair, one process in each,
+//! RoCEv2 crossing the veth.
 //!
-//! The test creates the namespaces `dbpp-<pid>-a` and `-b`, the veth pair
-//! `dbpp<pid>a`/`dbpp<pid>b` with one end in each, and the addresses
+//! Each test creates the namespaces `db<tag>-<pid>-a` and `-b`, the veth
+//! pair `db<tag><pid>a`/`db<tag><pid>b` with one end in each, and the addresses
 //! 198.18.0.1/30 and .2/30 (the benchmarking range, RFC 2544) inside them;
 //! a guard deletes all of it when the test ends, failed or not. Where the
 //! machine does not allow namespaces (not root, or `ip netns add` fails) it
@@ -49,15 +50,16 @@ struct TwoHosts {
 }
 
 impl TwoHosts {
-    /// Creates the namespaces, or says why it could not.
-    fn new() -> Result<Self, String> {
+    /// Creates the namespaces, named after this process and `tag` (tests
+    /// run at once in one process), or says why it could not.
+    fn new(tag: &str) -> Result<Self, String> {
         let pid = std::process::id();
         let mut h = TwoHosts {
             ns: Vec::new(),
-            veth: [format!("dbpp{pid}a"), format!("dbpp{pid}b")],
+            veth: [format!("db{tag}{pid}a"), format!("db{tag}{pid}b")],
         };
         for side in ["a", "b"] {
-            let name = format!("dbpp-{pid}-{side}");
+            let name = format!("db{tag}-{pid}-{side}");
             ip(&["netns", "add", &name])?;
             h.ns.push(name);
         }
@@ -117,9 +119,9 @@ impl Drop for TwoHosts {
 
 /// Skips (returns None after saying why) where namespaces are not allowed,
 /// unless under CI.
-fn two_hosts() -> Option<TwoHosts> {
+fn two_hosts(tag: &str) -> Option<TwoHosts> {
     let why = match euid() {
-        Some(0) => match TwoHosts::new() {
+        Some(0) => match TwoHosts::new(tag) {
             Ok(h) => return Some(h),
             Err(e) => format!("`ip netns add` failed: {e}"),
         },
@@ -128,13 +130,13 @@ fn two_hosts() -> Option<TwoHosts> {
     if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
         panic!("CI must run the two-namespace test, but {why}");
     }
-    eprintln!("skipped netns::pingpong_between_two_namespaces: {why}");
+    eprintln!("skipped a two-namespace test: {why}");
     None
 }
 
 #[test]
 fn pingpong_between_two_namespaces() {
-    let Some(hosts) = two_hosts() else {
+    let Some(hosts) = two_hosts("pp") else {
         return;
     };
     hosts.wire().expect("the veth pair is set up");
@@ -239,7 +241,7 @@ impl TwoHosts {
 /// sends (one by one: no UDP segmentation offload).
 #[test]
 fn soak_between_two_namespaces_with_the_kernel_dropping_packets() {
-    let Some(hosts) = two_hosts() else {
+    let Some(hosts) = two_hosts("sk") else {
         return;
     };
     hosts.wire().expect("the veth pair is set up");
