@@ -303,7 +303,10 @@ pub extern "C" fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int {
 }
 
 /// `ibv_cmd_create_cq_ex`: over the CQE ring and doorbell record libmlx5
-/// allocated (`mlx5_ib_create_cq`); 64-byte CQEs, no compression.
+/// allocated (`mlx5_ib_create_cq`); 64-byte CQEs, no compression. A failure
+/// is in `errno` too, as the kernel's would be: libmlx5's `create_cq`
+/// returns NULL without setting it, and its callers (UCX's
+/// `mlx5dv_create_cq`) report `errno`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_cmd_create_cq_ex(
     context_: *mut ibv_context,
@@ -315,7 +318,7 @@ pub extern "C" fn ibv_cmd_create_cq_ex(
     resp_size: size_t,
     _cmd_flags: u32,
 ) -> c_int {
-    guard("ibv_cmd_create_cq_ex", Conv::Errno, || {
+    let ret = guard("ibv_cmd_create_cq_ex", Conv::Errno, || {
         let h = hosted(context_)?;
         if cq_attr.is_null() || cq.is_null() {
             return Err(EINVAL);
@@ -396,7 +399,11 @@ pub extern "C" fn ibv_cmd_create_cq_ex(
             },
         )?;
         Ok(0)
-    })
+    });
+    if ret != 0 {
+        crate::boundary::set_errno(ret);
+    }
+    ret
 }
 
 /// `ibv_cmd_destroy_cq`: waits, as uverbs does, until every completion

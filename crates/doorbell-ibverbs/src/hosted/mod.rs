@@ -41,6 +41,7 @@ pub(crate) mod context;
 mod io;
 mod qp;
 pub(crate) mod srq;
+mod sysfs;
 mod uar;
 pub(crate) mod verbs;
 mod watch;
@@ -203,10 +204,9 @@ fn make_device(config: &ProcessNicConfig, guid: u64) -> Result<HostedDevice, Str
     let mut sysfs: Box<verbs_sysfs_dev> = Box::new(unsafe { core::mem::zeroed() });
     crate::tables::copy_str(&mut sysfs.sysfs_name, "uverbs0");
     crate::tables::copy_str(&mut sysfs.ibdev_name, &config.name);
-    crate::tables::copy_str(
-        &mut sysfs.ibdev_path,
-        &format!("/sys/class/infiniband/{}", config.name),
-    );
+    // Where UCX finds the PCI IDs of a ConnectX-4 (module sysfs).
+    let ibdev_path = sysfs::ibdev_path(&config.name);
+    crate::tables::copy_str(&mut sysfs.ibdev_path, &ibdev_path);
     sysfs.node_guid = guid;
     sysfs.driver_id = RDMA_DRIVER_MLX5;
     sysfs.node_type = IBV_NODE_CA;
@@ -236,10 +236,7 @@ fn make_device(config: &ProcessNicConfig, guid: u64) -> Result<HostedDevice, Str
             "/sys/class/infiniband_verbs/uverbs0",
         );
         crate::tables::copy_str(&mut v.device.name, &config.name);
-        crate::tables::copy_str(
-            &mut v.device.ibdev_path,
-            &format!("/sys/class/infiniband/{}", config.name),
-        );
+        crate::tables::copy_str(&mut v.device.ibdev_path, &ibdev_path);
     }
     ACTIVE.store(true, Ordering::Release);
     Ok(HostedDevice {

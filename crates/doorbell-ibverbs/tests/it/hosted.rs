@@ -258,3 +258,132 @@ fn a_provider_of_an_unknown_private_abi_is_refused_with_the_reason() {
     assert!(all.contains("No IB devices found"), "{all}");
     assert!(all.contains("kernel ABI versions 7..7"), "{all}");
 }
+
+/// `/dev/infiniband/uverbs0` while it lives: UCX lists an IB device only if
+/// its node is a character device it may read and write
+/// (`uct_ib_device_is_accessible`). Made (as root) only if missing, and
+/// removed again, so that nothing else sees it after the test.
+struct UverbsNode {
+    made_dir: bool,
+    made_node: bool,
+}
+
+impl UverbsNode {
+    const DIR: &str = "/dev/infiniband";
+    const NODE: &str = "/dev/infiniband/uverbs0";
+
+    fn ensure() -> Self {
+        let dir = std::path::Path::new(Self::DIR);
+        let made_dir = !dir.exists();
+        if made_dir {
+            std::fs::create_dir(dir).unwrap_or_else(|e| {
+                panic!("UCX needs {} ({e}): the test runs as root", Self::NODE)
+            });
+        }
+        let made_node = !std::path::Path::new(Self::NODE).exists();
+        let guard = Self {
+            made_dir,
+            made_node,
+        };
+        if made_node {
+            // uverbs0's numbers; UCX only checks that it is a character device.
+            let st = Command::new("mknod")
+                .args([Self::NODE, "c", "231", "192"])
+                .status()
+                .expect("run mknod");
+            assert!(
+                st.success(),
+                "mknod {} failed: the test runs as root",
+                Self::NODE
+            );
+        }
+        guard
+    }
+}
+
+impl Drop for UverbsNode {
+    fn drop(&mut self) {
+        if self.made_node {
+            let _ = std::fs::remove_file(Self::NODE);
+        }
+        if self.made_dir {
+            let _ = std::fs::remove_dir(Self::DIR);
+        }
+    }
+}
+
+/// Runs UCX's `ucx_perftest` UCT `test` over `tl` as a server and a client
+/// on libmlx5; returns the client's output and stats.
+fn ucx_perftest(net: u8, port: u16, tl: &str, test: &str, iters: u32) -> (Output, Value) {
+    let port = (port + (std::process::id() % 1000) as u16).to_string();
+    let dir = lib_dir().parent().expect("lib dir has a parent").to_owned();
+    let stats = dir.join(format!(
+        "hosted-ucx-{tl}-{test}-{}.json",
+        std::process::id()
+    ));
+    let start = |host: u8, args: &[&str]| {
+        let mut c = hosted("ucx_perftest", &addr(net, host));
+        // doorbell's device writes 64-byte CQEs only; UCX asks libmlx5 for
+        // 128-byte ones when it may inline 64 bytes of a receive or a
+        // response in a CQE, which these two settings turn off.
+        c.args(["-p", &port])
+            .args(args)
+            .env("UCX_IB_RX_INLINE", "0")
+            .env("UCX_IB_TX_INLINE_RESP", "0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let server = start(2, &[]).spawn().expect("start ucx_perftest");
+    std::thread::sleep(Duration::from_millis(300));
+    let n = iters.to_string();
+    let client = start(
+        3,
+        &[
+            "127.0.0.1",
+            "-d",
+            "doorbell0:1",
+            "-x",
+            tl,
+            "-t",
+            test,
+            "-n",
+            &n,
+        ],
+    )
+    .env("DOORBELL_STATS", &stats)
+    .spawn()
+    .expect("start ucx_perftest");
+    let c = finish(client, 60, &format!("the ucx_perftest {tl} {test} client"));
+    let s = finish(server, 60, &format!("the ucx_perftest {tl} {test} server"));
+    assert!(s.status.success(), "{}", text(&s));
+    let json = std::fs::read_to_string(&stats)
+        .unwrap_or_else(|e| panic!("the client's stats ({e}):\n{}", text(&c)));
+    let _ = std::fs::remove_file(&stats);
+    (c, serde_json::from_str(&json).expect("stats are JSON"))
+}
+
+/// UCX on libmlx5: the ConnectX-4 PCI IDs the library writes for
+/// `ibdev_path` make UCX offer `rc_mlx5`, whose WQEs, BlueFlame copies and
+/// CQ polls are UCX's own (through mlx5dv), never a verbs call.
+#[test]
+fn ucx_perftest_runs_on_rc_mlx5() {
+    let _node = UverbsNode::ensure();
+    for (i, test) in ["am_lat", "put_lat", "am_bw"].into_iter().enumerate() {
+        let (out, v) = ucx_perftest(47, 36515 + 10 * i as u16, "rc_mlx5", test, 500);
+        let all = text(&out);
+        assert!(out.status.success(), "{test}: {all}");
+        let done = all
+            .lines()
+            .find_map(|l| l.strip_prefix("Final:"))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{test}: no Final line in:\n{all}"));
+        assert_eq!(done, "500", "{test}: {all}");
+        let d = &v["doorbells"];
+        assert_eq!(d["bad"], 0, "{test}: {v:#}");
+        // UCX rings without a call: the device took the doorbells from
+        // the records.
+        assert!(d["by_record"].as_u64().unwrap_or(0) > 0, "{test}: {v:#}");
+        assert_eq!(v["packets"]["retransmits"], 0, "{test}: {v:#}");
+    }
+}
