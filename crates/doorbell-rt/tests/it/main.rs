@@ -8,7 +8,6 @@ mod counters;
 mod data;
 mod errors;
 mod events;
-mod exhaust;
 mod hostile;
 mod isolation;
 mod net;
