@@ -85,6 +85,23 @@ pub(crate) fn get<'a, T: Handle>(c: *mut T::C) -> Result<&'a T, i32> {
     Ok(unsafe { &*p })
 }
 
+/// Runs `f` on the object behind handle `c` while no thread can destroy
+/// it (the registry is held): for a call that takes what it needs (an
+/// `Arc` it clones) and then blocks, so that a destroy in another thread
+/// meanwhile frees nothing the blocked call still uses, as a read blocked
+/// on a descriptor keeps its file when another thread closes it.
+pub(crate) fn with<T: Handle, R>(c: *mut T::C, f: impl FnOnce(&T) -> R) -> Result<R, i32> {
+    let live = live();
+    if c.is_null() || live.get(&(c as usize)) != Some(&T::KIND) {
+        return Err(EINVAL);
+    }
+    // SAFETY: registered as `T` (checked above, under the lock that `take`
+    // needs to unregister it), so it is `C_AT` bytes into a live `Box<T>`
+    // for as long as the lock is held.
+    let obj = unsafe { &*c.cast::<u8>().sub(T::C_AT).cast::<T>() };
+    Ok(f(obj))
+}
+
 /// Unregisters handle `c` and gives its object back to be dropped.
 pub(crate) fn take<T: Handle>(c: *mut T::C) -> Result<Box<T>, i32> {
     let p = object_of::<T>(c)?;

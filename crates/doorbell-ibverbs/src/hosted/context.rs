@@ -426,11 +426,13 @@ pub(crate) unsafe extern "C" fn post_send(
     guard("ibv_post_send", Conv::Errno, || {
         let h = owner(qp).ok_or(EINVAL)?;
         let f = h.fast.get().ok_or(EOPNOTSUPP)?;
-        // SAFETY: the provider's own op, with the caller's arguments.
-        let r = unsafe { (f.post_send)(qp, wr, bad_wr) };
         // SAFETY: a live QP of the provider (owner found its context).
         let qpn = Qpn::new(unsafe { (*qp).qp_num });
+        h.watch.posting(qpn, true);
+        // SAFETY: the provider's own op, with the caller's arguments.
+        let r = unsafe { (f.post_send)(qp, wr, bad_wr) };
         h.rang_send(qpn);
+        h.watch.posting(qpn, false);
         Ok(r)
     })
 }

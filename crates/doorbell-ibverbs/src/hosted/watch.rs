@@ -73,6 +73,10 @@ struct Watched {
     counter: *const u32,
     /// Its value when the device was last told.
     seen: AtomicU32,
+    /// Calls of the wrapped `post_send` on the QP under way: while one is,
+    /// the watcher leaves the QP to it, so that a doorbell rung through
+    /// the public ops is told to the device as the store it was.
+    posting: AtomicU32,
 }
 
 // SAFETY: `counter` points into a doorbell-record page the provider keeps
@@ -145,7 +149,20 @@ impl Watch {
             send_cq,
             counter,
             seen: AtomicU32::new(now),
+            posting: AtomicU32::new(0),
         });
+    }
+
+    /// A wrapped `post_send` on QP `qpn` begins (`true`) or has told the
+    /// device what it rang (`false`).
+    pub(crate) fn posting(&self, qpn: Qpn, begins: bool) {
+        if let Some(w) = read(&self.qps).iter().find(|w| w.qpn == qpn) {
+            if begins {
+                w.posting.fetch_add(1, Ordering::SeqCst);
+            } else {
+                w.posting.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Stops watching QP `qpn` (before its record goes: when the destroy
@@ -225,6 +242,13 @@ fn scan(qps: &RwLock<Vec<Watched>>, mmio: &dyn Mmio, cq: Option<Cqn>) -> bool {
         // a volatile read of an aligned word sees a whole old or new value,
         // as a device's DMA read of it would.
         let now = unsafe { w.counter.read_volatile() };
+        // A post through the public ops is under way: it tells the device
+        // itself, as the store it made. The count is raised before the
+        // provider writes the record, so a record seen to move here was
+        // written after it.
+        if now != w.seen.load(Ordering::Relaxed) && w.posting.load(Ordering::SeqCst) > 0 {
+            continue;
+        }
         if w.seen.swap(now, Ordering::Relaxed) != now {
             mmio.record_doorbell(w.uar, RecordDoorbell::Send(w.qpn));
             moved = true;

@@ -39,7 +39,9 @@ pub(crate) fn create() -> Result<*mut rdma_event_channel, core::ffi::c_int> {
     let ch = rdma_event_channel {
         fd: events.fd.raw(),
     };
-    Ok(handles::register(Box::new(CEventChannel { ch, events })))
+    let c = handles::register(Box::new(CEventChannel { ch, events }));
+    crate::events::lock(&DESTROYED).remove(&(c as usize));
+    Ok(c)
 }
 
 /// `rdma_create_event_channel`.
@@ -54,7 +56,20 @@ pub extern "C" fn doorbell_rdma_create_event_channel() -> *mut rdma_event_channe
 pub extern "C" fn doorbell_rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
     guard("rdma_destroy_event_channel", Conv::Abort, || {
         // A NULL or unknown channel is ignored, as the real one cannot tell.
-        drop(handles::take::<CEventChannel>(channel));
+        if let Ok(ch) = handles::take::<CEventChannel>(channel) {
+            crate::events::lock(&DESTROYED).insert(channel as usize);
+            drop(ch);
+        }
         Ok(())
     })
+}
+
+/// Channels destroyed, by address, until the address is handed out again.
+static DESTROYED: std::sync::Mutex<std::collections::BTreeSet<usize>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Whether `channel` is a channel this library made and then destroyed
+/// (and has not made again at that address).
+pub(crate) fn was_destroyed(channel: *mut rdma_event_channel) -> bool {
+    crate::events::lock(&DESTROYED).contains(&(channel as usize))
 }

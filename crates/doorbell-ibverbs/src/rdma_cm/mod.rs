@@ -60,8 +60,18 @@ pub unsafe extern "C" fn doorbell_rdma_get_cm_event(
         if event.is_null() {
             return Err(EINVAL);
         }
-        let ch = handles::get::<CEventChannel>(channel)?;
-        let t = process::next(&ch.events)?;
+        // The queue is taken out before the wait: a program may destroy the
+        // channel while a thread of its waits here, or is about to (rping
+        // does, as it exits); that thread then goes on waiting, as a read on
+        // the kernel's descriptor does, until the process ends.
+        let events = match handles::with::<CEventChannel, _>(channel, |ch| ch.events.clone()) {
+            Ok(q) => q,
+            Err(_) if channel::was_destroyed(channel) => loop {
+                std::thread::park();
+            },
+            Err(e) => return Err(e),
+        };
+        let t = process::next(&events)?;
         let e = Box::into_raw(t.ev);
         crate::events::lock(&OUT).push((e as usize, t.data));
         // SAFETY: non-NULL, the caller's pointer to write the event to.
