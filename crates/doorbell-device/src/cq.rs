@@ -66,8 +66,17 @@ impl Cq {
         self.error
     }
 
+    /// Bytes each CQE takes in the buffer (64 or 128).
+    pub(crate) fn cqe_bytes(&self) -> u16 {
+        self.p.cqe_bytes
+    }
+
+    /// Where CQE `index` goes: its entry, and in a 128-byte entry the
+    /// second half, where mlx5 puts the 64-byte CQE (the first half is
+    /// for data scattered to the CQE, which this device does not do).
     fn slot_addr(&self, index: u32) -> Option<HostAddr> {
-        let off = u64::from(index & (self.ncqe - 1)) * CQE_LEN as u64;
+        let stride = u64::from(self.p.cqe_bytes);
+        let off = u64::from(index & (self.ncqe - 1)) * stride + (stride - CQE_LEN as u64);
         let page = self.p.pas.get((off / PAGE_SIZE) as usize)?;
         page.checked_add(off % PAGE_SIZE)
     }
@@ -195,5 +204,36 @@ impl Cq {
         }
         self.armed = Some(solicited_only);
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cq(cqe_bytes: u16) -> Cq {
+        Cq::new(CqParams {
+            log_size: 6,
+            uar: UarIndex::new(1),
+            dbr_addr: HostAddr::new(0x9000),
+            cqe_bytes,
+            pas: vec![HostAddr::new(0x10000), HostAddr::new(0x40000)],
+        })
+    }
+
+    #[test]
+    fn a_cqe_sits_in_its_entry_and_in_the_second_half_of_a_128_byte_one() {
+        let at = |c: &Cq, i| c.slot_addr(i).map(HostAddr::get);
+        let small = cq(64);
+        assert_eq!(at(&small, 0), Some(0x10000));
+        assert_eq!(at(&small, 63), Some(0x10000 + 63 * 64));
+        // The index wraps at the ring's size.
+        assert_eq!(at(&small, 64), Some(0x10000));
+        let big = cq(128);
+        assert_eq!(at(&big, 0), Some(0x10000 + 64));
+        assert_eq!(at(&big, 1), Some(0x10000 + 128 + 64));
+        // Entry 32 starts the second page.
+        assert_eq!(at(&big, 32), Some(0x40000 + 64));
+        assert_eq!(at(&big, 63), Some(0x40000 + 31 * 128 + 64));
     }
 }

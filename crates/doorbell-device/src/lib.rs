@@ -486,7 +486,14 @@ impl Nic {
                         value: p.log_size.into(),
                     });
                 }
-                if (p.pas.len() as u64) < (n * 64).div_ceil(doorbell_host::PAGE_SIZE) {
+                if !matches!(p.cqe_bytes, 64 | 128) {
+                    return Err(CmdError::BadParam {
+                        name: Param::CqeSize,
+                        value: p.cqe_bytes.into(),
+                    });
+                }
+                let bytes = n * u64::from(p.cqe_bytes);
+                if (p.pas.len() as u64) < bytes.div_ceil(doorbell_host::PAGE_SIZE) {
                     return Err(CmdError::BadParam {
                         name: Param::CqPasEntries,
                         value: p.pas.len() as u64,
@@ -510,7 +517,8 @@ impl Nic {
                         value: log_size.into(),
                     });
                 }
-                if (pas.len() as u64) < (n * 64).div_ceil(doorbell_host::PAGE_SIZE) {
+                let bytes = n * u64::from(cq.cqe_bytes());
+                if (pas.len() as u64) < bytes.div_ceil(doorbell_host::PAGE_SIZE) {
                     return Err(CmdError::BadParam {
                         name: Param::CqPasEntries,
                         value: pas.len() as u64,

@@ -194,8 +194,8 @@ struct State {
     bfregs: BfregAllocator,
     db_pages: BTreeMap<HostAddr, DbPage>,
     qps: BTreeMap<Qpn, QpRecord>,
-    /// Each CQ's buffer, its length, and its doorbell record.
-    cqs: BTreeMap<Cqn, (HostAddr, u64, HostAddr)>,
+    /// Each CQ's buffer, its length, its doorbell record and its CQE size.
+    cqs: BTreeMap<Cqn, (HostAddr, u64, HostAddr, u16)>,
     /// Each MR's pinned range.
     mrs: BTreeMap<Mkey, (HostAddr, u64)>,
     /// Each SRQ's ring, its length, and its doorbell record.
@@ -481,10 +481,23 @@ impl Ucontext {
             .collect()
     }
 
-    /// create_cq over a CQE buffer and a doorbell record the provider made.
+    /// create_cq over a CQE buffer of 64-byte CQEs and a doorbell record
+    /// the provider made.
     pub fn create_cq(&self, log_size: u8, buf: HostAddr, db: HostAddr) -> Result<Cqn, DriverError> {
+        self.create_cq_sized(log_size, 64, buf, db)
+    }
+
+    /// create_cq with `cqe_bytes` (64 or 128) per CQE in the buffer, as
+    /// mlx5_ib takes `cqe_size` from the provider's request.
+    pub fn create_cq_sized(
+        &self,
+        log_size: u8,
+        cqe_bytes: u16,
+        buf: HostAddr,
+        db: HostAddr,
+    ) -> Result<Cqn, DriverError> {
         let mem = self.link.memory();
-        let len = 64u64 << log_size;
+        let len = u64::from(cqe_bytes) << log_size;
         let pas = mem.pin(buf, len)?;
         let mut st = self.state();
         let dbr_addr = match self.db_map(&mut st, db) {
@@ -500,10 +513,11 @@ impl Ucontext {
             log_size,
             uar,
             dbr_addr,
+            cqe_bytes,
             pas,
         })) {
             Ok(CmdOut::Cq(c)) => {
-                st.cqs.insert(c, (buf, len, db));
+                st.cqs.insert(c, (buf, len, db, cqe_bytes));
                 Ok(c)
             }
             other => {
@@ -521,20 +535,20 @@ impl Ucontext {
     /// buffer is unpinned once the device has let it go, the new one if it
     /// refuses (its CQEs still there would not fit).
     pub fn resize_cq(&self, cqn: Cqn, log_size: u8, buf: HostAddr) -> Result<(), DriverError> {
-        let (old, old_len, db) = self
+        let (old, old_len, db, cqe_bytes) = self
             .state()
             .cqs
             .get(&cqn)
             .copied()
             .ok_or(DriverError::NoSuchObject(cqn.get()))?;
         let mem = self.link.memory();
-        let len = 64u64 << log_size;
+        let len = u64::from(cqe_bytes) << log_size;
         let pas = mem.pin(buf, len)?;
         if let Err(e) = self.link.exec(Command::ResizeCq { cqn, log_size, pas }) {
             let _ = mem.unpin(buf, len);
             return Err(e.into());
         }
-        self.state().cqs.insert(cqn, (buf, len, db));
+        self.state().cqs.insert(cqn, (buf, len, db, cqe_bytes));
         mem.unpin(old, old_len)?;
         Ok(())
     }
@@ -546,7 +560,7 @@ impl Ucontext {
 
     /// destroy_cq.
     pub fn destroy_cq(&self, cqn: Cqn) -> Result<(), DriverError> {
-        let (buf, len, db) = self
+        let (buf, len, db, _) = self
             .state()
             .cqs
             .get(&cqn)

@@ -173,6 +173,7 @@ impl Rig {
             log_size: LOG_CQ,
             uar,
             dbr_addr: cq_dbr,
+            cqe_bytes: 64,
             pas: cq_pas,
         })) else {
             panic!("no CQ")

@@ -102,6 +102,10 @@ pub struct CqParams {
     pub uar: UarIndex,
     /// Bus address of the CQ's doorbell record.
     pub dbr_addr: HostAddr,
+    /// Bytes each CQE takes in the buffer: 64, or 128 (the CQ context's
+    /// `cqe_sz`), where the 64-byte CQE is the entry's second half, as
+    /// libmlx5 asks for when the first half may hold received data.
+    pub cqe_bytes: u16,
     /// Pages of the CQE buffer.
     pub pas: Vec<HostAddr>,
 }

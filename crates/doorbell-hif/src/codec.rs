@@ -370,6 +370,7 @@ impl Command {
                 w.u8(c.log_size);
                 w.u32(c.uar.get());
                 w.u64(c.dbr_addr.get());
+                w.u16(c.cqe_bytes);
                 w.pages(&c.pas);
             }
             Command::DestroyCq(c) => {
@@ -478,6 +479,7 @@ impl Command {
                 log_size: r.u8()?,
                 uar: UarIndex::new(r.u32()?),
                 dbr_addr: HostAddr::new(r.u64()?),
+                cqe_bytes: r.u16()?,
                 pas: r.pages()?,
             }),
             opcode::DESTROY_CQ => Command::DestroyCq(Cqn::new(r.u32()?)),

@@ -65,6 +65,8 @@ pub enum Param {
     LogCqSize,
     /// CREATE_CQ: fewer pages than the CQE buffer needs.
     CqPasEntries,
+    /// CREATE_CQ: a CQE size other than 64 or 128 bytes.
+    CqeSize,
     /// CREATE_QP: log2 of the send queue size.
     LogSqSize,
     /// CREATE_QP: log2 of the receive queue size.
@@ -106,7 +108,7 @@ pub enum Param {
 
 impl Param {
     /// Every parameter, in code order.
-    pub const ALL: [Param; 22] = [
+    pub const ALL: [Param; 23] = [
         Param::MkeyLength,
         Param::MttEntries,
         Param::LogCqSize,
@@ -129,6 +131,7 @@ impl Param {
         Param::LogEqSize,
         Param::EqPasEntries,
         Param::QpType,
+        Param::CqeSize,
     ];
 
     /// The parameter's name.
@@ -156,6 +159,7 @@ impl Param {
             Param::LogEqSize => "log_eq_size",
             Param::QpType => "qp type",
             Param::EqPasEntries => "eq pas entries",
+            Param::CqeSize => "cqe_sz",
         }
     }
 }

@@ -128,6 +128,7 @@ fn small_nic(rig: &mut Rig, cfg: NicConfig) -> (UarIndex, Pdn, Cqn) {
         log_size: 0,
         uar,
         dbr_addr: rig.cq_dbr,
+        cqe_bytes: 64,
         pas: vec![rig.cq_buf],
     })) else {
         panic!("no CQ")
@@ -227,6 +228,7 @@ fn qps_pds_and_mkeys_up_to_the_caps_and_one_more_is_exhausted() {
             log_size: 9,
             uar,
             dbr_addr: rig.cq_dbr,
+            cqe_bytes: 64,
             pas: vec![rig.cq_buf; 8],
         })),
         Err(CmdError::BadParam {

@@ -122,6 +122,7 @@ impl Rig {
             log_size: LOG_CQ,
             uar,
             dbr_addr: cq_dbr,
+            cqe_bytes: 64,
             pas: cq_pas,
         })) else {
             panic!("no CQ")
@@ -1156,6 +1157,7 @@ fn commands_with_ranges_past_the_address_space_are_refused() {
         log_size: LOG_CQ,
         uar: uar2,
         dbr_addr: rig.cq_dbr,
+        cqe_bytes: 64,
         pas: vec![rig.cq_buf],
     })) else {
         panic!("no CQ")
@@ -1181,4 +1183,50 @@ fn commands_with_ranges_past_the_address_space_are_refused() {
             ..
         })
     ));
+}
+
+/// CREATE_CQ takes mlx5's two CQE sizes, and asks a 128-byte CQ for twice
+/// the pages.
+#[test]
+fn create_cq_takes_64_and_128_byte_cqes_and_nothing_else() {
+    let mut rig = Rig::new();
+    let pages = |n: u64| -> Vec<HostAddr> {
+        let a = rig.mem.alloc(n * PAGE_SIZE).unwrap();
+        rig.mem.pin(a, n * PAGE_SIZE).unwrap()
+    };
+    // 64 entries: one page of 64-byte CQEs, two of 128-byte ones.
+    let (one, two) = (pages(1), pages(2));
+    let create = |rig: &mut Rig, cqe_bytes: u16, pas: Vec<HostAddr>| {
+        rig.exec(Command::CreateCq(CqParams {
+            log_size: 6,
+            uar: rig.uar,
+            dbr_addr: rig.cq_dbr,
+            cqe_bytes,
+            pas,
+        }))
+    };
+    assert!(matches!(
+        create(&mut rig, 64, one.clone()),
+        Ok(CmdOut::Cq(_))
+    ));
+    assert!(matches!(create(&mut rig, 128, two), Ok(CmdOut::Cq(_))));
+    assert!(matches!(
+        create(&mut rig, 128, one.clone()),
+        Err(CmdError::BadParam {
+            name: Param::CqPasEntries,
+            ..
+        })
+    ));
+    for bad in [0, 32, 96, 256] {
+        assert!(
+            matches!(
+                create(&mut rig, bad, one.clone()),
+                Err(CmdError::BadParam {
+                    name: Param::CqeSize,
+                    ..
+                })
+            ),
+            "{bad}"
+        );
+    }
 }

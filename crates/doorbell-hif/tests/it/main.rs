@@ -94,14 +94,22 @@ fn command() -> impl Strategy<Value = Command> {
         (any::<u32>(), mkey_params()).prop_map(|(k, m)| Command::ModifyMkey(Mkey::from_raw(k), m)),
         any::<u32>().prop_map(|k| Command::DestroyMkey(Mkey::from_raw(k))),
         proptest::option::of(any::<bool>()).prop_map(Command::AccessPaos),
-        (any::<u8>(), any::<u32>(), any::<u64>(), pages()).prop_map(|(l, u, d, pas)| {
-            Command::CreateCq(CqParams {
-                log_size: l,
-                uar: UarIndex::new(u),
-                dbr_addr: HostAddr::new(d),
-                pas,
-            })
-        }),
+        (
+            any::<u8>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u16>(),
+            pages()
+        )
+            .prop_map(|(l, u, d, c, pas)| {
+                Command::CreateCq(CqParams {
+                    log_size: l,
+                    uar: UarIndex::new(u),
+                    dbr_addr: HostAddr::new(d),
+                    cqe_bytes: c,
+                    pas,
+                })
+            }),
         any::<u32>().prop_map(|c| Command::DestroyCq(Cqn::new(c))),
         (any::<u32>(), any::<u8>(), pages()).prop_map(|(c, log_size, pas)| Command::ResizeCq {
             cqn: Cqn::new(c),

@@ -303,7 +303,7 @@ pub extern "C" fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int {
 }
 
 /// `ibv_cmd_create_cq_ex`: over the CQE ring and doorbell record libmlx5
-/// allocated (`mlx5_ib_create_cq`); 64-byte CQEs, no compression. A failure
+/// allocated (`mlx5_ib_create_cq`); 64- or 128-byte CQEs, no compression. A failure
 /// is in `errno` too, as the kernel's would be: libmlx5's `create_cq`
 /// returns NULL without setting it, and its callers (UCX's
 /// `mlx5dv_create_cq`) report `errno`.
@@ -326,12 +326,13 @@ pub extern "C" fn ibv_cmd_create_cq_ex(
         // SAFETY: checked non-NULL; the provider's attributes.
         let a = unsafe { &*cq_attr };
         let drv: mlx5_ib_create_cq = read_req(cmd.cast(), size_of::<ibv_create_cq_ex>(), cmd_size)?;
-        match drv.cqe_size {
-            64 => {}
-            // A size mlx5 has, which doorbell's device does not write.
-            128 => return Err(EOPNOTSUPP),
+        // mlx5_ib's sizes: a 128-byte entry holds the 64-byte CQE in its
+        // second half.
+        let cqe_bytes: u16 = match drv.cqe_size {
+            64 => 64,
+            128 => 128,
             _ => return Err(EINVAL),
-        }
+        };
         if drv.cqe_comp_en != 0 || drv.flags != 0 {
             return Err(EOPNOTSUPP);
         }
@@ -342,7 +343,7 @@ pub extern "C" fn ibv_cmd_create_cq_ex(
         }
         let log = entries.trailing_zeros() as u8;
         let buf = HostAddr::new(drv.buf_addr);
-        let len = u64::from(entries) * 64;
+        let len = u64::from(entries) * u64::from(cqe_bytes);
         let (dbp, dbl) = db_page(drv.db_addr);
         let mem = h.memory();
         // SAFETY: the provider allocated the ring and the record page for
@@ -352,11 +353,12 @@ pub extern "C" fn ibv_cmd_create_cq_ex(
             mem.grant(buf, len);
             mem.grant(dbp, dbl);
         }
-        let cqn = match h
-            .ctx()?
-            .ucontext()
-            .create_cq(log, buf, HostAddr::new(drv.db_addr))
-        {
+        let cqn = match h.ctx()?.ucontext().create_cq_sized(
+            log,
+            cqe_bytes,
+            buf,
+            HostAddr::new(drv.db_addr),
+        ) {
             Ok(c) => c,
             Err(e) => {
                 let _ = mem.revoke(buf, len);

@@ -323,13 +323,10 @@ fn ucx_perftest(net: u8, port: u16, tl: &str, test: &str, iters: u32) -> (Output
     ));
     let start = |host: u8, args: &[&str]| {
         let mut c = hosted("ucx_perftest", &addr(net, host));
-        // doorbell's device writes 64-byte CQEs only; UCX asks libmlx5 for
-        // 128-byte ones when it may inline 64 bytes of a receive or a
-        // response in a CQE, which these two settings turn off.
+        // UCX's defaults: it asks libmlx5 for 128-byte CQEs (to inline up
+        // to 64 bytes of a receive in a CQE), which the device writes.
         c.args(["-p", &port])
             .args(args)
-            .env("UCX_IB_RX_INLINE", "0")
-            .env("UCX_IB_TX_INLINE_RESP", "0")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c
