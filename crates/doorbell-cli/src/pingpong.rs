@@ -859,11 +859,11 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
             })?,
         ),
     };
-    // The same switches as the C library's (DOORBELL_SHM, DOORBELL_UDP_GSO);
-    // the name and address are the options'.
+    // The same switches as the C library's (DOORBELL_SHM, DOORBELL_UDP_GSO,
+    // DOORBELL_ADAPTIVE_RETRANSMIT); the name and address are the options'.
     use doorbell_rt::ProcessNicConfig as Cfg;
     let env = Cfg::from_lookup(|v| {
-        [Cfg::SHM_VAR, Cfg::UDP_GSO_VAR]
+        [Cfg::SHM_VAR, Cfg::UDP_GSO_VAR, Cfg::ADAPTIVE_VAR]
             .contains(&v)
             .then(|| std::env::var_os(v))
             .flatten()
@@ -872,6 +872,7 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
     let opts = doorbell_rt::NicOptions {
         shm: env.shm,
         udp_gso: env.udp_gso,
+        adaptive_retransmit_floor: env.adaptive_retransmit_floor,
         pcap: args.pcap.clone(),
         trace: args.trace.is_some(),
         ..doorbell_rt::NicOptions::default()

@@ -37,6 +37,8 @@ pub const PCAP_VAR: &str = "DOORBELL_PCAP";
 pub const TRACE_VAR: &str = "DOORBELL_TRACE";
 /// The variable for `--faults`.
 pub const FAULTS_VAR: &str = "DOORBELL_FAULTS";
+/// The variable for `--adaptive-retransmit`.
+pub const ADAPTIVE_VAR: &str = "DOORBELL_ADAPTIVE_RETRANSMIT";
 /// The variable for `--hif-log`.
 pub const HIF_LOG_VAR: &str = "DOORBELL_HIF_LOG";
 
@@ -87,6 +89,19 @@ pub struct EnvArgs {
     /// seed=N, e.g. loss=0.02,reorder=0.01,seed=7.
     #[arg(long, value_name = "SPEC", value_parser = parse_faults)]
     pub faults: Option<String>,
+    /// Adaptive retransmission (sets DOORBELL_ADAPTIVE_RETRANSMIT): `on`
+    /// (the library's default: an RC QP resends early when an ACK is later
+    /// than its measured round trip allows, from 10 ms on), `off` (only when
+    /// the QP's timeout expires), or the shortest early timeout in
+    /// microseconds.
+    #[arg(long, value_name = "on|off|US", value_parser = parse_adaptive)]
+    pub adaptive_retransmit: Option<String>,
+}
+
+fn parse_adaptive(s: &str) -> Result<String, String> {
+    doorbell_rt::process::parse_adaptive(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 fn parse_faults(s: &str) -> Result<String, String> {
@@ -241,6 +256,9 @@ pub fn settings(args: &EnvArgs) -> Result<Vec<(&'static str, OsString)>> {
     }
     if let Some(f) = &args.faults {
         vars.push((FAULTS_VAR, f.into()));
+    }
+    if let Some(a) = &args.adaptive_retransmit {
+        vars.push((ADAPTIVE_VAR, a.into()));
     }
     if let Some(f) = &args.pcap {
         vars.push((PCAP_VAR, f.clone()));

@@ -17,7 +17,19 @@ pub struct NicConfig {
     /// socket sets the socket's own port here, since the ICRC covers the
     /// source port the kernel writes.
     pub udp_src_port: Option<u16>,
+    /// Adaptive retransmission's shortest timeout, or `None` to resend
+    /// only when a QP's ACK timer expires. Each RC requester measures its
+    /// round trip and, when an acknowledgement is overdue by more than the
+    /// round trip and its variation allow (never less than this, never
+    /// more than the QP's `timeout`), sends again early without using a
+    /// retry, as ConnectX's adaptive retransmission does
+    /// ([`doorbell_roce::RequesterConfig::adaptive_floor`]).
+    pub adaptive_retransmit_floor: Option<Duration>,
 }
+
+/// The default shortest adaptive retransmission timeout: a few round trips
+/// of an unloaded link between two hosts.
+pub const ADAPTIVE_RETRANSMIT_FLOOR: Duration = Duration::from_us(16);
 
 impl NicConfig {
     /// A NIC on `ipv4` with default capabilities and no processing costs.
@@ -27,6 +39,7 @@ impl NicConfig {
             caps: DeviceCaps::default(),
             timing: NicTiming::default(),
             udp_src_port: None,
+            adaptive_retransmit_floor: Some(ADAPTIVE_RETRANSMIT_FLOOR),
         }
     }
 
@@ -96,7 +109,8 @@ pub struct NicCounters {
     /// Frames sent, retransmissions included.
     pub tx_packets: u64,
     /// Request packets sent again by go-back-N (after a NAK, a timeout, an
-    /// RNR wait or an implied NAK); READ and atomic requests included.
+    /// adaptive timeout, an RNR wait or an implied NAK); READ and atomic
+    /// requests included.
     pub tx_retransmits: u64,
     /// Frames received and accepted for processing.
     pub rx_packets: u64,
@@ -120,6 +134,13 @@ pub struct NicCounters {
     /// Requester: ACK timeouts that led to a retry, that is with retries
     /// left (`local_ack_timeout_err`).
     pub local_ack_timeout_err: u64,
+    /// Requester: resends started by adaptive retransmission, before the
+    /// ACK timer expired (`roce_adp_retrans`).
+    pub roce_adp_retrans: u64,
+    /// Requester: ACK timeouts that adaptive resends had not prevented: the
+    /// QP's own timeout expired after at least one of them
+    /// (`roce_adp_retrans_to`).
+    pub roce_adp_retrans_to: u64,
     /// Requester: RNR NAKs received and retried, that is with RNR retries
     /// left (`rnr_nak_retry_err`).
     pub rnr_nak_retry_err: u64,
@@ -188,7 +209,7 @@ pub struct NicCounters {
 impl NicCounters {
     /// The counters the kernel's mlx5 driver also has, under its names (as
     /// `/sys/class/infiniband/*/ports/1/hw_counters/*` shows them).
-    pub fn hw_counters(&self) -> [(&'static str, u64); 21] {
+    pub fn hw_counters(&self) -> [(&'static str, u64); 23] {
         [
             ("duplicate_request", self.duplicate_request),
             ("implied_nak_seq_err", self.implied_nak_seq_err),
@@ -213,6 +234,8 @@ impl NicCounters {
             ("resp_local_length_error", self.resp_local_length_error),
             ("resp_remote_access_errors", self.resp_remote_access_errors),
             ("rnr_nak_retry_err", self.rnr_nak_retry_err),
+            ("roce_adp_retrans", self.roce_adp_retrans),
+            ("roce_adp_retrans_to", self.roce_adp_retrans_to),
             ("rx_atomic_requests", self.rx_atomic_requests),
             ("rx_icrc_encapsulated", self.rx_icrc_errors),
             ("rx_read_requests", self.rx_read_requests),

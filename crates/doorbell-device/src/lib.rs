@@ -92,7 +92,7 @@ use doorbell_hif::{
     SrqParams,
 };
 
-pub use config::{Frame, NicConfig, NicCounters, NicTiming};
+pub use config::{ADAPTIVE_RETRANSMIT_FLOOR, Frame, NicConfig, NicCounters, NicTiming};
 
 use cq::Cq;
 use ctx::{Ctx, Outputs};
@@ -776,7 +776,8 @@ impl Nic {
         if let Some(srq) = p.srq.and_then(|s| self.srqs.get_mut(&s)) {
             srq.users += 1;
         }
-        self.qps.insert(qpn, Qp::new(qpn, p));
+        self.qps
+            .insert(qpn, Qp::new(qpn, p, self.cfg.adaptive_retransmit_floor));
         Ok(CmdOut::Qp(qpn))
     }
 

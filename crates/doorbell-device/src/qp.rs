@@ -6,7 +6,7 @@
 
 use doorbell_layout::dbr;
 use doorbell_roce::{Requester, RequesterConfig, Responder};
-use doorbell_types::{HostAddr, Instant, Qpn};
+use doorbell_types::{Duration, HostAddr, Instant, Qpn};
 
 use crate::dma::page_runs;
 use crate::timer::Timer;
@@ -33,10 +33,14 @@ pub(crate) struct Qp {
     pub(crate) indexed: [Option<Instant>; Timer::ALL.len()],
     /// In the error state with an SRQ: QP_LAST_WQE_REACHED was raised.
     pub(crate) last_wqe_reported: bool,
+    /// Adaptive retransmission's shortest timeout (the NIC's).
+    adaptive_floor: Option<Duration>,
 }
 
 impl Qp {
-    pub(crate) fn new(qpn: Qpn, p: QpParams) -> Self {
+    /// A QP in RESET; `adaptive_floor` is the NIC's
+    /// [`crate::NicConfig::adaptive_retransmit_floor`].
+    pub(crate) fn new(qpn: Qpn, p: QpParams, adaptive_floor: Option<Duration>) -> Self {
         Self {
             qpn,
             sq: SendQueue::new(p.log_sq_size),
@@ -54,6 +58,7 @@ impl Qp {
             inbound: Inbound::default(),
             indexed: [None; Timer::ALL.len()],
             last_wqe_reported: false,
+            adaptive_floor,
         }
     }
 
@@ -62,6 +67,7 @@ impl Qp {
         match t {
             Timer::Ack => self.req.timers().get(doorbell_roce::Timer::Ack),
             Timer::RnrResume => self.req.timers().get(doorbell_roce::Timer::RnrResume),
+            Timer::Adaptive => self.req.timers().get(doorbell_roce::Timer::Adaptive),
             Timer::RqFlushPoll => self.rq.flush_poll,
         }
     }
@@ -82,6 +88,7 @@ impl Qp {
             ack_timeout: doorbell_roce::ack_timeout(self.attrs.timeout.unwrap_or(0)),
             retry_cnt: self.attrs.retry_cnt.unwrap_or(doorbell_roce::RETRY_FOREVER),
             rnr_retry: self.attrs.rnr_retry.unwrap_or(doorbell_roce::RETRY_FOREVER),
+            adaptive_floor: self.adaptive_floor,
         }
     }
 
@@ -110,7 +117,7 @@ impl Qp {
     /// Back to a fresh QP; what the NIC's timer index holds stays known.
     fn reset(&mut self) {
         let (qpn, p, indexed) = (self.qpn, self.p.clone(), self.indexed);
-        *self = Qp::new(qpn, p);
+        *self = Qp::new(qpn, p, self.adaptive_floor);
         self.indexed = indexed;
     }
 
@@ -174,6 +181,7 @@ mod tests {
                 gsi: false,
                 user_index: 0,
             },
+            None,
         )
     }
 

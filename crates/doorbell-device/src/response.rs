@@ -7,7 +7,7 @@ use doorbell_hif::{QpState, QpType};
 use doorbell_layout::cqe::Syndrome;
 use doorbell_layout::wqe::WqeOpcode;
 use doorbell_pcie::Dma;
-use doorbell_roce::{Ack, AckTimeout, RnrNak, SeqNak, prev};
+use doorbell_roce::{Ack, AckTimeout, AdaptiveTimeout, RnrNak, SeqNak, prev};
 use doorbell_types::Psn;
 use doorbell_wire::{AethSyndrome, BthOpcode, NakCode, RoceRepr};
 
@@ -16,7 +16,7 @@ use crate::ctx::Ctx;
 use crate::fault::{Fault, Outcome};
 use crate::qp::Qp;
 use crate::sge::place;
-use crate::transmit::retransmit_from;
+use crate::transmit::{hold_adaptive, resend_early, retransmit_from};
 
 /// What the NIC does after response handling or a timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +84,7 @@ fn made_progress<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
                 .iter()
                 .any(|m| m.is_read_or_atomic() && m.sent > 0 && !m.answered);
     qp.req.made_progress(ctx.now, waiting);
+    hold_adaptive(qp, ctx.now);
 }
 
 /// Handles an ACK, NAK, READ response or atomic ACK for `qp`.
@@ -319,15 +320,28 @@ pub(crate) fn handle_timeout<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outco
         .req
         .poll_ack_timeout(ctx.now, !qp.sq.outstanding.is_empty())
     {
-        AckTimeout::NotDue | AckTimeout::Idle => Ok(Then::Done),
         AckTimeout::Exhausted => {
             ctx.out.counters.req_transport_retries_exceeded += 1;
             Err(Fault::Head(Syndrome::TransportRetryExcErr))
         }
         AckTimeout::Retry(from) => {
             ctx.out.counters.local_ack_timeout_err += 1;
+            if qp.req.adaptive_resent() {
+                ctx.out.counters.roce_adp_retrans_to += 1;
+            }
             retransmit_from(qp, from, ctx)?;
+            // The resend restarted the adaptive timer too.
             Ok(Then::Done)
+        }
+        AckTimeout::NotDue | AckTimeout::Idle => {
+            match qp.req.poll_adaptive(ctx.now, !qp.sq.outstanding.is_empty()) {
+                AdaptiveTimeout::NotDue => Ok(Then::Done),
+                AdaptiveTimeout::Resend(from) => {
+                    ctx.out.counters.roce_adp_retrans += 1;
+                    resend_early(qp, from, ctx)?;
+                    Ok(Then::Done)
+                }
+            }
         }
     }
 }

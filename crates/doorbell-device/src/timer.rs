@@ -13,13 +13,20 @@ pub(crate) enum Timer {
     Ack,
     /// The end of the requester's RNR wait.
     RnrResume,
+    /// The requester's adaptive retransmission timer.
+    Adaptive,
     /// In the error state: look for receives posted since the last flush.
     RqFlushPoll,
 }
 
 impl Timer {
     /// Every timer, in index order.
-    pub(crate) const ALL: [Timer; 3] = [Timer::Ack, Timer::RnrResume, Timer::RqFlushPoll];
+    pub(crate) const ALL: [Timer; 4] = [
+        Timer::Ack,
+        Timer::RnrResume,
+        Timer::Adaptive,
+        Timer::RqFlushPoll,
+    ];
 }
 
 /// Every running timer of every QP, in deadline order.
@@ -76,16 +83,16 @@ mod tests {
         let mut ix = TimerIndex::default();
         let (a, b) = (Qpn::new(0x101), Qpn::new(0x100));
         let t = Instant::from_ps;
-        let (mut ia, mut ib) = ([None; 3], [None; 3]);
-        ix.sync(a, &mut ia, [Some(t(30)), None, None]);
-        ix.sync(b, &mut ib, [None, Some(t(20)), Some(t(40))]);
+        let (mut ia, mut ib) = ([None; 4], [None; 4]);
+        ix.sync(a, &mut ia, [Some(t(30)), None, None, None]);
+        ix.sync(b, &mut ib, [None, Some(t(20)), None, Some(t(40))]);
         assert_eq!(ix.next(), Some(t(20)));
         assert_eq!(ix.due(t(30)).into_iter().collect::<Vec<_>>(), vec![b, a]);
-        ix.sync(b, &mut ib, [None, None, Some(t(40))]);
+        ix.sync(b, &mut ib, [None, None, None, Some(t(40))]);
         assert_eq!(ix.next(), Some(t(30)));
         assert_eq!(ix.due(t(35)).into_iter().collect::<Vec<_>>(), vec![a]);
-        ix.sync(a, &mut ia, [None; 3]);
-        ix.sync(b, &mut ib, [None; 3]);
+        ix.sync(a, &mut ia, [None; 4]);
+        ix.sync(b, &mut ib, [None; 4]);
         assert_eq!(ix.next(), None);
         assert!(ix.due(t(u64::MAX)).is_empty());
     }

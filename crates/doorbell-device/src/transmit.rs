@@ -84,7 +84,7 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
         } else {
             to - from
         });
-        ctx.out.counters.tx_retransmits += qp.req.note_sent(psn, count, end);
+        ctx.out.counters.tx_retransmits += qp.req.note_sent(ctx.now, psn, count, end);
         qp.sq.outstanding[i].sent = to;
         sent_any = true;
         if to < qp.sq.outstanding[i].npsn() {
@@ -93,6 +93,7 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
     }
     if sent_any {
         qp.req.arm_ack_timer(ctx.now);
+        hold_adaptive(qp, ctx.now);
     }
     Ok(())
 }
@@ -203,6 +204,19 @@ pub(crate) fn request_opcode(write: bool, imm: bool, first: bool, last: bool) ->
 /// (from the first READ response not yet received), then sends what the
 /// window allows and restarts the ACK timer.
 pub(crate) fn retransmit_from<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> Outcome {
+    rewind(qp, psn);
+    qp.req.go_back(ctx.now);
+    send_window(qp, ctx)
+}
+
+/// Go-back-N on the adaptive timer: as [`retransmit_from`], but the ACK
+/// timer keeps running (the requester restarted the adaptive one).
+pub(crate) fn resend_early<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D>) -> Outcome {
+    rewind(qp, psn);
+    send_window(qp, ctx)
+}
+
+fn rewind(qp: &mut Qp, psn: Psn) {
     for m in qp.sq.outstanding.iter_mut() {
         if m.is_read_or_atomic() {
             if !m.answered {
@@ -213,6 +227,20 @@ pub(crate) fn retransmit_from<D: Dma>(qp: &mut Qp, psn: Psn, ctx: &mut Ctx<'_, D
         }
     }
     qp.sq.unsent_from = 0;
-    qp.req.go_back(ctx.now);
-    send_window(qp, ctx)
+}
+
+/// Holds the requester's adaptive timer while the oldest thing
+/// unacknowledged is a READ with no response yet
+/// ([`doorbell_roce::Requester::hold_adaptive`]).
+pub(crate) fn hold_adaptive(qp: &mut Qp, now: doorbell_types::Instant) {
+    let una = qp.req.una();
+    let hold = qp.sq.reads > 0
+        && qp.sq.outstanding.iter().any(|m| {
+            m.opcode == WqeOpcode::RdmaRead
+                && m.is_sent()
+                && !m.answered
+                && m.done_bytes == 0
+                && m.first_psn() == una
+        });
+    qp.req.hold_adaptive(now, hold);
 }

@@ -6,7 +6,9 @@
 //! [`Requester`] hands out PSNs to new messages, keeps the window of PSNs
 //! sent and not yet acknowledged, takes ACKs and NAKs, and decides when to
 //! go back and send again (go-back-N after a PSN-sequence NAK, an ACK
-//! timeout or an RNR wait) and when retries are exhausted. The
+//! timeout or an RNR wait, and early, when the silence is longer than the
+//! measured round trip allows: adaptive retransmission, [`RttEstimator`])
+//! and when retries are exhausted. The
 //! [`Responder`] keeps the PSN it expects next and the MSN, classifies each
 //! request as new, duplicate or out of sequence, NAKs a gap once, and keeps
 //! the results of recent atomics to answer their duplicates.
@@ -33,7 +35,8 @@
 //! [`Requester::made_progress`] if it advanced; for an RNR NAK
 //! [`Requester::handle_rnr_nak`], for a PSN-sequence NAK
 //! [`Requester::handle_seq_nak`]. When [`Requester::poll_timeout`] is due,
-//! call [`Requester::poll_rnr_resume`] and [`Requester::poll_ack_timeout`].
+//! call [`Requester::poll_rnr_resume`], [`Requester::poll_ack_timeout`]
+//! and [`Requester::poll_adaptive`].
 //!
 //! Responder, per request: [`Responder::handle_psn`]; for
 //! [`RequestPsn::Expected`] execute it, then [`Responder::advance`] by the
@@ -44,11 +47,15 @@
 mod psn;
 mod requester;
 mod responder;
+mod rto;
 mod timer;
 
 pub use psn::PsnRange;
-pub use requester::{Ack, AckTimeout, ImpliedNak, Requester, RequesterConfig, RnrNak, SeqNak};
+pub use requester::{
+    Ack, AckTimeout, AdaptiveTimeout, ImpliedNak, Requester, RequesterConfig, RnrNak, SeqNak,
+};
 pub use responder::{ATOMIC_REPLAY_DEPTH, RequestPsn, Responder};
+pub use rto::RttEstimator;
 pub use timer::{Timer, TimerTable};
 
 use doorbell_types::{Duration, Instant, Psn};

@@ -1,8 +1,10 @@
 //! The requester half of RC: PSNs out, the send window, ACK/NAK handling,
-//! retry and RNR counters, and the ACK and RNR timers.
+//! retry and RNR counters, and the ACK, adaptive retransmission and RNR
+//! timers.
 
 use doorbell_types::{Duration, Instant, Psn};
 
+use crate::rto::RttEstimator;
 use crate::{MAX_UNACKED_PSNS, RETRY_FOREVER, Timer, TimerTable, deadline, rnr_timer};
 
 /// What the QP's attributes say about retrying.
@@ -14,6 +16,14 @@ pub struct RequesterConfig {
     pub retry_cnt: u8,
     /// Retries after an RNR NAK (`rnr_retry`; 7 retries for ever).
     pub rnr_retry: u8,
+    /// Adaptive retransmission: the shortest timeout it waits, or `None`
+    /// to wait for the ACK timer alone. With it, a silence longer than the
+    /// measured round trip allows (SRTT + 4 RTTVAR, doubling on each
+    /// resend without progress) sends again from the oldest unacknowledged
+    /// PSN before `ack_timeout` expires, without using a retry; the ACK
+    /// timer and `retry_cnt` still decide when the QP fails. Off when
+    /// `ack_timeout` is infinite, which asks for no resends on silence.
+    pub adaptive_floor: Option<Duration>,
 }
 
 impl Default for RequesterConfig {
@@ -22,6 +32,7 @@ impl Default for RequesterConfig {
             ack_timeout: None,
             retry_cnt: RETRY_FOREVER,
             rnr_retry: RETRY_FOREVER,
+            adaptive_floor: None,
         }
     }
 }
@@ -88,6 +99,16 @@ pub enum AckTimeout {
     Retry(Psn),
 }
 
+/// What the adaptive retransmission timer says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdaptiveTimeout {
+    /// Not running or not due (or due with nothing outstanding: stopped).
+    NotDue,
+    /// Due: send again from this PSN (no retry used; the ACK timer keeps
+    /// running).
+    Resend(Psn),
+}
+
 /// The requester of one RC QP.
 #[derive(Debug, Clone)]
 pub struct Requester {
@@ -108,6 +129,18 @@ pub struct Requester {
     /// The PSN to send again from when the RNR wait is over.
     rnr_psn: Option<Psn>,
     timers: TimerTable,
+    rtt: RttEstimator,
+    /// The packet being timed for a round-trip sample, and when it left:
+    /// the last of a batch sent for the first time, while no other is
+    /// timed. Any resend drops it (Karn's rule).
+    timed: Option<(Psn, Instant)>,
+    /// Adaptive resends since the last progress: each doubles the wait.
+    backoff: u32,
+    /// An adaptive resend happened since the last progress.
+    adaptive_since_progress: bool,
+    /// The answer awaited takes the responder a time of its own to make,
+    /// which no round trip measured (see [`Self::hold_adaptive`]).
+    adaptive_held: bool,
 }
 
 impl Default for Requester {
@@ -129,6 +162,11 @@ impl Requester {
             nak_retry_psn: None,
             rnr_psn: None,
             timers: TimerTable::default(),
+            rtt: RttEstimator::default(),
+            timed: None,
+            backoff: 0,
+            adaptive_since_progress: false,
+            adaptive_held: false,
         }
     }
 
@@ -208,23 +246,61 @@ impl Requester {
         i64::from(MAX_UNACKED_PSNS) - i64::from(psn.diff(self.una()))
     }
 
-    /// Records that `count` packets from `psn` were sent, up to `end`
-    /// (exclusive; for a READ, its responses' PSNs). Returns how many of
-    /// them had been sent before: the retransmissions.
-    pub fn note_sent(&mut self, psn: Psn, count: u32, end: Psn) -> u64 {
+    /// Records that `count` packets from `psn` were sent at `now`, up to
+    /// `end` (exclusive; for a READ, its responses' PSNs). Returns how
+    /// many of them had been sent before: the retransmissions.
+    pub fn note_sent(&mut self, now: Instant, psn: Psn, count: u32, end: Psn) -> u64 {
         let resent = self.high_psn.diff(psn).clamp(0, count as i32) as u64;
         if end.diff(self.high_psn) > 0 {
             self.high_psn = end;
+            if resent == 0 && self.timed.is_none() {
+                self.timed = Some((crate::prev(end), now));
+            }
         }
         resent
     }
 
-    /// Starts the ACK timer if it is not running (something was sent).
+    /// Starts the ACK timer, and the adaptive one, if they are not running
+    /// (something was sent).
     pub fn arm_ack_timer(&mut self, now: Instant) {
         if self.timers.get(Timer::Ack).is_none() {
             self.timers
                 .set(Timer::Ack, deadline(now, self.cfg.ack_timeout));
         }
+        if self.timers.get(Timer::Adaptive).is_none() {
+            self.arm_adaptive(now);
+        }
+    }
+
+    /// The round-trip estimate.
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    /// The adaptive timeout that applies now, after `backoff` resends
+    /// without progress; `None` when adaptive retransmission is off or
+    /// nothing was measured yet.
+    pub fn adaptive_timeout(&self) -> Option<Duration> {
+        if self.adaptive_held {
+            return None;
+        }
+        let floor = self.cfg.adaptive_floor?;
+        self.cfg.ack_timeout?;
+        let rto = self.rtt.rto(floor)?;
+        Some(Duration::from_ps(
+            rto.as_ps().saturating_mul(1u64 << self.backoff.min(32)),
+        ))
+    }
+
+    /// (Re)starts the adaptive timer from `now`; it stays stopped when it
+    /// would fire no earlier than the ACK timer.
+    fn arm_adaptive(&mut self, now: Instant) {
+        let at = self.adaptive_timeout().map(|d| now.add(d));
+        let before_ack = match (at, self.timers.get(Timer::Ack)) {
+            (Some(at), Some(ack)) => at < ack,
+            _ => false,
+        };
+        self.timers.set(Timer::Adaptive, at.filter(|_| before_ack));
     }
 
     /// Takes the responder's word that everything up to and including
@@ -243,17 +319,28 @@ impl Requester {
     }
 
     /// The responder made progress: refill the retry counters, forget the
-    /// last PSN-sequence NAK, and restart the ACK timer while messages are
-    /// `outstanding` (stop it otherwise).
+    /// last PSN-sequence NAK, take a round-trip sample if the timed packet
+    /// is now acknowledged, and restart the ACK and adaptive timers while
+    /// messages are `outstanding` (stop them otherwise).
     pub fn made_progress(&mut self, now: Instant, outstanding: bool) {
         self.refill_retries();
         self.nak_retry_psn = None;
-        let at = if outstanding {
-            deadline(now, self.cfg.ack_timeout)
+        if let Some((psn, at)) = self.timed
+            && psn.diff(self.ack_psn) <= 0
+        {
+            self.rtt.sample(now.since(at));
+            self.timed = None;
+        }
+        self.backoff = 0;
+        self.adaptive_since_progress = false;
+        if outstanding {
+            self.timers
+                .set(Timer::Ack, deadline(now, self.cfg.ack_timeout));
+            self.arm_adaptive(now);
         } else {
-            None
-        };
-        self.timers.set(Timer::Ack, at);
+            self.timers.stop(Timer::Ack);
+            self.timers.stop(Timer::Adaptive);
+        }
     }
 
     /// True if an RNR NAK for `psn` is a copy of the one that started the
@@ -278,6 +365,7 @@ impl Requester {
         self.timers
             .set(Timer::RnrResume, Some(now.add(rnr_timer(timer))));
         self.timers.stop(Timer::Ack);
+        self.timers.stop(Timer::Adaptive);
         RnrNak::Wait
     }
 
@@ -297,10 +385,61 @@ impl Requester {
         SeqNak::GoBack(psn)
     }
 
-    /// Go-back-N from some PSN: the resend restarts the ACK timer.
+    /// Go-back-N from some PSN after a NAK, an ACK timeout or an RNR
+    /// wait: the resend restarts the ACK and adaptive timers, and no
+    /// packet is timed any more (its answer could be to either copy).
     pub fn go_back(&mut self, now: Instant) {
+        self.timed = None;
         self.timers
             .set(Timer::Ack, deadline(now, self.cfg.ack_timeout));
+        self.arm_adaptive(now);
+    }
+
+    /// What the adaptive timer says at `now`; `outstanding` says if any
+    /// message waits for completion. When due, the requester sends again
+    /// from the oldest unacknowledged PSN: the wait doubles and the ACK
+    /// timer is left as it was, so the QP fails no later and no sooner
+    /// than its timeout and `retry_cnt` say.
+    pub fn poll_adaptive(&mut self, now: Instant, outstanding: bool) -> AdaptiveTimeout {
+        if !self.timers.is_due(Timer::Adaptive, now) {
+            return AdaptiveTimeout::NotDue;
+        }
+        if !outstanding || self.is_rnr_waiting() {
+            self.timers.stop(Timer::Adaptive);
+            return AdaptiveTimeout::NotDue;
+        }
+        self.timed = None;
+        self.backoff = self.backoff.saturating_add(1);
+        self.adaptive_since_progress = true;
+        self.arm_adaptive(now);
+        AdaptiveTimeout::Resend(self.una())
+    }
+
+    /// Holds the adaptive timer while `hold` (the ACK timer alone runs),
+    /// and starts it from `now` when the hold ends. The device holds it
+    /// while the oldest thing unacknowledged is a READ with no response
+    /// yet: the responder reads the data before the first response can
+    /// leave, and a software responder makes every response of a long READ
+    /// before the first one is on the wire, which no round trip of a short
+    /// packet predicts. Once responses flow, each restarts the timer, so a
+    /// READ's lost tail is still sent for early.
+    pub fn hold_adaptive(&mut self, now: Instant, hold: bool) {
+        if hold == self.adaptive_held {
+            return;
+        }
+        self.adaptive_held = hold;
+        if hold {
+            self.timers.stop(Timer::Adaptive);
+        } else if self.timers.get(Timer::Ack).is_some() {
+            self.arm_adaptive(now);
+        }
+    }
+
+    /// True if adaptive resends were made since the last progress: an ACK
+    /// timeout now is one that adaptive retransmission did not prevent
+    /// (mlx5's `roce_adp_retrans_to`).
+    pub fn adaptive_resent(&self) -> bool {
+        self.adaptive_since_progress
     }
 
     /// If the RNR wait is over at `now`: ends it and returns the PSN to send
@@ -330,9 +469,10 @@ impl Requester {
         AckTimeout::Retry(self.una())
     }
 
-    /// Stops both timers and any RNR wait (the QP flushed its messages).
+    /// Stops every timer and any RNR wait (the QP flushed its messages).
     pub fn cancel(&mut self) {
         self.timers.stop(Timer::Ack);
+        self.timers.stop(Timer::Adaptive);
         self.timers.stop(Timer::RnrResume);
         self.rnr_psn = None;
     }
@@ -369,6 +509,7 @@ mod tests {
             ack_timeout: Some(Duration::from_us(10)),
             retry_cnt: retry,
             rnr_retry: rnr,
+            adaptive_floor: None,
         }
     }
 
@@ -390,7 +531,10 @@ mod tests {
         let edge = first.add(MAX_UNACKED_PSNS - 1);
         assert_eq!(r.window_room(edge), 1);
         assert_eq!(r.window_room(edge.add(1)), 0);
-        assert_eq!(r.note_sent(first, MAX_UNACKED_PSNS, edge.add(1)), 0);
+        assert_eq!(
+            r.note_sent(Instant::ZERO, first, MAX_UNACKED_PSNS, edge.add(1)),
+            0
+        );
         // An ACK past the wrap moves the window across it.
         assert_eq!(
             r.handle_ack(Psn::new(4)),
@@ -401,7 +545,7 @@ mod tests {
         assert_eq!(r.una(), Psn::new(5));
         assert_eq!(r.window_room(Psn::new(5 + MAX_UNACKED_PSNS - 1)), 1);
         // Sending the first PSNs again counts them as retransmissions.
-        assert_eq!(r.note_sent(Psn::new(5), 4, Psn::new(9)), 4);
+        assert_eq!(r.note_sent(Instant::ZERO, Psn::new(5), 4, Psn::new(9)), 4);
     }
 
     #[test]
@@ -409,7 +553,7 @@ mod tests {
         let mut r = req_at(100, 7, 7);
         r.alloc(3);
         assert_eq!(r.handle_ack(Psn::new(100)), Ack::Stale, "nothing sent yet");
-        r.note_sent(Psn::new(100), 3, Psn::new(103));
+        r.note_sent(Instant::ZERO, Psn::new(100), 3, Psn::new(103));
         assert_eq!(
             r.handle_ack(Psn::new(103)),
             Ack::Stale,
@@ -428,7 +572,7 @@ mod tests {
     fn seq_nak_goes_back_once_per_nak_until_progress() {
         let mut r = req_at(0, 2, 7);
         r.alloc(10);
-        r.note_sent(Psn::new(0), 10, Psn::new(10));
+        r.note_sent(Instant::ZERO, Psn::new(0), 10, Psn::new(10));
         assert_eq!(
             r.handle_seq_nak(Psn::new(4), true),
             SeqNak::GoBack(Psn::new(4))
@@ -453,7 +597,7 @@ mod tests {
     fn ack_timeouts_retry_then_exhaust() {
         let mut r = req_at(0, 1, 7);
         r.alloc(1);
-        r.note_sent(Psn::new(0), 1, Psn::new(1));
+        r.note_sent(Instant::ZERO, Psn::new(0), 1, Psn::new(1));
         let t0 = Instant::from_ps(1_000);
         r.arm_ack_timer(t0);
         let due = t0.add(Duration::from_us(10));
@@ -474,7 +618,7 @@ mod tests {
     fn rnr_naks_wait_count_and_exhaust() {
         let mut r = req_at(0, 7, 1);
         r.alloc(2);
-        r.note_sent(Psn::new(0), 2, Psn::new(2));
+        r.note_sent(Instant::ZERO, Psn::new(0), 2, Psn::new(2));
         let now = Instant::from_ps(5);
         assert_eq!(r.handle_rnr_nak(now, Psn::new(1), 1), RnrNak::Wait);
         assert!(r.is_rnr_waiting());
@@ -511,6 +655,142 @@ mod tests {
             );
         }
         assert_eq!(r.rnr_left(), RETRY_FOREVER);
+    }
+
+    const US: fn(u64) -> Duration = Duration::from_us;
+
+    fn at_us(us: u64) -> Instant {
+        Instant::ZERO.add(US(us))
+    }
+
+    /// A requester with a 1 ms ACK timeout and adaptive retransmission,
+    /// whose first packet, PSN 0, was sent at 0 and acknowledged at
+    /// `rtt_us`.
+    fn measured(rtt_us: u64) -> Requester {
+        let mut r = Requester::new();
+        r.configure(RequesterConfig {
+            ack_timeout: Some(US(1000)),
+            retry_cnt: 3,
+            rnr_retry: 7,
+            adaptive_floor: Some(US(1)),
+        });
+        r.set_psn(Psn::new(0));
+        r.refill_retries();
+        r.alloc(1);
+        r.note_sent(at_us(0), Psn::new(0), 1, Psn::new(1));
+        r.arm_ack_timer(at_us(0));
+        assert_eq!(
+            r.timers().get(Timer::Adaptive),
+            None,
+            "nothing measured yet: the ACK timer alone"
+        );
+        assert!(r.handle_ack(Psn::new(0)).is_valid());
+        r.made_progress(at_us(rtt_us), false);
+        r
+    }
+
+    #[test]
+    fn adaptive_resends_come_early_back_off_and_use_no_retry() {
+        let mut r = measured(10);
+        assert_eq!(r.rtt().srtt(), Some(US(10)));
+        assert_eq!(r.adaptive_timeout(), Some(US(30)));
+        r.alloc(1);
+        r.note_sent(at_us(20), Psn::new(1), 1, Psn::new(2));
+        r.arm_ack_timer(at_us(20));
+        assert_eq!(r.timers().get(Timer::Ack), Some(at_us(1020)));
+        assert_eq!(r.poll_timeout(), Some(at_us(50)));
+        assert_eq!(r.poll_adaptive(at_us(49), true), AdaptiveTimeout::NotDue);
+        // Each resend without progress doubles the wait, up to the ACK
+        // timer, which it never moves.
+        let mut at = 50;
+        for wait in [60, 120, 240, 480] {
+            assert_eq!(
+                r.poll_adaptive(at_us(at), true),
+                AdaptiveTimeout::Resend(Psn::new(1))
+            );
+            assert_eq!(r.retry_left(), 3, "an adaptive resend uses no retry");
+            assert!(r.adaptive_resent());
+            at += wait;
+            assert_eq!(r.timers().get(Timer::Adaptive), Some(at_us(at)));
+        }
+        // 950 + 960 would be past the ACK timer: it is left to that.
+        assert_eq!(
+            r.poll_adaptive(at_us(at), true),
+            AdaptiveTimeout::Resend(Psn::new(1))
+        );
+        assert_eq!(r.timers().get(Timer::Adaptive), None);
+        assert_eq!(r.poll_timeout(), Some(at_us(1020)));
+        assert_eq!(
+            r.poll_ack_timeout(at_us(1020), true),
+            AckTimeout::Retry(Psn::new(1))
+        );
+        assert_eq!(r.retry_left(), 2);
+        // Progress ends the backoff.
+        assert!(r.handle_ack(Psn::new(1)).is_valid());
+        r.made_progress(at_us(1030), true);
+        assert!(!r.adaptive_resent());
+        assert_eq!(r.timers().get(Timer::Adaptive), Some(at_us(1060)));
+    }
+
+    #[test]
+    fn a_resent_packet_gives_no_round_trip_sample() {
+        let mut r = measured(10);
+        r.alloc(1);
+        r.note_sent(at_us(20), Psn::new(1), 1, Psn::new(2));
+        r.go_back(at_us(25));
+        r.note_sent(at_us(25), Psn::new(1), 1, Psn::new(2));
+        assert!(r.handle_ack(Psn::new(1)).is_valid());
+        r.made_progress(at_us(500), false);
+        assert_eq!(r.rtt().srtt(), Some(US(10)), "Karn's rule");
+        // A packet sent once is timed again.
+        r.alloc(1);
+        r.note_sent(at_us(600), Psn::new(2), 1, Psn::new(3));
+        assert!(r.handle_ack(Psn::new(2)).is_valid());
+        r.made_progress(at_us(618), false);
+        assert_eq!(r.rtt().srtt(), Some(Duration::from_ns(11_000)));
+    }
+
+    #[test]
+    fn no_adaptive_resends_when_off_idle_or_waiting_for_ever() {
+        let mut r = measured(10);
+        r.alloc(1);
+        r.note_sent(at_us(20), Psn::new(1), 1, Psn::new(2));
+        r.arm_ack_timer(at_us(20));
+        assert_eq!(r.poll_adaptive(at_us(50), false), AdaptiveTimeout::NotDue);
+        assert_eq!(r.timers().get(Timer::Adaptive), None, "idle: stopped");
+        let mut off = r.clone();
+        off.configure(RequesterConfig {
+            adaptive_floor: None,
+            ..off.cfg
+        });
+        assert_eq!(off.adaptive_timeout(), None);
+        let mut forever = r.clone();
+        forever.configure(RequesterConfig {
+            ack_timeout: None,
+            ..forever.cfg
+        });
+        assert_eq!(forever.adaptive_timeout(), None);
+        // An RNR wait stops it too.
+        r.arm_ack_timer(at_us(60));
+        assert!(r.timers().get(Timer::Adaptive).is_some());
+        r.handle_rnr_nak(at_us(61), Psn::new(1), 1);
+        assert_eq!(r.timers().get(Timer::Adaptive), None);
+    }
+
+    #[test]
+    fn a_hold_stops_the_adaptive_timer_and_its_end_starts_it_afresh() {
+        let mut r = measured(10);
+        r.alloc(1);
+        r.note_sent(at_us(20), Psn::new(1), 1, Psn::new(2));
+        r.arm_ack_timer(at_us(20));
+        r.hold_adaptive(at_us(20), true);
+        assert_eq!(r.timers().get(Timer::Adaptive), None);
+        assert_eq!(r.adaptive_timeout(), None);
+        r.arm_ack_timer(at_us(25));
+        assert_eq!(r.timers().get(Timer::Adaptive), None, "held");
+        assert_eq!(r.poll_adaptive(at_us(500), true), AdaptiveTimeout::NotDue);
+        r.hold_adaptive(at_us(500), false);
+        assert_eq!(r.timers().get(Timer::Adaptive), Some(at_us(530)));
     }
 
     #[test]

@@ -10,11 +10,14 @@ pub enum Timer {
     Ack,
     /// An RNR NAK's wait is over: send again from the NAKed PSN.
     RnrResume,
+    /// Silence for longer than the measured round trip allows: send again
+    /// early, without using a retry.
+    Adaptive,
 }
 
 impl Timer {
     /// Every timer, in the order their deadlines are checked.
-    pub const ALL: [Timer; 2] = [Timer::Ack, Timer::RnrResume];
+    pub const ALL: [Timer; 3] = [Timer::Ack, Timer::RnrResume, Timer::Adaptive];
 }
 
 /// When each [`Timer`] fires, if it is running.

@@ -234,7 +234,22 @@ pub struct NicOptions {
     /// Record a timeline of the device's work, its register stores, DMAs
     /// and frames, stamped with the wall clock ([`LiveNic::take_trace`]).
     pub trace: bool,
+    /// Adaptive retransmission's shortest timeout
+    /// ([`NicConfig::adaptive_retransmit_floor`]); `None` turns it off. A
+    /// [`Port::Fabric`] without `faults` loses nothing and never uses it.
+    /// Live, an ACK can also wait for the host's scheduler to run the
+    /// peer's threads, and for a burst of packets to be processed, which
+    /// the round trip of a lone packet does not show: the default,
+    /// [`LIVE_ADAPTIVE_RETRANSMIT_FLOOR`], is long enough for neither to
+    /// look like a loss on a busy machine (decision record 0027).
+    pub adaptive_retransmit_floor: Option<doorbell_types::Duration>,
 }
+
+/// The default [`NicOptions::adaptive_retransmit_floor`]: a few of the
+/// host scheduler's time slices, and a seventh of the usual 67 ms ACK
+/// timeout.
+pub const LIVE_ADAPTIVE_RETRANSMIT_FLOOR: doorbell_types::Duration =
+    doorbell_types::Duration::from_us(10_000);
 
 impl Default for NicOptions {
     fn default() -> Self {
@@ -247,6 +262,7 @@ impl Default for NicOptions {
             udp_gso: true,
             pcap: None,
             trace: false,
+            adaptive_retransmit_floor: Some(LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
         }
     }
 }
@@ -378,6 +394,11 @@ impl LiveNic {
     ) -> Result<Self, RtError> {
         opts.link.validate()?;
         let mut cfg = NicConfig::new(ipv4);
+        // A fabric without faults loses nothing: resending early there
+        // could only send again what arrived, when a peer's thread was
+        // slow to run (decision record 0027).
+        let lossless = matches!(port, Port::Fabric(_)) && opts.faults.is_none();
+        cfg.adaptive_retransmit_floor = opts.adaptive_retransmit_floor.filter(|_| !lossless);
         let (mut handle, sink): (PortHandle, Box<dyn fault::Sink>) = match port {
             Port::Fabric(fabric) => {
                 if fabric.routes().contains_key(&ipv4) {

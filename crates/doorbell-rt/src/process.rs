@@ -92,6 +92,10 @@ pub struct ProcessNicConfig {
     /// [`crate::Faults`]): to try a program under loss, reordering,
     /// duplication and corruption.
     pub faults: Option<crate::Faults>,
+    /// Adaptive retransmission's shortest timeout, or `None` for resends
+    /// on the QP's ACK timeout alone ([`Self::ADAPTIVE_VAR`];
+    /// [`crate::NicOptions::adaptive_retransmit_floor`]).
+    pub adaptive_retransmit_floor: Option<doorbell_types::Duration>,
 }
 
 /// When the port's link goes down after the NIC starts, and for how long
@@ -117,6 +121,7 @@ impl Default for ProcessNicConfig {
             pcap: None,
             trace: None,
             faults: None,
+            adaptive_retransmit_floor: Some(crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
         }
     }
 }
@@ -147,6 +152,12 @@ impl ProcessNicConfig {
     /// hold of a reordered frame, default 200) and `seed=N` (default 1),
     /// e.g. `loss=0.02,reorder=0.01,seed=7`; unset or empty: none.
     pub const FAULTS_VAR: &'static str = "DOORBELL_FAULTS";
+    /// The variable that sets adaptive retransmission: `on` (unset or
+    /// empty: on, with its shortest timeout
+    /// [`crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR`]), `off` (resend only when
+    /// a QP's ACK timeout expires, as a NIC without it does), or the
+    /// shortest timeout in microseconds.
+    pub const ADAPTIVE_VAR: &'static str = "DOORBELL_ADAPTIVE_RETRANSMIT";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -207,6 +218,10 @@ impl ProcessNicConfig {
             Some(v) if v.is_empty() => None,
             Some(v) => Some(parse_faults(&v.to_string_lossy())?),
         };
+        let adaptive_retransmit_floor = match get(Self::ADAPTIVE_VAR) {
+            None => Some(crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
+            Some(v) => parse_adaptive(&v.to_string_lossy())?,
+        };
         Ok(Self {
             name,
             addr,
@@ -216,6 +231,7 @@ impl ProcessNicConfig {
             pcap,
             trace,
             faults,
+            adaptive_retransmit_floor,
         })
     }
 
@@ -232,6 +248,24 @@ impl ProcessNicConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// [`ProcessNicConfig::ADAPTIVE_VAR`]'s value: the shortest adaptive
+/// timeout, or `None` for off.
+pub fn parse_adaptive(value: &str) -> Result<Option<doorbell_types::Duration>, ProcessNicError> {
+    match value.trim() {
+        "" | "1" | "on" | "yes" | "true" => Ok(Some(crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR)),
+        "0" | "off" | "no" | "false" => Ok(None),
+        v => match v.parse::<u64>() {
+            Ok(us) if (1..=60_000_000).contains(&us) => {
+                Ok(Some(doorbell_types::Duration::from_us(us)))
+            }
+            _ => Err(ProcessNicError::BadAdaptive {
+                var: ProcessNicConfig::ADAPTIVE_VAR,
+                value: value.to_owned(),
+            }),
+        },
     }
 }
 
@@ -352,7 +386,7 @@ pub enum ProcessNicError {
         /// Its value.
         value: String,
     },
-    /// An on/off setting that is neither on nor off.
+    /// A fault list that does not parse.
     #[error("{var}={value:?}: {why}")]
     BadFaults {
         /// The variable, [`ProcessNicConfig::FAULTS_VAR`].
@@ -361,6 +395,17 @@ pub enum ProcessNicError {
         value: String,
         /// What is wrong with it.
         why: String,
+    },
+    /// An adaptive retransmission setting that is neither on, off nor a
+    /// time.
+    #[error(
+        "{var}={value:?}: expected on (the default), off, or the shortest timeout in microseconds (1 to 60000000, e.g. 200)"
+    )]
+    BadAdaptive {
+        /// The variable, [`ProcessNicConfig::ADAPTIVE_VAR`].
+        var: &'static str,
+        /// Its value.
+        value: String,
     },
     /// A switch variable is neither on nor off.
     #[error("{var}={value:?}: expected 1 or on (the default), or 0 or off")]
@@ -423,6 +468,7 @@ impl ProcessNicError {
             | Self::BadName { .. }
             | Self::BadLinkDown { .. }
             | Self::BadFaults { .. }
+            | Self::BadAdaptive { .. }
             | Self::BadSwitch { .. } => libc::EINVAL,
             Self::AddressInUse { .. } | Self::NoFreeAddress { .. } => libc::EADDRINUSE,
             Self::AtFork { errno } => *errno,
@@ -634,6 +680,7 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
             memory: Some(memory.clone()),
             shm: cfg.shm,
             udp_gso: cfg.udp_gso,
+            adaptive_retransmit_floor: cfg.adaptive_retransmit_floor,
             pcap: cfg.pcap.clone(),
             trace: cfg.trace.is_some(),
             relay_queue: cfg

@@ -270,7 +270,7 @@ pub fn capture_json_lines(c: &[doorbell_pcie::Carried]) -> String {
 fn explain(name: &str) -> &'static str {
     match name {
         "duplicate_request" => {
-            "requests received again (a retry of one already executed): the peer timed out, usually because an ACK was lost"
+            "requests received again (a retry of one already executed): the peer resent, because an ACK was lost or late"
         }
         "implied_nak_seq_err" => {
             "READ or atomic responses that skipped PSNs: responses lost on the way, so the requester retried"
@@ -317,6 +317,12 @@ fn explain(name: &str) -> &'static str {
         }
         "rnr_nak_retry_err" => {
             "RNR NAKs received and retried: the peer had no receive posted, and got one later"
+        }
+        "roce_adp_retrans" => {
+            "resends started early, when an ACK was later than the measured round trip allows: a packet at the end of a message lost, a resend lost again, or a peer that paused"
+        }
+        "roce_adp_retrans_to" => {
+            "ACK timeouts after early resends had not helped: the path lost the resends too, or the peer is gone"
         }
         "rx_atomic_requests" => "atomic requests this side executed as a responder",
         "rx_icrc_encapsulated" => {
@@ -365,7 +371,7 @@ mod tests {
         assert_eq!(v["total"]["tlps"]["cpld"], 5);
         assert_eq!(v["qps"][0]["qpn"], 0x100);
         assert_eq!(v["packets"]["tx"], 9);
-        assert_eq!(v["hw_counters"].as_object().unwrap().len(), 21);
+        assert_eq!(v["hw_counters"].as_object().unwrap().len(), 23);
         assert_eq!(v["total"]["dma_writes"]["eqe"], 4);
         assert_eq!(v["total"]["dma_writes"]["msix"], 3);
         assert!(stats.to_table().contains("0x100"));

@@ -116,6 +116,15 @@ fn run_sets_the_environment_and_execs_the_program_in_place() {
         has("DOORBELL_ADDR=10.1.2.3") && has("DOORBELL_STATS=-"),
         "{env}"
     );
+    let o = out(clean().args(["run", "--adaptive-retransmit", "off", "--", "env"]));
+    assert_ok(&o, "doorbell run --adaptive-retransmit off -- env");
+    assert!(
+        text(&o.stdout)
+            .lines()
+            .any(|l| l == "DOORBELL_ADAPTIVE_RETRANSMIT=off"),
+        "{}",
+        text(&o.stdout)
+    );
     assert!(!env.contains("DOORBELL_NAME="), "not given, not set: {env}");
     // Exec, not spawn: the program's status is doorbell's, and arguments
     // that look like options reach it (no `--` needed after its name).
@@ -166,6 +175,10 @@ fn bad_settings_and_a_missing_library_are_refused_with_the_reason() {
         (&["--addr", "127.0.0"][..], "not a unicast IPv4 address"),
         (&["--addr", "224.0.0.1"][..], "not a unicast IPv4 address"),
         (&["--name", "a/b"][..], "a device name is 1 to 63 bytes"),
+        (
+            &["--adaptive-retransmit", "soon"][..],
+            "the shortest timeout in microseconds",
+        ),
     ] {
         for sub in ["run", "env"] {
             let prog: &[&str] = if sub == "run" { &["--", "true"] } else { &[] };

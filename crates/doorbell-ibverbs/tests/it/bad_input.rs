@@ -69,7 +69,7 @@ fn doorbell_stats_writes_what_the_program_cost_on_the_bus() {
     assert_eq!(v["packets"]["tx"], v["packets"]["rx"], "{text}");
     assert_eq!(v["packets"]["retransmits"], 0, "{text}");
     assert!(v["total"]["mmio_writes"].as_u64() >= Some(3), "{text}");
-    assert_eq!(v["hw_counters"].as_object().map(|m| m.len()), Some(21));
+    assert_eq!(v["hw_counters"].as_object().map(|m| m.len()), Some(23));
     // events.c waits for completion events: each came as an EQE the NIC
     // wrote into the kernel's event queue and, when the EQ was armed, an
     // MSI-X interrupt.

@@ -228,7 +228,7 @@ fn nothing_beyond_the_rules(p: &Pair, port: &str) {
 #[test]
 fn over_the_in_process_fabric() {
     let p = fabric_pair(
-        [NicOptions::default(), NicOptions::default()],
+        [exact(NicOptions::default()), exact(NicOptions::default())],
         caps(8),
         LEN,
         Timers::default(),

@@ -44,6 +44,7 @@ fn cfg(name: &str) -> ProcessNicConfig {
         pcap: None,
         trace: None,
         faults: None,
+        adaptive_retransmit_floor: Some(doorbell_rt::LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
     }
 }
 
@@ -211,8 +212,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         shm: true,
         udp_gso: true,
         pcap: None,
-        trace: None,
-        faults: None,
+        ..cfg("fixed")
     };
     let e = ProcessNic::acquire(&fixed).unwrap_err();
     assert_eq!(e, ProcessNicError::AddressInUse { addr: taken });
@@ -239,8 +239,7 @@ fn a_taken_or_foreign_address_is_refused_and_the_search_skips_taken_ones() {
         shm: true,
         udp_gso: true,
         pcap: None,
-        trace: None,
-        faults: None,
+        ..cfg("foreign")
     };
     let e = ProcessNic::acquire(&foreign).unwrap_err();
     assert!(
@@ -278,8 +277,7 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
             shm: true,
             udp_gso: true,
             pcap: None,
-            trace: None,
-            faults: None,
+            ..cfg("mlx5_7")
         }
     );
     let f = get(&[(
@@ -322,6 +320,30 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
     assert!(e.to_string().contains("DOORBELL_SHM=\"maybe\""), "{e}");
     assert!(!get(&[("DOORBELL_UDP_GSO", "off")]).unwrap().udp_gso);
     assert!(get(&[]).unwrap().udp_gso);
+    let adaptive = |v: &'static str| {
+        let vars: &'static [(&str, &str)] =
+            Box::leak(Box::new([("DOORBELL_ADAPTIVE_RETRANSMIT", v)]));
+        get(vars).map(|c| c.adaptive_retransmit_floor)
+    };
+    let live = Some(doorbell_rt::LIVE_ADAPTIVE_RETRANSMIT_FLOOR);
+    assert_eq!(get(&[]).unwrap().adaptive_retransmit_floor, live);
+    assert_eq!(adaptive("on"), Ok(live));
+    assert_eq!(adaptive(""), Ok(live));
+    assert_eq!(adaptive("off"), Ok(None));
+    assert_eq!(adaptive("0"), Ok(None));
+    assert_eq!(
+        adaptive("250"),
+        Ok(Some(doorbell_types::Duration::from_us(250)))
+    );
+    for bad in ["-5", "1ms", "60000001", "often"] {
+        let e = adaptive(bad).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL);
+        assert!(
+            e.to_string()
+                .starts_with(&format!("DOORBELL_ADAPTIVE_RETRANSMIT={bad:?}")),
+            "{e}"
+        );
+    }
     for bad in [
         "1.2.3",
         "256.0.0.1",

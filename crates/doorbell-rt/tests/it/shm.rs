@@ -21,7 +21,7 @@ fn nics_of_one_host_move_frames_through_shared_memory_not_the_socket() {
     };
     let p = udp_pair(
         [lo(50, 2), lo(50, 3)],
-        [corrupting_first_send(), NicOptions::default()],
+        [exact(corrupting_first_send()), exact(NicOptions::default())],
         caps(32),
         4 << 20,
         t,

@@ -89,7 +89,7 @@ fn a_send_crosses_the_timeline_in_order() {
 #[test]
 fn no_timeline_unless_asked() {
     let p = fabric_pair(
-        [NicOptions::default(), NicOptions::default()],
+        [exact(NicOptions::default()), exact(NicOptions::default())],
         default_caps(),
         4096,
         Timers::default(),

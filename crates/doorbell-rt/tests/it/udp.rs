@@ -502,9 +502,11 @@ fn a_port_that_starts_and_stops_puts_nothing_on_the_wire() {
 /// which arrive intact and are counted one by one at both ends.
 #[test]
 fn segmented_sends_arrive_as_the_datagrams_they_carry() {
-    let gso = || NicOptions {
-        shm: false,
-        ..NicOptions::default()
+    let gso = || {
+        exact(NicOptions {
+            shm: false,
+            ..NicOptions::default()
+        })
     };
     let t = Timers {
         mtu: 1024,

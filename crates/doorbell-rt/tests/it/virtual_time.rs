@@ -481,7 +481,128 @@ fn the_ack_timer_starts_afresh_for_a_message_after_an_idle_spell() {
         outcome(&poll(&p.cq_a)),
         [(2, WcStatus::Success, WcOpcode::RdmaWrite)]
     );
-    // Nothing timed out, then or a timeout after.
+    // Nothing timed out, then or a timeout after. To adaptive
+    // retransmission the late ACK looked like a loss: it sent the WRITE
+    // once more, 16 µs (its shortest timeout) after it, and B acknowledged
+    // the duplicate at once.
     p.advance_to(t1.add(timeout).add(timeout));
-    assert_eq!(errors(&p.counters()), []);
+    let c = p.counters();
+    assert_eq!(errors(&c), [("duplicate_request", 1)]);
+    assert_eq!((c.roce_adp_retrans, c.roce_adp_retrans_to), (1, 0));
+}
+
+/// Two RC QPs whose first WRITE (`len` bytes, id 1) measured the round
+/// trip; returns them and when it completed.
+fn measured(policy: impl FaultPolicy + 'static, t: Timers, len: usize) -> (Loop, Instant) {
+    let p = Loop::faulty(policy, t);
+    p.a.post_send(&[signaled(
+        1,
+        &[p.mr_a.sge(0, len as u32).unwrap()],
+        WrOpcode::RdmaWrite(p.remote_b(0)),
+    )])
+    .unwrap();
+    assert_eq!(
+        outcome(&poll(&p.cq_a)),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    let t = p.now();
+    (p, t)
+}
+
+/// The tail of a message, which no later packet reveals lost: adaptive
+/// retransmission sends it again once the ACK is later than the measured
+/// round trip allows (here its 16 µs floor), not after the QP's 67 ms.
+#[test]
+fn a_lost_last_packet_is_sent_again_long_before_the_ack_timeout() {
+    let (policy, log) = tap_policy(|s, k| {
+        if s.opcode == BthOpcode::RcRdmaWriteLast && k == 1 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let len = 4 * 1024;
+    let data = pattern(len, 3);
+    let (p, _) = measured(policy, Timers::default(), len);
+    p.mr_a.write(0, &data).unwrap();
+    let t1 = p.now();
+    p.a.post_send(&[signaled(
+        2,
+        &[p.mr_a.sge(0, len as u32).unwrap()],
+        WrOpcode::RdmaWrite(p.remote_b(0)),
+    )])
+    .unwrap();
+    assert_eq!(poll(&p.cq_a), [], "its last packet was lost");
+    let early = t1.add(doorbell_device::ADAPTIVE_RETRANSMIT_FLOOR);
+    assert_eq!(p.link.next_deadline(), Some(early));
+    p.advance_to(just_before(early));
+    assert_eq!(poll(&p.cq_a), []);
+    p.advance_to(early);
+    assert_eq!(
+        outcome(&poll(&p.cq_a)),
+        [(2, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    let c = p.counters();
+    // A went back to the message's first packet (nothing of it was
+    // acknowledged): B had three of the four already.
+    assert_eq!(errors(&c), [("duplicate_request", 3)]);
+    assert_eq!((c.roce_adp_retrans, c.roce_adp_retrans_to), (1, 0));
+    assert_eq!(c.tx_retransmits, 4);
+    let lasts = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.opcode == BthOpcode::RcRdmaWriteLast)
+        .count();
+    assert_eq!(lasts, 3, "the first WRITE's, the lost one, the resend");
+    let mut got = vec![0u8; len];
+    p.mr_b.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+/// Adaptive resends use no retry and never move the ACK timer: a peer that
+/// stops answering fails the QP with RETRY_EXC_ERR exactly when the QP's
+/// timeout and `retry_cnt` say, as without them.
+#[test]
+fn a_silent_peer_fails_the_qp_when_its_timeout_says_despite_early_resends() {
+    let (policy, _) = tap_policy(|s, k| {
+        if matches!(s.opcode, BthOpcode::RcRdmaWriteOnly) && k >= 1 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let t = Timers {
+        // 4.096 µs × 2^10 ≈ 4.2 ms, twice.
+        timeout: 10,
+        retry_cnt: 2,
+        ..Timers::default()
+    };
+    let timeout = Duration::from_ns(4096 << 10);
+    let (p, _) = measured(policy, t, 64);
+    let t1 = p.now();
+    p.a.post_send(&[signaled(
+        2,
+        &[p.mr_a.sge(0, 64).unwrap()],
+        WrOpcode::RdmaWrite(p.remote_b(0)),
+    )])
+    .unwrap();
+    let fails = t1.add(timeout.mul(3));
+    p.advance_to(just_before(fails));
+    assert_eq!(poll(&p.cq_a), [], "two retries, each a whole timeout");
+    p.advance_to(fails);
+    assert_eq!(
+        outcome(&poll(&p.cq_a)),
+        [(2, WcStatus::RetryExcErr, WcOpcode::RdmaWrite)]
+    );
+    let c = p.counters();
+    assert_eq!(c.local_ack_timeout_err, 2);
+    assert_eq!(c.req_transport_retries_exceeded, 1);
+    // In the first timeout, resends 16, 32, 64, ... 2048 µs apart: 8, the
+    // last at 4080 µs, since the next would come after the ACK timer. The
+    // wait keeps doubling across the QP's own retries: one more 4096 µs
+    // into the second timeout, none in the third.
+    assert_eq!(c.roce_adp_retrans, 8 + 1, "{c:?}");
+    assert_eq!(c.roce_adp_retrans_to, 2);
+    assert_eq!(c.tx_retransmits, 9 + 2);
 }
