@@ -98,7 +98,9 @@ pub(crate) struct RecvDone {
     pub(crate) byte_cnt: u32,
     pub(crate) imm: Option<u32>,
     pub(crate) solicited: bool,
-    pub(crate) ud_src: Option<u32>,
+    /// UD: the source QP, and the RoCE packet type mlx5 reports in the
+    /// SL bits (`doorbell_layout::cqe::ROCE_PKT_*`).
+    pub(crate) ud_src: Option<(u32, u8)>,
 }
 
 /// Writes a successful receive completion.
@@ -111,8 +113,8 @@ pub(crate) fn recv_done<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, d: RecvDone) {
         if let Some(imm) = d.imm {
             c.set_imm(imm);
         }
-        if let Some(src) = d.ud_src {
-            c.set_flags_rqpn(src, 0, 1);
+        if let Some((src, pkt_type)) = d.ud_src {
+            c.set_flags_rqpn(src, pkt_type, 1);
         }
     });
 }

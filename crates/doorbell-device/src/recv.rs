@@ -30,6 +30,18 @@ use crate::wq::{RecvInProgress, RecvWqe, WriteInProgress};
 /// Bytes of the GRH area a UD receive buffer starts with.
 const GRH_LEN: usize = 40;
 
+/// What a UD CQE reports of the packet in its SL bits: a RoCEv2 frame
+/// (UDP) with an IPv4 header (20 bytes) or an IPv6 one (40).
+fn roce_pkt_type(ip_header: &[u8]) -> u8 {
+    use doorbell_layout::cqe::{ROCE_PKT_IPV4, ROCE_PKT_IPV6, ROCE_PKT_UDP};
+    let l3 = if ip_header.first().is_some_and(|b| b >> 4 == 6) {
+        ROCE_PKT_IPV6
+    } else {
+        ROCE_PKT_IPV4
+    };
+    ROCE_PKT_UDP | l3
+}
+
 /// The transport bits of a BTH opcode (reference A.2): 000 for RC.
 const RC_TRANSPORT_MASK: u8 = 0xe0;
 
@@ -445,7 +457,7 @@ fn ud_receive<D: Dma>(
                     byte_cnt: n,
                     imm,
                     solicited: repr.bth.solicited,
-                    ud_src: Some(deth.src_qp.get()),
+                    ud_src: Some((deth.src_qp.get(), roce_pkt_type(ip_header))),
                 },
             );
             Ok(())

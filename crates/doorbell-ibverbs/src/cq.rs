@@ -244,7 +244,7 @@ fn to_c_wc(w: &Wc) -> ibv_wc {
         wc_flags: wc_flags(w),
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: w.sl,
         dlid_path_bits: 0,
     }
 }

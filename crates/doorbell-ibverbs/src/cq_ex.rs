@@ -173,8 +173,9 @@ unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
     read(cq, |_| 0)
 }
 
+/// The CQE's SL bits: for a UD receive, the RoCE packet type.
 unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    read(cq, |_| 0)
+    read(cq, |w| w.sl)
 }
 
 unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {

@@ -110,6 +110,14 @@ pub const OPCODE_SHIFT: u32 = 4;
 pub const GRH_SHIFT: u32 = 28;
 /// Shift of the SL bits in `flags_rqpn`.
 pub const SL_SHIFT: u32 = 24;
+/// In the SL bits of a responder's UD CQE over RoCE, mlx5 reports the
+/// packet's type instead (the PRM, as UCX's `uct_ud_iface_check_grh` reads
+/// it): this bit when the frame carried a UDP header (RoCEv2),
+pub const ROCE_PKT_UDP: u8 = 0x8;
+/// and in bits 2..0 its L3 header: 0 a GRH (RoCE v1), this an IPv6 one,
+pub const ROCE_PKT_IPV6: u8 = 0x1;
+/// or this an IPv4 one.
+pub const ROCE_PKT_IPV4: u8 = 0x2;
 
 fixed_view!(
     /// A 64-byte CQE, success or error layout.

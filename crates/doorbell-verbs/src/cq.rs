@@ -120,6 +120,10 @@ pub struct Wc {
     pub src_qp: u32,
     /// A GRH precedes the data (UD receives).
     pub grh: bool,
+    /// The service level; for a UD receive over RoCE, the packet's type as
+    /// mlx5 reports it (`0x8 | 0x2`: RoCEv2 over IPv4, `0x8 | 0x1`: over
+    /// IPv6), which programs such as UCX read to find the GID in the GRH.
+    pub sl: u8,
     /// Vendor syndrome (errors).
     pub vendor_err: u8,
     /// When the device wrote the completion, in ticks of its free-running
@@ -139,6 +143,7 @@ impl Default for Wc {
             qp_num: Qpn::default(),
             src_qp: 0,
             grh: false,
+            sl: 0,
             vendor_err: 0,
             timestamp: 0,
         }
@@ -488,6 +493,7 @@ impl Cq {
             qp_num: qpn,
             src_qp: 0,
             grh: false,
+            sl: 0,
             vendor_err: 0,
             timestamp: cqe.timestamp(),
         };
@@ -527,6 +533,7 @@ impl Cq {
                     }
                     wc.src_qp = cqe.rqpn();
                     wc.grh = cqe.grh() != 0;
+                    wc.sl = cqe.sl();
                 }
             }
             _ => {

@@ -368,6 +368,9 @@ fn ud_send_every_size_up_to_the_mtu() {
         // The GRH area ends with the IPv4 header the datagram came in.
         assert_eq!(got[20] >> 4, 4);
         assert_eq!(&got[20 + 12..20 + 16], &[127, 0, 1, 2]);
+        // And the SL bits say so, as mlx5 reports a RoCE packet's type:
+        // UDP (RoCEv2) over IPv4. UCX finds the GID in the GRH by them.
+        assert_eq!(wc.sl, 0x8 | 0x2);
     }
     // A datagram larger than the MTU fails locally.
     let sge = a.mr.sge(0, 4097).unwrap();
