@@ -125,10 +125,14 @@ const NOT_HOSTED: [(&str, &str); 6] = [
     ),
     // mlx5dv_query_port is an ioctl-only mlx5 method (not hosted).
     ("test_dv_query_port", "mlx5dv_query_port() isn't supported"),
-    // 128-byte CQEs, and the compression and padding that need them: the
-    // device writes 64-byte CQEs only.
-    ("", "Create Mlx5DV CQ is not supported"),
-    ("", "Device caps doesn't support Support CQE 128B"),
+    // CQE compression and 128-byte CQE padding: the device writes 64- and
+    // 128-byte CQEs, neither compressed nor padded, and says so in
+    // mlx5dv_query_device's flags.
+    (
+        "",
+        "Device caps doesn't support Support CQE 128B compression",
+    ),
+    ("", "Device caps doesn't support Support CQE 128B padding"),
     // DC QPs are created through DEVX.
     (
         "test_scatter_to_cqe_control_by_qp",
