@@ -34,6 +34,8 @@
 //! - `DOORBELL_BENCH_QPS`: QPs of the spread 8-byte WRITEs (default 1000);
 //! - `DOORBELL_BENCH_ONLY=qps`: only the 1 vs many QPs figures;
 //! - `DOORBELL_BENCH_ONLY=big`: only the 64 KiB figure and memcpy;
+//! - `DOORBELL_BENCH_ONLY=small`: only the 8-byte postlist figure and the
+//!   SPSC hand-off (to profile the cost per packet);
 //! - the provider's `MLX5_*` variables (e.g. `MLX5_SHUT_UP_BF=1`).
 
 use std::hint::black_box;
@@ -85,6 +87,7 @@ environment:
   DOORBELL_BENCH_QPS           QPs of the spread 8-byte WRITEs (default 1000)
   DOORBELL_BENCH_ONLY=qps      only the 1 vs many QPs figures
   DOORBELL_BENCH_ONLY=big      only the 64 KiB figure and memcpy
+  DOORBELL_BENCH_ONLY=small    only the 8-byte postlist figure and the SPSC hand-off
   MLX5_*                       provider settings, as rdma-core reads them
 ";
 
@@ -830,6 +833,17 @@ fn main() {
             b / 1e9,
             m / 1e9,
             100.0 * b / m
+        );
+        return;
+    }
+    if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "small") {
+        let spsc = spsc_64b(&s).median();
+        let w = small_writes(&s, Post::List).median();
+        println!(
+            "8 B postlist WRITEs: {:.3} Mops, SPSC hand-off {:.3} Mops: {:.1}% of it",
+            w / 1e6,
+            spsc / 1e6,
+            100.0 * w / spsc
         );
         return;
     }
