@@ -17,17 +17,17 @@ pub struct NicConfig {
     /// socket sets the socket's own port here, since the ICRC covers the
     /// source port the kernel writes.
     pub udp_src_port: Option<u16>,
-    /// Adaptive retransmission's shortest timeout, or `None` to resend
-    /// only when a QP's ACK timer expires. Each RC requester measures its
-    /// round trip and, when an acknowledgement is overdue by more than the
-    /// round trip and its variation allow (never less than this, never
-    /// more than the QP's `timeout`), sends again early without using a
-    /// retry, as ConnectX's adaptive retransmission does
+    /// Adaptive retransmission's floor, or `None` to resend only when a
+    /// QP's ACK timer expires. Each RC requester measures its round trip
+    /// and, when an acknowledgement is overdue by more than the round trip
+    /// and its variation allow (SRTT + max(floor, 4 RTTVAR), never more
+    /// than the QP's `timeout`), sends again early without using a retry,
+    /// as ConnectX's adaptive retransmission does
     /// ([`doorbell_roce::RequesterConfig::adaptive_floor`]).
     pub adaptive_retransmit_floor: Option<Duration>,
 }
 
-/// The default shortest adaptive retransmission timeout: a few round trips
+/// The default adaptive retransmission floor: a few round trips
 /// of an unloaded link between two hosts.
 pub const ADAPTIVE_RETRANSMIT_FLOOR: Duration = Duration::from_us(16);
 

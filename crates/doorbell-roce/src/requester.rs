@@ -16,10 +16,11 @@ pub struct RequesterConfig {
     pub retry_cnt: u8,
     /// Retries after an RNR NAK (`rnr_retry`; 7 retries for ever).
     pub rnr_retry: u8,
-    /// Adaptive retransmission: the shortest timeout it waits, or `None`
-    /// to wait for the ACK timer alone. With it, a silence longer than the
-    /// measured round trip allows (SRTT + 4 RTTVAR, doubling on each
-    /// resend without progress) sends again from the oldest unacknowledged
+    /// Adaptive retransmission: the least it waits beyond the measured
+    /// round trip, or `None` to wait for the ACK timer alone. With it, a
+    /// silence longer than the round trip allows (SRTT + max(floor, 4
+    /// RTTVAR), doubling on each early resend until a new sample) sends
+    /// again from the oldest unacknowledged
     /// PSN before `ack_timeout` expires, without using a retry; the ACK
     /// timer and `retry_cnt` still decide when the QP fails. Off when
     /// `ack_timeout` is infinite, which asks for no resends on silence.
@@ -134,7 +135,11 @@ pub struct Requester {
     /// the last of a batch sent for the first time, while no other is
     /// timed. Any resend drops it (Karn's rule).
     timed: Option<(Psn, Instant)>,
-    /// Adaptive resends since the last progress: each doubles the wait.
+    /// Doublings of the adaptive wait: one per early resend, kept until a
+    /// packet sent once is acknowledged and gives a new sample (RFC 6298
+    /// 5.5 with Karn's rule). Were it reset by any progress, a round trip
+    /// that grew past the estimate would draw an early resend of every
+    /// message, none of which could then be sampled.
     backoff: u32,
     /// An adaptive resend happened since the last progress.
     adaptive_since_progress: bool,
@@ -277,9 +282,9 @@ impl Requester {
         &self.rtt
     }
 
-    /// The adaptive timeout that applies now, after `backoff` resends
-    /// without progress; `None` when adaptive retransmission is off or
-    /// nothing was measured yet.
+    /// The adaptive timeout that applies now, doubled for each early
+    /// resend since the last sample; `None` when adaptive retransmission
+    /// is off or nothing was measured yet.
     pub fn adaptive_timeout(&self) -> Option<Duration> {
         if self.adaptive_held {
             return None;
@@ -330,8 +335,8 @@ impl Requester {
         {
             self.rtt.sample(now.since(at));
             self.timed = None;
+            self.backoff = 0;
         }
-        self.backoff = 0;
         self.adaptive_since_progress = false;
         if outstanding {
             self.timers
@@ -700,8 +705,8 @@ mod tests {
         assert_eq!(r.timers().get(Timer::Ack), Some(at_us(1020)));
         assert_eq!(r.poll_timeout(), Some(at_us(50)));
         assert_eq!(r.poll_adaptive(at_us(49), true), AdaptiveTimeout::NotDue);
-        // Each resend without progress doubles the wait, up to the ACK
-        // timer, which it never moves.
+        // Each early resend doubles the wait, up to the ACK timer, which it
+        // never moves.
         let mut at = 50;
         for wait in [60, 120, 240, 480] {
             assert_eq!(
@@ -725,11 +730,19 @@ mod tests {
             AckTimeout::Retry(Psn::new(1))
         );
         assert_eq!(r.retry_left(), 2);
-        // Progress ends the backoff.
+        // Progress without a new sample (PSN 1 was sent again) keeps the
+        // backoff: 2^5 x 30 us from now.
         assert!(r.handle_ack(Psn::new(1)).is_valid());
         r.made_progress(at_us(1030), true);
         assert!(!r.adaptive_resent());
-        assert_eq!(r.timers().get(Timer::Adaptive), Some(at_us(1060)));
+        assert_eq!(r.timers().get(Timer::Adaptive), Some(at_us(1030 + 960)));
+        // A packet sent once and acknowledged gives a sample, and the wait
+        // is the estimate's again: SRTT 10 us, RTTVAR 3.75 us.
+        r.alloc(1);
+        r.note_sent(at_us(1040), Psn::new(2), 1, Psn::new(3));
+        assert!(r.handle_ack(Psn::new(2)).is_valid());
+        r.made_progress(at_us(1050), true);
+        assert_eq!(r.adaptive_timeout(), Some(Duration::from_ns(25_000)));
     }
 
     #[test]

@@ -44,12 +44,16 @@ impl RttEstimator {
         self.srtt
     }
 
-    /// The retransmission timeout, SRTT + 4 RTTVAR, at least `floor`;
-    /// `None` before the first sample (there is nothing to adapt to, so
-    /// the QP's own timeout applies).
+    /// The retransmission timeout, SRTT + max(`floor`, 4 RTTVAR): RFC
+    /// 6298's formula, with `floor` in the place of its clock granularity.
+    /// A silence must outlast the round trip by at least `floor`: where
+    /// round trips never vary (a simulation), RTTVAR decays to nothing,
+    /// and an ACK due exactly one SRTT later would otherwise be taken for
+    /// lost. `None` before the first sample (there is nothing to adapt to,
+    /// so the QP's own timeout applies).
     pub fn rto(&self, floor: Duration) -> Option<Duration> {
         let s = self.srtt?;
-        Some(s.add(self.rttvar.mul(4)).max(floor))
+        Some(s.add(self.rttvar.mul(4).max(floor)))
     }
 }
 
@@ -70,7 +74,7 @@ mod tests {
         e.sample(US(100));
         assert_eq!(e.srtt(), Some(US(100)));
         assert_eq!(e.rto(US(1)), Some(US(300)));
-        assert_eq!(e.rto(US(500)), Some(US(500)), "the floor");
+        assert_eq!(e.rto(US(500)), Some(US(600)), "the floor beyond SRTT");
     }
 
     #[test]
@@ -82,6 +86,16 @@ mod tests {
         }
         let rto = e.rto(Duration::ZERO).unwrap();
         assert!(rto >= US(10) && rto < US(11), "{rto:?}");
+    }
+
+    #[test]
+    fn a_round_trip_that_never_varies_still_gets_the_floor_beyond_it() {
+        let mut e = RttEstimator::default();
+        for _ in 0..200 {
+            e.sample(US(17));
+        }
+        assert_eq!(e.srtt(), Some(US(17)));
+        assert_eq!(e.rto(US(16)), Some(US(33)));
     }
 
     #[test]

@@ -234,7 +234,7 @@ pub struct NicOptions {
     /// Record a timeline of the device's work, its register stores, DMAs
     /// and frames, stamped with the wall clock ([`LiveNic::take_trace`]).
     pub trace: bool,
-    /// Adaptive retransmission's shortest timeout
+    /// Adaptive retransmission's floor
     /// ([`NicConfig::adaptive_retransmit_floor`]); `None` turns it off. A
     /// [`Port::Fabric`] without `faults` loses nothing and never uses it.
     /// Live, an ACK can also wait for the host's scheduler to run the

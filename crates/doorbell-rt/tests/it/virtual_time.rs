@@ -483,8 +483,8 @@ fn the_ack_timer_starts_afresh_for_a_message_after_an_idle_spell() {
     );
     // Nothing timed out, then or a timeout after. To adaptive
     // retransmission the late ACK looked like a loss: it sent the WRITE
-    // once more, 16 µs (its shortest timeout) after it, and B acknowledged
-    // the duplicate at once.
+    // once more, 16 µs after it (a round trip takes no time here, so the
+    // wait is the floor), and B acknowledged the duplicate at once.
     p.advance_to(t1.add(timeout).add(timeout));
     let c = p.counters();
     assert_eq!(errors(&c), [("duplicate_request", 1)]);
@@ -511,7 +511,7 @@ fn measured(policy: impl FaultPolicy + 'static, t: Timers, len: usize) -> (Loop,
 
 /// The tail of a message, which no later packet reveals lost: adaptive
 /// retransmission sends it again once the ACK is later than the measured
-/// round trip allows (here its 16 µs floor), not after the QP's 67 ms.
+/// round trip allows (here, where a round trip takes no time, its 16 µs floor), not after the QP's 67 ms.
 #[test]
 fn a_lost_last_packet_is_sent_again_long_before_the_ack_timeout() {
     let (policy, log) = tap_policy(|s, k| {

@@ -132,3 +132,26 @@ fn latency_tests_refuse_what_perftest_would() {
         assert!(w.run(&cib()).is_err(), "{w:?}");
     }
 }
+
+/// Nothing is lost in an unloaded simulation, so nothing is sent twice:
+/// every 64 KiB message reads its payload once, however long the run.
+/// Adaptive retransmission used to fire here: every round trip took the
+/// same time, RTTVAR decayed to nothing, and its timeout came down to
+/// SRTT, a picosecond before the ACK. Now it is SRTT + max(floor, 4
+/// RTTVAR), with a 16 µs floor.
+#[test]
+fn long_ping_pongs_never_resend() {
+    for op in [Op::Write, Op::Send] {
+        let w = Workload {
+            size: 64 * 1024,
+            iters: 1000,
+            ..lat(op)
+        };
+        let r = w.run(&cib()).unwrap();
+        assert_eq!(
+            r.per_post.payload_dma_reads, 1.0,
+            "{op:?}: {:?}",
+            r.per_post
+        );
+    }
+}
