@@ -90,10 +90,10 @@ pub struct EnvArgs {
     #[arg(long, value_name = "SPEC", value_parser = parse_faults)]
     pub faults: Option<String>,
     /// Adaptive retransmission (sets DOORBELL_ADAPTIVE_RETRANSMIT): `on`
-    /// (the library's default: an RC QP resends early when an ACK is later
-    /// than its measured round trip allows, from 10 ms on), `off` (only when
-    /// the QP's timeout expires), or the shortest early timeout in
-    /// microseconds.
+    /// (the library's default: an RC QP resends early when an ACK is late
+    /// by more than its measured round trip's variation allows, and by at
+    /// least 10 ms), `off` (only when the QP's timeout expires), or that
+    /// least lateness in microseconds.
     #[arg(long, value_name = "on|off|US", value_parser = parse_adaptive)]
     pub adaptive_retransmit: Option<String>,
 }

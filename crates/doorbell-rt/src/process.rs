@@ -92,7 +92,7 @@ pub struct ProcessNicConfig {
     /// [`crate::Faults`]): to try a program under loss, reordering,
     /// duplication and corruption.
     pub faults: Option<crate::Faults>,
-    /// Adaptive retransmission's shortest timeout, or `None` for resends
+    /// Adaptive retransmission's floor, or `None` for resends
     /// on the QP's ACK timeout alone ([`Self::ADAPTIVE_VAR`];
     /// [`crate::NicOptions::adaptive_retransmit_floor`]).
     pub adaptive_retransmit_floor: Option<doorbell_types::Duration>,
@@ -153,10 +153,10 @@ impl ProcessNicConfig {
     /// e.g. `loss=0.02,reorder=0.01,seed=7`; unset or empty: none.
     pub const FAULTS_VAR: &'static str = "DOORBELL_FAULTS";
     /// The variable that sets adaptive retransmission: `on` (unset or
-    /// empty: on, with its shortest timeout
-    /// [`crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR`]), `off` (resend only when
-    /// a QP's ACK timeout expires, as a NIC without it does), or the
-    /// shortest timeout in microseconds.
+    /// empty: on, with its floor [`crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR`],
+    /// the least an ACK must be late beyond the round trip), `off` (resend
+    /// only when a QP's ACK timeout expires, as a NIC without it does), or
+    /// the floor in microseconds.
     pub const ADAPTIVE_VAR: &'static str = "DOORBELL_ADAPTIVE_RETRANSMIT";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
@@ -251,8 +251,8 @@ impl ProcessNicConfig {
     }
 }
 
-/// [`ProcessNicConfig::ADAPTIVE_VAR`]'s value: the shortest adaptive
-/// timeout, or `None` for off.
+/// [`ProcessNicConfig::ADAPTIVE_VAR`]'s value: adaptive retransmission's
+/// floor, or `None` for off.
 pub fn parse_adaptive(value: &str) -> Result<Option<doorbell_types::Duration>, ProcessNicError> {
     match value.trim() {
         "" | "1" | "on" | "yes" | "true" => Ok(Some(crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR)),
@@ -399,7 +399,7 @@ pub enum ProcessNicError {
     /// An adaptive retransmission setting that is neither on, off nor a
     /// time.
     #[error(
-        "{var}={value:?}: expected on (the default), off, or the shortest timeout in microseconds (1 to 60000000, e.g. 200)"
+        "{var}={value:?}: expected on (the default), off, or the least an ACK may be late beyond the round trip, in microseconds (1 to 60000000, e.g. 200)"
     )]
     BadAdaptive {
         /// The variable, [`ProcessNicConfig::ADAPTIVE_VAR`].

@@ -177,7 +177,7 @@ fn bad_settings_and_a_missing_library_are_refused_with_the_reason() {
         (&["--name", "a/b"][..], "a device name is 1 to 63 bytes"),
         (
             &["--adaptive-retransmit", "soon"][..],
-            "the shortest timeout in microseconds",
+            "the least an ACK may be late beyond the round trip",
         ),
     ] {
         for sub in ["run", "env"] {
