@@ -20,8 +20,8 @@ use doorbell_hif::{CmdOut, Command, DeviceLink};
 use doorbell_rt::{LiveNic, Port};
 use doorbell_types::{Mkey, Psn, Qpn};
 use doorbell_verbs::{
-    Access, AddressVector, Cq, Mr, Qp, QpAttrs, QpInitAttr, QpState, QpType, RcEndpoint,
-    RemoteAddr, Wc, WcOpcode, WcStatus, WrOpcode,
+    Access, Cq, Mr, Qp, QpAttrs, QpInitAttr, QpState, QpType, RcEndpoint, RemoteAddr, Wc, WcOpcode,
+    WcStatus, WrOpcode,
 };
 use doorbell_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthOpcode, BthRepr, DethRepr,
@@ -30,7 +30,7 @@ use doorbell_wire::{
 };
 
 use crate::common::{FULL, Side, pattern, post, post_recv, signaled, wait};
-use crate::net::{Timers, caps, connect_qp, lo, side_on, sync, udp_only, wait_counters};
+use crate::net::{Timers, bring_qp, caps, connect_qp, lo, side_on, sync, udp_only, wait_counters};
 
 use BthOpcode::*;
 
@@ -452,54 +452,7 @@ fn qp_on(s: &Side, cq: &Cq, qp_type: QpType) -> Qp {
 /// Moves an RC `qp` from RESET up to `to` (INIT, RTR or RTS) towards
 /// `remote`, with [`timers`].
 fn bring(qp: &Qp, to: QpState, remote: &RcEndpoint) {
-    let t = timers();
-    qp.modify(
-        QpState::Init,
-        &QpAttrs {
-            pkey_index: Some(0),
-            port: Some(1),
-            access: Some(Access(FULL)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    if to == QpState::Init {
-        return;
-    }
-    qp.modify(
-        QpState::Rtr,
-        &QpAttrs {
-            av: Some(AddressVector {
-                dgid: remote.gid,
-                sgid_index: 0,
-                hop_limit: 64,
-                traffic_class: 0,
-                sl: 0,
-            }),
-            path_mtu: Some(t.mtu),
-            dest_qpn: Some(remote.qpn),
-            rq_psn: Some(remote.psn),
-            max_dest_rd_atomic: Some(t.rd_atomic),
-            min_rnr_timer: Some(t.min_rnr_timer),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    if to == QpState::Rtr {
-        return;
-    }
-    qp.modify(
-        QpState::Rts,
-        &QpAttrs {
-            sq_psn: Some(Psn::new(NIC_PSN)),
-            timeout: Some(t.timeout),
-            retry_cnt: Some(t.retry_cnt),
-            rnr_retry: Some(t.rnr_retry),
-            max_rd_atomic: Some(t.rd_atomic),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    bring_qp(qp, to, Psn::new(NIC_PSN), remote, timers());
 }
 
 impl Rig {

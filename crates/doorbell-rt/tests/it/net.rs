@@ -68,6 +68,12 @@ pub fn connect(s: &Side, local: &RcEndpoint, remote: &RcEndpoint, t: Timers) {
 
 /// Moves `qp` through INIT, RTR and RTS to `remote` with the timers `t`.
 pub fn connect_qp(qp: &doorbell_verbs::Qp, local: &RcEndpoint, remote: &RcEndpoint, t: Timers) {
+    bring_qp(qp, QpState::Rts, local.psn, remote, t);
+}
+
+/// Moves an RC `qp` from RESET up to `to` (INIT, RTR or RTS) towards
+/// `remote` with the timers `t`, its send PSNs starting at `sq_psn`.
+pub fn bring_qp(qp: &doorbell_verbs::Qp, to: QpState, sq_psn: Psn, remote: &RcEndpoint, t: Timers) {
     qp.modify(
         QpState::Init,
         &QpAttrs {
@@ -78,6 +84,9 @@ pub fn connect_qp(qp: &doorbell_verbs::Qp, local: &RcEndpoint, remote: &RcEndpoi
         },
     )
     .unwrap();
+    if to == QpState::Init {
+        return;
+    }
     qp.modify(
         QpState::Rtr,
         &QpAttrs {
@@ -97,10 +106,13 @@ pub fn connect_qp(qp: &doorbell_verbs::Qp, local: &RcEndpoint, remote: &RcEndpoi
         },
     )
     .unwrap();
+    if to == QpState::Rtr {
+        return;
+    }
     qp.modify(
         QpState::Rts,
         &QpAttrs {
-            sq_psn: Some(local.psn),
+            sq_psn: Some(sq_psn),
             timeout: Some(t.timeout),
             retry_cnt: Some(t.retry_cnt),
             rnr_retry: Some(t.rnr_retry),
