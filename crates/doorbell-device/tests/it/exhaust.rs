@@ -14,31 +14,10 @@ use doorbell_hif::{
 };
 use doorbell_layout::cqe::{CqeOpcode, Syndrome};
 use doorbell_layout::wqe::WqeOpcode;
-use doorbell_types::{Cqn, Pdn, Psn, UarIndex};
-use doorbell_wire::{AethRepr, AethSyndrome, BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr};
+use doorbell_types::{Cqn, Pdn, UarIndex};
+use doorbell_wire::{BthOpcode, ExtHeaders};
 
-use crate::{LOCAL, NCQE, PEER, Rig, SQ_PSN, cqe_fields, rdma_wqe};
-
-/// The peer's ACK of PSN `psn`, the `msn`th message.
-fn ack(rig: &Rig, psn: u32, msn: u32) -> Vec<u8> {
-    let mut bth = BthRepr::new(BthOpcode::RcAck, rig.qpn, Psn::new(psn));
-    bth.ack_req = false;
-    let repr = RoceRepr {
-        ip: RoceIp::v4(PEER, LOCAL),
-        src_port: 0xc000,
-        bth,
-        ext: ExtHeaders {
-            aeth: Some(AethRepr {
-                syndrome: AethSyndrome::Ack { credits: 0x1f },
-                msn,
-            }),
-            ..ExtHeaders::default()
-        },
-    };
-    let mut f = Vec::new();
-    repr.emit_to_vec(&[], &mut f).unwrap();
-    f
-}
+use crate::{LOCAL, NCQE, Rig, SQ_PSN, cqe_fields, peer_ack, rdma_wqe};
 
 /// Posts WRITE number `i` (one WQEBB, signalled), lets it leave, and
 /// answers it with its ACK: one send completion.
@@ -47,7 +26,7 @@ fn write_acked(rig: &mut Rig, i: u16) {
     rig.write_sq(i, &w);
     rig.ring(i, u8::from(WqeOpcode::RdmaWrite), 3);
     assert_eq!(rig.transmitted().len(), 1, "WRITE {i} left");
-    let a = ack(rig, SQ_PSN + u32::from(i), u32::from(i) + 1);
+    let a = peer_ack(rig, SQ_PSN + u32::from(i), u32::from(i) + 1);
     assert!(rig.frame(&a).is_empty());
 }
 

@@ -374,6 +374,27 @@ fn ctrl(wqe: &mut [u8], index: u16, opcode: WqeOpcode, qpn: u32, ds: u8) {
     c.set_fm_ce_se(ctrl_flags::CQ_UPDATE);
 }
 
+/// The peer's ACK of PSN `psn`, the `msn`th message, as a frame.
+fn peer_ack(rig: &Rig, psn: u32, msn: u32) -> Vec<u8> {
+    let mut bth = BthRepr::new(BthOpcode::RcAck, rig.qpn, Psn::new(psn));
+    bth.ack_req = false;
+    let repr = RoceRepr {
+        ip: RoceIp::v4(PEER, LOCAL),
+        src_port: 0xc000,
+        bth,
+        ext: ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: AethSyndrome::Ack { credits: 0x1f },
+                msn,
+            }),
+            ..ExtHeaders::default()
+        },
+    };
+    let mut f = Vec::new();
+    repr.emit_to_vec(&[], &mut f).unwrap();
+    f
+}
+
 /// A well-formed RDMA WRITE (or READ) WQE of `len` bytes of the rig's MR to
 /// the peer: ctrl, raddr and one data segment, 3 units in one WQEBB.
 fn rdma_wqe(rig: &Rig, index: u16, opcode: WqeOpcode, len: u32) -> [u8; WQEBB_LEN] {

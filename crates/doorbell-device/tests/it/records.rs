@@ -7,32 +7,11 @@ use doorbell_host::{HostMemory, RecordDoorbell};
 use doorbell_layout::dbr;
 use doorbell_layout::uar::CqArmDoorbell;
 use doorbell_layout::wqe::WqeOpcode;
-use doorbell_types::{HostAddr, Psn, UarIndex};
-use doorbell_wire::{AethRepr, AethSyndrome, BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr};
+use doorbell_types::{HostAddr, UarIndex};
 
-use crate::{LOCAL, PEER, Rig, SQ_PSN, USER_INDEX, rdma_wqe};
+use crate::{Rig, SQ_PSN, USER_INDEX, peer_ack, rdma_wqe};
 use doorbell_layout::cqe::{Cqe64, CqeOpcode, Syndrome};
 use doorbell_layout::wqe::DataSeg;
-
-/// The peer's ACK of the rig's first message.
-fn ack(rig: &Rig, msn: u32) -> Vec<u8> {
-    let bth = BthRepr::new(BthOpcode::RcAck, rig.qpn, Psn::new(SQ_PSN));
-    let repr = RoceRepr {
-        ip: RoceIp::v4(PEER, LOCAL),
-        src_port: 0xc000,
-        bth,
-        ext: ExtHeaders {
-            aeth: Some(AethRepr {
-                syndrome: AethSyndrome::Ack { credits: 0x1f },
-                msn,
-            }),
-            ..ExtHeaders::default()
-        },
-    };
-    let mut f = Vec::new();
-    repr.emit_to_vec(&[], &mut f).unwrap();
-    f
-}
 
 fn set_send_counter(rig: &Rig, pi: u16) {
     let at = HostAddr::new(rig.qp_dbr.get() + (dbr::SND_DBR * 4) as u64);
@@ -113,7 +92,7 @@ fn cq_arms_follow_the_record() {
     set_send_counter(&rig, 1);
     send_record(&mut rig, uar);
     assert_eq!(rig.transmitted().len(), 1);
-    rig.frame(&ack(&rig, 1));
+    rig.frame(&peer_ack(&rig, SQ_PSN, 1));
     assert_eq!(rig.cqes().len(), 1);
     assert_eq!(rig.events(), [NicEvent::Completion(cq)]);
     assert_eq!(rig.counters().arms_by_record, 2);
@@ -134,7 +113,7 @@ fn cqes_carry_the_qps_user_index() {
     set_send_counter(&rig, 1);
     send_record(&mut rig, uar);
     assert_eq!(rig.transmitted().len(), 1);
-    rig.frame(&ack(&rig, 1));
+    rig.frame(&peer_ack(&rig, SQ_PSN, 1));
     // A WQE with a key nobody registered fails locally.
     let mut bad = rdma_wqe(&rig, 1, WqeOpcode::RdmaWrite, 8);
     DataSeg::new_unchecked(&mut bad[32..48]).set_lkey(0x00dd_0000);
