@@ -44,10 +44,17 @@ static inline struct ibv_context *open_first(const char *which)
 	return ctx;
 }
 
+/* RC timers and depths for rc_to_rts_with(). */
+struct rc_opts {
+	uint8_t rd_atomic;     /* max_rd_atomic and max_dest_rd_atomic */
+	uint8_t timeout;       /* 4.096 us x 2^timeout */
+	uint8_t min_rnr_timer; /* IBTA's RNR timer code */
+};
+
 /* An RC QP through INIT (with `access`) and RTR to RTS, towards QP `dest`
- * at `gid`, both PSNs 0. */
-static inline int rc_to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid,
-			    unsigned int access)
+ * at `gid`, both PSNs 0, retrying 7 times (RNR: 7, for ever). */
+static inline int rc_to_rts_with(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid,
+				 unsigned int access, struct rc_opts o)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
 				.qp_access_flags = access};
@@ -59,8 +66,8 @@ static inline int rc_to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid,
 	a.path_mtu = IBV_MTU_1024;
 	a.dest_qp_num = dest;
 	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
+	a.max_dest_rd_atomic = o.rd_atomic;
+	a.min_rnr_timer = o.min_rnr_timer;
 	a.ah_attr.is_global = 1;
 	a.ah_attr.grh.dgid = gid;
 	a.ah_attr.grh.hop_limit = 64;
@@ -71,13 +78,22 @@ static inline int rc_to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid,
 		return -1;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
+	a.timeout = o.timeout;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.sq_psn = 0;
-	a.max_rd_atomic = 1;
+	a.max_rd_atomic = o.rd_atomic;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 					 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* rc_to_rts_with() one READ or atomic at a time, a 67 ms timeout and a
+ * 0.64 ms RNR wait. */
+static inline int rc_to_rts(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid,
+			    unsigned int access)
+{
+	struct rc_opts o = {.rd_atomic = 1, .timeout = 14, .min_rnr_timer = 12};
+	return rc_to_rts_with(qp, dest, gid, access, o);
 }
 
 /* Polls `cq` for one completion; returns what ibv_poll_cq last returned
