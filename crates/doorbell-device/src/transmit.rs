@@ -234,13 +234,20 @@ fn rewind(qp: &mut Qp, psn: Psn) {
 /// ([`doorbell_roce::Requester::hold_adaptive`]).
 pub(crate) fn hold_adaptive(qp: &mut Qp, now: doorbell_types::Instant) {
     let una = qp.req.una();
+    // Messages are in PSN order: the oldest not wholly acknowledged is the
+    // only one that can start at `una`, and usually the first.
     let hold = qp.sq.reads > 0
-        && qp.sq.outstanding.iter().any(|m| {
-            m.opcode == WqeOpcode::RdmaRead
-                && m.is_sent()
-                && !m.answered
-                && m.done_bytes == 0
-                && m.first_psn() == una
-        });
+        && qp
+            .sq
+            .outstanding
+            .iter()
+            .find(|m| !m.last_psn().precedes(una))
+            .is_some_and(|m| {
+                m.opcode == WqeOpcode::RdmaRead
+                    && m.first_psn() == una
+                    && m.is_sent()
+                    && !m.answered
+                    && m.done_bytes == 0
+            });
     qp.req.hold_adaptive(now, hold);
 }

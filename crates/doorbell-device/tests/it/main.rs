@@ -1251,3 +1251,60 @@ fn create_cq_takes_64_and_128_byte_cqes_and_nothing_else() {
         );
     }
 }
+
+/// Adaptive retransmission waits while the oldest thing unacknowledged is
+/// a READ with no response yet (its responder reads the data first, which
+/// no round trip of a WRITE predicts), and starts as the responses flow.
+#[test]
+fn the_adaptive_timer_waits_for_a_reads_first_response() {
+    let mut rig = Rig::new();
+    let us = doorbell_types::Duration::from_us;
+    let ack_timeout = doorbell_roce::ack_timeout(14).unwrap();
+    // A WRITE acknowledged 10 us later measures the round trip: the
+    // adaptive wait is then 10 + max(16, 4 x 5) = 30 us.
+    let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
+    rig.write_sq(0, &w);
+    rig.ring(0, u8::from(WqeOpcode::RdmaWrite), 3);
+    assert_eq!(rig.transmitted().len(), 1);
+    let sent = rig.now;
+    assert_eq!(
+        rig.nic.poll_timeout(),
+        Some(sent.add(ack_timeout)),
+        "nothing measured yet: the ACK timer alone"
+    );
+    rig.advance_us(10);
+    assert!(rig.frame(&peer_ack(&rig, SQ_PSN, 1)).is_empty());
+    assert_eq!(rig.nic.poll_timeout(), None, "nothing outstanding");
+    // A READ of two responses: held, the ACK timer alone runs.
+    let r = rdma_wqe(&rig, 1, WqeOpcode::RdmaRead, 2048);
+    rig.write_sq(1, &r);
+    rig.ring(1, u8::from(WqeOpcode::RdmaRead), 3);
+    assert_eq!(rig.transmitted().len(), 1, "the READ request");
+    let asked = rig.now;
+    assert_eq!(rig.nic.poll_timeout(), Some(asked.add(ack_timeout)));
+    // Its first response ends the hold.
+    rig.advance_us(100);
+    let mut bth = BthRepr::new(
+        BthOpcode::RcRdmaReadResponseFirst,
+        rig.qpn,
+        Psn::new(SQ_PSN + 1),
+    );
+    bth.ack_req = false;
+    let first = RoceRepr {
+        ip: RoceIp::v4(PEER, LOCAL),
+        src_port: 0xc000,
+        bth,
+        ext: ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: AethSyndrome::Ack { credits: 0x1f },
+                msn: 1,
+            }),
+            ..ExtHeaders::default()
+        },
+    };
+    let mut f = Vec::new();
+    first.emit_to_vec(&[0x5a; 1024], &mut f).unwrap();
+    assert!(rig.frame(&f).is_empty());
+    assert_eq!(rig.nic.poll_timeout(), Some(rig.now.add(us(30))));
+    assert_eq!(rig.counters().roce_adp_retrans, 0);
+}
