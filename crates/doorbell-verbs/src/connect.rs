@@ -29,6 +29,22 @@ impl Qp {
         mtu: u32,
         rd_atomic: u8,
     ) -> Result<(), VerbsError> {
+        let o = RcOptions {
+            mtu,
+            rd_atomic,
+            ..RcOptions::default()
+        };
+        self.connect_rc_opts(local, remote, &o)
+    }
+
+    /// Moves an RC QP through INIT, RTR and RTS to `remote` with the path,
+    /// depths and timers of `o`, granting peers every remote access.
+    pub fn connect_rc_opts(
+        &self,
+        local: &RcEndpoint,
+        remote: &RcEndpoint,
+        o: &RcOptions,
+    ) -> Result<(), VerbsError> {
         use doorbell_hif::Access;
         let access = Access(
             Access::LOCAL_WRITE
@@ -55,11 +71,11 @@ impl Qp {
                     traffic_class: 0,
                     sl: 0,
                 }),
-                path_mtu: Some(mtu),
+                path_mtu: Some(o.mtu),
                 dest_qpn: Some(remote.qpn),
                 rq_psn: Some(remote.psn),
-                max_dest_rd_atomic: Some(rd_atomic),
-                min_rnr_timer: Some(12),
+                max_dest_rd_atomic: Some(o.rd_atomic),
+                min_rnr_timer: Some(o.min_rnr_timer),
                 ..Default::default()
             },
         )?;
@@ -67,13 +83,44 @@ impl Qp {
             QpState::Rts,
             &QpAttrs {
                 sq_psn: Some(local.psn),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(rd_atomic),
+                timeout: Some(o.timeout),
+                retry_cnt: Some(o.retry_cnt),
+                rnr_retry: Some(o.rnr_retry),
+                max_rd_atomic: Some(o.rd_atomic),
                 ..Default::default()
             },
         )
+    }
+}
+
+/// The path, depths and timers of an RC connection
+/// ([`Qp::connect_rc_opts`]); the default is ibv_rc_pingpong's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcOptions {
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// READs and atomics outstanding each way.
+    pub rd_atomic: u8,
+    /// The RNR timer code this side asks of its peer.
+    pub min_rnr_timer: u8,
+    /// ACK timeout code: 4.096 µs × 2^timeout (0: wait for ever).
+    pub timeout: u8,
+    /// Retries after a timeout or a sequence NAK.
+    pub retry_cnt: u8,
+    /// Retries after an RNR NAK (7: for ever).
+    pub rnr_retry: u8,
+}
+
+impl Default for RcOptions {
+    fn default() -> Self {
+        Self {
+            mtu: 1024,
+            rd_atomic: 1,
+            min_rnr_timer: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        }
     }
 }
 

@@ -49,7 +49,7 @@ mod wr;
 
 pub use ah::{GRH_LEN, ReturnPath, roce_mac};
 pub use config::ProviderConfig;
-pub use connect::RcEndpoint;
+pub use connect::{RcEndpoint, RcOptions};
 pub use context::{Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
 pub use cq::{Cq, Wc, WcOpcode, WcStatus};
 pub use doorbell_hif::{Access, AddressVector, DeviceCaps, NicEvent, QpAttrs, QpState, QpType};

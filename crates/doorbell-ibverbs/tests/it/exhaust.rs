@@ -18,7 +18,7 @@ use doorbell_pcie::LinkConfig;
 use doorbell_rt::LiveNic;
 use doorbell_types::{Psn, Qpn};
 use doorbell_verbs::{
-    Access, AddressVector, Context, ProviderConfig, QpAttrs, QpCaps, QpInitAttr, QpState, QpType,
+    Access, Context, ProviderConfig, QpCaps, QpInitAttr, QpState, QpType, RcEndpoint, RcOptions,
     RemoteAddr, SendFlags, SendWr, Wc, WcStatus, WrOpcode,
 };
 
@@ -112,47 +112,23 @@ fn peer_of_an_abandoning_process(mode: &str, net: u8) {
     // three retries, so that the failure comes soon.
     let c_ip: std::net::Ipv4Addr = c_addr.parse().unwrap();
     let gid = c_ip.to_ipv6_mapped().octets();
-    qp.modify(
-        QpState::Init,
-        &QpAttrs {
-            pkey_index: Some(0),
-            port: Some(1),
-            access: Some(Access(full)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    qp.modify(
-        QpState::Rtr,
-        &QpAttrs {
-            av: Some(AddressVector {
-                dgid: gid,
-                sgid_index: 0,
-                hop_limit: 64,
-                traffic_class: 0,
-                sl: 0,
-            }),
-            path_mtu: Some(1024),
-            dest_qpn: Some(Qpn::new(c_qpn)),
-            rq_psn: Some(Psn::new(0)),
-            max_dest_rd_atomic: Some(1),
-            min_rnr_timer: Some(12),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    qp.modify(
-        QpState::Rts,
-        &QpAttrs {
-            sq_psn: Some(Psn::new(0)),
-            timeout: Some(12),
-            retry_cnt: Some(3),
-            rnr_retry: Some(2),
-            max_rd_atomic: Some(1),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let me = RcEndpoint {
+        gid: ip.to_ipv6_mapped().octets(),
+        qpn: qp.qpn(),
+        psn: Psn::new(0),
+    };
+    let them = RcEndpoint {
+        gid,
+        qpn: Qpn::new(c_qpn),
+        psn: Psn::new(0),
+    };
+    let o = RcOptions {
+        timeout: 12,
+        retry_cnt: 3,
+        rnr_retry: 2,
+        ..RcOptions::default()
+    };
+    qp.connect_rc_opts(&me, &them, &o).unwrap();
     let wait = |what: &str| -> Wc {
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut wc = [Wc::default(); 1];
