@@ -277,19 +277,35 @@ impl Drop for Dispatcher {
     }
 }
 
-/// Runs `f` with every signal blocked in the calling thread, so that the
-/// threads it starts (the NIC's, the CM's) inherit a full mask: the
-/// program's signals then reach the program's own threads, where its
-/// handlers run and its blocking calls return EINTR, as they would with
-/// rdma-core, which starts no threads.
-pub(crate) fn without_signals<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: sigfillset initialises the set it is given; pthread_sigmask
-    // reads it, writes the old mask into `old`, and changes only the
-    // calling thread's mask; the second call restores that mask.
+/// Every signal but SIGSEGV and SIGBUS: the set the library's threads
+/// block. Those two stay open because they are not the program's to take
+/// (a fault raises them in the thread that faults) and because the NIC's
+/// copies into registered memory catch them (a fault whose signal is
+/// blocked kills the process, handler or not).
+fn library_mask() -> libc::sigset_t {
+    // SAFETY: sigset_t is a plain bit array, valid all-zero; sigfillset and
+    // sigdelset write only the set they are given, a live local.
     unsafe {
         let mut set: libc::sigset_t = core::mem::zeroed();
-        let mut old: libc::sigset_t = core::mem::zeroed();
         libc::sigfillset(&mut set);
+        libc::sigdelset(&mut set, libc::SIGSEGV);
+        libc::sigdelset(&mut set, libc::SIGBUS);
+        set
+    }
+}
+
+/// Runs `f` with every signal but SIGSEGV and SIGBUS blocked in the calling
+/// thread, so that the threads it starts (the NIC's, the CM's) inherit that
+/// mask: the program's signals then reach the program's own threads, where
+/// its handlers run and its blocking calls return EINTR, as they would with
+/// rdma-core, which starts no threads.
+pub(crate) fn without_signals<R>(f: impl FnOnce() -> R) -> R {
+    let set = library_mask();
+    // SAFETY: pthread_sigmask reads `set`, writes the old mask into `old`,
+    // and changes only the calling thread's mask; the second call restores
+    // that mask.
+    unsafe {
+        let mut old: libc::sigset_t = core::mem::zeroed();
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
         let r = f();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
@@ -297,14 +313,14 @@ pub(crate) fn without_signals<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// Blocks every signal in the calling thread (one of the library's own),
-/// so that the program's handlers (perftest's `alarm()`) run in its threads.
+/// Blocks every signal but SIGSEGV and SIGBUS in the calling thread (one of
+/// the library's own), so that the program's handlers (perftest's
+/// `alarm()`) run in its threads.
 pub(crate) fn block_signals() {
-    // SAFETY: sigfillset initialises the set it is given; pthread_sigmask
-    // reads it and changes only the calling thread's mask.
+    let set = library_mask();
+    // SAFETY: pthread_sigmask reads `set` and changes only the calling
+    // thread's mask.
     unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigfillset(&mut set);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
     }
 }

@@ -96,6 +96,10 @@ pub struct ProcessNicConfig {
     /// on the QP's ACK timeout alone ([`Self::ADAPTIVE_VAR`];
     /// [`crate::NicOptions::adaptive_retransmit_floor`]).
     pub adaptive_retransmit_floor: Option<doorbell_types::Duration>,
+    /// Registered buffers are copied with their page faults caught (the
+    /// default); `false`: every copy through the kernel
+    /// ([`Self::DIRECT_COPY_VAR`]; [`ProcessMemory::through_kernel`]).
+    pub direct_copy: bool,
 }
 
 /// When the port's link goes down after the NIC starts, and for how long
@@ -122,6 +126,7 @@ impl Default for ProcessNicConfig {
             trace: None,
             faults: None,
             adaptive_retransmit_floor: Some(crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
+            direct_copy: true,
         }
     }
 }
@@ -158,6 +163,13 @@ impl ProcessNicConfig {
     /// only when a QP's ACK timeout expires, as a NIC without it does), or
     /// the floor in microseconds.
     pub const ADAPTIVE_VAR: &'static str = "DOORBELL_ADAPTIVE_RETRANSMIT";
+    /// The variable that sets how the NIC reaches a program's registered
+    /// buffers: `on` (unset: on), a plain copy whose page faults a SIGSEGV
+    /// and SIGBUS handler catches, so a buffer unmapped under its MR fails
+    /// the access instead of the process; `off`, every copy through the
+    /// kernel (`process_vm_writev`), slower, for a program whose own
+    /// SIGSEGV or SIGBUS handler does not hand on faults it did not cause.
+    pub const DIRECT_COPY_VAR: &'static str = "DOORBELL_DIRECT_COPY";
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -207,6 +219,7 @@ impl ProcessNicConfig {
         };
         let shm = switch(Self::SHM_VAR)?;
         let udp_gso = switch(Self::UDP_GSO_VAR)?;
+        let direct_copy = switch(Self::DIRECT_COPY_VAR)?;
         let pcap = get(Self::PCAP_VAR)
             .filter(|v| !v.is_empty())
             .map(std::path::PathBuf::from);
@@ -232,6 +245,7 @@ impl ProcessNicConfig {
             trace,
             faults,
             adaptive_retransmit_floor,
+            direct_copy,
         })
     }
 
@@ -675,7 +689,11 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
         None => (h..=AUTO_LAST_HOST).map(|h| [a, b, c, h]).collect(),
     };
     for addr in candidates {
-        let memory = Arc::new(ProcessMemory::new());
+        let memory = Arc::new(if cfg.direct_copy {
+            ProcessMemory::new()
+        } else {
+            ProcessMemory::through_kernel()
+        });
         let opts = NicOptions {
             memory: Some(memory.clone()),
             shm: cfg.shm,

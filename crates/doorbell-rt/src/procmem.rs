@@ -16,11 +16,15 @@
 //!   [`HostMemory::release`] gives it back.
 //! - **Granted ranges**: memory it does not own, which a caller handed over
 //!   with [`ProcessMemory::grant`] (`ibv_reg_mr` on a C application's
-//!   buffer). The application may unmap them at any time, so every access
-//!   goes through the kernel (`process_vm_readv`/`writev` on our own pid, in
-//!   the `vm` module, the only `unsafe` here), which answers EFAULT for a
-//!   page that is gone. The device turns that error into a protection
-//!   error CQE, as hardware reports an access to an invalidated MR.
+//!   buffer). The application may unmap them at any time, so no access may
+//!   fault the process: each is a copy whose page faults are caught (the
+//!   `guard` module: one instruction a SIGSEGV/SIGBUS handler resumes
+//!   past), or, where that cannot be used or [`ProcessMemory::through_kernel`]
+//!   asked, goes through the kernel (`process_vm_readv`/`writev` on our own
+//!   pid, in the `vm` module). A page that is gone fails the access with
+//!   EFAULT. The device turns that error into a protection error CQE, as
+//!   hardware reports an access to an invalidated MR. `guard` and `vm` hold
+//!   the only `unsafe` here.
 //!   [`HostMemory::pin`] of anything else fails: safe code can never make
 //!   the NIC write memory that Rust references point into.
 //!
@@ -41,6 +45,9 @@
 //! - Pinning does not check that the pages are writable; a write to a
 //!   read-only page fails when it happens.
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[allow(unsafe_code)]
+mod guard;
 #[allow(unsafe_code)]
 mod vm;
 
@@ -81,6 +88,9 @@ struct Alloc {
 /// The process's own memory as host memory. See the module docs.
 #[derive(Default)]
 pub struct ProcessMemory {
+    /// Granted ranges are copied through the kernel even where a guarded
+    /// copy could be used.
+    kernel_only: bool,
     allocs: RwLock<BTreeMap<u64, Alloc>>,
     /// Pinned ranges outside the allocations: `(start, len)` → pins.
     pinned: RwLock<BTreeMap<(u64, u64), u32>>,
@@ -97,6 +107,25 @@ impl ProcessMemory {
     /// Memory with no allocations and no pins.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Memory with no allocations and no pins, whose granted ranges are
+    /// always copied through the kernel (`process_vm_readv`/`writev`): for
+    /// a program that installs SIGSEGV or SIGBUS handlers of its own that
+    /// do not hand on faults they did not cause.
+    pub fn through_kernel() -> Self {
+        Self {
+            kernel_only: true,
+            ..Self::default()
+        }
+    }
+
+    fn path(&self) -> vm::Path {
+        if self.kernel_only {
+            vm::Path::Kernel
+        } else {
+            vm::Path::Direct
+        }
     }
 
     /// Number of live allocations.
@@ -200,13 +229,13 @@ impl ProcessMemory {
 
     /// Checks that every page of `[addr, addr + len)` is mapped readable,
     /// by reading one byte of each through the kernel.
-    fn probe(addr: HostAddr, len: u64) -> Result<(), MemError> {
+    fn probe(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
         let err = || unmapped(addr, len as usize);
         let end = addr.get().checked_add(len.max(1)).ok_or_else(err)?;
         let mut at = addr.get();
         let mut byte = [0u8; 1];
         while at < end {
-            vm::read(at, &mut byte).map_err(|_| err())?;
+            vm::read(at, &mut byte, self.path()).map_err(|_| err())?;
             at = (at & !(PAGE_SIZE - 1)).saturating_add(PAGE_SIZE);
         }
         Ok(())
@@ -228,7 +257,7 @@ impl HostMemory for ProcessMemory {
             return Ok(());
         }
         self.in_pinned(addr, len)?;
-        vm::read(addr.get(), buf).map_err(|_| unmapped(addr, len))
+        vm::read(addr.get(), buf, self.path()).map_err(|_| unmapped(addr, len))
     }
 
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError> {
@@ -236,7 +265,7 @@ impl HostMemory for ProcessMemory {
             return Ok(());
         }
         self.in_pinned(addr, data.len())?;
-        vm::write(addr.get(), data).map_err(|_| unmapped(addr, data.len()))
+        vm::write(addr.get(), data, self.path()).map_err(|_| unmapped(addr, data.len()))
     }
 
     fn alloc(&self, len: u64) -> Result<HostAddr, MemError> {
@@ -290,7 +319,10 @@ impl HostMemory for ProcessMemory {
         if !self.is_granted(addr, len) {
             return Err(unmapped(addr, len as usize));
         }
-        Self::probe(addr, len)?;
+        // A registration is where a program that replaced our fault
+        // handlers is noticed (a system call is cheap here).
+        vm::check_guard();
+        self.probe(addr, len)?;
         *write_lock(&self.pinned)
             .entry((addr.get(), len))
             .or_insert(0) += 1;
@@ -323,7 +355,7 @@ impl HostMemory for ProcessMemory {
             return Ok(());
         }
         self.in_pinned(addr, len)?;
-        Self::probe(addr, len as u64)
+        self.probe(addr, len as u64)
     }
 }
 
@@ -375,9 +407,19 @@ mod tests {
         unsafe { m.grant(at, len) }
     }
 
+    /// Both ways of reaching granted memory.
+    fn both() -> [ProcessMemory; 2] {
+        [ProcessMemory::new(), ProcessMemory::through_kernel()]
+    }
+
     #[test]
     fn a_granted_buffer_is_registered_in_place() {
-        let m = ProcessMemory::new();
+        for m in both() {
+            granted_in_place(&m);
+        }
+    }
+
+    fn granted_in_place(m: &ProcessMemory) {
         let mut buf = vec![0u8; 10_000];
         buf[..4].copy_from_slice(b"ping");
         let at = addr_of(&buf);
@@ -385,7 +427,7 @@ mod tests {
         let mut b = [0u8; 4];
         assert!(m.read(at, &mut b).is_err());
         assert!(matches!(m.pin(at, 64), Err(MemError::Unmapped { .. })));
-        grant(&m, at, buf.len() as u64);
+        grant(m, at, buf.len() as u64);
         assert!(m.read(at, &mut b).is_err(), "granted is not yet pinned");
         let pages = m.pin(at, buf.len() as u64).unwrap();
         assert_eq!(pages[0].get(), at.get() & !(PAGE_SIZE - 1));
@@ -408,10 +450,15 @@ mod tests {
 
     #[test]
     fn memory_unmapped_under_a_registration_fails_instead_of_crashing() {
-        let m = ProcessMemory::new();
+        for m in both() {
+            unmapped_fails(&m);
+        }
+    }
+
+    fn unmapped_fails(m: &ProcessMemory) {
         let map = MmapMut::map_anon(2 * PAGE_SIZE as usize).unwrap();
         let at = HostAddr::new(map.as_ptr() as u64);
-        grant(&m, at, 2 * PAGE_SIZE);
+        grant(m, at, 2 * PAGE_SIZE);
         m.pin(at, 2 * PAGE_SIZE).unwrap();
         m.write(at, b"still here").unwrap();
         // The application unmaps its buffer while it is registered.

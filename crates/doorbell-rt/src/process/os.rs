@@ -72,23 +72,28 @@ pub(super) fn release_fd(fd: RawFd) {
     }
 }
 
-/// Every blockable signal blocked in the calling thread, until dropped;
-/// threads spawned meanwhile keep that mask for their whole life.
+/// Every blockable signal but the two a bad address raises blocked in the
+/// calling thread, until dropped; threads spawned meanwhile keep that mask
+/// for their whole life. SIGSEGV and SIGBUS stay open: the NIC's threads
+/// copy into registered memory with those faults caught (a fault whose
+/// signal is blocked kills the process, handler or not).
 pub(super) struct SignalsBlocked {
     old: libc::sigset_t,
 }
 
 impl SignalsBlocked {
-    /// Blocks all signals (the kernel keeps SIGKILL and SIGSTOP, glibc its
-    /// own two) and remembers the mask before.
+    /// Blocks all signals but SIGSEGV and SIGBUS (the kernel keeps SIGKILL
+    /// and SIGSTOP, glibc its own two) and remembers the mask before.
     pub(super) fn all() -> Self {
-        // SAFETY: sigset_t is a plain bit array, valid all-zero; sigfillset
-        // and pthread_sigmask write only the sets they are given, which are
-        // live locals.
+        // SAFETY: sigset_t is a plain bit array, valid all-zero; sigfillset,
+        // sigdelset and pthread_sigmask write only the sets they are given,
+        // which are live locals.
         unsafe {
             let mut all: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&mut all);
+            libc::sigdelset(&mut all, libc::SIGSEGV);
+            libc::sigdelset(&mut all, libc::SIGBUS);
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
             Self { old }
         }

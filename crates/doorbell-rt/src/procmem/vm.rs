@@ -1,8 +1,8 @@
-//! The only `unsafe` of process memory: the contract under which a caller
-//! hands over a range of memory it does not give to Rust
-//! ([`ProcessMemory::grant`]), and copies between a buffer of ours and such
-//! a range, by `process_vm_readv(2)` / `process_vm_writev(2)` on our own
-//! pid.
+//! The contract under which a caller hands over a range of memory it does
+//! not give to Rust ([`ProcessMemory::grant`]), and copies between a buffer
+//! of ours and such a range: by the `guard` module's fault-catching copy
+//! where it may be used, otherwise by `process_vm_readv(2)` /
+//! `process_vm_writev(2)` on our own pid, described here.
 //!
 //! The kernel does the copy and checks the range against the process's
 //! mappings as it goes: an unmapped page, or a read-only page for a write,
@@ -61,12 +61,48 @@ fn own_pid() -> libc::pid_t {
     pid
 }
 
+/// How a copy reaches memory the application owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Path {
+    /// A plain copy whose faults are caught, where the `guard` module may
+    /// be used; through the kernel where not.
+    Direct,
+    /// Always through the kernel.
+    Kernel,
+}
+
+fn efault() -> io::Error {
+    io::Error::from_raw_os_error(libc::EFAULT)
+}
+
+/// True if a copy on `path` may go the guarded way in this thread now.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn guarded(path: Path) -> bool {
+    path == Path::Direct && super::guard::usable()
+}
+
+/// No guarded way on other targets.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn guarded(_: Path) -> bool {
+    false
+}
+
+/// Looks whether the guarded path's fault handlers are still in place (at
+/// a registration; see the `guard` module).
+pub(super) fn check_guard() {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    super::guard::check_installed();
+}
+
 /// Copies `buf.len()` bytes from address `addr` of this process into `buf`.
-/// Fails with the OS error (EFAULT for unmapped memory); a copy cut short by
-/// a fault is an error too.
-pub(super) fn read(addr: u64, buf: &mut [u8]) -> io::Result<()> {
+/// Fails with EFAULT for unmapped memory (or another OS error); a copy cut
+/// short by a fault is an error too.
+pub(super) fn read(addr: u64, buf: &mut [u8], path: Path) -> io::Result<()> {
     if buf.is_empty() {
         return Ok(());
+    }
+    if guarded(path) {
+        return guard_read(addr, buf);
     }
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -85,12 +121,15 @@ pub(super) fn read(addr: u64, buf: &mut [u8]) -> io::Result<()> {
     done(n, buf.len())
 }
 
-/// Copies `data` to address `addr` of this process. Fails with the OS error
-/// (EFAULT for unmapped or read-only memory); a copy cut short by a fault is
-/// an error, and the bytes before the fault have then been written.
-pub(super) fn write(addr: u64, data: &[u8]) -> io::Result<()> {
+/// Copies `data` to address `addr` of this process. Fails with EFAULT for
+/// unmapped or read-only memory (or another OS error); a copy cut short by a
+/// fault is an error, and the bytes before the fault have then been written.
+pub(super) fn write(addr: u64, data: &[u8], path: Path) -> io::Result<()> {
     if data.is_empty() {
         return Ok(());
+    }
+    if guarded(path) {
+        return guard_write(addr, data);
     }
     let local = libc::iovec {
         iov_base: data.as_ptr().cast_mut().cast(),
@@ -110,10 +149,30 @@ pub(super) fn write(addr: u64, data: &[u8]) -> io::Result<()> {
     done(n, data.len())
 }
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn guard_read(addr: u64, buf: &mut [u8]) -> io::Result<()> {
+    super::guard::read(addr, buf).map_err(|()| efault())
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn guard_write(addr: u64, data: &[u8]) -> io::Result<()> {
+    super::guard::write(addr, data).map_err(|()| efault())
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn guard_read(_: u64, _: &mut [u8]) -> io::Result<()> {
+    unreachable!("no guarded path on this target")
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn guard_write(_: u64, _: &[u8]) -> io::Result<()> {
+    unreachable!("no guarded path on this target")
+}
+
 fn done(n: isize, want: usize) -> io::Result<()> {
     match usize::try_from(n) {
         Ok(n) if n == want => Ok(()),
-        Ok(_) => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+        Ok(_) => Err(efault()),
         Err(_) => Err(io::Error::last_os_error()),
     }
 }

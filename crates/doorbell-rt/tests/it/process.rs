@@ -45,6 +45,7 @@ fn cfg(name: &str) -> ProcessNicConfig {
         trace: None,
         faults: None,
         adaptive_retransmit_floor: Some(doorbell_rt::LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
+        direct_copy: true,
     }
 }
 
@@ -320,6 +321,14 @@ fn the_config_comes_from_the_environment_and_bad_values_are_named() {
     assert!(e.to_string().contains("DOORBELL_SHM=\"maybe\""), "{e}");
     assert!(!get(&[("DOORBELL_UDP_GSO", "off")]).unwrap().udp_gso);
     assert!(get(&[]).unwrap().udp_gso);
+    assert!(get(&[]).unwrap().direct_copy);
+    assert!(!get(&[("DOORBELL_DIRECT_COPY", "off")]).unwrap().direct_copy);
+    let e = get(&[("DOORBELL_DIRECT_COPY", "fast")]).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert!(
+        e.to_string().contains("DOORBELL_DIRECT_COPY=\"fast\""),
+        "{e}"
+    );
     let adaptive = |v: &'static str| {
         let vars: &'static [(&str, &str)] =
             Box::leak(Box::new([("DOORBELL_ADAPTIVE_RETRANSMIT", v)]));

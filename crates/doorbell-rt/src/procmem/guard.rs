@@ -1,0 +1,418 @@
+//! Copies between a buffer of ours and memory the application may unmap at
+//! any moment, at the speed of a plain copy: the copy is one instruction
+//! (`rep movsb`) that a SIGSEGV/SIGBUS handler recognises by its address.
+//! A fault there resumes at a fixup that returns the bytes left, so the
+//! copy fails instead of the process; a fault anywhere else goes on to the
+//! handler that was there before (or the default action), unchanged. This
+//! is how a kernel's `copy_to_user` survives a bad user pointer (its
+//! exception table), and it saves the system call per access that
+//! `process_vm_writev` costs (half of a receiving NIC's time for 8-byte
+//! WRITEs; decision record 0028).
+//!
+//! # When it is used
+//! [`usable`] says so only if all of these hold; otherwise the caller copies
+//! through the kernel (the `vm` module), which is always correct:
+//!
+//! - the target is x86-64 Linux (elsewhere this module is not built);
+//! - the handlers were installed (once per process, on first use);
+//! - they are still the process's SIGSEGV and SIGBUS handlers when
+//!   [`check_installed`] last looked (a program that installs its own
+//!   handler later, without chaining to ours, turns this path off at its
+//!   next registration);
+//! - the calling thread does not block SIGSEGV or SIGBUS (a synchronous
+//!   fault with its signal blocked kills the process whatever the handler;
+//!   looked at once per thread).
+//!
+//! (`unsafe_code` is allowed for this module alone, where `procmem.rs`
+//! declares it.)
+
+use std::cell::Cell;
+use std::mem::MaybeUninit;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+// The copy: `doorbell_guarded_copy(dst, src, len)` returns the number of
+// bytes it did not copy (0: all of them). `rep movsb` at
+// `doorbell_guarded_copy_at` is the only instruction that touches either
+// buffer; a fault in it leaves RCX = bytes left and RIP at the
+// instruction, and the handler moves RIP to `doorbell_guarded_copy_fixup`.
+// The symbols are hidden: a shared library built from this crate exports
+// none of them.
+core::arch::global_asm!(
+    ".pushsection .text.doorbell_guarded_copy,\"ax\",@progbits",
+    ".p2align 4",
+    ".globl doorbell_guarded_copy",
+    ".hidden doorbell_guarded_copy",
+    ".type doorbell_guarded_copy,@function",
+    "doorbell_guarded_copy:",
+    "    mov rcx, rdx",
+    ".globl doorbell_guarded_copy_at",
+    ".hidden doorbell_guarded_copy_at",
+    "doorbell_guarded_copy_at:",
+    "    rep movsb",
+    "    xor eax, eax",
+    "    ret",
+    ".globl doorbell_guarded_copy_fixup",
+    ".hidden doorbell_guarded_copy_fixup",
+    "doorbell_guarded_copy_fixup:",
+    "    mov rax, rcx",
+    "    ret",
+    ".size doorbell_guarded_copy, . - doorbell_guarded_copy",
+    ".popsection",
+);
+
+unsafe extern "C" {
+    fn doorbell_guarded_copy(dst: *mut u8, src: *const u8, len: usize) -> usize;
+    static doorbell_guarded_copy_at: u8;
+    static doorbell_guarded_copy_fixup: u8;
+}
+
+/// The signals a bad address raises: SIGSEGV (unmapped, or a write to a
+/// read-only page) and SIGBUS (a file mapping past its end).
+const SIGNALS: [libc::c_int; 2] = [libc::SIGSEGV, libc::SIGBUS];
+
+/// The handler of each of [`SIGNALS`] before ours, for faults not ours.
+static PREVIOUS: [OnceLock<Action>; 2] = [OnceLock::new(), OnceLock::new()];
+/// False once a check found our handlers replaced, or installing failed.
+static ACTIVE: AtomicBool = AtomicBool::new(true);
+
+/// A `sigaction`, which is plain data (a handler address, flags, a mask).
+#[derive(Clone, Copy)]
+struct Action(libc::sigaction);
+
+// SAFETY: `libc::sigaction` holds a handler address as an integer, an
+// integer flag word, a bit set and an optional function pointer: no
+// pointer to memory, nothing tied to a thread.
+unsafe impl Sync for Action {}
+// SAFETY: as above.
+unsafe impl Send for Action {}
+
+thread_local! {
+    /// This thread's signal mask, looked at once: `Some(true)` if neither
+    /// signal is blocked.
+    static THREAD_OK: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// True if a guarded copy may be used in this thread now (module docs).
+pub(super) fn usable() -> bool {
+    if !installed() || !ACTIVE.load(Ordering::Relaxed) {
+        return false;
+    }
+    THREAD_OK
+        .try_with(|ok| match ok.get() {
+            Some(v) => v,
+            None => {
+                let v = thread_takes_faults();
+                ok.set(Some(v));
+                v
+            }
+        })
+        .unwrap_or(false)
+}
+
+/// Looks whether our handlers are still the process's; if a program
+/// replaced one, guarded copies stop for good (the kernel's path takes
+/// over). Called at each registration, where a system call is cheap.
+pub(super) fn check_installed() {
+    if !installed() || !ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
+    for sig in SIGNALS {
+        let mut cur = MaybeUninit::<libc::sigaction>::zeroed();
+        // SAFETY: a query (null new action) that writes only `cur`, a live
+        // local of the right type.
+        let rc = unsafe { libc::sigaction(sig, std::ptr::null(), cur.as_mut_ptr()) };
+        // SAFETY: zeroed is a valid sigaction, and on success the kernel
+        // filled it in.
+        let cur = unsafe { cur.assume_init() };
+        if rc != 0 || cur.sa_sigaction != on_fault as *const () as usize {
+            ACTIVE.store(false, Ordering::Relaxed);
+            return;
+        }
+    }
+}
+
+/// Copies `buf.len()` bytes from address `addr` into `buf`; `Err(())` if
+/// a page of the range is not mapped readable.
+pub(super) fn read(addr: u64, buf: &mut [u8]) -> Result<(), ()> {
+    // SAFETY: `buf` is live and exclusively ours for its length. `addr` is
+    // memory no Rust reference points into (`ProcessMemory::grant`'s
+    // contract), read only by the instruction the handler recovers; the
+    // caller checked `usable()`, so a fault there returns here.
+    let left =
+        unsafe { doorbell_guarded_copy(buf.as_mut_ptr(), addr as usize as *const u8, buf.len()) };
+    if left == 0 { Ok(()) } else { Err(()) }
+}
+
+/// Copies `data` to address `addr`; `Err(())` if a page of the range is not
+/// mapped writable (the bytes before it are then written).
+pub(super) fn write(addr: u64, data: &[u8]) -> Result<(), ()> {
+    // SAFETY: `data` is live for its length and only read. `addr` is memory
+    // no Rust reference points into (`ProcessMemory::grant`'s contract),
+    // written only by the instruction the handler recovers, as a device's
+    // DMA would write it; the caller checked `usable()`, so a fault there
+    // returns here.
+    let left =
+        unsafe { doorbell_guarded_copy(addr as usize as *mut u8, data.as_ptr(), data.len()) };
+    if left == 0 { Ok(()) } else { Err(()) }
+}
+
+/// Installs the handlers, once per process; tells whether they are in.
+fn installed() -> bool {
+    static DONE: OnceLock<bool> = OnceLock::new();
+    *DONE.get_or_init(|| {
+        let ok = SIGNALS
+            .iter()
+            .zip(&PREVIOUS)
+            .all(|(&sig, prev)| install(sig, prev));
+        if !ok {
+            ACTIVE.store(false, Ordering::Relaxed);
+        }
+        ok
+    })
+}
+
+fn install(sig: libc::c_int, prev: &OnceLock<Action>) -> bool {
+    let mut old = MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: a query that writes only `old`, a live local.
+    if unsafe { libc::sigaction(sig, std::ptr::null(), old.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: zeroed is a valid sigaction, and the kernel filled it in.
+    let _ = prev.set(Action(unsafe { old.assume_init() }));
+    let mut new = MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: `new` is a zeroed sigaction (valid: empty mask, no flags),
+    // filled in field by field; sigaction reads it and the handler is an
+    // `extern "C"` function of the SA_SIGINFO shape that lives as long as
+    // the process. SA_ONSTACK: a stack overflow elsewhere reaches the
+    // previous handler on the alternate stack it expects.
+    unsafe {
+        let n = new.as_mut_ptr();
+        (*n).sa_sigaction = on_fault as *const () as usize;
+        (*n).sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        libc::sigemptyset(&mut (*n).sa_mask);
+        libc::sigaction(sig, n, std::ptr::null_mut()) == 0
+    }
+}
+
+/// True if the calling thread does not block either of [`SIGNALS`].
+fn thread_takes_faults() -> bool {
+    let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
+    // SAFETY: a query of the calling thread's mask (null new set) that
+    // writes only `set`; sigismember only reads it.
+    unsafe {
+        if libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), set.as_mut_ptr()) != 0 {
+            return false;
+        }
+        SIGNALS
+            .iter()
+            .all(|&s| libc::sigismember(set.as_ptr(), s) == 0)
+    }
+}
+
+/// The handler: resumes a fault of the copy at its fixup; hands any other
+/// on. Async-signal-safe: it reads the context, two addresses and a
+/// `OnceLock` already set, and calls only `sigaction`.
+extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid ucontext for an SA_SIGINFO handler;
+    // RIP is read, and written only to the fixup, which leaves the copy
+    // with RCX (the bytes left) as its result.
+    unsafe {
+        let uc = ctx.cast::<libc::ucontext_t>();
+        let rip = &mut (*uc).uc_mcontext.gregs[libc::REG_RIP as usize];
+        if *rip as usize == std::ptr::addr_of!(doorbell_guarded_copy_at) as usize {
+            *rip = std::ptr::addr_of!(doorbell_guarded_copy_fixup) as i64;
+            return;
+        }
+    }
+    let slot = SIGNALS.iter().position(|&s| s == sig).unwrap_or(0);
+    match PREVIOUS[slot].get() {
+        Some(Action(prev))
+            if prev.sa_sigaction != libc::SIG_DFL && prev.sa_sigaction != libc::SIG_IGN =>
+        {
+            // SAFETY: the previous handler, called as the kernel would have
+            // called it, by the shape its flags declare.
+            unsafe {
+                if prev.sa_flags & libc::SA_SIGINFO != 0 {
+                    let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                        std::mem::transmute(prev.sa_sigaction);
+                    f(sig, info, ctx);
+                } else {
+                    let f: extern "C" fn(libc::c_int) = std::mem::transmute(prev.sa_sigaction);
+                    f(sig);
+                }
+            }
+        }
+        prev => {
+            // The default action: put it back and return; the instruction
+            // faults again and the kernel acts as if we were never here.
+            let dfl = MaybeUninit::<libc::sigaction>::zeroed();
+            let a = prev.map_or(dfl.as_ptr(), |Action(p)| p as *const libc::sigaction);
+            // SAFETY: `a` is the previous action or a zeroed sigaction
+            // (SIG_DFL, empty mask); sigaction only reads it.
+            unsafe { libc::sigaction(sig, a, std::ptr::null_mut()) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memmap2::MmapMut;
+
+    /// Sets the protection of the `i`th page of `map`.
+    fn protect(map: &MmapMut, i: usize, prot: libc::c_int) {
+        let at = map.as_ptr() as usize + i * 4096;
+        // SAFETY: a page of a mapping this test owns; no reference into it
+        // is used while it is not readable and writable.
+        let rc = unsafe { libc::mprotect(at as *mut libc::c_void, 4096, prot) };
+        assert_eq!(rc, 0);
+    }
+
+    // Pages are made inaccessible with mprotect, not unmapped: another
+    // test thread could map something new into a hole.
+    #[test]
+    fn copies_succeed_and_faults_fail_the_copy_only() {
+        assert!(usable(), "the test threads block neither signal");
+        let mut map = MmapMut::map_anon(2 * 4096).unwrap();
+        map[4090..4096].copy_from_slice(b"abcdef");
+        let at = map.as_ptr() as u64;
+        let mut b = [0u8; 6];
+        read(at + 4090, &mut b).unwrap();
+        assert_eq!(&b, b"abcdef");
+        write(at + 10, b"xyz").unwrap();
+        assert_eq!(&map[10..13], b"xyz");
+
+        // Read-only: reads work, a write faults (SEGV_ACCERR).
+        protect(&map, 1, libc::PROT_READ);
+        read(at + 4096, &mut b).unwrap();
+        assert_eq!(write(at + 4100, b"no"), Err(()));
+        // No access at all: reads fault too.
+        protect(&map, 1, libc::PROT_NONE);
+        assert_eq!(read(at + 4096, &mut b), Err(()));
+        protect(&map, 1, libc::PROT_READ | libc::PROT_WRITE);
+        assert_eq!(&map[4096..4104], &[0; 8], "nothing was written");
+        check_installed();
+        assert!(usable(), "our handlers are still in");
+    }
+
+    #[test]
+    fn a_write_across_into_a_hole_writes_the_bytes_before_it() {
+        assert!(usable());
+        let mut map = MmapMut::map_anon(2 * 4096).unwrap();
+        let at = map.as_ptr() as u64;
+        protect(&map, 1, libc::PROT_NONE);
+        assert_eq!(write(at + 4092, b"12345678"), Err(()));
+        protect(&map, 1, libc::PROT_READ | libc::PROT_WRITE);
+        assert_eq!(&map[4092..4100], b"1234\0\0\0\0");
+        map[0] = 1;
+    }
+
+    #[test]
+    fn a_file_mapping_past_its_end_fails_with_sigbus_caught() {
+        assert!(usable());
+        let f = tempfile_of(4096);
+        // SAFETY: a shared mapping of a file only this test uses.
+        let map = unsafe { memmap2::MmapOptions::new().len(8192).map_mut(&f) }.unwrap();
+        let at = map.as_ptr() as u64;
+        write(at, b"in").unwrap();
+        assert_eq!(write(at + 4096, b"past"), Err(()));
+        let mut b = [0u8; 2];
+        assert_eq!(read(at + 4100, &mut b), Err(()));
+        drop(map);
+    }
+
+    fn tempfile_of(len: u64) -> std::fs::File {
+        let path = std::env::temp_dir().join(format!("doorbell-guard-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        f.set_len(len).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
+    }
+
+    const CHILD: &str = "DOORBELL_GUARD_TEST_CHILD";
+
+    extern "C" fn theirs(_: libc::c_int) {
+        // SAFETY: _exit is async-signal-safe and ends the process.
+        unsafe { libc::_exit(42) }
+    }
+
+    /// A program's own SIGSEGV handler, installed before doorbell's, still
+    /// gets the program's own faults; a fault of a guarded copy never
+    /// reaches it. Runs in a child process (the test binary again), since
+    /// the real fault ends it.
+    #[test]
+    fn faults_that_are_not_ours_reach_the_programs_handler() {
+        if std::env::var_os(CHILD).is_some() {
+            let mut act = MaybeUninit::<libc::sigaction>::zeroed();
+            // SAFETY: installs `theirs` as a plain handler; `act` is a
+            // zeroed sigaction with only the handler set.
+            unsafe {
+                (*act.as_mut_ptr()).sa_sigaction = theirs as *const () as usize;
+                libc::sigaction(libc::SIGSEGV, act.as_ptr(), std::ptr::null_mut());
+            }
+            assert!(usable());
+            let map = MmapMut::map_anon(4096).unwrap();
+            let at = map.as_ptr() as u64;
+            drop(map);
+            assert_eq!(write(at, b"caught"), Err(()));
+            // SAFETY: deliberately not: a real fault, which must reach
+            // `theirs` and end the child with 42.
+            unsafe { std::ptr::write_volatile(at as *mut u8, 1) };
+            // SAFETY: never reached if the fault went to `theirs`.
+            unsafe { libc::_exit(7) }
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "procmem::guard::tests::faults_that_are_not_ours_reach_the_programs_handler",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(42), "the child: {out:?}");
+    }
+
+    /// With no handler before doorbell's, a fault that is not ours kills
+    /// the process with SIGSEGV, as without doorbell.
+    #[test]
+    fn faults_that_are_not_ours_still_kill_by_default() {
+        if std::env::var_os(CHILD).is_some() {
+            // The test harness's own (std's stack-overflow) handler is the
+            // previous one here; it puts the default back for a fault that
+            // is no overflow.
+            assert!(usable());
+            let map = MmapMut::map_anon(4096).unwrap();
+            let at = map.as_ptr() as u64;
+            drop(map);
+            assert_eq!(read(at, &mut [0u8; 4]), Err(()));
+            // SAFETY: deliberately not: a real fault, which must kill the
+            // child by SIGSEGV.
+            unsafe { std::ptr::write_volatile(at as *mut u8, 1) };
+            // SAFETY: never reached if the fault killed the child.
+            unsafe { libc::_exit(7) }
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "procmem::guard::tests::faults_that_are_not_ours_still_kill_by_default",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSEGV),
+            "the child: {out:?}"
+        );
+    }
+}
