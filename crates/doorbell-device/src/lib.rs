@@ -57,6 +57,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+pub mod buffers;
 mod complete;
 mod config;
 mod cq;

@@ -202,6 +202,7 @@ impl Engine {
                     }
                     let r = nic.handle_frame(now, &f, bus);
                     record(capture, &f, r);
+                    doorbell_device::buffers::recycle(f);
                 }
             }
             Msg::EmittedFrames(fs) => {
@@ -211,6 +212,7 @@ impl Engine {
                     }
                     let r = nic.handle_emitted_frame(now, &f, bus);
                     record(capture, &f, r);
+                    doorbell_device::buffers::recycle(f);
                 }
             }
             Msg::Cmd(c, reply) => {

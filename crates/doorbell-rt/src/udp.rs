@@ -275,7 +275,8 @@ fn rx_loop(sock: &UdpSocket, local: SocketAddrV4, stats: &Stats, stop: &AtomicBo
 /// said of it: IPv4 (identification 0, DF, TTL 64, TOS 0) and UDP headers
 /// (checksum 0) before `payload`.
 pub(crate) fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; HEADERS_LEN + payload.len()];
+    let mut f = doorbell_device::buffers::buffer(HEADERS_LEN + payload.len());
+    f.resize(HEADERS_LEN + payload.len(), 0);
     Ipv4Repr {
         src_addr: src.ip().octets(),
         dst_addr: dst.ip().octets(),
@@ -330,7 +331,9 @@ impl Sink for UdpSink {
         self.stats
             .tx_refused
             .fetch_add((refused + skipped) as u64, Ordering::Relaxed);
-        frames.clear();
+        for f in frames.drain(..) {
+            doorbell_device::buffers::recycle(f.bytes);
+        }
     }
 }
 
