@@ -41,7 +41,7 @@ mod os;
 #[allow(unsafe_code)]
 mod ring;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::AsRawFd;
@@ -541,7 +541,7 @@ enum Peer {
 pub(crate) struct HostSink {
     udp: UdpSink,
     local: [u8; 4],
-    peers: HashMap<[u8; 4], Peer>,
+    peers: BTreeMap<[u8; 4], Peer>,
     stats: Arc<Stats>,
     /// Frames for UDP, reused.
     rest: Vec<Frame>,
@@ -552,7 +552,7 @@ impl HostSink {
         Self {
             udp,
             local,
-            peers: HashMap::new(),
+            peers: BTreeMap::new(),
             stats,
             rest: Vec::new(),
         }
