@@ -66,6 +66,7 @@ pub mod process;
 pub mod procmem;
 mod shm;
 pub mod stats;
+mod stream;
 #[allow(unsafe_code)]
 mod sys;
 mod timeline;
@@ -753,7 +754,11 @@ impl DeviceLink for LiveNic {
 
     fn progress(&self) -> bool {
         match &self.port {
-            PortHandle::Udp(_, Some(l), _) if !self.is_forked_copy() => l.progress(&self.core),
+            PortHandle::Udp(p, l, _) if !self.is_forked_copy() => {
+                // Both: a NIC may have peers on this host and elsewhere.
+                let shm = l.as_ref().is_some_and(|l| l.progress(&self.core));
+                p.progress(&self.core) | shm
+            }
             _ => false,
         }
     }

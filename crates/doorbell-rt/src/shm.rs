@@ -75,11 +75,6 @@ const PARK: Duration = Duration::from_millis(200);
 /// How long a thread whose CQ poll found nothing waits in the rings
 /// before it returns to poll again.
 const CALLER_SPIN: Duration = Duration::from_micros(5);
-/// Turns with frames in a row after which the receiver thread takes the
-/// traffic for a stream.
-const STREAM_TURNS: u32 = 4;
-/// How long the receiver thread spins between frames of a stream.
-const STREAM_SPIN: Duration = Duration::from_micros(50);
 /// Frames taken from one ring per turn.
 const BATCH: usize = 64;
 /// The variable that sets how long the receiver spins, in µs.
@@ -457,7 +452,7 @@ fn rx_loop(
     let mut turns = 0u32;
     // Turns in a row, since the last wake-up, that found frames: a stream
     // (frames come faster than a wake-up) has the thread spin for
-    // STREAM_SPIN between them rather than be rung for each.
+    // crate::stream::SPIN between them rather than be rung for each.
     let mut streak = 0u32;
     let mut fds = Vec::new();
     let mut ready = Vec::new();
@@ -475,8 +470,8 @@ fn rx_loop(
             streak = streak.saturating_add(1);
             continue;
         }
-        let wait = if streak >= STREAM_TURNS {
-            spin.max(STREAM_SPIN)
+        let wait = if streak >= crate::stream::TURNS {
+            spin.max(crate::stream::SPIN)
         } else {
             spin
         };

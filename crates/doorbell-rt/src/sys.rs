@@ -73,6 +73,20 @@ pub(crate) fn configure(sock: &UdpSocket, rcvbuf: i32) -> io::Result<()> {
 /// `recvmmsg` returns at once, and so does every later receive, without a
 /// datagram on the wire. Linux does this for an unconnected UDP socket too,
 /// answering ENOTCONN, which is expected and ignored.
+/// Waits until `sock` has something to read (or was shut), at most
+/// `timeout`; tells whether it has.
+pub(crate) fn wait_readable(sock: &UdpSocket, timeout: std::time::Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one pollfd, a live local the kernel writes `revents` of.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    n > 0
+}
+
 pub(crate) fn shut_rd(sock: &UdpSocket) {
     // SAFETY: shutdown takes the fd `sock` owns and a constant; it touches
     // no memory of ours.
@@ -177,6 +191,14 @@ pub(crate) struct RecvBatch {
     metas: Vec<RecvMeta>,
 }
 
+// SAFETY: the raw pointers in the headers and iovecs point only into the
+// batch's own heap buffers (which stay put when the batch moves), and
+// `recv` writes every one of them again before the kernel reads them; no
+// pointer is dereferenced by Rust code. Moving the batch to another thread,
+// or using it from one thread at a time under a lock, is then like moving
+// its `Vec`s.
+unsafe impl Send for RecvBatch {}
+
 impl RecvBatch {
     pub(crate) fn new() -> Self {
         // SAFETY: sockaddr_in, iovec and mmsghdr are plain C structs for
@@ -198,9 +220,8 @@ impl RecvBatch {
         }
     }
 
-    /// Waits for at least one datagram (or the socket's receive timeout),
-    /// then takes whatever else is already queued, up to the batch size.
-    /// Returns how many were taken.
+    /// Takes what is already queued, up to the batch size, without waiting
+    /// (WouldBlock if nothing is). Returns how many were taken.
     pub(crate) fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
         self.metas.clear();
         for i in 0..RECV_BATCH {
@@ -226,7 +247,7 @@ impl RecvBatch {
                 sock.as_raw_fd(),
                 self.hdrs.as_mut_ptr(),
                 RECV_BATCH as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };

@@ -16,8 +16,11 @@
 //! where the kernel keeps them together, as one coalesced buffer
 //! (`UDP_GRO`) that is cut back into the same datagrams.
 //!
-//! On the way in, a thread per port takes datagrams in batches
-//! (`recvmmsg`) and puts the IPv4 and UDP headers back from what the kernel
+//! On the way in, datagrams are taken in batches (`recvmmsg`), by a thread
+//! per port or by a thread of the program whose CQ poll found nothing
+//! ([`UdpPort::progress`]), one at a time under a lock held until the
+//! batch is in the NIC's inbox, so frames reach the NIC in the order the
+//! socket gave them. The receiver puts the IPv4 and UDP headers back from what the kernel
 //! tells: source address and port, destination address (`IP_PKTINFO`),
 //! length; identification 0 and DF, with TTL and TOS as anything (the ICRC
 //! masks them). The rebuilt frame goes to the NIC (handled in the receive
@@ -27,8 +30,8 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -47,6 +50,9 @@ use crate::sys::{self, RecvBatch};
 const RCVBUF_BYTES: i32 = 8 << 20;
 /// How long the receive thread blocks before it looks at its stop flag.
 const RECV_TIMEOUT: Duration = Duration::from_millis(200);
+/// After this many empty receives in a row, a caller tries the socket
+/// only every this many times ([`UdpPort::progress`]).
+const IDLE_EVERY: u32 = 64;
 /// Bytes of the IPv4 and UDP headers the kernel writes.
 const HEADERS_LEN: usize = ipv4::HEADER_LEN + udp::HEADER_LEN;
 
@@ -112,6 +118,11 @@ pub(crate) struct UdpPort {
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
     rx: Option<JoinHandle<()>>,
+    /// The receive buffers, and the lock whoever receives holds.
+    batch: Arc<Mutex<RecvBatch>>,
+    /// Callers' receives in a row that found nothing ([`Self::progress`]);
+    /// 0 again whenever a receive finds datagrams.
+    idle: Arc<AtomicU32>,
 }
 
 /// The largest RoCE path MTU that fits an Ethernet interface of `if_mtu`
@@ -147,6 +158,8 @@ impl UdpPort {
             stats: Arc::default(),
             stop: Arc::default(),
             rx: None,
+            batch: Arc::new(Mutex::new(RecvBatch::new())),
+            idle: Arc::default(),
         })
     }
 
@@ -158,17 +171,49 @@ impl UdpPort {
     /// Starts the receive thread, feeding `to`: the thread runs the NIC
     /// on what it received when no other thread is.
     pub(crate) fn start_rx(&mut self, name: &str, to: Arc<Core>) -> io::Result<()> {
-        let (sock, stats, stop, addr) = (
+        let (sock, stats, stop, addr, batch, idle) = (
             self.sock.clone(),
             self.stats.clone(),
             self.stop.clone(),
             self.addr,
+            self.batch.clone(),
+            self.idle.clone(),
         );
         let t = std::thread::Builder::new()
             .name(format!("doorbell-{name}-rx"))
-            .spawn(move || rx_loop(&sock, addr, &stats, &stop, &to))?;
+            .spawn(move || rx_loop(&sock, addr, &stats, &stop, &batch, &idle, &to))?;
         self.rx = Some(t);
         Ok(())
+    }
+
+    /// Takes what the socket holds for the NIC, in the caller's thread, if
+    /// no other thread is receiving; tells whether it took any. A program
+    /// that polls its CQ then does its NIC's receiving and the work that
+    /// follows (ACKs, the next packets of the window) itself, instead of
+    /// spinning while the port's thread, on the other core, does it.
+    ///
+    /// A socket that keeps finding nothing (the NIC's peers are all on
+    /// this host, behind shared memory) is tried only every
+    /// [`IDLE_EVERY`]th time, so that an idle socket does not cost every
+    /// empty CQ poll a system call; any receive that finds datagrams, the
+    /// receive thread's included, has callers try every time again.
+    pub(crate) fn progress(&self, core: &Core) -> bool {
+        let n = self.idle.load(Ordering::Relaxed);
+        if n >= IDLE_EVERY && n % IDLE_EVERY != 0 {
+            self.idle.store(n.wrapping_add(1), Ordering::Relaxed);
+            return false;
+        }
+        let Ok(mut batch) = self.batch.try_lock() else {
+            return false;
+        };
+        let got = take(&self.sock, self.addr, &self.stats, &mut batch, core, false);
+        if got > 0 && got != usize::MAX {
+            self.idle.store(0, Ordering::Relaxed);
+            true
+        } else {
+            self.idle.store(n.wrapping_add(1).max(1), Ordering::Relaxed);
+            false
+        }
     }
 
     /// The sending half, for the device thread or a relay; with `gso`,
@@ -216,59 +261,109 @@ impl Drop for UdpPort {
     }
 }
 
-fn rx_loop(sock: &UdpSocket, local: SocketAddrV4, stats: &Stats, stop: &AtomicBool, to: &Core) {
-    let mut batch = RecvBatch::new();
+fn rx_loop(
+    sock: &UdpSocket,
+    local: SocketAddrV4,
+    stats: &Stats,
+    stop: &AtomicBool,
+    batch: &Mutex<RecvBatch>,
+    idle: &AtomicU32,
+    to: &Core,
+) {
+    // Receives in a row that found datagrams: in a stream (datagrams come
+    // faster than a wake-up, which the sender's core pays for too), the
+    // thread looks again for a while before it sleeps, as the
+    // shared-memory receiver does.
+    let mut streak = 0u32;
+    let mut last = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let n = match batch.recv(sock) {
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue;
-            }
-            // Anything else (the socket is gone): stop rather than spin.
-            Err(_) => return,
-        };
-        let mut frames = Vec::with_capacity(n);
-        for i in 0..n {
-            let Some((meta, payload)) = batch.get(i) else {
-                break;
-            };
-            if let Some(d) = meta.socket_drops {
-                stats.rx_socket_drops.store(u64::from(d), Ordering::Relaxed);
-            }
-            if meta.truncated {
-                stats.rx_truncated.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            if payload.is_empty() {
-                // Nothing a NIC would send.
-                continue;
-            }
-            let dst = SocketAddrV4::new(meta.dst.unwrap_or(*local.ip()), local.port());
-            // A coalesced run is the datagrams it was cut from, in order.
-            let seg = meta.segment.unwrap_or(payload.len()).max(1);
-            frames.extend(payload.chunks(seg).map(|d| rebuild(meta.src, dst, d)));
-        }
-        if frames.is_empty() {
+        let streaming = streak >= crate::stream::TURNS;
+        if streaming && last.elapsed() < crate::stream::SPIN {
+            std::hint::spin_loop();
+        } else if !sys::wait_readable(sock, RECV_TIMEOUT) {
+            // Wait without the lock, so that a caller may receive
+            // meanwhile; then receive under it.
+            streak = 0;
             continue;
+        } else if streaming {
+            streak = 0;
         }
-        stats
-            .rx_datagrams
-            .fetch_add(frames.len() as u64, Ordering::Relaxed);
-        // A full batch: more are waiting in the socket, and the receive
-        // thread is worth more there (the worker takes these).
-        if n == sys::RECV_BATCH {
-            to.hand_over(Msg::Frames(frames));
-        } else {
-            to.submit(Msg::Frames(frames));
+        let got = {
+            let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
+            take(sock, local, stats, &mut b, to, true)
+        };
+        match got {
+            // The socket is gone: stop rather than spin.
+            usize::MAX => return,
+            0 => {}
+            _ => {
+                streak = streak.saturating_add(1);
+                last = std::time::Instant::now();
+                idle.store(0, Ordering::Relaxed);
+            }
         }
     }
+}
+
+/// One `recvmmsg` of what the socket holds, without waiting, rebuilt into
+/// frames and handed to `to` (the caller holds `batch`'s lock until they
+/// are in its inbox). Returns the number of frames, or `usize::MAX` if the
+/// socket failed for good. `thread`: the port's own receive thread, which
+/// hands a full batch to the NIC's worker and goes back to the socket.
+fn take(
+    sock: &UdpSocket,
+    local: SocketAddrV4,
+    stats: &Stats,
+    batch: &mut RecvBatch,
+    to: &Core,
+    thread: bool,
+) -> usize {
+    let n = match batch.recv(sock) {
+        Ok(n) => n,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            ) =>
+        {
+            return 0;
+        }
+        Err(_) => return usize::MAX,
+    };
+    let mut frames = Vec::with_capacity(n);
+    for i in 0..n {
+        let Some((meta, payload)) = batch.get(i) else {
+            break;
+        };
+        if let Some(d) = meta.socket_drops {
+            stats.rx_socket_drops.store(u64::from(d), Ordering::Relaxed);
+        }
+        if meta.truncated {
+            stats.rx_truncated.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if payload.is_empty() {
+            // Nothing a NIC would send.
+            continue;
+        }
+        let dst = SocketAddrV4::new(meta.dst.unwrap_or(*local.ip()), local.port());
+        // A coalesced run is the datagrams it was cut from, in order.
+        let seg = meta.segment.unwrap_or(payload.len()).max(1);
+        frames.extend(payload.chunks(seg).map(|d| rebuild(meta.src, dst, d)));
+    }
+    let got = frames.len();
+    if got == 0 {
+        return 0;
+    }
+    stats.rx_datagrams.fetch_add(got as u64, Ordering::Relaxed);
+    // A full batch: more are waiting in the socket, and the receive
+    // thread is worth more there (the worker takes these).
+    if thread && n == sys::RECV_BATCH {
+        to.hand_over(Msg::Frames(frames));
+    } else {
+        to.submit(Msg::Frames(frames));
+    }
+    got
 }
 
 /// The frame the sender's NIC built, from a datagram and what the kernel

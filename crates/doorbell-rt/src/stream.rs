@@ -1,0 +1,12 @@
+//! When a port's receiving thread is in a stream, and how long it then
+//! looks again before it sleeps: the same for the shared-memory rings and
+//! the UDP socket (decision records 0022 and 0029).
+
+use std::time::Duration;
+
+/// Receives in a row that found frames, after which the thread counts as
+/// in a stream: frames come faster than it can be woken for each.
+pub(crate) const TURNS: u32 = 4;
+/// How long a thread in a stream spins for the next frame before it
+/// sleeps.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
