@@ -91,13 +91,15 @@ pub(crate) fn gather<D: Dma>(
         return Err(Syndrome::LocalLengthErr);
     }
     let mut buf = std::mem::take(&mut ctx.out.scratch);
-    buf.clear();
     match p {
         Payload::Inline(v) => {
+            buf.clear();
             buf.extend_from_slice(&v[offset as usize..end as usize]);
             Ok(buf)
         }
         Payload::Sges(sges) => {
+            // Only growth is zeroed: the DMA reads below overwrite every
+            // byte of `buf` before it is used (or the gather fails).
             buf.resize(len as usize, 0);
             let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
             let Ctx { dma, t, mkeys, .. } = ctx;

@@ -371,7 +371,9 @@ fn take(
 /// (checksum 0) before `payload`.
 pub(crate) fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
     let mut f = doorbell_device::buffers::buffer(HEADERS_LEN + payload.len());
-    f.resize(HEADERS_LEN + payload.len(), 0);
+    // Zeros for the headers only: the payload is copied in once.
+    f.resize(HEADERS_LEN, 0);
+    f.extend_from_slice(payload);
     Ipv4Repr {
         src_addr: src.ip().octets(),
         dst_addr: dst.ip().octets(),
@@ -389,7 +391,6 @@ pub(crate) fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> V
         payload_len: payload.len(),
     }
     .emit(&mut UdpHeader::new_unchecked(&mut f[ipv4::HEADER_LEN..]));
-    f[HEADERS_LEN..].copy_from_slice(payload);
     f
 }
 
