@@ -16,8 +16,10 @@
 
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use libc::EINVAL;
 
@@ -53,6 +55,34 @@ pub(crate) unsafe trait Handle: Sized + Send + Sync + 'static {
 
 static LIVE: Mutex<BTreeMap<usize, Kind>> = Mutex::new(BTreeMap::new());
 
+/// Bumped, under [`LIVE`]'s lock, each time a handle is unregistered.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last handle this thread looked up and found live, with
+    /// [`GENERATION`] then: while no handle has been unregistered since,
+    /// it is still live, and the registry's lock need not be taken (a
+    /// program calls `ibv_wr_*` and `ibv_poll_cq` on the same few handles
+    /// millions of times a second).
+    static LAST: Cell<Option<(usize, Kind, u64)>> = const { Cell::new(None) };
+}
+
+/// True if `c` is a live handle of kind `kind`.
+fn is_live(c: usize, kind: Kind) -> bool {
+    let gen_now = GENERATION.load(Ordering::Acquire);
+    if LAST.try_with(Cell::get).ok().flatten() == Some((c, kind, gen_now)) {
+        return true;
+    }
+    let live = live();
+    // Read again under the lock: an unregistration before it is seen.
+    let gen_now = GENERATION.load(Ordering::Relaxed);
+    let ok = live.get(&c) == Some(&kind);
+    if ok {
+        let _ = LAST.try_with(|l| l.set(Some((c, kind, gen_now))));
+    }
+    ok
+}
+
 fn live() -> std::sync::MutexGuard<'static, BTreeMap<usize, Kind>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -68,7 +98,7 @@ pub(crate) fn register<T: Handle>(obj: Box<T>) -> *mut T::C {
 }
 
 fn object_of<T: Handle>(c: *mut T::C) -> Result<*mut T, i32> {
-    if c.is_null() || live().get(&(c as usize)) != Some(&T::KIND) {
+    if c.is_null() || !is_live(c as usize, T::KIND) {
         return Err(EINVAL);
     }
     // SAFETY: the address was registered by `register::<T>`, so it is
@@ -105,7 +135,12 @@ pub(crate) fn with<T: Handle, R>(c: *mut T::C, f: impl FnOnce(&T) -> R) -> Resul
 /// Unregisters handle `c` and gives its object back to be dropped.
 pub(crate) fn take<T: Handle>(c: *mut T::C) -> Result<Box<T>, i32> {
     let p = object_of::<T>(c)?;
-    live().remove(&(c as usize));
+    {
+        let mut live = live();
+        live.remove(&(c as usize));
+        // Every thread's remembered handle is now suspect.
+        GENERATION.fetch_add(1, Ordering::Release);
+    }
     // SAFETY: `p` came from Box::into_raw in `register` and, now that it is
     // unregistered, nothing else will turn it back into a Box.
     Ok(unsafe { Box::from_raw(p) })
@@ -135,4 +170,43 @@ macro_rules! handle {
         // SAFETY: as above.
         unsafe impl Sync for $t {}
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[repr(C)]
+    struct Obj {
+        c: u64,
+        value: u32,
+    }
+    crate::handle!(Obj, u64, c, Td);
+
+    #[repr(C)]
+    struct Other {
+        c: u64,
+    }
+    crate::handle!(Other, u64, c, Srq);
+
+    #[test]
+    fn a_remembered_handle_is_forgotten_once_any_handle_is_destroyed() {
+        let a = register(Box::new(Obj { c: 0, value: 1 }));
+        let b = register(Box::new(Obj { c: 0, value: 2 }));
+        assert_eq!(get::<Obj>(a).map(|o| o.value), Ok(1));
+        // Looked up again from this thread's memory of it.
+        assert_eq!(get::<Obj>(a).map(|o| o.value), Ok(1));
+        // The wrong kind, though remembered as a Td.
+        assert_eq!(get::<Other>(a).err(), Some(EINVAL));
+        assert_eq!(take::<Obj>(a).map(|o| o.value), Ok(1));
+        assert_eq!(get::<Obj>(a).err(), Some(EINVAL), "destroyed");
+        // Another thread destroys b while this one remembers it.
+        assert_eq!(get::<Obj>(b).map(|o| o.value), Ok(2));
+        let raw = b as usize;
+        std::thread::spawn(move || drop(take::<Obj>(raw as *mut u64).unwrap()))
+            .join()
+            .unwrap();
+        assert_eq!(get::<Obj>(b).err(), Some(EINVAL), "destroyed elsewhere");
+        assert_eq!(get::<Obj>(std::ptr::null_mut()).err(), Some(EINVAL));
+    }
 }
