@@ -379,16 +379,19 @@ impl Core {
             return true;
         }
         let mut emptied = false;
+        // One reading of the clock per turn: a turn lasts microseconds,
+        // and the device's timers are milliseconds.
+        let now = self.now();
         for _ in 0..budget {
             match self.rx.try_recv() {
-                Ok(m) => g.handle(self.now(), m),
+                Ok(m) => g.handle(now, m),
                 Err(_) => {
                     emptied = true;
                     break;
                 }
             }
         }
-        g.flush(self.now());
+        g.flush(now);
         if let Some(t) = g.nic.poll_timeout()
             && t.as_ps() < self.sleeping_until.load(Ordering::Relaxed)
         {
