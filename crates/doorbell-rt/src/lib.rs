@@ -73,9 +73,9 @@ mod timeline;
 mod udp;
 
 pub use fault::{Fate, FaultPolicy, FaultStage, FaultStats, Faults, RandomFaults};
-#[doc(hidden)]
-pub use shm::RawPeer;
 pub use shm::SPIN_VAR;
+#[doc(hidden)]
+pub use shm::{RawListener, RawPeer};
 pub use udp::PortCounters;
 
 use std::collections::BTreeMap;
@@ -613,6 +613,7 @@ impl LiveNic {
                 PortCounters {
                     shm_tx_frames: get(&st.tx_frames),
                     shm_tx_full_drops: get(&st.tx_full_drops),
+                    shm_tx_stalls: get(&st.tx_stalls),
                     shm_rx_frames: get(&st.rx_frames),
                     shm_rx_dropped: get(&st.rx_dropped),
                     shm_peers_out: get(&st.peers_out),

@@ -18,8 +18,13 @@
 //! that address go into the ring, the same bytes a UDP port would carry
 //! (IPv4, UDP, BTH ... ICRC), after the fault relay if there is one; the
 //! receiver takes them out and hands them to its NIC like any datagram, so
-//! the ICRC is checked, counters count and faults apply. A ring that stays
-//! full for [`FULL_WAIT`] drops the frame, as a congested link would.
+//! the ICRC is checked, counters count and faults apply. A full ring holds
+//! the sender back, as a lossless link's pause would: for as long as its
+//! receiver keeps taking frames, and [`FULL_WAIT`] more once it stops.
+//! Then the frame is dropped, as a congested link would, and until the
+//! receiver moves again every frame for that ring is dropped at once, so
+//! a stopped or hung peer costs its senders [`FULL_WAIT`] once, not per
+//! frame.
 //!
 //! The receiver's thread takes frames while they come, spins for
 //! [`spin()`] after the last one, then parks: it marks every ring parked,
@@ -65,7 +70,7 @@ use ring::{Fault, Ring};
 /// Bytes of a ring's data area: 256 frames of a 4096-byte MTU.
 const RING_BYTES: u64 = 1 << 20;
 /// How long a sender waits for room in a full ring before it drops.
-const FULL_WAIT: Duration = Duration::from_millis(2);
+const FULL_WAIT: Duration = Duration::from_millis(20);
 /// How long an address with no NIC of this host is left to UDP.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often a sender looks whether its receiver hung up.
@@ -154,6 +159,7 @@ fn rendezvous(ipv4: [u8; 4]) -> io::Result<SocketAddr> {
 pub(crate) struct Stats {
     pub(crate) tx_frames: AtomicU64,
     pub(crate) tx_full_drops: AtomicU64,
+    pub(crate) tx_stalls: AtomicU64,
     pub(crate) rx_frames: AtomicU64,
     pub(crate) rx_dropped: AtomicU64,
     pub(crate) peers_out: AtomicU64,
@@ -367,42 +373,11 @@ impl Inbound {
     /// Admits every connection waiting at the rendezvous.
     fn accept(&mut self, stats: &Stats) {
         while let Ok((s, _)) = self.listener.accept() {
-            if let Some(r) = self.admit(s) {
+            if let Some(r) = admit(s, &self.bell) {
                 stats.peers_in.fetch_add(1, Ordering::Relaxed);
                 self.rings.push(r);
             }
         }
-    }
-
-    /// The handshake's receiving side: a hello with the peer's address and
-    /// its ring, answered with our bell. `None` if anything is off.
-    fn admit(&self, s: UnixStream) -> Option<InRing> {
-        s.set_nonblocking(false).ok()?;
-        s.set_read_timeout(Some(Duration::from_millis(100))).ok()?;
-        s.set_write_timeout(Some(Duration::from_millis(100))).ok()?;
-        if os::peer_uid(&s).ok()? != os::euid() {
-            return None;
-        }
-        let mut hello = [0u8; 16];
-        let (n, fd) = os::recv_with_fd(&s, &mut hello).ok()?;
-        if n != 12 || &hello[..8] != HELLO {
-            return None;
-        }
-        let peer: [u8; 4] = hello[8..12].try_into().ok()?;
-        let f = File::from(fd?);
-        let len = f.metadata().ok()?.len();
-        if !os::cannot_shrink(&f) || len > 2 * Ring::mapping_len(RING_BYTES) {
-            return None;
-        }
-        let map = MmapOptions::new().len(len as usize).map_raw(&f).ok()?;
-        let ring = Ring::attach(map)?;
-        os::send_with_fd(&s, WELCOME, self.bell.as_raw_fd()).ok()?;
-        s.set_nonblocking(true).ok()?;
-        Some(InRing {
-            ring,
-            peer,
-            conn: Tracked::new(s),
-        })
     }
 
     /// Drops the rings whose peers hung up, once they are empty: what a
@@ -521,6 +496,10 @@ struct OutRing {
     conn: Tracked<UnixStream>,
     bell: File,
     checked: Instant,
+    /// The receiver's position when a frame was last dropped because the
+    /// ring stayed full: while it has not moved since, frames for the ring
+    /// are dropped without waiting.
+    stuck_at: Option<u64>,
 }
 
 enum Peer {
@@ -595,14 +574,29 @@ impl HostSink {
             return None;
         }
         let r = self.ring(dst, now)?;
-        let mut waited: Option<Instant> = None;
+        // The receiver's position, and when it was first seen there.
+        let mut seen: Option<(u64, Instant)> = None;
         loop {
             match r.ring.push(frame) {
-                Ok(()) => return Some(true),
+                Ok(()) => {
+                    r.stuck_at = None;
+                    return Some(true);
+                }
                 Err(Fault::Full) => {
-                    let since = *waited.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= FULL_WAIT {
+                    let pos = r.ring.consumer_pos();
+                    if r.stuck_at == Some(pos) {
                         return Some(false);
+                    }
+                    match seen {
+                        Some((p, since)) if p == pos => {
+                            if since.elapsed() >= FULL_WAIT {
+                                r.stuck_at = Some(pos);
+                                self.stats.tx_stalls.fetch_add(1, Ordering::Relaxed);
+                                return Some(false);
+                            }
+                        }
+                        // First look, or the receiver moved: wait afresh.
+                        _ => seen = Some((pos, Instant::now())),
                     }
                     wake(r);
                     std::thread::yield_now();
@@ -619,6 +613,37 @@ impl HostSink {
             }
         }
     }
+}
+
+/// The handshake's receiving side: a hello with the peer's address and
+/// its ring, answered with our bell. `None` if anything is off.
+fn admit(s: UnixStream, bell: &File) -> Option<InRing> {
+    s.set_nonblocking(false).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(100))).ok()?;
+    s.set_write_timeout(Some(Duration::from_millis(100))).ok()?;
+    if os::peer_uid(&s).ok()? != os::euid() {
+        return None;
+    }
+    let mut hello = [0u8; 16];
+    let (n, fd) = os::recv_with_fd(&s, &mut hello).ok()?;
+    if n != 12 || &hello[..8] != HELLO {
+        return None;
+    }
+    let peer: [u8; 4] = hello[8..12].try_into().ok()?;
+    let f = File::from(fd?);
+    let len = f.metadata().ok()?.len();
+    if !os::cannot_shrink(&f) || len > 2 * Ring::mapping_len(RING_BYTES) {
+        return None;
+    }
+    let map = MmapOptions::new().len(len as usize).map_raw(&f).ok()?;
+    let ring = Ring::attach(map)?;
+    os::send_with_fd(&s, WELCOME, bell.as_raw_fd()).ok()?;
+    s.set_nonblocking(true).ok()?;
+    Some(InRing {
+        ring,
+        peer,
+        conn: Tracked::new(s),
+    })
 }
 
 /// Rings `r`'s bell if its receiver parked.
@@ -653,6 +678,7 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
         conn: Tracked::new(s),
         bell: File::from(fd?),
         checked: Instant::now(),
+        stuck_at: None,
     })
 }
 
@@ -727,5 +753,61 @@ impl RawPeer {
     pub fn scribble_tail(&mut self, value: u64) {
         self.0.ring.scribble_tail(value);
         wake(&self.0);
+    }
+}
+
+/// A process of this host that admits the rings NICs make to its address
+/// and never takes a frame out of them: a receiver that has stopped (a
+/// process under SIGSTOP, or hung), for tests of what its senders do.
+/// Admits in a thread of its own until dropped.
+#[doc(hidden)]
+pub struct RawListener {
+    stop: Arc<AtomicBool>,
+    admitted: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RawListener {
+    /// Listens at `addr`'s rendezvous; `None` if a NIC already does.
+    pub fn listen(addr: [u8; 4]) -> Option<Self> {
+        let listener = UnixListener::bind_addr(&rendezvous(addr).ok()?).ok()?;
+        listener.set_nonblocking(true).ok()?;
+        let bell = os::eventfd().ok()?;
+        let (stop, admitted) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let (st, ad) = (stop.clone(), admitted.clone());
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !st.load(Ordering::Acquire) {
+                while let Ok((s, _)) = listener.accept() {
+                    if let Some(r) = admit(s, &bell) {
+                        held.push(r);
+                        ad.fetch_add(1, Ordering::Release);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        Some(Self {
+            stop,
+            admitted,
+            thread: Some(thread),
+        })
+    }
+
+    /// Rings admitted so far.
+    pub fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for RawListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

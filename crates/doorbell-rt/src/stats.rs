@@ -105,6 +105,7 @@ impl NicStats {
                 "shm_tx_frames": p.shm_tx_frames,
                 "shm_rx_frames": p.shm_rx_frames,
                 "shm_tx_full_drops": p.shm_tx_full_drops,
+                "shm_tx_stalls": p.shm_tx_stalls,
                 "shm_rx_dropped": p.shm_rx_dropped,
                 "shm_rings_broken": p.shm_rings_broken,
                 "shm_peers_out": p.shm_peers_out,

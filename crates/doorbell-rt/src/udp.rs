@@ -74,6 +74,10 @@ pub struct PortCounters {
     pub shm_tx_frames: u64,
     /// Frames dropped because a peer's ring stayed full.
     pub shm_tx_full_drops: u64,
+    /// Times a full ring held the sender back for the whole wait while its
+    /// receiver took nothing (a stopped or hung peer); the frames after
+    /// such a stall are dropped without waiting until the receiver moves.
+    pub shm_tx_stalls: u64,
     /// Frames taken from rings of NICs of this host.
     pub shm_rx_frames: u64,
     /// Frames taken from a ring and dropped: their IPv4 addresses were not

@@ -224,6 +224,12 @@ impl Ring {
         }
     }
 
+    /// Producer: the consumer's published position (untrusted: only
+    /// compared with an earlier reading, to see whether it moved).
+    pub(crate) fn consumer_pos(&self) -> u64 {
+        self.word(OFF_HEAD).load(Ordering::Acquire)
+    }
+
     /// Producer: overwrites the published tail with `value` (a peer
     /// breaking the ring, for tests).
     pub(crate) fn scribble_tail(&self, value: u64) {

@@ -232,3 +232,73 @@ fn frames_sent_just_before_a_peer_hangs_up_are_still_taken() {
         }
     }
 }
+
+/// A peer that admits a ring and then takes nothing from it (a process
+/// under SIGSTOP, or hung): its sender waits once for the full ring, then
+/// drops what is for that peer at once until it moves, instead of waiting
+/// again for every frame while its NIC's lock is held.
+#[test]
+fn a_receiver_that_stops_costs_its_sender_one_wait_not_one_per_frame() {
+    use doorbell_types::{Psn, Qpn};
+    use doorbell_verbs::{ProviderConfig, RcEndpoint};
+    use std::sync::Arc;
+    let (a_ip, stuck) = (lo(56, 2), lo(56, 9));
+    let listener = doorbell_rt::RawListener::listen(stuck).expect("nobody listens there");
+    let nic = doorbell_rt::LiveNic::start_with(
+        "stuck-a",
+        a_ip,
+        doorbell_rt::Port::Udp,
+        exact(NicOptions::default()),
+    )
+    .unwrap();
+    let nic = Arc::new(nic);
+    let t = Timers {
+        mtu: 4096,
+        ..Timers::default()
+    };
+    let mut gid = [0u8; 16];
+    gid[10..12].copy_from_slice(&[0xff, 0xff]);
+    gid[12..].copy_from_slice(&stuck);
+    // Three QPs, each with its window of 128 packets of 4 KiB in flight:
+    // more than the 1 MiB ring holds.
+    let sides: Vec<_> = (0..3u32)
+        .map(|i| {
+            let s = host(nic.clone(), ProviderConfig::default(), caps(8), 1 << 20, 16);
+            let local = RcEndpoint {
+                gid: s.ctx.gid(),
+                qpn: s.qp.qpn(),
+                psn: Psn::new(0),
+            };
+            let remote = RcEndpoint {
+                gid,
+                qpn: Qpn::new(0x100 + i),
+                psn: Psn::new(0),
+            };
+            connect(&s, &local, &remote, t);
+            let sge = [s.mr.sge(0, 1 << 20).unwrap()];
+            let to = RemoteAddr {
+                addr: 0x10_0000,
+                rkey: doorbell_types::Mkey::from_raw(0x42),
+            };
+            post(&s.qp, signaled(1, &sge, WrOpcode::RdmaWrite(to)));
+            s
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let pc = loop {
+        let pc = nic.port_counters();
+        if pc.shm_tx_frames + pc.shm_tx_full_drops >= 3 * 128 {
+            break pc;
+        }
+        assert!(std::time::Instant::now() < deadline, "{pc:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(listener.admitted(), 1, "one ring, to the stopped peer");
+    // The ring holds about 250 frames of 4 KiB; the rest of the windows
+    // was dropped, after one wait.
+    assert!(pc.shm_tx_frames > 200, "{pc:?}");
+    assert!(pc.shm_tx_full_drops > 100, "{pc:?}");
+    assert_eq!(pc.shm_tx_stalls, 1, "{pc:?}");
+    assert_eq!(pc.tx_datagrams, 0, "{pc:?}");
+    drop(sides);
+}
