@@ -343,13 +343,48 @@ mod tests {
         unsafe { libc::_exit(42) }
     }
 
+    /// Runs the test `name` alone in a fresh copy of this test binary,
+    /// where it calls `child` and then ends; returns how that process
+    /// ended. For tests whose last step is a real fault.
+    fn in_child(name: &str, child: impl FnOnce()) -> std::process::Output {
+        if std::env::var_os(CHILD).is_some() {
+            child();
+            // SAFETY: _exit ends the child at once; reached only if the
+            // fault `child` ends with did not end it first.
+            unsafe { libc::_exit(7) }
+        }
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap()
+    }
+
+    /// An address that was mapped and no longer is (the child runs one
+    /// thread, so nothing maps there meanwhile).
+    fn unmapped() -> u64 {
+        let map = MmapMut::map_anon(4096).unwrap();
+        map.as_ptr() as u64
+    }
+
+    /// A guarded copy to an unmapped page fails; then a real store there,
+    /// which must fault the process for real.
+    fn caught_then_real_fault() {
+        assert!(usable());
+        let at = unmapped();
+        assert_eq!(write(at, b"caught"), Err(()));
+        assert_eq!(read(at, &mut [0u8; 4]), Err(()));
+        // SAFETY: deliberately not: a real fault of the test's own.
+        unsafe { std::ptr::write_volatile(at as *mut u8, 1) };
+    }
+
     /// A program's own SIGSEGV handler, installed before doorbell's, still
     /// gets the program's own faults; a fault of a guarded copy never
-    /// reaches it. Runs in a child process (the test binary again), since
-    /// the real fault ends it.
+    /// reaches it.
     #[test]
     fn faults_that_are_not_ours_reach_the_programs_handler() {
-        if std::env::var_os(CHILD).is_some() {
+        let name = "procmem::guard::tests::faults_that_are_not_ours_reach_the_programs_handler";
+        let out = in_child(name, || {
             let mut act = MaybeUninit::<libc::sigaction>::zeroed();
             // SAFETY: installs `theirs` as a plain handler; `act` is a
             // zeroed sigaction with only the handler set.
@@ -357,57 +392,19 @@ mod tests {
                 (*act.as_mut_ptr()).sa_sigaction = theirs as *const () as usize;
                 libc::sigaction(libc::SIGSEGV, act.as_ptr(), std::ptr::null_mut());
             }
-            assert!(usable());
-            let map = MmapMut::map_anon(4096).unwrap();
-            let at = map.as_ptr() as u64;
-            drop(map);
-            assert_eq!(write(at, b"caught"), Err(()));
-            // SAFETY: deliberately not: a real fault, which must reach
-            // `theirs` and end the child with 42.
-            unsafe { std::ptr::write_volatile(at as *mut u8, 1) };
-            // SAFETY: never reached if the fault went to `theirs`.
-            unsafe { libc::_exit(7) }
-        }
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "procmem::guard::tests::faults_that_are_not_ours_reach_the_programs_handler",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
+            caught_then_real_fault();
+        });
         assert_eq!(out.status.code(), Some(42), "the child: {out:?}");
     }
 
-    /// With no handler before doorbell's, a fault that is not ours kills
-    /// the process with SIGSEGV, as without doorbell.
+    /// With no handler of the program's, a fault that is not ours kills
+    /// the process with SIGSEGV, as without doorbell. (The previous
+    /// handler here is std's stack-overflow one, which puts the default
+    /// back for a fault that is no overflow.)
     #[test]
     fn faults_that_are_not_ours_still_kill_by_default() {
-        if std::env::var_os(CHILD).is_some() {
-            // The test harness's own (std's stack-overflow) handler is the
-            // previous one here; it puts the default back for a fault that
-            // is no overflow.
-            assert!(usable());
-            let map = MmapMut::map_anon(4096).unwrap();
-            let at = map.as_ptr() as u64;
-            drop(map);
-            assert_eq!(read(at, &mut [0u8; 4]), Err(()));
-            // SAFETY: deliberately not: a real fault, which must kill the
-            // child by SIGSEGV.
-            unsafe { std::ptr::write_volatile(at as *mut u8, 1) };
-            // SAFETY: never reached if the fault killed the child.
-            unsafe { libc::_exit(7) }
-        }
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "procmem::guard::tests::faults_that_are_not_ours_still_kill_by_default",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
+        let name = "procmem::guard::tests::faults_that_are_not_ours_still_kill_by_default";
+        let out = in_child(name, caught_then_real_fault);
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(
             out.status.signal(),
