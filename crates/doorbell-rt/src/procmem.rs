@@ -228,14 +228,16 @@ impl ProcessMemory {
     }
 
     /// Checks that every page of `[addr, addr + len)` is mapped readable,
-    /// by reading one byte of each through the kernel.
-    fn probe(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
+    /// by reading one byte of each through the kernel (a registration is
+    /// no hot path, and it runs in whatever thread of the program
+    /// registers).
+    fn probe(addr: HostAddr, len: u64) -> Result<(), MemError> {
         let err = || unmapped(addr, len as usize);
         let end = addr.get().checked_add(len.max(1)).ok_or_else(err)?;
         let mut at = addr.get();
         let mut byte = [0u8; 1];
         while at < end {
-            vm::read(at, &mut byte, self.path()).map_err(|_| err())?;
+            vm::read(at, &mut byte, vm::Path::Kernel).map_err(|_| err())?;
             at = (at & !(PAGE_SIZE - 1)).saturating_add(PAGE_SIZE);
         }
         Ok(())
@@ -322,7 +324,7 @@ impl HostMemory for ProcessMemory {
         // A registration is where a program that replaced our fault
         // handlers is noticed (a system call is cheap here).
         vm::check_guard();
-        self.probe(addr, len)?;
+        Self::probe(addr, len)?;
         *write_lock(&self.pinned)
             .entry((addr.get(), len))
             .or_insert(0) += 1;
@@ -355,7 +357,7 @@ impl HostMemory for ProcessMemory {
             return Ok(());
         }
         self.in_pinned(addr, len)?;
-        self.probe(addr, len as u64)
+        Self::probe(addr, len as u64)
     }
 }
 
@@ -455,14 +457,31 @@ mod tests {
         }
     }
 
+    /// Makes `map`'s pages inaccessible, as if they were unmapped, while
+    /// keeping the addresses reserved: another test thread could map
+    /// something new into a hole, and a test must never write there.
+    #[allow(unsafe_code)]
+    fn take_away(map: &MmapMut) {
+        // SAFETY: the whole of a mapping this test owns; no reference into
+        // it is used afterwards.
+        let rc = unsafe {
+            libc::mprotect(
+                map.as_ptr() as *mut libc::c_void,
+                map.len(),
+                libc::PROT_NONE,
+            )
+        };
+        assert_eq!(rc, 0);
+    }
+
     fn unmapped_fails(m: &ProcessMemory) {
         let map = MmapMut::map_anon(2 * PAGE_SIZE as usize).unwrap();
         let at = HostAddr::new(map.as_ptr() as u64);
         grant(m, at, 2 * PAGE_SIZE);
         m.pin(at, 2 * PAGE_SIZE).unwrap();
         m.write(at, b"still here").unwrap();
-        // The application unmaps its buffer while it is registered.
-        drop(map);
+        // The application takes its buffer away while it is registered.
+        take_away(&map);
         let mut b = [0u8; 10];
         assert!(matches!(m.read(at, &mut b), Err(MemError::Unmapped { .. })));
         assert!(m.write(at, b"gone").is_err());
@@ -491,7 +510,7 @@ mod tests {
         let map = MmapMut::map_anon(PAGE_SIZE as usize).unwrap();
         let at = HostAddr::new(map.as_ptr() as u64);
         grant(&m, at, PAGE_SIZE);
-        drop(map);
+        take_away(&map);
         assert!(matches!(m.pin(at, 64), Err(MemError::Unmapped { .. })));
         assert_eq!(m.pinned_count(), 0);
         assert!(m.pin(HostAddr::new(u64::MAX - 10), 64).is_err());

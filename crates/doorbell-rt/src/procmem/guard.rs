@@ -1,10 +1,12 @@
 //! Copies between a buffer of ours and memory the application may unmap at
 //! any moment, at the speed of a plain copy: the copy is one instruction
 //! (`rep movsb`) that a SIGSEGV/SIGBUS handler recognises by its address.
-//! A fault there resumes at a fixup that returns the bytes left, so the
-//! copy fails instead of the process; a fault anywhere else goes on to the
-//! handler that was there before (or the default action), unchanged. This
-//! is how a kernel's `copy_to_user` survives a bad user pointer (its
+//! A fault there, at an address on the application's side of the copy,
+//! resumes at a fixup that returns the bytes left, so the copy fails
+//! instead of the process; any other fault, and any such signal another
+//! process or thread sends, goes on to the handler that was there before
+//! (or the default action), as the kernel would have delivered it. This is
+//! how a kernel's `copy_to_user` survives a bad user pointer (its
 //! exception table), and it saves the system call per access that
 //! `process_vm_writev` costs (half of a receiving NIC's time for 8-byte
 //! WRITEs; decision record 0028).
@@ -18,10 +20,10 @@
 //! - they are still the process's SIGSEGV and SIGBUS handlers when
 //!   [`check_installed`] last looked (a program that installs its own
 //!   handler later, without chaining to ours, turns this path off at its
-//!   next registration);
+//!   next registration), and ours has not put a previous one back;
 //! - the calling thread does not block SIGSEGV or SIGBUS (a synchronous
-//!   fault with its signal blocked kills the process whatever the handler;
-//!   looked at once per thread).
+//!   fault with its signal blocked kills the process whatever the handler),
+//!   looked at on its first copy and again every [`RECHECK_EVERY`] copies.
 //!
 //! (`unsafe_code` is allowed for this module alone, where `procmem.rs`
 //! declares it.)
@@ -29,68 +31,92 @@
 use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-// The copy: `doorbell_guarded_copy(dst, src, len)` returns the number of
-// bytes it did not copy (0: all of them). `rep movsb` at
-// `doorbell_guarded_copy_at` is the only instruction that touches either
-// buffer; a fault in it leaves RCX = bytes left and RIP at the
-// instruction, and the handler moves RIP to `doorbell_guarded_copy_fixup`.
-// The symbols are hidden: a shared library built from this crate exports
-// none of them.
+// Two copies, `doorbell_guarded_read(dst, src, len)` (from the
+// application's memory at `src`) and `doorbell_guarded_write(dst, src,
+// len)` (into it at `dst`), each returning the number of bytes it did not
+// copy (0: all of them). The `rep movsb` at `..._at` is the only
+// instruction of each that touches either buffer; a fault in it leaves
+// RCX = bytes left, RSI and RDI at the byte it stopped on, and RIP at the
+// instruction, and the handler moves RIP to the fixup. The symbols are
+// hidden: a shared library built from this crate exports none of them.
 core::arch::global_asm!(
     ".pushsection .text.doorbell_guarded_copy,\"ax\",@progbits",
     ".p2align 4",
-    ".globl doorbell_guarded_copy",
-    ".hidden doorbell_guarded_copy",
-    ".type doorbell_guarded_copy,@function",
-    "doorbell_guarded_copy:",
+    ".globl doorbell_guarded_read",
+    ".hidden doorbell_guarded_read",
+    ".type doorbell_guarded_read,@function",
+    "doorbell_guarded_read:",
+    "    .cfi_startproc",
     "    mov rcx, rdx",
-    ".globl doorbell_guarded_copy_at",
-    ".hidden doorbell_guarded_copy_at",
-    "doorbell_guarded_copy_at:",
+    ".globl doorbell_guarded_read_at",
+    ".hidden doorbell_guarded_read_at",
+    "doorbell_guarded_read_at:",
     "    rep movsb",
     "    xor eax, eax",
     "    ret",
-    ".globl doorbell_guarded_copy_fixup",
-    ".hidden doorbell_guarded_copy_fixup",
-    "doorbell_guarded_copy_fixup:",
+    ".globl doorbell_guarded_read_fixup",
+    ".hidden doorbell_guarded_read_fixup",
+    "doorbell_guarded_read_fixup:",
     "    mov rax, rcx",
     "    ret",
-    ".size doorbell_guarded_copy, . - doorbell_guarded_copy",
+    "    .cfi_endproc",
+    ".size doorbell_guarded_read, . - doorbell_guarded_read",
+    ".p2align 4",
+    ".globl doorbell_guarded_write",
+    ".hidden doorbell_guarded_write",
+    ".type doorbell_guarded_write,@function",
+    "doorbell_guarded_write:",
+    "    .cfi_startproc",
+    "    mov rcx, rdx",
+    ".globl doorbell_guarded_write_at",
+    ".hidden doorbell_guarded_write_at",
+    "doorbell_guarded_write_at:",
+    "    rep movsb",
+    "    xor eax, eax",
+    "    ret",
+    ".globl doorbell_guarded_write_fixup",
+    ".hidden doorbell_guarded_write_fixup",
+    "doorbell_guarded_write_fixup:",
+    "    mov rax, rcx",
+    "    ret",
+    "    .cfi_endproc",
+    ".size doorbell_guarded_write, . - doorbell_guarded_write",
     ".popsection",
 );
 
 unsafe extern "C" {
-    fn doorbell_guarded_copy(dst: *mut u8, src: *const u8, len: usize) -> usize;
-    static doorbell_guarded_copy_at: u8;
-    static doorbell_guarded_copy_fixup: u8;
+    fn doorbell_guarded_read(dst: *mut u8, src: *const u8, len: usize) -> usize;
+    fn doorbell_guarded_write(dst: *mut u8, src: *const u8, len: usize) -> usize;
+    static doorbell_guarded_read_at: u8;
+    static doorbell_guarded_read_fixup: u8;
+    static doorbell_guarded_write_at: u8;
+    static doorbell_guarded_write_fixup: u8;
 }
 
 /// The signals a bad address raises: SIGSEGV (unmapped, or a write to a
 /// read-only page) and SIGBUS (a file mapping past its end).
 const SIGNALS: [libc::c_int; 2] = [libc::SIGSEGV, libc::SIGBUS];
 
-/// The handler of each of [`SIGNALS`] before ours, for faults not ours.
-static PREVIOUS: [OnceLock<Action>; 2] = [OnceLock::new(), OnceLock::new()];
-/// False once a check found our handlers replaced, or installing failed.
+/// Copies in a thread between two looks at its signal mask.
+const RECHECK_EVERY: u32 = 256;
+
+/// The action of each of [`SIGNALS`] before ours, for what is not ours: a
+/// leaked `Box`, or null if unknown (then the default action). Leaked, so
+/// that the handler may read it at any time.
+static PREVIOUS: [AtomicPtr<libc::sigaction>; 2] = [
+    AtomicPtr::new(std::ptr::null_mut()),
+    AtomicPtr::new(std::ptr::null_mut()),
+];
+/// False once a check found our handlers replaced, our handler put a
+/// previous action back, or installing failed.
 static ACTIVE: AtomicBool = AtomicBool::new(true);
 
-/// A `sigaction`, which is plain data (a handler address, flags, a mask).
-#[derive(Clone, Copy)]
-struct Action(libc::sigaction);
-
-// SAFETY: `libc::sigaction` holds a handler address as an integer, an
-// integer flag word, a bit set and an optional function pointer: no
-// pointer to memory, nothing tied to a thread.
-unsafe impl Sync for Action {}
-// SAFETY: as above.
-unsafe impl Send for Action {}
-
 thread_local! {
-    /// This thread's signal mask, looked at once: `Some(true)` if neither
-    /// signal is blocked.
-    static THREAD_OK: Cell<Option<bool>> = const { Cell::new(None) };
+    /// This thread's verdict on its signal mask (true: neither signal
+    /// blocked), and the copies left before it is looked at again.
+    static THREAD_OK: Cell<(bool, u32)> = const { Cell::new((false, 0)) };
 }
 
 /// True if a guarded copy may be used in this thread now (module docs).
@@ -99,13 +125,15 @@ pub(super) fn usable() -> bool {
         return false;
     }
     THREAD_OK
-        .try_with(|ok| match ok.get() {
-            Some(v) => v,
-            None => {
-                let v = thread_takes_faults();
-                ok.set(Some(v));
-                v
+        .try_with(|t| {
+            let (ok, left) = t.get();
+            if left > 0 {
+                t.set((ok, left - 1));
+                return ok;
             }
+            let ok = thread_takes_faults();
+            t.set((ok, RECHECK_EVERY));
+            ok
         })
         .unwrap_or(false)
 }
@@ -140,7 +168,7 @@ pub(super) fn read(addr: u64, buf: &mut [u8]) -> Result<(), ()> {
     // contract), read only by the instruction the handler recovers; the
     // caller checked `usable()`, so a fault there returns here.
     let left =
-        unsafe { doorbell_guarded_copy(buf.as_mut_ptr(), addr as usize as *const u8, buf.len()) };
+        unsafe { doorbell_guarded_read(buf.as_mut_ptr(), addr as usize as *const u8, buf.len()) };
     if left == 0 { Ok(()) } else { Err(()) }
 }
 
@@ -153,7 +181,7 @@ pub(super) fn write(addr: u64, data: &[u8]) -> Result<(), ()> {
     // DMA would write it; the caller checked `usable()`, so a fault there
     // returns here.
     let left =
-        unsafe { doorbell_guarded_copy(addr as usize as *mut u8, data.as_ptr(), data.len()) };
+        unsafe { doorbell_guarded_write(addr as usize as *mut u8, data.as_ptr(), data.len()) };
     if left == 0 { Ok(()) } else { Err(()) }
 }
 
@@ -172,27 +200,46 @@ fn installed() -> bool {
     })
 }
 
-fn install(sig: libc::c_int, prev: &OnceLock<Action>) -> bool {
-    let mut old = MaybeUninit::<libc::sigaction>::zeroed();
-    // SAFETY: a query that writes only `old`, a live local.
-    if unsafe { libc::sigaction(sig, std::ptr::null(), old.as_mut_ptr()) } != 0 {
+/// Keeps `a` for the handler to read for ever.
+fn keep(slot: &AtomicPtr<libc::sigaction>, a: libc::sigaction) {
+    slot.store(Box::into_raw(Box::new(a)), Ordering::Release);
+}
+
+fn install(sig: libc::c_int, prev: &AtomicPtr<libc::sigaction>) -> bool {
+    // The action now, kept before ours goes in so that the handler never
+    // runs without it; then ours, swapped in by one call that also says
+    // what it replaced, kept too if a thread changed it in between.
+    let mut before = MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: a query that writes only `before`, a live local.
+    if unsafe { libc::sigaction(sig, std::ptr::null(), before.as_mut_ptr()) } != 0 {
         return false;
     }
     // SAFETY: zeroed is a valid sigaction, and the kernel filled it in.
-    let _ = prev.set(Action(unsafe { old.assume_init() }));
+    let before = unsafe { before.assume_init() };
+    keep(prev, before);
     let mut new = MaybeUninit::<libc::sigaction>::zeroed();
+    let mut replaced = MaybeUninit::<libc::sigaction>::zeroed();
     // SAFETY: `new` is a zeroed sigaction (valid: empty mask, no flags),
-    // filled in field by field; sigaction reads it and the handler is an
-    // `extern "C"` function of the SA_SIGINFO shape that lives as long as
-    // the process. SA_ONSTACK: a stack overflow elsewhere reaches the
-    // previous handler on the alternate stack it expects.
-    unsafe {
+    // filled in field by field; sigaction reads it and writes `replaced`.
+    // The handler is an `extern "C"` function of the SA_SIGINFO shape that
+    // lives as long as the process. SA_ONSTACK: a stack overflow elsewhere
+    // reaches the previous handler on the alternate stack it expects.
+    let ok = unsafe {
         let n = new.as_mut_ptr();
         (*n).sa_sigaction = on_fault as *const () as usize;
         (*n).sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         libc::sigemptyset(&mut (*n).sa_mask);
-        libc::sigaction(sig, n, std::ptr::null_mut()) == 0
+        libc::sigaction(sig, n, replaced.as_mut_ptr()) == 0
+    };
+    if !ok {
+        return false;
     }
+    // SAFETY: the kernel filled `replaced` in.
+    let replaced = unsafe { replaced.assume_init() };
+    if replaced.sa_sigaction != before.sa_sigaction || replaced.sa_flags != before.sa_flags {
+        keep(prev, replaced);
+    }
+    true
 }
 
 /// True if the calling thread does not block either of [`SIGNALS`].
@@ -210,47 +257,122 @@ fn thread_takes_faults() -> bool {
     }
 }
 
-/// The handler: resumes a fault of the copy at its fixup; hands any other
-/// on. Async-signal-safe: it reads the context, two addresses and a
-/// `OnceLock` already set, and calls only `sigaction`.
-extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid ucontext for an SA_SIGINFO handler;
-    // RIP is read, and written only to the fixup, which leaves the copy
-    // with RCX (the bytes left) as its result.
+/// True if the fault in `uc` is one of our copies', at an address on the
+/// application's side of it; then RIP now points at the copy's fixup.
+///
+/// # Safety
+/// `uc` is the context the kernel passed an SA_SIGINFO handler, and
+/// `info` its siginfo, for a signal the kernel raised for a fault.
+unsafe fn resume_copy(info: *const libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
+    // SAFETY: the caller's contract; the registers are read, and RIP is
+    // written only to a fixup, which leaves the copy with RCX (the bytes
+    // left) as its result.
     unsafe {
-        let uc = ctx.cast::<libc::ucontext_t>();
-        let rip = &mut (*uc).uc_mcontext.gregs[libc::REG_RIP as usize];
-        if *rip as usize == std::ptr::addr_of!(doorbell_guarded_copy_at) as usize {
-            *rip = std::ptr::addr_of!(doorbell_guarded_copy_fixup) as i64;
-            return;
+        let g = &mut (*uc).uc_mcontext.gregs;
+        let rip = g[libc::REG_RIP as usize] as usize;
+        let (foreign, fixup) = if rip == std::ptr::addr_of!(doorbell_guarded_read_at) as usize {
+            (
+                g[libc::REG_RSI as usize],
+                std::ptr::addr_of!(doorbell_guarded_read_fixup),
+            )
+        } else if rip == std::ptr::addr_of!(doorbell_guarded_write_at) as usize {
+            (
+                g[libc::REG_RDI as usize],
+                std::ptr::addr_of!(doorbell_guarded_write_fixup),
+            )
+        } else {
+            return false;
+        };
+        // The application's side: from where the copy stopped, for the
+        // bytes it had left. A fault on our own buffer is a bug of ours,
+        // and goes on like any other.
+        let (at, left) = (foreign as usize, g[libc::REG_RCX as usize] as usize);
+        let addr = (*info).si_addr() as usize;
+        if addr < at || addr - at >= left.max(1) {
+            return false;
         }
+        g[libc::REG_RIP as usize] = fixup as i64;
+        true
+    }
+}
+
+/// Puts `prev` (null: the default action) back for `sig`, and stops
+/// guarded copies: our handler is no longer there to catch them.
+fn restore(sig: libc::c_int, prev: *const libc::sigaction) {
+    ACTIVE.store(false, Ordering::Relaxed);
+    let dfl = MaybeUninit::<libc::sigaction>::zeroed();
+    let a = if prev.is_null() { dfl.as_ptr() } else { prev };
+    // SAFETY: `a` is a kept previous action or a zeroed sigaction
+    // (SIG_DFL, empty mask); sigaction only reads it.
+    unsafe { libc::sigaction(sig, a, std::ptr::null_mut()) };
+}
+
+/// The handler: resumes a fault of a copy at its fixup; delivers anything
+/// else as the kernel would have without us. Async-signal-safe: it reads
+/// the context and atomics, and calls only `sigaction`, `pthread_sigmask`
+/// and `raise`.
+extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // si_code > 0: raised by the kernel for a fault; <= 0: sent by a
+    // process (kill, tgkill, sigqueue), never ours to resume.
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let from_fault = !info.is_null() && unsafe { (*info).si_code } > 0;
+    // SAFETY: as above, and `ctx` is the ucontext of that signal.
+    if from_fault && unsafe { resume_copy(info, ctx.cast()) } {
+        return;
     }
     let slot = SIGNALS.iter().position(|&s| s == sig).unwrap_or(0);
-    match PREVIOUS[slot].get() {
-        Some(Action(prev))
-            if prev.sa_sigaction != libc::SIG_DFL && prev.sa_sigaction != libc::SIG_IGN =>
-        {
-            // SAFETY: the previous handler, called as the kernel would have
-            // called it, by the shape its flags declare.
+    let prev = PREVIOUS[slot].load(Ordering::Acquire).cast_const();
+    let handler = if prev.is_null() {
+        libc::SIG_DFL
+    } else {
+        // SAFETY: a non-null pointer in PREVIOUS is a leaked Box, never
+        // freed.
+        unsafe { (*prev).sa_sigaction }
+    };
+    match handler {
+        libc::SIG_IGN if !from_fault => {}
+        libc::SIG_DFL | libc::SIG_IGN => {
+            // A fault returns to its instruction, which faults again under
+            // the action put back, as without us. A sent signal is raised
+            // again: blocked while this handler runs, it is delivered under
+            // the default action as the handler returns.
+            restore(sig, prev);
+            if !from_fault {
+                // SAFETY: raise is async-signal-safe.
+                unsafe { libc::raise(sig) };
+            }
+        }
+        h => {
+            // SAFETY: `prev` is non-null here (a handler was kept). The
+            // previous handler is called as the kernel would have: reset
+            // first if it asked (SA_RESETHAND), under its own mask (plus
+            // the signal unless SA_NODEFER; the kernel restores the
+            // thread's mask when this handler returns), by the shape its
+            // flags declare.
             unsafe {
-                if prev.sa_flags & libc::SA_SIGINFO != 0 {
+                let flags = (*prev).sa_flags;
+                if flags & libc::SA_RESETHAND != 0 {
+                    restore(sig, std::ptr::null());
+                }
+                let mut mask = (*prev).sa_mask;
+                if flags & libc::SA_NODEFER == 0 {
+                    libc::sigaddset(&mut mask, sig);
+                } else {
+                    let mut one = MaybeUninit::<libc::sigset_t>::zeroed();
+                    libc::sigemptyset(one.as_mut_ptr());
+                    libc::sigaddset(one.as_mut_ptr(), sig);
+                    libc::pthread_sigmask(libc::SIG_UNBLOCK, one.as_ptr(), std::ptr::null_mut());
+                }
+                libc::pthread_sigmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut());
+                if flags & libc::SA_SIGINFO != 0 {
                     let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                        std::mem::transmute(prev.sa_sigaction);
+                        std::mem::transmute(h);
                     f(sig, info, ctx);
                 } else {
-                    let f: extern "C" fn(libc::c_int) = std::mem::transmute(prev.sa_sigaction);
+                    let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
                     f(sig);
                 }
             }
-        }
-        prev => {
-            // The default action: put it back and return; the instruction
-            // faults again and the kernel acts as if we were never here.
-            let dfl = MaybeUninit::<libc::sigaction>::zeroed();
-            let a = prev.map_or(dfl.as_ptr(), |Action(p)| p as *const libc::sigaction);
-            // SAFETY: `a` is the previous action or a zeroed sigaction
-            // (SIG_DFL, empty mask); sigaction only reads it.
-            unsafe { libc::sigaction(sig, a, std::ptr::null_mut()) };
         }
     }
 }
@@ -378,6 +500,56 @@ mod tests {
         unsafe { std::ptr::write_volatile(at as *mut u8, 1) };
     }
 
+    /// Installs `theirs` for SIGSEGV (before doorbell's, in a child).
+    fn install_theirs() {
+        let mut act = MaybeUninit::<libc::sigaction>::zeroed();
+        // SAFETY: installs `theirs` as a plain handler; `act` is a zeroed
+        // sigaction with only the handler set.
+        unsafe {
+            (*act.as_mut_ptr()).sa_sigaction = theirs as *const () as usize;
+            libc::sigaction(libc::SIGSEGV, act.as_ptr(), std::ptr::null_mut());
+        }
+    }
+
+    /// A SIGSEGV another process or thread sends is delivered as without
+    /// doorbell: here, with the default action, it kills.
+    #[test]
+    fn a_sent_sigsegv_is_delivered_as_without_us() {
+        let name = "procmem::guard::tests::a_sent_sigsegv_is_delivered_as_without_us";
+        let out = in_child(name, || {
+            let dfl = MaybeUninit::<libc::sigaction>::zeroed();
+            // SAFETY: puts the default action back (a zeroed sigaction),
+            // so that ours is installed over it; then sends the signal.
+            unsafe {
+                libc::sigaction(libc::SIGSEGV, dfl.as_ptr(), std::ptr::null_mut());
+                assert!(usable());
+                libc::raise(libc::SIGSEGV);
+            }
+        });
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSEGV),
+            "the child: {out:?}"
+        );
+    }
+
+    /// A fault on doorbell's own side of a copy (a bug of ours) is not
+    /// taken for the application's: it goes on to the previous handler.
+    #[test]
+    fn a_fault_on_our_own_side_of_a_copy_is_not_swallowed() {
+        let name = "procmem::guard::tests::a_fault_on_our_own_side_of_a_copy_is_not_swallowed";
+        let out = in_child(name, || {
+            install_theirs();
+            assert!(usable());
+            let src = [7u8; 16];
+            // SAFETY: deliberately not: a read whose own buffer (`dst`) is
+            // unmapped, which must reach `theirs`.
+            unsafe { doorbell_guarded_read(unmapped() as *mut u8, src.as_ptr(), 16) };
+        });
+        assert_eq!(out.status.code(), Some(42), "the child: {out:?}");
+    }
+
     /// A program's own SIGSEGV handler, installed before doorbell's, still
     /// gets the program's own faults; a fault of a guarded copy never
     /// reaches it.
@@ -385,13 +557,7 @@ mod tests {
     fn faults_that_are_not_ours_reach_the_programs_handler() {
         let name = "procmem::guard::tests::faults_that_are_not_ours_reach_the_programs_handler";
         let out = in_child(name, || {
-            let mut act = MaybeUninit::<libc::sigaction>::zeroed();
-            // SAFETY: installs `theirs` as a plain handler; `act` is a
-            // zeroed sigaction with only the handler set.
-            unsafe {
-                (*act.as_mut_ptr()).sa_sigaction = theirs as *const () as usize;
-                libc::sigaction(libc::SIGSEGV, act.as_ptr(), std::ptr::null_mut());
-            }
+            install_theirs();
             caught_then_real_fault();
         });
         assert_eq!(out.status.code(), Some(42), "the child: {out:?}");
