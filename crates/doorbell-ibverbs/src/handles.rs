@@ -137,6 +137,11 @@ pub(crate) fn take<T: Handle>(c: *mut T::C) -> Result<Box<T>, i32> {
     let p = object_of::<T>(c)?;
     {
         let mut live = live();
+        // Two threads destroying one handle at once: only the one that
+        // unregisters it takes the object.
+        if live.get(&(c as usize)) != Some(&T::KIND) {
+            return Err(EINVAL);
+        }
         live.remove(&(c as usize));
         // Every thread's remembered handle is now suspect.
         GENERATION.fetch_add(1, Ordering::Release);
