@@ -326,13 +326,28 @@ impl Core {
 
     /// Queues `msg` and handles the inbox if no other thread is.
     pub(crate) fn submit(&self, msg: Msg) {
+        self.enqueue(msg);
+        self.run();
+    }
+
+    /// Queues `msg` without handling anything: for a receiver that holds
+    /// its port's lock, so that frames enter the inbox in the port's
+    /// order, and then lets the lock go before it calls [`Core::run`].
+    pub(crate) fn enqueue(&self, msg: Msg) {
         if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
             return;
         }
         // The inbox is ours to drop from; it never disconnects.
         let _ = self.tx.send(msg);
+    }
+
+    /// Handles the inbox if no other thread is (after [`Core::enqueue`]).
+    pub(crate) fn run(&self) {
+        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+            return;
+        }
         // Pairs with the fence after a holder lets the lock go: either it
-        // sees this message, or this thread sees the lock free.
+        // sees the messages queued, or this thread sees the lock free.
         fence(Ordering::SeqCst);
         self.progress();
     }

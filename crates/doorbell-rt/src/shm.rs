@@ -20,7 +20,8 @@
 //! receiver takes them out and hands them to its NIC like any datagram, so
 //! the ICRC is checked, counters count and faults apply. A full ring holds
 //! the sender back, as a lossless link's pause would: for as long as its
-//! receiver keeps taking frames, and [`FULL_WAIT`] more once it stops.
+//! receiver keeps taking frames (up to [`FULL_WAIT_MAX`] for one frame),
+//! and [`FULL_WAIT`] more once it stops.
 //! Then the frame is dropped, as a congested link would, and until the
 //! receiver moves again every frame for that ring is dropped at once, so
 //! a stopped or hung peer costs its senders [`FULL_WAIT`] once, not per
@@ -71,6 +72,8 @@ use ring::{Fault, Ring};
 const RING_BYTES: u64 = 1 << 20;
 /// How long a sender waits for room in a full ring before it drops.
 const FULL_WAIT: Duration = Duration::from_millis(20);
+/// The longest one frame waits for room, however its receiver moves.
+const FULL_WAIT_MAX: Duration = Duration::from_millis(200);
 /// How long an address with no NIC of this host is left to UDP.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often a sender looks whether its receiver hung up.
@@ -233,15 +236,28 @@ impl ShmPort {
     /// Takes what the rings hold for the NIC, in the caller's thread, if
     /// the receiver thread is not doing so; tells whether it took any.
     pub(crate) fn progress(&self, core: &Core) -> bool {
+        let got = self.look(core);
+        if got > 0 {
+            // In the inbox, in ring order; run with the rings' lock let go,
+            // so that the receiver thread, or another caller, may take
+            // frames meanwhile (a peer blocked on a full ring here moves).
+            core.run();
+        }
+        got > 0
+    }
+
+    /// [`Self::progress`]'s part under the rings' lock: queues what the
+    /// rings hold in `core`'s inbox; returns how many frames.
+    fn look(&self, core: &Core) -> usize {
         let Ok(mut inb) = self.inbound.try_lock() else {
-            return false;
+            return 0;
         };
         if inb.rings.is_empty() {
             // No NIC of this host talks to this one: nothing to wait for.
-            return false;
+            return 0;
         }
         if !inb.parked {
-            return inb.drain(core, &self.stats) > 0;
+            return inb.drain(core, &self.stats);
         }
         // The receiver thread sleeps: while this thread looks, senders
         // need not ring (a wake-up that would find nothing, and take a
@@ -256,8 +272,7 @@ impl ShmPort {
             std::hint::spin_loop();
             got += inb.drain(core, &self.stats);
         }
-        got += inb.mark_parked(core, &self.stats);
-        got > 0
+        got + inb.mark_parked(core, &self.stats)
     }
 
     /// A handle for [`Poster::around`].
@@ -310,11 +325,18 @@ impl Poster {
         }
         // The receiver thread may have woken meanwhile (its own timeout):
         // then the marks are its own again.
-        let Ok(mut inb) = self.inbound.lock() else {
-            return;
+        let got = {
+            let Ok(mut inb) = self.inbound.lock() else {
+                return;
+            };
+            if inb.parked {
+                inb.mark_parked(core, &self.stats)
+            } else {
+                0
+            }
         };
-        if inb.parked {
-            inb.mark_parked(core, &self.stats);
+        if got > 0 {
+            core.run();
         }
     }
 }
@@ -326,8 +348,10 @@ impl Drop for ShmPort {
 }
 
 impl Inbound {
-    /// Takes up to [`BATCH`] frames from each ring into the NIC; returns
-    /// how many. Drops the rings that broke.
+    /// Takes up to [`BATCH`] frames from each ring into the NIC's inbox
+    /// (queued in ring order, not run: the caller runs the NIC,
+    /// [`Core::run`], once it let the rings' lock go); returns how many.
+    /// Drops the rings that broke.
     fn drain(&mut self, core: &Core, stats: &Stats) -> usize {
         let mut total = 0;
         let local = self.local;
@@ -363,7 +387,7 @@ impl Inbound {
                 stats
                     .rx_frames
                     .fetch_add(frames.len() as u64, Ordering::Relaxed);
-                core.submit(Msg::Frames(frames));
+                core.enqueue(Msg::Frames(frames));
             }
             alive
         });
@@ -441,6 +465,7 @@ fn rx_loop(
             inb.drain(core, stats)
         };
         if got > 0 {
+            core.run();
             last = Instant::now();
             streak = streak.saturating_add(1);
             continue;
@@ -480,11 +505,18 @@ fn rx_loop(
         if ready.get(1).copied().unwrap_or(false) {
             inb.accept(stats);
         }
-        if ready.iter().skip(2).any(|&r| r) {
+        let got = if ready.iter().skip(2).any(|&r| r) {
             // Take what the rings hold first; a ring that still holds
             // frames stays until a later turn has emptied it.
-            inb.drain(core, stats);
+            let got = inb.drain(core, stats);
             inb.reap();
+            got
+        } else {
+            0
+        };
+        drop(inb);
+        if got > 0 {
+            core.run();
         }
         last = Instant::now();
     }
@@ -574,8 +606,10 @@ impl HostSink {
             return None;
         }
         let r = self.ring(dst, now)?;
-        // The receiver's position, and when it was first seen there.
+        // The furthest the receiver's position was seen, and when; and when
+        // this frame started to wait.
         let mut seen: Option<(u64, Instant)> = None;
+        let start = Instant::now();
         loop {
             match r.ring.push(frame) {
                 Ok(()) => {
@@ -583,20 +617,24 @@ impl HostSink {
                     return Some(true);
                 }
                 Err(Fault::Full) => {
+                    // Untrusted (the peer writes it): only a move forward
+                    // counts, and the whole wait is bounded whatever it does.
                     let pos = r.ring.consumer_pos();
-                    if r.stuck_at == Some(pos) {
+                    if r.stuck_at.is_some_and(|s| pos <= s) {
                         return Some(false);
                     }
-                    match seen {
-                        Some((p, since)) if p == pos => {
-                            if since.elapsed() >= FULL_WAIT {
-                                r.stuck_at = Some(pos);
-                                self.stats.tx_stalls.fetch_add(1, Ordering::Relaxed);
-                                return Some(false);
-                            }
+                    let stalled = match seen {
+                        Some((p, since)) if pos <= p => since.elapsed() >= FULL_WAIT,
+                        // First look, or the receiver moved on: wait afresh.
+                        _ => {
+                            seen = Some((pos, Instant::now()));
+                            false
                         }
-                        // First look, or the receiver moved: wait afresh.
-                        _ => seen = Some((pos, Instant::now())),
+                    };
+                    if stalled || start.elapsed() >= FULL_WAIT_MAX {
+                        r.stuck_at = Some(seen.map_or(pos, |(p, _)| p.max(pos)));
+                        self.stats.tx_stalls.fetch_add(1, Ordering::Relaxed);
+                        return Some(false);
                     }
                     wake(r);
                     std::thread::yield_now();

@@ -207,11 +207,18 @@ impl UdpPort {
             self.idle.store(n.wrapping_add(1), Ordering::Relaxed);
             return false;
         }
-        let Ok(mut batch) = self.batch.try_lock() else {
-            return false;
+        let got = {
+            let mut batch = match self.batch.try_lock() {
+                Ok(b) => b,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return false,
+            };
+            take(&self.sock, self.addr, &self.stats, &mut batch, core, false)
         };
-        let got = take(&self.sock, self.addr, &self.stats, &mut batch, core, false);
         if got > 0 && got != usize::MAX {
+            // The frames are in the inbox, in order; the NIC runs them with
+            // the port's lock let go, so the receive thread is not held.
+            core.run();
             self.idle.store(0, Ordering::Relaxed);
             true
         } else {
@@ -296,6 +303,9 @@ fn rx_loop(
             let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
             take(sock, local, stats, &mut b, to, true)
         };
+        if got > 0 && got != usize::MAX {
+            to.run();
+        }
         match got {
             // The socket is gone: stop rather than spin.
             usize::MAX => return,
@@ -310,10 +320,11 @@ fn rx_loop(
 }
 
 /// One `recvmmsg` of what the socket holds, without waiting, rebuilt into
-/// frames and handed to `to` (the caller holds `batch`'s lock until they
-/// are in its inbox). Returns the number of frames, or `usize::MAX` if the
-/// socket failed for good. `thread`: the port's own receive thread, which
-/// hands a full batch to the NIC's worker and goes back to the socket.
+/// frames and queued in `to`'s inbox (the caller holds `batch`'s lock
+/// meanwhile, and calls [`Core::run`] once it let the lock go). Returns the
+/// number of frames, or `usize::MAX` if the socket failed for good.
+/// `thread`: the port's own receive thread, which hands a full batch to
+/// the NIC's worker and goes back to the socket.
 fn take(
     sock: &UdpSocket,
     local: SocketAddrV4,
@@ -365,7 +376,7 @@ fn take(
     if thread && n == sys::RECV_BATCH {
         to.hand_over(Msg::Frames(frames));
     } else {
-        to.submit(Msg::Frames(frames));
+        to.enqueue(Msg::Frames(frames));
     }
     got
 }
