@@ -58,19 +58,30 @@ static LIVE: Mutex<BTreeMap<usize, Kind>> = Mutex::new(BTreeMap::new());
 /// Bumped, under [`LIVE`]'s lock, each time a handle is unregistered.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// Handles a thread remembers.
+const REMEMBERED: usize = 4;
+
+/// A handle found live, and [`GENERATION`] then.
+type Seen = Option<(usize, Kind, u64)>;
+
 thread_local! {
-    /// The last handle this thread looked up and found live, with
-    /// [`GENERATION`] then: while no handle has been unregistered since,
-    /// it is still live, and the registry's lock need not be taken (a
-    /// program calls `ibv_wr_*` and `ibv_poll_cq` on the same few handles
-    /// millions of times a second).
-    static LAST: Cell<Option<(usize, Kind, u64)>> = const { Cell::new(None) };
+    /// The last few handles this thread looked up and found live, each
+    /// with [`GENERATION`] then: while no handle has been unregistered
+    /// since, they are still live, and the registry's lock need not be
+    /// taken (a program calls `ibv_wr_*`, `ibv_post_send` and
+    /// `ibv_poll_cq` on the same few handles millions of times a second).
+    /// The next slot to replace comes last.
+    static SEEN: Cell<([Seen; REMEMBERED], usize)> = const { Cell::new(([None; REMEMBERED], 0)) };
 }
 
 /// True if `c` is a live handle of kind `kind`.
 fn is_live(c: usize, kind: Kind) -> bool {
     let gen_now = GENERATION.load(Ordering::Acquire);
-    if LAST.try_with(Cell::get).ok().flatten() == Some((c, kind, gen_now)) {
+    let want = Some((c, kind, gen_now));
+    if SEEN
+        .try_with(|s| s.get().0.contains(&want))
+        .unwrap_or(false)
+    {
         return true;
     }
     let live = live();
@@ -78,7 +89,11 @@ fn is_live(c: usize, kind: Kind) -> bool {
     let gen_now = GENERATION.load(Ordering::Relaxed);
     let ok = live.get(&c) == Some(&kind);
     if ok {
-        let _ = LAST.try_with(|l| l.set(Some((c, kind, gen_now))));
+        let _ = SEEN.try_with(|s| {
+            let (mut seen, next) = s.get();
+            seen[next] = Some((c, kind, gen_now));
+            s.set((seen, (next + 1) % REMEMBERED));
+        });
     }
     ok
 }
@@ -199,6 +214,7 @@ mod tests {
         let a = register(Box::new(Obj { c: 0, value: 1 }));
         let b = register(Box::new(Obj { c: 0, value: 2 }));
         assert_eq!(get::<Obj>(a).map(|o| o.value), Ok(1));
+        assert_eq!(get::<Obj>(b).map(|o| o.value), Ok(2));
         // Looked up again from this thread's memory of it.
         assert_eq!(get::<Obj>(a).map(|o| o.value), Ok(1));
         // The wrong kind, though remembered as a Td.
