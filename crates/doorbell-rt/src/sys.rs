@@ -69,10 +69,6 @@ pub(crate) fn configure(sock: &UdpSocket, rcvbuf: i32) -> io::Result<()> {
     Ok(())
 }
 
-/// Ends receiving on `sock` (`shutdown(SHUT_RD)`): a thread blocked in
-/// `recvmmsg` returns at once, and so does every later receive, without a
-/// datagram on the wire. Linux does this for an unconnected UDP socket too,
-/// answering ENOTCONN, which is expected and ignored.
 /// Waits until `sock` has something to read (or was shut), at most
 /// `timeout`; tells whether it has.
 pub(crate) fn wait_readable(sock: &UdpSocket, timeout: std::time::Duration) -> bool {
@@ -87,6 +83,10 @@ pub(crate) fn wait_readable(sock: &UdpSocket, timeout: std::time::Duration) -> b
     n > 0
 }
 
+/// Ends receiving on `sock` (`shutdown(SHUT_RD)`): a thread waiting in
+/// [`wait_readable`] returns at once, and so does every later receive,
+/// without a datagram on the wire. Linux does this for an unconnected UDP
+/// socket too, answering ENOTCONN, which is expected and ignored.
 pub(crate) fn shut_rd(sock: &UdpSocket) {
     // SAFETY: shutdown takes the fd `sock` owns and a constant; it touches
     // no memory of ours.
