@@ -20,11 +20,12 @@
 //! per port or by a thread of the program whose CQ poll found nothing
 //! ([`UdpPort::progress`]), one at a time under a lock held until the
 //! batch is in the NIC's inbox, so frames reach the NIC in the order the
-//! socket gave them. The receiver puts the IPv4 and UDP headers back from what the kernel
-//! tells: source address and port, destination address (`IP_PKTINFO`),
-//! length; identification 0 and DF, with TTL and TOS as anything (the ICRC
-//! masks them). The rebuilt frame goes to the NIC (handled in the receive
-//! thread itself when the NIC is idle), which checks the ICRC exactly as for a frame from the in-process fabric: a datagram
+//! socket gave them. The receiver puts the IPv4 and UDP headers back from
+//! what the kernel tells: source address and port, destination address
+//! (`IP_PKTINFO`), length; identification 0 and DF, with TTL and TOS as
+//! anything (the ICRC masks them). The rebuilt frame goes to the NIC (run
+//! by the thread that received it when the NIC is idle), which checks the
+//! ICRC exactly as for a frame from the in-process fabric: a datagram
 //! whose addresses, ports or bytes are not those its sender's ICRC covers
 //! is dropped and counted there.
 
