@@ -376,7 +376,13 @@ fn ctrl(wqe: &mut [u8], index: u16, opcode: WqeOpcode, qpn: u32, ds: u8) {
 
 /// The peer's ACK of PSN `psn`, the `msn`th message, as a frame.
 fn peer_ack(rig: &Rig, psn: u32, msn: u32) -> Vec<u8> {
-    let mut bth = BthRepr::new(BthOpcode::RcAck, rig.qpn, Psn::new(psn));
+    peer_aeth(rig, BthOpcode::RcAck, psn, msn, &[])
+}
+
+/// A frame from the peer with an AETH (ACK, credits 0x1f) to the rig's
+/// QP: an ACK, or a READ response carrying `payload`.
+fn peer_aeth(rig: &Rig, opcode: BthOpcode, psn: u32, msn: u32, payload: &[u8]) -> Vec<u8> {
+    let mut bth = BthRepr::new(opcode, rig.qpn, Psn::new(psn));
     bth.ack_req = false;
     let repr = RoceRepr {
         ip: RoceIp::v4(PEER, LOCAL),
@@ -391,7 +397,7 @@ fn peer_ack(rig: &Rig, psn: u32, msn: u32) -> Vec<u8> {
         },
     };
     let mut f = Vec::new();
-    repr.emit_to_vec(&[], &mut f).unwrap();
+    repr.emit_to_vec(payload, &mut f).unwrap();
     f
 }
 
@@ -1011,22 +1017,13 @@ fn a_short_read_response_is_a_bad_response_completed_once() {
     rig.ring(1, u8::from(WqeOpcode::RdmaWrite), 3);
     assert_eq!(rig.transmitted().len(), 2, "READ request and WRITE");
     // The peer answers the READ with 40 bytes marked Only.
-    let mut bth = BthRepr::new(BthOpcode::RcRdmaReadResponseOnly, rig.qpn, Psn::new(SQ_PSN));
-    bth.ack_req = false;
-    let resp = RoceRepr {
-        ip: RoceIp::v4(PEER, LOCAL),
-        src_port: 0xc000,
-        bth,
-        ext: ExtHeaders {
-            aeth: Some(AethRepr {
-                syndrome: AethSyndrome::Ack { credits: 0x1f },
-                msn: 1,
-            }),
-            ..ExtHeaders::default()
-        },
-    };
-    let mut f = Vec::new();
-    resp.emit_to_vec(&[0xab; 40], &mut f).unwrap();
+    let f = peer_aeth(
+        &rig,
+        BthOpcode::RcRdmaReadResponseOnly,
+        SQ_PSN,
+        1,
+        &[0xab; 40],
+    );
     assert!(rig.frame(&f).is_empty());
     let qpn = rig.qpn.get();
     let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
@@ -1284,26 +1281,13 @@ fn the_adaptive_timer_waits_for_a_reads_first_response() {
     assert_eq!(rig.nic.poll_timeout(), Some(asked.add(ack_timeout)));
     // Its first response ends the hold.
     rig.advance_us(100);
-    let mut bth = BthRepr::new(
+    let f = peer_aeth(
+        &rig,
         BthOpcode::RcRdmaReadResponseFirst,
-        rig.qpn,
-        Psn::new(SQ_PSN + 1),
+        SQ_PSN + 1,
+        1,
+        &[0x5a; 1024],
     );
-    bth.ack_req = false;
-    let first = RoceRepr {
-        ip: RoceIp::v4(PEER, LOCAL),
-        src_port: 0xc000,
-        bth,
-        ext: ExtHeaders {
-            aeth: Some(AethRepr {
-                syndrome: AethSyndrome::Ack { credits: 0x1f },
-                msn: 1,
-            }),
-            ..ExtHeaders::default()
-        },
-    };
-    let mut f = Vec::new();
-    first.emit_to_vec(&[0x5a; 1024], &mut f).unwrap();
     assert!(rig.frame(&f).is_empty());
     assert_eq!(rig.nic.poll_timeout(), Some(rig.now.add(us(30))));
     assert_eq!(rig.counters().roce_adp_retrans, 0);
