@@ -671,6 +671,19 @@ mod tests {
     /// A requester with a 1 ms ACK timeout and adaptive retransmission,
     /// whose first packet, PSN 0, was sent at 0 and acknowledged at
     /// `rtt_us`.
+    /// Sends PSN `psn` alone, for the first time, at `at` µs.
+    fn send_one(r: &mut Requester, psn: u32, at: u64) {
+        r.alloc(1);
+        r.note_sent(at_us(at), Psn::new(psn), 1, Psn::new(psn + 1));
+    }
+
+    /// The peer acknowledges up to `psn` at `at` µs, with messages still
+    /// `outstanding` or not.
+    fn acked(r: &mut Requester, psn: u32, at: u64, outstanding: bool) {
+        assert!(r.handle_ack(Psn::new(psn)).is_valid());
+        r.made_progress(at_us(at), outstanding);
+    }
+
     fn measured(rtt_us: u64) -> Requester {
         let mut r = Requester::new();
         r.configure(RequesterConfig {
@@ -681,8 +694,7 @@ mod tests {
         });
         r.set_psn(Psn::new(0));
         r.refill_retries();
-        r.alloc(1);
-        r.note_sent(at_us(0), Psn::new(0), 1, Psn::new(1));
+        send_one(&mut r, 0, 0);
         r.arm_ack_timer(at_us(0));
         assert_eq!(
             r.timers().get(Timer::Adaptive),
@@ -699,8 +711,7 @@ mod tests {
         let mut r = measured(10);
         assert_eq!(r.rtt().srtt(), Some(US(10)));
         assert_eq!(r.adaptive_timeout(), Some(US(30)));
-        r.alloc(1);
-        r.note_sent(at_us(20), Psn::new(1), 1, Psn::new(2));
+        send_one(&mut r, 1, 20);
         r.arm_ack_timer(at_us(20));
         assert_eq!(r.timers().get(Timer::Ack), Some(at_us(1020)));
         assert_eq!(r.poll_timeout(), Some(at_us(50)));
@@ -732,42 +743,34 @@ mod tests {
         assert_eq!(r.retry_left(), 2);
         // Progress without a new sample (PSN 1 was sent again) keeps the
         // backoff: 2^5 x 30 us from now.
-        assert!(r.handle_ack(Psn::new(1)).is_valid());
-        r.made_progress(at_us(1030), true);
+        acked(&mut r, 1, 1030, true);
         assert!(!r.adaptive_resent());
         assert_eq!(r.timers().get(Timer::Adaptive), Some(at_us(1030 + 960)));
         // A packet sent once and acknowledged gives a sample, and the wait
         // is the estimate's again: SRTT 10 us, RTTVAR 3.75 us.
-        r.alloc(1);
-        r.note_sent(at_us(1040), Psn::new(2), 1, Psn::new(3));
-        assert!(r.handle_ack(Psn::new(2)).is_valid());
-        r.made_progress(at_us(1050), true);
+        send_one(&mut r, 2, 1040);
+        acked(&mut r, 2, 1050, true);
         assert_eq!(r.adaptive_timeout(), Some(Duration::from_ns(25_000)));
     }
 
     #[test]
     fn a_resent_packet_gives_no_round_trip_sample() {
         let mut r = measured(10);
-        r.alloc(1);
-        r.note_sent(at_us(20), Psn::new(1), 1, Psn::new(2));
+        send_one(&mut r, 1, 20);
         r.go_back(at_us(25));
         r.note_sent(at_us(25), Psn::new(1), 1, Psn::new(2));
-        assert!(r.handle_ack(Psn::new(1)).is_valid());
-        r.made_progress(at_us(500), false);
+        acked(&mut r, 1, 500, false);
         assert_eq!(r.rtt().srtt(), Some(US(10)), "Karn's rule");
         // A packet sent once is timed again.
-        r.alloc(1);
-        r.note_sent(at_us(600), Psn::new(2), 1, Psn::new(3));
-        assert!(r.handle_ack(Psn::new(2)).is_valid());
-        r.made_progress(at_us(618), false);
+        send_one(&mut r, 2, 600);
+        acked(&mut r, 2, 618, false);
         assert_eq!(r.rtt().srtt(), Some(Duration::from_ns(11_000)));
     }
 
     #[test]
     fn no_adaptive_resends_when_off_idle_or_waiting_for_ever() {
         let mut r = measured(10);
-        r.alloc(1);
-        r.note_sent(at_us(20), Psn::new(1), 1, Psn::new(2));
+        send_one(&mut r, 1, 20);
         r.arm_ack_timer(at_us(20));
         assert_eq!(r.poll_adaptive(at_us(50), false), AdaptiveTimeout::NotDue);
         assert_eq!(r.timers().get(Timer::Adaptive), None, "idle: stopped");
@@ -793,8 +796,7 @@ mod tests {
     #[test]
     fn a_hold_stops_the_adaptive_timer_and_its_end_starts_it_afresh() {
         let mut r = measured(10);
-        r.alloc(1);
-        r.note_sent(at_us(20), Psn::new(1), 1, Psn::new(2));
+        send_one(&mut r, 1, 20);
         r.arm_ack_timer(at_us(20));
         r.hold_adaptive(at_us(20), true);
         assert_eq!(r.timers().get(Timer::Adaptive), None);
