@@ -149,13 +149,7 @@ fn clean_traffic_moves_no_error_counter() {
 #[test]
 fn a_lost_request_packet_is_nakked_once_and_sent_again_from_the_gap() {
     // A SEND of 10 packets; the second MIDDLE (PSN first + 2) is lost once.
-    let (oa, la) = tap(|s, k| {
-        if s.opcode == BthOpcode::RcSendMiddle && k == 1 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (oa, la) = tap(nth_of(BthOpcode::RcSendMiddle, 1, Fate::Drop));
     let (ob, lb) = tap(|_, _| Fate::Deliver);
     let p = fabric_pair([oa, ob], caps(16), 1 << 20, timers());
     let len = 10 * MTU as usize;
@@ -190,13 +184,7 @@ fn a_lost_request_packet_is_nakked_once_and_sent_again_from_the_gap() {
 
 #[test]
 fn a_lost_ack_times_out_and_the_duplicate_is_acknowledged_not_executed() {
-    let (ob, _) = tap(|s, k| {
-        if s.opcode == BthOpcode::RcAck && k == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (ob, _) = tap(nth_of(BthOpcode::RcAck, 0, Fate::Drop));
     let p = fabric_pair([Default::default(), ob], caps(16), 1 << 16, timers());
     post_recv(&p.b.qp, 1, &[p.b.mr.sge(0, 256).unwrap()]);
     post_recv(&p.b.qp, 2, &[p.b.mr.sge(256, 256).unwrap()]);
@@ -239,13 +227,7 @@ fn blank() -> doorbell_verbs::Wc {
 fn a_lost_read_response_is_asked_for_again_from_the_gap() {
     // A READ of 5 responses; the one at PSN first + 2 is lost once.
     let (oa, la) = tap(|_, _| Fate::Deliver);
-    let (ob, _) = tap(|s, k| {
-        if s.opcode == BthOpcode::RcRdmaReadResponseMiddle && k == 1 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (ob, _) = tap(nth_of(BthOpcode::RcRdmaReadResponseMiddle, 1, Fate::Drop));
     let p = fabric_pair([oa, ob], caps(16), 1 << 16, timers());
     let len = 5 * MTU as usize;
     let data = pattern(len, 4);
@@ -285,13 +267,7 @@ fn a_lost_read_response_is_asked_for_again_from_the_gap() {
 
 #[test]
 fn a_lost_last_read_response_times_out_and_the_tail_is_read_again() {
-    let (ob, _) = tap(|s, k| {
-        if s.opcode == BthOpcode::RcRdmaReadResponseLast && k == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (ob, _) = tap(nth_of(BthOpcode::RcRdmaReadResponseLast, 0, Fate::Drop));
     let p = fabric_pair([Default::default(), ob], caps(16), 1 << 16, timers());
     let len = 3 * MTU as usize - 7;
     let data = pattern(len, 5);
@@ -383,13 +359,7 @@ fn thread_local_drop(psn: u32) -> Fate {
 fn an_ack_past_a_lost_atomic_answer_asks_for_it_again_at_once() {
     // FAA then SEND: the atomic's answer is lost, the SEND's ACK comes,
     // so the answer is known lost without waiting for the timer.
-    let (ob, _) = tap(|s, k| {
-        if s.opcode == BthOpcode::RcAtomicAck && k == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (ob, _) = tap(nth_of(BthOpcode::RcAtomicAck, 0, Fate::Drop));
     let t = Timers {
         // 4.096 µs × 2^17 ≈ 537 ms.
         timeout: 17,
@@ -484,13 +454,11 @@ fn duplicated_requests_are_answered_again_and_executed_once() {
 fn a_late_packet_is_out_of_sequence_and_its_copy_a_duplicate() {
     // The FIRST of a 4-packet WRITE is held back 30 ms: the 3 after it are
     // out of sequence, B NAKs, A goes back; the late FIRST is a duplicate.
-    let (oa, _) = tap(|s, k| {
-        if s.opcode == BthOpcode::RcRdmaWriteFirst && k == 0 {
-            Fate::Delay(doorbell_types::Duration::from_us(30_000))
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (oa, _) = tap(nth_of(
+        BthOpcode::RcRdmaWriteFirst,
+        0,
+        Fate::Delay(doorbell_types::Duration::from_us(30_000)),
+    ));
     let p = fabric_pair([oa, Default::default()], caps(16), 1 << 16, timers());
     let len = 4 * MTU as usize;
     let data = pattern(len, 7);
@@ -515,13 +483,7 @@ fn a_late_packet_is_out_of_sequence_and_its_copy_a_duplicate() {
 #[test]
 fn psn_sequence_naks_count_against_retry_cnt() {
     // With retry_cnt 0 the first go-back-N is one too many.
-    let (oa, _) = tap(|s, k| {
-        if s.opcode == BthOpcode::RcSendFirst && k == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (oa, _) = tap(nth_of(BthOpcode::RcSendFirst, 0, Fate::Drop));
     let t = Timers {
         retry_cnt: 0,
         ..timers()

@@ -227,6 +227,18 @@ pub fn tap(
     (opts, log)
 }
 
+/// A decision for [`tap`]: `fate` for the `k`th frame (from 0) of
+/// `opcode`, every other frame delivered.
+pub fn nth_of(opcode: BthOpcode, k: usize, fate: Fate) -> impl FnMut(&Seen, usize) -> Fate + Send {
+    move |s, n| {
+        if s.opcode == opcode && n == k {
+            fate
+        } else {
+            Fate::Deliver
+        }
+    }
+}
+
 /// The policy of [`tap`] on its own, for a [`doorbell_rt::LoopbackLink`].
 pub fn tap_policy(
     mut decide: impl FnMut(&Seen, usize) -> Fate + Send + 'static,
@@ -293,13 +305,11 @@ pub fn settled(p: &Pair) -> (NicCounters, NicCounters) {
 /// Options whose fault relay corrupts the first RC SEND ONLY on its way
 /// out (a bit of its IPv4 header).
 pub fn corrupting_first_send() -> NicOptions {
-    tap(|s, k| {
-        if s.opcode == BthOpcode::RcSendOnly && k == 0 {
-            Fate::Corrupt { at: 20, mask: 0x01 }
-        } else {
-            Fate::Deliver
-        }
-    })
+    tap(nth_of(
+        BthOpcode::RcSendOnly,
+        0,
+        Fate::Corrupt { at: 20, mask: 0x01 },
+    ))
     .0
 }
 

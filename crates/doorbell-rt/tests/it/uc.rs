@@ -16,7 +16,7 @@ use doorbell_verbs::{
 use doorbell_wire::BthOpcode;
 
 use crate::common::{FULL, pattern, wait};
-use crate::net::tap_policy;
+use crate::net::{nth_of, tap_policy};
 
 const MR_LEN: usize = 1 << 18;
 
@@ -195,13 +195,7 @@ fn poll_all(cq: &Cq) -> Vec<doorbell_verbs::Wc> {
 #[test]
 fn a_send_that_loses_a_packet_vanishes_and_the_next_arrives_whole() {
     // The first SEND Middle is lost: packet 2 of the 3 of message 1.
-    let (link, a, b) = looped(|s, k| {
-        if s.opcode == BthOpcode::UcSendMiddle && k == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (link, a, b) = looped(nth_of(BthOpcode::UcSendMiddle, 0, Fate::Drop));
     let m1 = pattern(3000, 1);
     let m2 = pattern(2000, 2);
     a.mr.write(0, &m1).unwrap();
@@ -263,13 +257,7 @@ fn a_send_that_loses_a_packet_vanishes_and_the_next_arrives_whole() {
 #[test]
 fn an_out_of_sequence_write_stops_at_the_loss_and_the_next_arrives_whole() {
     // Packet 3 of the first 4-packet WRITE (its second Middle) is lost.
-    let (link, a, b) = looped(|s, k| {
-        if s.opcode == BthOpcode::UcRdmaWriteMiddle && k == 1 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (link, a, b) = looped(nth_of(BthOpcode::UcRdmaWriteMiddle, 1, Fate::Drop));
     let data = pattern(4096, 9);
     a.mr.write(0, &data).unwrap();
     b.mr.write(0, &vec![0xee; 8192]).unwrap();
@@ -352,13 +340,7 @@ fn read_and_atomics_on_uc_are_refused_at_post() {
 
 #[test]
 fn a_uc_qp_with_an_srq_keeps_the_wqe_of_a_lost_message_for_its_next() {
-    let (policy, _log) = tap_policy(|s, k| {
-        if s.opcode == BthOpcode::UcSendMiddle && k == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (policy, _log) = tap_policy(nth_of(BthOpcode::UcSendMiddle, 0, Fate::Drop));
     let link = Arc::new(LoopbackLink::with_faults("uc-srq", [10, 0, 0, 4], policy));
     let a = end(link.clone());
     // B's QP takes its receives from an SRQ of B's PD.

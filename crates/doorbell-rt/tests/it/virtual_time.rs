@@ -21,7 +21,7 @@ use doorbell_verbs::{
 use doorbell_wire::BthOpcode;
 
 use crate::common::{FULL, pattern};
-use crate::net::{Timers, connect_qp, tap_policy};
+use crate::net::{Timers, connect_qp, nth_of, tap_policy};
 
 const MR_LEN: usize = 1 << 16;
 
@@ -308,13 +308,7 @@ fn the_rnr_timer_paces_retries_with_several_messages_in_flight() {
 fn an_ack_past_a_lost_atomic_answer_asks_for_it_again_at_once() {
     // FAA then SEND: the atomic's answer is lost, the SEND's ACK comes,
     // so the answer is known lost without waiting for the ACK timer.
-    let (policy, log) = tap_policy(|s, k| {
-        if s.opcode == BthOpcode::RcAtomicAck && k == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (policy, log) = tap_policy(nth_of(BthOpcode::RcAtomicAck, 0, Fate::Drop));
     let t = Timers {
         // 4.096 µs × 2^17 ≈ 537 ms.
         timeout: 17,
@@ -368,13 +362,11 @@ fn a_late_packet_is_out_of_sequence_and_its_copy_a_duplicate() {
     // The FIRST of a 4-packet WRITE is held back 30 ms: the 3 after it are
     // out of sequence, B NAKs, A goes back; the late FIRST is a duplicate
     // when it comes, 30 ms later, exactly.
-    let (policy, _) = tap_policy(|s, k| {
-        if s.opcode == BthOpcode::RcRdmaWriteFirst && k == 0 {
-            Fate::Delay(us(30_000))
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (policy, _) = tap_policy(nth_of(
+        BthOpcode::RcRdmaWriteFirst,
+        0,
+        Fate::Delay(us(30_000)),
+    ));
     let mtu = 1024;
     let p = Loop::faulty(
         policy,
@@ -454,13 +446,7 @@ fn the_ack_timer_starts_afresh_for_a_message_after_an_idle_spell() {
     let timeout = Duration::from_ns(4096 << 14);
     let hold = Duration::from_us(20_000);
     // The second WRITE's ACK is held 20 ms: well inside one timeout.
-    let (policy, _log) = tap_policy(move |s, k| {
-        if s.opcode == BthOpcode::RcAck && k == 1 {
-            Fate::Delay(hold)
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (policy, _log) = tap_policy(nth_of(BthOpcode::RcAck, 1, Fate::Delay(hold)));
     let p = Loop::faulty(policy, Timers::default());
     let src = [p.mr_a.sge(0, 64).unwrap()];
     let write = |id| {
@@ -514,13 +500,7 @@ fn measured(policy: impl FaultPolicy + 'static, t: Timers, len: usize) -> (Loop,
 /// round trip allows (here, where a round trip takes no time, its 16 µs floor), not after the QP's 67 ms.
 #[test]
 fn a_lost_last_packet_is_sent_again_long_before_the_ack_timeout() {
-    let (policy, log) = tap_policy(|s, k| {
-        if s.opcode == BthOpcode::RcRdmaWriteLast && k == 1 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let (policy, log) = tap_policy(nth_of(BthOpcode::RcRdmaWriteLast, 1, Fate::Drop));
     let len = 4 * 1024;
     let data = pattern(len, 3);
     let (p, _) = measured(policy, Timers::default(), len);
