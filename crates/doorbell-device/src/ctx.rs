@@ -70,6 +70,9 @@ pub(crate) struct Outputs {
     /// not allocate ([`crate::sge::gather`] takes it, its caller gives it
     /// back).
     pub(crate) scratch: Vec<u8>,
+    /// Buffers of frames handed back ([`crate::Nic::recycle`]), for the
+    /// frames [`crate::emit::emit`] builds.
+    pub(crate) spare: Vec<Vec<u8>>,
     /// Frames taken off `tx` so far: with a position in `tx`, the number
     /// of a frame since the NIC started.
     pub(crate) tx_taken: u64,

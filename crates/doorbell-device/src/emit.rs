@@ -27,7 +27,7 @@ pub(crate) fn emit<D: Dma>(
         bth,
         ext,
     };
-    let mut bytes = crate::buffers::buffer(repr.frame_len(payload.len()));
+    let mut bytes = ctx.out.spare.pop().unwrap_or_default();
     if repr.emit_to_vec(payload, &mut bytes).is_ok() {
         ctx.charge(ctx.cfg.timing.tx_packet);
         ctx.out.counters.tx_packets += 1;

@@ -57,7 +57,6 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
-pub mod buffers;
 mod complete;
 mod config;
 mod cq;
@@ -94,6 +93,11 @@ use doorbell_hif::{
 };
 
 pub use config::{ADAPTIVE_RETRANSMIT_FLOOR, Frame, NicConfig, NicCounters, NicTiming};
+
+/// Most frame buffers a NIC keeps for reuse ([`Nic::recycle`]).
+const SPARE_KEEP: usize = 256;
+/// The largest buffer kept: a frame of MTU 4096 with its headers fits.
+const SPARE_LARGEST: usize = 6 * 1024;
 
 use cq::Cq;
 use ctx::{Ctx, Outputs};
@@ -1100,6 +1104,29 @@ impl Nic {
         let f = self.out.tx.pop_front()?;
         self.out.tx_taken += 1;
         Some(f)
+    }
+
+    /// Gives back the buffer of a frame this NIC sent, once the port is done
+    /// with it (or of one it took in), for the next frame it builds: with
+    /// its frames handed back, a NIC allocates nothing per frame. Buffers
+    /// are kept up to a bound; the bytes never matter (each frame is
+    /// written whole).
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        // (Reuse changes where bytes live, never what a frame says.)
+        if buf.capacity() == 0
+            || buf.capacity() > SPARE_LARGEST
+            || self.out.spare.len() >= SPARE_KEEP
+        {
+            return;
+        }
+        buf.clear();
+        self.out.spare.push(buf);
+    }
+
+    /// How many more buffers [`Nic::recycle`] would keep now.
+    #[must_use]
+    pub fn spare_room(&self) -> usize {
+        SPARE_KEEP.saturating_sub(self.out.spare.len())
     }
 
     /// The next event that no EQ took (none does until host software

@@ -25,14 +25,6 @@ pub(crate) enum Payload {
     Sges(Vec<Sge>),
 }
 
-impl Drop for Payload {
-    fn drop(&mut self) {
-        if let Payload::Inline(v) = self {
-            crate::buffers::recycle(std::mem::take(v));
-        }
-    }
-}
-
 impl Payload {
     /// Bytes of data.
     pub(crate) fn len(&self) -> u64 {

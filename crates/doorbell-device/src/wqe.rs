@@ -85,9 +85,7 @@ pub(crate) fn parse_wqe(b: &[u8], ty: QpType) -> Result<Wqe, Syndrome> {
         let n = InlineSeg::new_unchecked(&b[off..]).byte_count() as usize;
         let start = off + wqe::field::INLINE_HDR_LEN;
         let data = b.get(start..start + n).ok_or(Syndrome::LocalLengthErr)?;
-        let mut v = crate::buffers::buffer(data.len());
-        v.extend_from_slice(data);
-        w.payload = Payload::Inline(v);
+        w.payload = Payload::Inline(data.to_vec());
     } else {
         let mut sges = Vec::new();
         while off + wqe::field::DATA_LEN <= b.len() {

@@ -49,6 +49,9 @@ use crate::inbox::{BusSnapshot, Msg};
 /// worker: a thread that posts is not kept long doing others' work.
 pub(crate) const BUDGET: usize = 256;
 
+/// Spare buffers lent to the NIC after each flush, at most.
+const LEND: usize = 64;
+
 /// The port a NIC sends through.
 pub(crate) enum Egress {
     /// Straight to the port.
@@ -202,7 +205,7 @@ impl Engine {
                     }
                     let r = nic.handle_frame(now, &f, bus);
                     record(capture, &f, r);
-                    doorbell_device::buffers::recycle(f);
+                    crate::buffers::recycle(f);
                 }
             }
             Msg::EmittedFrames(fs) => {
@@ -212,7 +215,7 @@ impl Engine {
                     }
                     let r = nic.handle_emitted_frame(now, &f, bus);
                     record(capture, &f, r);
-                    doorbell_device::buffers::recycle(f);
+                    crate::buffers::recycle(f);
                 }
             }
             Msg::Cmd(c, reply) => {
@@ -274,6 +277,9 @@ impl Engine {
         }
         if !self.out.is_empty() {
             self.egress.send(&mut self.out);
+            // The sink gave the buffers it copied out back to this thread;
+            // the NIC builds its next frames in them.
+            crate::buffers::lend(&mut self.nic, LEND);
         }
         while let Some(v) = self.nic.poll_interrupt() {
             if let Some(irqs) = &self.irqs {

@@ -54,6 +54,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod buffers;
 mod engine;
 pub mod fault;
 #[allow(unsafe_code)]

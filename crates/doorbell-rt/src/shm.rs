@@ -359,7 +359,7 @@ impl Inbound {
             let mut frames = Vec::new();
             let mut alive = true;
             while frames.len() < BATCH {
-                let mut buf = doorbell_device::buffers::buffer(0);
+                let mut buf = crate::buffers::buffer(0);
                 match r.ring.pop(&mut buf) {
                     Ok(true) => {
                         // The ring's two ends, and nothing else, in the IPv4
@@ -368,11 +368,11 @@ impl Inbound {
                             frames.push(buf);
                         } else {
                             stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
-                            doorbell_device::buffers::recycle(buf);
+                            crate::buffers::recycle(buf);
                         }
                     }
                     Ok(false) => {
-                        doorbell_device::buffers::recycle(buf);
+                        crate::buffers::recycle(buf);
                         break;
                     }
                     Err(_) => {
@@ -729,7 +729,7 @@ impl Sink for HostSink {
         for f in frames.drain(..) {
             match self.push(f.dst, &f.bytes, now) {
                 Some(ok) => {
-                    doorbell_device::buffers::recycle(f.bytes);
+                    crate::buffers::recycle(f.bytes);
                     if ok {
                         pushed += 1;
                     } else {

@@ -386,7 +386,7 @@ fn take(
 /// said of it: IPv4 (identification 0, DF, TTL 64, TOS 0) and UDP headers
 /// (checksum 0) before `payload`.
 pub(crate) fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
-    let mut f = doorbell_device::buffers::buffer(HEADERS_LEN + payload.len());
+    let mut f = crate::buffers::buffer(HEADERS_LEN + payload.len());
     // Zeros for the headers only: the payload is copied in once.
     f.resize(HEADERS_LEN, 0);
     f.extend_from_slice(payload);
@@ -444,7 +444,7 @@ impl Sink for UdpSink {
             .tx_refused
             .fetch_add((refused + skipped) as u64, Ordering::Relaxed);
         for f in frames.drain(..) {
-            doorbell_device::buffers::recycle(f.bytes);
+            crate::buffers::recycle(f.bytes);
         }
     }
 }

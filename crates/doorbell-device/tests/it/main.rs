@@ -1292,3 +1292,30 @@ fn the_adaptive_timer_waits_for_a_reads_first_response() {
     assert_eq!(rig.nic.poll_timeout(), Some(rig.now.add(us(30))));
     assert_eq!(rig.counters().roce_adp_retrans, 0);
 }
+
+#[test]
+fn recycled_frame_buffers_are_kept_to_a_bound_and_built_into_again() {
+    let mut rig = Rig::new();
+    assert_eq!(rig.nic.spare_room(), 256);
+    rig.nic.recycle(Vec::new());
+    rig.nic.recycle(Vec::with_capacity(64 << 10));
+    assert_eq!(rig.nic.spare_room(), 256, "empty and oversized: not kept");
+    let used = vec![0xeeu8; 100];
+    let at = used.as_ptr();
+    rig.nic.recycle(used);
+    assert_eq!(rig.nic.spare_room(), 255);
+    // The next frame is built in it, whole: the old bytes do not show.
+    let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
+    rig.write_sq(0, &w);
+    rig.ring(0, u8::from(WqeOpcode::RdmaWrite), 3);
+    let tx = rig.transmitted();
+    assert_eq!(tx.len(), 1);
+    assert_eq!(tx[0].bytes.as_ptr(), at, "the spare was used");
+    // Whole: it parses, its ICRC over every byte included.
+    assert!(doorbell_wire::parse_roce(&tx[0].bytes).is_ok());
+    assert_eq!(rig.nic.spare_room(), 256);
+    for _ in 0..300 {
+        rig.nic.recycle(Vec::with_capacity(128));
+    }
+    assert_eq!(rig.nic.spare_room(), 0, "at most 256 kept");
+}

@@ -1,8 +1,10 @@
-//! Byte buffers for frames and inline payloads, reused by the thread that
-//! frees them: a NIC that sends a frame, or takes one in, then allocates
-//! nothing for the next. The live runtime hands every frame's buffer back
-//! with [`recycle`] once the port has copied it, or once the NIC has taken
-//! it in; a buffer never handed back is simply freed.
+//! Frame buffers, reused by the thread that frees them: a port that takes
+//! frames in, and the NIC it feeds, then allocate nothing for the next.
+//! Ports take buffers for the frames they receive ([`buffer`]); the engine
+//! gives back each frame's buffer once the NIC has taken it in, and each
+//! sink once it has copied a frame out ([`recycle`]); the engine lends
+//! spares to its NIC for the frames it builds ([`lend`], the device's own
+//! [`Nic::recycle`]). A buffer never handed back is simply freed.
 //!
 //! Each thread keeps its own spares (at most [`KEEP`], none larger than
 //! [`LARGEST`] bytes), so nothing is shared between threads and no thread
@@ -10,6 +12,7 @@
 //! Reuse changes only where the bytes live, never what they are: a buffer
 //! comes out empty.
 
+use doorbell_device::Nic;
 use std::cell::Cell;
 
 /// Most spare buffers a thread keeps.
@@ -23,7 +26,7 @@ thread_local! {
 
 /// An empty buffer with room for at least `len` bytes: one of this
 /// thread's spares if it has one.
-pub fn buffer(len: usize) -> Vec<u8> {
+pub(crate) fn buffer(len: usize) -> Vec<u8> {
     let mut b = SPARE
         .try_with(|s| {
             let mut spare = s.take();
@@ -40,7 +43,7 @@ pub fn buffer(len: usize) -> Vec<u8> {
 
 /// Gives `b` back for this thread to reuse; frees it if the thread has
 /// enough spares or `b` is too large to keep.
-pub fn recycle(mut b: Vec<u8>) {
+pub(crate) fn recycle(mut b: Vec<u8>) {
     if b.capacity() == 0 || b.capacity() > LARGEST {
         return;
     }
@@ -49,6 +52,25 @@ pub fn recycle(mut b: Vec<u8>) {
         let mut spare = s.take();
         if spare.len() < KEEP {
             spare.push(b);
+        }
+        s.set(spare);
+    });
+}
+
+/// Hands up to `n` of this thread's spares to `nic`, as many as it keeps,
+/// for the frames it builds.
+pub(crate) fn lend(nic: &mut Nic, n: usize) {
+    let want = n.min(nic.spare_room());
+    if want == 0 {
+        return;
+    }
+    let _ = SPARE.try_with(|s| {
+        let mut spare = s.take();
+        for _ in 0..want {
+            match spare.pop() {
+                Some(b) => nic.recycle(b),
+                None => break,
+            }
         }
         s.set(spare);
     });
