@@ -26,6 +26,11 @@
 //! receiver moves again every frame for that ring is dropped at once, so
 //! a stopped or hung peer costs its senders [`FULL_WAIT`] once, not per
 //! frame.
+//! A sender looks whether its receiver hung up every [`LIVENESS`], and
+//! before the first frame after [`IDLE`] without one: a process that
+//! exits and another that takes its address (a restarted server, a
+//! server's child for its next client) get their frames from the first,
+//! not lost into the old ring.
 //!
 //! The receiver's thread takes frames while they come, spins for
 //! [`spin()`] after the last one, then parks: it marks every ring parked,
@@ -78,6 +83,11 @@ const FULL_WAIT_MAX: Duration = Duration::from_millis(200);
 const RETRY: Duration = Duration::from_secs(1);
 /// How often a sender looks whether its receiver hung up.
 const LIVENESS: Duration = Duration::from_millis(100);
+/// A ring that carried nothing for this long is looked at before its next
+/// frame: a peer that exited meanwhile may have come back at its address
+/// (a restarted process, a server's child for the next test), and a frame
+/// put into the old ring would be lost.
+const IDLE: Duration = Duration::from_millis(1);
 /// How long the receiver thread sleeps at most when parked.
 const PARK: Duration = Duration::from_millis(200);
 /// How long a thread whose CQ poll found nothing waits in the rings
@@ -528,6 +538,8 @@ struct OutRing {
     conn: Tracked<UnixStream>,
     bell: File,
     checked: Instant,
+    /// When a frame last went in.
+    used: Instant,
     /// The receiver's position when a frame was last dropped because the
     /// ring stayed full: while it has not moved since, frames for the ring
     /// are dropped without waiting.
@@ -584,7 +596,9 @@ impl HostSink {
         let Some(Peer::Shm(r)) = self.peers.get_mut(&dst) else {
             return None;
         };
-        if now.duration_since(r.checked) >= LIVENESS {
+        let idle = now.duration_since(r.used) >= IDLE;
+        r.used = now;
+        if idle || now.duration_since(r.checked) >= LIVENESS {
             r.checked = now;
             if os::hung_up(&r.conn) {
                 // Gone, and perhaps back already (a restarted process):
@@ -716,6 +730,7 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
         conn: Tracked::new(s),
         bell: File::from(fd?),
         checked: Instant::now(),
+        used: Instant::now(),
         stuck_at: None,
     })
 }

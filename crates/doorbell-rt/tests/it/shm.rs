@@ -195,10 +195,14 @@ fn a_peer_that_comes_back_is_reached_through_a_new_ring() {
         64,
     );
     let p = join(a, b, t);
+    let resent = nic_a.counters(None).1.tx_retransmits;
     write_checked(&p, 3000, 2);
     let pa = nic_a.port_counters();
     assert_eq!(pa.shm_peers_out, 2, "a second ring to the new NIC: {pa:?}");
     assert_eq!(pa.tx_datagrams, 0, "{pa:?}");
+    // The first frame went to the new NIC, not into the old ring (where it
+    // would have been lost and sent again after the ACK timeout).
+    assert_eq!(nic_a.counters(None).1.tx_retransmits, resent);
 }
 
 /// What a peer put in its ring before it went away still reaches the NIC:
