@@ -62,7 +62,7 @@ pub(crate) fn pair_over_udp(net: u8, server: &[&str], client: &[&str]) -> (Outpu
 
 /// How many times a pair is started while its client keeps meeting a
 /// server that does not listen yet ([`met_no_listener`]).
-const ATTEMPTS: usize = 3;
+pub(crate) const ATTEMPTS: usize = 3;
 
 /// Whether a client's output reports the REJ that a CM sends for a REQ
 /// nobody listens for (reason 8, invalid service ID), as rping, the
@@ -72,7 +72,7 @@ const ATTEMPTS: usize = 3;
 /// the retry it means to make then is broken (fixed upstream in perftest
 /// 3d9d8d0); rping and the rest connect as soon as they start. On a
 /// loaded two-core machine the client wins now and then.
-fn met_no_listener(out: &Output) -> bool {
+pub(crate) fn met_no_listener(out: &Output) -> bool {
     text(out).lines().any(|l| {
         l.contains("RDMA_CM_EVENT_REJECTED")
             && l.rsplit("error")
