@@ -620,6 +620,8 @@ impl LiveNic {
                     shm_peers_out: get(&st.peers_out),
                     shm_peers_in: get(&st.peers_in),
                     shm_rings_broken: get(&st.rings_broken),
+                    shm_bells: get(&st.bells),
+                    shm_bells_spared: get(&st.bells_spared),
                     ..p.counters()
                 }
             }

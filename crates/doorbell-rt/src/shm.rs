@@ -95,6 +95,16 @@ const PARK: Duration = Duration::from_millis(200);
 const CALLER_SPIN: Duration = Duration::from_micros(5);
 /// Frames taken from one ring per turn.
 const BATCH: usize = 64;
+/// How long a sender that found its receiver parked waits for one of the
+/// receiver's own threads to come back to its rings (a program that polls
+/// its CQ, between two polls) before it rings the bell.
+const BELL_WAIT: Duration = Duration::from_micros(2);
+/// A ring whose sender's waits last paid off this many times in a row
+/// has its sender wait again; each wait that did not halves that credit.
+const BELL_CREDIT: u8 = 8;
+/// A ring without credit has its sender wait once every this many bells,
+/// to see whether the receiver has begun to poll.
+const BELL_PROBE: u32 = 64;
 /// The variable that sets how long the receiver spins, in µs.
 pub const SPIN_VAR: &str = "DOORBELL_SPIN_US";
 const HELLO: &[u8; 8] = b"DBHELLO1";
@@ -178,6 +188,8 @@ pub(crate) struct Stats {
     pub(crate) peers_out: AtomicU64,
     pub(crate) peers_in: AtomicU64,
     pub(crate) rings_broken: AtomicU64,
+    pub(crate) bells: AtomicU64,
+    pub(crate) bells_spared: AtomicU64,
 }
 
 /// One inbound ring and who feeds it.
@@ -234,11 +246,12 @@ impl ShmPort {
     /// Starts the receiver thread, feeding `core`.
     pub(crate) fn start_rx(&mut self, name: &str, core: Arc<Core>) -> io::Result<()> {
         let (inbound, stats, stop) = (self.inbound.clone(), self.stats.clone(), self.stop.clone());
+        let bell = self.bell.try_clone()?;
         let spin = spin();
         self.rx = Some(
             std::thread::Builder::new()
                 .name(format!("doorbell-{name}-shm"))
-                .spawn(move || rx_loop(&inbound, &stats, &stop, &core, spin))?,
+                .spawn(move || rx_loop(&inbound, &bell, &stats, &stop, &core, spin))?,
         );
         Ok(())
     }
@@ -449,8 +462,13 @@ impl Inbound {
     }
 }
 
+/// The receiver thread. It never waits for the rings' lock while a caller
+/// holds it to look at the rings ([`ShmPort::progress`]): that caller
+/// takes the frames, and would pay a wake-up on its way out for a thread
+/// that then finds nothing.
 fn rx_loop(
     inbound: &Mutex<Inbound>,
+    bell: &File,
     stats: &Stats,
     stop: &AtomicBool,
     core: &Core,
@@ -467,12 +485,16 @@ fn rx_loop(
     let mut ready = Vec::new();
     while !stop.load(Ordering::Acquire) {
         turns = turns.wrapping_add(1);
-        let got = {
-            let mut inb = lock();
-            if turns % 1024 == 0 {
-                inb.accept(stats);
+        let got = match inbound.try_lock() {
+            Ok(mut inb) => {
+                if turns % 1024 == 0 {
+                    inb.accept(stats);
+                }
+                inb.drain(core, stats)
             }
-            inb.drain(core, stats)
+            // A caller is taking what the rings hold.
+            Err(std::sync::TryLockError::WouldBlock) => 0,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().drain(core, stats),
         };
         if got > 0 {
             core.run();
@@ -506,10 +528,25 @@ fn rx_loop(
             fds.push(inb.listener.as_raw_fd());
             fds.extend(inb.rings.iter().map(|r| r.conn.as_raw_fd()));
         }
-        os::poll_readable(&fds, PARK, &mut ready);
-        let mut inb = lock();
-        let mut b = [0u8; 8];
-        while (&inb.bell).read(&mut b).is_ok() {}
+        let mut inb = loop {
+            os::poll_readable(&fds, PARK, &mut ready);
+            let mut b = [0u8; 8];
+            while (&*bell).read(&mut b).is_ok() {}
+            match inbound.try_lock() {
+                Ok(inb) => break inb,
+                Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock)
+                    if stop.load(Ordering::Acquire) || ready.iter().skip(1).any(|&r| r) =>
+                {
+                    break lock();
+                }
+                // Rung, but a caller is at the rings. It found this thread
+                // asleep (`parked`), so before it leaves it puts the marks
+                // back and looks once more: whatever comes later rings
+                // again.
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        };
         inb.parked = false;
         inb.set_parked(false);
         if ready.get(1).copied().unwrap_or(false) {
@@ -544,6 +581,42 @@ struct OutRing {
     /// ring stayed full: while it has not moved since, frames for the ring
     /// are dropped without waiting.
     stuck_at: Option<u64>,
+    /// Whether to wait for the receiver before its bell.
+    credit: BellCredit,
+}
+
+/// Whether a sender waits for its parked receiver before it rings
+/// ([`wake_after_a_wait`]): after waits that paid off, yes; after waits
+/// that did not, only every [`BELL_PROBE`]th bell.
+#[derive(Debug, Default)]
+struct BellCredit {
+    /// Waits that paid off lately, up to [`BELL_CREDIT`].
+    credit: u8,
+    /// Bells rung without a wait, since the last wait.
+    unwaited: u32,
+}
+
+impl BellCredit {
+    /// Whether to wait before this bell.
+    fn wait(&mut self) -> bool {
+        if self.credit == 0 {
+            self.unwaited += 1;
+            if self.unwaited < BELL_PROBE {
+                return false;
+            }
+        }
+        self.unwaited = 0;
+        true
+    }
+
+    /// How the wait went: `spared`, a thread of the receiver came first.
+    fn waited(&mut self, spared: bool) {
+        self.credit = if spared {
+            (self.credit + 1).clamp(2, BELL_CREDIT)
+        } else {
+            self.credit / 2
+        };
+    }
 }
 
 enum Peer {
@@ -706,6 +779,38 @@ fn wake(r: &OutRing) {
     }
 }
 
+/// Rings `r`'s bell if its receiver parked and none of its threads comes
+/// back to the rings within [`BELL_WAIT`]. A program that polls its CQ is
+/// between two polls most of the time it is not in one; waking its
+/// receiver thread for a frame the next poll takes costs a system call
+/// here and, on a machine with few cores, a busy thread its core. A ring
+/// whose receiver did not come back in time (a program that polls memory,
+/// or sleeps on events) loses its credit and is rung at once, waited for
+/// again only every [`BELL_PROBE`]th bell.
+fn wake_after_a_wait(r: &mut OutRing, stats: &Stats) {
+    fence(Ordering::SeqCst);
+    if !r.ring.consumer_parked() {
+        return;
+    }
+    if r.credit.wait() {
+        let start = Instant::now();
+        let mut spared = false;
+        while !spared && start.elapsed() < BELL_WAIT {
+            std::hint::spin_loop();
+            // Cleared by a thread that looks at the rings now: it takes
+            // the frame (it clears the marks before it looks).
+            spared = !r.ring.consumer_parked();
+        }
+        r.credit.waited(spared);
+        if spared {
+            stats.bells_spared.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    stats.bells.fetch_add(1, Ordering::Relaxed);
+    let _ = (&r.bell).write_all(&1u64.to_ne_bytes());
+}
+
 /// The handshake's sending side: a ring for `dst`, if a NIC of this host
 /// listens at its name and admits us.
 fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
@@ -732,6 +837,7 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
         checked: Instant::now(),
         used: Instant::now(),
         stuck_at: None,
+        credit: BellCredit::default(),
     })
 }
 
@@ -775,9 +881,9 @@ impl Sink for HostSink {
 }
 
 impl HostSink {
-    fn ring_bell(&self, dst: Option<[u8; 4]>) {
-        if let Some(Peer::Shm(r)) = dst.and_then(|d| self.peers.get(&d)) {
-            wake(r);
+    fn ring_bell(&mut self, dst: Option<[u8; 4]>) {
+        if let Some(Peer::Shm(r)) = dst.and_then(|d| self.peers.get_mut(&d)) {
+            wake_after_a_wait(r, &self.stats);
         }
     }
 }
@@ -862,5 +968,33 @@ impl Drop for RawListener {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BELL_CREDIT, BELL_PROBE, BellCredit};
+
+    #[test]
+    fn a_sender_waits_for_a_receiver_that_came_back_and_rarely_for_one_that_did_not() {
+        let mut c = BellCredit::default();
+        // No credit: one wait in BELL_PROBE bells.
+        let waits = (0..BELL_PROBE * 3).filter(|_| c.wait()).count();
+        assert_eq!(waits, 3);
+        // A wait that paid off: every bell waits from then on.
+        c.waited(true);
+        assert!((0..100).all(|_| c.wait()));
+        for _ in 0..20 {
+            c.waited(true);
+        }
+        assert_eq!(c.credit, BELL_CREDIT);
+        // Waits that do not pay off halve the credit down to none.
+        let mut failed = 0;
+        while c.wait() {
+            c.waited(false);
+            failed += 1;
+        }
+        assert_eq!(failed, 4, "8, 4, 2, 1: four waits that found nobody");
+        assert!(!c.wait());
     }
 }

@@ -110,6 +110,8 @@ impl NicStats {
                 "shm_rings_broken": p.shm_rings_broken,
                 "shm_peers_out": p.shm_peers_out,
                 "shm_peers_in": p.shm_peers_in,
+                "shm_bells": p.shm_bells,
+                "shm_bells_spared": p.shm_bells_spared,
             },
         });
         serde_json::to_string_pretty(&doc).unwrap_or_default()
@@ -159,6 +161,19 @@ impl NicStats {
             "events",
             t.writes(DmaPurpose::Eqe),
             t.writes(DmaPurpose::Msix)
+        );
+        let p = &self.port;
+        let _ = writeln!(
+            s,
+            "{:>10} UDP {} datagrams out, {} in; shared memory {} frames out, {} in, \
+             {} bells rung, {} spared",
+            "port",
+            p.tx_datagrams,
+            p.rx_datagrams,
+            p.shm_tx_frames,
+            p.shm_rx_frames,
+            p.shm_bells,
+            p.shm_bells_spared
         );
         let noted: Vec<_> = self.counters().into_iter().filter(|c| c.1 != 0).collect();
         if !noted.is_empty() {
