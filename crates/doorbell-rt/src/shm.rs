@@ -259,28 +259,35 @@ impl ShmPort {
     /// Takes what the rings hold for the NIC, in the caller's thread, if
     /// the receiver thread is not doing so; tells whether it took any.
     pub(crate) fn progress(&self, core: &Core) -> bool {
-        let got = self.look(core);
+        let (got, marks_down) = self.look(core);
         if got > 0 {
             // In the inbox, in ring order; run with the rings' lock let go,
             // so that the receiver thread, or another caller, may take
             // frames meanwhile (a peer blocked on a full ring here moves).
+            // The marks of a sleeping receiver thread stay down while this
+            // thread runs what it took: the answer a peer sends meanwhile
+            // is taken below, unrung.
             core.run();
+        }
+        if marks_down {
+            put_back(&self.inbound, core, &self.stats);
         }
         got > 0
     }
 
     /// [`Self::progress`]'s part under the rings' lock: queues what the
-    /// rings hold in `core`'s inbox; returns how many frames.
-    fn look(&self, core: &Core) -> usize {
+    /// rings hold in `core`'s inbox; returns how many frames, and whether
+    /// it left a sleeping receiver thread's marks down ([`put_back`]).
+    fn look(&self, core: &Core) -> (usize, bool) {
         let Ok(mut inb) = self.inbound.try_lock() else {
-            return 0;
+            return (0, false);
         };
         if inb.rings.is_empty() {
             // No NIC of this host talks to this one: nothing to wait for.
-            return 0;
+            return (0, false);
         }
         if !inb.parked {
-            return inb.drain(core, &self.stats);
+            return (inb.drain(core, &self.stats), false);
         }
         // The receiver thread sleeps: while this thread looks, senders
         // need not ring (a wake-up that would find nothing, and take a
@@ -295,7 +302,10 @@ impl ShmPort {
             std::hint::spin_loop();
             got += inb.drain(core, &self.stats);
         }
-        got + inb.mark_parked(core, &self.stats)
+        if got > 0 {
+            return (got, true);
+        }
+        (inb.mark_parked(core, &self.stats), false)
     }
 
     /// A handle for [`Poster::around`].
@@ -343,24 +353,33 @@ impl Poster {
             _ => false,
         };
         f();
-        if !held {
-            return;
+        if held {
+            put_back(&self.inbound, core, &self.stats);
         }
-        // The receiver thread may have woken meanwhile (its own timeout):
-        // then the marks are its own again.
-        let got = {
-            let Ok(mut inb) = self.inbound.lock() else {
+    }
+}
+
+/// Puts back the marks of a sleeping receiver thread that a caller took
+/// down (unless the thread woke meanwhile: then they are its own), and
+/// takes and runs, marks down, whatever came while they were down.
+fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats) {
+    loop {
+        {
+            let Ok(mut inb) = inbound.lock() else {
                 return;
             };
-            if inb.parked {
-                inb.mark_parked(core, &self.stats)
-            } else {
-                0
+            if !inb.parked {
+                return;
             }
-        };
-        if got > 0 {
-            core.run();
+            inb.set_parked(true);
+            fence(Ordering::SeqCst);
+            if !inb.any_data() {
+                return;
+            }
+            inb.set_parked(false);
+            inb.drain(core, stats);
         }
+        core.run();
     }
 }
 
@@ -381,7 +400,10 @@ impl Inbound {
         self.rings.retain_mut(|r| {
             let mut frames = Vec::new();
             let mut alive = true;
-            while frames.len() < BATCH {
+            // A buffer only for a frame that is there (a poll that finds
+            // nothing looks thousands of times a millisecond); a ring whose
+            // positions broke has "data" too, and `pop` tells.
+            while frames.len() < BATCH && r.ring.has_data() {
                 let mut buf = crate::buffers::buffer(0);
                 match r.ring.pop(&mut buf) {
                     Ok(true) => {
