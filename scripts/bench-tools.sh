@@ -90,9 +90,12 @@ lat_row=$(awk '$1 == 8 && NF >= 7' <<<"$lat" | tail -1)
 echo "$lat" | grep -E 't_typical|^ 8 ' >&2
 db_lat=$(awk '{print $5}' <<<"$lat_row")
 
+# 30 000 round trips a second of BENCH_SECS: a run long enough that its
+# start (connecting, the first rings, a cold cache) is not a tenth of it.
 say "doorbell pingpong -s 8"
-pp=$(pair 1 "$db pingpong --addr $srv -s 8 -n 10000 -p 18602" \
-    "$db pingpong --addr $cli -s 8 -n 10000 -p 18602 $srv")
+pp_n=$((secs * 30000))
+pp=$(pair 1 "$db pingpong --addr $srv -s 8 -n $pp_n -p 18602" \
+    "$db pingpong --addr $cli -s 8 -n $pp_n -p 18602 $srv")
 echo "$pp" | grep 'usec/iter' >&2
 db_rtt=$(grep -oP '=\s*\K[0-9.]+(?= usec/iter)' <<<"$pp" | head -1)
 
