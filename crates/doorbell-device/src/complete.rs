@@ -29,6 +29,7 @@ pub(crate) fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
             if m.signaled {
                 send_done(qp, m.wqe_index, m.opcode, 0, ctx);
             }
+            ctx.out.payloads.recycle(m.payload);
             continue;
         }
         if m.is_read_or_atomic() && m.answered {
@@ -41,6 +42,7 @@ pub(crate) fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
                 };
                 send_done(qp, m.wqe_index, m.opcode, n as u32, ctx);
             }
+            ctx.out.payloads.recycle(m.payload);
             continue;
         }
         if m.is_read_or_atomic() {
@@ -55,6 +57,7 @@ pub(crate) fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
         if m.signaled {
             send_done(qp, m.wqe_index, m.opcode, 0, ctx);
         }
+        ctx.out.payloads.recycle(m.payload);
     }
 }
 

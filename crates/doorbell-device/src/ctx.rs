@@ -73,6 +73,10 @@ pub(crate) struct Outputs {
     /// Buffers of frames handed back ([`crate::Nic::recycle`]), for the
     /// frames [`crate::emit::emit`] builds.
     pub(crate) spare: Vec<Vec<u8>>,
+    /// The payload storage of retired messages, for the WQEs parsed next.
+    pub(crate) payloads: crate::wq::Spares,
+    /// The buffer send WQEs are fetched into, reused.
+    pub(crate) wqe_scratch: Vec<u8>,
     /// Frames taken off `tx` so far: with a position in `tx`, the number
     /// of a frame since the NIC started.
     pub(crate) tx_taken: u64,

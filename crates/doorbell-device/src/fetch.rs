@@ -31,7 +31,32 @@ pub(crate) fn fetch_upto<D: Dma>(qp: &mut Qp, upto: u16, ctx: &mut Ctx<'_, D>) -
         (0, count.saturating_sub(till_end)),
     ];
     let tag = DmaTag::new(qp.qpn, DmaPurpose::SendWqe);
-    let mut buf = vec![0u8; usize::from(count) * WQEBB_LEN];
+    // Reused, so that fetching allocates nothing; every byte is read over.
+    let mut buf = std::mem::take(&mut ctx.out.wqe_scratch);
+    buf.resize(usize::from(count) * WQEBB_LEN, 0);
+    let read = read_pieces(qp, pieces, tag, &mut buf, ctx);
+    if read {
+        for chunk in buf.chunks_exact(WQEBB_LEN) {
+            let mut b = [0u8; WQEBB_LEN];
+            b.copy_from_slice(chunk);
+            qp.sq.wqe_cache.push_back(b);
+        }
+    }
+    ctx.out.wqe_scratch = buf;
+    read
+}
+
+/// [`fetch_upto`]'s DMA: each `(slot, count)` piece of the SQ into `buf`,
+/// one read per run of contiguous pages (one for the piece when the pages
+/// are contiguous, as they are for a buffer the provider allocated in one
+/// go), and none unless the QP's pages cover the whole piece.
+fn read_pieces<D: Dma>(
+    qp: &Qp,
+    pieces: [(u16, u16); 2],
+    tag: DmaTag,
+    buf: &mut [u8],
+    ctx: &mut Ctx<'_, D>,
+) -> bool {
     let mut filled = 0usize;
     for (slot, n) in pieces {
         if n == 0 {
@@ -39,27 +64,18 @@ pub(crate) fn fetch_upto<D: Dma>(qp: &mut Qp, upto: u16, ctx: &mut Ctx<'_, D>) -
         }
         let off = qp.sq_offset() + u64::from(slot) * WQEBB_LEN as u64;
         let len = u64::from(n) * WQEBB_LEN as u64;
-        let mut ok = true;
-        let mut runs = Vec::new();
-        let covered = qp.buf_runs(off, len, |h, b, o| runs.push((h, b, o)));
-        if !covered {
+        if !qp.buf_runs(off, len, |_, _, _| ()) {
             return false;
         }
-        // One DMA for the piece when the pages are contiguous, as they are
-        // for a buffer the provider allocated in one go.
-        for (h, b, o) in runs {
+        let mut ok = true;
+        qp.buf_runs(off, len, |h, b, o| {
             let dst = &mut buf[filled + o as usize..filled + (o + b) as usize];
             ok &= ctx.read(tag, h, dst);
-        }
+        });
         if !ok {
             return false;
         }
         filled += len as usize;
-    }
-    for chunk in buf.chunks_exact(WQEBB_LEN) {
-        let mut b = [0u8; WQEBB_LEN];
-        b.copy_from_slice(chunk);
-        qp.sq.wqe_cache.push_back(b);
     }
     true
 }
@@ -99,32 +115,35 @@ pub(crate) fn next_recv_wqe<D: Dma>(
     }
     let index = qp.rq.ci;
     let slot = u64::from(u32::from(index) & (qp.rq.size - 1));
-    let stride = qp.rq.stride as usize;
-    let mut buf = vec![0u8; stride];
-    let mut ok = true;
+    let stride = qp.rq.stride as u64;
     let tag = DmaTag::new(qp.qpn, DmaPurpose::RecvWqe);
-    let mut runs = Vec::new();
-    if !qp.buf_runs(slot * stride as u64, stride as u64, |h, n, o| {
-        runs.push((h, n, o))
-    }) {
+    let (off, len) = (slot * stride, stride);
+    // Nothing is read unless the QP's pages hold the whole WQE.
+    if !qp.buf_runs(off, len, |_, _, _| ()) {
         return Err(RecvFetchError);
     }
-    for (h, n, o) in runs {
+    let mut buf = std::mem::take(&mut ctx.out.wqe_scratch);
+    buf.resize(len as usize, 0);
+    let mut ok = true;
+    qp.buf_runs(off, len, |h, n, o| {
         ok &= ctx.read(tag, h, &mut buf[o as usize..(o + n) as usize]);
-    }
+    });
+    let sges = if ok {
+        data_segs(&buf, ctx.out.payloads.sges())
+    } else {
+        Vec::new()
+    };
+    ctx.out.wqe_scratch = buf;
     if !ok {
         return Err(RecvFetchError);
     }
     qp.rq.ci = qp.rq.ci.wrapping_add(1);
-    Ok(Some(RecvWqe {
-        index,
-        sges: data_segs(&buf),
-    }))
+    Ok(Some(RecvWqe { index, sges }))
 }
 
-/// The SGEs of a receive WQE's data segments, up to the terminator.
-fn data_segs(buf: &[u8]) -> Vec<Sge> {
-    let mut sges = Vec::new();
+/// The SGEs of a receive WQE's data segments, up to the terminator, into
+/// `sges` (empty, reused).
+fn data_segs(buf: &[u8], mut sges: Vec<Sge>) -> Vec<Sge> {
     for seg in buf.chunks_exact(wf::DATA_LEN) {
         let d = DataSeg::new_unchecked(seg);
         if d.lkey() == Mkey::INVALID.raw() {
@@ -187,18 +206,16 @@ fn next_srq_wqe<D: Dma>(
     }
     let index = u32::from(srq.head) & (srq.size - 1);
     let stride = srq.stride as usize;
-    let mut buf = vec![0u8; stride];
-    let mut runs = Vec::new();
-    if !srq.buf_runs(
-        u64::from(index) * stride as u64,
-        stride as u64,
-        |h, n, o| runs.push((h, n, o)),
-    ) {
+    let (off, len) = (u64::from(index) * stride as u64, stride as u64);
+    // Nothing is read unless the SRQ's pages hold the whole WQE.
+    if !srq.buf_runs(off, len, |_, _, _| ()) {
         return Err(RecvFetchError);
     }
     let tag = DmaTag::new(qpn, DmaPurpose::RecvWqe);
+    let mut buf = std::mem::take(&mut ctx.out.wqe_scratch);
+    buf.resize(stride, 0);
     let mut ok = true;
-    for (h, n, o) in runs {
+    srq.buf_runs(off, len, |h, n, o| {
         ok &= dma_read(
             ctx.dma,
             &mut ctx.t,
@@ -206,11 +223,14 @@ fn next_srq_wqe<D: Dma>(
             h,
             &mut buf[o as usize..(o + n) as usize],
         );
-    }
+    });
     if !ok || stride < wf::SRQ_NEXT_LEN {
+        ctx.out.wqe_scratch = buf;
         return Err(RecvFetchError);
     }
     srq.head = SrqNextSeg::new_unchecked(&buf[..wf::SRQ_NEXT_LEN]).next_wqe_index();
+    let sges = data_segs(&buf[wf::SRQ_NEXT_LEN..], ctx.out.payloads.sges());
+    ctx.out.wqe_scratch = buf;
     srq.ci = srq.ci.wrapping_add(1);
     if srq.limit > 0 && srq.posted() < srq.limit {
         refresh_srq_pi(qpn, srq, ctx.dma, &mut ctx.t)?;
@@ -221,6 +241,6 @@ fn next_srq_wqe<D: Dma>(
     }
     Ok(Some(RecvWqe {
         index: index as u16,
-        sges: data_segs(&buf[wf::SRQ_NEXT_LEN..]),
+        sges,
     }))
 }

@@ -241,6 +241,7 @@ fn uc_send<D: Dma>(
     qp.resp.advance(1);
     if last {
         send_message_done(qp, ctx, repr, &ip, offset);
+        ctx.out.payloads.recycle_sges(ip.sges);
     } else {
         qp.inbound.recv = Some(RecvInProgress { offset, ..ip });
     }
@@ -393,6 +394,7 @@ fn uc_write<D: Dma>(
                     ud_src: None,
                 },
             );
+            ctx.out.payloads.recycle_sges(r.sges);
         }
     } else {
         qp.inbound.write = Some(WriteInProgress { offset: end, ..w });
@@ -439,6 +441,7 @@ fn ud_receive<D: Dma>(
     grh[GRH_LEN - n..].copy_from_slice(&ip_header[..n]);
     let placed = scatter(qp, &wqe.sges, 0, &grh, ctx)
         .and_then(|()| scatter(qp, &wqe.sges, GRH_LEN as u64, payload, ctx));
+    ctx.out.payloads.recycle_sges(wqe.sges);
     match placed {
         Ok(()) => {
             let imm = repr.ext.immdt.map(|i| i.imm);
@@ -591,6 +594,7 @@ fn inbound_send<D: Dma>(
     if last {
         qp.resp.complete_message();
         send_message_done(qp, ctx, repr, &ip, offset);
+        ctx.out.payloads.recycle_sges(ip.sges);
     } else {
         qp.inbound.recv = Some(RecvInProgress { offset, ..ip });
     }
@@ -726,6 +730,7 @@ fn inbound_write<D: Dma>(
                     ud_src: None,
                 },
             );
+            ctx.out.payloads.recycle_sges(r.sges);
         }
     } else {
         qp.inbound.write = Some(WriteInProgress { offset: end, ..w });

@@ -144,7 +144,11 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         for (i, b) in qp.sq.wqe_cache.iter().take(usize::from(n)).enumerate() {
             bytes[i * WQEBB_LEN..(i + 1) * WQEBB_LEN].copy_from_slice(b);
         }
-        let w = match parse_wqe(&bytes[..usize::from(ds) * wqe::DS_LEN], qp.p.qp_type) {
+        let w = match parse_wqe(
+            &bytes[..usize::from(ds) * wqe::DS_LEN],
+            qp.p.qp_type,
+            &mut ctx.out.payloads,
+        ) {
             Ok(w) => w,
             Err(s) => {
                 let f = bad_wqe(qp, opcode, s);

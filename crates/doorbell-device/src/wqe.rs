@@ -8,7 +8,7 @@ use doorbell_layout::wqe::{
     self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, WqeOpcode,
 };
 
-use crate::wq::{Payload, Sge};
+use crate::wq::{Payload, Sge, Spares};
 
 /// A parsed send WQE.
 pub(crate) struct Wqe {
@@ -31,8 +31,9 @@ pub(crate) struct UdDest {
     pub(crate) dgid: [u8; 16],
 }
 
-/// Parses the `ds` 16-byte segments of a send WQE for a QP of type `ty`.
-pub(crate) fn parse_wqe(b: &[u8], ty: QpType) -> Result<Wqe, Syndrome> {
+/// Parses the `ds` 16-byte segments of a send WQE for a QP of type `ty`,
+/// its payload's storage taken from `spares`.
+pub(crate) fn parse_wqe(b: &[u8], ty: QpType, spares: &mut Spares) -> Result<Wqe, Syndrome> {
     let ctrl = CtrlSeg::new_unchecked(&b[..wqe::field::CTRL_LEN]);
     let mut w = Wqe {
         index: ctrl.wqe_index(),
@@ -85,9 +86,11 @@ pub(crate) fn parse_wqe(b: &[u8], ty: QpType) -> Result<Wqe, Syndrome> {
         let n = InlineSeg::new_unchecked(&b[off..]).byte_count() as usize;
         let start = off + wqe::field::INLINE_HDR_LEN;
         let data = b.get(start..start + n).ok_or(Syndrome::LocalLengthErr)?;
-        w.payload = Payload::Inline(data.to_vec());
+        let mut v = spares.inline();
+        v.extend_from_slice(data);
+        w.payload = Payload::Inline(v);
     } else {
-        let mut sges = Vec::new();
+        let mut sges = spares.sges();
         while off + wqe::field::DATA_LEN <= b.len() {
             let d = DataSeg::new_unchecked(&b[off..off + wqe::field::DATA_LEN]);
             sges.push(Sge {

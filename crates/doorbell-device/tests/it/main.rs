@@ -7,6 +7,7 @@
 #![allow(missing_docs, unreachable_pub)]
 
 mod acks;
+mod allocations;
 mod exhaust;
 mod mkey;
 mod records;

@@ -1,0 +1,150 @@
+//! The device's hot path takes nothing from the allocator: once warm, an
+//! RDMA WRITE (by a data segment, or inline) from its doorbell through its
+//! frame, the peer's ACK and the CQE allocates nothing, with the frames it
+//! sent handed back as the live runtime hands them ([`Nic::recycle`]).
+//! The test binary counts the allocations each thread makes.
+
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use doorbell_layout::wqe::{InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode, field};
+
+use doorbell_wire::{BthOpcode, ExtHeaders};
+
+use crate::{EPSN, Rig, SQ_PSN, ctrl, peer_ack, rdma_wqe};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    // During a thread's teardown the counter may be gone: not counted.
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every call is handed to the system allocator unchanged; the
+// counter is a const-initialised thread-local, which takes no memory.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract for `alloc`, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract for `realloc`, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract for `dealloc`, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// An inline RDMA WRITE of `len` bytes of 0x5a.
+fn inline_write(rig: &Rig, index: u16, len: u32) -> [u8; WQEBB_LEN] {
+    let mut w = [0u8; WQEBB_LEN];
+    ctrl(&mut w, index, WqeOpcode::RdmaWrite, rig.qpn.get(), 3);
+    let mut r = RaddrSeg::new_unchecked(&mut w[16..32]);
+    r.set_raddr(0x7000_0000);
+    r.set_rkey(0x4242);
+    InlineSeg::new_unchecked(&mut w[32..]).set_byte_count(len);
+    let data = 32 + field::INLINE_HDR_LEN;
+    w[data..data + len as usize].fill(0x5a);
+    w
+}
+
+/// Runs `n` WRITEs one after another (doorbell, frame handed back, ACK),
+/// each built by `wqe`; returns the allocations the device made for the
+/// last `n - warm` of them.
+fn steady(n: u16, warm: u16, wqe: impl Fn(&Rig, u16) -> [u8; WQEBB_LEN]) -> u64 {
+    let mut rig = Rig::new();
+    let mut made = 0;
+    for i in 0..n {
+        let w = wqe(&rig, i);
+        rig.write_sq(i, &w);
+        let ack = peer_ack(&rig, SQ_PSN + u32::from(i), u32::from(i) + 1);
+        let before = allocations();
+        rig.ring(i, u8::from(WqeOpcode::RdmaWrite), 3);
+        let f = rig.nic.poll_transmit().expect("the WRITE's frame");
+        rig.nic.recycle(f.bytes);
+        let now = rig.now;
+        rig.nic.handle_frame(now, &ack, &mut rig.bus);
+        assert!(rig.nic.poll_transmit().is_none());
+        if i >= warm {
+            made += allocations() - before;
+        }
+        assert_eq!(rig.cqes().len(), 1, "WRITE {i} completed");
+    }
+    made
+}
+
+#[test]
+fn a_write_by_data_segment_allocates_nothing_once_warm() {
+    let made = steady(64, 8, |rig, i| rdma_wqe(rig, i, WqeOpcode::RdmaWrite, 64));
+    assert_eq!(made, 0, "allocations for 56 WRITEs");
+}
+
+#[test]
+fn an_inline_write_allocates_nothing_once_warm() {
+    let made = steady(64, 8, |rig, i| inline_write(rig, i, 8));
+    assert_eq!(made, 0, "allocations for 56 WRITEs");
+}
+
+/// Hands the rig `n` requests from the peer, one after another, each
+/// built by `request` (the PSN given) and answered with one ACK whose
+/// buffer goes back to the NIC; returns the allocations the device made
+/// for the last `n - warm`.
+fn responding(n: u32, warm: u32, mut request: impl FnMut(&mut Rig, u32) -> Vec<u8>) -> u64 {
+    let mut rig = Rig::new();
+    let mut made = 0;
+    for i in 0..n {
+        let f = request(&mut rig, EPSN + i);
+        let before = allocations();
+        let now = rig.now;
+        rig.nic.handle_frame(now, &f, &mut rig.bus);
+        let ack = rig.nic.poll_transmit().expect("the ACK");
+        rig.nic.recycle(ack.bytes);
+        if i >= warm {
+            made += allocations() - before;
+        }
+        assert!(rig.nic.poll_transmit().is_none());
+        let _ = rig.cqes();
+    }
+    made
+}
+
+#[test]
+fn a_write_from_the_peer_allocates_nothing_once_warm() {
+    let made = responding(64, 8, |rig, psn| rig.write_only(psn, 0, &[7; 64]));
+    assert_eq!(made, 0, "allocations for 56 WRITEs");
+}
+
+#[test]
+fn a_send_from_the_peer_allocates_nothing_once_warm() {
+    let made = responding(64, 8, |rig, psn| {
+        let (lkey, addr) = (rig.mr.raw(), rig.mr_buf.get());
+        rig.post_recv(lkey, addr, 256);
+        rig.request(BthOpcode::RcSendOnly, psn, ExtHeaders::default(), &[7; 64])
+    });
+    assert_eq!(made, 0, "allocations for 56 SENDs");
+}
