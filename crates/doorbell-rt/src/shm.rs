@@ -95,6 +95,9 @@ const PARK: Duration = Duration::from_millis(200);
 const CALLER_SPIN: Duration = Duration::from_micros(5);
 /// Frames taken from one ring per turn.
 const BATCH: usize = 64;
+/// How long the receiver thread tries the rings' lock before it waits for
+/// it ([`spin_lock`]): a caller holds it for [`CALLER_SPIN`] and a drain.
+const SPIN_LOCK: Duration = Duration::from_micros(100);
 /// How long a sender that found its receiver parked waits for one of the
 /// receiver's own threads to come back to its rings (a program that polls
 /// its CQ, between two polls) before it rings the bell.
@@ -259,35 +262,28 @@ impl ShmPort {
     /// Takes what the rings hold for the NIC, in the caller's thread, if
     /// the receiver thread is not doing so; tells whether it took any.
     pub(crate) fn progress(&self, core: &Core) -> bool {
-        let (got, marks_down) = self.look(core);
+        let got = self.look(core);
         if got > 0 {
             // In the inbox, in ring order; run with the rings' lock let go,
             // so that the receiver thread, or another caller, may take
             // frames meanwhile (a peer blocked on a full ring here moves).
-            // The marks of a sleeping receiver thread stay down while this
-            // thread runs what it took: the answer a peer sends meanwhile
-            // is taken below, unrung.
             core.run();
-        }
-        if marks_down {
-            put_back(&self.inbound, core, &self.stats);
         }
         got > 0
     }
 
     /// [`Self::progress`]'s part under the rings' lock: queues what the
-    /// rings hold in `core`'s inbox; returns how many frames, and whether
-    /// it left a sleeping receiver thread's marks down ([`put_back`]).
-    fn look(&self, core: &Core) -> (usize, bool) {
+    /// rings hold in `core`'s inbox; returns how many frames.
+    fn look(&self, core: &Core) -> usize {
         let Ok(mut inb) = self.inbound.try_lock() else {
-            return (0, false);
+            return 0;
         };
         if inb.rings.is_empty() {
             // No NIC of this host talks to this one: nothing to wait for.
-            return (0, false);
+            return 0;
         }
         if !inb.parked {
-            return (inb.drain(core, &self.stats), false);
+            return inb.drain(core, &self.stats);
         }
         // The receiver thread sleeps: while this thread looks, senders
         // need not ring (a wake-up that would find nothing, and take a
@@ -302,10 +298,7 @@ impl ShmPort {
             std::hint::spin_loop();
             got += inb.drain(core, &self.stats);
         }
-        if got > 0 {
-            return (got, true);
-        }
-        (inb.mark_parked(core, &self.stats), false)
+        got + inb.mark_parked(core, &self.stats)
     }
 
     /// A handle for [`Poster::around`].
@@ -353,33 +346,24 @@ impl Poster {
             _ => false,
         };
         f();
-        if held {
-            put_back(&self.inbound, core, &self.stats);
+        if !held {
+            return;
         }
-    }
-}
-
-/// Puts back the marks of a sleeping receiver thread that a caller took
-/// down (unless the thread woke meanwhile: then they are its own), and
-/// takes and runs, marks down, whatever came while they were down.
-fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats) {
-    loop {
-        {
-            let Ok(mut inb) = inbound.lock() else {
+        // The receiver thread may have woken meanwhile (its own timeout):
+        // then the marks are its own again.
+        let got = {
+            let Ok(mut inb) = self.inbound.lock() else {
                 return;
             };
-            if !inb.parked {
-                return;
+            if inb.parked {
+                inb.mark_parked(core, &self.stats)
+            } else {
+                0
             }
-            inb.set_parked(true);
-            fence(Ordering::SeqCst);
-            if !inb.any_data() {
-                return;
-            }
-            inb.set_parked(false);
-            inb.drain(core, stats);
+        };
+        if got > 0 {
+            core.run();
         }
-        core.run();
     }
 }
 
@@ -484,10 +468,11 @@ impl Inbound {
     }
 }
 
-/// The receiver thread. It never waits for the rings' lock while a caller
-/// holds it to look at the rings ([`ShmPort::progress`]): that caller
-/// takes the frames, and would pay a wake-up on its way out for a thread
-/// that then finds nothing.
+/// The receiver thread. It never sleeps on the rings' lock while a caller
+/// holds it to look at the rings ([`ShmPort::progress`]): in its turns it
+/// only tries the lock (the caller is taking the frames), and woken by a
+/// bell it tries in a loop ([`spin_lock`]), so that the caller does not
+/// pay a wake-up on its way out.
 fn rx_loop(
     inbound: &Mutex<Inbound>,
     bell: &File,
@@ -550,25 +535,15 @@ fn rx_loop(
             fds.push(inb.listener.as_raw_fd());
             fds.extend(inb.rings.iter().map(|r| r.conn.as_raw_fd()));
         }
-        let mut inb = loop {
-            os::poll_readable(&fds, PARK, &mut ready);
-            let mut b = [0u8; 8];
-            while (&*bell).read(&mut b).is_ok() {}
-            match inbound.try_lock() {
-                Ok(inb) => break inb,
-                Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock)
-                    if stop.load(Ordering::Acquire) || ready.iter().skip(1).any(|&r| r) =>
-                {
-                    break lock();
-                }
-                // Rung, but a caller is at the rings. It found this thread
-                // asleep (`parked`), so before it leaves it puts the marks
-                // back and looks once more: whatever comes later rings
-                // again.
-                Err(std::sync::TryLockError::WouldBlock) => {}
-            }
-        };
+        os::poll_readable(&fds, PARK, &mut ready);
+        let mut b = [0u8; 8];
+        while (&*bell).read(&mut b).is_ok() {}
+        // Rung while a caller may be at the rings: its last look may be
+        // behind it already (the marks back up, nothing seen), and the
+        // frame this bell is for pushed after it. Wait for the caller to
+        // leave, without making it pay for waking this thread on its way
+        // out (nobody waits on the lock).
+        let mut inb = spin_lock(inbound);
         inb.parked = false;
         inb.set_parked(false);
         if ready.get(1).copied().unwrap_or(false) {
@@ -588,6 +563,30 @@ fn rx_loop(
             core.run();
         }
         last = Instant::now();
+    }
+}
+
+/// Takes `m` by trying it in a loop, yielding now and then, and after
+/// [`SPIN_LOCK`] by waiting for it: a holder that lets go of a lock
+/// nobody waits on makes no system call.
+fn spin_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    let start = Instant::now();
+    let mut tries = 0u32;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return g,
+            Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        tries = tries.wrapping_add(1);
+        if tries % 64 == 0 {
+            if start.elapsed() >= SPIN_LOCK {
+                return m.lock().unwrap_or_else(|e| e.into_inner());
+            }
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -731,6 +730,15 @@ impl HostSink {
                     let pos = r.ring.consumer_pos();
                     if r.stuck_at.is_some_and(|s| pos <= s) {
                         return Some(false);
+                    }
+                    if seen.is_none() {
+                        // Whatever the marks say: a caller of the receiver's
+                        // that took them down may be the one running (and
+                        // perhaps blocked on a full ring of ours), while the
+                        // receiver thread, asleep, could take these frames.
+                        // (Not counted in `shm_bells`: those are the bells
+                        // for frames, this one for room.)
+                        let _ = (&r.bell).write_all(&1u64.to_ne_bytes());
                     }
                     let stalled = match seen {
                         Some((p, since)) if pos <= p => since.elapsed() >= FULL_WAIT,

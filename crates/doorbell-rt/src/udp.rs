@@ -91,7 +91,8 @@ pub struct PortCounters {
     /// Rings dropped because their positions or a length made no sense
     /// (the peer broke them).
     pub shm_rings_broken: u64,
-    /// Times a sender woke a parked receiver thread (its bell).
+    /// Times a sender woke a parked receiver thread for a frame (its bell;
+    /// a sender held back by a full ring rings too, uncounted).
     pub shm_bells: u64,
     /// Times a sender found its receiver parked, waited, and one of the
     /// receiver's own threads came to the rings first (no bell).
