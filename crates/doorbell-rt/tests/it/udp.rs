@@ -146,11 +146,12 @@ fn messages_are_segmented_at_every_path_mtu() {
         let p = udp_pair(
             [ip(2), ip(3)],
             [
-                NicOptions {
+                // Every packet is counted: no early resends (`exact`).
+                exact(NicOptions {
                     shm: false,
                     udp_gso: false,
                     ..opts
-                },
+                }),
                 udp_only(),
             ],
             caps(8),
