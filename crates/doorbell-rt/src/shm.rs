@@ -59,7 +59,7 @@ use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt as _;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering, fence};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -262,28 +262,37 @@ impl ShmPort {
     /// Takes what the rings hold for the NIC, in the caller's thread, if
     /// the receiver thread is not doing so; tells whether it took any.
     pub(crate) fn progress(&self, core: &Core) -> bool {
-        let got = self.look(core);
+        let (got, marks_down) = self.look(core);
         if got > 0 {
             // In the inbox, in ring order; run with the rings' lock let go,
             // so that the receiver thread, or another caller, may take
-            // frames meanwhile (a peer blocked on a full ring here moves).
+            // frames meanwhile (a peer held back by a full ring here rings
+            // the receiver thread whatever the marks say).
+            // The marks of a sleeping receiver thread stay down while this
+            // thread runs what it took: the answer a peer sends meanwhile
+            // (the next WRITE of a ping-pong, which its program polls
+            // memory for) is taken below, without a wake-up.
             core.run();
+        }
+        if marks_down {
+            put_back(&self.inbound, core, &self.stats);
         }
         got > 0
     }
 
     /// [`Self::progress`]'s part under the rings' lock: queues what the
-    /// rings hold in `core`'s inbox; returns how many frames.
-    fn look(&self, core: &Core) -> usize {
+    /// rings hold in `core`'s inbox; returns how many frames, and whether
+    /// it left a sleeping receiver thread's marks down ([`put_back`]).
+    fn look(&self, core: &Core) -> (usize, bool) {
         let Ok(mut inb) = self.inbound.try_lock() else {
-            return 0;
+            return (0, false);
         };
         if inb.rings.is_empty() {
             // No NIC of this host talks to this one: nothing to wait for.
-            return 0;
+            return (0, false);
         }
         if !inb.parked {
-            return inb.drain(core, &self.stats);
+            return (inb.drain(core, &self.stats), false);
         }
         // The receiver thread sleeps: while this thread looks, senders
         // need not ring (a wake-up that would find nothing, and take a
@@ -298,7 +307,10 @@ impl ShmPort {
             std::hint::spin_loop();
             got += inb.drain(core, &self.stats);
         }
-        got + inb.mark_parked(core, &self.stats)
+        if got > 0 {
+            return (got, true);
+        }
+        (inb.mark_parked(core, &self.stats), false)
     }
 
     /// A handle for [`Poster::around`].
@@ -346,24 +358,49 @@ impl Poster {
             _ => false,
         };
         f();
-        if !held {
-            return;
+        if held {
+            put_back(&self.inbound, core, &self.stats);
         }
-        // The receiver thread may have woken meanwhile (its own timeout):
-        // then the marks are its own again.
+    }
+}
+
+/// Rounds in which [`put_back`] takes and runs, marks down, what came
+/// while they were down, before it leaves them up.
+const PUT_BACK_ROUNDS: u32 = 4;
+
+/// Puts back the marks of a sleeping receiver thread that a caller took
+/// down, and takes and runs, marks down, whatever came meanwhile, for at
+/// most [`PUT_BACK_ROUNDS`] rounds: the last round leaves the marks up,
+/// so that a peer's steady stream goes to the receiver thread instead of
+/// keeping this caller from returning. Nothing to do if the thread woke
+/// meanwhile (the marks are its own), or if another thread is at the
+/// rings: the receiver thread, awake, or a caller, who puts them back
+/// itself.
+fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats) {
+    for round in 1..=PUT_BACK_ROUNDS {
         let got = {
-            let Ok(mut inb) = self.inbound.lock() else {
+            let Ok(mut inb) = inbound.try_lock() else {
                 return;
             };
-            if inb.parked {
-                inb.mark_parked(core, &self.stats)
-            } else {
+            if !inb.parked {
                 0
+            } else if round == PUT_BACK_ROUNDS {
+                inb.mark_parked(core, stats)
+            } else {
+                inb.set_parked(true);
+                fence(Ordering::SeqCst);
+                if inb.any_data() {
+                    inb.set_parked(false);
+                    inb.drain(core, stats)
+                } else {
+                    0
+                }
             }
         };
-        if got > 0 {
-            core.run();
+        if got == 0 {
+            return;
         }
+        core.run();
     }
 }
 
@@ -469,10 +506,10 @@ impl Inbound {
 }
 
 /// The receiver thread. It never sleeps on the rings' lock while a caller
-/// holds it to look at the rings ([`ShmPort::progress`]): in its turns it
-/// only tries the lock (the caller is taking the frames), and woken by a
-/// bell it tries in a loop ([`spin_lock`]), so that the caller does not
-/// pay a wake-up on its way out.
+/// holds it to look at the rings ([`ShmPort::progress`]), which would make
+/// the caller pay for waking it on its way out: in its turns it only tries
+/// the lock (the caller is taking the frames), and woken by a bell it
+/// tries in a loop ([`spin_lock`]) and then looks.
 fn rx_loop(
     inbound: &Mutex<Inbound>,
     bell: &File,
@@ -500,8 +537,8 @@ fn rx_loop(
                 inb.drain(core, stats)
             }
             // A caller is taking what the rings hold.
-            Err(std::sync::TryLockError::WouldBlock) => 0,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().drain(core, stats),
+            Err(TryLockError::WouldBlock) => 0,
+            Err(TryLockError::Poisoned(e)) => e.into_inner().drain(core, stats),
         };
         if got > 0 {
             core.run();
@@ -575,8 +612,8 @@ fn spin_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     loop {
         match m.try_lock() {
             Ok(g) => return g,
-            Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {}
+            Err(TryLockError::Poisoned(e)) => return e.into_inner(),
+            Err(TryLockError::WouldBlock) => {}
         }
         tries = tries.wrapping_add(1);
         if tries % 64 == 0 {
