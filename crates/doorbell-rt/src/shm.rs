@@ -367,6 +367,9 @@ impl Poster {
 /// Rounds in which [`put_back`] takes and runs, marks down, what came
 /// while they were down, before it leaves them up.
 const PUT_BACK_ROUNDS: u32 = 4;
+/// Times [`Inbound::mark_parked`] finds frames after putting the marks up
+/// before it leaves the rest to the receiver thread.
+const MARK_ROUNDS: u32 = 8;
 
 /// Puts back the marks of a sleeping receiver thread that a caller took
 /// down, and takes and runs, marks down, whatever came meanwhile, for at
@@ -383,24 +386,30 @@ fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats) {
                 return;
             };
             if !inb.parked {
-                0
-            } else if round == PUT_BACK_ROUNDS {
-                inb.mark_parked(core, stats)
-            } else {
-                inb.set_parked(true);
-                fence(Ordering::SeqCst);
-                if inb.any_data() {
-                    inb.set_parked(false);
-                    inb.drain(core, stats)
-                } else {
-                    0
-                }
+                return;
             }
+            if round == PUT_BACK_ROUNDS {
+                let got = inb.mark_parked(core, stats);
+                drop(inb);
+                if got > 0 {
+                    core.run();
+                }
+                return;
+            }
+            inb.set_parked(true);
+            fence(Ordering::SeqCst);
+            if !inb.any_data() {
+                // Up, and nothing came: the only way out but the last round.
+                return;
+            }
+            inb.set_parked(false);
+            inb.drain(core, stats)
         };
-        if got == 0 {
-            return;
+        // Nothing taken (what there was, the drain dropped): the marks are
+        // still down, and the next round puts them up and looks again.
+        if got > 0 {
+            core.run();
         }
-        core.run();
     }
 }
 
@@ -481,9 +490,11 @@ impl Inbound {
     /// Puts back the marks of a parked receiver thread that a caller
     /// cleared while it looked, then takes whatever came meanwhile (a
     /// sender that found no mark rang no bell); returns how many frames.
+    /// After [`MARK_ROUNDS`] looks that found frames, it rings the
+    /// receiver thread for the rest instead.
     fn mark_parked(&mut self, core: &Core, stats: &Stats) -> usize {
         let mut got = 0;
-        loop {
+        for _ in 0..MARK_ROUNDS {
             self.set_parked(true);
             fence(Ordering::SeqCst);
             if !self.any_data() {
@@ -492,6 +503,11 @@ impl Inbound {
             self.set_parked(false);
             got += self.drain(core, stats);
         }
+        // Frames keep coming: the marks go up, and the receiver thread is
+        // rung to take the rest, so that this caller gets back to its CQ.
+        self.set_parked(true);
+        let _ = (&self.bell).write_all(&1u64.to_ne_bytes());
+        got
     }
 
     fn set_parked(&self, parked: bool) {
