@@ -71,8 +71,9 @@ pub(crate) struct Outputs {
     /// back).
     pub(crate) scratch: Vec<u8>,
     /// Buffers of frames handed back ([`crate::Nic::recycle`]), for the
-    /// frames [`crate::emit::emit`] builds.
-    pub(crate) spare: Vec<Vec<u8>>,
+    /// frames [`crate::emit::emit`] builds: 256 at most, none larger than
+    /// a frame of MTU 4096 with its headers.
+    pub(crate) spare: crate::pool::Pool<u8, 256, { 6 * 1024 }>,
     /// The payload storage of retired messages, for the WQEs parsed next.
     pub(crate) payloads: crate::wq::Spares,
     /// The buffer send WQEs are fetched into, reused.

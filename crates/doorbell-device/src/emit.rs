@@ -27,7 +27,7 @@ pub(crate) fn emit<D: Dma>(
         bth,
         ext,
     };
-    let mut bytes = ctx.out.spare.pop().unwrap_or_default();
+    let mut bytes = ctx.out.spare.take();
     if repr.emit_to_vec(payload, &mut bytes).is_ok() {
         ctx.charge(ctx.cfg.timing.tx_packet);
         ctx.out.counters.tx_packets += 1;

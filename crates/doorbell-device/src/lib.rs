@@ -68,6 +68,7 @@ mod eq;
 mod fault;
 mod fetch;
 mod mkey;
+mod pool;
 mod qp;
 mod recv;
 mod response;
@@ -93,11 +94,6 @@ use doorbell_hif::{
 };
 
 pub use config::{ADAPTIVE_RETRANSMIT_FLOOR, Frame, NicConfig, NicCounters, NicTiming};
-
-/// Most frame buffers a NIC keeps for reuse ([`Nic::recycle`]).
-const SPARE_KEEP: usize = 256;
-/// The largest buffer kept: a frame of MTU 4096 with its headers fits.
-const SPARE_LARGEST: usize = 6 * 1024;
 
 use cq::Cq;
 use ctx::{Ctx, Outputs};
@@ -1111,22 +1107,15 @@ impl Nic {
     /// its frames handed back, a NIC allocates nothing per frame. Buffers
     /// are kept up to a bound; the bytes never matter (each frame is
     /// written whole).
-    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+    pub fn recycle(&mut self, buf: Vec<u8>) {
         // (Reuse changes where bytes live, never what a frame says.)
-        if buf.capacity() == 0
-            || buf.capacity() > SPARE_LARGEST
-            || self.out.spare.len() >= SPARE_KEEP
-        {
-            return;
-        }
-        buf.clear();
-        self.out.spare.push(buf);
+        self.out.spare.give(buf);
     }
 
     /// How many more buffers [`Nic::recycle`] would keep now.
     #[must_use]
     pub fn spare_room(&self) -> usize {
-        SPARE_KEEP.saturating_sub(self.out.spare.len())
+        self.out.spare.room()
     }
 
     /// The next event that no EQ took (none does until host software

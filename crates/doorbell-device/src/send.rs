@@ -334,6 +334,8 @@ fn execute_uc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
     if signaled {
         send_done(qp, w.index, w.opcode, 0, ctx);
     }
+    // UC keeps nothing to send again: the payload's storage is done with.
+    ctx.out.payloads.recycle(w.payload);
     Ok(())
 }
 
@@ -381,5 +383,6 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
     if signaled {
         send_done(qp, w.index, w.opcode, 0, ctx);
     }
+    ctx.out.payloads.recycle(w.payload);
     Ok(())
 }

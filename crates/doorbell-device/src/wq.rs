@@ -9,6 +9,8 @@ use doorbell_layout::wqe::{WQEBB_LEN, WqeOpcode};
 use doorbell_roce::{ImpliedNak, PsnRange};
 use doorbell_types::{Instant, Psn};
 
+use crate::pool::Pool;
+
 /// A local scatter/gather entry from a data segment.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sge {
@@ -27,51 +29,35 @@ pub(crate) enum Payload {
 
 /// Inline payloads and SGE lists of retired messages, kept for the next
 /// WQEs parsed ([`crate::wqe::parse_wqe`]), so that executing a WQE takes
-/// nothing from the allocator. Bounded, as the frame spares are.
+/// nothing from the allocator: 256 of each at most, inline buffers of up
+/// to 1 KiB (mlx5's largest WQE).
 #[derive(Default)]
 pub(crate) struct Spares {
-    inline: Vec<Vec<u8>>,
-    sges: Vec<Vec<Sge>>,
+    inline: Pool<u8, 256, 1024>,
+    sges: Pool<Sge, 256, 64>,
 }
-
-/// Spares kept of each kind.
-const SPARES_KEPT: usize = 256;
-/// The largest inline payload whose buffer is kept (mlx5's WQE is at most
-/// 1 KiB).
-const INLINE_KEPT: usize = 1024;
 
 impl Spares {
     /// An empty buffer for an inline payload.
     pub(crate) fn inline(&mut self) -> Vec<u8> {
-        self.inline.pop().unwrap_or_default()
+        self.inline.take()
     }
 
     /// An empty list for SGEs.
     pub(crate) fn sges(&mut self) -> Vec<Sge> {
-        self.sges.pop().unwrap_or_default()
+        self.sges.take()
     }
 
     /// Keeps the SGE list of a receive WQE that is done with.
     pub(crate) fn recycle_sges(&mut self, v: Vec<Sge>) {
-        self.recycle(Payload::Sges(v));
+        self.sges.give(v);
     }
 
-    /// Keeps `p`'s storage for a later WQE, up to the bounds.
+    /// Keeps `p`'s storage for a later WQE.
     pub(crate) fn recycle(&mut self, p: Payload) {
         match p {
-            Payload::Inline(mut v)
-                if v.capacity() > 0
-                    && v.capacity() <= INLINE_KEPT
-                    && self.inline.len() < SPARES_KEPT =>
-            {
-                v.clear();
-                self.inline.push(v);
-            }
-            Payload::Sges(mut v) if v.capacity() > 0 && self.sges.len() < SPARES_KEPT => {
-                v.clear();
-                self.sges.push(v);
-            }
-            _ => {}
+            Payload::Inline(v) => self.inline.give(v),
+            Payload::Sges(v) => self.sges.give(v),
         }
     }
 }
