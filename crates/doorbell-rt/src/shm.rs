@@ -325,7 +325,7 @@ impl ShmPort {
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.rx.take() {
-            let _ = (&self.bell).write_all(&1u64.to_ne_bytes());
+            ring(&self.bell);
             let _ = t.join();
         }
     }
@@ -396,14 +396,11 @@ fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats) {
                 }
                 return;
             }
-            inb.set_parked(true);
-            fence(Ordering::SeqCst);
-            if !inb.any_data() {
-                // Up, and nothing came: the only way out but the last round.
+            // Up, and nothing came: the only way out but the last round.
+            let Some(got) = inb.up_or_take(core, stats) else {
                 return;
-            }
-            inb.set_parked(false);
-            inb.drain(core, stats)
+            };
+            got
         };
         // Nothing taken (what there was, the drain dropped): the marks are
         // still down, and the next round puts them up and looks again.
@@ -495,19 +492,29 @@ impl Inbound {
     fn mark_parked(&mut self, core: &Core, stats: &Stats) -> usize {
         let mut got = 0;
         for _ in 0..MARK_ROUNDS {
-            self.set_parked(true);
-            fence(Ordering::SeqCst);
-            if !self.any_data() {
-                return got;
+            match self.up_or_take(core, stats) {
+                None => return got,
+                Some(n) => got += n,
             }
-            self.set_parked(false);
-            got += self.drain(core, stats);
         }
         // Frames keep coming: the marks go up, and the receiver thread is
         // rung to take the rest, so that this caller gets back to its CQ.
         self.set_parked(true);
-        let _ = (&self.bell).write_all(&1u64.to_ne_bytes());
+        ring(&self.bell);
         got
+    }
+
+    /// Puts the marks up and looks once more: `None` if nothing came
+    /// (the marks stay up); otherwise takes it, marks down, and says how
+    /// many frames (0 if the drain dropped what it found).
+    fn up_or_take(&mut self, core: &Core, stats: &Stats) -> Option<usize> {
+        self.set_parked(true);
+        fence(Ordering::SeqCst);
+        if !self.any_data() {
+            return None;
+        }
+        self.set_parked(false);
+        Some(self.drain(core, stats))
     }
 
     fn set_parked(&self, parked: bool) {
@@ -770,7 +777,7 @@ impl HostSink {
         // The furthest the receiver's position was seen, and when; and when
         // this frame started to wait.
         let mut seen: Option<(u64, Instant)> = None;
-        let start = Instant::now();
+        let mut start: Option<Instant> = None;
         loop {
             match r.ring.push(frame) {
                 Ok(()) => {
@@ -791,7 +798,7 @@ impl HostSink {
                         // receiver thread, asleep, could take these frames.
                         // (Not counted in `shm_bells`: those are the bells
                         // for frames, this one for room.)
-                        let _ = (&r.bell).write_all(&1u64.to_ne_bytes());
+                        ring(&r.bell);
                     }
                     let stalled = match seen {
                         Some((p, since)) if pos <= p => since.elapsed() >= FULL_WAIT,
@@ -801,7 +808,8 @@ impl HostSink {
                             false
                         }
                     };
-                    if stalled || start.elapsed() >= FULL_WAIT_MAX {
+                    let started = *start.get_or_insert_with(Instant::now);
+                    if stalled || started.elapsed() >= FULL_WAIT_MAX {
                         r.stuck_at = Some(seen.map_or(pos, |(p, _)| p.max(pos)));
                         self.stats.tx_stalls.fetch_add(1, Ordering::Relaxed);
                         return Some(false);
@@ -854,11 +862,18 @@ fn admit(s: UnixStream, bell: &File) -> Option<InRing> {
     })
 }
 
+/// Rings an eventfd bell (a write of 1; a full counter cannot happen with
+/// readers that empty it, and a failed ring is one the receiver's own
+/// timeout covers).
+fn ring(bell: &File) {
+    let _ = (&*bell).write_all(&1u64.to_ne_bytes());
+}
+
 /// Rings `r`'s bell if its receiver parked.
 fn wake(r: &OutRing) {
     fence(Ordering::SeqCst);
     if r.ring.consumer_parked() {
-        let _ = (&r.bell).write_all(&1u64.to_ne_bytes());
+        ring(&r.bell);
     }
 }
 
@@ -891,7 +906,7 @@ fn wake_after_a_wait(r: &mut OutRing, stats: &Stats) {
         }
     }
     stats.bells.fetch_add(1, Ordering::Relaxed);
-    let _ = (&r.bell).write_all(&1u64.to_ne_bytes());
+    ring(&r.bell);
 }
 
 /// The handshake's sending side: a ring for `dst`, if a NIC of this host
