@@ -668,9 +668,6 @@ mod tests {
         Instant::ZERO.add(US(us))
     }
 
-    /// A requester with a 1 ms ACK timeout and adaptive retransmission,
-    /// whose first packet, PSN 0, was sent at 0 and acknowledged at
-    /// `rtt_us`.
     /// Sends PSN `psn` alone, for the first time, at `at` µs.
     fn send_one(r: &mut Requester, psn: u32, at: u64) {
         r.alloc(1);
@@ -684,6 +681,9 @@ mod tests {
         r.made_progress(at_us(at), outstanding);
     }
 
+    /// A requester with a 1 ms ACK timeout and adaptive retransmission,
+    /// whose first packet, PSN 0, was sent at 0 and acknowledged at
+    /// `rtt_us`.
     fn measured(rtt_us: u64) -> Requester {
         let mut r = Requester::new();
         r.configure(RequesterConfig {
