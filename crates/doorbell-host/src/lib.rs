@@ -26,8 +26,9 @@
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
 
 use doorbell_types::{Cqn, HostAddr, Qpn, UarIndex};
 
@@ -169,16 +170,39 @@ pub enum RecordDoorbell {
     Arm(Cqn),
 }
 
+/// One allocation. Aligned to a cache-line pair so that two regions' locks
+/// never share a line: the device writing one region must not contend with
+/// a host thread polling another.
+#[repr(align(128))]
 struct Region {
     /// Fixed at allocation, so it is read without the lock.
     len: u64,
-    pins: AtomicU32,
-    bytes: Mutex<Box<[u8]>>,
+    inner: Mutex<RegionInner>,
+}
+
+struct RegionInner {
+    bytes: Box<[u8]>,
+    pins: u32,
+    /// Cleared when the region is freed: an access that found it in a map
+    /// published before the free then fails as unmapped.
+    live: bool,
+}
+
+impl Region {
+    fn lock(&self) -> MutexGuard<'_, RegionInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Host memory made of page-aligned regions, shareable between threads.
+///
+/// Accesses find their region in a map that is read without a lock (each
+/// access loads the current one) and copied on change: allocation and free
+/// are rare, and a read lock taken by every access would be a cache line
+/// that the device and every polling host thread write in turn.
 pub struct HostRam {
-    regions: RwLock<BTreeMap<u64, Region>>,
+    regions: ArcSwap<BTreeMap<u64, Arc<Region>>>,
+    /// The next free address; its lock also serialises changes to the map.
     next: Mutex<u64>,
 }
 
@@ -198,56 +222,64 @@ impl HostRam {
     /// An empty address space.
     pub fn new() -> Self {
         Self {
-            regions: RwLock::new(BTreeMap::new()),
+            regions: ArcSwap::from_pointee(BTreeMap::new()),
             next: Mutex::new(BASE),
         }
+    }
+
+    fn changes(&self) -> MutexGuard<'_, u64> {
+        self.next.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Places `bytes` as a region at a fresh page-aligned address.
     fn insert(&self, bytes: Box<[u8]>) -> HostAddr {
         let len = bytes.len() as u64;
         let pages = len.div_ceil(PAGE_SIZE);
-        let base = {
-            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
-            let base = *next;
-            // Leave one unmapped guard page after every region.
-            *next += (pages + 1) * PAGE_SIZE;
-            base
-        };
-        let region = Region {
+        let mut next = self.changes();
+        let base = *next;
+        // Leave one unmapped guard page after every region.
+        *next += (pages + 1) * PAGE_SIZE;
+        let region = Arc::new(Region {
             len,
-            pins: AtomicU32::new(0),
-            bytes: Mutex::new(bytes),
-        };
-        self.regions
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(base, region);
+            inner: Mutex::new(RegionInner {
+                bytes,
+                pins: 0,
+                live: true,
+            }),
+        });
+        let mut map = BTreeMap::clone(&self.regions.load());
+        map.insert(base, region);
+        self.regions.store(Arc::new(map));
         HostAddr::new(base)
     }
 
     /// Removes the region that starts at `addr` unless it is pinned.
     fn remove(&self, addr: HostAddr) -> Result<Box<[u8]>, MemError> {
-        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let _changes = self.changes();
+        let mut map = BTreeMap::clone(&self.regions.load());
         let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
-        // Pins change under the map's read lock; this write lock excludes them.
-        let pins = region.pins.load(Ordering::Relaxed);
-        if pins > 0 {
-            return Err(MemError::Pinned(addr, pins));
-        }
-        let region = map
-            .remove(&addr.get())
-            .ok_or(MemError::NotAllocated(addr))?;
-        Ok(region.bytes.into_inner().unwrap_or_else(|e| e.into_inner()))
+        let bytes = {
+            // Pins change under the region's lock; holding it here excludes
+            // a pin racing with the free.
+            let mut inner = region.lock();
+            if inner.pins > 0 {
+                return Err(MemError::Pinned(addr, inner.pins));
+            }
+            inner.live = false;
+            std::mem::take(&mut inner.bytes)
+        };
+        map.remove(&addr.get());
+        self.regions.store(Arc::new(map));
+        Ok(bytes)
     }
 
     /// Number of live regions.
     pub fn region_count(&self) -> usize {
-        self.regions.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.regions.load().len()
     }
 
     /// Calls `f` with the offset of `addr` in, and the region that holds
-    /// all of `[addr, addr + len)`, under the map's read lock.
+    /// all of `[addr, addr + len)`, as the current map has it.
     fn with_found<R>(
         &self,
         addr: HostAddr,
@@ -255,7 +287,7 @@ impl HostRam {
         f: impl FnOnce(usize, &Region) -> R,
     ) -> Result<R, MemError> {
         let err = || MemError::Unmapped { addr, len };
-        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.regions.load();
         let (&base, region) = map.range(..=addr.get()).next_back().ok_or_else(err)?;
         let off = addr.get() - base;
         let end = off.checked_add(len as u64).ok_or_else(err)?;
@@ -265,16 +297,28 @@ impl HostRam {
         Ok(f(off as usize, region))
     }
 
+    /// Calls `f` with the region's state under its lock, unless the region
+    /// was freed since the map was loaded.
+    fn with_live<R>(
+        &self,
+        addr: HostAddr,
+        len: usize,
+        f: impl FnOnce(usize, &mut RegionInner) -> R,
+    ) -> Result<R, MemError> {
+        self.with_found(addr, len, |off, region| {
+            let mut inner = region.lock();
+            inner.live.then(|| f(off, &mut inner))
+        })?
+        .ok_or(MemError::Unmapped { addr, len })
+    }
+
     fn with_region<R>(
         &self,
         addr: HostAddr,
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, MemError> {
-        self.with_found(addr, len, |off, region| {
-            let mut bytes = region.bytes.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut bytes[off..off + len])
-        })
+        self.with_live(addr, len, |off, inner| f(&mut inner.bytes[off..off + len]))
     }
 }
 
@@ -309,10 +353,12 @@ impl HostMemory for HostRam {
     /// bus address of each 4 KiB page it covers (the PAS list the driver hands
     /// to the device).
     fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
-        self.with_found(addr, len as usize, |_, region| {
-            region.pins.fetch_add(1, Ordering::Relaxed);
+        let len_usize = usize::try_from(len).map_err(|_| MemError::Unmapped {
+            addr,
+            len: usize::MAX,
         })?;
-        // with_found checked that the range ends inside a region.
+        self.with_live(addr, len_usize, |_, inner| inner.pins += 1)?;
+        // with_live checked that the range ends inside a region.
         page_list(addr, len).ok_or(MemError::Unmapped {
             addr,
             len: len as usize,
@@ -323,13 +369,11 @@ impl HostMemory for HostRam {
     /// the range.
     fn unpin(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
         let len = usize::try_from(len.max(1)).map_err(|_| MemError::NotPinned { addr, len })?;
-        self.with_found(addr, len, |_, region| {
-            region
-                .pins
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(1))
-                .map(|_| ())
+        self.with_live(addr, len, |_, inner| {
+            inner.pins = inner.pins.checked_sub(1)?;
+            Some(())
         })?
-        .map_err(|_| MemError::NotPinned {
+        .ok_or(MemError::NotPinned {
             addr,
             len: len as u64,
         })
@@ -412,6 +456,60 @@ mod tests {
         assert!(ram.read(a, &mut [0u8; 1]).is_err());
         let (e, back) = ram.adopt(Vec::new()).unwrap_err();
         assert_eq!((e, back), (MemError::BadSize(0), Vec::new()));
+    }
+
+    #[test]
+    fn allocations_from_two_threads_all_stay_mapped() {
+        // The map is copied on change: two threads that allocated at once
+        // must not each publish a copy without the other's region.
+        let ram = HostRam::new();
+        let keep = ram.alloc(64).unwrap();
+        ram.write(keep, &[3; 64]).unwrap();
+        let made: Vec<Vec<HostAddr>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..2u8)
+                .map(|t| {
+                    let ram = &ram;
+                    s.spawn(move || {
+                        (0..300)
+                            .map(|_| {
+                                let a = ram.alloc(64).unwrap();
+                                ram.write(a, &[t; 64]).unwrap();
+                                let mut b = [0u8; 64];
+                                ram.read(keep, &mut b).unwrap();
+                                assert_eq!(b, [3; 64]);
+                                a
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(ram.region_count(), 601);
+        for (t, addrs) in made.iter().enumerate() {
+            for &a in addrs {
+                let mut b = [0u8; 64];
+                ram.read(a, &mut b).unwrap();
+                assert_eq!(b, [t as u8; 64]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_region_freed_while_a_map_holds_it_is_unmapped_through_that_map() {
+        // An access that loaded the map before a free finds the region
+        // dead, not its bytes; a pin cannot slip in either.
+        let ram = HostRam::new();
+        let a = ram.alloc(4096).unwrap();
+        let old = ram.regions.load_full();
+        ram.free(a).unwrap();
+        let region = old.get(&a.get()).unwrap();
+        let inner = region.lock();
+        assert!(!inner.live);
+        assert!(inner.bytes.is_empty());
+        drop(inner);
+        assert!(matches!(ram.pin(a, 1), Err(MemError::Unmapped { .. })));
+        assert!(ram.read(a, &mut [0u8; 1]).is_err());
     }
 
     #[test]
