@@ -15,8 +15,9 @@
 //!
 //! The NIC's own thread (the worker) runs what no caller drives: transport
 //! timers, and the rest of the inbox when a caller has handled
-//! [`BUDGET`] messages in one turn. It parks until the next timer is due;
-//! a turn that arms an earlier timer unparks it. An idle NIC's worker
+//! [`BUDGET`] messages in one turn. It parks until the next timer is due,
+//! or, with no timer while the NIC is in use, for [`BUSY_TICK`]; a turn
+//! that arms a timer due before then unparks it. An idle NIC's worker
 //! sleeps until its next timer, or indefinitely.
 //!
 //! # Guarantees
@@ -48,6 +49,15 @@ use crate::inbox::{BusSnapshot, Msg};
 /// Messages a caller handles in one turn before it leaves the rest to the
 /// worker: a thread that posts is not kept long doing others' work.
 pub(crate) const BUDGET: usize = 256;
+
+/// How long a worker with no timer sleeps while its NIC is in use. A turn
+/// wakes a sleeping worker only for a timer due before the worker wakes
+/// anyway; had the worker slept indefinitely, every message that armed the
+/// ACK timer after the last ACK stopped it would wake it, and the woken
+/// worker then contends for the lock with the caller that is doing the
+/// work. A timer further out than this wakes no one. An idle NIC's worker
+/// takes one more look after this and then sleeps until woken.
+const BUSY_TICK: Duration = Duration::from_millis(10);
 
 /// Spare buffers lent to the NIC after each flush, at most.
 const LEND: usize = 64;
@@ -85,6 +95,8 @@ pub(crate) struct Engine {
     /// crossing, which the timeline takes after each input).
     pub(crate) timeline: Option<Timeline>,
     out: Vec<Frame>,
+    /// Whether a turn handled a message since the worker last looked.
+    busy: bool,
 }
 
 /// A live NIC's timeline and what it needs.
@@ -154,6 +166,7 @@ impl Engine {
             capture: None,
             timeline: None,
             out: Vec::new(),
+            busy: false,
         }
     }
 
@@ -303,6 +316,8 @@ pub(crate) struct Core {
     /// Device time (ps) until which the worker sleeps unless unparked;
     /// written under the engine's lock.
     sleeping_until: AtomicU64,
+    /// Times the worker came back from a park.
+    wakes: AtomicU64,
     stop: AtomicBool,
     /// [`crate::forks::generation`] when the NIC was made: in a child
     /// after `fork()` none of its threads exist, and nothing is handled.
@@ -319,6 +334,7 @@ impl Core {
             start,
             worker: OnceLock::new(),
             sleeping_until: AtomicU64::new(u64::MAX),
+            wakes: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             forks: crate::forks::generation(),
         }
@@ -328,6 +344,11 @@ impl Core {
     pub(crate) fn now(&self) -> Instant {
         let ps = self.start.elapsed().as_nanos().saturating_mul(1000);
         Instant::from_ps(u64::try_from(ps).unwrap_or(u64::MAX))
+    }
+
+    /// Times the worker came back from a park, woken or at its timeout.
+    pub(crate) fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Relaxed)
     }
 
     /// Queues `msg` and handles the inbox if no other thread is.
@@ -405,7 +426,10 @@ impl Core {
         let now = self.now();
         for _ in 0..budget {
             match self.rx.try_recv() {
-                Ok(m) => g.handle(now, m),
+                Ok(m) => {
+                    g.busy = true;
+                    g.handle(now, m);
+                }
                 Err(_) => {
                     emptied = true;
                     break;
@@ -459,7 +483,14 @@ impl Core {
                     Err(_) => return self.die(),
                 };
                 while !self.turn(&mut g, BUDGET) {}
-                let until = g.nic.poll_timeout().map_or(u64::MAX, Instant::as_ps);
+                let until = match g.nic.poll_timeout() {
+                    Some(t) => t.as_ps(),
+                    None if std::mem::take(&mut g.busy) => self
+                        .now()
+                        .as_ps()
+                        .saturating_add(BUSY_TICK.as_nanos() as u64 * 1000),
+                    None => u64::MAX,
+                };
                 // Under the lock, so a later turn compares against it.
                 self.sleeping_until.store(until, Ordering::Relaxed);
                 until
@@ -472,11 +503,13 @@ impl Core {
                 u64::MAX => std::thread::park(),
                 t => {
                     let wait = t.saturating_sub(self.now().as_ps()) / 1000;
-                    if wait > 0 {
-                        std::thread::park_timeout(Duration::from_nanos(wait));
+                    if wait == 0 {
+                        continue;
                     }
+                    std::thread::park_timeout(Duration::from_nanos(wait));
                 }
             }
+            self.wakes.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

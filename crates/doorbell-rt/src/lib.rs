@@ -586,6 +586,12 @@ impl LiveNic {
         rx.recv().unwrap_or_default()
     }
 
+    /// Times the NIC's own thread woke from its sleep, woken by a caller or
+    /// at a timer: the cost, in context switches, of what no caller drove.
+    pub fn worker_wakes(&self) -> u64 {
+        self.core.wakes()
+    }
+
     /// Everything the NIC counted, for a report: bus counters in total and
     /// per QP, the device's counters and the port's. All zero in a forked
     /// copy, or if the device thread has stopped.

@@ -24,4 +24,5 @@ mod trace;
 mod uc;
 mod udp;
 mod virtual_time;
+mod worker;
 mod wrap;
