@@ -134,7 +134,7 @@ impl LinkConfig {
             if at >= end {
                 return None;
             }
-            let limit = at + mps;
+            let limit = at.saturating_add(mps);
             let n = if limit >= end {
                 end - at
             } else {
@@ -147,12 +147,82 @@ impl LinkConfig {
         })
     }
 
-    /// `(MRd, CplD)` TLP counts of a read of `len` bytes at `addr`.
+    /// `(MRd, CplD)` TLP counts of a read of `len` bytes at `addr`: as
+    /// many as [`Self::read_requests`] and [`Self::completions`] yield,
+    /// counted without walking them all (the bus counts every DMA). Every
+    /// whole 4 KiB page of the range splits as every other: one is walked
+    /// and counted for all.
     pub fn read_tlp_counts(&self, addr: u64, len: u64) -> (u64, u64) {
-        self.read_requests(addr, len)
-            .fold((0, 0), |(mrd, cpld), (a, n)| {
-                (mrd + 1, cpld + self.completions(a, n).count() as u64)
-            })
+        let walk = |a, n| {
+            self.read_requests(a, n)
+                .fold((0, 0), |(mrd, cpld), (x, m)| {
+                    (mrd + 1, cpld + self.completion_count(x, m))
+                })
+        };
+        let end = addr.saturating_add(len);
+        let past_first = (addr - addr % TLP_BOUNDARY).checked_add(TLP_BOUNDARY);
+        let Some(first) = past_first.filter(|&b| b < end) else {
+            return walk(addr, end - addr);
+        };
+        let last = end - end % TLP_BOUNDARY;
+        let whole = (last - first) / TLP_BOUNDARY;
+        let (head, tail) = (walk(addr, first - addr), walk(last, end - last));
+        let page = if whole > 0 {
+            walk(first, TLP_BOUNDARY)
+        } else {
+            (0, 0)
+        };
+        (
+            head.0 + tail.0 + whole * page.0,
+            head.1 + tail.1 + whole * page.1,
+        )
+    }
+
+    /// MWr TLP count of a write of `len` bytes at `addr`: as many as
+    /// [`Self::write_tlps`] yields.
+    pub fn write_tlp_count(&self, addr: u64, len: u64) -> u64 {
+        Self::split_count(addr, len, u64::from(self.mps_bytes))
+    }
+
+    /// How many pieces [`Self::split`] makes: those of the head up to the
+    /// first 4 KiB boundary, of each whole 4 KiB between, and of the tail.
+    fn split_count(addr: u64, len: u64, max: u64) -> u64 {
+        let max = max.max(1);
+        let end = addr.saturating_add(len);
+        if end <= addr {
+            return 0;
+        }
+        let past_first = (addr - addr % TLP_BOUNDARY).checked_add(TLP_BOUNDARY);
+        let Some(first) = past_first.filter(|&b| b < end) else {
+            return (end - addr).div_ceil(max);
+        };
+        let last = end - end % TLP_BOUNDARY;
+        let whole = (last - first) / TLP_BOUNDARY;
+        (first - addr).div_ceil(max)
+            + whole * TLP_BOUNDARY.div_ceil(max)
+            + (end - last).div_ceil(max)
+    }
+
+    /// How many CplD TLPs [`Self::completions`] makes for one request.
+    /// Past the first, which ends on an RCB boundary, each carries MPS
+    /// bytes until the last: MPS is a multiple of RCB in every legal
+    /// configuration. Any other configuration is walked.
+    fn completion_count(&self, addr: u64, len: u64) -> u64 {
+        let mps = u64::from(self.mps_bytes);
+        let rcb = u64::from(self.rcb_bytes);
+        if rcb == 0 || mps < rcb || mps % rcb != 0 {
+            return self.completions(addr, len).count() as u64;
+        }
+        let end = addr.saturating_add(len);
+        if end <= addr {
+            return 0;
+        }
+        let limit = addr.saturating_add(mps);
+        if limit >= end {
+            return 1;
+        }
+        let first_end = limit - limit % rcb;
+        1 + (end - first_end).div_ceil(mps)
     }
 }
 
@@ -558,7 +628,7 @@ impl Bus {
 
     /// Counts a DMA write of `len` bytes at `addr` without performing it.
     pub fn count_write(&mut self, at: Instant, tag: DmaTag, addr: HostAddr, len: u64) {
-        let mwr = self.cfg.write_tlps(addr.get(), len).count() as u64;
+        let mwr = self.cfg.write_tlp_count(addr.get(), len);
         self.apply(tag.qpn, |c| c.add_write(tag.purpose, len, mwr));
         if let Some(log) = &mut self.log {
             log.push(Crossing::DmaWrite {
@@ -792,6 +862,14 @@ mod tests {
                 at += n;
             }
             proptest::prop_assert_eq!(at, addr + len);
+        }
+
+        #[test]
+        fn counts_are_what_the_splits_yield(addr in proptest::prop_oneof![0u64..1 << 20, u64::MAX - 70_000..=u64::MAX], len in 0u64..70_000, mps in 7u32..=12, mrrs in 7u32..=12, rcb in 6u32..=7) {
+            let c = LinkConfig { mps_bytes: 1 << mps, mrrs_bytes: 1 << mrrs, rcb_bytes: 1 << rcb };
+            proptest::prop_assert_eq!(c.write_tlp_count(addr, len), c.write_tlps(addr, len).count() as u64);
+            let walked = c.read_requests(addr, len).fold((0, 0), |(r, k), (a, n)| (r + 1, k + c.completions(a, n).count() as u64));
+            proptest::prop_assert_eq!(c.read_tlp_counts(addr, len), walked);
         }
     }
 }
