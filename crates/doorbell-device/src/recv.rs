@@ -65,9 +65,13 @@ fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSynd
 fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
     let out = &mut *ctx.out;
     let next = out.tx_taken + out.tx.len() as u64;
-    if out.last_ack == Some((qp.qpn, next.wrapping_sub(1))) && out.tx.pop_back().is_some() {
+    if out.last_ack == Some((qp.qpn, next.wrapping_sub(1)))
+        && let Some(replaced) = out.tx.pop_back()
+    {
         out.counters.tx_packets -= 1;
         out.counters.acks_coalesced += 1;
+        // Its buffer carries the new ACK.
+        out.spare.give(replaced.bytes);
     }
     out.last_ack = None;
     let queued = out.tx.len();

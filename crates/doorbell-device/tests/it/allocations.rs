@@ -148,3 +148,34 @@ fn a_send_from_the_peer_allocates_nothing_once_warm() {
     });
     assert_eq!(made, 0, "allocations for 56 SENDs");
 }
+
+/// A burst of WRITEs from the peer handled before any frame leaves: each
+/// ACK replaces the one before it in the queue, and the buffer of the one
+/// replaced carries the next, so a burst allocates no more than one ACK.
+#[test]
+fn acks_coalesced_in_a_burst_allocate_nothing_once_warm() {
+    const BURSTS: u32 = 16;
+    const PER_BURST: u32 = 8;
+    let mut rig = Rig::new();
+    let mut made = 0;
+    let mut psn = EPSN;
+    for b in 0..BURSTS {
+        let frames: Vec<_> = (0..PER_BURST)
+            .map(|k| rig.write_only(psn + k, 0, &[7; 64]))
+            .collect();
+        psn += PER_BURST;
+        let before = allocations();
+        for f in &frames {
+            let now = rig.now;
+            rig.nic.handle_frame(now, f, &mut rig.bus);
+        }
+        let ack = rig.nic.poll_transmit().expect("the burst's ACK");
+        assert!(rig.nic.poll_transmit().is_none(), "one ACK for the burst");
+        rig.nic.recycle(ack.bytes);
+        if b >= 2 {
+            made += allocations() - before;
+        }
+        let _ = rig.cqes();
+    }
+    assert_eq!(made, 0, "allocations for {} bursts", BURSTS - 2);
+}
