@@ -25,10 +25,10 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arc_swap::ArcSwap;
+mod cow_map;
+pub use cow_map::{CowMap, Snapshot};
 
 use doorbell_types::{Cqn, HostAddr, Qpn, UarIndex};
 
@@ -201,8 +201,8 @@ impl Region {
 /// are rare, and a read lock taken by every access would be a cache line
 /// that the device and every polling host thread write in turn.
 pub struct HostRam {
-    regions: ArcSwap<BTreeMap<u64, Arc<Region>>>,
-    /// The next free address; its lock also serialises changes to the map.
+    regions: CowMap<u64, Arc<Region>>,
+    /// The next free address.
     next: Mutex<u64>,
 }
 
@@ -222,23 +222,22 @@ impl HostRam {
     /// An empty address space.
     pub fn new() -> Self {
         Self {
-            regions: ArcSwap::from_pointee(BTreeMap::new()),
+            regions: CowMap::new(),
             next: Mutex::new(BASE),
         }
-    }
-
-    fn changes(&self) -> MutexGuard<'_, u64> {
-        self.next.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Places `bytes` as a region at a fresh page-aligned address.
     fn insert(&self, bytes: Box<[u8]>) -> HostAddr {
         let len = bytes.len() as u64;
         let pages = len.div_ceil(PAGE_SIZE);
-        let mut next = self.changes();
-        let base = *next;
-        // Leave one unmapped guard page after every region.
-        *next += (pages + 1) * PAGE_SIZE;
+        let base = {
+            let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            let base = *next;
+            // Leave one unmapped guard page after every region.
+            *next += (pages + 1) * PAGE_SIZE;
+            base
+        };
         let region = Arc::new(Region {
             len,
             inner: Mutex::new(RegionInner {
@@ -247,30 +246,27 @@ impl HostRam {
                 live: true,
             }),
         });
-        let mut map = BTreeMap::clone(&self.regions.load());
-        map.insert(base, region);
-        self.regions.store(Arc::new(map));
+        self.regions.update(|map| map.insert(base, region));
         HostAddr::new(base)
     }
 
     /// Removes the region that starts at `addr` unless it is pinned.
     fn remove(&self, addr: HostAddr) -> Result<Box<[u8]>, MemError> {
-        let _changes = self.changes();
-        let mut map = BTreeMap::clone(&self.regions.load());
-        let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
-        let bytes = {
-            // Pins change under the region's lock; holding it here excludes
-            // a pin racing with the free.
-            let mut inner = region.lock();
-            if inner.pins > 0 {
-                return Err(MemError::Pinned(addr, inner.pins));
-            }
-            inner.live = false;
-            std::mem::take(&mut inner.bytes)
-        };
-        map.remove(&addr.get());
-        self.regions.store(Arc::new(map));
-        Ok(bytes)
+        self.regions.update(|map| {
+            let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
+            let bytes = {
+                // Pins change under the region's lock; holding it here
+                // excludes a pin racing with the free.
+                let mut inner = region.lock();
+                if inner.pins > 0 {
+                    return Err(MemError::Pinned(addr, inner.pins));
+                }
+                inner.live = false;
+                std::mem::take(&mut inner.bytes)
+            };
+            map.remove(&addr.get());
+            Ok(bytes)
+        })
     }
 
     /// Number of live regions.
@@ -501,7 +497,7 @@ mod tests {
         // dead, not its bytes; a pin cannot slip in either.
         let ram = HostRam::new();
         let a = ram.alloc(4096).unwrap();
-        let old = ram.regions.load_full();
+        let old = ram.regions.load();
         ram.free(a).unwrap();
         let region = old.get(&a.get()).unwrap();
         let inner = region.lock();

@@ -51,10 +51,9 @@ mod guard;
 #[allow(unsafe_code)]
 mod vm;
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use doorbell_host::{HostMemory, MemError, PAGE_SIZE, page_list};
+use doorbell_host::{CowMap, HostMemory, MemError, PAGE_SIZE, page_list};
 use doorbell_types::HostAddr;
 use memmap2::MmapMut;
 
@@ -78,25 +77,44 @@ impl Backing {
     }
 }
 
+/// One allocation, on cache lines of its own (as `HostRam`'s regions,
+/// decision record 0031).
+#[repr(align(128))]
 struct Alloc {
     /// Fixed at allocation, so it is read without the lock.
     len: u64,
+    inner: Mutex<AllocInner>,
+}
+
+struct AllocInner {
+    /// `None` once freed: an access through a map loaded before the free
+    /// then fails as unmapped.
+    backing: Option<Backing>,
     pins: u32,
-    map: Mutex<Backing>,
+}
+
+impl Alloc {
+    fn lock(&self) -> MutexGuard<'_, AllocInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The process's own memory as host memory. See the module docs.
+///
+/// The three maps are read without a lock and copied on change
+/// ([`CowMap`]): every access reads them, and only allocation,
+/// registration and their undoing change them.
 #[derive(Default)]
 pub struct ProcessMemory {
     /// Granted ranges are copied through the kernel even where a guarded
     /// copy could be used.
     kernel_only: bool,
-    allocs: RwLock<BTreeMap<u64, Alloc>>,
+    allocs: CowMap<u64, Arc<Alloc>>,
     /// Pinned ranges outside the allocations: `(start, len)` → pins.
-    pinned: RwLock<BTreeMap<(u64, u64), u32>>,
+    pinned: CowMap<(u64, u64), u32>,
     /// Ranges handed over by [`ProcessMemory::grant`]: `(start, len)` →
     /// grants.
-    granted: RwLock<BTreeMap<(u64, u64), u32>>,
+    granted: CowMap<(u64, u64), u32>,
 }
 
 fn unmapped(addr: HostAddr, len: usize) -> MemError {
@@ -130,33 +148,37 @@ impl ProcessMemory {
 
     /// Number of live allocations.
     pub fn alloc_count(&self) -> usize {
-        read_lock(&self.allocs).len()
+        self.allocs.load().len()
     }
 
     fn insert(&self, base: u64, len: u64, backing: Backing) -> HostAddr {
-        write_lock(&self.allocs).insert(
-            base,
-            Alloc {
-                len,
+        let al = Arc::new(Alloc {
+            len,
+            inner: Mutex::new(AllocInner {
+                backing: Some(backing),
                 pins: 0,
-                map: Mutex::new(backing),
-            },
-        );
+            }),
+        });
+        self.allocs.update(|m| m.insert(base, al));
         HostAddr::new(base)
     }
 
     fn remove(&self, addr: HostAddr) -> Result<Backing, MemError> {
-        let mut allocs = write_lock(&self.allocs);
-        let al = allocs
-            .get(&addr.get())
-            .ok_or(MemError::NotAllocated(addr))?;
-        if al.pins > 0 {
-            return Err(MemError::Pinned(addr, al.pins));
-        }
-        let al = allocs
-            .remove(&addr.get())
-            .ok_or(MemError::NotAllocated(addr))?;
-        Ok(al.map.into_inner().unwrap_or_else(|e| e.into_inner()))
+        self.allocs.update(|allocs| {
+            let gone = MemError::NotAllocated(addr);
+            let al = allocs.get(&addr.get()).ok_or(gone.clone())?;
+            let backing = {
+                // Pins change under the allocation's lock; holding it here
+                // excludes a pin racing with the free.
+                let mut inner = al.lock();
+                if inner.pins > 0 {
+                    return Err(MemError::Pinned(addr, inner.pins));
+                }
+                inner.backing.take().ok_or(gone)?
+            };
+            allocs.remove(&addr.get());
+            Ok(backing)
+        })
     }
 
     /// True if one granted range holds all of `[addr, addr + len)`.
@@ -165,7 +187,8 @@ impl ProcessMemory {
         let Some(end) = a.checked_add(len) else {
             return false;
         };
-        read_lock(&self.granted)
+        self.granted
+            .load()
             .range(..=(a, u64::MAX))
             .any(|(&(start, n), _)| end <= start.saturating_add(n))
     }
@@ -175,20 +198,21 @@ impl ProcessMemory {
     /// it is unpinned (as a registration outlives nothing: the driver unpins
     /// before it revokes).
     pub fn revoke(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
-        let mut g = write_lock(&self.granted);
-        let n = g
-            .get_mut(&(addr.get(), len))
-            .ok_or(MemError::NotPinned { addr, len })?;
-        *n -= 1;
-        if *n == 0 {
-            g.remove(&(addr.get(), len));
-        }
-        Ok(())
+        self.granted.update(|g| {
+            let n = g
+                .get_mut(&(addr.get(), len))
+                .ok_or(MemError::NotPinned { addr, len })?;
+            *n -= 1;
+            if *n == 0 {
+                g.remove(&(addr.get(), len));
+            }
+            Ok(())
+        })
     }
 
     /// Number of pinned ranges outside the allocations.
     pub fn pinned_count(&self) -> usize {
-        read_lock(&self.pinned).len()
+        self.pinned.load().len()
     }
 
     /// Runs `f` on the bytes of `[addr, addr + len)` if an allocation
@@ -201,14 +225,19 @@ impl ProcessMemory {
     ) -> Option<R> {
         let a = addr.get();
         let end = a.checked_add(len as u64)?;
-        let allocs = read_lock(&self.allocs);
+        let allocs = self.allocs.load();
         let (&base, al) = allocs.range(..=a).next_back()?;
         if end > base + al.len {
             return None;
         }
         let off = (a - base) as usize;
-        let mut map = al.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.bytes().get_mut(off..off + len).map(f)
+        let mut inner = al.lock();
+        inner
+            .backing
+            .as_mut()?
+            .bytes()
+            .get_mut(off..off + len)
+            .map(f)
     }
 
     /// Checks that one pinned range holds all of `[addr, addr + len)`.
@@ -219,7 +248,8 @@ impl ProcessMemory {
             .ok_or_else(|| unmapped(addr, len))?;
         // Ranges may overlap (two MRs over one buffer); any that holds the
         // access will do. Only ranges starting at or before `a` can.
-        read_lock(&self.pinned)
+        self.pinned
+            .load()
             .range(..=(a, u64::MAX))
             .rev()
             .any(|(&(start, n), _)| end <= start.saturating_add(n))
@@ -242,14 +272,6 @@ impl ProcessMemory {
         }
         Ok(())
     }
-}
-
-fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|e| e.into_inner())
 }
 
 impl HostMemory for ProcessMemory {
@@ -309,12 +331,12 @@ impl HostMemory for ProcessMemory {
 
     fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
         let pages = page_list(addr, len).ok_or_else(|| unmapped(addr, len as usize))?;
+        if let Some((&base, al)) = self.allocs.load().range(..=addr.get()).next_back()
+            && addr.get().saturating_add(len) <= base + al.len
         {
-            let mut allocs = write_lock(&self.allocs);
-            if let Some((&base, al)) = allocs.range_mut(..=addr.get()).next_back()
-                && addr.get().saturating_add(len) <= base + al.len
-            {
-                al.pins += 1;
+            let mut inner = al.lock();
+            if inner.backing.is_some() {
+                inner.pins += 1;
                 return Ok(pages);
             }
         }
@@ -325,27 +347,37 @@ impl HostMemory for ProcessMemory {
         // handlers is noticed (a system call is cheap here).
         vm::check_guard();
         Self::probe(addr, len)?;
-        *write_lock(&self.pinned)
-            .entry((addr.get(), len))
-            .or_insert(0) += 1;
+        self.pinned
+            .update(|p| *p.entry((addr.get(), len)).or_insert(0) += 1);
         Ok(pages)
     }
 
     fn unpin(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
         let not_pinned = MemError::NotPinned { addr, len };
-        let mut pinned = write_lock(&self.pinned);
-        if let Some(n) = pinned.get_mut(&(addr.get(), len)) {
-            *n -= 1;
-            if *n == 0 {
-                pinned.remove(&(addr.get(), len));
+        let key = (addr.get(), len);
+        if self.pinned.load().contains_key(&key) {
+            // Checked again under the change: another unpin may have come
+            // first.
+            let done = self.pinned.update(|pinned| {
+                let n = pinned.get_mut(&key)?;
+                *n -= 1;
+                if *n == 0 {
+                    pinned.remove(&key);
+                }
+                Some(())
+            });
+            if done.is_some() {
+                return Ok(());
             }
-            return Ok(());
         }
-        drop(pinned);
-        let mut allocs = write_lock(&self.allocs);
-        match allocs.range_mut(..=addr.get()).next_back() {
-            Some((&base, al)) if addr.get().saturating_add(len) <= base + al.len && al.pins > 0 => {
-                al.pins -= 1;
+        let allocs = self.allocs.load();
+        match allocs.range(..=addr.get()).next_back() {
+            Some((&base, al)) if addr.get().saturating_add(len) <= base + al.len => {
+                let mut inner = al.lock();
+                if inner.pins == 0 {
+                    return Err(not_pinned);
+                }
+                inner.pins -= 1;
                 Ok(())
             }
             _ => Err(not_pinned),
@@ -398,6 +430,42 @@ mod tests {
         assert_eq!(m.free(a), Err(MemError::Pinned(a, 1)));
         m.unpin(a.checked_add(100).unwrap(), 8192).unwrap();
         m.free(a).unwrap();
+    }
+
+    #[test]
+    fn an_allocation_freed_while_a_map_holds_it_is_unmapped_through_that_map() {
+        let m = ProcessMemory::new();
+        let a = m.alloc(4096).unwrap();
+        let old = m.allocs.load();
+        m.free(a).unwrap();
+        assert!(old.get(&a.get()).unwrap().lock().backing.is_none());
+        assert!(m.read(a, &mut [0u8; 1]).is_err());
+        assert!(m.pin(a, 1).is_err());
+        assert_eq!(m.alloc_count(), 0);
+    }
+
+    #[test]
+    fn pins_from_two_threads_are_all_counted() {
+        let m = ProcessMemory::new();
+        let buf = vec![0u8; 8192];
+        let at = addr_of(&buf);
+        grant(&m, at, 8192);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        m.pin(at, 8192).unwrap();
+                    }
+                });
+            }
+        });
+        for i in 0..400 {
+            m.unpin(at, 8192)
+                .unwrap_or_else(|e| panic!("unpin {i}: {e}"));
+        }
+        assert!(m.unpin(at, 8192).is_err(), "no pin left");
+        assert_eq!(m.pinned_count(), 0);
+        m.revoke(at, 8192).unwrap();
     }
 
     /// Hands `len` bytes at `at` to `m`.

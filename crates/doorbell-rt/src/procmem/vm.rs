@@ -18,7 +18,7 @@ use std::io;
 
 use doorbell_types::HostAddr;
 
-use super::{ProcessMemory, write_lock};
+use super::ProcessMemory;
 
 impl ProcessMemory {
     /// Hands `[addr, addr + len)` to this memory, so that
@@ -34,9 +34,8 @@ impl ProcessMemory {
     /// stay mapped: memory unmapped under a grant makes accesses fail, not
     /// crash.
     pub unsafe fn grant(&self, addr: HostAddr, len: u64) {
-        *write_lock(&self.granted)
-            .entry((addr.get(), len))
-            .or_insert(0) += 1;
+        self.granted
+            .update(|g| *g.entry((addr.get(), len)).or_insert(0) += 1);
     }
 }
 
