@@ -96,8 +96,11 @@ impl LinkConfig {
     }
 
     /// Splits `[addr, addr + len)` into pieces of at most `max` bytes that do
-    /// not cross a 4 KiB boundary.
+    /// not cross a 4 KiB boundary. (Here and below a parameter of zero, which
+    /// [`Self::validate`] refuses, counts as one byte: an unchecked
+    /// configuration gives odd counts, never a hang or a panic.)
     fn split(addr: u64, len: u64, max: u64) -> impl Iterator<Item = (u64, u64)> {
+        let max = max.max(1);
         let end = addr.saturating_add(len);
         let mut at = addr;
         std::iter::from_fn(move || {
@@ -127,8 +130,8 @@ impl LinkConfig {
     /// carries at most MPS bytes.
     pub fn completions(&self, addr: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
         let end = addr.saturating_add(len);
-        let mps = u64::from(self.mps_bytes);
-        let rcb = u64::from(self.rcb_bytes);
+        let mps = u64::from(self.mps_bytes).max(1);
+        let rcb = u64::from(self.rcb_bytes).max(1);
         let mut at = addr;
         std::iter::from_fn(move || {
             if at >= end {
@@ -149,9 +152,10 @@ impl LinkConfig {
 
     /// `(MRd, CplD)` TLP counts of a read of `len` bytes at `addr`: as
     /// many as [`Self::read_requests`] and [`Self::completions`] yield,
-    /// counted without walking them all (the bus counts every DMA). Every
-    /// whole 4 KiB page of the range splits as every other: one is walked
-    /// and counted for all.
+    /// counted without walking them all (the bus counts every DMA). Where
+    /// RCB divides 4 KiB (in every legal configuration), every whole 4 KiB
+    /// page of the range splits as every other: one is walked and counted
+    /// for all.
     pub fn read_tlp_counts(&self, addr: u64, len: u64) -> (u64, u64) {
         let walk = |a, n| {
             self.read_requests(a, n)
@@ -161,7 +165,8 @@ impl LinkConfig {
         };
         let end = addr.saturating_add(len);
         let past_first = (addr - addr % TLP_BOUNDARY).checked_add(TLP_BOUNDARY);
-        let Some(first) = past_first.filter(|&b| b < end) else {
+        let pages_alike = TLP_BOUNDARY % u64::from(self.rcb_bytes).max(1) == 0;
+        let Some(first) = past_first.filter(|&b| b < end && pages_alike) else {
             return walk(addr, end - addr);
         };
         let last = end - end % TLP_BOUNDARY;
@@ -208,9 +213,9 @@ impl LinkConfig {
     /// bytes until the last: MPS is a multiple of RCB in every legal
     /// configuration. Any other configuration is walked.
     fn completion_count(&self, addr: u64, len: u64) -> u64 {
-        let mps = u64::from(self.mps_bytes);
-        let rcb = u64::from(self.rcb_bytes);
-        if rcb == 0 || mps < rcb || mps % rcb != 0 {
+        let mps = u64::from(self.mps_bytes).max(1);
+        let rcb = u64::from(self.rcb_bytes).max(1);
+        if mps < rcb || mps % rcb != 0 {
             return self.completions(addr, len).count() as u64;
         }
         let end = addr.saturating_add(len);
@@ -867,6 +872,16 @@ mod tests {
         #[test]
         fn counts_are_what_the_splits_yield(addr in proptest::prop_oneof![0u64..1 << 20, u64::MAX - 70_000..=u64::MAX], len in 0u64..70_000, mps in 7u32..=12, mrrs in 7u32..=12, rcb in 6u32..=7) {
             let c = LinkConfig { mps_bytes: 1 << mps, mrrs_bytes: 1 << mrrs, rcb_bytes: 1 << rcb };
+            proptest::prop_assert_eq!(c.write_tlp_count(addr, len), c.write_tlps(addr, len).count() as u64);
+            let walked = c.read_requests(addr, len).fold((0, 0), |(r, k), (a, n)| (r + 1, k + c.completions(a, n).count() as u64));
+            proptest::prop_assert_eq!(c.read_tlp_counts(addr, len), walked);
+        }
+
+        /// Configurations `validate` refuses (zero, not a power of two,
+        /// RCB that does not divide MPS or 4 KiB) still count as they walk.
+        #[test]
+        fn counts_of_unchecked_configurations_are_what_the_splits_yield(addr in 0u64..1 << 16, len in 0u64..20_000, mps in 0u32..600, mrrs in 0u32..9000, rcb in 0u32..300) {
+            let c = LinkConfig { mps_bytes: mps, mrrs_bytes: mrrs, rcb_bytes: rcb };
             proptest::prop_assert_eq!(c.write_tlp_count(addr, len), c.write_tlps(addr, len).count() as u64);
             let walked = c.read_requests(addr, len).fold((0, 0), |(r, k), (a, n)| (r + 1, k + c.completions(a, n).count() as u64));
             proptest::prop_assert_eq!(c.read_tlp_counts(addr, len), walked);
