@@ -55,11 +55,22 @@ impl<K: Ord + Clone, V: Clone> CowMap<K, V> {
     /// change begun before this one. Readers see the map before or after
     /// `f`, never part of it.
     pub fn update<R>(&self, f: impl FnOnce(&mut BTreeMap<K, V>) -> R) -> R {
+        self.try_update(|m| Ok::<R, std::convert::Infallible>(f(m)))
+            .unwrap_or_else(|never| match never {})
+    }
+
+    /// As [`Self::update`], but the copy is published only if `f` returns
+    /// `Ok`: a change that `f` refuses leaves the map as it was, and
+    /// costs no store.
+    pub fn try_update<R, E>(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<K, V>) -> Result<R, E>,
+    ) -> Result<R, E> {
         let _one_at_a_time = self.changes.lock().unwrap_or_else(|e| e.into_inner());
         let mut copy = BTreeMap::clone(&self.map.load());
-        let r = f(&mut copy);
+        let r = f(&mut copy)?;
         self.map.store(Arc::new(copy));
-        r
+        Ok(r)
     }
 }
 
@@ -80,6 +91,20 @@ mod tests {
         assert!(before.get(&2).is_none());
         let after = m.load();
         assert_eq!(after.keys().copied().collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_refused_change_publishes_nothing() {
+        let m = CowMap::new();
+        m.update(|m| m.insert(1u32, 1u32));
+        let before = m.load();
+        let r: Result<(), ()> = m.try_update(|m| {
+            m.insert(2, 2);
+            Err(())
+        });
+        assert!(r.is_err());
+        assert!(std::ptr::eq(&*before, &*m.load()), "the same map");
+        assert_eq!(m.load().len(), 1);
     }
 
     #[test]

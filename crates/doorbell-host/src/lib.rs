@@ -252,7 +252,7 @@ impl HostRam {
 
     /// Removes the region that starts at `addr` unless it is pinned.
     fn remove(&self, addr: HostAddr) -> Result<Box<[u8]>, MemError> {
-        self.regions.update(|map| {
+        self.regions.try_update(|map| {
             let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
             let bytes = {
                 // Pins change under the region's lock; holding it here
@@ -377,7 +377,7 @@ impl HostMemory for HostRam {
 
     /// Checks that `[addr, addr + len)` lies inside one live region.
     fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
-        self.with_found(addr, len, |_, _| ())
+        self.with_live(addr, len, |_, _| ())
     }
 
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {

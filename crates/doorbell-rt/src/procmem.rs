@@ -164,7 +164,7 @@ impl ProcessMemory {
     }
 
     fn remove(&self, addr: HostAddr) -> Result<Backing, MemError> {
-        self.allocs.update(|allocs| {
+        self.allocs.try_update(|allocs| {
             let gone = MemError::NotAllocated(addr);
             let al = allocs.get(&addr.get()).ok_or(gone.clone())?;
             let backing = {
@@ -198,7 +198,7 @@ impl ProcessMemory {
     /// it is unpinned (as a registration outlives nothing: the driver unpins
     /// before it revokes).
     pub fn revoke(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
-        self.granted.update(|g| {
+        self.granted.try_update(|g| {
             let n = g
                 .get_mut(&(addr.get(), len))
                 .ok_or(MemError::NotPinned { addr, len })?;
@@ -358,15 +358,15 @@ impl HostMemory for ProcessMemory {
         if self.pinned.load().contains_key(&key) {
             // Checked again under the change: another unpin may have come
             // first.
-            let done = self.pinned.update(|pinned| {
-                let n = pinned.get_mut(&key)?;
+            let done = self.pinned.try_update(|pinned| {
+                let n = pinned.get_mut(&key).ok_or(())?;
                 *n -= 1;
                 if *n == 0 {
                     pinned.remove(&key);
                 }
-                Some(())
+                Ok::<(), ()>(())
             });
-            if done.is_some() {
+            if done.is_ok() {
                 return Ok(());
             }
         }
