@@ -482,6 +482,9 @@ impl Core {
                     Ok(g) => g,
                     Err(_) => return self.die(),
                 };
+                // Awake: the turns below need not wake this thread for the
+                // timers they arm (it looks at them next).
+                self.sleeping_until.store(0, Ordering::Relaxed);
                 while !self.turn(&mut g, BUDGET) {}
                 let until = match g.nic.poll_timeout() {
                     Some(t) => t.as_ps(),
