@@ -28,6 +28,12 @@ pub trait DeviceLink: Send + Sync {
     /// Waits up to `timeout` for the next asynchronous event of the device.
     /// A runtime without a wall clock (the simulator) answers at once.
     fn next_event(&self, timeout: Duration) -> Option<NicEvent>;
+    /// Makes a thread waiting in [`Self::next_event`] return as at its
+    /// timeout (or the next one to wait, if none is waiting): for the
+    /// owner of a thread that waits for events to stop it without waking
+    /// it now and then to ask. A runtime whose waits return at once has
+    /// nothing to do.
+    fn wake_event_waiter(&self) {}
     /// The wall-clock time, in ns since the Unix epoch, at which the
     /// device's clock (its CQE timestamps, ticks of
     /// [`crate::CORE_CLOCK_KHZ`]) read zero; `None` for a device with no

@@ -240,20 +240,29 @@ fn route(ev: NicEvent, to: &dyn Deliver) {
 /// A context's dispatcher thread.
 pub(crate) struct Dispatcher {
     stop: Arc<AtomicBool>,
+    /// To end the thread's wait when it is to stop.
+    ctx: Context,
     thread: Option<JoinHandle<()>>,
 }
+
+/// How long the dispatcher waits for an event before it looks at its stop
+/// flag anyway; it is woken to stop, so this only bounds a stop whose
+/// wake-up went astray. An idle device's dispatcher costs one wake-up per
+/// this long.
+const DISPATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Dispatcher {
     /// Starts routing the device's events through `ctx` to `to`.
     pub(crate) fn start(ctx: Context, to: Arc<dyn Deliver>) -> Result<Self, c_int> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let waiter = ctx.clone();
         let thread = std::thread::Builder::new()
             .name("doorbell-events".into())
             .spawn(move || {
                 block_signals();
                 while !flag.load(Ordering::Acquire) {
-                    if let Some(ev) = ctx.next_event(std::time::Duration::from_millis(20)) {
+                    if let Some(ev) = waiter.next_event(DISPATCH_WAIT) {
                         route(ev, &*to);
                     }
                 }
@@ -261,6 +270,7 @@ impl Dispatcher {
             .map_err(|_| libc::EAGAIN)?;
         Ok(Self {
             stop,
+            ctx,
             thread: Some(thread),
         })
     }
@@ -268,9 +278,10 @@ impl Dispatcher {
 
 impl Drop for Dispatcher {
     fn drop(&mut self) {
-        // Release pairs with the thread's Acquire load: it stops within one
-        // 20 ms wait.
+        // Release pairs with the thread's Acquire load; the wake ends its
+        // wait (stored after the flag, so the woken thread sees it).
         self.stop.store(true, Ordering::Release);
+        self.ctx.wake_event_waiter();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

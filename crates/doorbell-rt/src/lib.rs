@@ -84,7 +84,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, bounded, unbounded};
+use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use doorbell_device::{Frame, Nic, NicConfig, NicCounters};
 use doorbell_driver::EventQueues;
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
@@ -336,6 +336,8 @@ pub struct LiveNic {
     mem: Arc<dyn HostMemory>,
     mmio: Arc<dyn Mmio>,
     events: Receiver<NicEvent>,
+    /// Ends a wait for `events` early ([`DeviceLink::wake_event_waiter`]).
+    wake_events: (Sender<()>, Receiver<()>),
     port: PortHandle,
     faults: Option<fault::StatsView>,
     ipv4: [u8; 4],
@@ -521,6 +523,7 @@ impl LiveNic {
             core: core.clone(),
             mem,
             events: ev_rx,
+            wake_events: bounded(1),
             port: PortHandle::Detached,
             faults,
             ipv4,
@@ -755,7 +758,16 @@ impl DeviceLink for LiveNic {
 
     fn next_event(&self, timeout: doorbell_types::Duration) -> Option<NicEvent> {
         let wait = Duration::from_nanos(timeout.as_ps() / 1000);
-        self.events.recv_timeout(wait).ok()
+        crossbeam_channel::select! {
+            recv(self.events) -> e => e.ok(),
+            recv(self.wake_events.1) -> _ => None,
+            default(wait) => None,
+        }
+    }
+
+    fn wake_event_waiter(&self) {
+        // One wake is enough; a second finds the first still there.
+        let _ = self.wake_events.0.try_send(());
     }
 
     fn clock_epoch_unix_ns(&self) -> Option<u64> {

@@ -283,6 +283,12 @@ impl Context {
         self.inner.ucontext.link().next_event(wait)
     }
 
+    /// Makes a thread waiting in [`Context::next_event`] return as at its
+    /// timeout (or the next call to wait, if none is waiting).
+    pub fn wake_event_waiter(&self) {
+        self.inner.ucontext.link().wake_event_waiter();
+    }
+
     /// Waits up to `timeout` for a completion event of one of this
     /// context's CQs armed with [`crate::Cq::req_notify`]. Other events met while
     /// waiting are kept for [`Context::get_async_event`].

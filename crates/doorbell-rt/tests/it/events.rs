@@ -136,3 +136,28 @@ fn async_events_take_the_async_eq() {
     // reaches the device before the next command: one interrupt each.
     assert_eq!(irqs - before.1, 2);
 }
+
+/// A thread waiting for the device's events returns when woken, not only
+/// at its timeout: the C library's dispatcher waits a second at a time and
+/// is woken to stop, so an idle device does not cost a wake-up every few
+/// milliseconds, and closing it does not wait out the timeout.
+#[test]
+fn a_wait_for_events_ends_when_woken() {
+    let p = pair();
+    let ctx = p.a.ctx.clone();
+    let waiting = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        let ev = ctx.next_event(Duration::from_secs(30));
+        (ev.is_none(), start.elapsed())
+    });
+    // Woken before or after the thread begins to wait: either way its wait
+    // ends (a wake with no waiter is kept for the next).
+    std::thread::sleep(Duration::from_millis(20));
+    p.a.ctx.wake_event_waiter();
+    let (none, took) = waiting.join().unwrap();
+    assert!(none, "a wake is not an event");
+    assert!(
+        took < Duration::from_secs(20),
+        "the wait ran to its timeout ({took:?})"
+    );
+}
