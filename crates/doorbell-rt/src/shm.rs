@@ -90,6 +90,9 @@ const LIVENESS: Duration = Duration::from_millis(100);
 const IDLE: Duration = Duration::from_millis(1);
 /// How long the receiver thread sleeps at most when parked.
 const PARK: Duration = Duration::from_millis(200);
+/// How long a rendezvous whose accept failed for want of a descriptor or
+/// memory is left alone before the next try.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long a thread whose CQ poll found nothing waits in the rings
 /// before it returns to poll again.
 const CALLER_SPIN: Duration = Duration::from_micros(5);
@@ -211,6 +214,10 @@ struct Inbound {
     rings: Vec<InRing>,
     /// The receiver thread has marked the rings parked and sleeps.
     parked: bool,
+    /// Until when the rendezvous is not listened to: the last accept
+    /// failed for want of a descriptor or memory, and the connection
+    /// waiting there keeps the listener readable.
+    accept_after: Option<Instant>,
 }
 
 /// The receiving half of a NIC's shared-memory port.
@@ -238,6 +245,7 @@ impl ShmPort {
                 bell,
                 rings: Vec::new(),
                 parked: false,
+                accept_after: None,
             })),
             stats,
             stop: Arc::default(),
@@ -466,14 +474,36 @@ impl Inbound {
         total
     }
 
-    /// Admits every connection waiting at the rendezvous.
+    /// Admits every connection waiting at the rendezvous. If the process
+    /// is out of descriptors (or memory), the connection stays queued and
+    /// is tried again after [`ACCEPT_BACKOFF`]; the peer meanwhile reaches
+    /// this NIC over UDP.
     fn accept(&mut self, stats: &Stats) {
-        while let Ok((s, _)) = self.listener.accept() {
-            if let Some(r) = admit(s, &self.bell) {
-                stats.peers_in.fetch_add(1, Ordering::Relaxed);
-                self.rings.push(r);
+        if !self.listening() {
+            return;
+        }
+        self.accept_after = None;
+        loop {
+            match self.listener.accept() {
+                Ok((s, _)) => {
+                    if let Some(r) = admit(s, &self.bell) {
+                        stats.peers_in.fetch_add(1, Ordering::Relaxed);
+                        self.rings.push(r);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.accept_after = Some(Instant::now() + ACCEPT_BACKOFF);
+                    return;
+                }
             }
         }
+    }
+
+    /// Whether the rendezvous is listened to now ([`Self::accept_after`]).
+    fn listening(&self) -> bool {
+        self.accept_after.is_none_or(|t| Instant::now() >= t)
     }
 
     /// Drops the rings whose peers hung up, once they are empty: what a
@@ -581,7 +611,7 @@ fn rx_loop(
         streak = 0;
         // Park: mark, look once more, sleep on the bell, the rendezvous
         // and the peers' connections (a hang-up is readable).
-        {
+        let park_for = {
             let mut inb = lock();
             inb.set_parked(true);
             fence(Ordering::SeqCst);
@@ -592,10 +622,17 @@ fn rx_loop(
             inb.parked = true;
             fds.clear();
             fds.push(inb.bell.as_raw_fd());
-            fds.push(inb.listener.as_raw_fd());
+            // poll() skips a negative descriptor.
+            let listening = inb.listening();
+            fds.push(if listening {
+                inb.listener.as_raw_fd()
+            } else {
+                -1
+            });
             fds.extend(inb.rings.iter().map(|r| r.conn.as_raw_fd()));
-        }
-        os::poll_readable(&fds, PARK, &mut ready);
+            if listening { PARK } else { ACCEPT_BACKOFF }
+        };
+        os::poll_readable(&fds, park_for, &mut ready);
         let mut b = [0u8; 8];
         while (&*bell).read(&mut b).is_ok() {}
         // Rung while a caller may be at the rings: its last look may be
@@ -606,7 +643,9 @@ fn rx_loop(
         let mut inb = spin_lock(inbound);
         inb.parked = false;
         inb.set_parked(false);
-        if ready.get(1).copied().unwrap_or(false) {
+        // A connection waits at the rendezvous, or the rendezvous was left
+        // out of the poll and its backoff may be over.
+        if ready.get(1).copied().unwrap_or(false) || fds.get(1).is_none_or(|&fd| fd < 0) {
             inb.accept(stats);
         }
         let got = if ready.iter().skip(2).any(|&r| r) {

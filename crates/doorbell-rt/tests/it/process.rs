@@ -583,8 +583,90 @@ fn child_role() {
             drop(p);
         }
         "fork" => fork_role(first),
+        "emfile" => emfile_role(first),
         other => panic!("unknown role {other}"),
     }
+}
+
+/// A NIC whose process has no descriptor left when a peer of this host
+/// connects to its rendezvous: the accept fails, the connection stays
+/// queued, and the listener stays readable. The NIC's receiver thread must
+/// not go round that at full speed.
+#[test]
+fn a_nic_out_of_descriptors_does_not_spin_on_its_rendezvous() {
+    use std::io::Write;
+    use std::os::linux::net::SocketAddrExt;
+    let at = lo(71, 2);
+    let mut c = child("emfile", at)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    // (The harness prints its "test ... " before the child's own words.)
+    while !line.contains("ready") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
+    }
+    // A peer at the rendezvous, which the child cannot accept.
+    let [a, b, cc, d] = at;
+    let name = format!("doorbell-roce/{a}.{b}.{cc}.{d}");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
+    let _peer = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    writeln!(c.stdin.as_mut().unwrap(), "measure").unwrap();
+    let mut cpu = None;
+    for l in out.lines() {
+        let l = l.unwrap();
+        if let Some((_, ns)) = l.split_once("cpu ") {
+            cpu = ns
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok());
+        }
+    }
+    assert!(c.wait().unwrap().success());
+    let cpu = cpu.expect("the child's CPU time");
+    // Its threads sleep, but for one look at the rendezvous every 100 ms;
+    // spinning, the receiver thread alone would take the whole 500 ms.
+    assert!(
+        cpu < 150_000_000,
+        "the NIC's threads took {} ms of CPU in 500 ms",
+        cpu / 1_000_000
+    );
+}
+
+/// [`a_nic_out_of_descriptors_does_not_spin_on_its_rendezvous`]'s child.
+#[allow(unsafe_code)]
+fn emfile_role(at: [u8; 4]) {
+    let nic = doorbell_rt::LiveNic::start_udp("emfile", at, doorbell_pcie::LinkConfig::default())
+        .unwrap();
+    // SAFETY: dup and close of the lowest free descriptor, which nothing
+    // else holds; getrlimit and setrlimit write and read only `lim`.
+    unsafe {
+        let free = libc::dup(0);
+        assert!(free >= 0);
+        libc::close(free);
+        let mut lim = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        // No descriptor can be made from here on.
+        lim.rlim_cur = free as libc::rlim_t;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    println!("ready");
+    let _ = std::io::stdin().read_line(&mut String::new());
+    let cpu = || {
+        // SAFETY: clock_gettime writes only `t` (and needs no descriptor).
+        unsafe {
+            let mut t = std::mem::zeroed::<libc::timespec>();
+            libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t);
+            t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+        }
+    };
+    let before = cpu();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    println!("cpu {}", cpu() - before);
+    drop(nic);
 }
 
 #[allow(unsafe_code)]
