@@ -55,7 +55,7 @@ mod ring;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt as _;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering, fence};
@@ -90,6 +90,8 @@ const LIVENESS: Duration = Duration::from_millis(100);
 const IDLE: Duration = Duration::from_millis(1);
 /// How long the receiver thread sleeps at most when parked.
 const PARK: Duration = Duration::from_millis(200);
+/// How long a peer that connected to the rendezvous has to send its hello.
+const HANDSHAKE: Duration = Duration::from_millis(100);
 /// How long a rendezvous whose accept failed for want of a descriptor or
 /// memory is left alone before the next try.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -474,28 +476,25 @@ impl Inbound {
         total
     }
 
-    /// Admits every connection waiting at the rendezvous. If the process
-    /// is out of descriptors (or memory), the connection stays queued and
-    /// is tried again after [`ACCEPT_BACKOFF`]; the peer meanwhile reaches
-    /// this NIC over UDP.
-    fn accept(&mut self, stats: &Stats) {
+    /// Takes every connection waiting at the rendezvous, for [`admit`]
+    /// once the rings' lock is let go (a peer may take up to its timeouts
+    /// over the handshake). If the process is out of descriptors (or
+    /// memory), the connection stays queued and is tried again after
+    /// [`ACCEPT_BACKOFF`]; the peer meanwhile reaches this NIC over UDP.
+    fn callers(&mut self) -> Vec<UnixStream> {
+        let mut got = Vec::new();
         if !self.listening() {
-            return;
+            return got;
         }
         self.accept_after = None;
         loop {
             match self.listener.accept() {
-                Ok((s, _)) => {
-                    if let Some(r) = admit(s, &self.bell) {
-                        stats.peers_in.fetch_add(1, Ordering::Relaxed);
-                        self.rings.push(r);
-                    }
-                }
+                Ok((s, _)) => got.push(s),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got,
                 Err(_) => {
                     self.accept_after = Some(Instant::now() + ACCEPT_BACKOFF);
-                    return;
+                    return got;
                 }
             }
         }
@@ -580,14 +579,19 @@ fn rx_loop(
     let mut streak = 0u32;
     let mut fds = Vec::new();
     let mut ready = Vec::new();
+    let mut shaking = Handshakes::default();
     while !stop.load(Ordering::Acquire) {
         turns = turns.wrapping_add(1);
         let got = match inbound.try_lock() {
             Ok(mut inb) => {
-                if turns % 1024 == 0 {
-                    inb.accept(stats);
+                let look = turns % 1024 == 0;
+                let callers = if look { inb.callers() } else { Vec::new() };
+                let got = inb.drain(core, stats);
+                drop(inb);
+                if look {
+                    shaking.go(callers, None, inbound, bell, stats);
                 }
-                inb.drain(core, stats)
+                got
             }
             // A caller is taking what the rings hold.
             Err(TryLockError::WouldBlock) => 0,
@@ -611,6 +615,7 @@ fn rx_loop(
         streak = 0;
         // Park: mark, look once more, sleep on the bell, the rendezvous
         // and the peers' connections (a hang-up is readable).
+        let rings: usize;
         let park_for = {
             let mut inb = lock();
             inb.set_parked(true);
@@ -630,7 +635,9 @@ fn rx_loop(
                 -1
             });
             fds.extend(inb.rings.iter().map(|r| r.conn.as_raw_fd()));
-            if listening { PARK } else { ACCEPT_BACKOFF }
+            rings = inb.rings.len();
+            fds.extend(shaking.fds());
+            shaking.park_for(if listening { PARK } else { ACCEPT_BACKOFF })
         };
         os::poll_readable(&fds, park_for, &mut ready);
         let mut b = [0u8; 8];
@@ -645,10 +652,13 @@ fn rx_loop(
         inb.set_parked(false);
         // A connection waits at the rendezvous, or the rendezvous was left
         // out of the poll and its backoff may be over.
-        if ready.get(1).copied().unwrap_or(false) || fds.get(1).is_none_or(|&fd| fd < 0) {
-            inb.accept(stats);
-        }
-        let got = if ready.iter().skip(2).any(|&r| r) {
+        let callers =
+            if ready.get(1).copied().unwrap_or(false) || fds.get(1).is_none_or(|&fd| fd < 0) {
+                inb.callers()
+            } else {
+                Vec::new()
+            };
+        let got = if ready.iter().skip(2).take(rings).any(|&r| r) {
             // Take what the rings hold first; a ring that still holds
             // frames stays until a later turn has emptied it.
             let got = inb.drain(core, stats);
@@ -658,10 +668,83 @@ fn rx_loop(
             0
         };
         drop(inb);
+        let shaken = ready.get(2 + rings..).unwrap_or_default();
+        shaking.go(callers, Some(shaken), inbound, bell, stats);
         if got > 0 {
             core.run();
         }
         last = Instant::now();
+    }
+}
+
+/// Connections at the rendezvous whose hello has not come yet, each with
+/// the time it has until, kept by the receiver thread: a peer that stalls
+/// in its handshake keeps the thread from no frame.
+#[derive(Default)]
+struct Handshakes(Vec<(UnixStream, Instant)>);
+
+impl Handshakes {
+    /// Shakes hands with `callers` and with the connections still waiting:
+    /// all of them, or with `ready` (readiness in the order of
+    /// [`Self::fds`]) only those that are readable. Drops those whose time
+    /// is up, and adds the rings admitted (the rings' lock is not held
+    /// while it shakes hands). A ring added while the receiver thread runs has its
+    /// mark down, as the thread's others do; the thread marks it with the
+    /// rest when it parks.
+    fn go(
+        &mut self,
+        callers: Vec<UnixStream>,
+        ready: Option<&[bool]>,
+        inbound: &Mutex<Inbound>,
+        bell: &File,
+        stats: &Stats,
+    ) {
+        if callers.is_empty() && self.0.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let waiting = std::mem::take(&mut self.0);
+        let mut rings = Vec::new();
+        let fresh = callers.into_iter().map(|s| (s, now + HANDSHAKE, true));
+        let again = waiting.into_iter().enumerate().map(|(i, (s, until))| {
+            let look = ready.is_none_or(|r| r.get(i).copied().unwrap_or(false));
+            (s, until, look)
+        });
+        for (s, until, look) in again.chain(fresh) {
+            if !look {
+                if now < until {
+                    self.0.push((s, until));
+                }
+                continue;
+            }
+            match handshake(s, bell) {
+                Ok(Some(r)) => rings.push(r),
+                Ok(None) => {}
+                Err(s) if now < until => self.0.push((s, until)),
+                Err(_) => {}
+            }
+        }
+        if rings.is_empty() {
+            return;
+        }
+        stats
+            .peers_in
+            .fetch_add(rings.len() as u64, Ordering::Relaxed);
+        spin_lock(inbound).rings.extend(rings);
+    }
+
+    /// The descriptors to wait on, in order.
+    fn fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        self.0.iter().map(|(s, _)| s.as_raw_fd())
+    }
+
+    /// How long a park may last before the first of them runs out of time.
+    fn park_for(&self, park: Duration) -> Duration {
+        let now = Instant::now();
+        self.0
+            .iter()
+            .map(|(_, until)| until.saturating_duration_since(now))
+            .fold(park, Duration::min)
     }
 }
 
@@ -870,18 +953,33 @@ impl HostSink {
     }
 }
 
-/// The handshake's receiving side: a hello with the peer's address and
-/// its ring, answered with our bell. `None` if anything is off.
-fn admit(s: UnixStream, bell: &File) -> Option<InRing> {
-    s.set_nonblocking(false).ok()?;
-    s.set_read_timeout(Some(Duration::from_millis(100))).ok()?;
-    s.set_write_timeout(Some(Duration::from_millis(100))).ok()?;
-    if os::peer_uid(&s).ok()? != os::euid() {
-        return None;
+/// The NIC's side of the rendezvous handshake on `s`, without blocking:
+/// `Err(s)` if the peer's hello has not come yet (try again once `s` is
+/// readable, until [`HANDSHAKE`] has passed), `Ok(None)` if the peer is
+/// refused or broke off, `Ok(Some(ring))` once it is admitted.
+fn handshake(s: UnixStream, bell: &File) -> Result<Option<InRing>, UnixStream> {
+    if s.set_nonblocking(true).is_err() || os::peer_uid(&s).ok() != Some(os::euid()) {
+        return Ok(None);
     }
     let mut hello = [0u8; 16];
-    let (n, fd) = os::recv_with_fd(&s, &mut hello).ok()?;
-    if n != 12 || &hello[..8] != HELLO {
+    match os::recv_with_fd(&s, &mut hello) {
+        Ok((n, fd)) => Ok(welcome(s, &hello[..n], fd, bell)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            Err(s)
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+/// Checks a peer's hello and the ring it sent, and answers: the ring, or
+/// `None` if the peer is refused.
+fn welcome(s: UnixStream, hello: &[u8], fd: Option<OwnedFd>, bell: &File) -> Option<InRing> {
+    if hello.len() != 12 || &hello[..8] != HELLO {
         return None;
     }
     let peer: [u8; 4] = hello[8..12].try_into().ok()?;
@@ -892,13 +990,30 @@ fn admit(s: UnixStream, bell: &File) -> Option<InRing> {
     }
     let map = MmapOptions::new().len(len as usize).map_raw(&f).ok()?;
     let ring = Ring::attach(map)?;
+    // A fresh socket's send buffer is empty: this does not block.
     os::send_with_fd(&s, WELCOME, bell.as_raw_fd()).ok()?;
-    s.set_nonblocking(true).ok()?;
     Some(InRing {
         ring,
         peer,
         conn: Tracked::new(s),
     })
+}
+
+/// [`handshake`], waiting up to [`HANDSHAKE`] for the hello.
+fn admit(s: UnixStream, bell: &File) -> Option<InRing> {
+    let until = Instant::now() + HANDSHAKE;
+    let mut s = s;
+    let mut ready = Vec::new();
+    loop {
+        match handshake(s, bell) {
+            Ok(r) => return r,
+            Err(back) => {
+                let left = until.checked_duration_since(Instant::now())?;
+                os::poll_readable(&[back.as_raw_fd()], left, &mut ready);
+                s = back;
+            }
+        }
+    }
 }
 
 /// Rings an eventfd bell (a write of 1; a full counter cannot happen with

@@ -306,3 +306,41 @@ fn a_receiver_that_stops_costs_its_sender_one_wait_not_one_per_frame() {
     assert_eq!(pc.tx_datagrams, 0, "{pc:?}");
     drop(sides);
 }
+
+/// A process that connects to a NIC's rendezvous and then says nothing
+/// costs that NIC nothing but the handshake's own thread time: the
+/// handshake (up to 100 ms of timeouts) runs without the rings' lock, so
+/// frames from other peers are taken meanwhile.
+#[test]
+fn a_peer_that_stalls_its_handshake_holds_up_no_frame() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+    const STALLS: u32 = 10;
+    let (ip_a, ip_b) = (lo(72, 2), lo(72, 3));
+    let p = udp_pair(
+        [ip_a, ip_b],
+        [NicOptions::default(), NicOptions::default()],
+        caps(8),
+        1 << 16,
+        Timers::default(),
+    );
+    write_checked(&p, 64, 1);
+    let [a, b, c, d] = ip_b;
+    let name = format!("doorbell-roce/{a}.{b}.{c}.{d}");
+    let at = SocketAddr::from_abstract_name(name).unwrap();
+    let mut stalled = Vec::new();
+    let start = std::time::Instant::now();
+    for i in 0..STALLS {
+        stalled.push(UnixStream::connect_addr(&at).unwrap());
+        write_checked(&p, 64, i as u8 + 2);
+    }
+    let took = start.elapsed();
+    // Holding the lock through each handshake's 100 ms timeout, B's
+    // receiver thread kept each WRITE from B for that long: a second at
+    // least for the ten.
+    assert!(
+        took < std::time::Duration::from_millis(700),
+        "{STALLS} WRITEs, each after a stalled handshake, took {took:?}"
+    );
+    assert_eq!(p.b.nic.port_counters().shm_peers_in, 1, "none admitted");
+}
