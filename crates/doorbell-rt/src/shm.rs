@@ -92,6 +92,8 @@ const IDLE: Duration = Duration::from_millis(1);
 const PARK: Duration = Duration::from_millis(200);
 /// How long a peer that connected to the rendezvous has to send its hello.
 const HANDSHAKE: Duration = Duration::from_millis(100);
+/// Most connections that wait for their hello at once.
+const MAX_HANDSHAKES: usize = 16;
 /// How long a rendezvous whose accept failed for want of a descriptor or
 /// memory is left alone before the next try.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -476,20 +478,20 @@ impl Inbound {
         total
     }
 
-    /// Takes every connection waiting at the rendezvous, for [`admit`]
-    /// once the rings' lock is let go (a peer may take up to its timeouts
-    /// over the handshake). If the process is out of descriptors (or
-    /// memory), the connection stays queued and is tried again after
-    /// [`ACCEPT_BACKOFF`]; the peer meanwhile reaches this NIC over UDP.
-    fn callers(&mut self) -> Vec<UnixStream> {
+    /// Takes up to `room` connections waiting at the rendezvous, for
+    /// [`handshake`] once the rings' lock is let go. If the process is out
+    /// of descriptors (or memory), the connection stays queued and is tried
+    /// again after [`ACCEPT_BACKOFF`]; the peer meanwhile reaches this NIC
+    /// over UDP.
+    fn callers(&mut self, room: usize) -> Vec<Tracked<UnixStream>> {
         let mut got = Vec::new();
         if !self.listening() {
             return got;
         }
         self.accept_after = None;
-        loop {
+        while got.len() < room {
             match self.listener.accept() {
-                Ok((s, _)) => got.push(s),
+                Ok((s, _)) => got.push(Tracked::new(s)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got,
                 Err(_) => {
@@ -498,6 +500,14 @@ impl Inbound {
                 }
             }
         }
+        got
+    }
+
+    /// How long until the rendezvous is listened to again (zero if it is).
+    fn listen_in(&self) -> Duration {
+        self.accept_after.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
     }
 
     /// Whether the rendezvous is listened to now ([`Self::accept_after`]).
@@ -585,7 +595,11 @@ fn rx_loop(
         let got = match inbound.try_lock() {
             Ok(mut inb) => {
                 let look = turns % 1024 == 0;
-                let callers = if look { inb.callers() } else { Vec::new() };
+                let callers = if look {
+                    inb.callers(shaking.room())
+                } else {
+                    Vec::new()
+                };
                 let got = inb.drain(core, stats);
                 drop(inb);
                 if look {
@@ -627,8 +641,10 @@ fn rx_loop(
             inb.parked = true;
             fds.clear();
             fds.push(inb.bell.as_raw_fd());
-            // poll() skips a negative descriptor.
-            let listening = inb.listening();
+            // poll() skips a negative descriptor: the rendezvous is left
+            // out during its backoff, and while as many handshakes as are
+            // allowed wait (the connection stays queued meanwhile).
+            let listening = inb.listening() && shaking.room() > 0;
             fds.push(if listening {
                 inb.listener.as_raw_fd()
             } else {
@@ -637,7 +653,11 @@ fn rx_loop(
             fds.extend(inb.rings.iter().map(|r| r.conn.as_raw_fd()));
             rings = inb.rings.len();
             fds.extend(shaking.fds());
-            shaking.park_for(if listening { PARK } else { ACCEPT_BACKOFF })
+            let park = match inb.listen_in() {
+                Duration::ZERO => PARK,
+                backoff => backoff,
+            };
+            shaking.park_for(park)
         };
         os::poll_readable(&fds, park_for, &mut ready);
         let mut b = [0u8; 8];
@@ -654,7 +674,7 @@ fn rx_loop(
         // out of the poll and its backoff may be over.
         let callers =
             if ready.get(1).copied().unwrap_or(false) || fds.get(1).is_none_or(|&fd| fd < 0) {
-                inb.callers()
+                inb.callers(shaking.room())
             } else {
                 Vec::new()
             };
@@ -681,7 +701,7 @@ fn rx_loop(
 /// the time it has until, kept by the receiver thread: a peer that stalls
 /// in its handshake keeps the thread from no frame.
 #[derive(Default)]
-struct Handshakes(Vec<(UnixStream, Instant)>);
+struct Handshakes(Vec<(Tracked<UnixStream>, Instant)>);
 
 impl Handshakes {
     /// Shakes hands with `callers` and with the connections still waiting:
@@ -693,7 +713,7 @@ impl Handshakes {
     /// rest when it parks.
     fn go(
         &mut self,
-        callers: Vec<UnixStream>,
+        callers: Vec<Tracked<UnixStream>>,
         ready: Option<&[bool]>,
         inbound: &Mutex<Inbound>,
         bell: &File,
@@ -731,6 +751,13 @@ impl Handshakes {
             .peers_in
             .fetch_add(rings.len() as u64, Ordering::Relaxed);
         spin_lock(inbound).rings.extend(rings);
+    }
+
+    /// How many more connections may wait for their hello: a peer that
+    /// connects again and again holds at most this many of the process's
+    /// descriptors.
+    fn room(&self) -> usize {
+        MAX_HANDSHAKES.saturating_sub(self.0.len())
     }
 
     /// The descriptors to wait on, in order.
@@ -957,7 +984,7 @@ impl HostSink {
 /// `Err(s)` if the peer's hello has not come yet (try again once `s` is
 /// readable, until [`HANDSHAKE`] has passed), `Ok(None)` if the peer is
 /// refused or broke off, `Ok(Some(ring))` once it is admitted.
-fn handshake(s: UnixStream, bell: &File) -> Result<Option<InRing>, UnixStream> {
+fn handshake(s: Tracked<UnixStream>, bell: &File) -> Result<Option<InRing>, Tracked<UnixStream>> {
     if s.set_nonblocking(true).is_err() || os::peer_uid(&s).ok() != Some(os::euid()) {
         return Ok(None);
     }
@@ -978,7 +1005,12 @@ fn handshake(s: UnixStream, bell: &File) -> Result<Option<InRing>, UnixStream> {
 
 /// Checks a peer's hello and the ring it sent, and answers: the ring, or
 /// `None` if the peer is refused.
-fn welcome(s: UnixStream, hello: &[u8], fd: Option<OwnedFd>, bell: &File) -> Option<InRing> {
+fn welcome(
+    s: Tracked<UnixStream>,
+    hello: &[u8],
+    fd: Option<OwnedFd>,
+    bell: &File,
+) -> Option<InRing> {
     if hello.len() != 12 || &hello[..8] != HELLO {
         return None;
     }
@@ -995,14 +1027,14 @@ fn welcome(s: UnixStream, hello: &[u8], fd: Option<OwnedFd>, bell: &File) -> Opt
     Some(InRing {
         ring,
         peer,
-        conn: Tracked::new(s),
+        conn: s,
     })
 }
 
 /// [`handshake`], waiting up to [`HANDSHAKE`] for the hello.
 fn admit(s: UnixStream, bell: &File) -> Option<InRing> {
     let until = Instant::now() + HANDSHAKE;
-    let mut s = s;
+    let mut s = Tracked::new(s);
     let mut ready = Vec::new();
     loop {
         match handshake(s, bell) {

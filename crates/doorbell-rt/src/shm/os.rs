@@ -170,7 +170,9 @@ pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration, ready: &mut Vec<bo
             revents: 0,
         })
         .collect();
-    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // Rounded up: a wait of less than a millisecond must not become a
+    // poll that returns at once (the caller would come round again).
+    let ms = i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
     // SAFETY: `p` holds `p.len()` initialised pollfds and lives across the
     // call; the kernel writes only their `revents`.
     let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
@@ -194,4 +196,27 @@ pub(crate) fn hung_up(s: &UnixStream) -> bool {
         )
     };
     !(n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_shorter_than_a_millisecond_still_waits() {
+        // A pipe that nothing is written to never becomes readable.
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into `fds`, closed below.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let mut ready = Vec::new();
+        let start = std::time::Instant::now();
+        poll_readable(&fds[..1], Duration::from_micros(300), &mut ready);
+        assert!(start.elapsed() >= Duration::from_micros(300));
+        assert_eq!(ready, [false]);
+        // SAFETY: both descriptors are ours and closed once.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
 }
