@@ -28,11 +28,16 @@ pub trait DeviceLink: Send + Sync {
     /// Waits up to `timeout` for the next asynchronous event of the device.
     /// A runtime without a wall clock (the simulator) answers at once.
     fn next_event(&self, timeout: Duration) -> Option<NicEvent>;
-    /// Makes a thread waiting in [`Self::next_event`] return as at its
-    /// timeout (or the next one to wait, if none is waiting): for the
-    /// owner of a thread that waits for events to stop it without waking
-    /// it now and then to ask. A runtime whose waits return at once has
-    /// nothing to do.
+    /// As [`Self::next_event`], but [`Self::wake_event_waiter`] ends the
+    /// wait early (returning `None`, as at the timeout): for a thread that
+    /// waits for events and must be stopped without waking now and then
+    /// to ask. A wake is taken by one such waiter, or kept for the next;
+    /// [`Self::next_event`] never sees it.
+    fn next_event_or_wake(&self, timeout: Duration) -> Option<NicEvent> {
+        self.next_event(timeout)
+    }
+    /// Ends one wait in [`Self::next_event_or_wake`] (the next, if none is
+    /// waiting). A runtime whose waits return at once has nothing to do.
     fn wake_event_waiter(&self) {}
     /// The wall-clock time, in ns since the Unix epoch, at which the
     /// device's clock (its CQE timestamps, ticks of

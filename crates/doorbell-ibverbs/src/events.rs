@@ -262,7 +262,7 @@ impl Dispatcher {
             .spawn(move || {
                 block_signals();
                 while !flag.load(Ordering::Acquire) {
-                    if let Some(ev) = waiter.next_event(DISPATCH_WAIT) {
+                    if let Some(ev) = waiter.next_event_or_wake(DISPATCH_WAIT) {
                         route(ev, &*to);
                     }
                 }
@@ -279,9 +279,18 @@ impl Dispatcher {
 impl Drop for Dispatcher {
     fn drop(&mut self) {
         // Release pairs with the thread's Acquire load; the wake ends its
-        // wait (stored after the flag, so the woken thread sees it).
+        // wait (sent after the flag, so the woken thread sees it). Every
+        // context of the process waits on its NIC, and another context's
+        // dispatcher may take the wake (and wait again): it is sent again
+        // until this thread has ended.
         self.stop.store(true, Ordering::Release);
-        self.ctx.wake_event_waiter();
+        if let Some(t) = &self.thread {
+            let start = std::time::Instant::now();
+            while !t.is_finished() && start.elapsed() < DISPATCH_WAIT {
+                self.ctx.wake_event_waiter();
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -758,6 +758,11 @@ impl DeviceLink for LiveNic {
 
     fn next_event(&self, timeout: doorbell_types::Duration) -> Option<NicEvent> {
         let wait = Duration::from_nanos(timeout.as_ps() / 1000);
+        self.events.recv_timeout(wait).ok()
+    }
+
+    fn next_event_or_wake(&self, timeout: doorbell_types::Duration) -> Option<NicEvent> {
+        let wait = Duration::from_nanos(timeout.as_ps() / 1000);
         crossbeam_channel::select! {
             recv(self.events) -> e => e.ok(),
             recv(self.wake_events.1) -> _ => None,

@@ -283,8 +283,17 @@ impl Context {
         self.inner.ucontext.link().next_event(wait)
     }
 
-    /// Makes a thread waiting in [`Context::next_event`] return as at its
-    /// timeout (or the next call to wait, if none is waiting).
+    /// As [`Context::next_event`], but [`Context::wake_event_waiter`] ends
+    /// the wait early (`None`). A wake is taken by one such waiter of the
+    /// device, or kept for the next; the other waits never see it.
+    pub fn next_event_or_wake(&self, timeout: std::time::Duration) -> Option<NicEvent> {
+        let wait =
+            doorbell_types::Duration::from_ns(timeout.as_nanos().min(u128::from(u64::MAX)) as u64);
+        self.inner.ucontext.link().next_event_or_wake(wait)
+    }
+
+    /// Ends one wait in [`Context::next_event_or_wake`] on this device (the
+    /// next, if none is waiting).
     pub fn wake_event_waiter(&self) {
         self.inner.ucontext.link().wake_event_waiter();
     }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -125,6 +126,26 @@ int main(void)
 	ibv_destroy_cq(plain);
 	ibv_dereg_mr(mr);
 	ibv_dealloc_pd(pd);
+	/* Every context's dispatcher waits on the process's one NIC: closing
+	 * one beside others must not wait for a wake-up another took. */
+	{
+		struct ibv_device **l = ibv_get_device_list(&n);
+		struct ibv_context *more[4];
+		for (int i = 0; i < 4; i++)
+			more[i] = ibv_open_device(l[0]);
+		ibv_free_device_list(l);
+		double worst = 0;
+		for (int i = 0; i < 4; i++) {
+			struct timespec t0, t1;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			ibv_close_device(more[i]);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+			if (ms > worst)
+				worst = ms;
+		}
+		CHECK("close_beside_others", worst < 500, "a close took %.0f ms", worst);
+	}
 	CHECK("close", ibv_close_device(ctx) == 0, "");
 	printf("%d failed\n", failures);
 	return failures != 0;

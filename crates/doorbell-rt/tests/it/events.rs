@@ -147,7 +147,7 @@ fn a_wait_for_events_ends_when_woken() {
     let ctx = p.a.ctx.clone();
     let waiting = std::thread::spawn(move || {
         let start = std::time::Instant::now();
-        let ev = ctx.next_event(Duration::from_secs(30));
+        let ev = ctx.next_event_or_wake(Duration::from_secs(30));
         (ev.is_none(), start.elapsed())
     });
     // Woken before or after the thread begins to wait: either way its wait
@@ -159,5 +159,30 @@ fn a_wait_for_events_ends_when_woken() {
     assert!(
         took < Duration::from_secs(20),
         "the wait ran to its timeout ({took:?})"
+    );
+}
+
+/// A wake is for the waits that ask for one: a plain wait for events (the
+/// Rust API's, a completion channel's) does not end early on it, and does
+/// not take it from the waiter it was for.
+#[test]
+fn a_wake_ends_only_a_wait_that_asks_for_it() {
+    let p = pair();
+    p.a.ctx.wake_event_waiter();
+    let start = std::time::Instant::now();
+    assert!(p.a.ctx.next_event(Duration::from_millis(30)).is_none());
+    assert!(
+        start.elapsed() >= Duration::from_millis(30),
+        "a plain wait ended early"
+    );
+    let start = std::time::Instant::now();
+    assert!(
+        p.a.ctx
+            .next_event_or_wake(Duration::from_secs(30))
+            .is_none()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "the wake kept for the next waiter was lost"
     );
 }
