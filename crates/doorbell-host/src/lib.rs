@@ -364,7 +364,9 @@ impl HostMemory for HostRam {
     /// Releases one pin taken by [`HostMemory::pin`] on the region holding
     /// the range.
     fn unpin(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
-        let len = usize::try_from(len.max(1)).map_err(|_| MemError::NotPinned { addr, len })?;
+        // The same range as the pin's, zero bytes included: a pin of none
+        // at a region's end is found there again.
+        let len = usize::try_from(len).map_err(|_| MemError::NotPinned { addr, len })?;
         self.with_live(addr, len, |_, inner| {
             inner.pins = inner.pins.checked_sub(1)?;
             Some(())
@@ -437,6 +439,17 @@ mod tests {
         assert_eq!(ram.free(a), Err(MemError::Pinned(a, 1)));
         ram.unpin(a.checked_add(100).unwrap(), 8192).unwrap();
         assert!(matches!(ram.unpin(a, 1), Err(MemError::NotPinned { .. })));
+        ram.free(a).unwrap();
+    }
+
+    #[test]
+    fn a_pin_of_no_bytes_is_undone_by_its_unpin() {
+        let ram = HostRam::new();
+        let a = ram.alloc(4096).unwrap();
+        for at in [a, a.checked_add(4096).unwrap()] {
+            ram.pin(at, 0).unwrap();
+            ram.unpin(at, 0).unwrap();
+        }
         ram.free(a).unwrap();
     }
 
