@@ -154,26 +154,55 @@ impl LinkConfig {
     /// many as [`Self::read_requests`] and [`Self::completions`] yield,
     /// counted without walking them all (the bus counts every DMA). Where
     /// RCB divides 4 KiB (in every legal configuration), every whole 4 KiB
-    /// page of the range splits as every other: one is walked and counted
-    /// for all.
+    /// page of the range splits as every other.
     pub fn read_tlp_counts(&self, addr: u64, len: u64) -> (u64, u64) {
-        let walk = |a, n| {
+        let pages_alike = TLP_BOUNDARY % u64::from(self.rcb_bytes).max(1) == 0;
+        Self::by_pages(addr, len, pages_alike, |a, n| {
             self.read_requests(a, n)
                 .fold((0, 0), |(mrd, cpld), (x, m)| {
                     (mrd + 1, cpld + self.completion_count(x, m))
                 })
-        };
+        })
+    }
+
+    /// MWr TLP count of a write of `len` bytes at `addr`: as many as
+    /// [`Self::write_tlps`] yields.
+    pub fn write_tlp_count(&self, addr: u64, len: u64) -> u64 {
+        let max = u64::from(self.mps_bytes).max(1);
+        // Inside one page, `split` cuts only at every `max` bytes.
+        Self::by_pages(addr, len, true, |_, n| (n.div_ceil(max), 0)).0
+    }
+
+    /// Sums `count` over `[addr, addr + len)` cut at 4 KiB boundaries
+    /// (each piece inside one page): the head up to the first boundary, the
+    /// tail after the last, and the whole pages between. If `alike` (a
+    /// whole page counts as every other), one whole page is counted for
+    /// them all; otherwise the range is counted in one call.
+    fn by_pages(
+        addr: u64,
+        len: u64,
+        alike: bool,
+        count: impl Fn(u64, u64) -> (u64, u64),
+    ) -> (u64, u64) {
         let end = addr.saturating_add(len);
         let past_first = (addr - addr % TLP_BOUNDARY).checked_add(TLP_BOUNDARY);
-        let pages_alike = TLP_BOUNDARY % u64::from(self.rcb_bytes).max(1) == 0;
-        let Some(first) = past_first.filter(|&b| b < end && pages_alike) else {
-            return walk(addr, end - addr);
+        let Some(first) = past_first.filter(|&b| b < end && alike) else {
+            return if end > addr {
+                count(addr, end - addr)
+            } else {
+                (0, 0)
+            };
         };
         let last = end - end % TLP_BOUNDARY;
         let whole = (last - first) / TLP_BOUNDARY;
-        let (head, tail) = (walk(addr, first - addr), walk(last, end - last));
+        let head = count(addr, first - addr);
+        let tail = if end > last {
+            count(last, end - last)
+        } else {
+            (0, 0)
+        };
         let page = if whole > 0 {
-            walk(first, TLP_BOUNDARY)
+            count(first, TLP_BOUNDARY)
         } else {
             (0, 0)
         };
@@ -181,31 +210,6 @@ impl LinkConfig {
             head.0 + tail.0 + whole * page.0,
             head.1 + tail.1 + whole * page.1,
         )
-    }
-
-    /// MWr TLP count of a write of `len` bytes at `addr`: as many as
-    /// [`Self::write_tlps`] yields.
-    pub fn write_tlp_count(&self, addr: u64, len: u64) -> u64 {
-        Self::split_count(addr, len, u64::from(self.mps_bytes))
-    }
-
-    /// How many pieces [`Self::split`] makes: those of the head up to the
-    /// first 4 KiB boundary, of each whole 4 KiB between, and of the tail.
-    fn split_count(addr: u64, len: u64, max: u64) -> u64 {
-        let max = max.max(1);
-        let end = addr.saturating_add(len);
-        if end <= addr {
-            return 0;
-        }
-        let past_first = (addr - addr % TLP_BOUNDARY).checked_add(TLP_BOUNDARY);
-        let Some(first) = past_first.filter(|&b| b < end) else {
-            return (end - addr).div_ceil(max);
-        };
-        let last = end - end % TLP_BOUNDARY;
-        let whole = (last - first) / TLP_BOUNDARY;
-        (first - addr).div_ceil(max)
-            + whole * TLP_BOUNDARY.div_ceil(max)
-            + (end - last).div_ceil(max)
     }
 
     /// How many CplD TLPs [`Self::completions`] makes for one request.
