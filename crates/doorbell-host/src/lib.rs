@@ -507,7 +507,8 @@ mod tests {
     #[test]
     fn a_region_freed_while_a_map_holds_it_is_unmapped_through_that_map() {
         // An access that loaded the map before a free finds the region
-        // dead, not its bytes; a pin cannot slip in either.
+        // dead (its bytes taken, `with_live` refuses it); after the free,
+        // neither a pin nor a read finds it at all.
         let ram = HostRam::new();
         let a = ram.alloc(4096).unwrap();
         let old = ram.regions.load();
