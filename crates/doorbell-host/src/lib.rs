@@ -25,9 +25,11 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
+mod allocation;
 mod cow_map;
+pub use allocation::{Allocation, NotFreed};
 pub use cow_map::{CowMap, Snapshot};
 
 use doorbell_types::{Cqn, HostAddr, Qpn, UarIndex};
@@ -170,29 +172,8 @@ pub enum RecordDoorbell {
     Arm(Cqn),
 }
 
-/// One allocation. Aligned to a cache-line pair so that two regions' locks
-/// never share a line: the device writing one region must not contend with
-/// a host thread polling another.
-#[repr(align(128))]
-struct Region {
-    /// Fixed at allocation, so it is read without the lock.
-    len: u64,
-    inner: Mutex<RegionInner>,
-}
-
-struct RegionInner {
-    bytes: Box<[u8]>,
-    pins: u32,
-    /// Cleared when the region is freed: an access that found it in a map
-    /// published before the free then fails as unmapped.
-    live: bool,
-}
-
-impl Region {
-    fn lock(&self) -> MutexGuard<'_, RegionInner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+/// One region: its bytes, boxed.
+type Region = Allocation<Box<[u8]>>;
 
 /// Host memory made of page-aligned regions, shareable between threads.
 ///
@@ -238,14 +219,7 @@ impl HostRam {
             *next += (pages + 1) * PAGE_SIZE;
             base
         };
-        let region = Arc::new(Region {
-            len,
-            inner: Mutex::new(RegionInner {
-                bytes,
-                pins: 0,
-                live: true,
-            }),
-        });
+        let region = Arc::new(Region::new(len, bytes));
         self.regions.update(|map| map.insert(base, region));
         HostAddr::new(base)
     }
@@ -254,16 +228,10 @@ impl HostRam {
     fn remove(&self, addr: HostAddr) -> Result<Box<[u8]>, MemError> {
         self.regions.try_update(|map| {
             let region = map.get(&addr.get()).ok_or(MemError::NotAllocated(addr))?;
-            let bytes = {
-                // Pins change under the region's lock; holding it here
-                // excludes a pin racing with the free.
-                let mut inner = region.lock();
-                if inner.pins > 0 {
-                    return Err(MemError::Pinned(addr, inner.pins));
-                }
-                inner.live = false;
-                std::mem::take(&mut inner.bytes)
-            };
+            let bytes = region.free().map_err(|e| match e {
+                NotFreed::Pinned(pins) => MemError::Pinned(addr, pins),
+                NotFreed::Gone => MemError::NotAllocated(addr),
+            })?;
             map.remove(&addr.get());
             Ok(bytes)
         })
@@ -287,34 +255,24 @@ impl HostRam {
         let (&base, region) = map.range(..=addr.get()).next_back().ok_or_else(err)?;
         let off = addr.get() - base;
         let end = off.checked_add(len as u64).ok_or_else(err)?;
-        if end > region.len {
+        if end > region.len() {
             return Err(err());
         }
         Ok(f(off as usize, region))
     }
 
-    /// Calls `f` with the region's state under its lock, unless the region
-    /// was freed since the map was loaded.
-    fn with_live<R>(
-        &self,
-        addr: HostAddr,
-        len: usize,
-        f: impl FnOnce(usize, &mut RegionInner) -> R,
-    ) -> Result<R, MemError> {
-        self.with_found(addr, len, |off, region| {
-            let mut inner = region.lock();
-            inner.live.then(|| f(off, &mut inner))
-        })?
-        .ok_or(MemError::Unmapped { addr, len })
-    }
-
+    /// Calls `f` with the bytes of `[addr, addr + len)` under their
+    /// region's lock, unless the region was freed since the map was loaded.
     fn with_region<R>(
         &self,
         addr: HostAddr,
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, MemError> {
-        self.with_live(addr, len, |off, inner| f(&mut inner.bytes[off..off + len]))
+        self.with_found(addr, len, |off, region| {
+            region.with(|bytes| f(&mut bytes[off..off + len]))
+        })?
+        .ok_or(MemError::Unmapped { addr, len })
     }
 }
 
@@ -353,8 +311,13 @@ impl HostMemory for HostRam {
             addr,
             len: usize::MAX,
         })?;
-        self.with_live(addr, len_usize, |_, inner| inner.pins += 1)?;
-        // with_live checked that the range ends inside a region.
+        if !self.with_found(addr, len_usize, |_, region| region.pin())? {
+            return Err(MemError::Unmapped {
+                addr,
+                len: len_usize,
+            });
+        }
+        // with_found checked that the range ends inside a region.
         page_list(addr, len).ok_or(MemError::Unmapped {
             addr,
             len: len as usize,
@@ -367,19 +330,19 @@ impl HostMemory for HostRam {
         // The same range as the pin's, zero bytes included: a pin of none
         // at a region's end is found there again.
         let len = usize::try_from(len).map_err(|_| MemError::NotPinned { addr, len })?;
-        self.with_live(addr, len, |_, inner| {
-            inner.pins = inner.pins.checked_sub(1)?;
-            Some(())
-        })?
-        .ok_or(MemError::NotPinned {
-            addr,
-            len: len as u64,
-        })
+        if self.with_found(addr, len, |_, region| region.unpin())? {
+            Ok(())
+        } else {
+            Err(MemError::NotPinned {
+                addr,
+                len: len as u64,
+            })
+        }
     }
 
     /// Checks that `[addr, addr + len)` lies inside one live region.
     fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
-        self.with_live(addr, len, |_, _| ())
+        self.with_region(addr, len, |_| ())
     }
 
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {
@@ -507,17 +470,15 @@ mod tests {
     #[test]
     fn a_region_freed_while_a_map_holds_it_is_unmapped_through_that_map() {
         // An access that loaded the map before a free finds the region
-        // dead (its bytes taken, `with_live` refuses it); after the free,
-        // neither a pin nor a read finds it at all.
+        // freed (its bytes taken, so `with_region` refuses it); after the
+        // free, neither a pin nor a read finds it at all.
         let ram = HostRam::new();
         let a = ram.alloc(4096).unwrap();
         let old = ram.regions.load();
         ram.free(a).unwrap();
         let region = old.get(&a.get()).unwrap();
-        let inner = region.lock();
-        assert!(!inner.live);
-        assert!(inner.bytes.is_empty());
-        drop(inner);
+        assert!(region.is_freed());
+        assert_eq!(region.with(|b| b.len()), None);
         assert!(matches!(ram.pin(a, 1), Err(MemError::Unmapped { .. })));
         assert!(ram.read(a, &mut [0u8; 1]).is_err());
     }

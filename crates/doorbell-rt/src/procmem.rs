@@ -51,9 +51,9 @@ mod guard;
 #[allow(unsafe_code)]
 mod vm;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use doorbell_host::{CowMap, HostMemory, MemError, PAGE_SIZE, page_list};
+use doorbell_host::{Allocation, CowMap, HostMemory, MemError, NotFreed, PAGE_SIZE, page_list};
 use doorbell_types::HostAddr;
 use memmap2::MmapMut;
 
@@ -77,27 +77,9 @@ impl Backing {
     }
 }
 
-/// One allocation, on cache lines of its own (as `HostRam`'s regions,
-/// decision record 0031).
-#[repr(align(128))]
-struct Alloc {
-    /// Fixed at allocation, so it is read without the lock.
-    len: u64,
-    inner: Mutex<AllocInner>,
-}
-
-struct AllocInner {
-    /// `None` once freed: an access through a map loaded before the free
-    /// then fails as unmapped.
-    backing: Option<Backing>,
-    pins: u32,
-}
-
-impl Alloc {
-    fn lock(&self) -> MutexGuard<'_, AllocInner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+/// One allocation of our own (as `HostRam`'s regions, decision record
+/// 0031).
+type Alloc = Allocation<Backing>;
 
 /// The process's own memory as host memory. See the module docs.
 ///
@@ -152,30 +134,20 @@ impl ProcessMemory {
     }
 
     fn insert(&self, base: u64, len: u64, backing: Backing) -> HostAddr {
-        let al = Arc::new(Alloc {
-            len,
-            inner: Mutex::new(AllocInner {
-                backing: Some(backing),
-                pins: 0,
-            }),
-        });
+        let al = Arc::new(Alloc::new(len, backing));
         self.allocs.update(|m| m.insert(base, al));
         HostAddr::new(base)
     }
 
     fn remove(&self, addr: HostAddr) -> Result<Backing, MemError> {
         self.allocs.try_update(|allocs| {
-            let gone = MemError::NotAllocated(addr);
-            let al = allocs.get(&addr.get()).ok_or(gone.clone())?;
-            let backing = {
-                // Pins change under the allocation's lock; holding it here
-                // excludes a pin racing with the free.
-                let mut inner = al.lock();
-                if inner.pins > 0 {
-                    return Err(MemError::Pinned(addr, inner.pins));
-                }
-                inner.backing.take().ok_or(gone)?
-            };
+            let al = allocs
+                .get(&addr.get())
+                .ok_or(MemError::NotAllocated(addr))?;
+            let backing = al.free().map_err(|e| match e {
+                NotFreed::Pinned(pins) => MemError::Pinned(addr, pins),
+                NotFreed::Gone => MemError::NotAllocated(addr),
+            })?;
             allocs.remove(&addr.get());
             Ok(backing)
         })
@@ -227,17 +199,11 @@ impl ProcessMemory {
         let end = a.checked_add(len as u64)?;
         let allocs = self.allocs.load();
         let (&base, al) = allocs.range(..=a).next_back()?;
-        if end > base + al.len {
+        if end > base + al.len() {
             return None;
         }
         let off = (a - base) as usize;
-        let mut inner = al.lock();
-        inner
-            .backing
-            .as_mut()?
-            .bytes()
-            .get_mut(off..off + len)
-            .map(f)
+        al.with(|b| b.bytes().get_mut(off..off + len).map(f))?
     }
 
     /// Checks that one pinned range holds all of `[addr, addr + len)`.
@@ -332,13 +298,10 @@ impl HostMemory for ProcessMemory {
     fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
         let pages = page_list(addr, len).ok_or_else(|| unmapped(addr, len as usize))?;
         if let Some((&base, al)) = self.allocs.load().range(..=addr.get()).next_back()
-            && addr.get().saturating_add(len) <= base + al.len
+            && addr.get().saturating_add(len) <= base + al.len()
+            && al.pin()
         {
-            let mut inner = al.lock();
-            if inner.backing.is_some() {
-                inner.pins += 1;
-                return Ok(pages);
-            }
+            return Ok(pages);
         }
         if !self.is_granted(addr, len) {
             return Err(unmapped(addr, len as usize));
@@ -372,12 +335,9 @@ impl HostMemory for ProcessMemory {
         }
         let allocs = self.allocs.load();
         match allocs.range(..=addr.get()).next_back() {
-            Some((&base, al)) if addr.get().saturating_add(len) <= base + al.len => {
-                let mut inner = al.lock();
-                if inner.pins == 0 {
-                    return Err(not_pinned);
-                }
-                inner.pins -= 1;
+            Some((&base, al))
+                if addr.get().saturating_add(len) <= base + al.len() && al.unpin() =>
+            {
                 Ok(())
             }
             _ => Err(not_pinned),
@@ -438,7 +398,7 @@ mod tests {
         let a = m.alloc(4096).unwrap();
         let old = m.allocs.load();
         m.free(a).unwrap();
-        assert!(old.get(&a.get()).unwrap().lock().backing.is_none());
+        assert!(old.get(&a.get()).unwrap().is_freed());
         assert!(m.read(a, &mut [0u8; 1]).is_err());
         assert!(m.pin(a, 1).is_err());
         assert_eq!(m.alloc_count(), 0);

@@ -1,0 +1,119 @@
+//! One allocation of a [`HostMemory`](crate::HostMemory) implementation, as
+//! its [`CowMap`](crate::CowMap) holds it (decision record 0031).
+
+use std::sync::{Mutex, MutexGuard};
+
+/// An allocation's length, its bytes (of type `B`) and its pins, on cache
+/// lines of their own (two allocations' locks never share a line: the
+/// device writing one must not contend with a host thread polling
+/// another). Freeing takes the bytes under the same lock that pins and
+/// accesses take, so a free and a pin cannot both succeed, and an access
+/// through a map loaded before the free finds nothing to touch.
+#[repr(align(128))]
+pub struct Allocation<B> {
+    len: u64,
+    state: Mutex<State<B>>,
+}
+
+struct State<B> {
+    /// `None` once freed.
+    bytes: Option<B>,
+    pins: u32,
+}
+
+/// Why [`Allocation::free`] did not free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotFreed {
+    /// It holds this many pins.
+    Pinned(u32),
+    /// It was freed already.
+    Gone,
+}
+
+impl<B> Allocation<B> {
+    /// `len` bytes held in `bytes`, with no pins.
+    pub fn new(len: u64, bytes: B) -> Self {
+        Self {
+            len,
+            state: Mutex::new(State {
+                bytes: Some(bytes),
+                pins: 0,
+            }),
+        }
+    }
+
+    /// Its length, fixed at allocation (read without the lock).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it is zero bytes long.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the bytes under the lock; `None` if freed.
+    pub fn with<R>(&self, f: impl FnOnce(&mut B) -> R) -> Option<R> {
+        self.lock().bytes.as_mut().map(f)
+    }
+
+    /// Takes a pin; false if freed.
+    pub fn pin(&self) -> bool {
+        let mut s = self.lock();
+        if s.bytes.is_none() {
+            return false;
+        }
+        s.pins += 1;
+        true
+    }
+
+    /// Drops a pin; false if it holds none (or was freed).
+    pub fn unpin(&self) -> bool {
+        let mut s = self.lock();
+        match s.pins.checked_sub(1) {
+            Some(p) if s.bytes.is_some() => {
+                s.pins = p;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes the bytes, unless it is pinned or freed already.
+    pub fn free(&self) -> Result<B, NotFreed> {
+        let mut s = self.lock();
+        if s.pins > 0 {
+            return Err(NotFreed::Pinned(s.pins));
+        }
+        s.bytes.take().ok_or(NotFreed::Gone)
+    }
+
+    /// Whether it was freed.
+    pub fn is_freed(&self) -> bool {
+        self.lock().bytes.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Allocation, NotFreed};
+
+    #[test]
+    fn a_pinned_allocation_is_not_freed_and_a_freed_one_is_not_pinned() {
+        let a = Allocation::new(3, vec![1u8, 2, 3]);
+        assert!(a.pin());
+        assert_eq!(a.free(), Err(NotFreed::Pinned(1)));
+        assert_eq!(a.with(|b| b[1]), Some(2));
+        assert!(a.unpin());
+        assert!(!a.unpin(), "no pin left");
+        assert_eq!(a.free(), Ok(vec![1, 2, 3]));
+        assert!(a.is_freed());
+        assert!(!a.pin());
+        assert_eq!(a.with(|b| b.len()), None);
+        assert_eq!(a.free(), Err(NotFreed::Gone));
+    }
+}
