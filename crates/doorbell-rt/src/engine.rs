@@ -14,8 +14,8 @@
 //! between their store and their load, so one of them sees the other's).
 //!
 //! The NIC's own thread (the worker) runs what no caller drives: transport
-//! timers, and the rest of the inbox when a caller has handled
-//! [`BUDGET`] messages in one turn. It parks until the next timer is due,
+//! timers, and the rest of the inbox when a caller has done [`BUDGET`]
+//! units of work in one turn. It parks until the next timer is due,
 //! or, with no timer while the NIC is in use, for [`BUSY_TICK`]; a turn
 //! that arms a timer due before then unparks it. An idle NIC's worker
 //! sleeps until its next timer, or indefinitely.
@@ -26,6 +26,9 @@
 //!   drained in order, under the lock.
 //! - Frames leave the port in the order the NIC emitted them: the egress is
 //!   driven under the same lock.
+//! - What the NIC owes leaves after at most [`FLUSH_FRAMES`] frames taken
+//!   in, however much the inbox holds: a burst's answers go out while the
+//!   burst is taken in, not after all of it.
 //! - No thread blocks on another NIC's lock: a delivery to a NIC that is
 //!   busy only queues, so two NICs that send to each other inside one
 //!   another's turns cannot deadlock.
@@ -46,9 +49,17 @@ use doorbell_types::Instant;
 
 use crate::inbox::{BusSnapshot, Msg};
 
-/// Messages a caller handles in one turn before it leaves the rest to the
-/// worker: a thread that posts is not kept long doing others' work.
+/// Work a caller does in one turn before it leaves the rest to the worker:
+/// a thread that posts is not kept long doing others' work. A message is
+/// one unit, a batch of frames one per frame.
 pub(crate) const BUDGET: usize = 256;
+
+/// Frames taken in, at most, before what the NIC owes (ACKs, responses,
+/// the frames they let go) leaves for the port and its timers are looked
+/// at. Without a bound, a turn's sends waited for everything the inbox
+/// held: after a go-back-N, thousands of duplicates, while the peer's ACK
+/// timer ran out again and sent it a window more.
+pub(crate) const FLUSH_FRAMES: usize = 64;
 
 /// How long a worker with no timer sleeps while its NIC is in use. A turn
 /// wakes a sleeping worker only for a timer due before the worker wakes
@@ -95,6 +106,8 @@ pub(crate) struct Engine {
     /// crossing, which the timeline takes after each input).
     pub(crate) timeline: Option<Timeline>,
     out: Vec<Frame>,
+    /// Frames taken in since the last flush.
+    unflushed: usize,
     /// Whether a turn handled a message since the worker last looked.
     busy: bool,
 }
@@ -166,6 +179,7 @@ impl Engine {
             capture: None,
             timeline: None,
             out: Vec::new(),
+            unflushed: 0,
             busy: false,
         }
     }
@@ -179,23 +193,45 @@ impl Engine {
         }
     }
 
-    fn handle_msg(&mut self, now: Instant, msg: Msg) {
-        let Self {
-            nic,
-            bus,
-            capture,
-            timeline,
-            ..
-        } = self;
-        let record = |c: &Option<crate::pcap::Capture>, f: &[u8], r: Received| {
-            if let Some(c) = c {
+    /// Takes frames in, flushing after every [`FLUSH_FRAMES`] of them;
+    /// `emitted`: frames another NIC of this process built, whose ICRC
+    /// nothing could have changed.
+    fn take_frames(&mut self, now: Instant, frames: Vec<Vec<u8>>, emitted: bool) {
+        for f in frames {
+            let Self {
+                nic,
+                bus,
+                capture,
+                timeline,
+                ..
+            } = self;
+            if let Some(tl) = timeline {
+                tl.rec.frame(false, now, &f);
+            }
+            let r = if emitted {
+                nic.handle_emitted_frame(now, &f, bus)
+            } else {
+                nic.handle_frame(now, &f, bus)
+            };
+            if let Some(c) = capture {
                 let why = match r {
                     Received::Taken => None,
                     Received::Dropped(why) => Some(why),
                 };
-                c.record(crate::pcap::Direction::In, f, why);
+                c.record(crate::pcap::Direction::In, &f, why);
             }
-        };
+            crate::buffers::recycle(f);
+            self.unflushed += 1;
+            if self.unflushed >= FLUSH_FRAMES {
+                self.flush(now);
+            }
+        }
+    }
+
+    fn handle_msg(&mut self, now: Instant, msg: Msg) {
+        let Self {
+            nic, bus, timeline, ..
+        } = self;
         match msg {
             Msg::Mmio {
                 uar,
@@ -211,26 +247,8 @@ impl Engine {
                 bus.capture_record(uar, db);
                 nic.handle_record_doorbell(now, uar, db, bus);
             }
-            Msg::Frames(fs) => {
-                for f in fs {
-                    if let Some(tl) = timeline {
-                        tl.rec.frame(false, now, &f);
-                    }
-                    let r = nic.handle_frame(now, &f, bus);
-                    record(capture, &f, r);
-                    crate::buffers::recycle(f);
-                }
-            }
-            Msg::EmittedFrames(fs) => {
-                for f in fs {
-                    if let Some(tl) = timeline {
-                        tl.rec.frame(false, now, &f);
-                    }
-                    let r = nic.handle_emitted_frame(now, &f, bus);
-                    record(capture, &f, r);
-                    crate::buffers::recycle(f);
-                }
-            }
+            Msg::Frames(fs) => self.take_frames(now, fs, false),
+            Msg::EmittedFrames(fs) => self.take_frames(now, fs, true),
             Msg::Cmd(c, reply) => {
                 let _ = reply.send(nic.exec(now, c, bus));
             }
@@ -275,6 +293,7 @@ impl Engine {
     /// Fires due timers and hands every output on: frames to the port,
     /// interrupts to the handler, unrouted events to the host.
     fn flush(&mut self, now: Instant) {
+        self.unflushed = 0;
         if self.nic.poll_timeout().is_some_and(|t| t <= now) {
             self.nic.handle_timeout(now, &mut self.bus);
             if let Some(tl) = &mut self.timeline {
@@ -424,10 +443,12 @@ impl Core {
         // One reading of the clock per turn: a turn lasts microseconds,
         // and the device's timers are milliseconds.
         let now = self.now();
-        for _ in 0..budget {
+        let mut done = 0;
+        while done < budget {
             match self.rx.try_recv() {
                 Ok(m) => {
                     g.busy = true;
+                    done += m.work();
                     g.handle(now, m);
                 }
                 Err(_) => {

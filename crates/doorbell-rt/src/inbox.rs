@@ -34,6 +34,17 @@ pub(crate) enum Msg {
     Trace(Sender<Option<doorbell_trace::Trace>>),
 }
 
+impl Msg {
+    /// How much work the message is, for a turn's budget: a frame is one
+    /// unit, as is every other message.
+    pub(crate) fn work(&self) -> usize {
+        match self {
+            Msg::Frames(fs) | Msg::EmittedFrames(fs) => fs.len().max(1),
+            _ => 1,
+        }
+    }
+}
+
 /// The device thread's part of a `stats::NicStats`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BusSnapshot {

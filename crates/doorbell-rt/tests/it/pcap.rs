@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use doorbell_rt::NicOptions;
+use doorbell_verbs::{RemoteAddr, SendFlags, SendWr, WrOpcode};
 
 use crate::common::*;
 use crate::net::*;
@@ -109,4 +110,64 @@ fn captures_hold_every_frame_as_rocev2_with_drops_marked() {
         .collect();
     assert_eq!(marked.len(), 1, "{b_rows:#?}");
     assert!(a_rows.iter().all(|r| !r.contains("dropped")), "{a_rows:#?}");
+}
+
+/// A burst that reaches a NIC all at once is answered as it is taken in:
+/// the responder's ACKs leave after every few dozen of its frames, not
+/// after the whole burst. Held back until a turn had handled all it found,
+/// they once waited behind thousands of duplicates after a go-back-N, the
+/// requester's timer ran out again meanwhile, and each timeout added
+/// another window of duplicates: in a loaded test run a QP failed with
+/// transport retry exceeded. B's capture records a frame as B takes it in
+/// and as it leaves, in that order; a run of inbound frames with nothing
+/// sent is a wait of everything B owes.
+#[test]
+fn a_burst_is_answered_while_it_is_taken_in() {
+    const WRITES: usize = 256;
+    let fb = file("burst-b");
+    let b = NicOptions {
+        pcap: Some(fb.clone()),
+        ..NicOptions::default()
+    };
+    let cap = doorbell_verbs::QpCaps {
+        max_send_wr: WRITES as u32,
+        ..default_caps()
+    };
+    let p = fabric_pair([NicOptions::default(), b], cap, 1 << 20, Timers::default());
+    let sges: Vec<_> = (0..WRITES)
+        .map(|i| p.a.mr.sge(i as u64 * 1024, 1024).unwrap())
+        .collect();
+    let wrs: Vec<SendWr> = sges
+        .iter()
+        .enumerate()
+        .map(|(i, sge)| SendWr {
+            wr_id: i as u64,
+            sg_list: std::slice::from_ref(sge),
+            opcode: WrOpcode::RdmaWrite(RemoteAddr {
+                addr: p.b.mr.addr() + i as u64 * 1024,
+                rkey: p.b.mr.rkey(),
+            }),
+            flags: if i + 1 == WRITES {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags(0)
+            },
+            ud: None,
+        })
+        .collect();
+    p.a.qp.post_send(&wrs).unwrap();
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    drop(p);
+    let rows = tshark(&fb, &["frame.packet_flags", "infiniband.bth.opcode"]);
+    let _ = std::fs::remove_file(&fb);
+    let inbound = rows.iter().filter(|r| r.starts_with("0x00000001")).count();
+    assert_eq!(inbound, WRITES, "{rows:#?}");
+    let longest = rows
+        .split(|r| !r.starts_with("0x00000001"))
+        .map(<[String]>::len)
+        .max();
+    assert!(
+        longest.is_some_and(|n| n <= 64),
+        "B took {longest:?} frames in a row in before it sent anything"
+    );
 }
