@@ -115,12 +115,19 @@ static double now_s(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* 16 READs and atomics in flight, a 16.8 ms timeout, a 10 us RNR wait. */
+/* 16 READs and atomics in flight, a 67 ms timeout (perftest's), a 10 us
+ * RNR wait. The timeout must outlast the longest the responder can take to
+ * answer: four QPs' full windows are about a thousand frames, over 30 ms
+ * of work for a debug build on a loaded machine. A shorter timeout fires
+ * with no frame lost, its go-back-N adds a window of duplicates to the
+ * responder's queue, and the next one fires sooner still. Lost tails are
+ * still resent within milliseconds: the library's adaptive retransmission
+ * does not wait for the timeout. */
 static int to_rts(struct ibv_qp *qp, uint32_t dest, const uint8_t *gid)
 {
 	union ibv_gid g;
 	memcpy(g.raw, gid, sizeof g.raw);
-	struct rc_opts o = {.rd_atomic = 16, .timeout = 12, .min_rnr_timer = 1};
+	struct rc_opts o = {.rd_atomic = 16, .timeout = 14, .min_rnr_timer = 1};
 	return rc_to_rts_with(qp, dest, g, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 						  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
 			      o);
