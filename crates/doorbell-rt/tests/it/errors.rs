@@ -691,14 +691,15 @@ fn transport_retries_run_out_when_the_peer_stops_answering() {
     // B's QP goes back to RESET: it drops A's packets.
     p.b.qp.modify(QpState::Reset, &QpAttrs::default()).unwrap();
     let (a0, b0) = settle(&p);
-    post(
-        &p.a.qp,
-        signaled(1, &[p.a.mr.sge(0, 64).unwrap()], WrOpcode::Send),
-    );
-    post(
-        &p.a.qp,
-        signaled(2, &[p.a.mr.sge(0, 64).unwrap()], WrOpcode::Send),
-    );
+    // In one post, so that both are sent before the first timeout, and
+    // each retry resends both, however slowly this thread runs.
+    let sge = [p.a.mr.sge(0, 64).unwrap()];
+    p.a.qp
+        .post_send(&[
+            signaled(1, &sge, WrOpcode::Send),
+            signaled(2, &sge, WrOpcode::Send),
+        ])
+        .unwrap();
     assert_eq!(
         outcome(&wait(&p.a.cq, 2)),
         [
