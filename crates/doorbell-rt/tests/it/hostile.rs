@@ -1528,7 +1528,9 @@ fn a_flood_is_absorbed_counted_and_leaves_the_nic_working() {
     while let Some(a) = r.peer.next(Duration::from_millis(200)) {
         answers.push(nak_head(&a));
     }
-    // One NAK for the gap, then an ACK for each fence taken.
+    // One NAK for the gap, then an ACK for each fence taken, but for the
+    // ACKs a later one replaced: fences that queued behind the flood are
+    // taken in one go, and their ACKs leave as one.
     let few = &answers[..answers.len().min(8)];
     assert_eq!(answers[0], nak_of(e, NakCode::PsnSeqErr), "{few:?}");
     assert!(answers[1..].iter().all(|a| *a == ack), "{few:?}");
@@ -1536,7 +1538,9 @@ fn a_flood_is_absorbed_counted_and_leaves_the_nic_working() {
     let dropped = c1.rx_dropped - c0.rx_dropped;
     let out_of_sequence = c1.out_of_sequence - c0.out_of_sequence;
     let copies = c1.duplicate_request - c0.duplicate_request;
-    assert_eq!(answers.len() as u64, 2 + copies, "{few:?}");
+    let coalesced = c1.acks_coalesced - c0.acks_coalesced;
+    assert!(coalesced <= copies, "{c1:?}");
+    assert_eq!(answers.len() as u64, 2 + copies - coalesced, "{few:?}");
     assert_eq!(dropped + out_of_sequence + 1 + copies, delivered);
     // The WRITEs from another address reached their QP (rx_packets) and
     // were dropped there; those to no QP never did.
