@@ -183,19 +183,19 @@ fn ibv_rc_pingpong_with_events_runs_on_libmlx5() {
 fn ibv_rc_pingpong_on_the_wr_api_runs_on_libmlx5() {
     // `-N`: ibv_wr_* posting, whose doorbells libmlx5 rings without any
     // call this library sees: the records are watched.
-    let sides = pingpong("ibv_rc_pingpong", 43, 33515, &["-n", "100", "-N"]);
+    let sides = pingpong("ibv_rc_pingpong", 43, 25515, &["-n", "100", "-N"]);
     assert_ran_on_libmlx5(&sides, 100, Rang::Records);
 }
 
 #[test]
 fn ibv_ud_pingpong_runs_on_libmlx5() {
-    let sides = pingpong("ibv_ud_pingpong", 44, 34515, &["-n", "100", "-s", "1024"]);
+    let sides = pingpong("ibv_ud_pingpong", 44, 26515, &["-n", "100", "-s", "1024"]);
     assert_ran_on_libmlx5(&sides, 100, Rang::Stores);
 }
 
 #[test]
 fn ibv_srq_pingpong_runs_on_libmlx5() {
-    let sides = pingpong("ibv_srq_pingpong", 45, 35515, &["-n", "100", "-q", "4"]);
+    let sides = pingpong("ibv_srq_pingpong", 45, 27515, &["-n", "100", "-q", "4"]);
     assert_ran_on_libmlx5(&sides, 100, Rang::Stores);
 }
 
@@ -408,7 +408,7 @@ fn ucx_perftest_on(
 fn ucx_perftest_runs_on_rc_mlx5() {
     let _node = UverbsNode::ensure();
     for (i, test) in ["am_lat", "put_lat", "am_bw"].into_iter().enumerate() {
-        let (out, v) = ucx_perftest(47, 36515 + 10 * i as u16, "rc_mlx5", test, 500);
+        let (out, v) = ucx_perftest(47, 28515 + 10 * i as u16, "rc_mlx5", test, 500);
         assert_ucx_ran_on_libmlx5(&out, &v, test, 500);
     }
 }
@@ -444,7 +444,7 @@ fn assert_ucx_ran_on_libmlx5(out: &Output, v: &Value, test: &str, iters: u32) {
 fn ucx_perftest_runs_on_ud_mlx5() {
     let _node = UverbsNode::ensure();
     for (i, test) in ["am_lat", "am_bw"].into_iter().enumerate() {
-        let (out, v) = ucx_perftest(48, 36615 + 10 * i as u16, "ud_mlx5", test, 500);
+        let (out, v) = ucx_perftest(48, 28615 + 10 * i as u16, "ud_mlx5", test, 500);
         // UD is never resent by the NIC: UCX's own reliability would
         // send a lost datagram again as a new one.
         assert_ucx_ran_on_libmlx5(&out, &v, test, 500);
@@ -458,7 +458,7 @@ fn ucx_perftest_runs_on_ud_mlx5() {
 #[test]
 fn ucx_perftest_runs_on_ud_verbs_on_doorbells_own_provider() {
     let _node = UverbsNode::ensure();
-    let (out, v) = ucx_perftest_on(Provider::Doorbell, 49, 36715, "ud_verbs", "am_lat", 500);
+    let (out, v) = ucx_perftest_on(Provider::Doorbell, 49, 28715, "ud_verbs", "am_lat", 500);
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     assert_eq!(ucx_final(&all, "am_lat"), "500", "{all}");

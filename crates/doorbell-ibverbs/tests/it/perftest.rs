@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use crate::library::lib_dir;
 
-/// Each run gets its own loopback /24 and TCP port.
+/// Each run gets its own loopback /24 and TCP port. The ports stay below
+/// the kernel's ephemeral range (32768 up), where any connection on the
+/// machine may hold one and the server's listen fails; and below 17600,
+/// where the other tests of this binary take theirs.
 static NEXT: AtomicU16 = AtomicU16::new(0);
 
 fn addr(net: u16, host: u8) -> String {
@@ -77,7 +80,7 @@ fn run(tool: &str, args: &[&str]) -> Vec<(u64, u64)> {
 /// [`run`] with `env` set in both processes.
 pub(crate) fn run_env(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Vec<(u64, u64)> {
     let k = NEXT.fetch_add(1, Ordering::Relaxed);
-    let port = (21000 + (std::process::id() % 500) as u16 * 40 + k).to_string();
+    let port = (10_000 + (std::process::id() % 150) as u16 * 40 + k).to_string();
     let server = spawn(tool, &addr(k, 2), &port, args, None, env);
     // perftest's client retries its TCP connect while the server sets up.
     std::thread::sleep(Duration::from_millis(200));
