@@ -74,7 +74,7 @@ mod timeline;
 mod udp;
 
 pub use fault::{Fate, FaultPolicy, FaultStage, FaultStats, Faults, RandomFaults};
-pub use shm::SPIN_VAR;
+pub use shm::{LINGER_VAR, SPIN_VAR};
 #[doc(hidden)]
 pub use shm::{RawListener, RawPeer};
 pub use udp::PortCounters;
@@ -631,6 +631,7 @@ impl LiveNic {
                     shm_rings_broken: get(&st.rings_broken),
                     shm_bells: get(&st.bells),
                     shm_bells_spared: get(&st.bells_spared),
+                    shm_lingers_paid: get(&st.lingers_paid),
                     ..p.counters()
                 }
             }

@@ -100,6 +100,11 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long a thread whose CQ poll found nothing waits in the rings
 /// before it returns to poll again.
 const CALLER_SPIN: Duration = Duration::from_micros(5);
+/// How long a thread that took and ran frames, the receiver thread
+/// asleep, waits in the rings for the peer's answer before it returns
+/// ([`put_back`]), where such waits paid off lately ([`LINGER_VAR`]
+/// sets another).
+const LINGER: Duration = Duration::from_micros(5);
 /// Frames taken from one ring per turn.
 const BATCH: usize = 64;
 /// How long the receiver thread tries the rings' lock before it waits for
@@ -117,6 +122,8 @@ const BELL_CREDIT: u8 = 8;
 const BELL_PROBE: u32 = 64;
 /// The variable that sets how long the receiver spins, in µs.
 pub const SPIN_VAR: &str = "DOORBELL_SPIN_US";
+/// The variable that sets [`LINGER`], in µs (0: callers never wait).
+pub const LINGER_VAR: &str = "DOORBELL_LINGER_US";
 const HELLO: &[u8; 8] = b"DBHELLO1";
 const WELCOME: &[u8; 8] = b"DBWELCOM";
 
@@ -181,6 +188,24 @@ pub(crate) fn spin() -> Duration {
     Duration::from_micros(us)
 }
 
+/// How long a caller waits for its peer's answer ([`LINGER_VAR`]).
+fn linger() -> Duration {
+    std::env::var(LINGER_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(LINGER, Duration::from_micros)
+}
+
+/// Whether `frame`, as the rings carry it (IPv4, UDP, BTH), is a request:
+/// not an RC response (ACK, atomic ACK, READ response), nor too short to
+/// say.
+fn is_request(frame: &[u8]) -> bool {
+    let ihl = usize::from(frame.first().map_or(0, |b| b & 0x0f)) * 4;
+    frame
+        .get(ihl + 8)
+        .is_some_and(|&op| !doorbell_wire::BthOpcode::from(op).is_response())
+}
+
 /// The rendezvous name of the NIC at `ipv4`.
 fn rendezvous(ipv4: [u8; 4]) -> io::Result<SocketAddr> {
     let [a, b, c, d] = ipv4;
@@ -200,6 +225,7 @@ pub(crate) struct Stats {
     pub(crate) rings_broken: AtomicU64,
     pub(crate) bells: AtomicU64,
     pub(crate) bells_spared: AtomicU64,
+    pub(crate) lingers_paid: AtomicU64,
 }
 
 /// One inbound ring and who feeds it.
@@ -218,6 +244,13 @@ struct Inbound {
     rings: Vec<InRing>,
     /// The receiver thread has marked the rings parked and sleeps.
     parked: bool,
+    /// Whether a caller that took frames waits for more ([`put_back`]).
+    linger: WaitCredit,
+    /// And for how long ([`linger()`]).
+    linger_time: Duration,
+    /// A drain since [`ShmPort::look`] began took a request (the peer's
+    /// SEND or WRITE, say): its answer is here, nothing to wait for.
+    took_requests: bool,
     /// Until when the rendezvous is not listened to: the last accept
     /// failed for want of a descriptor or memory, and the connection
     /// waiting there keeps the listener readable.
@@ -249,6 +282,9 @@ impl ShmPort {
                 bell,
                 rings: Vec::new(),
                 parked: false,
+                linger: WaitCredit::default(),
+                linger_time: linger(),
+                took_requests: false,
                 accept_after: None,
             })),
             stats,
@@ -274,7 +310,7 @@ impl ShmPort {
     /// Takes what the rings hold for the NIC, in the caller's thread, if
     /// the receiver thread is not doing so; tells whether it took any.
     pub(crate) fn progress(&self, core: &Core) -> bool {
-        let (got, marks_down) = self.look(core);
+        let (got, marks_down, responses_only) = self.look(core);
         if got > 0 {
             // In the inbox, in ring order; run with the rings' lock let go,
             // so that the receiver thread, or another caller, may take
@@ -287,24 +323,27 @@ impl ShmPort {
             core.run();
         }
         if marks_down {
-            put_back(&self.inbound, core, &self.stats);
+            put_back(&self.inbound, core, &self.stats, responses_only);
         }
         got > 0
     }
 
     /// [`Self::progress`]'s part under the rings' lock: queues what the
-    /// rings hold in `core`'s inbox; returns how many frames, and whether
-    /// it left a sleeping receiver thread's marks down ([`put_back`]).
-    fn look(&self, core: &Core) -> (usize, bool) {
+    /// rings hold in `core`'s inbox; returns how many frames, whether it
+    /// left a sleeping receiver thread's marks down ([`put_back`]), and
+    /// whether they were only responses (ACKs, READ responses: the peer's
+    /// program has yet to answer).
+    fn look(&self, core: &Core) -> (usize, bool, bool) {
         let Ok(mut inb) = self.inbound.try_lock() else {
-            return (0, false);
+            return (0, false, false);
         };
         if inb.rings.is_empty() {
             // No NIC of this host talks to this one: nothing to wait for.
-            return (0, false);
+            return (0, false, false);
         }
+        inb.took_requests = false;
         if !inb.parked {
-            return (inb.drain(core, &self.stats), false);
+            return (inb.drain(core, &self.stats), false, false);
         }
         // The receiver thread sleeps: while this thread looks, senders
         // need not ring (a wake-up that would find nothing, and take a
@@ -320,9 +359,9 @@ impl ShmPort {
             got += inb.drain(core, &self.stats);
         }
         if got > 0 {
-            return (got, true);
+            return (got, true, !inb.took_requests);
         }
-        (inb.mark_parked(core, &self.stats), false)
+        (inb.mark_parked(core, &self.stats), false, false)
     }
 
     /// A handle for [`Poster::around`].
@@ -371,7 +410,7 @@ impl Poster {
         };
         f();
         if held {
-            put_back(&self.inbound, core, &self.stats);
+            put_back(&self.inbound, core, &self.stats, false);
         }
     }
 }
@@ -391,7 +430,17 @@ const MARK_ROUNDS: u32 = 8;
 /// meanwhile (the marks are its own), or if another thread is at the
 /// rings: the receiver thread, awake, or a caller, who puts them back
 /// itself.
-fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats) {
+///
+/// With `linger` (a poll took only responses and ran them: the ACK of a
+/// ping-pong's last message, say), the first round first waits up to
+/// [`LINGER`] for more, marks down, where such waits paid off lately
+/// ([`Inbound::linger`]). A program that polls memory for its peer's
+/// WRITE, as `ib_write_lat` does after the poll that returned its own
+/// WRITE's completion, then finds the WRITE there: this thread took it,
+/// where the peer would have rung the receiver thread awake for it.
+/// A poll that took a request does not wait: its answer (the peer's
+/// next message) may be what this thread's program sends next.
+fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats, linger: bool) {
     for round in 1..=PUT_BACK_ROUNDS {
         let got = {
             let Ok(mut inb) = inbound.try_lock() else {
@@ -399,6 +448,21 @@ fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats) {
             };
             if !inb.parked {
                 return;
+            }
+            if round == 1 && linger && !inb.linger_time.is_zero() && inb.linger.wait() {
+                let got = inb.linger_for(core, stats);
+                drop(inb);
+                if got > 0 {
+                    core.run();
+                    continue;
+                }
+                let Ok(again) = inbound.try_lock() else {
+                    return;
+                };
+                inb = again;
+                if !inb.parked {
+                    return;
+                }
             }
             if round == PUT_BACK_ROUNDS {
                 let got = inb.mark_parked(core, stats);
@@ -435,6 +499,7 @@ impl Inbound {
     /// Drops the rings that broke.
     fn drain(&mut self, core: &Core, stats: &Stats) -> usize {
         let mut total = 0;
+        let mut requests = false;
         let local = self.local;
         self.rings.retain_mut(|r| {
             let mut frames = Vec::new();
@@ -449,6 +514,7 @@ impl Inbound {
                         // The ring's two ends, and nothing else, in the IPv4
                         // header (src at 12, dst at 16).
                         if buf.len() >= 20 && buf[12..16] == r.peer && buf[16..20] == local {
+                            requests |= is_request(&buf);
                             frames.push(buf);
                         } else {
                             stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
@@ -475,6 +541,7 @@ impl Inbound {
             }
             alive
         });
+        self.took_requests |= requests;
         total
     }
 
@@ -528,6 +595,25 @@ impl Inbound {
     /// sender that found no mark rang no bell); returns how many frames.
     /// After [`MARK_ROUNDS`] looks that found frames, it rings the
     /// receiver thread for the rest instead.
+    /// Waits, marks down, up to [`Self::linger_time`] for a frame, and
+    /// takes what came; notes in [`Self::linger`] whether anything did.
+    fn linger_for(&mut self, core: &Core, stats: &Stats) -> usize {
+        let start = Instant::now();
+        let mut came = self.any_data();
+        while !came && start.elapsed() < self.linger_time {
+            for _ in 0..16 {
+                std::hint::spin_loop();
+            }
+            came = self.any_data();
+        }
+        self.linger.waited(came);
+        if !came {
+            return 0;
+        }
+        stats.lingers_paid.fetch_add(1, Ordering::Relaxed);
+        self.drain(core, stats)
+    }
+
     fn mark_parked(&mut self, core: &Core, stats: &Stats) -> usize {
         let mut got = 0;
         for _ in 0..MARK_ROUNDS {
@@ -812,22 +898,24 @@ struct OutRing {
     /// are dropped without waiting.
     stuck_at: Option<u64>,
     /// Whether to wait for the receiver before its bell.
-    credit: BellCredit,
+    credit: WaitCredit,
 }
 
-/// Whether a sender waits for its parked receiver before it rings
-/// ([`wake_after_a_wait`]): after waits that paid off, yes; after waits
-/// that did not, only every [`BELL_PROBE`]th bell.
+/// Whether to wait, where a wait pays off only when the other side acts
+/// in time: a sender for its parked receiver before it rings
+/// ([`wake_after_a_wait`]), a caller for its peer's answer
+/// ([`put_back`]). After waits that paid off, yes; after waits that did
+/// not, only at every [`BELL_PROBE`]th chance.
 #[derive(Debug, Default)]
-struct BellCredit {
+struct WaitCredit {
     /// Waits that paid off lately, up to [`BELL_CREDIT`].
     credit: u8,
-    /// Bells rung without a wait, since the last wait.
+    /// Chances passed without a wait, since the last wait.
     unwaited: u32,
 }
 
-impl BellCredit {
-    /// Whether to wait before this bell.
+impl WaitCredit {
+    /// Whether to wait at this chance.
     fn wait(&mut self) -> bool {
         if self.credit == 0 {
             self.unwaited += 1;
@@ -839,7 +927,7 @@ impl BellCredit {
         true
     }
 
-    /// How the wait went: `spared`, a thread of the receiver came first.
+    /// How the wait went: `spared`, the other side came in time.
     fn waited(&mut self, spared: bool) {
         self.credit = if spared {
             (self.credit + 1).clamp(2, BELL_CREDIT)
@@ -1121,7 +1209,7 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
         checked: Instant::now(),
         used: Instant::now(),
         stuck_at: None,
-        credit: BellCredit::default(),
+        credit: WaitCredit::default(),
     })
 }
 
@@ -1257,11 +1345,11 @@ impl Drop for RawListener {
 
 #[cfg(test)]
 mod tests {
-    use super::{BELL_CREDIT, BELL_PROBE, BellCredit};
+    use super::{BELL_CREDIT, BELL_PROBE, WaitCredit};
 
     #[test]
     fn a_sender_waits_for_a_receiver_that_came_back_and_rarely_for_one_that_did_not() {
-        let mut c = BellCredit::default();
+        let mut c = WaitCredit::default();
         // No credit: one wait in BELL_PROBE bells.
         let waits = (0..BELL_PROBE * 3).filter(|_| c.wait()).count();
         assert_eq!(waits, 3);

@@ -112,6 +112,7 @@ impl NicStats {
                 "shm_peers_in": p.shm_peers_in,
                 "shm_bells": p.shm_bells,
                 "shm_bells_spared": p.shm_bells_spared,
+                "shm_lingers_paid": p.shm_lingers_paid,
             },
         });
         serde_json::to_string_pretty(&doc).unwrap_or_default()
@@ -166,14 +167,15 @@ impl NicStats {
         let _ = writeln!(
             s,
             "{:>10} UDP {} datagrams out, {} in; shared memory {} frames out, {} in, \
-             {} bells rung, {} spared",
+             {} bells rung, {} spared, {} answers waited for",
             "port",
             p.tx_datagrams,
             p.rx_datagrams,
             p.shm_tx_frames,
             p.shm_rx_frames,
             p.shm_bells,
-            p.shm_bells_spared
+            p.shm_bells_spared,
+            p.shm_lingers_paid
         );
         let noted: Vec<_> = self.counters().into_iter().filter(|c| c.1 != 0).collect();
         if !noted.is_empty() {

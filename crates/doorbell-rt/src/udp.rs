@@ -97,6 +97,10 @@ pub struct PortCounters {
     /// Times a sender found its receiver parked, waited, and one of the
     /// receiver's own threads came to the rings first (no bell).
     pub shm_bells_spared: u64,
+    /// Times a thread that took and ran frames, its receiver thread
+    /// asleep, waited for more and got them (no bell for the peer's
+    /// answer).
+    pub shm_lingers_paid: u64,
 }
 
 #[derive(Default)]

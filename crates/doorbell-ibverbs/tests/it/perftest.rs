@@ -147,6 +147,90 @@ fn latency_tests_over_rc() {
     assert_eq!(rows, [(8, 50)]);
 }
 
+/// `ib_write_lat` polls memory for its peer's WRITE, not its CQ, so no
+/// call into the library is there to take the frame: each WRITE needs
+/// the receiving process's thread rung awake, and the wake-up is in the
+/// latency. The poll that returned a WRITE's completion, having taken
+/// only the ACK, waits for the peer's answer instead (decision record
+/// 0034). The wait is made long here (`DOORBELL_LINGER_US`) so that a
+/// loaded machine's slow answers still come within it; the same run with
+/// the wait turned off (0) waits for none.
+#[test]
+fn write_lat_polls_wait_for_the_peers_writes() {
+    let iters = 2000;
+    let (bells_off, waited_off) = write_lat_bells(iters, "0");
+    assert_eq!(waited_off, 0, "no waits when turned off");
+    let (bells, waited) = write_lat_bells(iters, "20000");
+    // On a quiet machine nearly every WRITE is waited for, and the bells
+    // fall to a few dozen from about one a WRITE; on a loaded one (the
+    // test suite's own neighbours) a process that loses its core answers
+    // late, its peer's receiver thread is rung meanwhile and is awake at
+    // the next poll, which then has no reason to wait. What holds there
+    // too: the waits happen, and a good share of them pay off.
+    assert!(
+        waited >= iters / 20,
+        "{waited} answers waited for in {iters} round trips ({bells} bells, {bells_off} \
+         with the waits turned off)"
+    );
+}
+
+/// Runs `ib_write_lat -s 8 -n iters` with `DOORBELL_LINGER_US=linger`;
+/// returns the bells both processes rang and the answers they waited for.
+fn write_lat_bells(iters: u64, linger: &str) -> (u64, u64) {
+    let k = NEXT.fetch_add(1, Ordering::Relaxed);
+    let port = (10_000 + (std::process::id() % 150) as u16 * 40 + k).to_string();
+    let dir = lib_dir().parent().expect("lib dir has a parent");
+    let stats = |who: &str| {
+        dir.join(format!("linger-{who}-{}-{k}.json", std::process::id()))
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (ss, cs) = (stats("server"), stats("client"));
+    let n = iters.to_string();
+    let args = ["-s", "8", "-n", n.as_str()];
+    let senv = [
+        ("DOORBELL_STATS", ss.as_str()),
+        ("DOORBELL_LINGER_US", linger),
+    ];
+    let cenv = [
+        ("DOORBELL_STATS", cs.as_str()),
+        ("DOORBELL_LINGER_US", linger),
+    ];
+    let server = spawn("ib_write_lat", &addr(k, 2), &port, &args, None, &senv);
+    std::thread::sleep(Duration::from_millis(200));
+    let client = spawn(
+        "ib_write_lat",
+        &addr(k, 3),
+        &port,
+        &args,
+        Some("127.0.0.1"),
+        &cenv,
+    );
+    let c = finish(client, "client of ib_write_lat");
+    let s = finish(server, "server of ib_write_lat");
+    for (who, out) in [("server", &s), ("client", &c)] {
+        assert!(
+            out.status.success(),
+            "{who} of ib_write_lat:\n{}",
+            text(out)
+        );
+    }
+    let (mut bells, mut waited) = (0, 0);
+    for file in [&ss, &cs] {
+        let doc = std::fs::read_to_string(file).expect("the stats file was written at exit");
+        let _ = std::fs::remove_file(file);
+        let v: serde_json::Value = serde_json::from_str(&doc).expect("the stats file is JSON");
+        let port = &v["port"];
+        // Every WRITE and its ACK went through shared memory
+        // (more if a loaded machine made an ACK late and the WRITE went again).
+        let frames = port["shm_rx_frames"].as_u64().expect("shm_rx_frames");
+        assert!(frames >= 2 * iters, "{doc}");
+        bells += port["shm_bells"].as_u64().expect("shm_bells");
+        waited += port["shm_lingers_paid"].as_u64().expect("shm_lingers_paid");
+    }
+    (bells, waited)
+}
+
 #[test]
 fn send_over_ud() {
     assert_eq!(
