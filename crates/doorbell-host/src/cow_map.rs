@@ -2,9 +2,12 @@
 //! for the region and range maps of [`HostMemory`](crate::HostMemory)
 //! implementations (decision record 0031).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::LocalKey;
 
 use arc_swap::{ArcSwap, Guard};
 
@@ -17,7 +20,17 @@ use arc_swap::{ArcSwap, Guard};
 /// every thread that reads would move between cores.
 pub struct CowMap<K, V> {
     map: ArcSwap<BTreeMap<K, V>>,
+    /// Names the map as it stands: unique in the process, new on every
+    /// change ([`Self::stamp`]).
+    stamp: AtomicU64,
     changes: Mutex<()>,
+}
+
+/// Where the next [`CowMap::stamp`] comes from (0 is never one).
+static STAMPS: AtomicU64 = AtomicU64::new(1);
+
+fn new_stamp() -> u64 {
+    STAMPS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The map as it stood when [`CowMap::load`] was called.
@@ -35,6 +48,7 @@ impl<K, V> Default for CowMap<K, V> {
     fn default() -> Self {
         Self {
             map: ArcSwap::from_pointee(BTreeMap::new()),
+            stamp: AtomicU64::new(new_stamp()),
             changes: Mutex::new(()),
         }
     }
@@ -49,6 +63,15 @@ impl<K: Ord + Clone, V: Clone> CowMap<K, V> {
     /// The map now. Changes made after this call are not seen through it.
     pub fn load(&self) -> Snapshot<K, V> {
         Snapshot(self.map.load())
+    }
+
+    /// A number that names this map as it stands, unique among every
+    /// `CowMap` of the process and every state each has been in: what a
+    /// [`Recent`] found under one stamp holds while the stamp is the same.
+    /// Read it before [`Self::load`]: a change between the two gives a
+    /// snapshot newer than the stamp, never older.
+    pub fn stamp(&self) -> u64 {
+        self.stamp.load(Ordering::Acquire)
     }
 
     /// Runs `f` on a copy of the map and publishes the copy, after every
@@ -70,13 +93,121 @@ impl<K: Ord + Clone, V: Clone> CowMap<K, V> {
         let mut copy = BTreeMap::clone(&self.map.load());
         let r = f(&mut copy)?;
         self.map.store(Arc::new(copy));
+        self.stamp.store(new_stamp(), Ordering::Release);
         Ok(r)
+    }
+}
+
+impl<V: Clone + 'static> CowMap<u64, V> {
+    /// For a map whose keys start ranges of `len_of(value)` bytes: calls
+    /// `f` with the value of the range that holds all of `[addr, addr +
+    /// len)` and `addr`'s offset in it, as the map stands. Looks first in
+    /// `recent`, this thread's notes of what it found lately, and notes
+    /// there what a lookup finds. `None` if no range holds it.
+    pub fn with_range<R>(
+        &self,
+        recent: &'static LocalKey<RefCell<Recent<V>>>,
+        addr: u64,
+        len: u64,
+        len_of: impl Fn(&V) -> u64,
+        f: impl FnOnce(&V, u64) -> R,
+    ) -> Option<R> {
+        let stamp = self.stamp();
+        let lookup = |map: &BTreeMap<u64, V>| {
+            let (&start, v) = map.range(..=addr).next_back()?;
+            let off = addr - start;
+            (off.checked_add(len)? <= len_of(v)).then_some((start, off))
+        };
+        let mut f = Some(f);
+        let done = recent.try_with(|recent| {
+            // In use while `f` runs: `f` should make no access through
+            // this map, but one that did would look it up below.
+            let mut recent = recent.try_borrow_mut().ok()?;
+            let f = f.take()?;
+            if let Some((v, off)) = recent.find(stamp, addr, len) {
+                return Some(Some(f(v, off)));
+            }
+            let map = self.load();
+            Some(lookup(&map).and_then(|(start, off)| {
+                let v = map.get(&start)?;
+                recent.put(stamp, start, len_of(v), v.clone());
+                Some(f(v, off))
+            }))
+        });
+        if let Ok(Some(r)) = done {
+            return r;
+        }
+        // The thread-local is gone (its thread exits) or in use: `f` was
+        // not taken.
+        let map = self.load();
+        let (start, off) = lookup(&map)?;
+        Some(f?(map.get(&start)?, off))
+    }
+}
+
+/// Ranges a thread found lately in [`CowMap`]s of address ranges, each
+/// with the [`CowMap::stamp`] it was found under: a hit costs one load of
+/// the stamp, where a lookup loads the map (arc-swap's debt slots) and
+/// walks the tree. Kept by the caller in a thread-local, one per kind of
+/// `V`. Holding a `V` keeps it alive, not valid: an entry whose map has
+/// changed is never returned, and a memory's allocation checks, under its
+/// lock, that it was not freed.
+pub struct Recent<V> {
+    slots: [Option<Found<V>>; RECENT_SLOTS],
+    next: usize,
+}
+
+/// Slots of a [`Recent`]: a WRITE touches a send queue, its doorbell
+/// record, a buffer and a CQ.
+const RECENT_SLOTS: usize = 4;
+
+struct Found<V> {
+    stamp: u64,
+    start: u64,
+    len: u64,
+    value: V,
+}
+
+impl<V> Recent<V> {
+    /// Nothing found yet.
+    pub const fn new() -> Self {
+        Self {
+            slots: [None, None, None, None],
+            next: 0,
+        }
+    }
+
+    /// The range found under `stamp` that holds all of `[addr, addr +
+    /// len)`: its value and `addr`'s offset in it.
+    pub fn find(&self, stamp: u64, addr: u64, len: u64) -> Option<(&V, u64)> {
+        self.slots.iter().flatten().find_map(|f| {
+            let off = addr.checked_sub(f.start)?;
+            (f.stamp == stamp && off.checked_add(len)? <= f.len).then_some((&f.value, off))
+        })
+    }
+
+    /// Notes that `[start, start + len)` is `value` under `stamp`, in place
+    /// of the oldest note.
+    pub fn put(&mut self, stamp: u64, start: u64, len: u64, value: V) {
+        self.slots[self.next] = Some(Found {
+            stamp,
+            start,
+            len,
+            value,
+        });
+        self.next = (self.next + 1) % RECENT_SLOTS;
+    }
+}
+
+impl<V> Default for Recent<V> {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::CowMap;
+    use super::{CowMap, Recent};
 
     #[test]
     fn a_snapshot_keeps_the_map_it_was_taken_of() {
@@ -121,5 +252,38 @@ mod tests {
             }
         });
         assert_eq!(m.load().len(), 1000);
+    }
+
+    #[test]
+    fn a_stamp_changes_with_the_map_and_names_one_map_only() {
+        let (a, b) = (CowMap::<u32, u32>::new(), CowMap::<u32, u32>::new());
+        assert_ne!(a.stamp(), b.stamp());
+        let before = a.stamp();
+        a.update(|m| m.insert(1u32, 1u32));
+        assert_ne!(a.stamp(), before);
+        let now = a.stamp();
+        let r: Result<(), ()> = a.try_update(|m| {
+            m.insert(2, 2);
+            Err(())
+        });
+        assert!(r.is_err());
+        assert_eq!(a.stamp(), now, "a refused change keeps the stamp");
+    }
+
+    #[test]
+    fn recent_finds_only_what_it_was_told_under_the_same_stamp() {
+        let mut r = Recent::new();
+        r.put(7, 0x1000, 0x100, "a");
+        assert_eq!(r.find(7, 0x1000, 0x100), Some((&"a", 0)));
+        assert_eq!(r.find(7, 0x10f0, 0x10), Some((&"a", 0xf0)));
+        assert_eq!(r.find(7, 0x10f0, 0x11), None, "past the end");
+        assert_eq!(r.find(7, 0xfff, 1), None, "before the start");
+        assert_eq!(r.find(8, 0x1000, 1), None, "another stamp");
+        assert_eq!(r.find(7, u64::MAX, 2), None, "no overflow");
+        for (i, v) in ["b", "c", "d", "e"].into_iter().enumerate() {
+            r.put(7, 0x2000 * (i as u64 + 1), 0x10, v);
+        }
+        assert_eq!(r.find(7, 0x1000, 1), None, "the oldest went first");
+        assert_eq!(r.find(7, 0x8000, 1), Some((&"e", 0)));
     }
 }

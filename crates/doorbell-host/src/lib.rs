@@ -25,12 +25,13 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 mod allocation;
 mod cow_map;
 pub use allocation::{Allocation, NotFreed};
-pub use cow_map::{CowMap, Snapshot};
+pub use cow_map::{CowMap, Recent, Snapshot};
 
 use doorbell_types::{Cqn, HostAddr, Qpn, UarIndex};
 
@@ -175,6 +176,12 @@ pub enum RecordDoorbell {
 /// One region: its bytes, boxed.
 type Region = Allocation<Box<[u8]>>;
 
+thread_local! {
+    /// The regions this thread reached lately, in any `HostRam`
+    /// ([`HostRam::with_found`]).
+    static RECENT: RefCell<Recent<Arc<Region>>> = const { RefCell::new(Recent::new()) };
+}
+
 /// Host memory made of page-aligned regions, shareable between threads.
 ///
 /// Accesses find their region in a map that is read without a lock (each
@@ -243,22 +250,23 @@ impl HostRam {
     }
 
     /// Calls `f` with the offset of `addr` in, and the region that holds
-    /// all of `[addr, addr + len)`, as the current map has it.
+    /// all of `[addr, addr + len)`, as the current map has it (or as this
+    /// thread found it lately, if the map has not changed since).
     fn with_found<R>(
         &self,
         addr: HostAddr,
         len: usize,
         f: impl FnOnce(usize, &Region) -> R,
     ) -> Result<R, MemError> {
-        let err = || MemError::Unmapped { addr, len };
-        let map = self.regions.load();
-        let (&base, region) = map.range(..=addr.get()).next_back().ok_or_else(err)?;
-        let off = addr.get() - base;
-        let end = off.checked_add(len as u64).ok_or_else(err)?;
-        if end > region.len() {
-            return Err(err());
-        }
-        Ok(f(off as usize, region))
+        self.regions
+            .with_range(
+                &RECENT,
+                addr.get(),
+                len as u64,
+                |r| r.len(),
+                |r, off| f(off as usize, r),
+            )
+            .ok_or(MemError::Unmapped { addr, len })
     }
 
     /// Calls `f` with the bytes of `[addr, addr + len)` under their
@@ -357,6 +365,35 @@ impl HostMemory for HostRam {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_region_this_thread_reached_lately_is_not_reached_once_freed_or_in_another_memory() {
+        let ram = HostRam::new();
+        let a = ram.alloc(4096).unwrap();
+        ram.write(a, &[1, 2, 3]).unwrap();
+        let mut b = [0u8; 3];
+        ram.read(a, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3]);
+        // Another memory hands out the same first address; this thread
+        // reached `ram`'s region there a moment ago.
+        let other = HostRam::new();
+        let c = other.alloc(4096).unwrap();
+        assert_eq!(c, a, "both start at the same address");
+        other.read(c, &mut b).unwrap();
+        assert_eq!(b, [0, 0, 0], "other's own zeroed bytes");
+        ram.read(a, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3]);
+        ram.free(a).unwrap();
+        assert_eq!(
+            ram.read(a, &mut b),
+            Err(MemError::Unmapped { addr: a, len: 3 })
+        );
+        // A region whose access ran past its end is refused however
+        // recently its start was reached.
+        assert!(other.read(c, &mut [0u8; 4097]).is_err());
+        other.read(c.checked_add(4093).unwrap(), &mut b).unwrap();
+        assert!(other.read(c.checked_add(4094).unwrap(), &mut b).is_err());
+    }
 
     #[test]
     fn alloc_read_write_free() {

@@ -51,9 +51,12 @@ mod guard;
 #[allow(unsafe_code)]
 mod vm;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
-use doorbell_host::{Allocation, CowMap, HostMemory, MemError, NotFreed, PAGE_SIZE, page_list};
+use doorbell_host::{
+    Allocation, CowMap, HostMemory, MemError, NotFreed, PAGE_SIZE, Recent, page_list,
+};
 use doorbell_types::HostAddr;
 use memmap2::MmapMut;
 
@@ -80,6 +83,12 @@ impl Backing {
 /// One allocation of our own (as `HostRam`'s regions, decision record
 /// 0031).
 type Alloc = Allocation<Backing>;
+
+thread_local! {
+    /// The allocations this thread reached lately, in any `ProcessMemory`
+    /// ([`ProcessMemory::with_alloc`]).
+    static RECENT: RefCell<Recent<Arc<Alloc>>> = const { RefCell::new(Recent::new()) };
+}
 
 /// The process's own memory as host memory. See the module docs.
 ///
@@ -195,15 +204,16 @@ impl ProcessMemory {
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Option<R> {
-        let a = addr.get();
-        let end = a.checked_add(len as u64)?;
-        let allocs = self.allocs.load();
-        let (&base, al) = allocs.range(..=a).next_back()?;
-        if end > base + al.len() {
-            return None;
-        }
-        let off = (a - base) as usize;
-        al.with(|b| b.bytes().get_mut(off..off + len).map(f))?
+        self.allocs.with_range(
+            &RECENT,
+            addr.get(),
+            len as u64,
+            |al| al.len(),
+            |al, off| {
+                let off = usize::try_from(off).ok()?;
+                al.with(|b| b.bytes().get_mut(off..off.checked_add(len)?).map(f))?
+            },
+        )?
     }
 
     /// Checks that one pinned range holds all of `[addr, addr + len)`.
