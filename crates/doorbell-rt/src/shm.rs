@@ -451,17 +451,10 @@ fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats, linger: bool) 
             }
             if round == 1 && linger && !inb.linger_time.is_zero() && inb.linger.wait() {
                 let got = inb.linger_for(core, stats);
-                drop(inb);
                 if got > 0 {
+                    drop(inb);
                     core.run();
                     continue;
-                }
-                let Ok(again) = inbound.try_lock() else {
-                    return;
-                };
-                inb = again;
-                if !inb.parked {
-                    return;
                 }
             }
             if round == PUT_BACK_ROUNDS {
