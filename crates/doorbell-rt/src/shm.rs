@@ -122,7 +122,8 @@ const BELL_CREDIT: u8 = 8;
 const BELL_PROBE: u32 = 64;
 /// The variable that sets how long the receiver spins, in µs.
 pub const SPIN_VAR: &str = "DOORBELL_SPIN_US";
-/// The variable that sets [`LINGER`], in µs (0: callers never wait).
+/// The variable that sets how long a CQ poll that took only responses
+/// waits for the peer's answer, in µs (default 5; 0: polls never wait).
 pub const LINGER_VAR: &str = "DOORBELL_LINGER_US";
 const HELLO: &[u8; 8] = b"DBHELLO1";
 const WELCOME: &[u8; 8] = b"DBWELCOM";
@@ -583,11 +584,6 @@ impl Inbound {
             .retain(|r| r.ring.has_data() || !os::hung_up(&r.conn));
     }
 
-    /// Puts back the marks of a parked receiver thread that a caller
-    /// cleared while it looked, then takes whatever came meanwhile (a
-    /// sender that found no mark rang no bell); returns how many frames.
-    /// After [`MARK_ROUNDS`] looks that found frames, it rings the
-    /// receiver thread for the rest instead.
     /// Waits, marks down, up to [`Self::linger_time`] for a frame, and
     /// takes what came; notes in [`Self::linger`] whether anything did.
     fn linger_for(&mut self, core: &Core, stats: &Stats) -> usize {
@@ -607,6 +603,11 @@ impl Inbound {
         self.drain(core, stats)
     }
 
+    /// Puts back the marks of a parked receiver thread that a caller
+    /// cleared while it looked, then takes whatever came meanwhile (a
+    /// sender that found no mark rang no bell); returns how many frames.
+    /// After [`MARK_ROUNDS`] looks that found frames, it rings the
+    /// receiver thread for the rest instead.
     fn mark_parked(&mut self, core: &Core, stats: &Stats) -> usize {
         let mut got = 0;
         for _ in 0..MARK_ROUNDS {
