@@ -860,18 +860,27 @@ pub fn main(args: &PingpongArgs, json: bool) -> Result<()> {
         ),
     };
     // The same switches as the C library's (DOORBELL_SHM, DOORBELL_UDP_GSO,
-    // DOORBELL_ADAPTIVE_RETRANSMIT); the name and address are the options'.
+    // DOORBELL_ADAPTIVE_RETRANSMIT, DOORBELL_SPIN_US, DOORBELL_LINGER_US);
+    // the name and address are the options'.
     use doorbell_rt::ProcessNicConfig as Cfg;
     let env = Cfg::from_lookup(|v| {
-        [Cfg::SHM_VAR, Cfg::UDP_GSO_VAR, Cfg::ADAPTIVE_VAR]
-            .contains(&v)
-            .then(|| std::env::var_os(v))
-            .flatten()
+        [
+            Cfg::SHM_VAR,
+            Cfg::UDP_GSO_VAR,
+            Cfg::ADAPTIVE_VAR,
+            Cfg::SPIN_VAR,
+            Cfg::LINGER_VAR,
+        ]
+        .contains(&v)
+        .then(|| std::env::var_os(v))
+        .flatten()
     })
     .map_err(|e| anyhow!("{e}"))?;
     let opts = doorbell_rt::NicOptions {
         shm: env.shm,
         udp_gso: env.udp_gso,
+        shm_spin: env.shm_spin,
+        shm_linger: env.shm_linger,
         adaptive_retransmit_floor: env.adaptive_retransmit_floor,
         pcap: args.pcap.clone(),
         trace: args.trace.is_some(),

@@ -74,7 +74,6 @@ mod timeline;
 mod udp;
 
 pub use fault::{Fate, FaultPolicy, FaultStage, FaultStats, Faults, RandomFaults};
-pub use shm::{LINGER_VAR, SPIN_VAR};
 #[doc(hidden)]
 pub use shm::{RawListener, RawPeer};
 pub use udp::PortCounters;
@@ -230,6 +229,16 @@ pub struct NicOptions {
     /// kernel. A capture on lo or a veth then shows each run as one large
     /// datagram: `false` sends every datagram on its own.
     pub udp_gso: bool,
+    /// With `shm`: how long the receiving thread spins for more frames
+    /// after its last one before it sleeps (default 0: a thread that polls
+    /// its CQ takes frames itself, and a receiver spinning beside it would
+    /// take a core from it; decision record 0022).
+    pub shm_spin: std::time::Duration,
+    /// With `shm`: how long a CQ poll that took only responses waits for
+    /// the peer's answer while the receiving thread sleeps, where such
+    /// waits paid off lately (default [`SHM_LINGER`]; zero: never;
+    /// decision record 0034).
+    pub shm_linger: std::time::Duration,
     /// Write every frame the NIC sends and receives to this pcapng file
     /// (module [`pcap`]).
     pub pcap: Option<std::path::PathBuf>,
@@ -253,6 +262,10 @@ pub struct NicOptions {
 pub const LIVE_ADAPTIVE_RETRANSMIT_FLOOR: doorbell_types::Duration =
     doorbell_types::Duration::from_us(10_000);
 
+/// The default [`NicOptions::shm_linger`]: a little more than a peer
+/// that polls needs to see a frame and answer it.
+pub const SHM_LINGER: std::time::Duration = std::time::Duration::from_micros(5);
+
 impl Default for NicOptions {
     fn default() -> Self {
         Self {
@@ -262,6 +275,8 @@ impl Default for NicOptions {
             memory: None,
             shm: true,
             udp_gso: true,
+            shm_spin: std::time::Duration::ZERO,
+            shm_linger: SHM_LINGER,
             pcap: None,
             trace: false,
             adaptive_retransmit_floor: Some(LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
@@ -430,7 +445,9 @@ impl LiveNic {
                 let stats = Arc::new(shm::Stats::default());
                 let local = opts
                     .shm
-                    .then(|| shm::ShmPort::listen(ipv4, stats.clone()))
+                    .then(|| {
+                        shm::ShmPort::listen(ipv4, stats.clone(), opts.shm_spin, opts.shm_linger)
+                    })
                     .flatten();
                 let sink: Box<dyn fault::Sink> = if local.is_some() {
                     Box::new(shm::HostSink::new(

@@ -53,6 +53,7 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use crate::{LiveNic, NicOptions, Port, ProcessMemory, RtError};
 
@@ -100,6 +101,12 @@ pub struct ProcessNicConfig {
     /// default); `false`: every copy through the kernel
     /// ([`Self::DIRECT_COPY_VAR`]; [`ProcessMemory::through_kernel`]).
     pub direct_copy: bool,
+    /// How long the shared-memory port's receiving thread spins after its
+    /// last frame ([`Self::SPIN_VAR`]; [`crate::NicOptions::shm_spin`]).
+    pub shm_spin: Duration,
+    /// How long a CQ poll that took only responses waits for the peer's
+    /// answer ([`Self::LINGER_VAR`]; [`crate::NicOptions::shm_linger`]).
+    pub shm_linger: Duration,
 }
 
 /// When the port's link goes down after the NIC starts, and for how long
@@ -127,6 +134,8 @@ impl Default for ProcessNicConfig {
             faults: None,
             adaptive_retransmit_floor: Some(crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
             direct_copy: true,
+            shm_spin: Duration::ZERO,
+            shm_linger: crate::SHM_LINGER,
         }
     }
 }
@@ -170,6 +179,15 @@ impl ProcessNicConfig {
     /// kernel (`process_vm_writev`), slower, for a program whose own
     /// SIGSEGV or SIGBUS handler does not hand on faults it did not cause.
     pub const DIRECT_COPY_VAR: &'static str = "DOORBELL_DIRECT_COPY";
+    /// The variable that sets [`Self::shm_spin`], in microseconds (unset
+    /// or empty: 0).
+    pub const SPIN_VAR: &'static str = "DOORBELL_SPIN_US";
+    /// The variable that sets [`Self::shm_linger`], in microseconds
+    /// (unset or empty: 5; 0: a poll never waits).
+    pub const LINGER_VAR: &'static str = "DOORBELL_LINGER_US";
+    /// The longest [`Self::SPIN_VAR`] or [`Self::LINGER_VAR`] accepted:
+    /// one second.
+    pub const MAX_WAIT_US: u64 = 1_000_000;
     /// The device name when [`Self::NAME_VAR`] is unset.
     pub const DEFAULT_NAME: &'static str = "doorbell0";
     /// Longest device name, in bytes: `ibv_device.name` is 64 bytes with
@@ -235,6 +253,13 @@ impl ProcessNicConfig {
             None => Some(crate::LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
             Some(v) => parse_adaptive(&v.to_string_lossy())?,
         };
+        let micros = |var: &'static str, default: Duration| match get(var) {
+            None => Ok(default),
+            Some(v) if v.is_empty() => Ok(default),
+            Some(v) => parse_wait(var, &v.to_string_lossy()),
+        };
+        let shm_spin = micros(Self::SPIN_VAR, Duration::ZERO)?;
+        let shm_linger = micros(Self::LINGER_VAR, crate::SHM_LINGER)?;
         Ok(Self {
             name,
             addr,
@@ -246,6 +271,8 @@ impl ProcessNicConfig {
             faults,
             adaptive_retransmit_floor,
             direct_copy,
+            shm_spin,
+            shm_linger,
         })
     }
 
@@ -281,6 +308,21 @@ pub fn parse_adaptive(value: &str) -> Result<Option<doorbell_types::Duration>, P
             }),
         },
     }
+}
+
+/// A wait in microseconds, 0 to [`ProcessNicConfig::MAX_WAIT_US`], as
+/// `var` gives it.
+fn parse_wait(var: &'static str, value: &str) -> Result<Duration, ProcessNicError> {
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|&us| us <= ProcessNicConfig::MAX_WAIT_US)
+        .map(Duration::from_micros)
+        .ok_or_else(|| ProcessNicError::BadWait {
+            var,
+            value: value.to_owned(),
+        })
 }
 
 /// [`ProcessNicConfig::FAULTS_VAR`]'s value.
@@ -421,6 +463,15 @@ pub enum ProcessNicError {
         /// Its value.
         value: String,
     },
+    /// A wait that is not a whole number of microseconds up to a second.
+    #[error("{var}={value:?}: expected a whole number of microseconds, 0 to 1000000")]
+    BadWait {
+        /// The variable ([`ProcessNicConfig::SPIN_VAR`] or
+        /// [`ProcessNicConfig::LINGER_VAR`]).
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// A switch variable is neither on nor off.
     #[error("{var}={value:?}: expected 1 or on (the default), or 0 or off")]
     BadSwitch {
@@ -483,7 +534,8 @@ impl ProcessNicError {
             | Self::BadLinkDown { .. }
             | Self::BadFaults { .. }
             | Self::BadAdaptive { .. }
-            | Self::BadSwitch { .. } => libc::EINVAL,
+            | Self::BadSwitch { .. }
+            | Self::BadWait { .. } => libc::EINVAL,
             Self::AddressInUse { .. } | Self::NoFreeAddress { .. } => libc::EADDRINUSE,
             Self::AtFork { errno } => *errno,
             Self::Start { source, .. } => match source {
@@ -698,6 +750,8 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
             memory: Some(memory.clone()),
             shm: cfg.shm,
             udp_gso: cfg.udp_gso,
+            shm_spin: cfg.shm_spin,
+            shm_linger: cfg.shm_linger,
             adaptive_retransmit_floor: cfg.adaptive_retransmit_floor,
             pcap: cfg.pcap.clone(),
             trace: cfg.trace.is_some(),
@@ -763,6 +817,41 @@ mod tests {
         }
         let none = ProcessNicConfig::from_lookup(lookup(&[("DOORBELL_LINK_DOWN", "")])).unwrap();
         assert_eq!(none.link_down, None);
+    }
+
+    #[test]
+    fn the_shared_memory_waits_are_microseconds_up_to_a_second() {
+        let unset = ProcessNicConfig::from_lookup(lookup(&[])).unwrap();
+        assert_eq!(unset.shm_spin, Duration::ZERO);
+        assert_eq!(unset.shm_linger, crate::SHM_LINGER);
+        let set = ProcessNicConfig::from_lookup(lookup(&[
+            ("DOORBELL_SPIN_US", " 20 "),
+            ("DOORBELL_LINGER_US", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(set.shm_spin, Duration::from_micros(20));
+        assert_eq!(set.shm_linger, Duration::ZERO);
+        let most = ProcessNicConfig::from_lookup(lookup(&[("DOORBELL_LINGER_US", "1000000")]));
+        assert_eq!(most.unwrap().shm_linger, Duration::from_secs(1));
+        for var in ["DOORBELL_SPIN_US", "DOORBELL_LINGER_US"] {
+            for bad in ["5us", "-1", "1.5", "1000001", "x"] {
+                let e = ProcessNicConfig::from_lookup(lookup(&[(var, bad)])).unwrap_err();
+                assert_eq!(
+                    e,
+                    ProcessNicError::BadWait {
+                        var: if var == "DOORBELL_SPIN_US" {
+                            ProcessNicConfig::SPIN_VAR
+                        } else {
+                            ProcessNicConfig::LINGER_VAR
+                        },
+                        value: bad.to_owned()
+                    },
+                    "{var}={bad}"
+                );
+                assert_eq!(e.errno(), libc::EINVAL);
+                assert!(e.to_string().contains(var), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@
 //! not lost into the old ring.
 //!
 //! The receiver's thread takes frames while they come, spins for
-//! [`spin()`] after the last one, then parks: it marks every ring parked,
+//! [`crate::NicOptions::shm_spin`] after the last one, then parks: it marks every ring parked,
 //! looks once more, and sleeps on its bell, which a sender rings only if
 //! it finds the mark. A thread that polls an empty CQ takes frames too
 //! ([`ShmPort::progress`]), when the receiver thread is not at it.
@@ -100,11 +100,6 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long a thread whose CQ poll found nothing waits in the rings
 /// before it returns to poll again.
 const CALLER_SPIN: Duration = Duration::from_micros(5);
-/// How long a thread that took and ran frames, the receiver thread
-/// asleep, waits in the rings for the peer's answer before it returns
-/// ([`put_back`]), where such waits paid off lately ([`LINGER_VAR`]
-/// sets another).
-const LINGER: Duration = Duration::from_micros(5);
 /// Frames taken from one ring per turn.
 const BATCH: usize = 64;
 /// How long the receiver thread tries the rings' lock before it waits for
@@ -120,11 +115,6 @@ const BELL_CREDIT: u8 = 8;
 /// A ring without credit has its sender wait once every this many bells,
 /// to see whether the receiver has begun to poll.
 const BELL_PROBE: u32 = 64;
-/// The variable that sets how long the receiver spins, in µs.
-pub const SPIN_VAR: &str = "DOORBELL_SPIN_US";
-/// The variable that sets how long a CQ poll that took only responses
-/// waits for the peer's answer, in µs (default 5; 0: polls never wait).
-pub const LINGER_VAR: &str = "DOORBELL_LINGER_US";
 const HELLO: &[u8; 8] = b"DBHELLO1";
 const WELCOME: &[u8; 8] = b"DBWELCOM";
 
@@ -177,26 +167,6 @@ pub(crate) fn each_socket(mut f: impl FnMut(std::os::fd::RawFd)) {
     }
 }
 
-/// How long a receiver thread spins after its last frame before it parks
-/// ([`SPIN_VAR`]). The default is 0: a thread that polls its CQ takes
-/// frames itself (for [`CALLER_SPIN`] at a time), and a receiver spinning
-/// beside it would take a core from it.
-pub(crate) fn spin() -> Duration {
-    let us = std::env::var(SPIN_VAR)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    Duration::from_micros(us)
-}
-
-/// How long a caller waits for its peer's answer ([`LINGER_VAR`]).
-fn linger() -> Duration {
-    std::env::var(LINGER_VAR)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .map_or(LINGER, Duration::from_micros)
-}
-
 /// Whether `frame`, as the rings carry it (IPv4, UDP, BTH), is a request:
 /// not an RC response (ACK, atomic ACK, READ response), nor too short to
 /// say.
@@ -247,7 +217,7 @@ struct Inbound {
     parked: bool,
     /// Whether a caller that took frames waits for more ([`put_back`]).
     linger: WaitCredit,
-    /// And for how long ([`linger()`]).
+    /// And for how long ([`crate::NicOptions::shm_linger`]).
     linger_time: Duration,
     /// A drain since [`ShmPort::look`] began took a request (the peer's
     /// SEND or WRITE, say): its answer is here, nothing to wait for.
@@ -266,12 +236,21 @@ pub(crate) struct ShmPort {
     rx: Option<JoinHandle<()>>,
     /// To wake the receiver thread when it is told to stop.
     bell: File,
+    /// How long the receiver thread spins after its last frame.
+    spin: Duration,
 }
 
 impl ShmPort {
     /// Listens at the rendezvous name of `local`. `None` if the name is
     /// taken or the host offers no shared memory: the NIC keeps to UDP.
-    pub(crate) fn listen(local: [u8; 4], stats: Arc<Stats>) -> Option<Self> {
+    /// `spin` and `linger`: [`crate::NicOptions::shm_spin`] and
+    /// [`crate::NicOptions::shm_linger`].
+    pub(crate) fn listen(
+        local: [u8; 4],
+        stats: Arc<Stats>,
+        spin: Duration,
+        linger: Duration,
+    ) -> Option<Self> {
         let listener = UnixListener::bind_addr(&rendezvous(local).ok()?).ok()?;
         listener.set_nonblocking(true).ok()?;
         let bell = os::eventfd().ok()?;
@@ -284,7 +263,7 @@ impl ShmPort {
                 rings: Vec::new(),
                 parked: false,
                 linger: WaitCredit::default(),
-                linger_time: linger(),
+                linger_time: linger,
                 took_requests: false,
                 accept_after: None,
             })),
@@ -292,6 +271,7 @@ impl ShmPort {
             stop: Arc::default(),
             rx: None,
             bell: wake,
+            spin,
         })
     }
 
@@ -299,7 +279,7 @@ impl ShmPort {
     pub(crate) fn start_rx(&mut self, name: &str, core: Arc<Core>) -> io::Result<()> {
         let (inbound, stats, stop) = (self.inbound.clone(), self.stats.clone(), self.stop.clone());
         let bell = self.bell.try_clone()?;
-        let spin = spin();
+        let spin = self.spin;
         self.rx = Some(
             std::thread::Builder::new()
                 .name(format!("doorbell-{name}-shm"))
@@ -434,7 +414,7 @@ const MARK_ROUNDS: u32 = 8;
 ///
 /// With `linger` (a poll took only responses and ran them: the ACK of a
 /// ping-pong's last message, say), the first round first waits up to
-/// [`LINGER`] for more, marks down, where such waits paid off lately
+/// [`crate::NicOptions::shm_linger`] for more, marks down, where such waits paid off lately
 /// ([`Inbound::linger`]). A program that polls memory for its peer's
 /// WRITE, as `ib_write_lat` does after the poll that returned its own
 /// WRITE's completion, then finds the WRITE there: this thread took it,

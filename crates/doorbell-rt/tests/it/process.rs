@@ -37,15 +37,7 @@ fn serial() -> MutexGuard<'static, ()> {
 fn cfg(name: &str) -> ProcessNicConfig {
     ProcessNicConfig {
         name: name.to_owned(),
-        addr: None,
-        link_down: None,
-        shm: true,
-        udp_gso: true,
-        pcap: None,
-        trace: None,
-        faults: None,
-        adaptive_retransmit_floor: Some(doorbell_rt::LIVE_ADAPTIVE_RETRANSMIT_FLOOR),
-        direct_copy: true,
+        ..ProcessNicConfig::default()
     }
 }
 
