@@ -172,7 +172,7 @@ impl<V> Recent<V> {
     /// Nothing found yet.
     pub const fn new() -> Self {
         Self {
-            slots: [None, None, None, None],
+            slots: [const { None }; RECENT_SLOTS],
             next: 0,
         }
     }
