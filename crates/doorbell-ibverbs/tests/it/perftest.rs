@@ -18,6 +18,13 @@ use crate::library::lib_dir;
 /// where the other tests of this binary take theirs.
 static NEXT: AtomicU16 = AtomicU16::new(0);
 
+/// The next run's slot: its number, for [`addr`], and its TCP port.
+fn next_slot() -> (u16, String) {
+    let k = NEXT.fetch_add(1, Ordering::Relaxed);
+    let port = 10_000 + (std::process::id() % 150) as u16 * 40 + k;
+    (k, port.to_string())
+}
+
 fn addr(net: u16, host: u8) -> String {
     format!("127.{}.{}.{host}", 1 + std::process::id() % 250, 100 + net)
 }
@@ -79,8 +86,7 @@ fn run(tool: &str, args: &[&str]) -> Vec<(u64, u64)> {
 
 /// [`run`] with `env` set in both processes.
 pub(crate) fn run_env(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Vec<(u64, u64)> {
-    let k = NEXT.fetch_add(1, Ordering::Relaxed);
-    let port = (10_000 + (std::process::id() % 150) as u16 * 40 + k).to_string();
+    let (k, port) = next_slot();
     let server = spawn(tool, &addr(k, 2), &port, args, None, env);
     // perftest's client retries its TCP connect while the server sets up.
     std::thread::sleep(Duration::from_millis(200));
@@ -177,8 +183,7 @@ fn write_lat_polls_wait_for_the_peers_writes() {
 /// Runs `ib_write_lat -s 8 -n iters` with `DOORBELL_LINGER_US=linger`;
 /// returns the bells both processes rang and the answers they waited for.
 fn write_lat_bells(iters: u64, linger: &str) -> (u64, u64) {
-    let k = NEXT.fetch_add(1, Ordering::Relaxed);
-    let port = (10_000 + (std::process::id() % 150) as u16 * 40 + k).to_string();
+    let (k, port) = next_slot();
     let dir = lib_dir().parent().expect("lib dir has a parent");
     let stats = |who: &str| {
         dir.join(format!("linger-{who}-{}-{k}.json", std::process::id()))
