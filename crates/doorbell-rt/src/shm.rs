@@ -414,8 +414,8 @@ const MARK_ROUNDS: u32 = 8;
 ///
 /// With `linger` (a poll took only responses and ran them: the ACK of a
 /// ping-pong's last message, say), the first round first waits up to
-/// [`crate::NicOptions::shm_linger`] for more, marks down, where such waits paid off lately
-/// ([`Inbound::linger`]). A program that polls memory for its peer's
+/// [`crate::NicOptions::shm_linger`] for more, marks down, where such
+/// waits paid off lately ([`Inbound::linger`]). A program that polls memory for its peer's
 /// WRITE, as `ib_write_lat` does after the poll that returned its own
 /// WRITE's completion, then finds the WRITE there: this thread took it,
 /// where the peer would have rung the receiver thread awake for it.
