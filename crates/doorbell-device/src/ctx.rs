@@ -76,12 +76,76 @@ pub(crate) struct Outputs {
     pub(crate) spare: crate::pool::Pool<u8, 256, { 6 * 1024 }>,
     /// The payload storage of retired messages, for the WQEs parsed next.
     pub(crate) payloads: crate::wq::Spares,
+    /// The request packets being built, reused
+    /// ([`crate::transmit::Building`]).
+    pub(crate) building: Vec<crate::transmit::Building>,
     /// The buffer send WQEs are fetched into, reused.
     pub(crate) wqe_scratch: Vec<u8>,
-    /// Frames taken off `tx` so far: with a position in `tx`, the number
-    /// of a frame since the NIC started.
-    pub(crate) tx_taken: u64,
-    /// A plain ACK waiting in `tx` that a later ACK of its QP may replace:
-    /// the QP and the ACK's frame number.
-    pub(crate) last_ack: Option<(Qpn, u64)>,
+    /// A plain ACK queued behind every frame of `tx`, not yet built: a
+    /// later ACK of its QP replaces it (ACKs are cumulative), so a burst
+    /// of requests costs one ACK frame, not one built per request and
+    /// thrown away. It is built when another frame is queued behind it,
+    /// or when it is the next to leave.
+    pub(crate) held_ack: Option<HeldAck>,
+}
+
+/// A plain ACK owed and not yet built ([`Outputs::held_ack`]).
+pub(crate) struct HeldAck {
+    pub(crate) qpn: Qpn,
+    pub(crate) dst: [u8; 4],
+    pub(crate) repr: doorbell_wire::RoceRepr,
+    /// When the NIC had it ready: the time of the latest ACK it stands for.
+    pub(crate) ready: Instant,
+}
+
+impl Outputs {
+    /// Queues `frame` for the port, behind the held ACK.
+    pub(crate) fn push(&mut self, frame: Frame) {
+        self.build_held_ack();
+        self.tx.push_back(frame);
+    }
+
+    /// Holds `ack` behind every frame queued, the ACK held until now
+    /// built first.
+    pub(crate) fn push_held(&mut self, ack: HeldAck) {
+        self.build_held_ack();
+        self.held_ack = Some(ack);
+    }
+
+    /// The next frame for the port.
+    pub(crate) fn pop(&mut self) -> Option<Frame> {
+        if self.tx.is_empty() {
+            self.build_held_ack();
+        }
+        self.tx.pop_front()
+    }
+
+    /// Frames queued for the port, the held ACK included.
+    pub(crate) fn queued(&self) -> usize {
+        self.tx.len() + usize::from(self.held_ack.is_some())
+    }
+
+    /// Drops every frame queued for the port, the held ACK included.
+    pub(crate) fn clear(&mut self) {
+        self.held_ack = None;
+        for f in self.tx.drain(..) {
+            self.spare.give(f.bytes);
+        }
+    }
+
+    /// Builds the held ACK into `tx`, behind everything there.
+    fn build_held_ack(&mut self) {
+        let Some(h) = self.held_ack.take() else {
+            return;
+        };
+        // The ACK was checked to fit when it was held.
+        let mut bytes = self.spare.take_len(h.repr.frame_len(0));
+        if h.repr.emit(&[], &mut bytes).is_ok() {
+            self.tx.push_back(Frame {
+                dst: h.dst,
+                bytes,
+                ready: h.ready,
+            });
+        }
+    }
 }

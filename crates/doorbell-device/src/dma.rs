@@ -43,6 +43,25 @@ pub(crate) fn page_runs(
     true
 }
 
+/// A DMA read of `len` bytes into the buffers `pieces` yields, as
+/// [`dma_read`] does into one.
+pub(crate) fn dma_read_into<D: Dma>(
+    dma: &mut D,
+    t: &mut Instant,
+    tag: DmaTag,
+    addr: HostAddr,
+    len: usize,
+    pieces: &mut dyn Iterator<Item = &mut [u8]>,
+) -> bool {
+    match dma.dma_read_into(*t, tag, addr, len, pieces) {
+        Ok(done) => {
+            *t = done.max(*t);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// A DMA read at `*t`, moving `*t` to when its data is in; false on error.
 pub(crate) fn dma_read<D: Dma>(
     dma: &mut D,

@@ -18,7 +18,34 @@ pub(crate) fn emit<D: Dma>(
     ext: ExtHeaders,
     payload: &[u8],
 ) {
-    let repr = RoceRepr {
+    let repr = repr(qp, ctx, dst, bth, ext);
+    let Ok(len) = repr.checked_frame_len(payload.len()) else {
+        return;
+    };
+    // Every byte is written: a spare's old bytes need no clearing.
+    let mut bytes = ctx.out.spare.take_len(len);
+    if repr.emit(payload, &mut bytes).is_ok() {
+        ctx.charge(ctx.cfg.timing.tx_packet);
+        ctx.out.counters.tx_packets += 1;
+        ctx.out.push(Frame {
+            dst,
+            bytes,
+            ready: ctx.t,
+        });
+    } else {
+        ctx.out.spare.give(bytes);
+    }
+}
+
+/// The headers of a frame from `qp` to `dst`.
+pub(crate) fn repr<D: Dma>(
+    qp: &Qp,
+    ctx: &Ctx<'_, D>,
+    dst: [u8; 4],
+    bth: BthRepr,
+    ext: ExtHeaders,
+) -> RoceRepr {
+    RoceRepr {
         ip: RoceIp::v4(ctx.cfg.ipv4, dst),
         src_port: ctx
             .cfg
@@ -26,16 +53,6 @@ pub(crate) fn emit<D: Dma>(
             .unwrap_or(0xc000 | (qp.qpn.get() & 0x3fff) as u16),
         bth,
         ext,
-    };
-    let mut bytes = ctx.out.spare.take();
-    if repr.emit_to_vec(payload, &mut bytes).is_ok() {
-        ctx.charge(ctx.cfg.timing.tx_packet);
-        ctx.out.counters.tx_packets += 1;
-        ctx.out.tx.push_back(Frame {
-            dst,
-            bytes,
-            ready: ctx.t,
-        });
     }
 }
 

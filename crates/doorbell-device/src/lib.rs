@@ -1093,13 +1093,10 @@ impl Nic {
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Frame> {
         if self.link_down {
-            self.out.counters.link_down_dropped += self.out.tx.len() as u64;
-            self.out.tx_taken += self.out.tx.len() as u64;
-            self.out.tx.clear();
+            self.out.counters.link_down_dropped += self.out.queued() as u64;
+            self.out.clear();
         }
-        let f = self.out.tx.pop_front()?;
-        self.out.tx_taken += 1;
-        Some(f)
+        self.out.pop()
     }
 
     /// Gives back the buffer of a frame this NIC sent, once the port is done

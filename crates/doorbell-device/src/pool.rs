@@ -1,7 +1,8 @@
 //! Bounded pools of emptied vectors, so that a warm NIC takes nothing from
 //! the allocator: the buffers of frames handed back ([`crate::Nic::recycle`])
 //! and the payload and SGE lists of retired WQEs ([`crate::wq::Spares`]).
-//! Reuse changes only where elements live: a vector comes out empty.
+//! Reuse changes only where elements live: a vector comes out empty, or,
+//! from [`Pool::take_len`], as long as asked and to be written whole.
 
 /// At most `KEEP` emptied vectors, none with room for more than `LARGEST`
 /// elements (a larger one is freed, so that one big message does not keep
@@ -19,17 +20,31 @@ impl<T, const KEEP: usize, const LARGEST: usize> Default for Pool<T, KEEP, LARGE
 impl<T, const KEEP: usize, const LARGEST: usize> Pool<T, KEEP, LARGEST> {
     /// An empty vector: a kept one if there is one.
     pub(crate) fn take(&mut self) -> Vec<T> {
-        self.kept.pop().unwrap_or_default()
+        let mut v = self.kept.pop().unwrap_or_default();
+        v.clear();
+        v
     }
 
-    /// Keeps `v`, emptied, unless the pool is full, `v` has no storage, or
+    /// Keeps `v` unless the pool is full, `v` has no storage, or
     /// more than `LARGEST` elements' worth.
-    pub(crate) fn give(&mut self, mut v: Vec<T>) {
+    pub(crate) fn give(&mut self, v: Vec<T>) {
         if v.capacity() == 0 || v.capacity() > LARGEST || self.kept.len() >= KEEP {
             return;
         }
-        v.clear();
         self.kept.push(v);
+    }
+
+    /// A vector of `len` elements that held whatever its last user left
+    /// there: kept elements are not cleared, and only growth is filled
+    /// (with `T::default()`). For a buffer whose every element is written
+    /// before it is read, as a frame being built is.
+    pub(crate) fn take_len(&mut self, len: usize) -> Vec<T>
+    where
+        T: Clone + Default,
+    {
+        let mut v = self.kept.pop().unwrap_or_default();
+        v.resize(len, T::default());
+        v
     }
 
     /// How many more vectors [`Self::give`] would keep now.

@@ -18,9 +18,9 @@ use doorbell_wire::{
 };
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, HeldAck};
 use crate::dma::{dma_read, dma_write};
-use crate::emit::{emit, peer_ip};
+use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
 use crate::qp::Qp;
@@ -47,45 +47,56 @@ const RC_TRANSPORT_MASK: u8 = 0xe0;
 
 fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
     let Some(dst) = peer_ip(qp) else { return };
-    let bth = BthRepr::new(BthOpcode::RcAck, qp.attrs.dest_qpn.unwrap_or_default(), psn);
-    let ext = ExtHeaders {
+    emit(qp, ctx, dst, aeth_bth(qp, psn), aeth_ext(qp, syndrome), &[]);
+}
+
+/// A plain ACK's syndrome.
+const ACK: AethSyndrome = AethSyndrome::Ack {
+    credits: CREDITS_INVALID,
+};
+
+/// The BTH of an ACK or NAK of `psn` from `qp`.
+fn aeth_bth(qp: &Qp, psn: Psn) -> BthRepr {
+    BthRepr::new(BthOpcode::RcAck, qp.attrs.dest_qpn.unwrap_or_default(), psn)
+}
+
+/// The AETH of an ACK or NAK from `qp`, with its MSN.
+fn aeth_ext(qp: &Qp, syndrome: AethSyndrome) -> ExtHeaders {
+    ExtHeaders {
         aeth: Some(AethRepr {
             syndrome,
             msn: qp.resp.msn(),
         }),
         ..ExtHeaders::default()
-    };
-    emit(qp, ctx, dst, bth, ext, &[]);
+    }
 }
 
-/// ACKs `psn` for `qp`. If the last frame queued for the port is a plain
-/// ACK of the same QP (packets of one burst, handled before any frame
-/// left), this one replaces it: ACKs are cumulative, so the later says
-/// all the earlier did, as a NIC that coalesces ACKs sends it.
+/// ACKs `psn` for `qp`. The ACK is held, not built
+/// ([`crate::ctx::Outputs::held_ack`]): if the next frame for the port is
+/// another ACK of the same QP (packets of one burst, handled before any
+/// frame left), that one replaces it: ACKs are cumulative, so the later
+/// says all the earlier did, as a NIC that coalesces ACKs sends it.
 fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
-    let out = &mut *ctx.out;
-    let next = out.tx_taken + out.tx.len() as u64;
-    if out.last_ack == Some((qp.qpn, next.wrapping_sub(1)))
-        && let Some(replaced) = out.tx.pop_back()
-    {
-        out.counters.tx_packets -= 1;
-        out.counters.acks_coalesced += 1;
-        // Its buffer carries the new ACK.
-        out.spare.give(replaced.bytes);
+    let Some(dst) = peer_ip(qp) else { return };
+    let repr = emit::repr(qp, ctx, dst, aeth_bth(qp, psn), aeth_ext(qp, ACK));
+    if repr.checked_frame_len(0).is_err() {
+        return;
     }
-    out.last_ack = None;
-    let queued = out.tx.len();
-    send_aeth(
-        qp,
-        ctx,
-        psn,
-        AethSyndrome::Ack {
-            credits: CREDITS_INVALID,
-        },
-    );
+    ctx.charge(ctx.cfg.timing.tx_packet);
+    let held = HeldAck {
+        qpn: qp.qpn,
+        dst,
+        repr,
+        ready: ctx.t,
+    };
     let out = &mut *ctx.out;
-    if out.tx.len() > queued {
-        out.last_ack = Some((qp.qpn, out.tx_taken + queued as u64));
+    if out.held_ack.as_ref().is_some_and(|h| h.qpn == qp.qpn) {
+        out.counters.acks_coalesced += 1;
+        out.held_ack = Some(held);
+    } else {
+        // Another QP's ACK is built first, in its place.
+        out.push_held(held);
+        out.counters.tx_packets += 1;
     }
 }
 

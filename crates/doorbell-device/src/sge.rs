@@ -103,16 +103,29 @@ pub(crate) fn gather<D: Dma>(
             buf.resize(len as usize, 0);
             let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
             let Ctx { dma, t, mkeys, .. } = ctx;
-            walk(mkeys, qp.p.pd, 0, sges, offset, len, |h, r| {
+            walk_read(mkeys, qp.p.pd, sges, offset, len, |h, r| {
                 dma_read(*dma, t, tag, h, &mut buf[r])
-            })
-            .map_err(|e| match e {
-                WalkError::Short => Syndrome::LocalLengthErr,
-                WalkError::Protection => Syndrome::LocalProtErr,
             })?;
             Ok(buf)
         }
     }
+}
+
+/// The walk of a gather: bytes `[offset, offset + len)` of `sges`, read
+/// with the keys' local access, `dma(host, range_in_walk)` for each
+/// contiguous run. Fails with the syndrome of the WQE whose SGEs these are.
+pub(crate) fn walk_read(
+    mkeys: &MkeyTable,
+    pd: Pdn,
+    sges: &[Sge],
+    offset: u64,
+    len: u64,
+    dma: impl FnMut(HostAddr, Range<usize>) -> bool,
+) -> Result<(), Syndrome> {
+    walk(mkeys, pd, 0, sges, offset, len, dma).map_err(|e| match e {
+        WalkError::Short => Syndrome::LocalLengthErr,
+        WalkError::Protection => Syndrome::LocalProtErr,
+    })
 }
 
 /// Why data could not be placed into an SGE list.

@@ -4,17 +4,22 @@
 
 use doorbell_hif::QpState;
 use doorbell_layout::wqe::WqeOpcode;
-use doorbell_pcie::Dma;
+use std::ops::Range;
+
+use doorbell_layout::cqe::Syndrome;
+use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::ACK_EVERY_PACKETS;
 use doorbell_types::{Mkey, Psn};
-use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr};
+use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr, RoceRepr};
 
+use crate::config::Frame;
 use crate::ctx::Ctx;
-use crate::emit::{emit, peer_ip};
+use crate::dma::dma_read_into;
+use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::qp::Qp;
-use crate::sge::gather;
-use crate::wq::SentMsg;
+use crate::sge::{self, MAX_MSG_LEN};
+use crate::wq::{Payload, SentMsg};
 
 /// Sends what the window allows of the outstanding messages: packets not
 /// yet sent in this pass, while they stay within
@@ -63,22 +68,16 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
         } else {
             m.npsn().min(from.saturating_add(room as u32))
         };
-        let payload = if rd_atomic {
-            Vec::new()
+        let count = if rd_atomic {
+            ask(qp, m, from, ctx)
         } else {
-            let start = u64::from(from) * mtu;
-            let end = (u64::from(to) * mtu).min(m.len);
-            gather(qp, &m.payload, start, end.saturating_sub(start), ctx).map_err(|syndrome| {
-                Fault::Wqe {
-                    index: m.wqe_index,
-                    opcode: m.opcode,
-                    syndrome,
-                }
+            send_data(qp, m, from, to, ctx).map_err(|syndrome| Fault::Wqe {
+                index: m.wqe_index,
+                opcode: m.opcode,
+                syndrome,
             })?
         };
         let m = &qp.sq.outstanding[i];
-        let count = transmit(qp, m, from, to, &payload, ctx);
-        ctx.out.scratch = payload;
         let end = psn.add(if rd_atomic {
             m.npsn() - from
         } else {
@@ -98,85 +97,176 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
     Ok(())
 }
 
-/// Sends packets `from..to` of `msg`, whose bytes from packet `from` on
-/// are `payload`; a READ is asked for from response `from` on. Returns the
-/// number of packets sent.
-fn transmit<D: Dma>(
+/// Sends the READ or atomic request `msg`; a READ is asked for from
+/// response `from` on. Returns the number of packets sent.
+fn ask<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, ctx: &mut Ctx<'_, D>) -> u32 {
+    let Some(dst) = peer_ip(qp) else { return 0 };
+    let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
+    let (op, ext) = if msg.opcode == WqeOpcode::RdmaRead {
+        let skip = u64::from(from) * u64::from(qp.mtu());
+        let ext = ExtHeaders {
+            reth: Some(RethRepr {
+                va: msg.raddr.wrapping_add(skip),
+                rkey: Mkey::from_raw(msg.rkey),
+                dma_len: msg.len.saturating_sub(skip) as u32,
+            }),
+            ..ExtHeaders::default()
+        };
+        (BthOpcode::RcRdmaReadRequest, ext)
+    } else {
+        let op = if msg.opcode == WqeOpcode::AtomicCs {
+            BthOpcode::RcCompareSwap
+        } else {
+            BthOpcode::RcFetchAdd
+        };
+        let ext = ExtHeaders {
+            atomic_eth: Some(AtomicEthRepr {
+                va: msg.raddr,
+                rkey: Mkey::from_raw(msg.rkey),
+                swap_add: msg.swap_add,
+                compare: msg.compare,
+            }),
+            ..ExtHeaders::default()
+        };
+        (op, ext)
+    };
+    let psn = if op == BthOpcode::RcRdmaReadRequest {
+        msg.psns.nth(from)
+    } else {
+        msg.first_psn()
+    };
+    let mut bth = BthRepr::new(op, dqpn, psn);
+    bth.ack_req = true;
+    emit(qp, ctx, dst, bth, ext, &[]);
+    1
+}
+
+/// Sends packets `from..to` of the SEND or WRITE `msg`, their payload read
+/// from host memory (one DMA per contiguous run, as [`crate::sge::gather`]
+/// reads) straight into the frames that carry it, or copied from the
+/// WQE's inline data. Returns the number of packets sent, or why the
+/// payload could not be read.
+fn send_data<D: Dma>(
     qp: &Qp,
     msg: &SentMsg,
     from: u32,
     to: u32,
-    payload: &[u8],
     ctx: &mut Ctx<'_, D>,
-) -> u32 {
-    let Some(dst) = peer_ip(qp) else { return 0 };
-    let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
+) -> Result<u32, Syndrome> {
+    let Some(dst) = peer_ip(qp) else { return Ok(0) };
     let mtu = qp.mtu() as usize;
-    match msg.opcode {
-        WqeOpcode::RdmaRead => {
-            let skip = u64::from(from) * mtu as u64;
-            let mut bth = BthRepr::new(BthOpcode::RcRdmaReadRequest, dqpn, msg.psns.nth(from));
-            bth.ack_req = true;
-            let ext = ExtHeaders {
-                reth: Some(RethRepr {
-                    va: msg.raddr.wrapping_add(skip),
-                    rkey: Mkey::from_raw(msg.rkey),
-                    dma_len: msg.len.saturating_sub(skip) as u32,
-                }),
-                ..ExtHeaders::default()
-            };
-            emit(qp, ctx, dst, bth, ext, &[]);
-            1
-        }
-        WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => {
-            let op = if msg.opcode == WqeOpcode::AtomicCs {
-                BthOpcode::RcCompareSwap
-            } else {
-                BthOpcode::RcFetchAdd
-            };
-            let mut bth = BthRepr::new(op, dqpn, msg.first_psn());
-            bth.ack_req = true;
-            let ext = ExtHeaders {
-                atomic_eth: Some(AtomicEthRepr {
-                    va: msg.raddr,
-                    rkey: Mkey::from_raw(msg.rkey),
-                    swap_add: msg.swap_add,
-                    compare: msg.compare,
-                }),
-                ..ExtHeaders::default()
-            };
-            emit(qp, ctx, dst, bth, ext, &[]);
-            1
-        }
-        _ => {
-            let is_write = matches!(msg.opcode, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
-            let has_imm = matches!(msg.opcode, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
-            let n = msg.npsn();
-            for i in from..to {
-                let (first, last) = (i == 0, i + 1 == n);
-                let op = request_opcode(is_write, has_imm, first, last);
-                let mut bth = BthRepr::new(op, dqpn, msg.psns.nth(i));
-                // An ACK for the last packet, every ACK_EVERY_PACKETS inside
-                // a long message, and where the window closes, so that an
-                // ACK always comes back to open it again.
-                bth.ack_req = last || i % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1 || i + 1 == to;
-                bth.solicited = last && msg.solicited;
-                let ext = ExtHeaders {
-                    reth: (is_write && first).then_some(RethRepr {
-                        va: msg.raddr,
-                        rkey: Mkey::from_raw(msg.rkey),
-                        dma_len: msg.len as u32,
-                    }),
-                    immdt: (has_imm && last).then_some(ImmDtRepr { imm: msg.imm }),
-                    ..ExtHeaders::default()
-                };
-                let start = ((i - from) as usize * mtu).min(payload.len());
-                let end = ((i - from + 1) as usize * mtu).min(payload.len());
-                emit(qp, ctx, dst, bth, ext, &payload[start..end]);
-            }
-            to - from
+    let start = u64::from(from) * mtu as u64;
+    let end = (u64::from(to) * mtu as u64).min(msg.len).max(start);
+    if end > msg.payload.len() || end - start > MAX_MSG_LEN {
+        return Err(Syndrome::LocalLengthErr);
+    }
+    let total = (end - start) as usize;
+    let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
+    let is_write = matches!(msg.opcode, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
+    let has_imm = matches!(msg.opcode, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
+    let n = msg.npsn();
+    let mut frames = std::mem::take(&mut ctx.out.building);
+    for i in from..to {
+        let (first, last) = (i == 0, i + 1 == n);
+        let op = request_opcode(is_write, has_imm, first, last);
+        let mut bth = BthRepr::new(op, dqpn, msg.psns.nth(i));
+        // An ACK for the last packet, every ACK_EVERY_PACKETS inside a long
+        // message, and where the window closes, so that an ACK always
+        // comes back to open it again.
+        bth.ack_req = last || i % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1 || i + 1 == to;
+        bth.solicited = last && msg.solicited;
+        let ext = ExtHeaders {
+            reth: (is_write && first).then_some(RethRepr {
+                va: msg.raddr,
+                rkey: Mkey::from_raw(msg.rkey),
+                dma_len: msg.len as u32,
+            }),
+            immdt: (has_imm && last).then_some(ImmDtRepr { imm: msg.imm }),
+            ..ExtHeaders::default()
+        };
+        let repr = emit::repr(qp, ctx, dst, bth, ext);
+        let at = (i - from) as usize * mtu;
+        let len = mtu.min(total.saturating_sub(at));
+        // Never fails for a packet of an MTU at most: stop there if so.
+        let Ok(frame_len) = repr.checked_frame_len(len) else {
+            break;
+        };
+        frames.push(Building {
+            bytes: ctx.out.spare.take_len(frame_len),
+            repr,
+            payload: repr.header_len()..repr.header_len() + len,
+        });
+    }
+    let read = fill(qp, msg, start, mtu, &mut frames, ctx);
+    let mut sent = 0;
+    for mut f in frames.drain(..) {
+        if read.is_ok() && f.repr.emit_in_place(&mut f.bytes, f.payload.len()).is_ok() {
+            ctx.charge(ctx.cfg.timing.tx_packet);
+            ctx.out.counters.tx_packets += 1;
+            ctx.out.push(Frame {
+                dst,
+                bytes: f.bytes,
+                ready: ctx.t,
+            });
+            sent += 1;
+        } else {
+            ctx.out.spare.give(f.bytes);
         }
     }
+    ctx.out.building = frames;
+    read.map(|()| sent)
+}
+
+/// Puts bytes `start..` of `msg`'s payload into the payload ranges of
+/// `frames`, one MTU each in order.
+fn fill<D: Dma>(
+    qp: &Qp,
+    msg: &SentMsg,
+    start: u64,
+    mtu: usize,
+    frames: &mut [Building],
+    ctx: &mut Ctx<'_, D>,
+) -> Result<(), Syndrome> {
+    let total: usize = frames.iter().map(|f| f.payload.len()).sum();
+    match &msg.payload {
+        Payload::Inline(v) => {
+            let mut at = start as usize;
+            for f in frames {
+                let n = f.payload.len();
+                let src = v.get(at..at + n).ok_or(Syndrome::LocalLengthErr)?;
+                f.bytes[f.payload.clone()].copy_from_slice(src);
+                at += n;
+            }
+            Ok(())
+        }
+        Payload::Sges(sges) => {
+            let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
+            let Ctx { dma, t, mkeys, .. } = ctx;
+            sge::walk_read(mkeys, qp.p.pd, sges, start, total as u64, |h, r| {
+                // The frames that bytes `r` of the walk land in.
+                let (mut w, end) = (r.start, r.end);
+                let mut pieces = frames[r.start / mtu..].iter_mut().map_while(|f| {
+                    if w >= end {
+                        return None;
+                    }
+                    let off = w % mtu;
+                    let n = (f.payload.len() - off).min(end - w);
+                    w += n;
+                    let at = f.payload.start + off;
+                    Some(&mut f.bytes[at..at + n])
+                });
+                dma_read_into(*dma, t, tag, h, r.len(), &mut pieces)
+            })
+        }
+    }
+}
+
+/// A request packet being built: its buffer, headers, and where in the
+/// buffer its payload goes.
+pub(crate) struct Building {
+    bytes: Vec<u8>,
+    repr: RoceRepr,
+    payload: Range<usize>,
 }
 
 /// The RC opcode of packet `first`/`last` of a SEND or RDMA WRITE, with an

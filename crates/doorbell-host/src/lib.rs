@@ -70,6 +70,19 @@ pub enum MemError {
     },
 }
 
+/// Copies `src` into the buffers `pieces` yields, in order, each filled
+/// whole; `None` if they do not add up to `src.len()` bytes (what they
+/// hold is then unspecified).
+pub fn spread(src: &[u8], pieces: &mut dyn Iterator<Item = &mut [u8]>) -> Option<()> {
+    let mut from = src;
+    for p in pieces {
+        let (head, rest) = from.split_at_checked(p.len())?;
+        p.copy_from_slice(head);
+        from = rest;
+    }
+    from.is_empty().then_some(())
+}
+
 /// The host's memory as a bus address space.
 ///
 /// # Contract
@@ -90,6 +103,23 @@ pub enum MemError {
 pub trait HostMemory: Send + Sync {
     /// Copies `buf.len()` bytes at `addr` into `buf`.
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError>;
+    /// Copies the `len` bytes at `addr` into the buffers `pieces` yields,
+    /// in order, each filled whole: [`Self::read`] of `len` bytes, spread
+    /// over several buffers (a payload read into the frames that carry
+    /// it). Fails as that read does, and where the pieces do not add up to
+    /// `len` bytes ([`MemError::Unmapped`]; what they hold is then
+    /// unspecified). The provided method reads into a buffer of its own and
+    /// copies out.
+    fn read_into(
+        &self,
+        addr: HostAddr,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &mut [u8]>,
+    ) -> Result<(), MemError> {
+        let mut buf = vec![0u8; len];
+        self.read(addr, &mut buf)?;
+        spread(&buf, pieces).ok_or(MemError::Unmapped { addr, len })
+    }
     /// Copies `data` to `addr`.
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError>;
 
@@ -355,6 +385,16 @@ impl HostMemory for HostRam {
 
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {
         self.with_region(addr, buf.len(), |src| buf.copy_from_slice(src))
+    }
+
+    fn read_into(
+        &self,
+        addr: HostAddr,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &mut [u8]>,
+    ) -> Result<(), MemError> {
+        self.with_region(addr, len, |src| spread(src, pieces))?
+            .ok_or(MemError::Unmapped { addr, len })
     }
 
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError> {

@@ -361,6 +361,10 @@ impl Counters {
     pub fn reads(&self, p: DmaPurpose) -> u64 {
         self.dma_reads[p.index()]
     }
+    /// Bytes DMA reads for `p` carried.
+    pub fn read_bytes(&self, p: DmaPurpose) -> u64 {
+        self.dma_read_bytes[p.index()]
+    }
     /// DMA writes for `p`.
     pub fn writes(&self, p: DmaPurpose) -> u64 {
         self.dma_writes[p.index()]
@@ -469,6 +473,29 @@ pub trait Dma {
         addr: HostAddr,
         buf: &mut [u8],
     ) -> Result<Instant, DmaError>;
+    /// Reads `len` bytes of host memory at `addr` as one DMA, counted and
+    /// timed as [`Self::dma_read`] of `len` bytes, into the buffers
+    /// `pieces` yields, in order, each filled whole: a payload read straight
+    /// into the frames that carry it.
+    ///
+    /// Fails as [`Self::dma_read`] does, and, as a read of unmapped memory,
+    /// where the pieces do not add up to `len` bytes (what the pieces hold
+    /// then is unspecified). The provided method reads into a buffer of its
+    /// own and copies out; buses that can, read into the pieces.
+    fn dma_read_into(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &mut [u8]>,
+    ) -> Result<Instant, DmaError> {
+        let mut buf = vec![0u8; len];
+        let done = self.dma_read(at, tag, addr, &mut buf)?;
+        doorbell_host::spread(&buf, pieces)
+            .map(|()| done)
+            .ok_or(uneven(addr, len))
+    }
     /// Writes `data` into host memory at `addr`.
     fn dma_write(
         &mut self,
@@ -484,6 +511,12 @@ pub trait Dma {
     /// host's interrupt controller, counted as a [`DmaPurpose::Msix`]
     /// write. Returns when the device may go on.
     fn raise_msix(&mut self, at: Instant, vector: u16) -> Instant;
+}
+
+/// The error of a [`Dma::dma_read_into`] whose pieces do not add up to its
+/// length.
+fn uneven(addr: HostAddr, len: usize) -> DmaError {
+    DmaError::Unmapped(MemError::Unmapped { addr, len })
 }
 
 /// The device's end of a PCIe link to host memory.
@@ -678,6 +711,27 @@ impl Dma for Bus {
         Ok(at)
     }
 
+    fn dma_read_into(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &mut [u8]>,
+    ) -> Result<Instant, DmaError> {
+        if self.capture.is_some() && captured(tag.purpose) {
+            // The capture keeps the bytes: read them whole.
+            let mut buf = vec![0u8; len];
+            let done = self.dma_read(at, tag, addr, &mut buf)?;
+            return doorbell_host::spread(&buf, pieces)
+                .map(|()| done)
+                .ok_or(uneven(addr, len));
+        }
+        self.count_read(at, tag, addr, len as u64);
+        self.mem.read_into(addr, len, pieces)?;
+        Ok(at)
+    }
+
     fn dma_write(
         &mut self,
         at: Instant,
@@ -834,6 +888,77 @@ mod tests {
             (1, 1, 1)
         );
         assert_eq!(bus.take_log().len(), 4);
+    }
+
+    /// A bus with only the required methods: [`Dma::dma_read_into`] as
+    /// the trait provides it.
+    struct Plain(Bus);
+
+    impl Dma for Plain {
+        fn dma_read(
+            &mut self,
+            at: Instant,
+            tag: DmaTag,
+            addr: HostAddr,
+            buf: &mut [u8],
+        ) -> Result<Instant, DmaError> {
+            self.0.dma_read(at, tag, addr, buf)
+        }
+        fn dma_write(
+            &mut self,
+            at: Instant,
+            tag: DmaTag,
+            addr: HostAddr,
+            data: &[u8],
+        ) -> Result<Instant, DmaError> {
+            self.0.dma_write(at, tag, addr, data)
+        }
+        fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize) {
+            self.0.record_mmio(at, qpn, bytes);
+        }
+        fn raise_msix(&mut self, at: Instant, vector: u16) -> Instant {
+            self.0.raise_msix(at, vector)
+        }
+    }
+
+    /// Reads 1 000 bytes at `a` into pieces of `lens` bytes; the pieces
+    /// joined, or the error.
+    fn read_into(dma: &mut dyn Dma, a: HostAddr, lens: &[usize]) -> Result<Vec<u8>, DmaError> {
+        let mut bufs: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; n]).collect();
+        let tag = DmaTag::new(Qpn::new(5), DmaPurpose::Payload);
+        let mut pieces = bufs.iter_mut().map(|b| &mut b[..]);
+        dma.dma_read_into(Instant::ZERO, tag, a, 1000, &mut pieces)?;
+        Ok(bufs.concat())
+    }
+
+    #[test]
+    fn a_read_into_pieces_is_one_dma_of_the_whole() {
+        let ram = Arc::new(HostRam::new());
+        let a = ram.alloc(4096).unwrap();
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i % 253) as u8).collect();
+        ram.write(a, &bytes).unwrap();
+        let mut bus = Bus::new(cfg(), ram.clone());
+        let mut plain = Plain(Bus::new(cfg(), ram.clone()));
+        for dma in [&mut bus as &mut dyn Dma, &mut plain] {
+            assert_eq!(read_into(dma, a, &[1, 999]).unwrap(), bytes[..1000]);
+            assert_eq!(read_into(dma, a, &[300, 0, 700]).unwrap(), bytes[..1000]);
+            // Pieces that do not add up are an error, short or long.
+            for lens in [&[300, 600][..], &[600, 600]] {
+                assert!(matches!(
+                    read_into(dma, a, lens),
+                    Err(DmaError::Unmapped(_))
+                ));
+            }
+            // A range past the region fails as one read of it would.
+            let end = a.checked_add(3500).unwrap();
+            assert!(read_into(dma, end, &[500, 500]).is_err());
+        }
+        let (b, p) = (bus.counters(), plain.0.counters());
+        assert_eq!(b, p, "the same counts as reads of the whole");
+        // Each call one read of 1 000 bytes, counted as it is issued (as a
+        // read that then fails is).
+        assert_eq!(b.reads(DmaPurpose::Payload), 5);
+        assert_eq!(b.read_bytes(DmaPurpose::Payload), 5 * 1000);
     }
 
     #[test]

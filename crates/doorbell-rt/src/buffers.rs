@@ -10,7 +10,9 @@
 //! [`LARGEST`] bytes), so nothing is shared between threads and no thread
 //! keeps more than about a megabyte and a half of frames of MTU 4096.
 //! Reuse changes only where the bytes live, never what they are: a buffer
-//! comes out empty.
+//! comes out empty from [`buffer`]. Spares keep their length until then,
+//! so that a NIC that builds a frame over a lent one writes its bytes
+//! without clearing them first.
 
 use doorbell_device::Nic;
 use std::cell::Cell;
@@ -37,17 +39,17 @@ pub(crate) fn buffer(len: usize) -> Vec<u8> {
         .ok()
         .flatten()
         .unwrap_or_default();
+    b.clear();
     b.reserve(len);
     b
 }
 
 /// Gives `b` back for this thread to reuse; frees it if the thread has
 /// enough spares or `b` is too large to keep.
-pub(crate) fn recycle(mut b: Vec<u8>) {
+pub(crate) fn recycle(b: Vec<u8>) {
     if b.capacity() == 0 || b.capacity() > LARGEST {
         return;
     }
-    b.clear();
     let _ = SPARE.try_with(move |s| {
         let mut spare = s.take();
         if spare.len() < KEEP {

@@ -260,6 +260,29 @@ impl HostMemory for ProcessMemory {
         vm::read(addr.get(), buf, self.path()).map_err(|_| unmapped(addr, len))
     }
 
+    fn read_into(
+        &self,
+        addr: HostAddr,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &mut [u8]>,
+    ) -> Result<(), MemError> {
+        let uneven = || unmapped(addr, len);
+        if let Some(r) = self.with_alloc(addr, len, |src| doorbell_host::spread(src, pieces)) {
+            return r.ok_or_else(uneven);
+        }
+        self.in_pinned(addr, len)?;
+        let mut done = 0usize;
+        for p in pieces {
+            let end = done.checked_add(p.len()).filter(|&e| e <= len);
+            let (Some(end), Some(at)) = (end, addr.get().checked_add(done as u64)) else {
+                return Err(uneven());
+            };
+            vm::read(at, p, self.path()).map_err(|_| unmapped(addr, len))?;
+            done = end;
+        }
+        if done == len { Ok(()) } else { Err(uneven()) }
+    }
+
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError> {
         if let Some(()) = self.with_alloc(addr, data.len(), |dst| dst.copy_from_slice(data)) {
             return Ok(());
@@ -450,6 +473,39 @@ mod tests {
     /// Both ways of reaching granted memory.
     fn both() -> [ProcessMemory; 2] {
         [ProcessMemory::new(), ProcessMemory::through_kernel()]
+    }
+
+    #[test]
+    fn a_read_into_pieces_reads_allocations_and_pinned_memory_alike() {
+        let pattern: Vec<u8> = (0..6000u32).map(|i| (i % 241) as u8).collect();
+        for m in both() {
+            let a = m.alloc(6000).unwrap();
+            m.write(a, &pattern).unwrap();
+            let buf = pattern.clone();
+            let at = addr_of(&buf);
+            grant(&m, at, buf.len() as u64);
+            m.pin(at, buf.len() as u64).unwrap();
+            for base in [a, at] {
+                let mut got = [vec![0u8; 1000], vec![0u8; 4000], vec![0u8; 1000]];
+                let mut pieces = got.iter_mut().map(|v| &mut v[..]);
+                m.read_into(base, 6000, &mut pieces).unwrap();
+                assert!(got.concat() == pattern);
+                // Pieces that do not add up to the length fail.
+                let mut short = [vec![0u8; 1000]];
+                let mut pieces = short.iter_mut().map(|v| &mut v[..]);
+                assert!(m.read_into(base, 6000, &mut pieces).is_err());
+                let mut long = [vec![0u8; 3000], vec![0u8; 3001]];
+                let mut pieces = long.iter_mut().map(|v| &mut v[..]);
+                assert!(m.read_into(base, 6000, &mut pieces).is_err());
+            }
+            m.unpin(at, buf.len() as u64).unwrap();
+            let mut got = [vec![0u8; 10]];
+            let mut pieces = got.iter_mut().map(|v| &mut v[..]);
+            assert!(
+                m.read_into(at, 10, &mut pieces).is_err(),
+                "no longer pinned"
+            );
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use doorbell_device::{Nic, NicConfig, Received};
 use doorbell_driver::EventQueues;
 use doorbell_fault::{FaultStage, FaultStats, Packet};
 use doorbell_hif::{CmdError, CmdOut, Command, DeviceLink, NicEvent};
-use doorbell_host::{HostMemory, HostRam, Mmio, RecordDoorbell};
+use doorbell_host::{HostMemory, HostRam, MemError, Mmio, RecordDoorbell};
 use doorbell_pcap::Direction as Way;
 use doorbell_pcie::model::{Direction, LinkModel, TlpTiming};
 use doorbell_pcie::{Bus, Counters, Dma, DmaError, DmaTag};
@@ -192,6 +192,36 @@ impl SimBus {
     }
 }
 
+impl SimBus {
+    /// A DMA read of `len` bytes at `addr` issued at `at`, its bytes moved
+    /// by `fill`: counted, and timed by the link. Returns when its data is
+    /// in.
+    fn read_timed(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        len: usize,
+        fill: impl FnOnce(&dyn HostMemory) -> Result<(), MemError>,
+    ) -> Result<Instant, DmaError> {
+        // A read does not pass the writes before it.
+        self.flush(at);
+        let t = self.engine(at);
+        self.counter.count_read(t, tag, addr, len as u64);
+        fill(&*self.mem)?;
+        let mut tlps = Vec::new();
+        let done = if self.timed() {
+            self.link
+                .read_with(t, addr.get(), len as u64, |x| tlps.push(x))
+                .last_data
+        } else {
+            self.link.read(t, addr.get(), len as u64).last_data
+        };
+        self.note(tlps, (tag, false, t, done, len as u64));
+        Ok(done)
+    }
+}
+
 impl Dma for SimBus {
     fn dma_read(
         &mut self,
@@ -200,21 +230,19 @@ impl Dma for SimBus {
         addr: HostAddr,
         buf: &mut [u8],
     ) -> Result<Instant, DmaError> {
-        // A read does not pass the writes before it.
-        self.flush(at);
-        let t = self.engine(at);
-        self.counter.count_read(t, tag, addr, buf.len() as u64);
-        self.mem.read(addr, buf)?;
-        let mut tlps = Vec::new();
-        let done = if self.timed() {
-            self.link
-                .read_with(t, addr.get(), buf.len() as u64, |x| tlps.push(x))
-                .last_data
-        } else {
-            self.link.read(t, addr.get(), buf.len() as u64).last_data
-        };
-        self.note(tlps, (tag, false, t, done, buf.len() as u64));
-        Ok(done)
+        let len = buf.len();
+        self.read_timed(at, tag, addr, len, |mem| mem.read(addr, buf))
+    }
+
+    fn dma_read_into(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        len: usize,
+        pieces: &mut dyn Iterator<Item = &mut [u8]>,
+    ) -> Result<Instant, DmaError> {
+        self.read_timed(at, tag, addr, len, |mem| mem.read_into(addr, len, pieces))
     }
 
     fn dma_write(

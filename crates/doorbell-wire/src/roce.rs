@@ -197,6 +197,12 @@ impl RoceRepr {
     /// limit. On error `frame` is unchanged.
     pub fn emit_in_place(&self, frame: &mut [u8], payload_len: usize) -> Result<usize> {
         let len = self.checked_frame_len(payload_len)?;
+        self.fill_in(frame, len, payload_len)
+    }
+
+    /// [`Self::emit_in_place`] of a frame of `len` bytes, which
+    /// [`Self::checked_frame_len`] gave for `payload_len`.
+    fn fill_in(&self, frame: &mut [u8], len: usize, payload_len: usize) -> Result<usize> {
         let frame = frame.get_mut(..len).ok_or(Error::Truncated)?;
         let opcode = self.bth.opcode;
         let ip_hlen = self.ip.header_len();
@@ -283,7 +289,7 @@ impl RoceRepr {
             return Err(Error::Truncated);
         }
         frame[self.payload_range(payload.len())].copy_from_slice(payload);
-        self.emit_in_place(frame, payload.len())
+        self.fill_in(frame, len, payload.len())
     }
 
     /// Replaces the contents of `out` with the frame, reusing its capacity.
@@ -297,14 +303,18 @@ impl RoceRepr {
         out.resize(self.header_len(), 0);
         out.extend_from_slice(payload);
         out.resize(len, 0);
-        self.emit_in_place(out, payload.len())
+        self.fill_in(out, len, payload.len())
             .map(|_| ())
             .inspect_err(|_| out.clear())
     }
 
     /// [`Self::frame_len`], after checking that the extension headers fit a
-    /// known opcode and that the frame stays within the IP length limit.
-    fn checked_frame_len(&self, payload_len: usize) -> Result<usize> {
+    /// known opcode and that the frame stays within the IP length limit:
+    /// a `payload_len` for which this succeeds is one that
+    /// [`Self::emit_to_vec`] emits.
+    ///
+    /// Fails with [`Error::Malformed`] where those checks fail.
+    pub fn checked_frame_len(&self, payload_len: usize) -> Result<usize> {
         if !self.ext.fits(self.bth.opcode) {
             return Err(Error::Malformed);
         }

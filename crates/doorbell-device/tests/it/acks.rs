@@ -1,5 +1,6 @@
 //! ACK coalescing: ACKs queued together leave as the last one.
 
+use doorbell_hif::Command;
 use doorbell_types::Psn;
 use doorbell_wire::{AethSyndrome, parse_roce};
 
@@ -37,4 +38,37 @@ fn acks_queued_together_are_coalesced_into_the_last() {
     rig.nic.handle_frame(now, &ahead, &mut rig.bus);
     let out = rig.transmitted();
     assert_eq!(out.len(), 2, "the ACK and the sequence NAK");
+}
+
+/// The ACK a burst owes is one frame however it leaves: taken once its
+/// requests are handled, or dropped with the rest when the link goes down,
+/// counted as one frame dropped.
+#[test]
+fn the_owed_ack_is_one_frame_sent_or_dropped() {
+    let mut rig = Rig::new();
+    let now = rig.now;
+    for i in 0..3u32 {
+        let f = rig.write_only(EPSN + i, 0, &[1; 8]);
+        rig.nic.handle_frame(now, &f, &mut rig.bus);
+    }
+    rig.exec(Command::AccessPaos(Some(false))).unwrap();
+    assert!(
+        rig.transmitted().is_empty(),
+        "a link that is down sends nothing"
+    );
+    let c = rig.counters();
+    assert_eq!(
+        (c.link_down_dropped, c.tx_packets, c.acks_coalesced),
+        (1, 1, 2)
+    );
+    rig.exec(Command::AccessPaos(Some(true))).unwrap();
+    // Once up, the next burst's ACK leaves, after a NAK it does not replace.
+    let nak = rig.write_only(EPSN + 10, 0, &[1; 8]);
+    rig.nic.handle_frame(now, &nak, &mut rig.bus);
+    let dup = rig.write_only(EPSN + 1, 0, &[1; 8]);
+    rig.nic.handle_frame(now, &dup, &mut rig.bus);
+    let out = rig.transmitted();
+    assert_eq!(out.len(), 2, "the sequence NAK, then the duplicate's ACK");
+    assert!(matches!(aeth_of(&out[..1]), AethSyndrome::Nak(_)));
+    assert!(matches!(aeth_of(&out[1..]), AethSyndrome::Ack { .. }));
 }

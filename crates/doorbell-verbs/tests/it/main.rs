@@ -4,6 +4,7 @@
 //! returns, so each test sees exactly what one post puts on the bus.
 #![allow(missing_docs, unreachable_pub)]
 
+mod gather;
 mod port;
 mod rereg;
 mod td;
