@@ -76,9 +76,8 @@ pub(crate) struct Outputs {
     pub(crate) spare: crate::pool::Pool<u8, 256, { 6 * 1024 }>,
     /// The payload storage of retired messages, for the WQEs parsed next.
     pub(crate) payloads: crate::wq::Spares,
-    /// The request packets being built, reused
-    /// ([`crate::transmit::Building`]).
-    pub(crate) building: Vec<crate::transmit::Building>,
+    /// The request packets being built, reused ([`Building`]).
+    pub(crate) building: Vec<Building>,
     /// The buffer send WQEs are fetched into, reused.
     pub(crate) wqe_scratch: Vec<u8>,
     /// A plain ACK queued behind every frame of `tx`, not yet built: a
@@ -87,6 +86,14 @@ pub(crate) struct Outputs {
     /// thrown away. It is built when another frame is queued behind it,
     /// or when it is the next to leave.
     pub(crate) held_ack: Option<HeldAck>,
+}
+
+/// A request packet being built ([`crate::transmit`]): its buffer,
+/// headers, and where in the buffer its payload goes.
+pub(crate) struct Building {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) repr: doorbell_wire::RoceRepr,
+    pub(crate) payload: std::ops::Range<usize>,
 }
 
 /// A plain ACK owed and not yet built ([`Outputs::held_ack`]).

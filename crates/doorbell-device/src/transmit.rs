@@ -4,16 +4,15 @@
 
 use doorbell_hif::QpState;
 use doorbell_layout::wqe::WqeOpcode;
-use std::ops::Range;
 
 use doorbell_layout::cqe::Syndrome;
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::ACK_EVERY_PACKETS;
 use doorbell_types::{Mkey, Psn};
-use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr, RoceRepr};
+use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr};
 
 use crate::config::Frame;
-use crate::ctx::Ctx;
+use crate::ctx::{Building, Ctx};
 use crate::dma::dma_read_into;
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
@@ -259,14 +258,6 @@ fn fill<D: Dma>(
             })
         }
     }
-}
-
-/// A request packet being built: its buffer, headers, and where in the
-/// buffer its payload goes.
-pub(crate) struct Building {
-    bytes: Vec<u8>,
-    repr: RoceRepr,
-    payload: Range<usize>,
 }
 
 /// The RC opcode of packet `first`/`last` of a SEND or RDMA WRITE, with an
