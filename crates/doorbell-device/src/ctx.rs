@@ -66,17 +66,13 @@ pub(crate) struct Outputs {
     /// reached: its EQE is written no earlier (after the CQE it reports).
     pub(crate) events: VecDeque<(NicEvent, Instant)>,
     pub(crate) counters: NicCounters,
-    /// A buffer payloads are gathered into, reused so that sending does
-    /// not allocate ([`crate::sge::gather`] takes it, its caller gives it
-    /// back).
-    pub(crate) scratch: Vec<u8>,
     /// Buffers of frames handed back ([`crate::Nic::recycle`]), for the
     /// frames [`crate::emit::emit`] builds: 256 at most, none larger than
     /// a frame of MTU 4096 with its headers.
     pub(crate) spare: crate::pool::Pool<u8, 256, { 6 * 1024 }>,
     /// The payload storage of retired messages, for the WQEs parsed next.
     pub(crate) payloads: crate::wq::Spares,
-    /// The request packets being built, reused ([`Building`]).
+    /// The frames being built, reused ([`Building`]).
     pub(crate) building: Vec<Building>,
     /// The buffer send WQEs are fetched into, reused.
     pub(crate) wqe_scratch: Vec<u8>,
@@ -88,12 +84,14 @@ pub(crate) struct Outputs {
     pub(crate) held_ack: Option<HeldAck>,
 }
 
-/// A request packet being built ([`crate::transmit`]): its buffer,
-/// headers, and where in the buffer its payload goes.
+/// A frame being built with its payload read straight into its buffer (a
+/// request's packets, a READ's responses): the buffer, the headers, where
+/// in the buffer the payload goes, and when that payload is in.
 pub(crate) struct Building {
     pub(crate) bytes: Vec<u8>,
     pub(crate) repr: doorbell_wire::RoceRepr,
     pub(crate) payload: std::ops::Range<usize>,
+    pub(crate) ready: Instant,
 }
 
 /// A plain ACK owed and not yet built ([`Outputs::held_ack`]).

@@ -5,7 +5,7 @@ use doorbell_pcie::Dma;
 use doorbell_wire::{BthRepr, ExtHeaders, RoceIp, RoceRepr};
 
 use crate::config::Frame;
-use crate::ctx::Ctx;
+use crate::ctx::{Building, Ctx};
 use crate::qp::Qp;
 
 /// Builds a frame from `qp` to `dst` and queues it for the port, ready
@@ -35,6 +35,27 @@ pub(crate) fn emit<D: Dma>(
     } else {
         ctx.out.spare.give(bytes);
     }
+}
+
+/// Writes the headers, pad and ICRC around the payload already in `f` and
+/// queues the frame for the port, ready once its payload is in and the NIC
+/// has spent its per-packet cost; false, with the buffer back among the
+/// spares, if the headers cannot be written (never, for a payload of an
+/// MTU at most).
+pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building) -> bool {
+    if f.repr.emit_in_place(&mut f.bytes, f.payload.len()).is_err() {
+        ctx.out.spare.give(f.bytes);
+        return false;
+    }
+    ctx.t = ctx.t.max(f.ready);
+    ctx.charge(ctx.cfg.timing.tx_packet);
+    ctx.out.counters.tx_packets += 1;
+    ctx.out.push(Frame {
+        dst,
+        bytes: f.bytes,
+        ready: ctx.t,
+    });
+    true
 }
 
 /// The headers of a frame from `qp` to `dst`.

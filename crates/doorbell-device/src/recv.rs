@@ -12,13 +12,13 @@ use doorbell_hif::{Access, QpState, QpType};
 use doorbell_layout::cqe::{CqeOpcode, Syndrome};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::{CREDITS_INVALID, RequestPsn};
-use doorbell_types::{HostAddr, Mkey, Psn};
+use doorbell_types::{Mkey, Psn};
 use doorbell_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, BthOpcode, BthRepr, ExtHeaders, NakCode, RoceRepr,
 };
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
-use crate::ctx::{Ctx, HeldAck};
+use crate::ctx::{Building, Ctx, HeldAck};
 use crate::dma::{dma_read, dma_write};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
@@ -792,7 +792,6 @@ fn inbound_read<D: Dma>(
     if len > MAX_MSG_LEN {
         return refuse(qp, ctx, NakCode::InvalidRequest);
     }
-    let mut runs = Vec::new();
     // A READ of no bytes checks neither key nor address, as a WRITE of none.
     let translated = if len == 0 {
         Ok(())
@@ -804,47 +803,25 @@ fn inbound_read<D: Dma>(
                 Access::REMOTE_READ,
                 reth.va,
                 len,
-                |h, n, o| runs.push((h, n, o)),
+                |_, _, _| {},
             )
             .map(|_| ())
     };
     if !allowed || translated.is_err() {
         return refuse(qp, ctx, NakCode::RemoteAccessErr);
     }
-    let mut data = vec![0u8; len as usize];
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
-    let mtu = qp.mtu() as usize;
-    let n = data.len().div_ceil(mtu).max(1) as u32;
-    // Each response's MTU of data is read on its own, all issued at once:
-    // a response leaves when its data is in, not when the whole message
-    // is, as hardware streams a READ's responses.
-    let t0 = ctx.t;
-    let mut ready = Vec::with_capacity(n as usize);
-    let mut ok = true;
-    for i in 0..n as u64 {
-        let (cs, ce) = (i * mtu as u64, ((i + 1) * mtu as u64).min(len));
-        let mut t = t0;
-        for &(h, rn, o) in &runs {
-            let (a, b) = (o.max(cs), (o + rn).min(ce));
-            if a < b {
-                let at = HostAddr::new(h.get() + (a - o));
-                ok &= dma_read(ctx.dma, &mut t, tag, at, &mut data[a as usize..b as usize]);
-            }
-        }
-        ready.push(t);
-    }
-    if !ok {
-        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
-    }
-    ctx.out.counters.rx_read_requests += 1;
-    if fresh {
-        qp.resp.complete_message();
-        qp.resp.advance(n);
-    }
-    let Some(dst) = peer_ip(qp) else {
-        return Ok(());
-    };
+    let mtu = qp.mtu() as u64;
+    let n = len.div_ceil(mtu).max(1) as u32;
+    let dst = peer_ip(qp);
     let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
+    // Each response's MTU of data is read on its own, into the buffer of
+    // its frame, all issued at once: a response leaves when its data is
+    // in, not when the whole message is, as hardware streams a READ's
+    // responses.
+    let t0 = ctx.t;
+    let mut frames = std::mem::take(&mut ctx.out.building);
+    let mut ok = true;
     for i in 0..n {
         use BthOpcode::*;
         let op = match (i == 0, i + 1 == n) {
@@ -856,19 +833,75 @@ fn inbound_read<D: Dma>(
         let bth = BthRepr::new(op, dqpn, psn.add(i));
         let with_aeth = !matches!(op, RcRdmaReadResponseMiddle);
         let ext = ExtHeaders {
+            // The MSN is set once the READ is taken, below.
             aeth: with_aeth.then_some(AethRepr {
                 syndrome: AethSyndrome::Ack {
                     credits: CREDITS_INVALID,
                 },
-                msn: qp.resp.msn(),
+                msn: 0,
             }),
             ..ExtHeaders::default()
         };
-        let start = (i as usize * mtu).min(data.len());
-        let end = ((i as usize + 1) * mtu).min(data.len());
-        ctx.t = ctx.t.max(ready[i as usize]);
-        emit(qp, ctx, dst, bth, ext, &data[start..end]);
+        let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
+        let (cs, ce) = (u64::from(i) * mtu, (u64::from(i) + 1) * mtu);
+        let (cs, ce) = (cs.min(len), ce.min(len));
+        let data_len = (ce - cs) as usize;
+        // Never fails for a response of an MTU at most: stop there if so.
+        let Ok(frame_len) = repr.checked_frame_len(data_len) else {
+            ok = false;
+            break;
+        };
+        let mut bytes = ctx.out.spare.take_len(frame_len);
+        let at = repr.header_len();
+        let mut t = t0;
+        if data_len > 0 {
+            let Ctx { dma, mkeys, .. } = &mut *ctx;
+            // One DMA per page of the range, as the key maps it.
+            let r = mkeys.translate(
+                reth.rkey,
+                qp.p.pd,
+                Access::REMOTE_READ,
+                reth.va + cs,
+                ce - cs,
+                |h, n, o| {
+                    let piece = &mut bytes[at + o as usize..at + (o + n) as usize];
+                    ok &= dma_read(*dma, &mut t, tag, h, piece);
+                },
+            );
+            ok &= r.is_ok();
+        }
+        frames.push(Building {
+            bytes,
+            repr,
+            payload: at..at + data_len,
+            ready: t,
+        });
     }
+    if !ok {
+        for f in frames.drain(..) {
+            ctx.out.spare.give(f.bytes);
+        }
+        ctx.out.building = frames;
+        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
+    }
+    ctx.out.counters.rx_read_requests += 1;
+    if fresh {
+        qp.resp.complete_message();
+        qp.resp.advance(n);
+    }
+    let msn = qp.resp.msn();
+    for mut f in frames.drain(..) {
+        match dst {
+            Some(dst) => {
+                if let Some(a) = f.repr.ext.aeth.as_mut() {
+                    a.msn = msn;
+                }
+                emit::finish(ctx, dst, f);
+            }
+            None => ctx.out.spare.give(f.bytes),
+        }
+    }
+    ctx.out.building = frames;
     Ok(())
 }
 

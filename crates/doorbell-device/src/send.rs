@@ -15,12 +15,12 @@ use doorbell_wire::{BthOpcode, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, RethRep
 
 use crate::complete::{flush_sq, retire};
 use crate::cqe::send_done;
-use crate::ctx::Ctx;
-use crate::emit::{emit, peer_ip};
+use crate::ctx::{Building, Ctx};
+use crate::emit::{self, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::fetch_upto;
 use crate::qp::Qp;
-use crate::sge::{MAX_MSG_LEN, check_keys, gather};
+use crate::sge::{self, MAX_MSG_LEN, check_keys};
 use crate::transmit::{request_opcode, send_window};
 use crate::wq::{Payload, SentMsg};
 use crate::wqe::{Wqe, parse_wqe};
@@ -306,15 +306,10 @@ fn execute_uc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
     let n = len.div_ceil(mtu).max(1) as u32;
     let first_psn = qp.req.alloc(n);
     let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
-    let dst = peer_ip(qp);
-    for i in 0..n {
-        let start = u64::from(i) * mtu;
-        let data = gather(qp, &w.payload, start, mtu.min(len - start), ctx).map_err(fail)?;
+    let headers = |i: u32| {
         let (first, last) = (i == 0, i + 1 == n);
         let op = request_opcode(is_write, has_imm, first, last);
-        let Some(op) = op.rc_as_uc() else {
-            return Err(fail(Syndrome::LocalQpOpErr));
-        };
+        let op = op.rc_as_uc().ok_or(Syndrome::LocalQpOpErr)?;
         let mut bth = BthRepr::new(op, dqpn, first_psn.add(i));
         bth.solicited = last && w.fm_ce_se & wqe::ctrl_flags::SOLICITED != 0;
         let ext = ExtHeaders {
@@ -326,11 +321,9 @@ fn execute_uc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
             immdt: (has_imm && last).then_some(ImmDtRepr { imm: w.imm }),
             ..ExtHeaders::default()
         };
-        if let Some(dst) = dst {
-            emit(qp, ctx, dst, bth, ext, &data);
-        }
-        ctx.out.scratch = data;
-    }
+        Ok((bth, ext))
+    };
+    send_packets(qp, ctx, peer_ip(qp), &w.payload, mtu, n, headers).map_err(fail)?;
     if signaled {
         send_done(qp, w.index, w.opcode, 0, ctx);
     }
@@ -352,7 +345,6 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
     if w.payload.len() > u64::from(ctx.cfg.caps.max_mtu) {
         return Err(fail(Syndrome::LocalLengthErr));
     }
-    let data = gather(qp, &w.payload, 0, w.payload.len(), ctx).map_err(fail)?;
     let with_imm = w.opcode == WqeOpcode::SendImm;
     let opcode = if with_imm {
         BthOpcode::UdSendOnlyWithImmediate
@@ -376,13 +368,78 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         immdt: with_imm.then_some(ImmDtRepr { imm: w.imm }),
         ..ExtHeaders::default()
     };
-    if let Some(dst) = doorbell_wire::Gid::new(dest.dgid).to_ipv4() {
-        emit(qp, ctx, dst, bth, ext, &data);
-    }
-    ctx.out.scratch = data;
+    let dst = doorbell_wire::Gid::new(dest.dgid).to_ipv4();
+    let one = w.payload.len().max(1);
+    send_packets(qp, ctx, dst, &w.payload, one, 1, |_| Ok((bth, ext))).map_err(fail)?;
     if signaled {
         send_done(qp, w.index, w.opcode, 0, ctx);
     }
     ctx.out.payloads.recycle(w.payload);
     Ok(())
+}
+
+/// Most frames of a UC message built at once (each holds a spare buffer
+/// until it is queued).
+const BATCH: u32 = 16;
+
+/// Sends the `n` packets of a UC or UD message, `headers(i)` for packet
+/// `i` and the `mtu` bytes of `payload` it carries (the last may carry
+/// fewer), read straight into their frames a batch at a time. To no one
+/// if `dst` is `None`: the payload is still read, and its errors are
+/// still the WQE's.
+fn send_packets<D: Dma>(
+    qp: &Qp,
+    ctx: &mut Ctx<'_, D>,
+    dst: Option<[u8; 4]>,
+    payload: &Payload,
+    mtu: u64,
+    n: u32,
+    mut headers: impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
+) -> Result<(), Syndrome> {
+    let len = payload.len();
+    let mut frames = std::mem::take(&mut ctx.out.building);
+    let mut result = Ok(());
+    let mut i = 0;
+    while i < n && result.is_ok() {
+        let end = i.saturating_add(BATCH).min(n);
+        for k in i..end {
+            let built = headers(k).and_then(|(bth, ext)| {
+                let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
+                let data_len = mtu.min(len.saturating_sub(u64::from(k) * mtu)) as usize;
+                let frame_len = repr
+                    .checked_frame_len(data_len)
+                    .map_err(|_| Syndrome::LocalLengthErr)?;
+                let at = repr.header_len();
+                Ok(Building {
+                    bytes: ctx.out.spare.take_len(frame_len),
+                    repr,
+                    payload: at..at + data_len,
+                    // The read below moves the NIC's time to when it is in.
+                    ready: ctx.t,
+                })
+            });
+            match built {
+                Ok(f) => frames.push(f),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            let start = u64::from(i) * mtu;
+            result = sge::read_into_frames(qp, payload, start, mtu as usize, &mut frames, ctx);
+        }
+        for f in frames.drain(..) {
+            match dst {
+                Some(dst) if result.is_ok() => {
+                    emit::finish(ctx, dst, f);
+                }
+                _ => ctx.out.spare.give(f.bytes),
+            }
+        }
+        i = end;
+    }
+    ctx.out.building = frames;
+    result
 }

@@ -10,8 +10,8 @@ use doorbell_layout::cqe::Syndrome;
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_types::{HostAddr, Mkey, Pdn};
 
-use crate::ctx::Ctx;
-use crate::dma::{dma_read, dma_write};
+use crate::ctx::{Building, Ctx};
+use crate::dma::{dma_read_into, dma_write};
 use crate::mkey::MkeyTable;
 use crate::qp::Qp;
 use crate::wq::{Payload, Sge};
@@ -77,36 +77,49 @@ fn walk(
     }
 }
 
-/// Reads bytes `offset..offset + len` of a message's payload from host
-/// memory (one DMA per contiguous run).
-pub(crate) fn gather<D: Dma>(
+/// Puts bytes `start..` of the payload `p` into the payload ranges of
+/// `frames`, one `mtu` each in order (the last may be shorter): copied
+/// from a WQE's inline data, or read from host memory with one DMA per
+/// contiguous run of the SGEs, spread over the frames that run lands in.
+/// Fails with the syndrome of the WQE whose payload this is.
+pub(crate) fn read_into_frames<D: Dma>(
     qp: &Qp,
     p: &Payload,
-    offset: u64,
-    len: u64,
+    start: u64,
+    mtu: usize,
+    frames: &mut [Building],
     ctx: &mut Ctx<'_, D>,
-) -> Result<Vec<u8>, Syndrome> {
-    let end = offset.checked_add(len).ok_or(Syndrome::LocalLengthErr)?;
-    if end > p.len() || len > MAX_MSG_LEN {
-        return Err(Syndrome::LocalLengthErr);
-    }
-    let mut buf = std::mem::take(&mut ctx.out.scratch);
+) -> Result<(), Syndrome> {
+    let total: usize = frames.iter().map(|f| f.payload.len()).sum();
     match p {
         Payload::Inline(v) => {
-            buf.clear();
-            buf.extend_from_slice(&v[offset as usize..end as usize]);
-            Ok(buf)
+            let mut at = usize::try_from(start).map_err(|_| Syndrome::LocalLengthErr)?;
+            for f in frames {
+                let n = f.payload.len();
+                let src = v.get(at..at + n).ok_or(Syndrome::LocalLengthErr)?;
+                f.bytes[f.payload.clone()].copy_from_slice(src);
+                at += n;
+            }
+            Ok(())
         }
         Payload::Sges(sges) => {
-            // Only growth is zeroed: the DMA reads below overwrite every
-            // byte of `buf` before it is used (or the gather fails).
-            buf.resize(len as usize, 0);
             let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
             let Ctx { dma, t, mkeys, .. } = ctx;
-            walk_read(mkeys, qp.p.pd, sges, offset, len, |h, r| {
-                dma_read(*dma, t, tag, h, &mut buf[r])
-            })?;
-            Ok(buf)
+            walk_read(mkeys, qp.p.pd, sges, start, total as u64, |h, r| {
+                // The frames that bytes `r` of the walk land in.
+                let (mut w, end) = (r.start, r.end);
+                let mut pieces = frames[r.start / mtu..].iter_mut().map_while(|f| {
+                    if w >= end {
+                        return None;
+                    }
+                    let off = w % mtu;
+                    let n = (f.payload.len() - off).min(end - w);
+                    w += n;
+                    let at = f.payload.start + off;
+                    Some(&mut f.bytes[at..at + n])
+                });
+                dma_read_into(*dma, t, tag, h, r.len(), &mut pieces)
+            })
         }
     }
 }

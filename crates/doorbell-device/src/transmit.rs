@@ -6,19 +6,17 @@ use doorbell_hif::QpState;
 use doorbell_layout::wqe::WqeOpcode;
 
 use doorbell_layout::cqe::Syndrome;
-use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
+use doorbell_pcie::Dma;
 use doorbell_roce::ACK_EVERY_PACKETS;
 use doorbell_types::{Mkey, Psn};
 use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr};
 
-use crate::config::Frame;
 use crate::ctx::{Building, Ctx};
-use crate::dma::dma_read_into;
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::qp::Qp;
 use crate::sge::{self, MAX_MSG_LEN};
-use crate::wq::{Payload, SentMsg};
+use crate::wq::SentMsg;
 
 /// Sends what the window allows of the outstanding messages: packets not
 /// yet sent in this pass, while they stay within
@@ -141,9 +139,8 @@ fn ask<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, ctx: &mut Ctx<'_, D>) -> u32 {
 }
 
 /// Sends packets `from..to` of the SEND or WRITE `msg`, their payload read
-/// from host memory (one DMA per contiguous run, as [`crate::sge::gather`]
-/// reads) straight into the frames that carry it, or copied from the
-/// WQE's inline data. Returns the number of packets sent, or why the
+/// from host memory straight into the frames that carry it
+/// ([`sge::read_into_frames`]), or copied from the WQE's inline data. Returns the number of packets sent, or why the
 /// payload could not be read.
 fn send_data<D: Dma>(
     qp: &Qp,
@@ -194,70 +191,21 @@ fn send_data<D: Dma>(
             bytes: ctx.out.spare.take_len(frame_len),
             repr,
             payload: repr.header_len()..repr.header_len() + len,
+            // The read below moves the NIC's time to when it is in.
+            ready: ctx.t,
         });
     }
-    let read = fill(qp, msg, start, mtu, &mut frames, ctx);
+    let read = sge::read_into_frames(qp, &msg.payload, start, mtu, &mut frames, ctx);
     let mut sent = 0;
-    for mut f in frames.drain(..) {
-        if read.is_ok() && f.repr.emit_in_place(&mut f.bytes, f.payload.len()).is_ok() {
-            ctx.charge(ctx.cfg.timing.tx_packet);
-            ctx.out.counters.tx_packets += 1;
-            ctx.out.push(Frame {
-                dst,
-                bytes: f.bytes,
-                ready: ctx.t,
-            });
-            sent += 1;
-        } else {
+    for f in frames.drain(..) {
+        if read.is_err() {
             ctx.out.spare.give(f.bytes);
+        } else if emit::finish(ctx, dst, f) {
+            sent += 1;
         }
     }
     ctx.out.building = frames;
     read.map(|()| sent)
-}
-
-/// Puts bytes `start..` of `msg`'s payload into the payload ranges of
-/// `frames`, one MTU each in order.
-fn fill<D: Dma>(
-    qp: &Qp,
-    msg: &SentMsg,
-    start: u64,
-    mtu: usize,
-    frames: &mut [Building],
-    ctx: &mut Ctx<'_, D>,
-) -> Result<(), Syndrome> {
-    let total: usize = frames.iter().map(|f| f.payload.len()).sum();
-    match &msg.payload {
-        Payload::Inline(v) => {
-            let mut at = start as usize;
-            for f in frames {
-                let n = f.payload.len();
-                let src = v.get(at..at + n).ok_or(Syndrome::LocalLengthErr)?;
-                f.bytes[f.payload.clone()].copy_from_slice(src);
-                at += n;
-            }
-            Ok(())
-        }
-        Payload::Sges(sges) => {
-            let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
-            let Ctx { dma, t, mkeys, .. } = ctx;
-            sge::walk_read(mkeys, qp.p.pd, sges, start, total as u64, |h, r| {
-                // The frames that bytes `r` of the walk land in.
-                let (mut w, end) = (r.start, r.end);
-                let mut pieces = frames[r.start / mtu..].iter_mut().map_while(|f| {
-                    if w >= end {
-                        return None;
-                    }
-                    let off = w % mtu;
-                    let n = (f.payload.len() - off).min(end - w);
-                    w += n;
-                    let at = f.payload.start + off;
-                    Some(&mut f.bytes[at..at + n])
-                });
-                dma_read_into(*dma, t, tag, h, r.len(), &mut pieces)
-            })
-        }
-    }
 }
 
 /// The RC opcode of packet `first`/`last` of a SEND or RDMA WRITE, with an

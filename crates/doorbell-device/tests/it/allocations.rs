@@ -11,7 +11,9 @@ use std::cell::Cell;
 
 use doorbell_layout::wqe::{InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode, field};
 
-use doorbell_wire::{BthOpcode, ExtHeaders};
+use doorbell_host::HostMemory;
+use doorbell_types::HostAddr;
+use doorbell_wire::{BthOpcode, ExtHeaders, RethRepr, parse_roce};
 
 use crate::{EPSN, Rig, SQ_PSN, ctrl, peer_ack, rdma_wqe};
 
@@ -178,4 +180,53 @@ fn acks_coalesced_in_a_burst_allocate_nothing_once_warm() {
         let _ = rig.cqes();
     }
     assert_eq!(made, 0, "allocations for {} bursts", BURSTS - 2);
+}
+
+/// A READ from the peer of three MTUs that crosses a page: its responses
+/// carry the memory's bytes, in order, and once warm the device builds
+/// them without taking from the allocator (each response's data is read
+/// into the buffer of its frame).
+#[test]
+fn a_read_from_the_peer_allocates_nothing_once_warm() {
+    const OFFSET: u64 = 3000;
+    const LEN: usize = 3000;
+    let mut rig = Rig::new();
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + 1) as u8).collect();
+    rig.mem
+        .write(HostAddr::new(rig.mr_buf.get() + OFFSET), &pattern)
+        .unwrap();
+    let mut made = 0;
+    for i in 0..32 {
+        let ext = ExtHeaders {
+            reth: Some(RethRepr {
+                va: rig.mr_buf.get() + OFFSET,
+                rkey: rig.mr,
+                dma_len: LEN as u32,
+            }),
+            ..ExtHeaders::default()
+        };
+        // Each READ takes as many PSNs as it has responses.
+        let f = rig.request(BthOpcode::RcRdmaReadRequest, EPSN + 3 * i, ext, &[]);
+        let mut got = Vec::new();
+        let before = allocations();
+        let now = rig.now;
+        rig.nic.handle_frame(now, &f, &mut rig.bus);
+        let mut responses = 0;
+        while let Some(r) = rig.nic.poll_transmit() {
+            if i == 0 {
+                let p = parse_roce(&r.bytes).expect("a well-formed response");
+                got.extend_from_slice(&r.bytes[p.payload]);
+            }
+            responses += 1;
+            rig.nic.recycle(r.bytes);
+        }
+        if i >= 4 {
+            made += allocations() - before;
+        }
+        assert_eq!(responses, 3, "READ {i}: one response per MTU");
+        if i == 0 {
+            assert_eq!(got, pattern, "the responses carry the memory's bytes");
+        }
+    }
+    assert_eq!(made, 0, "allocations for 28 READs");
 }
