@@ -490,11 +490,7 @@ pub trait Dma {
         len: usize,
         pieces: &mut dyn Iterator<Item = &mut [u8]>,
     ) -> Result<Instant, DmaError> {
-        let mut buf = vec![0u8; len];
-        let done = self.dma_read(at, tag, addr, &mut buf)?;
-        doorbell_host::spread(&buf, pieces)
-            .map(|()| done)
-            .ok_or(uneven(addr, len))
+        read_whole_into(self, at, tag, addr, len, pieces)
     }
     /// Writes `data` into host memory at `addr`.
     fn dma_write(
@@ -511,6 +507,23 @@ pub trait Dma {
     /// host's interrupt controller, counted as a [`DmaPurpose::Msix`]
     /// write. Returns when the device may go on.
     fn raise_msix(&mut self, at: Instant, vector: u16) -> Instant;
+}
+
+/// [`Dma::dma_read_into`] as one [`Dma::dma_read`] into a buffer of its
+/// own, then copied out into the pieces.
+fn read_whole_into<D: Dma + ?Sized>(
+    dma: &mut D,
+    at: Instant,
+    tag: DmaTag,
+    addr: HostAddr,
+    len: usize,
+    pieces: &mut dyn Iterator<Item = &mut [u8]>,
+) -> Result<Instant, DmaError> {
+    let mut buf = vec![0u8; len];
+    let done = dma.dma_read(at, tag, addr, &mut buf)?;
+    doorbell_host::spread(&buf, pieces)
+        .map(|()| done)
+        .ok_or(uneven(addr, len))
 }
 
 /// The error of a [`Dma::dma_read_into`] whose pieces do not add up to its
@@ -721,11 +734,7 @@ impl Dma for Bus {
     ) -> Result<Instant, DmaError> {
         if self.capture.is_some() && captured(tag.purpose) {
             // The capture keeps the bytes: read them whole.
-            let mut buf = vec![0u8; len];
-            let done = self.dma_read(at, tag, addr, &mut buf)?;
-            return doorbell_host::spread(&buf, pieces)
-                .map(|()| done)
-                .ok_or(uneven(addr, len));
+            return read_whole_into(self, at, tag, addr, len, pieces);
         }
         self.count_read(at, tag, addr, len as u64);
         self.mem.read_into(addr, len, pieces)?;
