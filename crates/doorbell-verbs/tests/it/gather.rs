@@ -8,11 +8,10 @@ use doorbell_pcie::DmaPurpose;
 use doorbell_rt::LoopbackLink;
 use doorbell_types::Psn;
 use doorbell_verbs::{
-    Access, Context, QpCaps, QpInitAttr, QpType, RcEndpoint, RecvWr, RemoteAddr, SendFlags, SendWr,
-    WcStatus, WrOpcode,
+    Access, Context, QpCaps, RecvWr, RemoteAddr, SendFlags, SendWr, WcStatus, WrOpcode,
 };
 
-use crate::{FULL, poll_all};
+use crate::{FULL, poll_all, rc_pair};
 
 /// The three SGEs of each message: odd lengths at odd offsets, 5 099 bytes
 /// in all, so that packets of MTU 1024 start and end inside SGEs.
@@ -24,34 +23,14 @@ fn a_payload_of_several_sges_arrives_whole_and_each_sge_is_one_read() {
     let ctx = Context::open(link.clone()).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
-    let attr = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq.clone(),
-        recv_cq: cq.clone(),
-        cap: QpCaps {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 4,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
-        srq: None,
+    let cap = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 4,
+        max_recv_sge: 1,
+        max_inline_data: 0,
     };
-    let a = pd.create_qp(&attr).unwrap();
-    let b = pd.create_qp(&attr).unwrap();
-    let ea = RcEndpoint {
-        gid: ctx.gid(),
-        qpn: a.qpn(),
-        psn: Psn::new(0x10),
-    };
-    let eb = RcEndpoint {
-        gid: ctx.gid(),
-        qpn: b.qpn(),
-        psn: Psn::new(0x20),
-    };
-    a.connect_rc(&ea, &eb, 1024).unwrap();
-    b.connect_rc(&eb, &ea, 1024).unwrap();
+    let (a, b) = rc_pair(&ctx, &pd, &cq, cap, Psn::new(0x20));
     let src = pd.reg_mr(8192, Access(FULL)).unwrap();
     let dst = pd.reg_mr(16384, Access(FULL)).unwrap();
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 7 + i / 251) as u8).collect();

@@ -15,8 +15,8 @@ use doorbell_pcie::DmaPurpose;
 use doorbell_rt::LoopbackLink;
 use doorbell_types::{Duration, Psn};
 use doorbell_verbs::{
-    Access, Context, Cq, Mr, PostObserver, PostReport, Qp, QpCaps, QpInitAttr, QpType, RcEndpoint,
-    RecvWr, RemoteAddr, Ring, SendFlags, SendWr, Wc, WcStatus, WrOpcode,
+    Access, Context, Cq, Mr, Pd, PostObserver, PostReport, Qp, QpCaps, QpInitAttr, QpType,
+    RcEndpoint, RecvWr, RemoteAddr, Ring, SendFlags, SendWr, Wc, WcStatus, WrOpcode,
 };
 
 const FULL: u32 =
@@ -36,35 +36,15 @@ fn rig() -> Rig {
     let ctx = Context::open(link.clone()).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
-    let attr = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq.clone(),
-        recv_cq: cq.clone(),
-        cap: QpCaps {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        },
-        sq_sig_all: false,
-        srq: None,
+    let cap = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
     };
-    let a = pd.create_qp(&attr).unwrap();
-    let b = pd.create_qp(&attr).unwrap();
+    let (a, b) = rc_pair(&ctx, &pd, &cq, cap, Psn::new(0xff_fffe));
     let mr = pd.reg_mr(8192, Access(FULL)).unwrap();
-    let ea = RcEndpoint {
-        gid: ctx.gid(),
-        qpn: a.qpn(),
-        psn: Psn::new(0x10),
-    };
-    let eb = RcEndpoint {
-        gid: ctx.gid(),
-        qpn: b.qpn(),
-        psn: Psn::new(0xff_fffe),
-    };
-    a.connect_rc(&ea, &eb, 1024).unwrap();
-    b.connect_rc(&eb, &ea, 1024).unwrap();
     Rig {
         link,
         ctx,
@@ -73,6 +53,34 @@ fn rig() -> Rig {
         b,
         mr,
     }
+}
+
+/// Two RC QPs of `pd` with `cap`, both on `cq`, connected to each other at
+/// MTU 1024: A starts at PSN 0x10, B at `b_psn`.
+fn rc_pair(ctx: &Context, pd: &Pd, cq: &Cq, cap: QpCaps, b_psn: Psn) -> (Qp, Qp) {
+    let attr = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        cap,
+        sq_sig_all: false,
+        srq: None,
+    };
+    let a = pd.create_qp(&attr).unwrap();
+    let b = pd.create_qp(&attr).unwrap();
+    let ea = RcEndpoint {
+        gid: ctx.gid(),
+        qpn: a.qpn(),
+        psn: Psn::new(0x10),
+    };
+    let eb = RcEndpoint {
+        gid: ctx.gid(),
+        qpn: b.qpn(),
+        psn: b_psn,
+    };
+    a.connect_rc(&ea, &eb, 1024).unwrap();
+    b.connect_rc(&eb, &ea, 1024).unwrap();
+    (a, b)
 }
 
 fn poll_all(cq: &Cq) -> Vec<Wc> {
