@@ -19,22 +19,31 @@ pub(crate) fn emit<D: Dma>(
     payload: &[u8],
 ) {
     let repr = repr(qp, ctx, dst, bth, ext);
-    let Ok(len) = repr.checked_frame_len(payload.len()) else {
+    let Some(mut f) = building(ctx, repr, payload.len()) else {
         return;
     };
-    // Every byte is written: a spare's old bytes need no clearing.
-    let mut bytes = ctx.out.spare.take_len(len);
-    if repr.emit(payload, &mut bytes).is_ok() {
-        ctx.charge(ctx.cfg.timing.tx_packet);
-        ctx.out.counters.tx_packets += 1;
-        ctx.out.push(Frame {
-            dst,
-            bytes,
-            ready: ctx.t,
-        });
-    } else {
-        ctx.out.spare.give(bytes);
-    }
+    f.bytes[f.payload.clone()].copy_from_slice(payload);
+    finish(ctx, dst, f);
+}
+
+/// A frame with headers `repr` and room for `payload_len` bytes of
+/// payload, for the payload to be put in before [`finish`]: `None` if the
+/// headers do not fit their opcode or the frame would be too long. Its
+/// buffer is a spare of the right length, not cleared: every byte is
+/// written before the frame leaves.
+pub(crate) fn building<D: Dma>(
+    ctx: &mut Ctx<'_, D>,
+    repr: RoceRepr,
+    payload_len: usize,
+) -> Option<Building> {
+    let len = repr.checked_frame_len(payload_len).ok()?;
+    let at = repr.header_len();
+    Some(Building {
+        bytes: ctx.out.spare.take_len(len),
+        repr,
+        payload: at..at + payload_len,
+        ready: ctx.t,
+    })
 }
 
 /// Writes the headers, pad and ICRC around the payload already in `f` and

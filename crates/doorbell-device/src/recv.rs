@@ -18,7 +18,7 @@ use doorbell_wire::{
 };
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
-use crate::ctx::{Building, Ctx, HeldAck};
+use crate::ctx::{Ctx, HeldAck};
 use crate::dma::{dma_read, dma_write};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
@@ -847,12 +847,10 @@ fn inbound_read<D: Dma>(
         let (cs, ce) = (cs.min(len), ce.min(len));
         let data_len = (ce - cs) as usize;
         // Never fails for a response of an MTU at most: stop there if so.
-        let Ok(frame_len) = repr.checked_frame_len(data_len) else {
+        let Some(mut f) = emit::building(ctx, repr, data_len) else {
             ok = false;
             break;
         };
-        let mut bytes = ctx.out.spare.take_len(frame_len);
-        let at = repr.header_len();
         let mut t = t0;
         if data_len > 0 {
             let Ctx { dma, mkeys, .. } = &mut *ctx;
@@ -864,18 +862,14 @@ fn inbound_read<D: Dma>(
                 reth.va + cs,
                 ce - cs,
                 |h, n, o| {
-                    let piece = &mut bytes[at + o as usize..at + (o + n) as usize];
-                    ok &= dma_read(*dma, &mut t, tag, h, piece);
+                    let at = f.payload.start + o as usize;
+                    ok &= dma_read(*dma, &mut t, tag, h, &mut f.bytes[at..at + n as usize]);
                 },
             );
             ok &= r.is_ok();
         }
-        frames.push(Building {
-            bytes,
-            repr,
-            payload: at..at + data_len,
-            ready: t,
-        });
+        f.ready = t;
+        frames.push(f);
     }
     if !ok {
         for f in frames.drain(..) {

@@ -15,13 +15,13 @@ use doorbell_wire::{BthOpcode, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, RethRep
 
 use crate::complete::{flush_sq, retire};
 use crate::cqe::send_done;
-use crate::ctx::{Building, Ctx};
-use crate::emit::{self, peer_ip};
+use crate::ctx::Ctx;
+use crate::emit::peer_ip;
 use crate::fault::{Fault, Outcome};
 use crate::fetch::fetch_upto;
 use crate::qp::Qp;
-use crate::sge::{self, MAX_MSG_LEN, check_keys};
-use crate::transmit::{request_opcode, send_window};
+use crate::sge::{MAX_MSG_LEN, check_keys};
+use crate::transmit::{Packets, request_opcode, send_packets, send_window};
 use crate::wq::{Payload, SentMsg};
 use crate::wqe::{Wqe, parse_wqe};
 
@@ -276,6 +276,10 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
     send_window(qp, ctx)
 }
 
+/// Most frames of a UC message built at once (each holds a spare buffer
+/// until it is queued).
+const UC_BATCH: u32 = 16;
+
 /// A UC SEND or RDMA WRITE: every packet leaves now, with its PSN and no
 /// ACK request, and the WQE completes when the last has left (UC has no
 /// ACKs, so nothing is retransmitted and no timer runs).
@@ -323,7 +327,14 @@ fn execute_uc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         };
         Ok((bth, ext))
     };
-    send_packets(qp, ctx, peer_ip(qp), &w.payload, mtu, n, headers).map_err(fail)?;
+    let packets = Packets {
+        payload: &w.payload,
+        len,
+        mtu,
+        range: 0..n,
+        batch: UC_BATCH,
+    };
+    send_packets(qp, ctx, peer_ip(qp), packets, headers).map_err(fail)?;
     if signaled {
         send_done(qp, w.index, w.opcode, 0, ctx);
     }
@@ -369,77 +380,18 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         ..ExtHeaders::default()
     };
     let dst = doorbell_wire::Gid::new(dest.dgid).to_ipv4();
-    let one = w.payload.len().max(1);
-    send_packets(qp, ctx, dst, &w.payload, one, 1, |_| Ok((bth, ext))).map_err(fail)?;
+    let len = w.payload.len();
+    let packets = Packets {
+        payload: &w.payload,
+        len,
+        mtu: len.max(1),
+        range: 0..1,
+        batch: 1,
+    };
+    send_packets(qp, ctx, dst, packets, |_| Ok((bth, ext))).map_err(fail)?;
     if signaled {
         send_done(qp, w.index, w.opcode, 0, ctx);
     }
     ctx.out.payloads.recycle(w.payload);
     Ok(())
-}
-
-/// Most frames of a UC message built at once (each holds a spare buffer
-/// until it is queued).
-const BATCH: u32 = 16;
-
-/// Sends the `n` packets of a UC or UD message, `headers(i)` for packet
-/// `i` and the `mtu` bytes of `payload` it carries (the last may carry
-/// fewer), read straight into their frames a batch at a time. To no one
-/// if `dst` is `None`: the payload is still read, and its errors are
-/// still the WQE's.
-fn send_packets<D: Dma>(
-    qp: &Qp,
-    ctx: &mut Ctx<'_, D>,
-    dst: Option<[u8; 4]>,
-    payload: &Payload,
-    mtu: u64,
-    n: u32,
-    mut headers: impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
-) -> Result<(), Syndrome> {
-    let len = payload.len();
-    let mut frames = std::mem::take(&mut ctx.out.building);
-    let mut result = Ok(());
-    let mut i = 0;
-    while i < n && result.is_ok() {
-        let end = i.saturating_add(BATCH).min(n);
-        for k in i..end {
-            let built = headers(k).and_then(|(bth, ext)| {
-                let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
-                let data_len = mtu.min(len.saturating_sub(u64::from(k) * mtu)) as usize;
-                let frame_len = repr
-                    .checked_frame_len(data_len)
-                    .map_err(|_| Syndrome::LocalLengthErr)?;
-                let at = repr.header_len();
-                Ok(Building {
-                    bytes: ctx.out.spare.take_len(frame_len),
-                    repr,
-                    payload: at..at + data_len,
-                    // The read below moves the NIC's time to when it is in.
-                    ready: ctx.t,
-                })
-            });
-            match built {
-                Ok(f) => frames.push(f),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        if result.is_ok() {
-            let start = u64::from(i) * mtu;
-            result = sge::read_into_frames(qp, payload, start, mtu as usize, &mut frames, ctx);
-        }
-        for f in frames.drain(..) {
-            match dst {
-                Some(dst) if result.is_ok() => {
-                    emit::finish(ctx, dst, f);
-                }
-                _ => ctx.out.spare.give(f.bytes),
-            }
-        }
-        i = end;
-    }
-    ctx.out.building = frames;
-    result
 }

@@ -4,6 +4,7 @@
 
 use doorbell_hif::QpState;
 use doorbell_layout::wqe::WqeOpcode;
+use std::ops::Range;
 
 use doorbell_layout::cqe::Syndrome;
 use doorbell_pcie::Dma;
@@ -11,12 +12,12 @@ use doorbell_roce::ACK_EVERY_PACKETS;
 use doorbell_types::{Mkey, Psn};
 use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr};
 
-use crate::ctx::{Building, Ctx};
+use crate::ctx::Ctx;
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::qp::Qp;
 use crate::sge::{self, MAX_MSG_LEN};
-use crate::wq::SentMsg;
+use crate::wq::{Payload, SentMsg};
 
 /// Sends what the window allows of the outstanding messages: packets not
 /// yet sent in this pass, while they stay within
@@ -138,10 +139,9 @@ fn ask<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, ctx: &mut Ctx<'_, D>) -> u32 {
     1
 }
 
-/// Sends packets `from..to` of the SEND or WRITE `msg`, their payload read
-/// from host memory straight into the frames that carry it
-/// ([`sge::read_into_frames`]), or copied from the WQE's inline data. Returns the number of packets sent, or why the
-/// payload could not be read.
+/// Sends packets `from..to` of the SEND or WRITE `msg` ([`send_packets`],
+/// the whole window's payload read at once). Returns the number of packets
+/// sent, or why the payload could not be read.
 fn send_data<D: Dma>(
     qp: &Qp,
     msg: &SentMsg,
@@ -150,19 +150,17 @@ fn send_data<D: Dma>(
     ctx: &mut Ctx<'_, D>,
 ) -> Result<u32, Syndrome> {
     let Some(dst) = peer_ip(qp) else { return Ok(0) };
-    let mtu = qp.mtu() as usize;
-    let start = u64::from(from) * mtu as u64;
-    let end = (u64::from(to) * mtu as u64).min(msg.len).max(start);
+    let mtu = u64::from(qp.mtu());
+    let start = u64::from(from) * mtu;
+    let end = (u64::from(to) * mtu).min(msg.len).max(start);
     if end > msg.payload.len() || end - start > MAX_MSG_LEN {
         return Err(Syndrome::LocalLengthErr);
     }
-    let total = (end - start) as usize;
     let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
     let is_write = matches!(msg.opcode, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
     let has_imm = matches!(msg.opcode, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
     let n = msg.npsn();
-    let mut frames = std::mem::take(&mut ctx.out.building);
-    for i in from..to {
+    let headers = |i: u32| {
         let (first, last) = (i == 0, i + 1 == n);
         let op = request_opcode(is_write, has_imm, first, last);
         let mut bth = BthRepr::new(op, dqpn, msg.psns.nth(i));
@@ -180,32 +178,80 @@ fn send_data<D: Dma>(
             immdt: (has_imm && last).then_some(ImmDtRepr { imm: msg.imm }),
             ..ExtHeaders::default()
         };
-        let repr = emit::repr(qp, ctx, dst, bth, ext);
-        let at = (i - from) as usize * mtu;
-        let len = mtu.min(total.saturating_sub(at));
-        // Never fails for a packet of an MTU at most: stop there if so.
-        let Ok(frame_len) = repr.checked_frame_len(len) else {
-            break;
-        };
-        frames.push(Building {
-            bytes: ctx.out.spare.take_len(frame_len),
-            repr,
-            payload: repr.header_len()..repr.header_len() + len,
-            // The read below moves the NIC's time to when it is in.
-            ready: ctx.t,
-        });
-    }
-    let read = sge::read_into_frames(qp, &msg.payload, start, mtu, &mut frames, ctx);
+        Ok((bth, ext))
+    };
+    let packets = Packets {
+        payload: &msg.payload,
+        len: msg.len,
+        mtu,
+        range: from..to,
+        batch: to - from,
+    };
+    send_packets(qp, ctx, Some(dst), packets, headers)
+}
+
+/// Which packets of a message [`send_packets`] sends, and how.
+pub(crate) struct Packets<'a> {
+    /// The message's payload.
+    pub(crate) payload: &'a Payload,
+    /// The message's length.
+    pub(crate) len: u64,
+    /// Bytes per packet; the last carries what is left.
+    pub(crate) mtu: u64,
+    /// The packets to send.
+    pub(crate) range: Range<u32>,
+    /// Frames built and read into at once: one DMA per contiguous run of
+    /// host memory within a batch.
+    pub(crate) batch: u32,
+}
+
+/// Sends packets `p.range` of a message with `headers(i)` for packet `i`:
+/// frames built a batch at a time, the payload read straight into them
+/// ([`sge::read_into_frames`]), then finished. To no one if `dst` is
+/// `None`: the payload is still read, and its errors are still the WQE's.
+/// Returns the number of packets sent.
+pub(crate) fn send_packets<D: Dma>(
+    qp: &Qp,
+    ctx: &mut Ctx<'_, D>,
+    dst: Option<[u8; 4]>,
+    p: Packets<'_>,
+    mut headers: impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
+) -> Result<u32, Syndrome> {
+    let mut frames = std::mem::take(&mut ctx.out.building);
+    let mut result = Ok(());
     let mut sent = 0;
-    for f in frames.drain(..) {
-        if read.is_err() {
-            ctx.out.spare.give(f.bytes);
-        } else if emit::finish(ctx, dst, f) {
-            sent += 1;
+    let mut i = p.range.start;
+    while i < p.range.end && result.is_ok() {
+        let end = i.saturating_add(p.batch.max(1)).min(p.range.end);
+        for k in i..end {
+            let data_len = p.mtu.min(p.len.saturating_sub(u64::from(k) * p.mtu)) as usize;
+            let built = headers(k).and_then(|(bth, ext)| {
+                let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
+                // Never fails for a packet of an MTU at most.
+                emit::building(ctx, repr, data_len).ok_or(Syndrome::LocalLengthErr)
+            });
+            match built {
+                Ok(f) => frames.push(f),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
+        if result.is_ok() {
+            let start = u64::from(i) * p.mtu;
+            result = sge::read_into_frames(qp, p.payload, start, p.mtu as usize, &mut frames, ctx);
+        }
+        for f in frames.drain(..) {
+            match dst {
+                Some(dst) if result.is_ok() => sent += u32::from(emit::finish(ctx, dst, f)),
+                _ => ctx.out.spare.give(f.bytes),
+            }
+        }
+        i = end;
     }
     ctx.out.building = frames;
-    read.map(|()| sent)
+    result.map(|()| sent)
 }
 
 /// The RC opcode of packet `first`/`last` of a SEND or RDMA WRITE, with an
