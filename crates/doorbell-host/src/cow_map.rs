@@ -151,9 +151,11 @@ impl<V: Clone + 'static> CowMap<u64, V> {
 /// walks the tree. Kept by the caller in a thread-local, one per kind of
 /// `V`. Holding a `V` keeps it alive, not valid: an entry whose map has
 /// changed is never returned, and a memory's allocation checks, under its
-/// lock, that it was not freed.
-pub struct Recent<V> {
-    slots: [Option<Found<V>>; RECENT_SLOTS],
+/// lock, that it was not freed. The stamp `S` is one map's
+/// [`CowMap::stamp`], or a tuple of several for a note that depends on
+/// more than one map.
+pub struct Recent<V, S = u64> {
+    slots: [Option<Found<V, S>>; RECENT_SLOTS],
     next: usize,
 }
 
@@ -161,14 +163,14 @@ pub struct Recent<V> {
 /// record, a buffer and a CQ.
 const RECENT_SLOTS: usize = 4;
 
-struct Found<V> {
-    stamp: u64,
+struct Found<V, S> {
+    stamp: S,
     start: u64,
     len: u64,
     value: V,
 }
 
-impl<V> Recent<V> {
+impl<V, S: Copy + PartialEq> Recent<V, S> {
     /// Nothing found yet.
     pub const fn new() -> Self {
         Self {
@@ -179,7 +181,7 @@ impl<V> Recent<V> {
 
     /// The range found under `stamp` that holds all of `[addr, addr +
     /// len)`: its value and `addr`'s offset in it.
-    pub fn find(&self, stamp: u64, addr: u64, len: u64) -> Option<(&V, u64)> {
+    pub fn find(&self, stamp: S, addr: u64, len: u64) -> Option<(&V, u64)> {
         self.slots.iter().flatten().find_map(|f| {
             let off = addr.checked_sub(f.start)?;
             (f.stamp == stamp && off.checked_add(len)? <= f.len).then_some((&f.value, off))
@@ -188,7 +190,7 @@ impl<V> Recent<V> {
 
     /// Notes that `[start, start + len)` is `value` under `stamp`, in place
     /// of the oldest note.
-    pub fn put(&mut self, stamp: u64, start: u64, len: u64, value: V) {
+    pub fn put(&mut self, stamp: S, start: u64, len: u64, value: V) {
         self.slots[self.next] = Some(Found {
             stamp,
             start,
@@ -199,7 +201,7 @@ impl<V> Recent<V> {
     }
 }
 
-impl<V> Default for Recent<V> {
+impl<V, S: Copy + PartialEq> Default for Recent<V, S> {
     fn default() -> Self {
         Self::new()
     }

@@ -88,6 +88,12 @@ thread_local! {
     /// The allocations this thread reached lately, in any `ProcessMemory`
     /// ([`ProcessMemory::with_alloc`]).
     static RECENT: RefCell<Recent<Arc<Alloc>>> = const { RefCell::new(Recent::new()) };
+    /// The pinned ranges this thread reached lately, in any
+    /// `ProcessMemory` ([`ProcessMemory::in_pinned`]), each noted under the
+    /// stamps of the allocation map and the pinned map together: a note
+    /// says that the range is pinned and that no allocation overlaps it,
+    /// which holds while neither map changes.
+    static PINNED: RefCell<Recent<(), (u64, u64)>> = const { RefCell::new(Recent::new()) };
 }
 
 /// The process's own memory as host memory. See the module docs.
@@ -216,21 +222,55 @@ impl ProcessMemory {
         )?
     }
 
-    /// Checks that one pinned range holds all of `[addr, addr + len)`.
+    /// True if this thread noted lately, with both maps as they stand,
+    /// that `[addr, addr + len)` lies in a pinned range that no
+    /// allocation overlaps: [`Self::with_alloc`] would find nothing and
+    /// [`Self::in_pinned`] would pass. An access to a registered buffer
+    /// then costs two stamp loads and a look at a few notes, not two
+    /// lookups in the maps.
+    fn noted_pinned(&self, addr: HostAddr, len: usize) -> bool {
+        let stamps = (self.allocs.stamp(), self.pinned.stamp());
+        PINNED
+            .try_with(|n| {
+                n.try_borrow()
+                    .is_ok_and(|n| n.find(stamps, addr.get(), len as u64).is_some())
+            })
+            .unwrap_or(false)
+    }
+
+    /// Checks that one pinned range holds all of `[addr, addr + len)`, and
+    /// notes that range for [`Self::noted_pinned`] if no allocation
+    /// overlaps it. The stamps are read before the maps, so a change in
+    /// between makes the note stale, never wrong.
     fn in_pinned(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
+        let stamps = (self.allocs.stamp(), self.pinned.stamp());
         let a = addr.get();
         let end = a
             .checked_add(len as u64)
             .ok_or_else(|| unmapped(addr, len))?;
-        // Ranges may overlap (two MRs over one buffer); any that holds the
-        // access will do. Only ranges starting at or before `a` can.
-        self.pinned
+        let (start, n) = self
+            .pinned
             .load()
             .range(..=(a, u64::MAX))
             .rev()
-            .any(|(&(start, n), _)| end <= start.saturating_add(n))
-            .then_some(())
-            .ok_or_else(|| unmapped(addr, len))
+            .map(|(&r, _)| r)
+            .find(|&(start, n)| end <= start.saturating_add(n))
+            .ok_or_else(|| unmapped(addr, len))?;
+        let range_end = start.saturating_add(n);
+        let overlaps = self
+            .allocs
+            .load()
+            .range(..range_end)
+            .next_back()
+            .is_some_and(|(&base, al)| base.saturating_add(al.len()) > start);
+        if !overlaps {
+            let _ = PINNED.try_with(|notes| {
+                if let Ok(mut notes) = notes.try_borrow_mut() {
+                    notes.put(stamps, start, n, ());
+                }
+            });
+        }
+        Ok(())
     }
 
     /// Checks that every page of `[addr, addr + len)` is mapped readable,
@@ -253,10 +293,12 @@ impl ProcessMemory {
 impl HostMemory for ProcessMemory {
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {
         let len = buf.len();
-        if let Some(()) = self.with_alloc(addr, len, |src| buf.copy_from_slice(src)) {
-            return Ok(());
+        if !self.noted_pinned(addr, len) {
+            if let Some(()) = self.with_alloc(addr, len, |src| buf.copy_from_slice(src)) {
+                return Ok(());
+            }
+            self.in_pinned(addr, len)?;
         }
-        self.in_pinned(addr, len)?;
         vm::read(addr.get(), buf, self.path()).map_err(|_| unmapped(addr, len))
     }
 
@@ -267,10 +309,12 @@ impl HostMemory for ProcessMemory {
         pieces: &mut dyn Iterator<Item = &mut [u8]>,
     ) -> Result<(), MemError> {
         let uneven = || unmapped(addr, len);
-        if let Some(r) = self.with_alloc(addr, len, |src| doorbell_host::spread(src, pieces)) {
-            return r.ok_or_else(uneven);
+        if !self.noted_pinned(addr, len) {
+            if let Some(r) = self.with_alloc(addr, len, |src| doorbell_host::spread(src, pieces)) {
+                return r.ok_or_else(uneven);
+            }
+            self.in_pinned(addr, len)?;
         }
-        self.in_pinned(addr, len)?;
         let mut done = 0usize;
         for p in pieces {
             let end = done.checked_add(p.len()).filter(|&e| e <= len);
@@ -284,10 +328,12 @@ impl HostMemory for ProcessMemory {
     }
 
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError> {
-        if let Some(()) = self.with_alloc(addr, data.len(), |dst| dst.copy_from_slice(data)) {
-            return Ok(());
+        if !self.noted_pinned(addr, data.len()) {
+            if let Some(()) = self.with_alloc(addr, data.len(), |dst| dst.copy_from_slice(data)) {
+                return Ok(());
+            }
+            self.in_pinned(addr, data.len())?;
         }
-        self.in_pinned(addr, data.len())?;
         vm::write(addr.get(), data, self.path()).map_err(|_| unmapped(addr, data.len()))
     }
 
@@ -542,6 +588,39 @@ mod tests {
             m.unpin(at, buf.len() as u64),
             Err(MemError::NotPinned { .. })
         ));
+    }
+
+    #[test]
+    fn what_a_thread_noted_of_a_pinned_range_holds_only_while_the_maps_stand() {
+        let m = ProcessMemory::new();
+        let buf = vec![0u8; 8192];
+        let at = addr_of(&buf);
+        let half = at.checked_add(4096).unwrap();
+        grant(&m, at, 8192);
+        m.pin(at, 8192).unwrap();
+        m.pin(half, 4096).unwrap();
+        // Noted here, found there.
+        m.write(at.checked_add(100).unwrap(), b"one").unwrap();
+        m.write(at.checked_add(200).unwrap(), b"two").unwrap();
+        // An allocation made meanwhile changes one map: the note is stale,
+        // and the range is looked up again.
+        let a = m.alloc(4096).unwrap();
+        m.write(at.checked_add(300).unwrap(), b"three").unwrap();
+        m.free(a).unwrap();
+        // The whole range unpinned: only the half still pinned is reached,
+        // whatever this thread noted of the whole.
+        m.unpin(at, 8192).unwrap();
+        let mut b = [0u8; 3];
+        assert!(m.read(at.checked_add(100).unwrap(), &mut b).is_err());
+        assert!(m.write(at.checked_add(4095).unwrap(), b"xy").is_err());
+        m.write(half.checked_add(1).unwrap(), b"four").unwrap();
+        m.unpin(half, 4096).unwrap();
+        assert!(m.write(half.checked_add(1).unwrap(), b"five").is_err());
+        assert_eq!(&buf[100..103], b"one");
+        assert_eq!(&buf[200..203], b"two");
+        assert_eq!(&buf[300..305], b"three");
+        assert_eq!(&buf[4097..4101], b"four");
+        m.revoke(at, 8192).unwrap();
     }
 
     #[test]
