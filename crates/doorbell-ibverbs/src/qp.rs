@@ -8,14 +8,12 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint};
-use std::sync::{Arc, Mutex};
-
-use doorbell_host::HostMemory;
+use std::sync::Mutex;
 
 use doorbell_hif::{Access, AddressVector, QpAttrs, QpState, QpType};
-use doorbell_types::{HostAddr, Mkey, Psn, Qpn};
+use doorbell_types::{Mkey, Psn, Qpn};
 use doorbell_verbs::{
-    Ah, GRH_LEN, Pd, Qp, QpCaps, QpInitAttr, RemoteAddr, SendFlags, SendWr, Sge, UdTarget, WrOpcode,
+    Ah, GRH_LEN, Pd, Qp, QpCaps, QpInitAttr, RemoteAddr, SendBatch, SendFlags, UdTarget, WrOpcode,
 };
 use libc::{EINVAL, EOPNOTSUPP};
 
@@ -27,8 +25,8 @@ use crate::ctx::context;
 use crate::events::{self, ROUTER};
 use crate::handle;
 use crate::handles;
-use crate::pd::{CPd, pd_of};
-use crate::wr_batch::{post_recv_chain, sges};
+use crate::pd::pd_of;
+use crate::wr_batch::{WrState, c_sges, inline_pieces, post_recv_chain, sge_of};
 
 #[repr(C)]
 struct CAh {
@@ -184,85 +182,12 @@ pub(crate) struct CQp {
     /// Made by `ibv_create_qp_ex` with send ops: `ibv_qp_to_qp_ex` works.
     pub(crate) ex: bool,
     /// The `ibv_wr_*` batch being built.
-    pub(crate) batch: Mutex<crate::wr_batch::Batch>,
-    /// Where inline data is copied from C before the provider takes it.
-    pub(crate) staging: Mutex<Staging>,
+    pub(crate) wr: Mutex<WrState>,
+    /// The batch `ibv_post_send` converts C's chain into (kept, so that a
+    /// post allocates nothing once warm).
+    post: Mutex<SendBatch>,
 }
 
-/// Host memory of the QP's own into which inline payloads are copied from
-/// the C program's memory (which need not be registered for inline data),
-/// so the provider reads them as it reads any host memory. Big enough for a
-/// full send queue of the QP's largest inline WRs.
-pub(crate) struct Staging {
-    base: HostAddr,
-    len: u64,
-    mem: Arc<doorbell_rt::ProcessMemory>,
-    /// Bytes handed out in the current post.
-    used: u64,
-}
-
-impl Staging {
-    fn new(pd: &CPd, qp: &Qp) -> Result<Self, c_int> {
-        let c = context(pd.pd.context)?;
-        let caps = qp.caps();
-        let per = u64::from(caps.max_inline_data.max(1)).div_ceil(64) * 64;
-        let len = per * u64::from(caps.max_send_wr.max(1));
-        let mem = c.nic.memory().clone();
-        let base = mem.alloc(len).map_err(|_| libc::ENOMEM)?;
-        Ok(Self {
-            base,
-            len,
-            mem,
-            used: 0,
-        })
-    }
-
-    /// Starts a post: the buffer is free again (the provider copied the
-    /// last post's inline data into its WQEs before post_send returned).
-    pub(crate) fn reset(&mut self) {
-        self.used = 0;
-    }
-
-    /// Copies `pieces` (C buffers) to the next free bytes and returns one
-    /// SGE over them; ENOMEM past the QP's room for inline data.
-    ///
-    /// # Safety
-    /// Each piece is `(address, length)` of memory the C caller gives to be
-    /// read now, as `ibv_post_send` and `ibv_wr_set_inline_data*` take it.
-    pub(crate) unsafe fn stage(&mut self, pieces: &[(u64, usize)]) -> Result<Sge, c_int> {
-        let total: usize = pieces.iter().map(|p| p.1).sum();
-        let start = self.used;
-        if start + total as u64 > self.len {
-            return Err(libc::ENOMEM);
-        }
-        let mut at = start;
-        for &(addr, len) in pieces {
-            if len == 0 {
-                continue;
-            }
-            if addr == 0 {
-                return Err(libc::EFAULT);
-            }
-            // SAFETY: the caller's promise: `len` readable bytes at `addr`.
-            let bytes = unsafe { core::slice::from_raw_parts(addr as *const u8, len) };
-            let dst = self.base.checked_add(at).ok_or(libc::EFAULT)?;
-            self.mem.write(dst, bytes).map_err(|_| libc::EFAULT)?;
-            at += len as u64;
-        }
-        self.used = at.div_ceil(64) * 64;
-        Ok(Sge {
-            addr: self.base.get() + start,
-            length: total as u32,
-            lkey: Mkey::INVALID,
-        })
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = self.mem.free(self.base);
-    }
-}
 handle!(CQp, ibv_qp, qp, Qp);
 
 pub(crate) fn qp_type_of(t: c_uint) -> Result<QpType, c_int> {
@@ -385,7 +310,6 @@ pub(crate) fn create_qp(n: NewQp<'_>) -> Result<*mut ibv_qp, c_int> {
     q.qp_num = inner.qpn().get();
     q.state = IBV_QPS_RESET;
     q.qp_type = attr.qp_type;
-    let staging = Staging::new(pd, &inner)?;
     let qpn = inner.qpn();
     let ctx = pd.pd.context as usize;
     let h = handles::register(Box::new(CQp {
@@ -393,8 +317,8 @@ pub(crate) fn create_qp(n: NewQp<'_>) -> Result<*mut ibv_qp, c_int> {
         inner,
         sq_sig_all: attr.sq_sig_all != 0,
         ex: n.send_ops.is_some(),
-        batch: Mutex::new(crate::wr_batch::Batch::default()),
-        staging: Mutex::new(staging),
+        wr: Mutex::new(WrState::default()),
+        post: Mutex::new(SendBatch::new()),
     }));
     events::lock(&ROUTER).qps.insert(qpn, (h as usize, ctx));
     Ok(h)
@@ -654,8 +578,8 @@ fn send_parts(
     Ok((op, flags, ud))
 }
 
-/// `ops.post_send`: converts the chain, posts it, and points `bad_wr` at
-/// the first WR not posted.
+/// `ops.post_send`: converts the chain into the QP's batch, posts it, and
+/// points `bad_wr` at the first WR not posted.
 unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -676,59 +600,26 @@ unsafe extern "C" fn post_send(
             }
         };
         let is_ud = q.inner.qp_type() == QpType::Ud;
-        // The chain as C gave it; converted in one pass, so a bad WR in the
+        let max_inline = q.inner.caps().max_inline_data;
+        let mut batch = lock(&q.post);
+        batch.clear();
+        // The chain as C gave it, converted WR by WR, so a bad WR in the
         // middle stops the list there.
-        let mut chain: Vec<*mut ibv_send_wr> = Vec::new();
-        let mut lists: Vec<Vec<Sge>> = Vec::new();
-        let mut parts = Vec::new();
         let mut failed = None;
-        let mut staging = lock(&q.staging);
-        staging.reset();
         let mut at = wr;
         while !at.is_null() {
             // SAFETY: each pointer of the chain is a WR the caller owns.
             let w = unsafe { &*at };
-            let converted = sges(w.sg_list, w.num_sge).and_then(|s| {
-                let p = send_parts(w, is_ud)?;
-                if is_ud && p.2.is_none() {
-                    return Err(EINVAL);
-                }
-                if p.1.contains(SendFlags::INLINE) && is_inline_op(&p.0) {
-                    let pieces: Vec<(u64, usize)> =
-                        s.iter().map(|g| (g.addr, g.length as usize)).collect();
-                    // SAFETY: ibv_post_send reads inline data from the
-                    // caller's SGEs at post time; they need no lkey.
-                    let one = unsafe { staging.stage(&pieces) }?;
-                    return Ok((vec![one], p));
-                }
-                Ok((s, p))
-            });
-            match converted {
-                Ok((s, p)) => {
-                    chain.push(at);
-                    lists.push(s);
-                    parts.push((w.wr_id, p));
-                }
-                Err(e) => {
-                    failed = Some((at, e));
-                    break;
-                }
+            let n = batch.len();
+            if let Err(e) = add_send(&mut batch, w, is_ud, max_inline) {
+                batch.truncate(n);
+                failed = Some((at, e));
+                break;
             }
             at = w.next;
         }
-        let wrs: Vec<SendWr<'_>> = parts
-            .iter()
-            .zip(&lists)
-            .map(|(&(wr_id, (opcode, flags, ud)), s)| SendWr {
-                wr_id,
-                sg_list: s,
-                opcode,
-                flags,
-                ud: if is_ud { ud } else { None },
-            })
-            .collect();
-        if let Err(e) = q.inner.post_send_list(&wrs) {
-            set_bad(chain.get(e.index).copied().unwrap_or(wr));
+        if let Err(e) = q.inner.post_batch(&batch) {
+            set_bad(nth_send(wr, e.index));
             return Err(e.error.errno());
         }
         if let Some((w, e)) = failed {
@@ -739,16 +630,56 @@ unsafe extern "C" fn post_send(
     })
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// Adds C's send WR `w` to `batch`; on error the batch may hold part of
+/// it (the caller truncates).
+fn add_send(
+    batch: &mut SendBatch,
+    w: &ibv_send_wr,
+    is_ud: bool,
+    max_inline: u32,
+) -> Result<(), c_int> {
+    let (op, flags, ud) = send_parts(w, is_ud)?;
+    if is_ud && ud.is_none() {
+        return Err(EINVAL);
+    }
+    let list = c_sges(w.sg_list, w.num_sge)?;
+    batch.begin(w.wr_id, flags, op);
+    if flags.contains(SendFlags::INLINE) && op.carries_payload() {
+        // SAFETY: ibv_post_send reads inline data from the caller's SGEs
+        // at post time; they need no lkey. The pieces are copied into the
+        // batch before this call returns.
+        let pieces =
+            unsafe { inline_pieces(list.iter().map(|g| (g.addr, g.length as usize)), max_inline) }?;
+        batch.set_inline_data_list(pieces).map_err(|e| e.errno())?;
+    } else {
+        batch
+            .set_sge_list(list.iter().map(sge_of))
+            .map_err(|e| e.errno())?;
+    }
+    if let Some(ud) = ud {
+        batch.set_ud_addr(ud).map_err(|e| e.errno())?;
+    }
+    Ok(())
 }
 
-/// Whether an opcode carries its payload from the SGEs (so may be inline).
-pub(crate) fn is_inline_op(op: &WrOpcode) -> bool {
-    !matches!(
-        op,
-        WrOpcode::RdmaRead(_) | WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. }
-    )
+/// The WR `index` links after `wr` in C's chain (`wr` itself if the chain
+/// is shorter).
+fn nth_send(wr: *mut ibv_send_wr, index: usize) -> *mut ibv_send_wr {
+    let mut at = wr;
+    for _ in 0..index {
+        // SAFETY: each pointer of the chain is a WR the caller owns; the
+        // provider counted `index` WRs of it.
+        let next = unsafe { (*at).next };
+        if next.is_null() {
+            return wr;
+        }
+        at = next;
+    }
+    at
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `ops.post_recv`.

@@ -18,15 +18,15 @@
 use core::ffi::{c_int, c_void};
 
 use doorbell_types::{Mkey, Qpn};
-use doorbell_verbs::{RemoteAddr, SendFlags, SendWr, Sge, UdTarget, WrOpcode};
+use doorbell_verbs::{RemoteAddr, SendBatch, SendFlags, Sge, UdTarget, WrOpcode};
 use libc::{EINVAL, EOPNOTSUPP, size_t};
 
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
 use crate::ctx::context;
 use crate::handles;
-use crate::qp::{CQp, NewQp, create_qp, is_inline_op, qp_of};
-use crate::wr_batch::{Batch, Pending};
+use crate::qp::{CQp, NewQp, create_qp, qp_of};
+use crate::wr_batch::{WrState, inline_pieces, sge_of};
 
 /// `IBV_QP_INIT_ATTR_PD`, `_CREATE_FLAGS`, `_SEND_OPS_FLAGS`.
 const ATTR_PD: u32 = 1 << 0;
@@ -134,18 +134,18 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `f` on the batch of `qpx`; a QP that is not one of ours is ignored
-/// (these calls have no error channel).
-fn with_batch(name: &str, qpx: *mut ibv_qp_ex, f: impl FnOnce(&CQp, &mut Batch)) {
+/// Runs `f` on the `ibv_wr_*` state of `qpx`; a QP that is not one of
+/// ours is ignored (these calls have no error channel).
+fn with_batch(name: &str, qpx: *mut ibv_qp_ex, f: impl FnOnce(&CQp, &mut WrState)) {
     guard(name, Conv::Abort, || {
         if let Ok(q) = qpx_of(qpx) {
-            f(q, &mut lock(&q.batch));
+            f(q, &mut lock(&q.wr));
         }
         Ok(())
     });
 }
 
-fn fail(b: &mut Batch, errno: c_int) {
+fn fail(b: &mut WrState, errno: c_int) {
     b.error.get_or_insert(errno);
 }
 
@@ -160,30 +160,24 @@ fn begin(name: &str, qpx: *mut ibv_qp_ex, op: WrOpcode) {
             let x = q.qp.get();
             ((*x).wr_id, (*x).wr_flags)
         };
-        b.wrs.push(Pending {
-            wr_id,
-            flags: SendFlags(flags & 0xf),
-            op,
-            sges: Vec::new(),
-            inline: None,
-            ud: None,
-        });
+        b.batch.begin(wr_id, SendFlags(flags & 0xf), op);
     });
 }
 
-/// Runs `f` on the WR being built.
+/// Runs `f` on the batch, whose last WR it fills in; a failure is kept for
+/// `ibv_wr_complete`.
 fn current(
     name: &str,
     qpx: *mut ibv_qp_ex,
-    f: impl FnOnce(&CQp, &mut Pending) -> Result<(), c_int>,
+    f: impl FnOnce(&CQp, &mut SendBatch) -> Result<(), c_int>,
 ) {
-    with_batch(name, qpx, |q, b| match b.wrs.last_mut() {
-        Some(w) => {
-            if let Err(e) = f(q, w) {
-                fail(b, e);
-            }
+    with_batch(name, qpx, |q, b| {
+        if b.batch.is_empty() {
+            return fail(b, EINVAL);
         }
-        None => fail(b, EINVAL),
+        if let Err(e) = f(q, &mut b.batch) {
+            fail(b, e);
+        }
     });
 }
 
@@ -195,55 +189,37 @@ fn remote(rkey: u32, addr: u64) -> RemoteAddr {
 }
 
 unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
-    with_batch("ibv_wr_start", qpx, |q, b| {
-        *b = Batch {
-            open: true,
-            ..Batch::default()
-        };
-        lock(&q.staging).reset();
+    with_batch("ibv_wr_start", qpx, |_, b| {
+        b.batch.clear();
+        b.open = true;
+        b.error = None;
     });
 }
 
 unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
-    with_batch("ibv_wr_abort", qpx, |_, b| *b = Batch::default());
+    with_batch("ibv_wr_abort", qpx, |_, b| {
+        b.batch.clear();
+        b.open = false;
+        b.error = None;
+    });
 }
 
 unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     guard("ibv_wr_complete", Conv::Errno, || {
         let q = qpx_of(qpx)?;
-        let batch = std::mem::take(&mut *lock(&q.batch));
-        if !batch.open {
+        let mut b = lock(&q.wr);
+        let (open, error) = (b.open, b.error.take());
+        b.open = false;
+        if !open {
+            b.batch.clear();
             return Err(EINVAL);
         }
-        if let Some(e) = batch.error {
-            return Err(e);
-        }
-        let lists: Vec<Vec<Sge>> = batch
-            .wrs
-            .iter()
-            .map(|w| match w.inline {
-                Some(one) => vec![one],
-                None => w.sges.clone(),
-            })
-            .collect();
-        let wrs: Vec<SendWr<'_>> = batch
-            .wrs
-            .iter()
-            .zip(&lists)
-            .map(|(w, s)| SendWr {
-                wr_id: w.wr_id,
-                sg_list: s,
-                opcode: w.op,
-                flags: if w.inline.is_some() {
-                    w.flags | SendFlags::INLINE
-                } else {
-                    w.flags
-                },
-                ud: w.ud,
-            })
-            .collect();
-        q.inner.post_send_list(&wrs).map_err(|e| e.error.errno())?;
-        Ok(0)
+        let posted = match error {
+            Some(e) => Err(e),
+            None => q.inner.post_batch(&b.batch).map_err(|e| e.error.errno()),
+        };
+        b.batch.clear();
+        posted.map(|()| 0)
     })
 }
 
@@ -318,14 +294,13 @@ unsafe extern "C" fn wr_atomic_fetch_add(
 }
 
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    current("ibv_wr_set_sge", qpx, |_, w| {
-        w.sges = vec![Sge {
+    current("ibv_wr_set_sge", qpx, |_, b| {
+        b.set_sge(Sge {
             addr,
             length,
             lkey: Mkey::from_raw(lkey),
-        }];
-        w.inline = None;
-        Ok(())
+        })
+        .map_err(|e| e.errno())
     });
 }
 
@@ -334,7 +309,7 @@ unsafe extern "C" fn wr_set_sge_list(
     num_sge: size_t,
     sg_list: *const ibv_sge,
 ) {
-    current("ibv_wr_set_sge_list", qpx, |_, w| {
+    current("ibv_wr_set_sge_list", qpx, |_, b| {
         if num_sge > 0 && sg_list.is_null() {
             return Err(EINVAL);
         }
@@ -344,34 +319,29 @@ unsafe extern "C" fn wr_set_sge_list(
             // SAFETY: the caller's array holds num_sge SGEs (non-NULL).
             unsafe { core::slice::from_raw_parts(sg_list, num_sge) }
         };
-        w.sges = list
-            .iter()
-            .map(|s| Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: Mkey::from_raw(s.lkey),
-            })
-            .collect();
-        w.inline = None;
-        Ok(())
+        b.set_sge_list(list.iter().map(sge_of))
+            .map_err(|e| e.errno())
     });
 }
 
-fn set_inline(name: &str, qpx: *mut ibv_qp_ex, pieces: &[(u64, usize)]) {
-    current(name, qpx, |q, w| {
-        if !is_inline_op(&w.op) {
-            return Err(EINVAL);
-        }
-        // SAFETY: ibv_wr_set_inline_data* read the caller's buffers now.
-        let one = unsafe { lock(&q.staging).stage(pieces) }?;
-        w.inline = Some(one);
-        w.sges.clear();
-        Ok(())
+/// Copies C's inline pieces into the WR being built; ENOMEM past the QP's
+/// inline room, checked before anything is read, as mlx5 does.
+fn set_inline(name: &str, qpx: *mut ibv_qp_ex, pieces: impl Iterator<Item = (u64, usize)> + Clone) {
+    current(name, qpx, |q, b| {
+        let max = q.inner.caps().max_inline_data;
+        // SAFETY: ibv_wr_set_inline_data* read the caller's buffers now;
+        // the batch keeps a copy.
+        let pieces = unsafe { inline_pieces(pieces, max) }?;
+        b.set_inline_data_list(pieces).map_err(|e| e.errno())
     });
 }
 
 unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: size_t) {
-    set_inline("ibv_wr_set_inline_data", qpx, &[(addr as u64, length)]);
+    set_inline(
+        "ibv_wr_set_inline_data",
+        qpx,
+        core::iter::once((addr as u64, length)),
+    );
 }
 
 unsafe extern "C" fn wr_set_inline_data_list(
@@ -388,8 +358,11 @@ unsafe extern "C" fn wr_set_inline_data_list(
         // SAFETY: the caller's array holds num_buf buffers (non-NULL).
         unsafe { core::slice::from_raw_parts(buf_list, num_buf) }
     };
-    let pieces: Vec<(u64, usize)> = bufs.iter().map(|b| (b.addr as u64, b.length)).collect();
-    set_inline("ibv_wr_set_inline_data_list", qpx, &pieces);
+    set_inline(
+        "ibv_wr_set_inline_data_list",
+        qpx,
+        bufs.iter().map(|b| (b.addr as u64, b.length)),
+    );
 }
 
 unsafe extern "C" fn wr_set_ud_addr(
@@ -398,13 +371,13 @@ unsafe extern "C" fn wr_set_ud_addr(
     remote_qpn: u32,
     remote_qkey: u32,
 ) {
-    current("ibv_wr_set_ud_addr", qpx, |_, w| {
+    current("ibv_wr_set_ud_addr", qpx, |_, b| {
         let ah = crate::qp::ah_of(ah)?;
-        w.ud = Some(UdTarget {
+        b.set_ud_addr(UdTarget {
             ah,
             remote_qpn: Qpn::new(remote_qpn),
             remote_qkey,
-        });
-        Ok(())
+        })
+        .map_err(|e| e.errno())
     });
 }

@@ -1,6 +1,6 @@
 //! Work requests on their way from C: the state of an `ibv_wr_*` batch
-//! (the WRs built between `ibv_wr_start` and `ibv_wr_complete`), and C's
-//! SGE lists as the provider's. Below `qp` (which keeps a batch per QP),
+//! (the WRs built between `ibv_wr_start` and `ibv_wr_complete`), C's inline
+//! buffers, and C's SGE lists as the provider's. Below `qp` (which keeps a batch per QP),
 //! `qp_ex` (which builds and posts it) and `srq`.
 
 #![allow(unsafe_code)]
@@ -12,48 +12,80 @@ use libc::EINVAL;
 
 use crate::abi::{ibv_recv_wr, ibv_sge};
 
-use doorbell_verbs::{PostError, RecvWr, SendFlags, Sge, UdTarget, WrOpcode};
+use doorbell_verbs::{PostError, RecvWr, SendBatch, Sge};
 
-/// One WR being built.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
-    pub(crate) wr_id: u64,
-    pub(crate) flags: SendFlags,
-    pub(crate) op: WrOpcode,
-    pub(crate) sges: Vec<Sge>,
-    /// Inline data set by `ibv_wr_set_inline_data*`, already staged.
-    pub(crate) inline: Option<Sge>,
-    pub(crate) ud: Option<UdTarget>,
-}
-
-/// The batch between `ibv_wr_start` and `ibv_wr_complete`.
+/// The `ibv_wr_*` state of a QP: the batch being built, whether
+/// `ibv_wr_start` opened it, and the first misuse, which
+/// `ibv_wr_complete` reports (the builders have no error channel).
 #[derive(Debug, Default)]
-pub(crate) struct Batch {
+pub(crate) struct WrState {
     pub(crate) open: bool,
-    pub(crate) wrs: Vec<Pending>,
-    /// The first misuse, reported by `ibv_wr_complete`.
+    pub(crate) batch: SendBatch,
     pub(crate) error: Option<c_int>,
 }
 
-/// C's list of `n` SGEs at `list`, as the provider takes them; EINVAL for
-/// a negative count or a NULL list with SGEs in it.
-pub(crate) fn sges(list: *mut ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
+/// C's inline pieces `(address, length)` as slices, after checking that
+/// they add up to at most `max` bytes (ENOMEM otherwise, before anything
+/// is read) and that none with bytes is at NULL (EFAULT).
+///
+/// # Safety
+/// Each piece is `(address, length)` of memory the C caller gives to be
+/// read now, as `ibv_post_send` and `ibv_wr_set_inline_data*` take it: the
+/// slices live only until the caller's call returns.
+pub(crate) unsafe fn inline_pieces<'a, I>(
+    pieces: I,
+    max: u32,
+) -> Result<impl Iterator<Item = &'a [u8]>, c_int>
+where
+    I: Iterator<Item = (u64, usize)> + Clone,
+{
+    let mut total = 0usize;
+    for (addr, len) in pieces.clone() {
+        total = total.saturating_add(len);
+        if len > 0 && addr == 0 {
+            return Err(libc::EFAULT);
+        }
+    }
+    if total > max as usize {
+        return Err(libc::ENOMEM);
+    }
+    Ok(pieces.map(|(addr, len)| -> &'a [u8] {
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: the caller's promise: `len` readable bytes at `addr`
+        // (checked non-NULL above), for as long as its call lasts.
+        unsafe { core::slice::from_raw_parts(addr as *const u8, len) }
+    }))
+}
+
+/// C's list of `n` SGEs at `list`; EINVAL for a negative count or a NULL
+/// list with SGEs in it.
+pub(crate) fn c_sges<'a>(list: *mut ibv_sge, n: c_int) -> Result<&'a [ibv_sge], c_int> {
     if n < 0 || (n > 0 && list.is_null()) {
         return Err(EINVAL);
     }
-    let c: &[ibv_sge] = if n == 0 {
-        &[]
-    } else {
-        // SAFETY: the caller's array holds `n` SGEs (checked non-NULL).
-        unsafe { core::slice::from_raw_parts(list, n as usize) }
-    };
-    Ok(c.iter()
-        .map(|s| Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: Mkey::from_raw(s.lkey),
-        })
-        .collect())
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller's array holds `n` SGEs (checked non-NULL), read
+    // during the caller's call.
+    Ok(unsafe { core::slice::from_raw_parts(list, n as usize) })
+}
+
+/// One C SGE as the provider's.
+pub(crate) fn sge_of(s: &ibv_sge) -> Sge {
+    Sge {
+        addr: s.addr,
+        length: s.length,
+        lkey: Mkey::from_raw(s.lkey),
+    }
+}
+
+/// C's list of `n` SGEs at `list`, as the provider takes them; errors as
+/// [`c_sges`].
+pub(crate) fn sges(list: *mut ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
+    Ok(c_sges(list, n)?.iter().map(sge_of).collect())
 }
 
 /// Posts C's receive chain `wr` to a queue (`ibv_post_recv`,

@@ -32,6 +32,7 @@
 #![warn(unreachable_pub)]
 
 mod ah;
+mod batch;
 mod config;
 mod connect;
 mod context;
@@ -48,6 +49,7 @@ mod wq;
 mod wr;
 
 pub use ah::{GRH_LEN, ReturnPath, roce_mac};
+pub use batch::SendBatch;
 pub use config::ProviderConfig;
 pub use connect::{RcEndpoint, RcOptions};
 pub use context::{Context, DeviceAttr, GID_TABLE_LEN, PortAttr};
@@ -56,7 +58,9 @@ pub use doorbell_hif::{Access, AddressVector, DeviceCaps, NicEvent, QpAttrs, QpS
 pub use error::VerbsError;
 pub use mr::{Mr, MrChange, Pd, Sge};
 pub use placement::BfregPlacement;
-pub use qp::{Ah, Qp, QpCaps, QpInitAttr, RemoteAddr, SendFlags, SendWr, UdTarget, WrOpcode};
+pub use qp::{
+    Ah, PostWr, Qp, QpCaps, QpInitAttr, RemoteAddr, SendData, SendFlags, SendWr, UdTarget, WrOpcode,
+};
 pub use queue_buf::{BufferAllocator, BufferKind};
 pub use report::{PostObserver, PostReport, Ring};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};

@@ -22,7 +22,7 @@ use crate::mr::{Pd, Sge};
 use crate::queue_buf::QueueBuf;
 use crate::report::{PostReport, Ring};
 use crate::srq::Srq;
-use crate::wq::{QpShared, RqState, SqState};
+use crate::wq::{MAX_WQE_LEN, QpShared, RqState, SqState};
 use crate::wr::{PostError, RecvWr};
 
 /// Requested queue sizes (`ibv_qp_cap`).
@@ -113,6 +113,18 @@ pub enum WrOpcode {
     },
 }
 
+impl WrOpcode {
+    /// Whether the operation sends a payload of its own (so may carry it
+    /// inline): not a READ or an atomic, whose SGE is where the answer
+    /// lands.
+    pub fn carries_payload(&self) -> bool {
+        !matches!(
+            self,
+            WrOpcode::RdmaRead(_) | WrOpcode::AtomicCmpSwp { .. } | WrOpcode::AtomicFetchAdd { .. }
+        )
+    }
+}
+
 /// Send flags (`ibv_send_flags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SendFlags(pub u32);
@@ -172,6 +184,47 @@ pub struct SendWr<'a> {
     pub flags: SendFlags,
     /// UD destination (UD QPs only).
     pub ud: Option<UdTarget>,
+}
+
+/// Where a send WR's payload comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum SendData<'a> {
+    /// Bytes of host memory named by SGEs: by pointer (the device reads
+    /// them, the lkeys are checked), or, with [`SendFlags::INLINE`], copied
+    /// by the CPU into the WQE at post time (no lkey needed).
+    Sges(&'a [Sge]),
+    /// Bytes copied into the WQE at post time whatever the flags, as
+    /// `ibv_wr_set_inline_data` gives them: no registration, no host
+    /// address.
+    Inline(&'a [u8]),
+}
+
+/// A send work request whose payload may be given as bytes: what
+/// [`Qp::post_send_iter`] takes. A [`SendWr`] converts into one.
+#[derive(Debug, Clone, Copy)]
+pub struct PostWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The payload.
+    pub data: SendData<'a>,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Flags.
+    pub flags: SendFlags,
+    /// UD destination (UD QPs only).
+    pub ud: Option<UdTarget>,
+}
+
+impl<'a> From<&SendWr<'a>> for PostWr<'a> {
+    fn from(w: &SendWr<'a>) -> Self {
+        Self {
+            wr_id: w.wr_id,
+            data: SendData::Sges(w.sg_list),
+            opcode: w.opcode,
+            flags: w.flags,
+            ud: w.ud,
+        }
+    }
 }
 
 /// What [`Qp::build_wqe`] wrote.
@@ -410,6 +463,7 @@ impl Pd {
                 tail: 0,
                 wrid: vec![0; sq_wqe_cnt as usize],
                 wqe_head: vec![0; sq_wqe_cnt as usize],
+                build: Box::new([[0; MAX_WQE_LEN]; 2]),
             }),
             rq: Mutex::new(RqState {
                 head: 0,
@@ -615,6 +669,18 @@ impl Qp {
     /// [`Qp::post_send`], saying which WR failed (`ibv_post_send`'s
     /// `bad_wr`).
     pub fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.post_send_iter(wrs.iter().map(PostWr::from))
+    }
+
+    /// Posts the WRs `wrs` yields, as [`Qp::post_send_list`] posts a list:
+    /// one doorbell for all of them, or BlueFlame for a single small one;
+    /// on error the WRs before the failing one are posted and rung, the
+    /// failing one (its index in the error) and those after are not.
+    /// Builds each WQE as it comes, so nothing is collected or allocated.
+    pub fn post_send_iter<'a>(
+        &self,
+        wrs: impl IntoIterator<Item = PostWr<'a>>,
+    ) -> Result<(), PostError> {
         let inner = &*self.inner;
         let state = self.state();
         if state != QpState::Rts {
@@ -627,17 +693,27 @@ impl Qp {
             });
         }
         let shared = &inner.shared;
-        let mut sq = shared.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = shared.sq.lock().unwrap_or_else(|e| e.into_inner());
         // Two buffers: a WR that fails half-built must not clobber the last
         // good WQE, whose bytes the doorbell (or BlueFlame copy) carries.
-        let mut bufs = [[0u8; 1024]; 2];
+        // They live with the queue, so a post does not clear 2 KiB first:
+        // each WQE clears its first WQEBB and writes every byte after it.
+        let SqState {
+            ref mut build,
+            ref mut cur_post,
+            ref mut head,
+            ref tail,
+            ref mut wrid,
+            ref mut wqe_head,
+        } = *guard;
+        let bufs = &mut **build;
         let mut cur = 0;
         let mut last: Option<(usize, usize, bool)> = None; // (buffer, size in bytes, inline)
         let mut result = Ok(());
         let mut nreq = 0u32;
         let (mut segments, mut inline_bytes, mut inline_chunks) = (0u32, 0u32, 0u32);
         for wr in wrs {
-            let posted = sq.head.wrapping_sub(sq.tail).wrapping_add(nreq);
+            let posted = head.wrapping_sub(*tail).wrapping_add(nreq);
             if posted >= inner.max_send_post {
                 result = Err(VerbsError::QueueFull {
                     posted,
@@ -645,7 +721,7 @@ impl Qp {
                 });
                 break;
             }
-            let built = self.build_wqe(wr, sq.cur_post, &mut bufs[cur]);
+            let built = self.build_wqe(&wr, *cur_post, &mut bufs[cur]);
             let Built {
                 size,
                 inline: inl,
@@ -658,14 +734,14 @@ impl Qp {
                     break;
                 }
             };
-            let idx = (u32::from(sq.cur_post) & (shared.sq_wqe_cnt - 1)) as usize;
+            let idx = (u32::from(*cur_post) & (shared.sq_wqe_cnt - 1)) as usize;
             if let Err(e) = self.write_sq(idx, &bufs[cur][..size]) {
                 result = Err(e);
                 break;
             }
-            sq.wrid[idx] = wr.wr_id;
-            sq.wqe_head[idx] = sq.head.wrapping_add(nreq);
-            sq.cur_post = sq.cur_post.wrapping_add(size.div_ceil(WQEBB_LEN) as u16);
+            wrid[idx] = wr.wr_id;
+            wqe_head[idx] = head.wrapping_add(nreq);
+            *cur_post = cur_post.wrapping_add(size.div_ceil(WQEBB_LEN) as u16);
             nreq += 1;
             segments += segs;
             inline_bytes += inline_len;
@@ -675,10 +751,10 @@ impl Qp {
         }
         if let Some((b, size, inl)) = last {
             let wqe = &bufs[b];
-            sq.head = sq.head.wrapping_add(nreq);
+            *head = head.wrapping_add(nreq);
             // The WQEs are in memory before the record (a compiler barrier
             // on x86); the record before the doorbell (sfence).
-            self.write_dbr_word(dbr::field::WORD1, |r| r.set_send_counter(sq.cur_post))
+            self.write_dbr_word(dbr::field::WORD1, |r| r.set_send_counter(*cur_post))
                 .map_err(|error| PostError { index: 0, error })?;
             let bf = &inner.bf;
             let mut report = PostReport {
@@ -709,9 +785,9 @@ impl Qp {
     /// Builds one WQE at producer index `cur_post`; says what it wrote.
     fn build_wqe(
         &self,
-        wr: &SendWr<'_>,
+        wr: &PostWr<'_>,
         cur_post: u16,
-        wqe: &mut [u8; 1024],
+        wqe: &mut [u8; MAX_WQE_LEN],
     ) -> Result<Built, VerbsError> {
         let inner = &*self.inner;
         let (opcode, imm, remote, atomic) = match wr.opcode {
@@ -744,10 +820,19 @@ impl Qp {
                 "UC QPs have no RDMA READ and no atomics",
             ));
         }
-        if wr.sg_list.len() as u32 > inner.max_send_gs {
+        let sg_list = match wr.data {
+            SendData::Sges(l) => l,
+            SendData::Inline(_) if is_rd => {
+                return Err(VerbsError::InvalidArgument(
+                    "READs and atomics carry no inline data",
+                ));
+            }
+            SendData::Inline(_) => &[],
+        };
+        if sg_list.len() as u32 > inner.max_send_gs {
             return Err(VerbsError::InvalidArgument("more SGEs than max_send_sge"));
         }
-        if atomic.is_some() && (wr.sg_list.len() != 1 || wr.sg_list[0].length != 8) {
+        if atomic.is_some() && (sg_list.len() != 1 || sg_list[0].length != 8) {
             return Err(VerbsError::InvalidArgument(
                 "an atomic needs exactly one 8-byte SGE",
             ));
@@ -784,11 +869,18 @@ impl Qp {
             s.set_compare(compare);
             off += field::ATOMIC_LEN;
         }
-        let inline = wr.flags.contains(SendFlags::INLINE) && !is_rd;
+        let bytes = match wr.data {
+            SendData::Inline(b) => Some(b),
+            SendData::Sges(_) => None,
+        };
+        let inline = (bytes.is_some() || wr.flags.contains(SendFlags::INLINE)) && !is_rd;
         let mut inline_len = 0u32;
         let mut segments = ((off - field::CTRL_LEN) / wqe::DS_LEN) as u32;
         if inline {
-            let total: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
+            let total: usize = match bytes {
+                Some(b) => b.len(),
+                None => sg_list.iter().map(|s| s.length as usize).sum(),
+            };
             if total > inner.max_inline as usize {
                 return Err(VerbsError::InlineTooLong {
                     len: total,
@@ -799,7 +891,11 @@ impl Qp {
                 InlineSeg::new_unchecked(&mut wqe[off..off + field::INLINE_HDR_LEN])
                     .set_byte_count(total as u32);
                 let mut at = off + field::INLINE_HDR_LEN;
-                for s in wr.sg_list {
+                if let Some(b) = bytes {
+                    wqe[at..at + b.len()].copy_from_slice(b);
+                    at += b.len();
+                }
+                for s in sg_list {
                     // The CPU copies the payload from the user's buffer.
                     self.ctx()
                         .mem()
@@ -813,7 +909,7 @@ impl Qp {
                 segments += 1;
             }
         } else {
-            for s in wr.sg_list.iter().filter(|s| s.length > 0) {
+            for s in sg_list.iter().filter(|s| s.length > 0) {
                 let mut d = DataSeg::new_unchecked(&mut wqe[off..off + field::DATA_LEN]);
                 d.set_byte_count(s.length);
                 d.set_lkey(s.lkey.raw());

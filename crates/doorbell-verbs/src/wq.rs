@@ -10,6 +10,9 @@ use doorbell_types::{HostAddr, Qpn};
 
 use crate::error::VerbsError;
 
+/// The largest send WQE (`max_sq_desc_sz`).
+pub(crate) const MAX_WQE_LEN: usize = 1024;
+
 pub(crate) struct SqState {
     /// Free-running producer counter in WQEBBs.
     pub(crate) cur_post: u16,
@@ -17,6 +20,8 @@ pub(crate) struct SqState {
     pub(crate) tail: u32,
     pub(crate) wrid: Vec<u64>,
     pub(crate) wqe_head: Vec<u32>,
+    /// The two buffers a post builds WQEs in, in turn.
+    pub(crate) build: Box<[[u8; MAX_WQE_LEN]; 2]>,
 }
 
 pub(crate) struct RqState {
