@@ -923,27 +923,69 @@ enum Peer {
 /// go into their rings, the rest to the socket.
 pub(crate) struct HostSink {
     udp: UdpSink,
-    local: [u8; 4],
-    peers: BTreeMap<[u8; 4], Peer>,
+    peers: Peers,
     stats: Arc<Stats>,
     /// Frames for UDP, reused.
     rest: Vec<Frame>,
+}
+
+/// Where each destination a NIC sent to is reached: its ring, or UDP.
+struct Peers {
+    local: [u8; 4],
+    map: BTreeMap<[u8; 4], Peer>,
+    stats: Arc<Stats>,
+}
+
+/// What became of a frame offered to a ring.
+enum Pushed {
+    In,
+    /// Dropped: the ring stayed full.
+    Dropped,
+    /// The ring is broken: the frame goes by UDP, and so does the rest.
+    Broken,
 }
 
 impl HostSink {
     pub(crate) fn new(udp: UdpSink, local: [u8; 4], stats: Arc<Stats>) -> Self {
         Self {
             udp,
-            local,
-            peers: BTreeMap::new(),
+            peers: Peers {
+                local,
+                map: BTreeMap::new(),
+                stats: Arc::clone(&stats),
+            },
             stats,
             rest: Vec::new(),
         }
     }
+}
 
+impl Peers {
     /// The peer's ring, connecting first if it is time to try.
     fn ring(&mut self, dst: [u8; 4], now: Instant) -> Option<&mut OutRing> {
-        let again = match self.peers.get(&dst) {
+        // The common case, a ring in use lately: one look-up to see, one
+        // to lend it.
+        let fresh = matches!(
+            self.map.get(&dst),
+            Some(Peer::Shm(r)) if now.duration_since(r.used) < IDLE
+                && now.duration_since(r.checked) < LIVENESS
+        );
+        if !fresh {
+            self.refresh(dst, now);
+        }
+        match self.map.get_mut(&dst) {
+            Some(Peer::Shm(r)) => {
+                r.used = now;
+                Some(r)
+            }
+            _ => None,
+        }
+    }
+
+    /// Connects to `dst` if it is time to try, and checks that a ring idle
+    /// or unchecked for a while still has its receiver.
+    fn refresh(&mut self, dst: [u8; 4], now: Instant) {
+        let again = match self.map.get(&dst) {
             None => true,
             Some(Peer::Elsewhere { retry }) => now >= *retry,
             Some(Peer::Shm(_)) => false,
@@ -956,88 +998,73 @@ impl HostSink {
                 }
                 None => Peer::Elsewhere { retry: now + RETRY },
             };
-            self.peers.insert(dst, p);
+            self.map.insert(dst, p);
+            // A fresh ring is not checked again.
+            return;
         }
-        let Some(Peer::Shm(r)) = self.peers.get_mut(&dst) else {
-            return None;
+        let Some(Peer::Shm(r)) = self.map.get_mut(&dst) else {
+            return;
         };
         let idle = now.duration_since(r.used) >= IDLE;
-        r.used = now;
         if idle || now.duration_since(r.checked) >= LIVENESS {
             r.checked = now;
             if os::hung_up(&r.conn) {
                 // Gone, and perhaps back already (a restarted process):
-                // ask again at once (a fresh ring is not checked again).
-                self.peers.insert(dst, Peer::Elsewhere { retry: now });
-                return self.ring(dst, now);
+                // ask again at once.
+                self.map.insert(dst, Peer::Elsewhere { retry: now });
+                self.refresh(dst, now);
             }
-        }
-        match self.peers.get_mut(&dst) {
-            Some(Peer::Shm(r)) => Some(r),
-            _ => None,
         }
     }
+}
 
-    /// Puts `frame` into `dst`'s ring: `None` if `dst` has none (UDP
-    /// then), `Some(false)` if it stayed full and the frame was dropped.
-    fn push(&mut self, dst: [u8; 4], frame: &[u8], now: Instant) -> Option<bool> {
-        if frame.len() > ring::MAX_FRAME {
-            return None;
-        }
-        let r = self.ring(dst, now)?;
-        // The furthest the receiver's position was seen, and when; and when
-        // this frame started to wait.
-        let mut seen: Option<(u64, Instant)> = None;
-        let mut start: Option<Instant> = None;
-        loop {
-            match r.ring.push(frame) {
-                Ok(()) => {
-                    r.stuck_at = None;
-                    return Some(true);
-                }
-                Err(Fault::Full) => {
-                    // Untrusted (the peer writes it): only a move forward
-                    // counts, and the whole wait is bounded whatever it does.
-                    let pos = r.ring.consumer_pos();
-                    if r.stuck_at.is_some_and(|s| pos <= s) {
-                        return Some(false);
-                    }
-                    if seen.is_none() {
-                        // Whatever the marks say: a caller of the receiver's
-                        // that took them down may be the one running (and
-                        // perhaps blocked on a full ring of ours), while the
-                        // receiver thread, asleep, could take these frames.
-                        // (Not counted in `shm_bells`: those are the bells
-                        // for frames, this one for room.)
-                        ring(&r.bell);
-                    }
-                    let stalled = match seen {
-                        Some((p, since)) if pos <= p => since.elapsed() >= FULL_WAIT,
-                        // First look, or the receiver moved on: wait afresh.
-                        _ => {
-                            seen = Some((pos, Instant::now()));
-                            false
-                        }
-                    };
-                    let started = *start.get_or_insert_with(Instant::now);
-                    if stalled || started.elapsed() >= FULL_WAIT_MAX {
-                        r.stuck_at = Some(seen.map_or(pos, |(p, _)| p.max(pos)));
-                        self.stats.tx_stalls.fetch_add(1, Ordering::Relaxed);
-                        return Some(false);
-                    }
-                    wake(r);
-                    std::thread::yield_now();
-                }
-                Err(Fault::Broken) => {
-                    self.peers.insert(
-                        dst,
-                        Peer::Elsewhere {
-                            retry: Instant::now() + RETRY,
-                        },
-                    );
-                    return None;
-                }
+/// Puts `frame` (at most [`ring::MAX_FRAME`] bytes) into `r`, waiting a
+/// bounded time for room if it is full.
+fn push_into(r: &mut OutRing, frame: &[u8], stats: &Stats) -> Pushed {
+    // The furthest the receiver's position was seen, and when; and when
+    // this frame started to wait.
+    let mut seen: Option<(u64, Instant)> = None;
+    let mut start: Option<Instant> = None;
+    loop {
+        match r.ring.push(frame) {
+            Ok(()) => {
+                r.stuck_at = None;
+                return Pushed::In;
             }
+            Err(Fault::Full) => {
+                // Untrusted (the peer writes it): only a move forward
+                // counts, and the whole wait is bounded whatever it does.
+                let pos = r.ring.consumer_pos();
+                if r.stuck_at.is_some_and(|s| pos <= s) {
+                    return Pushed::Dropped;
+                }
+                if seen.is_none() {
+                    // Whatever the marks say: a caller of the receiver's
+                    // that took them down may be the one running (and
+                    // perhaps blocked on a full ring of ours), while the
+                    // receiver thread, asleep, could take these frames.
+                    // (Not counted in `shm_bells`: those are the bells
+                    // for frames, this one for room.)
+                    ring(&r.bell);
+                }
+                let stalled = match seen {
+                    Some((p, since)) if pos <= p => since.elapsed() >= FULL_WAIT,
+                    // First look, or the receiver moved on: wait afresh.
+                    _ => {
+                        seen = Some((pos, Instant::now()));
+                        false
+                    }
+                };
+                let started = *start.get_or_insert_with(Instant::now);
+                if stalled || started.elapsed() >= FULL_WAIT_MAX {
+                    r.stuck_at = Some(seen.map_or(pos, |(p, _)| p.max(pos)));
+                    stats.tx_stalls.fetch_add(1, Ordering::Relaxed);
+                    return Pushed::Dropped;
+                }
+                wake(r);
+                std::thread::yield_now();
+            }
+            Err(Fault::Broken) => return Pushed::Broken,
         }
     }
 }
@@ -1190,27 +1217,54 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
 impl Sink for HostSink {
     fn send(&mut self, frames: &mut Vec<Frame>) {
         let mut rest = std::mem::take(&mut self.rest);
-        let mut rang: Option<[u8; 4]> = None;
         let now = Instant::now();
         let (mut pushed, mut dropped) = (0u64, 0u64);
-        for f in frames.drain(..) {
-            match self.push(f.dst, &f.bytes, now) {
-                Some(ok) => {
-                    crate::buffers::recycle(f.bytes);
-                    if ok {
-                        pushed += 1;
-                    } else {
-                        dropped += 1;
-                    }
-                    if rang.is_some_and(|d| d != f.dst) {
-                        self.ring_bell(rang);
-                    }
-                    rang = Some(f.dst);
+        let mut frames = frames.drain(..).peekable();
+        while let Some(first) = frames.next() {
+            // A run of frames to one destination: its ring is looked up
+            // once, and its bell rung once, after the run.
+            let dst = first.dst;
+            let mut run = Some(first);
+            let Some(r) = self.peers.ring(dst, now) else {
+                rest.extend(
+                    run.take()
+                        .into_iter()
+                        .chain(std::iter::from_fn(|| frames.next_if(|f| f.dst == dst))),
+                );
+                continue;
+            };
+            let mut broken = false;
+            let mut took = false;
+            while let Some(f) = run.take().or_else(|| frames.next_if(|f| f.dst == dst)) {
+                if broken || f.bytes.len() > ring::MAX_FRAME {
+                    rest.push(f);
+                    continue;
                 }
-                None => rest.push(f),
+                match push_into(r, &f.bytes, &self.stats) {
+                    Pushed::In => pushed += 1,
+                    Pushed::Dropped => dropped += 1,
+                    Pushed::Broken => {
+                        broken = true;
+                        rest.push(f);
+                        continue;
+                    }
+                }
+                took = true;
+                crate::buffers::recycle(f.bytes);
+            }
+            if took {
+                wake_after_a_wait(r, &self.stats);
+            }
+            if broken {
+                self.peers.map.insert(
+                    dst,
+                    Peer::Elsewhere {
+                        retry: Instant::now() + RETRY,
+                    },
+                );
             }
         }
-        self.ring_bell(rang);
+        drop(frames);
         if pushed > 0 {
             self.stats.tx_frames.fetch_add(pushed, Ordering::Relaxed);
         }
@@ -1223,14 +1277,6 @@ impl Sink for HostSink {
             self.udp.send(&mut rest);
         }
         self.rest = rest;
-    }
-}
-
-impl HostSink {
-    fn ring_bell(&mut self, dst: Option<[u8; 4]>) {
-        if let Some(Peer::Shm(r)) = dst.and_then(|d| self.peers.get_mut(&d)) {
-            wake_after_a_wait(r, &self.stats);
-        }
     }
 }
 

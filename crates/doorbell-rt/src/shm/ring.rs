@@ -58,6 +58,13 @@ pub(crate) struct Ring {
     /// consumer (never read back from the mapping, which the other side
     /// could change).
     pos: u64,
+    /// The other side's position as this side last read it: the producer
+    /// reads `head` again only when the ring looks full by this reading,
+    /// the consumer `tail` only when it has taken everything up to it, so
+    /// that neither pulls the other's cache line over for every frame.
+    /// The other side's position only grows, so an old reading is safe: it
+    /// shows less room, or fewer frames, than there are.
+    seen: u64,
 }
 
 fn record_len(frame_len: usize) -> u64 {
@@ -79,7 +86,12 @@ impl Ring {
             return None;
         }
         let cap = 1u64 << room.ilog2();
-        let r = Self { map, cap, pos: 0 };
+        let r = Self {
+            map,
+            cap,
+            pos: 0,
+            seen: 0,
+        };
         r.word(OFF_CAP).store(cap, Ordering::Relaxed);
         r.word(OFF_TAIL).store(0, Ordering::Relaxed);
         r.word(OFF_HEAD).store(0, Ordering::Relaxed);
@@ -100,6 +112,7 @@ impl Ring {
             map,
             cap: 0,
             pos: 0,
+            seen: 0,
         };
         if probe.word(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
             return None;
@@ -116,6 +129,7 @@ impl Ring {
             map: probe.map,
             cap,
             pos: tail,
+            seen: tail,
         };
         r.word(OFF_HEAD).store(tail, Ordering::Release);
         Some(r)
@@ -147,17 +161,22 @@ impl Ring {
     /// Producer: appends `frame` (at most [`MAX_FRAME`] bytes).
     pub(crate) fn push(&mut self, frame: &[u8]) -> Result<(), Fault> {
         debug_assert!(frame.len() <= MAX_FRAME);
-        let head = self.word(OFF_HEAD).load(Ordering::Acquire);
-        let used = self.pos.checked_sub(head).ok_or(Fault::Broken)?;
-        if used > self.cap {
-            return Err(Fault::Broken);
-        }
         let need = record_len(frame.len());
         let at = self.pos % self.cap;
         let to_end = self.cap - at;
         let skip = if to_end < need { to_end } else { 0 };
-        if used + skip + need > self.cap {
-            return Err(Fault::Full);
+        // `seen` never passes `pos` (checked when it is read), and `pos`
+        // moves only by what fits.
+        if self.pos - self.seen + skip + need > self.cap {
+            let head = self.word(OFF_HEAD).load(Ordering::Acquire);
+            let used = self.pos.checked_sub(head).ok_or(Fault::Broken)?;
+            if used > self.cap || head < self.seen {
+                return Err(Fault::Broken);
+            }
+            self.seen = head;
+            if used + skip + need > self.cap {
+                return Err(Fault::Full);
+            }
         }
         if skip > 0 {
             // SAFETY: `at` is 8-aligned and below cap, so 4 bytes fit.
@@ -181,11 +200,20 @@ impl Ring {
     /// `Ok(false)` if the ring is empty.
     pub(crate) fn pop(&mut self, out: &mut Vec<u8>) -> Result<bool, Fault> {
         loop {
-            let tail = self.word(OFF_TAIL).load(Ordering::Acquire);
-            let avail = tail.checked_sub(self.pos).ok_or(Fault::Broken)?;
-            if avail == 0 {
-                return Ok(false);
+            if self.seen == self.pos {
+                let tail = self.word(OFF_TAIL).load(Ordering::Acquire);
+                if tail == self.pos {
+                    return Ok(false);
+                }
+                if tail < self.pos {
+                    return Err(Fault::Broken);
+                }
+                self.seen = tail;
             }
+            // What the producer published up to `seen` (the Acquire load
+            // above made those bytes visible); `seen` never falls behind
+            // `pos`, which moves only within it.
+            let avail = self.seen - self.pos;
             if avail > self.cap {
                 return Err(Fault::Broken);
             }
@@ -238,7 +266,7 @@ impl Ring {
 
     /// Consumer: whether a frame is waiting.
     pub(crate) fn has_data(&self) -> bool {
-        self.word(OFF_TAIL).load(Ordering::Acquire) != self.pos
+        self.seen != self.pos || self.word(OFF_TAIL).load(Ordering::Acquire) != self.pos
     }
 
     /// Consumer: says whether it is parked (then the producer wakes it).
@@ -306,9 +334,24 @@ mod tests {
         let (mut tx, mut rx) = pair(64 << 10);
         tx.word(OFF_TAIL).store(u64::MAX / 2, Ordering::Release);
         assert_eq!(rx.pop(&mut out), Err(Fault::Broken));
-        // A head ahead of the tail, as the producer sees it.
+        // A head ahead of the tail, as the producer sees it once it looks
+        // (when the ring seems full).
         rx.word(OFF_HEAD).store(1 << 40, Ordering::Release);
-        assert_eq!(tx.push(b"x"), Err(Fault::Broken));
+        let f = vec![1u8; 4000];
+        let first_error = std::iter::repeat_with(|| tx.push(&f)).find_map(Result::err);
+        assert_eq!(first_error, Some(Fault::Broken));
+        // A head that moved back.
+        let (mut tx, rx) = pair(64 << 10);
+        let mut out = Vec::new();
+        let mut rx = rx;
+        for _ in 0..8 {
+            tx.push(&f).unwrap();
+            assert!(rx.pop(&mut out).unwrap());
+        }
+        let first_error = std::iter::repeat_with(|| tx.push(&f)).find_map(Result::err);
+        assert_eq!(first_error, Some(Fault::Full), "a full ring, read afresh");
+        rx.word(OFF_HEAD).store(0, Ordering::Release);
+        assert_eq!(tx.push(&f), Err(Fault::Broken));
         // A mapping without the magic is no ring.
         let f = crate::shm::os::memfd("ring-test", Ring::mapping_len(64 << 10)).unwrap();
         let m = memmap2::MmapOptions::new().map_raw(&f).unwrap();
