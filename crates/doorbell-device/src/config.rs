@@ -2,6 +2,7 @@
 
 use doorbell_hif::DeviceCaps;
 use doorbell_types::{Duration, Instant};
+use doorbell_wire::Seal;
 
 /// Static configuration of one NIC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,15 @@ pub struct NicConfig {
     /// as ConnectX's adaptive retransmission does
     /// ([`doorbell_roce::RequesterConfig::adaptive_floor`]).
     pub adaptive_retransmit_floor: Option<Duration>,
+    /// When the NIC writes each frame's ICRC: with the headers
+    /// ([`Seal::Now`], the default), or never ([`Seal::Later`]): the
+    /// runtime then writes it ([`doorbell_wire::seal_roce`]) wherever a
+    /// frame could be seen or changed (a port, a capture, a fault relay),
+    /// as an operating system leaves a checksum to the link that carries
+    /// the packet. For NICs of one process whose frames go straight from
+    /// one to the other, which takes them without checking the ICRC
+    /// ([`crate::Nic::handle_emitted_frame`]).
+    pub icrc: Seal,
 }
 
 /// The default adaptive retransmission floor: a few round trips
@@ -40,6 +50,7 @@ impl NicConfig {
             timing: NicTiming::default(),
             udp_src_port: None,
             adaptive_retransmit_floor: Some(ADAPTIVE_RETRANSMIT_FLOOR),
+            icrc: Seal::Now,
         }
     }
 

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use doorbell_hif::NicEvent;
 use doorbell_pcie::{Dma, DmaTag};
 use doorbell_types::{Cqn, Duration, HostAddr, Instant, Qpn, Srqn};
+use doorbell_wire::Seal;
 
 use crate::config::{Frame, NicConfig, NicCounters};
 use crate::cq::Cq;
@@ -59,7 +60,6 @@ impl<D: Dma> Ctx<'_, D> {
 }
 
 /// Queues of outputs and the counters.
-#[derive(Default)]
 pub(crate) struct Outputs {
     pub(crate) tx: VecDeque<Frame>,
     /// Events raised, each with the time the work that raised it had
@@ -82,6 +82,25 @@ pub(crate) struct Outputs {
     /// thrown away. It is built when another frame is queued behind it,
     /// or when it is the next to leave.
     pub(crate) held_ack: Option<HeldAck>,
+    /// When frames get their ICRC ([`crate::NicConfig::icrc`]).
+    pub(crate) seal: Seal,
+}
+
+impl Outputs {
+    /// Nothing queued, nothing kept; frames sealed as `seal` says.
+    pub(crate) fn new(seal: Seal) -> Self {
+        Self {
+            tx: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: NicCounters::default(),
+            spare: crate::pool::Pool::default(),
+            payloads: crate::wq::Spares::default(),
+            building: Vec::new(),
+            wqe_scratch: Vec::new(),
+            held_ack: None,
+            seal,
+        }
+    }
 }
 
 /// A frame being built with its payload read straight into its buffer (a
@@ -144,8 +163,9 @@ impl Outputs {
             return;
         };
         // The ACK was checked to fit when it was held.
-        let mut bytes = self.spare.take_len(h.repr.frame_len(0));
-        if h.repr.emit(&[], &mut bytes).is_ok() {
+        let len = h.repr.frame_len(0);
+        let mut bytes = self.spare.take_len(len);
+        if h.repr.emit_checked(&mut bytes, 0, len, self.seal).is_ok() {
             self.tx.push_back(Frame {
                 dst: h.dst,
                 bytes,

@@ -52,7 +52,12 @@ pub(crate) fn building<D: Dma>(
 /// spares, if the headers cannot be written (never, for a payload of an
 /// MTU at most).
 pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building) -> bool {
-    if f.repr.emit_in_place(&mut f.bytes, f.payload.len()).is_err() {
+    // `building` checked the headers and made the buffer the frame's length.
+    let len = f.bytes.len();
+    let emitted = f
+        .repr
+        .emit_checked(&mut f.bytes, f.payload.len(), len, ctx.out.seal);
+    if emitted.is_err() {
         ctx.out.spare.give(f.bytes);
         return false;
     }

@@ -242,6 +242,7 @@ impl Nic {
     /// A NIC with no objects.
     pub fn new(cfg: NicConfig) -> Self {
         let cfg_pus = cfg.timing.processing_units.max(1) as usize;
+        let out = Outputs::new(cfg.icrc);
         Self {
             mkeys: MkeyTable::new(cfg.caps.max_mkeys as usize),
             cfg,
@@ -256,7 +257,7 @@ impl Nic {
             srqs: BTreeMap::new(),
             next_srqn: 1,
             bf: BTreeMap::new(),
-            out: Outputs::default(),
+            out,
             pus: vec![Instant::ZERO; cfg_pus],
             atomic_free: BTreeMap::new(),
             pu_busy: Duration::ZERO,

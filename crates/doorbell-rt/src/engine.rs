@@ -195,9 +195,10 @@ impl Engine {
 
     /// Takes frames in, flushing after every [`FLUSH_FRAMES`] of them;
     /// `emitted`: frames another NIC of this process built, whose ICRC
-    /// nothing could have changed.
+    /// nothing could have changed (and which that NIC may have left
+    /// unwritten: it is written before a capture records them).
     fn take_frames(&mut self, now: Instant, frames: Vec<Vec<u8>>, emitted: bool) {
-        for f in frames {
+        for mut f in frames {
             let Self {
                 nic,
                 bus,
@@ -218,6 +219,10 @@ impl Engine {
                     Received::Taken => None,
                     Received::Dropped(why) => Some(why),
                 };
+                if emitted {
+                    // Bytes that are no frame stay as they came.
+                    let _ = doorbell_wire::seal_roce(&mut f);
+                }
                 c.record(crate::pcap::Direction::In, &f, why);
             }
             crate::buffers::recycle(f);

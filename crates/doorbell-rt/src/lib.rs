@@ -418,6 +418,12 @@ impl LiveNic {
         // slow to run (decision record 0027).
         let lossless = matches!(port, Port::Fabric(_)) && opts.faults.is_none();
         cfg.adaptive_retransmit_floor = opts.adaptive_retransmit_floor.filter(|_| !lossless);
+        // Nothing between this NIC and the NICs it sends to looks at its
+        // frames' ICRC, and they do not check it (decision record 0038):
+        // it is written only where a frame is recorded.
+        if lossless && opts.pcap.is_none() {
+            cfg.icrc = doorbell_wire::Seal::Later;
+        }
         let (mut handle, sink): (PortHandle, Box<dyn fault::Sink>) = match port {
             Port::Fabric(fabric) => {
                 if fabric.routes().contains_key(&ipv4) {

@@ -107,7 +107,9 @@ pub use immdt::{ImmDtHeader, ImmDtRepr};
 pub use ipv4::{IpProtocol, Ipv4Header, Ipv4Repr};
 pub use ipv6::{Ipv6Header, Ipv6Repr};
 pub use reth::{RethHeader, RethRepr};
-pub use roce::{ParsedRoce, ROCE_V2_UDP_PORT, RoceIp, RoceRepr, parse_roce, parse_roce_emitted};
+pub use roce::{
+    ParsedRoce, ROCE_V2_UDP_PORT, RoceIp, RoceRepr, Seal, parse_roce, parse_roce_emitted, seal_roce,
+};
 pub use udp::{UdpHeader, UdpRepr};
 
 /// Why a buffer could not be parsed or a frame could not be built.

@@ -197,12 +197,35 @@ impl RoceRepr {
     /// limit. On error `frame` is unchanged.
     pub fn emit_in_place(&self, frame: &mut [u8], payload_len: usize) -> Result<usize> {
         let len = self.checked_frame_len(payload_len)?;
-        self.fill_in(frame, len, payload_len)
+        self.fill_in(frame, len, payload_len, Seal::Now)
+    }
+
+    /// [`Self::emit_in_place`] for a frame of `len` bytes, which
+    /// [`Self::checked_frame_len`] gave for `payload_len` (its checks are
+    /// not made again); with `seal` [`Seal::Later`], the ICRC (and over
+    /// IPv6 the UDP checksum, which covers it) is left zero, for
+    /// [`seal_roce`] to write where the frame leaves its sender's hands.
+    /// Fails with [`Error::Truncated`] if `frame` is shorter than `len`.
+    pub fn emit_checked(
+        &self,
+        frame: &mut [u8],
+        payload_len: usize,
+        len: usize,
+        seal: Seal,
+    ) -> Result<usize> {
+        debug_assert_eq!(self.checked_frame_len(payload_len), Ok(len));
+        self.fill_in(frame, len, payload_len, seal)
     }
 
     /// [`Self::emit_in_place`] of a frame of `len` bytes, which
     /// [`Self::checked_frame_len`] gave for `payload_len`.
-    fn fill_in(&self, frame: &mut [u8], len: usize, payload_len: usize) -> Result<usize> {
+    fn fill_in(
+        &self,
+        frame: &mut [u8],
+        len: usize,
+        payload_len: usize,
+        seal: Seal,
+    ) -> Result<usize> {
         let frame = frame.get_mut(..len).ok_or(Error::Truncated)?;
         let opcode = self.bth.opcode;
         let ip_hlen = self.ip.header_len();
@@ -267,16 +290,9 @@ impl RoceRepr {
         let pad_at = self.header_len() + payload_len;
         let icrc_at = len - ICRC_LEN;
         frame[pad_at..icrc_at].fill(0);
-
-        let icrc = match self.ip {
-            RoceIp::V4 { .. } => icrc_ipv4(&frame[..icrc_at]),
-            RoceIp::V6 { .. } => icrc_ipv6(&frame[..icrc_at]),
-        };
-        frame[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
-
-        if let RoceIp::V6 { src, dst, .. } = self.ip {
-            let c = udp_checksum_ipv6(src, dst, &frame[udp_at..]);
-            UdpHeader::new_unchecked(&mut frame[udp_at..]).set_checksum(c);
+        match seal {
+            Seal::Now => seal_in_place(frame, ip_hlen),
+            Seal::Later => frame[icrc_at..].fill(0),
         }
         Ok(len)
     }
@@ -289,7 +305,7 @@ impl RoceRepr {
             return Err(Error::Truncated);
         }
         frame[self.payload_range(payload.len())].copy_from_slice(payload);
-        self.fill_in(frame, len, payload.len())
+        self.fill_in(frame, len, payload.len(), Seal::Now)
     }
 
     /// Replaces the contents of `out` with the frame, reusing its capacity.
@@ -303,7 +319,7 @@ impl RoceRepr {
         out.resize(self.header_len(), 0);
         out.extend_from_slice(payload);
         out.resize(len, 0);
-        self.fill_in(out, len, payload.len())
+        self.fill_in(out, len, payload.len(), Seal::Now)
             .map(|_| ())
             .inspect_err(|_| out.clear())
     }
@@ -323,6 +339,70 @@ impl RoceRepr {
             return Err(Error::Malformed);
         }
         Ok(len)
+    }
+}
+
+/// When [`RoceRepr::emit_checked`] writes a frame's ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seal {
+    /// With the headers.
+    Now,
+    /// Not: the frame's holder calls [`seal_roce`] before anything that
+    /// could look at the ICRC (a port, a capture, a fault that corrupts)
+    /// sees the bytes. A frame handed untouched to a receiver that trusts
+    /// its sender ([`parse_roce_emitted`]) is never sealed, as a checksum
+    /// left to the link is never computed for a packet that stays in its
+    /// host.
+    Later,
+}
+
+/// Writes the ICRC of a frame emitted with [`Seal::Later`] (over IPv6
+/// also the UDP checksum, which covers the ICRC): the frame is then the
+/// one [`RoceRepr::emit_in_place`] would have built. The frame runs to its
+/// IP length; its headers are trusted (this is the sender's own frame).
+/// Fails with [`Error::Truncated`] or [`Error::BadIpVersion`] for bytes
+/// that are no such frame, leaving them unchanged.
+pub fn seal_roce(frame: &mut [u8]) -> Result<()> {
+    let first = *frame.first().ok_or(Error::Truncated)?;
+    let (ip_hlen, pkt_len) = match first >> 4 {
+        4 => {
+            let h = Ipv4Header::new_checked(&*frame)?;
+            (usize::from(first & 0x0f) * 4, usize::from(h.total_len()))
+        }
+        6 => {
+            let h = Ipv6Header::new_checked(&*frame)?;
+            (
+                ipv6::HEADER_LEN,
+                ipv6::HEADER_LEN + usize::from(h.payload_len()),
+            )
+        }
+        _ => return Err(Error::BadIpVersion),
+    };
+    let min = ip_hlen + udp::HEADER_LEN + bth::HEADER_LEN + ICRC_LEN;
+    if pkt_len < min || pkt_len > frame.len() {
+        return Err(Error::Truncated);
+    }
+    seal_in_place(&mut frame[..pkt_len], ip_hlen);
+    Ok(())
+}
+
+/// Writes the ICRC into the last four bytes of `frame` (a whole packet
+/// from its IP header, with an IP header of `ip_hlen` bytes), then over
+/// IPv6 the UDP checksum.
+fn seal_in_place(frame: &mut [u8], ip_hlen: usize) {
+    let icrc_at = frame.len() - ICRC_LEN;
+    let v6 = frame[0] >> 4 == 6;
+    let icrc = if v6 {
+        icrc_ipv6(&frame[..icrc_at])
+    } else {
+        icrc_ipv4(&frame[..icrc_at])
+    };
+    frame[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
+    if v6 {
+        let h = Ipv6Header::new_unchecked(&*frame);
+        let (src, dst) = (h.src_addr(), h.dst_addr());
+        let c = udp_checksum_ipv6(src, dst, &frame[ip_hlen..]);
+        UdpHeader::new_unchecked(&mut frame[ip_hlen..]).set_checksum(c);
     }
 }
 
@@ -766,7 +846,28 @@ mod tests {
             let mut g = vec![0x5a; f.len()];
             g[r.payload_range(payload.len())].copy_from_slice(&payload);
             prop_assert_eq!(r.emit_in_place(&mut g, payload.len()), Ok(f.len()));
-            prop_assert_eq!(g, f);
+            prop_assert_eq!(&g, &f);
+            // Sealed later, the same bytes, ICRC and all (over IPv6 the UDP
+            // checksum too); only the ICRC is missing before.
+            let mut h = vec![0x5a; f.len() + 3];
+            h[r.payload_range(payload.len())].copy_from_slice(&payload);
+            let len = r.checked_frame_len(payload.len()).unwrap();
+            prop_assert_eq!(r.emit_checked(&mut h, payload.len(), len, Seal::Later), Ok(len));
+            prop_assert_eq!(&h[len - ICRC_LEN..len], &[0u8; ICRC_LEN][..]);
+            prop_assert_eq!(parse_roce_emitted(&h[..len]).map(|p| p.payload), Ok(r.payload_range(payload.len())));
+            prop_assert_eq!(seal_roce(&mut h), Ok(()));
+            prop_assert_eq!(&h[..len], &f[..]);
+            prop_assert_eq!(&h[len..], &[0x5a; 3][..], "nothing past the packet");
+            prop_assert_eq!(seal_roce(&mut h), Ok(()));
+            prop_assert_eq!(&h[..len], &f[..], "sealing twice changes nothing");
+        }
+
+        #[test]
+        fn sealing_bytes_that_are_no_frame_never_panics(mut bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
+            let before = bytes.clone();
+            if seal_roce(&mut bytes).is_err() {
+                prop_assert_eq!(bytes, before);
+            }
         }
 
         #[test]

@@ -171,3 +171,64 @@ fn a_burst_is_answered_while_it_is_taken_in() {
         "B took {longest:?} frames in a row in before it sent anything"
     );
 }
+
+/// Two NICs of one process with nothing between them leave the ICRC of
+/// their frames unwritten (decision record 0038), and neither checks it.
+/// A capture must still hold every frame as it goes on a wire: B records
+/// A's frames as it takes them in, and scapy's RoCE layer
+/// (`tests/it/icrc_check.py`), recomputing each ICRC on its own, agrees
+/// with every one, A's included. A has no capture of its own, so nothing
+/// but B's engine writes A's ICRCs.
+#[test]
+fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
+    let fb = file("pcap-sealed-b");
+    let b = NicOptions {
+        pcap: Some(fb.clone()),
+        ..NicOptions::default()
+    };
+    let p = fabric_pair(
+        [NicOptions::default(), b],
+        default_caps(),
+        4096,
+        Timers::default(),
+    );
+    let data = pattern(3000, 9);
+    p.a.mr.write(0, &data).unwrap();
+    let sge = [p.a.mr.sge(0, 3000).unwrap()];
+    let write = WrOpcode::RdmaWrite(RemoteAddr {
+        addr: p.b.mr.addr(),
+        rkey: p.b.mr.rkey(),
+    });
+    for i in 0..4 {
+        post(
+            &p.a.qp,
+            SendWr {
+                flags: SendFlags::SIGNALED,
+                ..signaled(i, &sge, write)
+            },
+        );
+        assert!(wait(&p.a.cq, 1)[0].is_ok());
+    }
+    let mut got = vec![0u8; 3000];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let (a, b) = settled(&p);
+    drop(p);
+    let python = doorbell_cprobe::program::scapy_python(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    );
+    let out = Command::new(&python)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/icrc_check.py"))
+        .arg(&fb)
+        .output()
+        .expect("the venv's python runs (scripts/setup.sh makes it)");
+    let _ = std::fs::remove_file(&fb);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let frames = a.tx_packets + b.tx_packets;
+    assert!(frames >= 8, "A's WRITEs and B's ACKs: {a:?} {b:?}");
+    assert!(
+        out.status.success() && text.contains(&format!("scapy ICRC agrees: {frames} of {frames}")),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
