@@ -4,12 +4,18 @@
 /// an odd final byte is padded with zero. Feed pieces of even length except
 /// the last.
 pub fn ones_sum(mut acc: u64, data: &[u8]) -> u64 {
-    let mut words = data.chunks_exact(2);
-    for w in &mut words {
-        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    // Four bytes at a time: a big-endian u32 is two 16-bit words, and
+    // `hi * 2^16 + lo` is `hi + lo` modulo 2^16 - 1, which is all a
+    // one's-complement sum keeps (`fold` carries the rest around).
+    let mut quads = data.chunks_exact(4);
+    for q in &mut quads {
+        acc += u64::from(u32::from_be_bytes([q[0], q[1], q[2], q[3]]));
     }
-    if let [b] = words.remainder() {
-        acc += u64::from(*b) << 8;
+    match *quads.remainder() {
+        [a, b, c] => acc += u64::from(u16::from_be_bytes([a, b])) + (u64::from(c) << 8),
+        [a, b] => acc += u64::from(u16::from_be_bytes([a, b])),
+        [a] => acc += u64::from(a) << 8,
+        _ => {}
     }
     acc
 }
@@ -32,6 +38,29 @@ pub fn internet_checksum(data: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The RFC's definition, a 16-bit word at a time.
+    fn by_words(data: &[u8]) -> u16 {
+        let mut acc = 0u64;
+        for w in data.chunks(2) {
+            acc += u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+        }
+        fold(acc)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn four_bytes_at_a_time_sum_as_words_do(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            cut in 0usize..100,
+        ) {
+            proptest::prop_assert_eq!(fold(ones_sum(0, &data)), by_words(&data));
+            // Pieces of even length, then the rest, sum as the whole.
+            let cut = (cut * 2).min(data.len() & !1);
+            let (a, b) = data.split_at(cut);
+            proptest::prop_assert_eq!(fold(ones_sum(ones_sum(0, a), b)), by_words(&data));
+        }
+    }
 
     #[test]
     fn rfc1071_example() {
