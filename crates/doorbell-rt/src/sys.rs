@@ -181,6 +181,12 @@ pub(crate) struct RecvMeta {
 }
 
 /// Buffers for one `recvmmsg` of up to [`RECV_BATCH`] datagrams.
+///
+/// The headers and iovecs point into the batch's own heap buffers, set up
+/// once by [`RecvBatch::new`]: the vectors are never resized, so their
+/// heap buffers stay put for the batch's life, when the batch moves too.
+/// After each call the fields the kernel wrote are reset, for the headers
+/// it used only (a receive that finds nothing costs no setup).
 pub(crate) struct RecvBatch {
     bufs: Vec<u8>,
     /// u64 elements keep each control buffer aligned for `cmsghdr`.
@@ -192,11 +198,10 @@ pub(crate) struct RecvBatch {
 }
 
 // SAFETY: the raw pointers in the headers and iovecs point only into the
-// batch's own heap buffers (which stay put when the batch moves), and
-// `recv` writes every one of them again before the kernel reads them; no
-// pointer is dereferenced by Rust code. Moving the batch to another thread,
-// or using it from one thread at a time under a lock, is then like moving
-// its `Vec`s.
+// batch's own heap buffers, which stay put when the batch moves (the
+// vectors are never resized); no pointer is dereferenced by Rust code.
+// Moving the batch to another thread, or using it from one thread at a
+// time under a lock, is then like moving its `Vec`s.
 unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
@@ -210,38 +215,50 @@ impl RecvBatch {
                 std::mem::zeroed::<libc::mmsghdr>(),
             )
         };
-        Self {
+        let mut b = Self {
             bufs: vec![0u8; RECV_BUF_LEN * RECV_BATCH],
             cmsgs: vec![[0u64; CMSG_LEN / 8]; RECV_BATCH],
             names: vec![name; RECV_BATCH],
             iovs: vec![iov; RECV_BATCH],
             hdrs: vec![hdr; RECV_BATCH],
             metas: Vec::with_capacity(RECV_BATCH),
+        };
+        for i in 0..RECV_BATCH {
+            b.iovs[i] = libc::iovec {
+                iov_base: b.bufs[i * RECV_BUF_LEN..].as_mut_ptr().cast(),
+                iov_len: RECV_BUF_LEN,
+            };
+            let h = &mut b.hdrs[i].msg_hdr;
+            h.msg_name = std::ptr::from_mut(&mut b.names[i]).cast();
+            h.msg_iov = std::ptr::from_mut(&mut b.iovs[i]);
+            h.msg_iovlen = 1;
+            h.msg_control = b.cmsgs[i].as_mut_ptr().cast();
+        }
+        b.reset(RECV_BATCH);
+        b
+    }
+
+    /// Resets what the kernel writes in the first `n` headers: the
+    /// lengths it shortens, the flags and the byte count.
+    fn reset(&mut self, n: usize) {
+        for m in &mut self.hdrs[..n] {
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            m.msg_hdr.msg_controllen = CMSG_LEN as _;
+            m.msg_hdr.msg_flags = 0;
+            m.msg_len = 0;
         }
     }
 
     /// Takes what is already queued, up to the batch size, without waiting
     /// (WouldBlock if nothing is). Returns how many were taken.
     pub(crate) fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        self.reset(self.metas.len());
         self.metas.clear();
-        for i in 0..RECV_BATCH {
-            self.iovs[i] = libc::iovec {
-                iov_base: self.bufs[i * RECV_BUF_LEN..].as_mut_ptr().cast(),
-                iov_len: RECV_BUF_LEN,
-            };
-            let h = &mut self.hdrs[i].msg_hdr;
-            h.msg_name = std::ptr::from_mut(&mut self.names[i]).cast();
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_iov = std::ptr::from_mut(&mut self.iovs[i]);
-            h.msg_iovlen = 1;
-            h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
-            h.msg_controllen = CMSG_LEN as _;
-            h.msg_flags = 0;
-            self.hdrs[i].msg_len = 0;
-        }
         // SAFETY: every header points at a name, one iovec and a control
-        // buffer of the sizes it states, all owned by `self` and not moved
-        // during the call; the kernel writes within those sizes only.
+        // buffer of the sizes it states (set by `new`, the lengths reset
+        // since the kernel last wrote them), all in heap buffers owned by
+        // `self` that never move; the kernel writes within those sizes
+        // only.
         let n = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
