@@ -324,30 +324,19 @@ mod tests {
 
     #[test]
     fn a_cleared_batch_keeps_its_memory() {
+        let fill = |b: &mut SendBatch| {
+            for i in 0..16 {
+                let data = SendData::Inline(&[0; 64]);
+                b.push(i, SendFlags::INLINE, WrOpcode::Send, None, data)
+                    .unwrap();
+            }
+        };
         let mut b = SendBatch::new();
-        for i in 0..16 {
-            b.push(
-                i,
-                SendFlags::INLINE,
-                WrOpcode::Send,
-                None,
-                SendData::Inline(&[0; 64]),
-            )
-            .unwrap();
-        }
+        fill(&mut b);
         let (wrs, bytes) = (b.wrs.capacity(), b.inline.capacity());
         b.clear();
         assert!(b.is_empty());
-        for i in 0..16 {
-            b.push(
-                i,
-                SendFlags::INLINE,
-                WrOpcode::Send,
-                None,
-                SendData::Inline(&[0; 64]),
-            )
-            .unwrap();
-        }
+        fill(&mut b);
         assert_eq!((b.wrs.capacity(), b.inline.capacity()), (wrs, bytes));
     }
 }
