@@ -206,6 +206,12 @@ impl RoceRepr {
     /// IPv6 the UDP checksum, which covers it) is left zero, for
     /// [`seal_roce`] to write where the frame leaves its sender's hands.
     /// Fails with [`Error::Truncated`] if `frame` is shorter than `len`.
+    ///
+    /// Contract (as an emitter's buffer length, STYLE R3): `len` is what
+    /// `checked_frame_len(payload_len)` returned for this very repr, which
+    /// a debug assertion checks; with another `len` the frame is wrong and
+    /// the call may panic. Input from the wire never reaches it: it is for
+    /// the sender that sized the buffer.
     pub fn emit_checked(
         &self,
         frame: &mut [u8],
