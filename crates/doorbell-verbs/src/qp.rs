@@ -805,10 +805,7 @@ impl Qp {
                 (WqeOpcode::AtomicFa, 0, Some(remote), Some((add, 0)))
             }
         };
-        let is_rd = matches!(
-            opcode,
-            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
-        );
+        let is_rd = !wr.opcode.carries_payload();
         if inner.qp_type == QpType::Ud && (remote.is_some() || wr.ud.is_none()) {
             return Err(VerbsError::InvalidArgument(
                 "UD QPs send only SENDs, each with a UD target",
