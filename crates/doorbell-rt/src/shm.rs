@@ -1264,7 +1264,6 @@ impl Sink for HostSink {
                 );
             }
         }
-        drop(frames);
         if pushed > 0 {
             self.stats.tx_frames.fetch_add(pushed, Ordering::Relaxed);
         }
