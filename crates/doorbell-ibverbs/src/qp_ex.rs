@@ -189,36 +189,23 @@ fn remote(rkey: u32, addr: u64) -> RemoteAddr {
 }
 
 unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
-    with_batch("ibv_wr_start", qpx, |_, b| {
-        b.batch.clear();
-        b.open = true;
-        b.error = None;
-    });
+    with_batch("ibv_wr_start", qpx, |_, b| b.restart(true));
 }
 
 unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
-    with_batch("ibv_wr_abort", qpx, |_, b| {
-        b.batch.clear();
-        b.open = false;
-        b.error = None;
-    });
+    with_batch("ibv_wr_abort", qpx, |_, b| b.restart(false));
 }
 
 unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     guard("ibv_wr_complete", Conv::Errno, || {
         let q = qpx_of(qpx)?;
         let mut b = lock(&q.wr);
-        let (open, error) = (b.open, b.error.take());
-        b.open = false;
-        if !open {
-            b.batch.clear();
-            return Err(EINVAL);
-        }
-        let posted = match error {
-            Some(e) => Err(e),
-            None => q.inner.post_batch(&b.batch).map_err(|e| e.error.errno()),
+        let posted = match (b.open, b.error) {
+            (false, _) => Err(EINVAL),
+            (true, Some(e)) => Err(e),
+            (true, None) => q.inner.post_batch(&b.batch).map_err(|e| e.error.errno()),
         };
-        b.batch.clear();
+        b.restart(false);
         posted.map(|()| 0)
     })
 }

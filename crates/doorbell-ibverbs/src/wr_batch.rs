@@ -24,9 +24,20 @@ pub(crate) struct WrState {
     pub(crate) error: Option<c_int>,
 }
 
+impl WrState {
+    /// Empties the batch (keeping its memory) and forgets any misuse;
+    /// `open` as `ibv_wr_start` (true) or `ibv_wr_abort` (false) leaves it.
+    pub(crate) fn restart(&mut self, open: bool) {
+        self.batch.clear();
+        self.open = open;
+        self.error = None;
+    }
+}
+
 /// C's inline pieces `(address, length)` as slices, after checking that
 /// they add up to at most `max` bytes (ENOMEM otherwise, before anything
-/// is read) and that none with bytes is at NULL (EFAULT).
+/// is read, and before the next check) and that none with bytes is at
+/// NULL (EFAULT).
 ///
 /// # Safety
 /// Each piece is `(address, length)` of memory the C caller gives to be
@@ -39,15 +50,15 @@ pub(crate) unsafe fn inline_pieces<'a, I>(
 where
     I: Iterator<Item = (u64, usize)> + Clone,
 {
-    let mut total = 0usize;
-    for (addr, len) in pieces.clone() {
-        total = total.saturating_add(len);
-        if len > 0 && addr == 0 {
-            return Err(libc::EFAULT);
-        }
-    }
+    // Too long is ENOMEM whatever the addresses, as mlx5 checks it first.
+    let total = pieces
+        .clone()
+        .fold(0usize, |t, (_, len)| t.saturating_add(len));
     if total > max as usize {
         return Err(libc::ENOMEM);
+    }
+    if pieces.clone().any(|(addr, len)| len > 0 && addr == 0) {
+        return Err(libc::EFAULT);
     }
     Ok(pieces.map(|(addr, len)| -> &'a [u8] {
         if len == 0 {

@@ -190,6 +190,69 @@ int main(void)
 	CHECK("post_send_null_sg_list", ibv_post_send(a, &w1, &bad_wr) == EINVAL, "");
 	w1.sg_list = &sge;
 
+	/* Inline data past the QP's room: ENOMEM (as mlx5), bad_wr names the
+	 * WR, and nothing is read from its buffer first (it is NULL + 1). */
+	struct ibv_qp_attr got;
+	struct ibv_qp_init_attr got_init;
+	ibv_query_qp(a, &got, IBV_QP_CAP, &got_init);
+	struct ibv_sge far = {.addr = 1, .length = got.cap.max_inline_data + 1, .lkey = 0};
+	struct ibv_send_wr wi = w1;
+	wi.wr_id = 10;
+	wi.sg_list = &far;
+	wi.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	bad_wr = NULL;
+	CHECK("post_send_inline_too_long", ibv_post_send(a, &wi, &bad_wr) == ENOMEM &&
+						   bad_wr == &wi,
+	      "max_inline_data %u", got.cap.max_inline_data);
+
+	/* The ibv_wr_* API: a misuse is kept and reported by ibv_wr_complete,
+	 * which then posts nothing; a good batch's inline bytes arrive. */
+	struct ibv_qp_init_attr_ex ix = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+					 .cap = {.max_send_wr = 8, .max_recv_wr = 8,
+						 .max_send_sge = 1, .max_recv_sge = 1,
+						 .max_inline_data = 32},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD |
+						      IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					 .pd = pd,
+					 .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE |
+							   IBV_QP_EX_WITH_RDMA_READ};
+	struct ibv_qp *c = ibv_create_qp_ex(ctx, &ix);
+	struct ibv_qp *d = ibv_create_qp(pd, &ia);
+	struct ibv_qp_ex *cx = c ? ibv_qp_to_qp_ex(c) : NULL;
+	CHECK("create_qp_ex", c && d && cx, "errno %d", errno);
+	CHECK("to_rts_ex", to_rts(c, d->qp_num, gid) == 0 && to_rts(d, c->qp_num, gid) == 0,
+	      "errno %d", errno);
+	CHECK("wr_complete_unstarted", ibv_wr_complete(cx) == EINVAL, "");
+	ibv_wr_start(cx);
+	ibv_wr_set_sge(cx, mr->lkey, (uintptr_t)buf, 8);
+	CHECK("wr_setter_before_an_opcode", ibv_wr_complete(cx) == EINVAL, "");
+	ibv_wr_start(cx);
+	cx->wr_id = 20;
+	cx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_read(cx, mr->rkey, (uintptr_t)buf + 8192);
+	ibv_wr_set_inline_data(cx, buf, 8);
+	CHECK("wr_inline_on_a_read", ibv_wr_complete(cx) == EINVAL, "");
+	ibv_wr_start(cx);
+	cx->wr_id = 21;
+	ibv_wr_rdma_write(cx, mr->rkey, (uintptr_t)buf + 8192);
+	ibv_wr_set_inline_data(cx, NULL, 1000);
+	CHECK("wr_inline_too_long", ibv_wr_complete(cx) == ENOMEM, "");
+	CHECK("wr_failures_posted_nothing", ibv_poll_cq(cq, 1, &wc) == 0, "a completion");
+	char msg[8] = "wr-api!";
+	memset(buf + 8192, 0, 8);
+	ibv_wr_start(cx);
+	cx->wr_id = 22;
+	cx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(cx, mr->rkey, (uintptr_t)buf + 8192);
+	ibv_wr_set_inline_data(cx, msg, sizeof msg);
+	memset(msg, 'x', sizeof msg); /* copied at the call: reusable at once */
+	CHECK("wr_complete", ibv_wr_complete(cx) == 0, "");
+	n = wait_wc(cq, &wc);
+	CHECK("wr_inline_arrived", n == 1 && wc.wr_id == 22 && wc.status == IBV_WC_SUCCESS &&
+					   memcmp(buf + 8192, "wr-api!", 8) == 0,
+	      "n %d wr_id %llu status %d", n, (unsigned long long)wc.wr_id, wc.status);
+	CHECK("destroy_qp_ex", ibv_destroy_qp(c) == 0 && ibv_destroy_qp(d) == 0, "");
+
 	/* Destroying what is in use. */
 	CHECK("destroy_cq_in_use", ibv_destroy_cq(cq) == EBUSY, "");
 	CHECK("dealloc_pd_in_use", ibv_dealloc_pd(pd) == EBUSY, "");
