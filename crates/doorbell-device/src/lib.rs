@@ -205,6 +205,8 @@ pub struct Nic {
     pu_work: Option<Vec<PuWork>>,
     /// Every QP's running timers, by deadline.
     timers: TimerIndex,
+    /// The QPs whose timers [`Nic::handle_timeout`] fires, kept for reuse.
+    due: Vec<Qpn>,
     /// The port's link is down (administratively): no frame leaves or
     /// arrives.
     link_down: bool,
@@ -263,6 +265,7 @@ impl Nic {
             pu_busy: Duration::ZERO,
             pu_work: None,
             timers: TimerIndex::default(),
+            due: Vec::new(),
             link_down: false,
             eqs: Eqs::default(),
         }
@@ -1076,7 +1079,9 @@ impl Nic {
 
     fn timeout(&mut self, now: Instant, dma: &mut impl Dma) {
         // QPs due, in QPN order; firing one QP's timers touches no other's.
-        for qpn in self.timers.due(now) {
+        let mut due = std::mem::take(&mut self.due);
+        self.timers.due(now, &mut due);
+        for &qpn in &due {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
@@ -1088,6 +1093,7 @@ impl Nic {
             sync_timers(&mut self.timers, qp);
             self.occupy(pu, start, busy, qpn, PuTask::Timer);
         }
+        self.due = due;
     }
 
     /// The next frame for the fabric.

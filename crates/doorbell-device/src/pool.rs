@@ -31,6 +31,8 @@ impl<T, const KEEP: usize, const LARGEST: usize> Pool<T, KEEP, LARGEST> {
         if v.capacity() == 0 || v.capacity() > LARGEST || self.kept.len() >= KEEP {
             return;
         }
+        // Room for all at once: the pool grows no further.
+        self.kept.reserve_exact(KEEP - self.kept.len());
         self.kept.push(v);
     }
 

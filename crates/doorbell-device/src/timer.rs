@@ -64,13 +64,18 @@ impl TimerIndex {
         self.by_deadline.first().map(|&(at, _, _)| at)
     }
 
-    /// The QPs with a timer due at `now`, in QPN order.
-    pub(crate) fn due(&self, now: Instant) -> BTreeSet<Qpn> {
-        self.by_deadline
-            .iter()
-            .take_while(|&&(at, _, _)| at <= now)
-            .map(|&(_, qpn, _)| qpn)
-            .collect()
+    /// The QPs with a timer due at `now`, in QPN order, each once, into
+    /// `out` (emptied first; its room is reused).
+    pub(crate) fn due(&self, now: Instant, out: &mut Vec<Qpn>) {
+        out.clear();
+        out.extend(
+            self.by_deadline
+                .iter()
+                .take_while(|&&(at, _, _)| at <= now)
+                .map(|&(_, qpn, _)| qpn),
+        );
+        out.sort_unstable();
+        out.dedup();
     }
 }
 
@@ -87,13 +92,17 @@ mod tests {
         ix.sync(a, &mut ia, [Some(t(30)), None, None, None]);
         ix.sync(b, &mut ib, [None, Some(t(20)), None, Some(t(40))]);
         assert_eq!(ix.next(), Some(t(20)));
-        assert_eq!(ix.due(t(30)).into_iter().collect::<Vec<_>>(), vec![b, a]);
+        let mut due = Vec::new();
+        ix.due(t(30), &mut due);
+        assert_eq!(due, [b, a]);
         ix.sync(b, &mut ib, [None, None, None, Some(t(40))]);
         assert_eq!(ix.next(), Some(t(30)));
-        assert_eq!(ix.due(t(35)).into_iter().collect::<Vec<_>>(), vec![a]);
+        ix.due(t(35), &mut due);
+        assert_eq!(due, [a]);
         ix.sync(a, &mut ia, [None; 4]);
         ix.sync(b, &mut ib, [None; 4]);
         assert_eq!(ix.next(), None);
-        assert!(ix.due(t(u64::MAX)).is_empty());
+        ix.due(t(u64::MAX), &mut due);
+        assert!(due.is_empty());
     }
 }
