@@ -469,6 +469,7 @@ impl Pd {
                 head: 0,
                 tail: 0,
                 wrid: vec![0; rq_wqe_cnt as usize],
+                build: vec![0; rq_stride as usize],
             }),
             sq_wqe_cnt,
             rq_wqe_cnt,
@@ -607,20 +608,21 @@ impl Qp {
         }
         let mem = self.ctx().mem();
         let shared = &inner.shared;
-        let mut rq = shared.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = shared.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let rq = &mut *guard;
         let stride = inner.rq_stride as usize;
-        let mut wqe = vec![0u8; stride];
+        let wqe = &mut rq.build;
         for (n, wr) in wrs.iter().enumerate() {
             let posted = rq.head.wrapping_sub(rq.tail).wrapping_add(n as u32);
             if posted >= inner.max_recv_post {
-                self.publish_recv(&mut rq, n as u32).map_err(at(n))?;
+                self.publish_recv(&mut rq.head, n as u32).map_err(at(n))?;
                 return Err(at(n)(VerbsError::QueueFull {
                     posted,
                     max: inner.max_recv_post,
                 }));
             }
             if wr.sg_list.len() as u32 > inner.max_recv_gs {
-                self.publish_recv(&mut rq, n as u32).map_err(at(n))?;
+                self.publish_recv(&mut rq.head, n as u32).map_err(at(n))?;
                 return Err(at(n)(VerbsError::InvalidArgument(
                     "more SGEs than max_recv_sge",
                 )));
@@ -644,20 +646,24 @@ impl Qp {
             let written = offset(inner.buf.addr, (ind * stride) as u64)
                 .and_then(|a| mem.write(a, &wqe[..i * 16]));
             if let Err(e) = written {
-                self.publish_recv(&mut rq, n as u32).map_err(at(n))?;
+                self.publish_recv(&mut rq.head, n as u32).map_err(at(n))?;
                 return Err(at(n)(e.into()));
             }
             rq.wrid[ind] = wr.wr_id;
         }
-        self.publish_recv(&mut rq, wrs.len() as u32).map_err(at(0))
+        self.publish_recv(&mut rq.head, wrs.len() as u32)
+            .map_err(at(0))
     }
 
-    fn publish_recv(&self, rq: &mut RqState, nreq: u32) -> Result<(), VerbsError> {
+    /// Counts `nreq` more receive WQEs posted at `head`, in the doorbell
+    /// record too.
+    fn publish_recv(&self, head: &mut u32, nreq: u32) -> Result<(), VerbsError> {
         if nreq == 0 {
             return Ok(());
         }
-        rq.head = rq.head.wrapping_add(nreq);
-        self.write_dbr_word(dbr::field::WORD0, |r| r.set_recv_counter(rq.head as u16))
+        *head = head.wrapping_add(nreq);
+        let head = *head;
+        self.write_dbr_word(dbr::field::WORD0, |r| r.set_recv_counter(head as u16))
     }
 
     /// Posts send WRs (`ibv_post_send`). On error, the WRs before the failing

@@ -148,6 +148,7 @@ impl Pd {
                         counter: 0,
                         next,
                         wrid: vec![0; wqe_cnt as usize],
+                        build: vec![0; size as usize - field::SRQ_NEXT_LEN],
                     }),
                 }),
                 dbr,
@@ -237,9 +238,9 @@ impl Srq {
         let inner = &*self.inner;
         let shared = &*inner.shared;
         let mem = inner.pd.context().mem();
-        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        let data_len = (shared.stride as usize) - field::SRQ_NEXT_LEN;
-        let mut wqe = vec![0u8; data_len];
+        let mut guard = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *guard;
+        let wqe = &mut st.build;
         let mut failed = None;
         let mut n = 0u32;
         for (i, wr) in wrs.iter().enumerate() {

@@ -28,6 +28,8 @@ pub(crate) struct RqState {
     pub(crate) head: u32,
     pub(crate) tail: u32,
     pub(crate) wrid: Vec<u64>,
+    /// A receive WQE's bytes while a post builds it (one stride).
+    pub(crate) build: Vec<u8>,
 }
 
 /// The part of a QP that poll_cq needs.
@@ -73,6 +75,8 @@ pub(crate) struct SrqState {
     /// Each WQE's link, as written in its next segment.
     pub(crate) next: Vec<u16>,
     pub(crate) wrid: Vec<u64>,
+    /// A WQE's data segments while a post builds them.
+    pub(crate) build: Vec<u8>,
 }
 
 /// The part of an SRQ that `poll_cq` needs: the wr_ids and the free list.
