@@ -7,75 +7,183 @@
 //! [`Nic::recycle`]). A buffer never handed back is simply freed.
 //!
 //! Each thread keeps its own spares (at most [`KEEP`], none larger than
-//! [`LARGEST`] bytes), so nothing is shared between threads and no thread
-//! keeps more than about a megabyte and a half of frames of MTU 4096.
+//! [`LARGEST`] bytes), and the process up to [`SHARED_KEEP`] more that any
+//! thread may take: a thread with none of its own takes from there, and a
+//! thread gives there first while they are fewer than [`SHARED_LOW`], and
+//! once its own are full. A buffer that one thread fills and another frees
+//! (a port's receive thread takes a frame, the program thread that ran the
+//! NIC recycles it) then goes round instead of being allocated by the one
+//! and freed by the other, and a thread that wakes now and then finds
+//! spares waiting. No thread keeps more than about a megabyte and a half
+//! of frames of MTU 4096, nor the process more than that beside them. Batches of frames go round the same way, in lists
+//! ([`frame_list`], [`recycle_list`]).
 //! Reuse changes only where the bytes live, never what they are: a buffer
 //! comes out empty from [`buffer`]. Spares keep their length until then,
 //! so that a NIC that builds a frame over a lent one writes its bytes
 //! without clearing them first.
 
-use doorbell_device::Nic;
 use std::cell::Cell;
+use std::sync::OnceLock;
 
+use crossbeam_channel::{Receiver, Sender, bounded};
+use doorbell_device::Nic;
+
+/// The least room a buffer is given: any frame of MTU 4096 with its
+/// headers fits, so that a buffer that carried an ACK carries a full packet
+/// next without growing (buffers go round: a frame received, recycled,
+/// lent to the NIC for a frame it builds).
+const ROOM: usize = 4096 + 128;
 /// Most spare buffers a thread keeps.
-const KEEP: usize = 256;
+const KEEP: usize = 16;
+/// Most spare buffers the process keeps for any thread.
+const SHARED_KEEP: usize = 512;
+/// Spares the process keeps for any thread before a thread keeps its own.
+const SHARED_LOW: usize = 16;
 /// The largest buffer kept (a frame of MTU 4096 with its headers fits).
 const LARGEST: usize = 6 * 1024;
 
+/// Most spare frame lists a thread keeps, and the process for any thread.
+const KEEP_LISTS: usize = 16;
+/// Lists the process keeps for any thread before a thread keeps its own.
+const SHARED_LOW_LISTS: usize = 4;
+/// The longest frame list kept (a port's receive batch, a ring's drain).
+const LONGEST_LIST: usize = 256;
+
 thread_local! {
     static SPARE: Cell<Vec<Vec<u8>>> = const { Cell::new(Vec::new()) };
+    static SPARE_LISTS: Cell<Vec<Vec<Vec<u8>>>> = const { Cell::new(Vec::new()) };
 }
 
-/// An empty buffer with room for at least `len` bytes: one of this
-/// thread's spares if it has one.
-pub(crate) fn buffer(len: usize) -> Vec<u8> {
-    let mut b = SPARE
+/// A bounded store of spares any thread may give to and take from.
+struct Shared<T> {
+    give: Sender<T>,
+    take: Receiver<T>,
+    /// Below this many, a thread gives here before it keeps its own.
+    low: usize,
+}
+
+impl<T> Shared<T> {
+    fn new(keep: usize, low: usize) -> Self {
+        let (give, take) = bounded(keep);
+        Self { give, take, low }
+    }
+}
+
+fn shared_buffers() -> &'static Shared<Vec<u8>> {
+    static SHARED: OnceLock<Shared<Vec<u8>>> = OnceLock::new();
+    SHARED.get_or_init(|| Shared::new(SHARED_KEEP, SHARED_LOW))
+}
+
+fn shared_lists() -> &'static Shared<Vec<Vec<u8>>> {
+    static SHARED: OnceLock<Shared<Vec<Vec<u8>>>> = OnceLock::new();
+    SHARED.get_or_init(|| Shared::new(KEEP_LISTS, SHARED_LOW_LISTS))
+}
+
+/// One of this thread's spares in `local`, else one of the process's.
+fn take<T: Send + 'static>(
+    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    shared: &Shared<T>,
+) -> Option<T> {
+    with_local(local, |l| take_from(l, shared)).flatten()
+}
+
+/// Keeps `v` as [`give_to`] does, with this thread's spares in `local`.
+fn give<T: Send + 'static>(
+    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    keep: usize,
+    shared: &Shared<T>,
+    v: T,
+) {
+    // During the thread's teardown `v` is simply freed.
+    let _ = with_local(local, move |l| give_to(l, keep, shared, v));
+}
+
+/// Runs `f` on this thread's spares in `local`, unless the thread is
+/// being torn down.
+fn with_local<T: 'static, R>(
+    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    f: impl FnOnce(&mut Vec<T>) -> R,
+) -> Option<R> {
+    local
         .try_with(|s| {
             let mut spare = s.take();
-            let b = spare.pop();
+            let r = f(&mut spare);
             s.set(spare);
-            b
+            r
         })
         .ok()
-        .flatten()
-        .unwrap_or_default();
+}
+
+/// The last of `local`, else one of `shared`.
+fn take_from<T>(local: &mut Vec<T>, shared: &Shared<T>) -> Option<T> {
+    local.pop().or_else(|| shared.take.try_recv().ok())
+}
+
+/// Keeps `v` in `shared` while it holds fewer than its low mark, else in
+/// `local` while it holds fewer than `keep`, else in `shared` if it has
+/// room; else frees it.
+fn give_to<T>(local: &mut Vec<T>, keep: usize, shared: &Shared<T>, v: T) {
+    let v = if shared.give.len() < shared.low {
+        match shared.give.try_send(v) {
+            Ok(()) => return,
+            Err(e) => e.into_inner(),
+        }
+    } else {
+        v
+    };
+    if local.len() < keep {
+        // Room for all at once: a thread's spares grow no further.
+        local.reserve_exact(keep - local.len());
+        local.push(v);
+    } else {
+        let _ = shared.give.try_send(v);
+    }
+}
+
+/// An empty list for a batch of frames on its way to a NIC's inbox: a
+/// spare if there is one.
+pub(crate) fn frame_list() -> Vec<Vec<u8>> {
+    take(&SPARE_LISTS, shared_lists()).unwrap_or_default()
+}
+
+/// Gives a frame list back for reuse, once its frames are taken out (any
+/// left are dropped with it).
+pub(crate) fn recycle_list(mut l: Vec<Vec<u8>>) {
+    if l.capacity() == 0 || l.capacity() > LONGEST_LIST {
+        return;
+    }
+    l.clear();
+    give(&SPARE_LISTS, KEEP_LISTS, shared_lists(), l);
+}
+
+/// An empty buffer with room for at least `len` bytes, and at least
+/// [`ROOM`]: a spare if there is one.
+pub(crate) fn buffer(len: usize) -> Vec<u8> {
+    let mut b = take(&SPARE, shared_buffers()).unwrap_or_default();
     b.clear();
-    b.reserve(len);
+    b.reserve(len.max(ROOM));
     b
 }
 
-/// Gives `b` back for this thread to reuse; frees it if the thread has
-/// enough spares or `b` is too large to keep.
+/// Gives `b` back for reuse; frees it if the spares are full or `b` is too
+/// large to keep.
 pub(crate) fn recycle(b: Vec<u8>) {
     if b.capacity() == 0 || b.capacity() > LARGEST {
         return;
     }
-    let _ = SPARE.try_with(move |s| {
-        let mut spare = s.take();
-        if spare.len() < KEEP {
-            spare.push(b);
-        }
-        s.set(spare);
-    });
+    give(&SPARE, KEEP, shared_buffers(), b);
 }
 
-/// Hands up to `n` of this thread's spares to `nic`, as many as it keeps,
-/// for the frames it builds.
+/// Hands up to `n` spares to `nic`, as many as it keeps, for the frames it
+/// builds.
 pub(crate) fn lend(nic: &mut Nic, n: usize) {
     let want = n.min(nic.spare_room());
-    if want == 0 {
-        return;
-    }
-    let _ = SPARE.try_with(|s| {
-        let mut spare = s.take();
-        for _ in 0..want {
-            match spare.pop() {
-                Some(b) => nic.recycle(b),
-                None => break,
-            }
+    for _ in 0..want {
+        match take(&SPARE, shared_buffers()) {
+            Some(b) => nic.recycle(b),
+            None => break,
         }
-        s.set(spare);
-    });
+    }
 }
 
 #[cfg(test)]
@@ -83,21 +191,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_recycled_buffer_comes_back_empty_and_oversized_ones_are_not_kept() {
+    fn spares_go_to_the_shared_store_while_it_is_low_then_to_the_thread() {
+        let shared = Shared::new(4, 2);
+        let mut local = Vec::new();
+        for i in 0..2 {
+            give_to(&mut local, 2, &shared, i);
+        }
+        assert_eq!((shared.give.len(), local.len()), (2, 0), "low: shared");
+        for i in 2..4 {
+            give_to(&mut local, 2, &shared, i);
+        }
+        assert_eq!(local, [2, 3], "then the thread's own");
+        for i in 4..8 {
+            give_to(&mut local, 2, &shared, i);
+        }
+        assert_eq!(
+            (shared.give.len(), local.len()),
+            (4, 2),
+            "then the shared store, up to its bound; the rest is freed"
+        );
+        // The thread's own first, last in first out; then the shared ones,
+        // first in first out.
+        let taken: Vec<i32> = std::iter::from_fn(|| take_from(&mut local, &shared)).collect();
+        assert_eq!(taken, [3, 2, 0, 1, 4, 5]);
+    }
+
+    #[test]
+    fn a_recycled_buffer_comes_back_empty_with_room_for_any_frame() {
         let mut b = buffer(100);
-        assert!(b.is_empty() && b.capacity() >= 100);
+        assert!(b.is_empty() && b.capacity() >= ROOM);
         b.extend_from_slice(b"frame");
-        let at = b.as_ptr();
         recycle(b);
         let again = buffer(10);
         assert!(again.is_empty(), "reused buffers come out empty");
-        assert_eq!(again.as_ptr(), at, "the same allocation, reused");
-        let before = spares();
-        recycle(Vec::with_capacity(LARGEST + 1));
-        recycle(Vec::new());
-        assert_eq!(spares(), before, "neither kept");
-        recycle(again);
-        assert_eq!(spares(), before + 1);
+        assert!(again.capacity() >= ROOM);
+    }
+
+    #[test]
+    fn a_frame_list_comes_back_empty() {
+        let mut l = frame_list();
+        l.push(vec![1, 2, 3]);
+        recycle_list(l);
+        assert!(frame_list().is_empty(), "its frames are gone");
     }
 
     fn spares() -> usize {
@@ -110,12 +245,16 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_keeps_a_bounded_number_of_spares() {
+    fn a_thread_keeps_a_bounded_number_of_spares_and_no_oversized_one() {
         std::thread::spawn(|| {
-            for _ in 0..KEEP + 10 {
+            for _ in 0..KEEP + SHARED_LOW + 10 {
                 recycle(Vec::with_capacity(64));
             }
-            assert_eq!(spares(), KEEP);
+            assert!(spares() <= KEEP);
+            let before = spares();
+            recycle(Vec::with_capacity(LARGEST + 1));
+            recycle(Vec::new());
+            assert_eq!(spares(), before, "neither kept");
         })
         .join()
         .unwrap();

@@ -41,13 +41,13 @@ use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
+use crossbeam_channel::Sender;
 use doorbell_device::{Frame, Nic, Received};
 use doorbell_hif::NicEvent;
 use doorbell_pcie::Bus;
 use doorbell_types::Instant;
 
-use crate::inbox::{BusSnapshot, Msg};
+use crate::inbox::{BusSnapshot, Inbox, Msg};
 
 /// Work a caller does in one turn before it leaves the rest to the worker:
 /// a thread that posts is not kept long doing others' work. A message is
@@ -197,8 +197,8 @@ impl Engine {
     /// `emitted`: frames another NIC of this process built, whose ICRC
     /// nothing could have changed (and which that NIC may have left
     /// unwritten: it is written before a capture records them).
-    fn take_frames(&mut self, now: Instant, frames: Vec<Vec<u8>>, emitted: bool) {
-        for mut f in frames {
+    fn take_frames(&mut self, now: Instant, mut frames: Vec<Vec<u8>>, emitted: bool) {
+        for mut f in frames.drain(..) {
             let Self {
                 nic,
                 bus,
@@ -231,6 +231,7 @@ impl Engine {
                 self.flush(now);
             }
         }
+        crate::buffers::recycle_list(frames);
     }
 
     fn handle_msg(&mut self, now: Instant, msg: Msg) {
@@ -332,8 +333,7 @@ impl Engine {
 /// A NIC's engine, its inbox, and the worker that runs what no caller does.
 pub(crate) struct Core {
     engine: Mutex<Engine>,
-    tx: Sender<Msg>,
-    rx: Receiver<Msg>,
+    inbox: Inbox,
     /// The device clock's zero.
     start: std::time::Instant,
     worker: OnceLock<Thread>,
@@ -350,11 +350,9 @@ pub(crate) struct Core {
 
 impl Core {
     pub(crate) fn new(engine: Engine, start: std::time::Instant) -> Self {
-        let (tx, rx) = unbounded();
         Self {
             engine: Mutex::new(engine),
-            tx,
-            rx,
+            inbox: Inbox::new(),
             start,
             worker: OnceLock::new(),
             sleeping_until: AtomicU64::new(u64::MAX),
@@ -388,8 +386,7 @@ impl Core {
         if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
             return;
         }
-        // The inbox is ours to drop from; it never disconnects.
-        let _ = self.tx.send(msg);
+        self.inbox.push(msg);
     }
 
     /// Handles the inbox if no other thread is (after [`Core::enqueue`]).
@@ -411,7 +408,7 @@ impl Core {
         if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
             return;
         }
-        let _ = self.tx.send(msg);
+        self.inbox.push(msg);
         self.unpark();
     }
 
@@ -430,7 +427,7 @@ impl Core {
                 return self.unpark();
             }
             fence(Ordering::SeqCst);
-            if self.rx.is_empty() {
+            if self.inbox.is_empty() {
                 return;
             }
         }
@@ -441,7 +438,7 @@ impl Core {
     /// armed a timer due before it wakes.
     fn turn(&self, g: &mut MutexGuard<'_, Engine>, budget: usize) -> bool {
         if self.stop.load(Ordering::Acquire) {
-            while self.rx.try_recv().is_ok() {}
+            self.inbox.clear();
             return true;
         }
         let mut emptied = false;
@@ -450,13 +447,13 @@ impl Core {
         let now = self.now();
         let mut done = 0;
         while done < budget {
-            match self.rx.try_recv() {
-                Ok(m) => {
+            match self.inbox.pop() {
+                Some(m) => {
                     g.busy = true;
                     done += m.work();
                     g.handle(now, m);
                 }
-                Err(_) => {
+                None => {
                     emptied = true;
                     break;
                 }
@@ -480,7 +477,7 @@ impl Core {
     /// The device code panicked with the lock held: the NIC is gone.
     fn die(&self) {
         self.stop.store(true, Ordering::Release);
-        while self.rx.try_recv().is_ok() {}
+        self.inbox.clear();
         self.unpark();
     }
 
@@ -491,7 +488,7 @@ impl Core {
         let mut g = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         g.irqs = None;
         drop(g);
-        while self.rx.try_recv().is_ok() {}
+        self.inbox.clear();
         self.unpark();
     }
 
@@ -525,7 +522,7 @@ impl Core {
                 until
             };
             fence(Ordering::SeqCst);
-            if !self.rx.is_empty() {
+            if !self.inbox.is_empty() {
                 continue;
             }
             match until {

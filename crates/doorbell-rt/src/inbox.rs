@@ -1,6 +1,9 @@
 //! What a live NIC receives: the one queue through which MMIO stores,
 //! frames from the port, commands and control reach it, in order.
 
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
 use crossbeam_channel::Sender;
 use doorbell_device::NicCounters;
 use doorbell_hif::{CmdError, CmdOut, Command};
@@ -42,6 +45,57 @@ impl Msg {
             Msg::Frames(fs) | Msg::EmittedFrames(fs) => fs.len().max(1),
             _ => 1,
         }
+    }
+}
+
+/// Messages in the order they were queued, from any thread, taken one at a
+/// time by the thread that holds the NIC. A queue that keeps its memory:
+/// once it has held a burst, queueing allocates nothing, where a channel's
+/// linked blocks cost an allocation (and a zeroing) every few dozen
+/// messages of a busy NIC.
+pub(crate) struct Inbox {
+    queue: Mutex<VecDeque<Msg>>,
+}
+
+/// Room a drained inbox keeps; a burst's extra room beyond it is given
+/// back once the burst is handled.
+const KEEP: usize = 1024;
+
+impl Inbox {
+    pub(crate) fn new() -> Self {
+        Self {
+            queue: Mutex::new(VecDeque::with_capacity(64)),
+        }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Msg>> {
+        // Nothing panics with the lock held: a poisoned queue is whole.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn push(&self, msg: Msg) {
+        self.queue().push_back(msg);
+    }
+
+    /// The oldest message, if any.
+    pub(crate) fn pop(&self) -> Option<Msg> {
+        let mut q = self.queue();
+        let m = q.pop_front();
+        if m.is_none() && q.capacity() > KEEP {
+            q.shrink_to(KEEP);
+        }
+        m
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue().is_empty()
+    }
+
+    /// Drops everything queued (a stopped NIC's messages), outside the
+    /// lock: a command's reply channel closes as it drops.
+    pub(crate) fn clear(&self) {
+        let dropped = std::mem::take(&mut *self.queue());
+        drop(dropped);
     }
 }
 

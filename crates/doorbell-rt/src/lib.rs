@@ -182,21 +182,23 @@ struct FabricSink {
 impl fault::Sink for FabricSink {
     fn send(&mut self, frames: &mut Vec<Frame>) {
         // One delivery per run of frames to the same address.
-        let mut run: Vec<Vec<u8>> = Vec::new();
+        let mut run = crate::buffers::frame_list();
         let mut to = None;
         for f in frames.drain(..) {
             if to.is_some_and(|d| d != f.dst) {
+                let next = crate::buffers::frame_list();
                 self.fabric.deliver(
                     to.unwrap_or_default(),
-                    std::mem::take(&mut run),
+                    std::mem::replace(&mut run, next),
                     self.emitted,
                 );
             }
             to = Some(f.dst);
             run.push(f.bytes);
         }
-        if let Some(d) = to {
-            self.fabric.deliver(d, run, self.emitted);
+        match to {
+            Some(d) => self.fabric.deliver(d, run, self.emitted),
+            None => crate::buffers::recycle_list(run),
         }
     }
 }

@@ -489,6 +489,9 @@ impl Inbound {
                         // header (src at 12, dst at 16).
                         if buf.len() >= 20 && buf[12..16] == r.peer && buf[16..20] == local {
                             requests |= is_request(&buf);
+                            if frames.capacity() == 0 {
+                                frames = crate::buffers::frame_list();
+                            }
                             frames.push(buf);
                         } else {
                             stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
