@@ -346,29 +346,33 @@ const GSO_MAX_BYTES: usize = 65000;
 /// 4.18, or where the route cannot do it): one datagram per send then.
 static GSO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Runs of `msgs` that one send can carry: same destination, every
-/// datagram but the last of the run as long as the first, at most
-/// [`GSO_MAX_SEGMENTS`] and [`GSO_MAX_BYTES`]. Each run is `(start,
-/// count, segment size)`.
-fn gso_runs(msgs: &[(SocketAddrV4, &[u8])], gso: bool, runs: &mut Vec<(usize, usize, usize)>) {
-    runs.clear();
-    let mut i = 0;
-    while i < msgs.len() {
-        let (dst, first) = msgs[i];
-        let seg = first.len();
+/// Runs of the datagrams from `from` on that one send can carry, appended
+/// to `runs`: same destination (`dsts`), every datagram but the last of the
+/// run as long as the first (`len`), at most [`GSO_MAX_SEGMENTS`] and
+/// [`GSO_MAX_BYTES`]. Each run is `(start, count, segment size)`.
+fn gso_runs(
+    dsts: &[SocketAddrV4],
+    len: impl Fn(usize) -> usize,
+    from: usize,
+    gso: bool,
+    runs: &mut Vec<(usize, usize, usize)>,
+) {
+    let mut i = from;
+    while i < dsts.len() {
+        let seg = len(i);
         let (mut n, mut bytes) = (1, seg);
         while gso
             && seg > 0
-            && i + n < msgs.len()
+            && i + n < dsts.len()
             && n < GSO_MAX_SEGMENTS
-            && msgs[i + n].0 == dst
-            && msgs[i + n].1.len() <= seg
-            && !msgs[i + n].1.is_empty()
-            && bytes + msgs[i + n].1.len() <= GSO_MAX_BYTES
+            && dsts[i + n] == dsts[i]
+            && len(i + n) <= seg
+            && len(i + n) > 0
+            && bytes + len(i + n) <= GSO_MAX_BYTES
             // Only the last of a run may be shorter.
-            && msgs[i + n - 1].1.len() == seg
+            && len(i + n - 1) == seg
         {
-            bytes += msgs[i + n].1.len();
+            bytes += len(i + n);
             n += 1;
         }
         runs.push((i, n, seg));
@@ -376,38 +380,77 @@ fn gso_runs(msgs: &[(SocketAddrV4, &[u8])], gso: bool, runs: &mut Vec<(usize, us
     }
 }
 
-/// Sends each `(destination, bytes)` as one datagram, in order, through
-/// `sendmmsg`; runs of equal datagrams to one destination go as one
-/// segmented send (`UDP_SEGMENT`, generic segmentation offload) if `gso`,
-/// which the kernel cuts into the same datagrams after one pass through
-/// its stack (a capture on an interface that segments late, as lo and veth
-/// do, then shows the run as one datagram).
-/// A datagram the kernel refuses (no route, too long for the path with DF
-/// set, ...) is skipped, with the rest of its run. Returns `(sent,
-/// refused)`, in datagrams.
-pub(crate) fn send_batch(
-    sock: &UdpSocket,
-    msgs: &[(SocketAddrV4, &[u8])],
-    gso: bool,
-) -> (usize, usize) {
-    use std::sync::atomic::Ordering;
-    let (mut sent, mut refused) = (0usize, 0usize);
-    let mut runs = Vec::new();
-    gso_runs(msgs, gso && GSO.load(Ordering::Relaxed), &mut runs);
-    let mut iovs: Vec<libc::iovec> = msgs
-        .iter()
-        .map(|(_, b)| libc::iovec {
-            iov_base: b.as_ptr().cast_mut().cast(),
-            iov_len: b.len(),
-        })
-        .collect();
-    let mut at = 0usize;
-    while at < runs.len() {
-        let chunk = &runs[at..runs.len().min(at + SEND_BATCH)];
-        let names: Vec<libc::sockaddr_in> = chunk
-            .iter()
-            .map(|&(i, _, _)| {
-                let a = msgs[i].0;
+/// Datagrams on their way out through `sendmmsg`, with the kernel's
+/// structures for them. Its vectors are filled and emptied inside each
+/// [`Outbox::send`], so that a port's sends reuse their memory and no
+/// pointer into a caller's bytes outlives the call that lent them.
+#[derive(Default)]
+pub(crate) struct Outbox {
+    dsts: Vec<SocketAddrV4>,
+    iovs: Vec<libc::iovec>,
+    runs: Vec<(usize, usize, usize)>,
+    names: Vec<libc::sockaddr_in>,
+    /// One control message per run: UDP_SEGMENT's u16 segment size.
+    ctls: Vec<[u64; 4]>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` (into the caller's bytes
+// and into the other vectors) are written and used only inside
+// `Outbox::send`, which empties every vector before it returns; between
+// calls an outbox holds only capacity, which any thread may use.
+unsafe impl Send for Outbox {}
+
+impl Outbox {
+    /// Sends each `(destination, bytes)` as one datagram, in order; runs of
+    /// equal datagrams to one destination go as one segmented send
+    /// (`UDP_SEGMENT`, generic segmentation offload) if `gso`, which the
+    /// kernel cuts into the same datagrams after one pass through its stack
+    /// (a capture on an interface that segments late, as lo and veth do,
+    /// then shows the run as one datagram).
+    /// A datagram the kernel refuses (no route, too long for the path with
+    /// DF set, ...) is skipped, with the rest of its run. Returns `(sent,
+    /// refused)`, in datagrams.
+    pub(crate) fn send<'a>(
+        &mut self,
+        sock: &UdpSocket,
+        msgs: impl IntoIterator<Item = (SocketAddrV4, &'a [u8])>,
+        gso: bool,
+    ) -> (usize, usize) {
+        for (dst, b) in msgs {
+            self.dsts.push(dst);
+            self.iovs.push(libc::iovec {
+                iov_base: b.as_ptr().cast_mut().cast(),
+                iov_len: b.len(),
+            });
+        }
+        let done = self.send_all(sock, gso);
+        self.dsts.clear();
+        self.iovs.clear();
+        self.runs.clear();
+        self.names.clear();
+        self.ctls.clear();
+        self.hdrs.clear();
+        done
+    }
+
+    fn send_all(&mut self, sock: &UdpSocket, gso: bool) -> (usize, usize) {
+        use std::sync::atomic::Ordering;
+        let (mut sent, mut refused) = (0usize, 0usize);
+        let iovs = &self.iovs;
+        gso_runs(
+            &self.dsts,
+            |i| iovs[i].iov_len,
+            0,
+            gso && GSO.load(Ordering::Relaxed),
+            &mut self.runs,
+        );
+        let mut at = 0usize;
+        while at < self.runs.len() {
+            let chunk = &self.runs[at..self.runs.len().min(at + SEND_BATCH)];
+            self.names.clear();
+            self.names.extend(chunk.iter().map(|&(i, _, _)| {
+                let a = self.dsts[i];
                 libc::sockaddr_in {
                     sin_family: libc::AF_INET as libc::sa_family_t,
                     sin_port: a.port().to_be(),
@@ -416,57 +459,59 @@ pub(crate) fn send_batch(
                     },
                     sin_zero: [0; 8],
                 }
-            })
-            .collect();
-        // One control message per run: UDP_SEGMENT's u16 segment size.
-        let mut ctls: Vec<[u64; 4]> = vec![[0; 4]; chunk.len()];
-        let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(chunk.len());
-        for (k, &(i, n, seg)) in chunk.iter().enumerate() {
-            // SAFETY: mmsghdr is a plain C struct; all-zero is valid.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_name = std::ptr::from_ref(&names[k]).cast_mut().cast();
-            h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = iovs[i..].as_mut_ptr();
-            h.msg_hdr.msg_iovlen = n as _;
-            if n > 1 {
-                h.msg_hdr.msg_control = ctls[k].as_mut_ptr().cast();
-                // SAFETY: CMSG_SPACE only computes a size.
-                h.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
-                // SAFETY: the control buffer (32 bytes, 8-aligned) holds one
-                // cmsghdr and a u16 (CMSG_SPACE(2) is 24), so the header and
-                // its data pointer lie inside `ctls[k]`.
-                unsafe {
-                    let c = libc::CMSG_FIRSTHDR(&raw const h.msg_hdr);
-                    (*c).cmsg_level = libc::SOL_UDP;
-                    (*c).cmsg_type = libc::UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
-                    libc::CMSG_DATA(c).cast::<u16>().write_unaligned(seg as u16);
+            }));
+            self.ctls.clear();
+            self.ctls.resize(chunk.len(), [0; 4]);
+            self.hdrs.clear();
+            for (k, &(i, n, seg)) in chunk.iter().enumerate() {
+                // SAFETY: mmsghdr is a plain C struct; all-zero is valid.
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                h.msg_hdr.msg_name = std::ptr::from_ref(&self.names[k]).cast_mut().cast();
+                h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                // The kernel only reads a send's iovecs.
+                h.msg_hdr.msg_iov = self.iovs[i..].as_ptr().cast_mut();
+                h.msg_hdr.msg_iovlen = n as _;
+                if n > 1 {
+                    h.msg_hdr.msg_control = self.ctls[k].as_mut_ptr().cast();
+                    // SAFETY: CMSG_SPACE only computes a size.
+                    h.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+                    // SAFETY: the control buffer (32 bytes, 8-aligned) holds
+                    // one cmsghdr and a u16 (CMSG_SPACE(2) is 24), so the
+                    // header and its data pointer lie inside `ctls[k]`.
+                    unsafe {
+                        let c = libc::CMSG_FIRSTHDR(&raw const h.msg_hdr);
+                        (*c).cmsg_level = libc::SOL_UDP;
+                        (*c).cmsg_type = libc::UDP_SEGMENT;
+                        (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                        libc::CMSG_DATA(c).cast::<u16>().write_unaligned(seg as u16);
+                    }
                 }
+                self.hdrs.push(h);
             }
-            hdrs.push(h);
-        }
-        // SAFETY: each header points at a sockaddr_in, its run's iovecs and
-        // its control buffer, which live until the call returns; each iovec
-        // points at a caller's slice of the length stated, which the kernel
-        // only reads.
-        let r = unsafe {
-            libc::sendmmsg(
-                sock.as_raw_fd(),
-                hdrs.as_mut_ptr(),
-                hdrs.len() as libc::c_uint,
-                0,
-            )
-        };
-        if r > 0 {
-            let r = r as usize;
-            sent += chunk[..r].iter().map(|&(_, n, _)| n).sum::<usize>();
-            at += r;
-        } else {
+            // SAFETY: each header points at a sockaddr_in, its run's iovecs
+            // and its control buffer, which live (unmoved: nothing is pushed
+            // to those vectors meanwhile) until the call returns; each iovec
+            // points at a caller's slice of the length stated, borrowed for
+            // the whole of `send`, which the kernel only reads.
+            let r = unsafe {
+                libc::sendmmsg(
+                    sock.as_raw_fd(),
+                    self.hdrs.as_mut_ptr(),
+                    self.hdrs.len() as libc::c_uint,
+                    0,
+                )
+            };
+            if r > 0 {
+                let r = r as usize;
+                sent += chunk[..r].iter().map(|&(_, n, _)| n).sum::<usize>();
+                at += r;
+                continue;
+            }
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            let (_, n, _) = chunk[0];
+            let (first, n, _) = chunk[0];
             if n > 1
                 && matches!(
                     e.raw_os_error(),
@@ -475,19 +520,23 @@ pub(crate) fn send_batch(
             {
                 // No segmentation here: this run and the rest one by one.
                 GSO.store(false, Ordering::Relaxed);
-                let rest: Vec<(SocketAddrV4, &[u8])> = runs[at..]
-                    .iter()
-                    .flat_map(|&(i, n, _)| msgs[i..i + n].iter().copied())
-                    .collect();
-                let (s, f) = send_batch(sock, &rest, false);
-                return (sent + s, refused + f);
+                self.runs.truncate(at);
+                let iovs = &self.iovs;
+                gso_runs(
+                    &self.dsts,
+                    |i| iovs[i].iov_len,
+                    first,
+                    false,
+                    &mut self.runs,
+                );
+                continue;
             }
             // The run's first datagram was refused: skip the run.
             refused += n;
             at += 1;
         }
+        (sent, refused)
     }
-    (sent, refused)
 }
 
 #[cfg(test)]
@@ -498,28 +547,41 @@ mod tests {
     fn runs_join_equal_datagrams_to_one_place_and_end_at_a_shorter_one() {
         let a = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 4791);
         let b = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 4791);
-        let (big, small) = ([0u8; 1000], [0u8; 300]);
-        let msgs: Vec<(SocketAddrV4, &[u8])> = vec![
-            (a, &big),
-            (a, &big),
-            (a, &small), // ends the run
-            (a, &big),
-            (b, &big), // another place
-            (b, &big),
+        let runs_of = |msgs: &[(SocketAddrV4, usize)], from: usize, gso: bool| {
+            let dsts: Vec<SocketAddrV4> = msgs.iter().map(|m| m.0).collect();
+            let mut runs = Vec::new();
+            gso_runs(&dsts, |i| msgs[i].1, from, gso, &mut runs);
+            runs
+        };
+        let msgs = [
+            (a, 1000),
+            (a, 1000),
+            (a, 300), // ends the run
+            (a, 1000),
+            (b, 1000), // another place
+            (b, 1000),
         ];
-        let mut runs = Vec::new();
-        gso_runs(&msgs, true, &mut runs);
-        assert_eq!(runs, [(0, 3, 1000), (3, 1, 1000), (4, 2, 1000)]);
-        gso_runs(&msgs, false, &mut runs);
-        assert_eq!(runs.len(), 6, "one datagram per send without GSO");
+        assert_eq!(
+            runs_of(&msgs, 0, true),
+            [(0, 3, 1000), (3, 1, 1000), (4, 2, 1000)]
+        );
+        assert_eq!(
+            runs_of(&msgs, 0, false).len(),
+            6,
+            "one datagram per send without GSO"
+        );
+        assert_eq!(
+            runs_of(&msgs, 3, true),
+            [(3, 1, 1000), (4, 2, 1000)],
+            "from the middle on"
+        );
         // At most 64 segments and 65000 bytes a send.
-        let many: Vec<(SocketAddrV4, &[u8])> = (0..200).map(|_| (a, &small[..])).collect();
-        gso_runs(&many, true, &mut runs);
+        let many = [(a, 300); 200];
+        let runs = runs_of(&many, 0, true);
         assert!(runs.iter().all(|&(_, n, _)| n <= GSO_MAX_SEGMENTS));
         assert_eq!(runs.iter().map(|r| r.1).sum::<usize>(), 200);
-        let huge = [0u8; 4000];
-        let fat: Vec<(SocketAddrV4, &[u8])> = (0..40).map(|_| (a, &huge[..])).collect();
-        gso_runs(&fat, true, &mut runs);
+        let fat = [(a, 4000); 40];
+        let runs = runs_of(&fat, 0, true);
         assert!(runs.iter().all(|&(_, n, seg)| n * seg <= GSO_MAX_BYTES));
     }
 }

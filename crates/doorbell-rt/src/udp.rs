@@ -245,7 +245,7 @@ impl UdpPort {
             gso,
             sock: self.sock.clone(),
             stats: self.stats.clone(),
-            out: Vec::new(),
+            out: sys::Outbox::default(),
         }
     }
 
@@ -356,7 +356,8 @@ fn take(
         }
         Err(_) => return usize::MAX,
     };
-    let mut frames = Vec::with_capacity(n);
+    let mut frames = crate::buffers::frame_list();
+    frames.reserve(n);
     for i in 0..n {
         let Some((meta, payload)) = batch.get(i) else {
             break;
@@ -379,6 +380,7 @@ fn take(
     }
     let got = frames.len();
     if got == 0 {
+        crate::buffers::recycle_list(frames);
         return 0;
     }
     stats.rx_datagrams.fetch_add(got as u64, Ordering::Relaxed);
@@ -425,28 +427,22 @@ pub(crate) struct UdpSink {
     gso: bool,
     sock: Arc<UdpSocket>,
     stats: Arc<Stats>,
-    out: Vec<(SocketAddrV4, usize)>,
+    out: sys::Outbox,
 }
 
 impl Sink for UdpSink {
     fn send(&mut self, frames: &mut Vec<Frame>) {
         // Only IPv4 frames with 20-byte headers are ever built; anything
         // else could not be sent as the NIC built it.
-        self.out.clear();
-        self.out
-            .extend(frames.iter().enumerate().filter_map(|(i, f)| {
-                (f.bytes.len() > HEADERS_LEN && f.bytes[0] == 0x45).then_some((
-                    SocketAddrV4::new(Ipv4Addr::from(f.dst), ROCE_V2_UDP_PORT),
-                    i,
-                ))
-            }));
-        let msgs: Vec<(SocketAddrV4, &[u8])> = self
-            .out
-            .iter()
-            .map(|&(a, i)| (a, &frames[i].bytes[HEADERS_LEN..]))
-            .collect();
-        let (sent, refused) = sys::send_batch(&self.sock, &msgs, self.gso);
-        let skipped = frames.len() - msgs.len();
+        let sendable = |f: &Frame| f.bytes.len() > HEADERS_LEN && f.bytes[0] == 0x45;
+        let msgs = frames.iter().filter(|f| sendable(f)).map(|f| {
+            (
+                SocketAddrV4::new(Ipv4Addr::from(f.dst), ROCE_V2_UDP_PORT),
+                &f.bytes[HEADERS_LEN..],
+            )
+        });
+        let (sent, refused) = self.out.send(&self.sock, msgs, self.gso);
+        let skipped = frames.iter().filter(|f| !sendable(f)).count();
         self.stats
             .tx_datagrams
             .fetch_add(sent as u64, Ordering::Relaxed);
