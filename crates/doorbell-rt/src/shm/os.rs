@@ -160,16 +160,27 @@ pub(crate) fn euid() -> u32 {
 }
 
 /// Waits until one of `fds` is readable (or hung up), or `timeout` passes;
-/// returns, for each, whether it is.
+/// returns, for each, whether it is. Up to [`POLL_ON_STACK`] descriptors
+/// take nothing from the allocator (a parked receiver thread polls its
+/// bell, the rendezvous and each peer's connection every time it sleeps).
 pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration, ready: &mut Vec<bool>) {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+    let idle = libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    };
+    let mut on_stack = [idle; POLL_ON_STACK];
+    let mut on_heap = Vec::new();
+    let p: &mut [libc::pollfd] = if fds.len() <= POLL_ON_STACK {
+        &mut on_stack[..fds.len()]
+    } else {
+        on_heap.resize(fds.len(), idle);
+        &mut on_heap
+    };
+    for (slot, &fd) in p.iter_mut().zip(fds) {
+        slot.fd = fd;
+        slot.events = libc::POLLIN;
+    }
     // Rounded up: a wait of less than a millisecond must not become a
     // poll that returns at once (the caller would come round again).
     let ms = i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
@@ -179,6 +190,9 @@ pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration, ready: &mut Vec<bo
     ready.clear();
     ready.extend(p.iter().map(|x| rc > 0 && x.revents != 0));
 }
+
+/// Descriptors [`poll_readable`] polls without allocating.
+const POLL_ON_STACK: usize = 32;
 
 /// Whether the peer at the other end of `s` is gone: after the handshake
 /// nothing more is ever sent, so anything but "nothing to read yet" (end of
@@ -217,6 +231,37 @@ mod tests {
         unsafe {
             libc::close(fds[0]);
             libc::close(fds[1]);
+        }
+    }
+
+    #[test]
+    fn more_descriptors_than_fit_on_the_stack_are_polled_too() {
+        // Pipes: the read ends are polled; only the last one has a byte.
+        let pipes: Vec<[RawFd; 2]> = (0..POLL_ON_STACK + 3)
+            .map(|_| {
+                let mut fds = [0; 2];
+                // SAFETY: `fds` has room for the two descriptors.
+                assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+                fds
+            })
+            .collect();
+        let last = pipes[pipes.len() - 1];
+        // SAFETY: one byte from a live local into a pipe we own.
+        assert_eq!(unsafe { libc::write(last[1], [1u8].as_ptr().cast(), 1) }, 1);
+        let reads: Vec<RawFd> = pipes.iter().map(|p| p[0]).collect();
+        let mut ready = Vec::new();
+        poll_readable(&reads, Duration::from_millis(100), &mut ready);
+        assert_eq!(ready.len(), reads.len());
+        assert!(ready[reads.len() - 1], "the pipe with a byte");
+        assert!(ready[..reads.len() - 1].iter().all(|r| !r));
+        poll_readable(&reads[..2], Duration::from_micros(100), &mut ready);
+        assert_eq!(ready, [false, false], "on the stack");
+        for p in pipes {
+            // SAFETY: each descriptor is ours and closed once.
+            unsafe {
+                libc::close(p[0]);
+                libc::close(p[1]);
+            }
         }
     }
 }
