@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_channel::Sender;
 use doorbell_device::NicCounters;
@@ -55,6 +56,10 @@ impl Msg {
 /// messages of a busy NIC.
 pub(crate) struct Inbox {
     queue: Mutex<VecDeque<Msg>>,
+    /// The queue's length, written under its lock: an empty inbox is seen
+    /// without taking the lock (a poll that finds nothing looks thousands
+    /// of times a millisecond).
+    len: AtomicUsize,
 }
 
 /// Room a drained inbox keeps; a burst's extra room beyond it is given
@@ -65,6 +70,7 @@ impl Inbox {
     pub(crate) fn new() -> Self {
         Self {
             queue: Mutex::new(VecDeque::with_capacity(64)),
+            len: AtomicUsize::new(0),
         }
     }
 
@@ -74,27 +80,40 @@ impl Inbox {
     }
 
     pub(crate) fn push(&self, msg: Msg) {
-        self.queue().push_back(msg);
+        let mut q = self.queue();
+        q.push_back(msg);
+        self.len.store(q.len(), Ordering::Release);
     }
 
     /// The oldest message, if any.
     pub(crate) fn pop(&self) -> Option<Msg> {
+        if self.is_empty() {
+            return None;
+        }
         let mut q = self.queue();
         let m = q.pop_front();
-        if m.is_none() && q.capacity() > KEEP {
+        self.len.store(q.len(), Ordering::Release);
+        if q.is_empty() && q.capacity() > KEEP {
             q.shrink_to(KEEP);
         }
         m
     }
 
+    /// Whether nothing is queued. A caller that must not miss a message
+    /// queued meanwhile fences (SeqCst) between its own last store and
+    /// this load, as the engine's protocol does.
     pub(crate) fn is_empty(&self) -> bool {
-        self.queue().is_empty()
+        self.len.load(Ordering::Acquire) == 0
     }
 
     /// Drops everything queued (a stopped NIC's messages), outside the
     /// lock: a command's reply channel closes as it drops.
     pub(crate) fn clear(&self) {
-        let dropped = std::mem::take(&mut *self.queue());
+        let dropped = {
+            let mut q = self.queue();
+            self.len.store(0, Ordering::Release);
+            std::mem::take(&mut *q)
+        };
         drop(dropped);
     }
 }
