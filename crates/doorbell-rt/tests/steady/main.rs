@@ -214,16 +214,20 @@ fn expect_few(made: u64, n: usize, what: &str) {
     );
 }
 
+/// Both figures for `p`, whose WRITEs are `packets` packets each.
+fn expect_few_for(p: &Pair, packets: usize) {
+    expect_few(ping_pong_allocations(p), COUNTED, "round trips");
+    expect_few(
+        write_allocations(p),
+        COUNTED / 10 * packets,
+        "packets of 64 KiB WRITEs",
+    );
+}
+
 #[test]
 fn nics_of_one_process_allocate_nothing_once_warm() {
     let _turn = one_at_a_time();
-    let p = pair_on_process_memory();
-    expect_few(ping_pong_allocations(&p), COUNTED, "round trips");
-    expect_few(
-        write_allocations(&p),
-        COUNTED / 10 * 64,
-        "packets of 64 KiB WRITEs",
-    );
+    expect_few_for(&pair_on_process_memory(), 64);
 }
 
 fn over_ports(opts: impl Fn() -> NicOptions, net: u8) -> Pair {
@@ -243,12 +247,7 @@ fn over_ports(opts: impl Fn() -> NicOptions, net: u8) -> Pair {
 fn nics_over_shared_memory_allocate_nothing_once_warm() {
     let _turn = one_at_a_time();
     let p = over_ports(|| exact(NicOptions::default()), 60);
-    expect_few(ping_pong_allocations(&p), COUNTED, "round trips");
-    expect_few(
-        write_allocations(&p),
-        COUNTED / 10 * 16,
-        "packets of 64 KiB WRITEs",
-    );
+    expect_few_for(&p, 16);
     let (pa, pb) = (p.a.nic.port_counters(), p.b.nic.port_counters());
     assert!(pa.shm_tx_frames > 0 && pb.shm_tx_frames > 0, "{pa:?}");
 }
@@ -257,12 +256,7 @@ fn nics_over_shared_memory_allocate_nothing_once_warm() {
 fn nics_over_udp_allocate_nothing_once_warm() {
     let _turn = one_at_a_time();
     let p = over_ports(udp_only, 61);
-    expect_few(ping_pong_allocations(&p), COUNTED, "round trips");
-    expect_few(
-        write_allocations(&p),
-        COUNTED / 10 * 16,
-        "packets of 64 KiB WRITEs",
-    );
+    expect_few_for(&p, 16);
     let (pa, pb) = (p.a.nic.port_counters(), p.b.nic.port_counters());
     assert!(pa.tx_datagrams > 0 && pb.tx_datagrams > 0, "{pa:?}");
 }
