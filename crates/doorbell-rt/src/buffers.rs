@@ -14,9 +14,10 @@
 //! (a port's receive thread takes a frame, the program thread that ran the
 //! NIC recycles it) then goes round instead of being allocated by the one
 //! and freed by the other, and a thread that wakes now and then finds
-//! spares waiting. No thread keeps more than about a megabyte and a half
-//! of frames of MTU 4096, nor the process more than that beside them. Batches of frames go round the same way, in lists
-//! ([`frame_list`], [`recycle_list`]).
+//! spares waiting. No thread keeps more than about a
+//! hundred kilobytes of frames (16 of [`LARGEST`] at most), nor the
+//! process more than about three megabytes beside them. Batches of frames
+//! go round the same way, in lists ([`frame_list`], [`recycle_list`]).
 //! Reuse changes only where the bytes live, never what they are: a buffer
 //! comes out empty from [`buffer`]. Spares keep their length until then,
 //! so that a NIC that builds a frame over a lent one writes its bytes
