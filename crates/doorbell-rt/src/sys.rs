@@ -584,4 +584,41 @@ mod tests {
         let runs = runs_of(&fat, 0, true);
         assert!(runs.iter().all(|&(_, n, seg)| n * seg <= GSO_MAX_BYTES));
     }
+
+    /// Datagrams waiting in `sock`, by length, until none comes for 50 ms.
+    fn lengths(sock: &UdpSocket) -> Vec<usize> {
+        sock.set_read_timeout(Some(std::time::Duration::from_millis(50)))
+            .unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        std::iter::from_fn(|| sock.recv(&mut buf).ok()).collect()
+    }
+
+    #[test]
+    fn an_outbox_sends_each_datagram_skips_a_refused_one_and_empties() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(to) = rx.local_addr().unwrap() else {
+            unreachable!("bound to IPv4")
+        };
+        let (small, big, huge) = ([1u8; 100], [2u8; 1000], vec![3u8; 70_000]);
+        let mut out = Outbox::default();
+        // Too long for any datagram: refused, and the rest still go.
+        let msgs = [(to, &small[..]), (to, &huge[..]), (to, &small[..])];
+        assert_eq!(out.send(&tx, msgs, false), (2, 1));
+        assert_eq!(lengths(&rx), [100, 100]);
+        // A run of equal datagrams, with GSO if the kernel has it: the
+        // receiver (no UDP_GRO) sees each one.
+        let msgs = [
+            (to, &big[..]),
+            (to, &big[..]),
+            (to, &big[..]),
+            (to, &small[..]),
+        ];
+        assert_eq!(out.send(&tx, msgs, true), (4, 0));
+        assert_eq!(lengths(&rx), [1000, 1000, 1000, 100]);
+        assert!(
+            out.dsts.is_empty() && out.iovs.is_empty() && out.hdrs.is_empty(),
+            "nothing outlives a send"
+        );
+    }
 }

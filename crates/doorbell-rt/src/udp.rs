@@ -434,21 +434,24 @@ impl Sink for UdpSink {
     fn send(&mut self, frames: &mut Vec<Frame>) {
         // Only IPv4 frames with 20-byte headers are ever built; anything
         // else could not be sent as the NIC built it.
-        let sendable = |f: &Frame| f.bytes.len() > HEADERS_LEN && f.bytes[0] == 0x45;
-        let msgs = frames.iter().filter(|f| sendable(f)).map(|f| {
-            (
-                SocketAddrV4::new(Ipv4Addr::from(f.dst), ROCE_V2_UDP_PORT),
-                &f.bytes[HEADERS_LEN..],
-            )
-        });
-        let (sent, refused) = self.out.send(&self.sock, msgs, self.gso);
-        let skipped = frames.iter().filter(|f| !sendable(f)).count();
+        let msgs = frames
+            .iter()
+            .filter(|f| f.bytes.len() > HEADERS_LEN && f.bytes[0] == 0x45)
+            .map(|f| {
+                (
+                    SocketAddrV4::new(Ipv4Addr::from(f.dst), ROCE_V2_UDP_PORT),
+                    &f.bytes[HEADERS_LEN..],
+                )
+            });
+        // Every datagram handed over is sent or refused: the rest of the
+        // frames are those skipped, refused too.
+        let (sent, _) = self.out.send(&self.sock, msgs, self.gso);
         self.stats
             .tx_datagrams
             .fetch_add(sent as u64, Ordering::Relaxed);
         self.stats
             .tx_refused
-            .fetch_add((refused + skipped) as u64, Ordering::Relaxed);
+            .fetch_add((frames.len() - sent) as u64, Ordering::Relaxed);
         for f in frames.drain(..) {
             crate::buffers::recycle(f.bytes);
         }
