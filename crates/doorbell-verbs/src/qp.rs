@@ -592,6 +592,18 @@ impl Qp {
     /// [`Qp::post_recv`], saying which WR failed (`ibv_post_recv`'s
     /// `bad_wr`): the WRs before it are posted, it and those after are not.
     pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.post_recv_iter(wrs.iter().map(|w| (w.wr_id, w.sg_list.iter().copied())))
+    }
+
+    /// Posts the receive WRs `wrs` yields, each a `wr_id` and its SGEs, as
+    /// [`Qp::post_recv_list`] posts a list; builds each WQE as it comes, so
+    /// nothing is collected or allocated.
+    pub fn post_recv_iter<I, S>(&self, wrs: I) -> Result<(), PostError>
+    where
+        I: IntoIterator<Item = (u64, S)>,
+        S: IntoIterator<Item = Sge>,
+        S::IntoIter: ExactSizeIterator,
+    {
         let at = |index: usize| move |error| PostError { index, error };
         let inner = &*self.inner;
         if inner._srq.is_some() {
@@ -612,7 +624,9 @@ impl Qp {
         let rq = &mut *guard;
         let stride = inner.rq_stride as usize;
         let wqe = &mut rq.build;
-        for (n, wr) in wrs.iter().enumerate() {
+        let mut count = 0;
+        for (n, (wr_id, sges)) in wrs.into_iter().enumerate() {
+            let sges = sges.into_iter();
             let posted = rq.head.wrapping_sub(rq.tail).wrapping_add(n as u32);
             if posted >= inner.max_recv_post {
                 self.publish_recv(&mut rq.head, n as u32).map_err(at(n))?;
@@ -621,7 +635,7 @@ impl Qp {
                     max: inner.max_recv_post,
                 }));
             }
-            if wr.sg_list.len() as u32 > inner.max_recv_gs {
+            if sges.len() as u32 > inner.max_recv_gs {
                 self.publish_recv(&mut rq.head, n as u32).map_err(at(n))?;
                 return Err(at(n)(VerbsError::InvalidArgument(
                     "more SGEs than max_recv_sge",
@@ -629,7 +643,7 @@ impl Qp {
             }
             let ind = (rq.head.wrapping_add(n as u32) & (shared.rq_wqe_cnt - 1)) as usize;
             let mut i = 0;
-            for sge in wr.sg_list.iter().filter(|s| s.length > 0) {
+            for sge in sges.filter(|s| s.length > 0) {
                 let mut d = DataSeg::new_unchecked(&mut wqe[i * 16..(i + 1) * 16]);
                 d.set_byte_count(sge.length);
                 d.set_lkey(sge.lkey.raw());
@@ -649,10 +663,10 @@ impl Qp {
                 self.publish_recv(&mut rq.head, n as u32).map_err(at(n))?;
                 return Err(at(n)(e.into()));
             }
-            rq.wrid[ind] = wr.wr_id;
+            rq.wrid[ind] = wr_id;
+            count = n + 1;
         }
-        self.publish_recv(&mut rq.head, wrs.len() as u32)
-            .map_err(at(0))
+        self.publish_recv(&mut rq.head, count as u32).map_err(at(0))
     }
 
     /// Counts `nreq` more receive WQEs posted at `head`, in the doorbell

@@ -17,7 +17,7 @@ use doorbell_layout::wqe::{DataSeg, SrqNextSeg, field};
 use doorbell_types::{HostAddr, Mkey, Srqn};
 
 use crate::error::VerbsError;
-use crate::mr::Pd;
+use crate::mr::{Pd, Sge};
 use crate::wq::{SrqShared, SrqState};
 use crate::wr::{PostError, RecvWr};
 
@@ -234,6 +234,18 @@ impl Srq {
     /// [`Srq::post_recv`], saying which WR failed (`bad_wr`): the WRs
     /// before it are posted, it and those after are not.
     pub fn post_recv_list(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.post_recv_iter(wrs.iter().map(|w| (w.wr_id, w.sg_list.iter().copied())))
+    }
+
+    /// Posts the receive WRs `wrs` yields, each a `wr_id` and its SGEs, as
+    /// [`Srq::post_recv_list`] posts a list; builds each WQE as it comes,
+    /// so nothing is collected or allocated.
+    pub fn post_recv_iter<I, S>(&self, wrs: I) -> Result<(), PostError>
+    where
+        I: IntoIterator<Item = (u64, S)>,
+        S: IntoIterator<Item = Sge>,
+        S::IntoIter: ExactSizeIterator,
+    {
         let at = |index: usize| move |error| PostError { index, error };
         let inner = &*self.inner;
         let shared = &*inner.shared;
@@ -243,7 +255,8 @@ impl Srq {
         let wqe = &mut st.build;
         let mut failed = None;
         let mut n = 0u32;
-        for (i, wr) in wrs.iter().enumerate() {
+        for (i, (wr_id, sges)) in wrs.into_iter().enumerate() {
+            let sges = sges.into_iter();
             if st.head == st.tail {
                 let posted = inner.max_wr;
                 failed = Some(at(i)(VerbsError::QueueFull {
@@ -252,12 +265,12 @@ impl Srq {
                 }));
                 break;
             }
-            if wr.sg_list.len() as u32 > inner.max_sge {
+            if sges.len() as u32 > inner.max_sge {
                 failed = Some(at(i)(VerbsError::InvalidArgument("more SGEs than max_sge")));
                 break;
             }
             let mut k = 0;
-            for sge in wr.sg_list.iter().filter(|s| s.length > 0) {
+            for sge in sges.filter(|s| s.length > 0) {
                 let mut d = DataSeg::new_unchecked(&mut wqe[k * 16..(k + 1) * 16]);
                 d.set_byte_count(sge.length);
                 d.set_lkey(sge.lkey.raw());
@@ -281,7 +294,7 @@ impl Srq {
                 failed = Some(at(i)(e.into()));
                 break;
             }
-            st.wrid[usize::from(head)] = wr.wr_id;
+            st.wrid[usize::from(head)] = wr_id;
             st.head = st.next[usize::from(head)];
             n += 1;
         }
