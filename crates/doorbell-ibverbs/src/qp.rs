@@ -689,7 +689,7 @@ unsafe extern "C" fn post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard("ibv_post_recv", Conv::Errno, || {
-        post_recv_chain(wr, bad_wr, qp_of(qp), |q, wrs| q.inner.post_recv_list(wrs))
+        post_recv_chain(wr, bad_wr, qp_of(qp), |q, wrs| q.inner.post_recv_iter(wrs))
     })
 }
 

@@ -185,7 +185,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
 ) -> c_int {
     guard("ibv_post_srq_recv", Conv::Errno, || {
         post_recv_chain(wr, bad_wr, srq_of(srq), |s, wrs| {
-            s.inner.post_recv_list(wrs)
+            s.inner.post_recv_iter(wrs)
         })
     })
 }

@@ -12,7 +12,7 @@ use libc::EINVAL;
 
 use crate::abi::{ibv_recv_wr, ibv_sge};
 
-use doorbell_verbs::{PostError, RecvWr, SendBatch, Sge};
+use doorbell_verbs::{PostError, SendBatch, Sge};
 
 /// The `ibv_wr_*` state of a QP: the batch being built, whether
 /// `ibv_wr_start` opened it, and the first misuse, which
@@ -93,21 +93,66 @@ pub(crate) fn sge_of(s: &ibv_sge) -> Sge {
     }
 }
 
-/// C's list of `n` SGEs at `list`, as the provider takes them; errors as
-/// [`c_sges`].
-pub(crate) fn sges(list: *mut ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
-    Ok(c_sges(list, n)?.iter().map(sge_of).collect())
+/// The first `left` WRs of C's receive chain from `at`, as the provider
+/// takes them ([`doorbell_verbs::Qp::post_recv_iter`]): each WR's `wr_id`
+/// and its SGEs, read from C's memory as the WQE is built. Every WR it
+/// yields had its SGE list checked ([`c_sges`]) before. Its lifetime is
+/// the C call's: the WRs and SGE lists are borrowed for no longer.
+pub(crate) struct RecvChain<'a> {
+    at: *mut ibv_recv_wr,
+    left: usize,
+    call: core::marker::PhantomData<&'a ibv_recv_wr>,
+}
+
+/// One WR of a [`RecvChain`]: its `wr_id` and its SGEs.
+type ChainWr<'a> = (
+    u64,
+    core::iter::Map<core::slice::Iter<'a, ibv_sge>, fn(&ibv_sge) -> Sge>,
+);
+
+impl<'a> Iterator for RecvChain<'a> {
+    type Item = ChainWr<'a>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 || self.at.is_null() {
+            return None;
+        }
+        // SAFETY: each pointer of the chain is a WR the caller owns, read
+        // during the caller's call.
+        let w = unsafe { &*self.at };
+        self.at = w.next;
+        self.left -= 1;
+        // Checked when the chain was walked first: never the fallback.
+        let list = c_sges(w.sg_list, w.num_sge).unwrap_or(&[]);
+        Some((w.wr_id, list.iter().map(sge_of as fn(&ibv_sge) -> Sge)))
+    }
+}
+
+/// The WR `index` places after `wr` in C's chain (or `wr` if the chain is
+/// shorter).
+fn nth_recv(wr: *mut ibv_recv_wr, index: usize) -> *mut ibv_recv_wr {
+    let mut at = wr;
+    for _ in 0..index {
+        if at.is_null() {
+            return wr;
+        }
+        // SAFETY: each pointer of the chain is a WR the caller owns.
+        at = unsafe { (*at).next };
+    }
+    if at.is_null() { wr } else { at }
 }
 
 /// Posts C's receive chain `wr` to a queue (`ibv_post_recv`,
-/// `ibv_post_srq_recv`): `queue` is the queue's lookup, `post` posts a list
-/// to it. The WRs before a bad one are posted; `bad_wr` (if not NULL)
-/// names the first not posted, or the chain's head if the queue is not one.
+/// `ibv_post_srq_recv`): `queue` is the queue's lookup, `post` posts the
+/// chain's WRs to it. The WRs before a bad one are posted; `bad_wr` (if
+/// not NULL) names the first not posted, or the chain's head if the queue
+/// is not one. The chain is walked twice (checked, then posted), and
+/// nothing is collected.
 pub(crate) fn post_recv_chain<Q>(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
     queue: Result<Q, c_int>,
-    post: impl FnOnce(&Q, &[RecvWr<'_>]) -> Result<(), PostError>,
+    post: impl FnOnce(&Q, RecvChain<'_>) -> Result<(), PostError>,
 ) -> Result<c_int, c_int> {
     let set_bad = |w: *mut ibv_recv_wr| {
         if !bad_wr.is_null() {
@@ -116,32 +161,26 @@ pub(crate) fn post_recv_chain<Q>(
         }
     };
     let q = queue.inspect_err(|_| set_bad(wr))?;
-    let mut chain = Vec::new();
-    let mut lists = Vec::new();
-    let mut failed = None;
+    // The WRs up to the first whose SGE list is bad.
+    let (mut good, mut failed) = (0usize, None);
     let mut at = wr;
     while !at.is_null() {
         // SAFETY: each pointer of the chain is a WR the caller owns.
         let w = unsafe { &*at };
-        match sges(w.sg_list, w.num_sge) {
-            Ok(l) => {
-                chain.push((at, w.wr_id));
-                lists.push(l);
-            }
-            Err(e) => {
-                failed = Some((at, e));
-                break;
-            }
+        if let Err(e) = c_sges(w.sg_list, w.num_sge) {
+            failed = Some((at, e));
+            break;
         }
+        good += 1;
         at = w.next;
     }
-    let wrs: Vec<RecvWr<'_>> = chain
-        .iter()
-        .zip(&lists)
-        .map(|(&(_, wr_id), l)| RecvWr { wr_id, sg_list: l })
-        .collect();
-    if let Err(e) = post(&q, &wrs) {
-        set_bad(chain.get(e.index).map_or(wr, |c| c.0));
+    let chain = RecvChain {
+        at: wr,
+        left: good,
+        call: core::marker::PhantomData,
+    };
+    if let Err(e) = post(&q, chain) {
+        set_bad(nth_recv(wr, e.index));
         return Err(e.error.errno());
     }
     if let Some((w, e)) = failed {

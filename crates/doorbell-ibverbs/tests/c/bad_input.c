@@ -205,6 +205,64 @@ int main(void)
 						   bad_wr == &wi,
 	      "max_inline_data %u", got.cap.max_inline_data);
 
+	/* A receive chain with a bad SGE list in the middle: the WR before it
+	 * is posted (a SEND lands in it), bad_wr names the bad one. */
+	struct ibv_recv_wr r3 = {.wr_id = 33, .sg_list = &sge, .num_sge = 1};
+	struct ibv_recv_wr r2 = r3, r1 = r3, *bad_rwr = NULL;
+	r2.wr_id = 32;
+	r2.sg_list = sges;
+	r2.num_sge = 8;
+	r2.next = &r3;
+	r1.wr_id = 31;
+	r1.next = &r2;
+	CHECK("post_recv_too_many_sges", ibv_post_recv(b, &r1, &bad_rwr) == EINVAL &&
+						 bad_rwr == &r2,
+	      "bad_wr %p (r2 %p)", (void *)bad_rwr, (void *)&r2);
+	r2.sg_list = NULL;
+	r2.num_sge = 1;
+	r1.next = &r2;
+	r2.next = NULL;
+	bad_rwr = NULL;
+	struct ibv_recv_wr r0 = r3;
+	r0.wr_id = 30;
+	r0.next = &r2;
+	/* r0 is posted too: two receives wait, r1 then r0. */
+	CHECK("post_recv_null_sg_list", ibv_post_recv(b, &r0, &bad_rwr) == EINVAL &&
+						bad_rwr == &r2,
+	      "bad_wr %p (r2 %p)", (void *)bad_rwr, (void *)&r2);
+	struct ibv_send_wr ws = {.wr_id = 34, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_wc two[2];
+	int got_wc = 0;
+	for (int k = 0; k < 2; k++) {
+		ibv_post_send(a, &ws, &bad_wr);
+		for (int seen = 0; seen < 2; seen++)
+			got_wc += wait_wc(cq, &two[seen]) == 1 &&
+				  two[seen].status == IBV_WC_SUCCESS &&
+				  two[seen].wr_id == (two[seen].opcode == IBV_WC_RECV ?
+								(k ? 30u : 31u) : 34u);
+	}
+	CHECK("post_recv_posted_those_before", got_wc == 4, "%d of 4 completions as expected",
+	      got_wc);
+	CHECK("post_recv_nothing_after", ibv_poll_cq(cq, 1, &wc) == 0, "another completion");
+
+	/* A chain longer than the receive queue: ENOMEM at the first WR past
+	 * its room (as mlx5), the ones before it posted. */
+	ibv_query_qp(b, &got, IBV_QP_CAP, &got_init);
+	int room = (int)got.cap.max_recv_wr;
+	struct ibv_recv_wr *chain = calloc((size_t)room + 1, sizeof(*chain));
+	for (int k = 0; chain && k <= room; k++) {
+		chain[k] = r3;
+		chain[k].wr_id = 100 + (uint64_t)k;
+		chain[k].next = k < room ? &chain[k + 1] : NULL;
+	}
+	bad_rwr = NULL;
+	CHECK("post_recv_past_the_queue", chain && ibv_post_recv(b, chain, &bad_rwr) == ENOMEM &&
+						  bad_rwr == &chain[room],
+	      "max_recv_wr %d bad_wr %p (expected %p)", room, (void *)bad_rwr,
+	      chain ? (void *)&chain[room] : NULL);
+	free(chain);
+
 	/* The ibv_wr_* API: a misuse is kept and reported by ibv_wr_complete,
 	 * which then posts nothing; a good batch's inline bytes arrive. */
 	struct ibv_qp_init_attr_ex ix = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,

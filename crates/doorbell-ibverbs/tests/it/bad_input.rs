@@ -89,7 +89,7 @@ fn doorbell_stats_writes_what_the_program_cost_on_the_bus() {
 
 #[test]
 fn bad_input_gets_rdma_cores_errno_and_breaks_nothing() {
-    run_c_program("bad_input", 53);
+    run_c_program("bad_input", 57);
 }
 
 #[test]
