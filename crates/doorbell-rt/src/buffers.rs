@@ -24,9 +24,9 @@
 //! without clearing them first.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
-use crossbeam_channel::{Receiver, Sender, bounded};
 use doorbell_device::Nic;
 
 /// The least room a buffer is given: any frame of MTU 4096 with its
@@ -55,18 +55,57 @@ thread_local! {
     static SPARE_LISTS: Cell<Vec<Vec<Vec<u8>>>> = const { Cell::new(Vec::new()) };
 }
 
-/// A bounded store of spares any thread may give to and take from.
+/// A bounded store of spares any thread may give to and take from, last
+/// in first out (the most recently used, still in a cache, first). Its
+/// room is taken once, when it is made.
 struct Shared<T> {
-    give: Sender<T>,
-    take: Receiver<T>,
+    items: Mutex<Vec<T>>,
+    /// How many it holds, written under the lock: an empty store, or one
+    /// below its low mark, is seen without taking it.
+    len: AtomicUsize,
+    keep: usize,
     /// Below this many, a thread gives here before it keeps its own.
     low: usize,
 }
 
 impl<T> Shared<T> {
     fn new(keep: usize, low: usize) -> Self {
-        let (give, take) = bounded(keep);
-        Self { give, take, low }
+        Self {
+            items: Mutex::new(Vec::with_capacity(keep)),
+            len: AtomicUsize::new(0),
+            keep,
+            low,
+        }
+    }
+
+    fn items(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
+        // Nothing panics with the lock held: a poisoned store is whole.
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    fn take(&self) -> Option<T> {
+        if self.len() == 0 {
+            return None;
+        }
+        let mut items = self.items();
+        let v = items.pop();
+        self.len.store(items.len(), Ordering::Relaxed);
+        v
+    }
+
+    /// Keeps `v`, or hands it back if the store is full.
+    fn give(&self, v: T) -> Result<(), T> {
+        let mut items = self.items();
+        if items.len() >= self.keep {
+            return Err(v);
+        }
+        items.push(v);
+        self.len.store(items.len(), Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -117,17 +156,17 @@ fn with_local<T: 'static, R>(
 
 /// The last of `local`, else one of `shared`.
 fn take_from<T>(local: &mut Vec<T>, shared: &Shared<T>) -> Option<T> {
-    local.pop().or_else(|| shared.take.try_recv().ok())
+    local.pop().or_else(|| shared.take())
 }
 
 /// Keeps `v` in `shared` while it holds fewer than its low mark, else in
 /// `local` while it holds fewer than `keep`, else in `shared` if it has
 /// room; else frees it.
 fn give_to<T>(local: &mut Vec<T>, keep: usize, shared: &Shared<T>, v: T) {
-    let v = if shared.give.len() < shared.low {
-        match shared.give.try_send(v) {
+    let v = if shared.len() < shared.low {
+        match shared.give(v) {
             Ok(()) => return,
-            Err(e) => e.into_inner(),
+            Err(v) => v,
         }
     } else {
         v
@@ -137,7 +176,7 @@ fn give_to<T>(local: &mut Vec<T>, keep: usize, shared: &Shared<T>, v: T) {
         local.reserve_exact(keep - local.len());
         local.push(v);
     } else {
-        let _ = shared.give.try_send(v);
+        let _ = shared.give(v);
     }
 }
 
@@ -198,7 +237,7 @@ mod tests {
         for i in 0..2 {
             give_to(&mut local, 2, &shared, i);
         }
-        assert_eq!((shared.give.len(), local.len()), (2, 0), "low: shared");
+        assert_eq!((shared.len(), local.len()), (2, 0), "low: shared");
         for i in 2..4 {
             give_to(&mut local, 2, &shared, i);
         }
@@ -207,14 +246,14 @@ mod tests {
             give_to(&mut local, 2, &shared, i);
         }
         assert_eq!(
-            (shared.give.len(), local.len()),
+            (shared.len(), local.len()),
             (4, 2),
             "then the shared store, up to its bound; the rest is freed"
         );
-        // The thread's own first, last in first out; then the shared ones,
-        // first in first out.
+        // The thread's own first, then the shared ones, each last in
+        // first out.
         let taken: Vec<i32> = std::iter::from_fn(|| take_from(&mut local, &shared)).collect();
-        assert_eq!(taken, [3, 2, 0, 1, 4, 5]);
+        assert_eq!(taken, [3, 2, 5, 4, 1, 0]);
     }
 
     #[test]
