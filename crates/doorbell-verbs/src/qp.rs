@@ -12,7 +12,7 @@ use doorbell_layout::wqe::{
     self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode,
     ctrl_flags, field,
 };
-use doorbell_types::{HostAddr, Mkey, Qpn, Rkey};
+use doorbell_types::{HostAddr, Qpn, Rkey};
 
 use crate::context::{Bfreg, Context};
 use crate::cq::Cq;
@@ -22,7 +22,7 @@ use crate::mr::{Pd, Sge};
 use crate::queue_buf::QueueBuf;
 use crate::report::{PostReport, Ring};
 use crate::srq::Srq;
-use crate::wq::{MAX_WQE_LEN, QpShared, RqState, SqState};
+use crate::wq::{MAX_WQE_LEN, QpShared, RqState, SqState, write_recv_segments};
 use crate::wr::{PostError, RecvWr};
 
 /// Requested queue sizes (`ibv_qp_cap`).
@@ -642,23 +642,9 @@ impl Qp {
                 )));
             }
             let ind = (rq.head.wrapping_add(n as u32) & (shared.rq_wqe_cnt - 1)) as usize;
-            let mut i = 0;
-            for sge in sges.filter(|s| s.length > 0) {
-                let mut d = DataSeg::new_unchecked(&mut wqe[i * 16..(i + 1) * 16]);
-                d.set_byte_count(sge.length);
-                d.set_lkey(sge.lkey.raw());
-                d.set_addr(sge.addr);
-                i += 1;
-            }
-            if i < inner.max_recv_gs as usize {
-                let mut d = DataSeg::new_unchecked(&mut wqe[i * 16..(i + 1) * 16]);
-                d.set_byte_count(0);
-                d.set_lkey(Mkey::INVALID.raw());
-                d.set_addr(0);
-                i += 1;
-            }
+            let bytes = write_recv_segments(wqe, sges, inner.max_recv_gs as usize);
             let written = offset(inner.buf.addr, (ind * stride) as u64)
-                .and_then(|a| mem.write(a, &wqe[..i * 16]));
+                .and_then(|a| mem.write(a, &wqe[..bytes]));
             if let Err(e) = written {
                 self.publish_recv(&mut rq.head, n as u32).map_err(at(n))?;
                 return Err(at(n)(e.into()));

@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use doorbell_driver::CreateSrqReq;
 use doorbell_host::{PAGE_SIZE, offset};
 use doorbell_layout::dbr;
-use doorbell_layout::wqe::{DataSeg, SrqNextSeg, field};
-use doorbell_types::{HostAddr, Mkey, Srqn};
+use doorbell_layout::wqe::{SrqNextSeg, field};
+use doorbell_types::{HostAddr, Srqn};
 
 use crate::error::VerbsError;
 use crate::mr::{Pd, Sge};
-use crate::wq::{SrqShared, SrqState};
+use crate::wq::{SrqShared, SrqState, write_recv_segments};
 use crate::wr::{PostError, RecvWr};
 
 /// SRQ creation attributes (`ibv_srq_init_attr.attr`).
@@ -269,27 +269,13 @@ impl Srq {
                 failed = Some(at(i)(VerbsError::InvalidArgument("more SGEs than max_sge")));
                 break;
             }
-            let mut k = 0;
-            for sge in sges.filter(|s| s.length > 0) {
-                let mut d = DataSeg::new_unchecked(&mut wqe[k * 16..(k + 1) * 16]);
-                d.set_byte_count(sge.length);
-                d.set_lkey(sge.lkey.raw());
-                d.set_addr(sge.addr);
-                k += 1;
-            }
-            if k < inner.max_sge as usize {
-                let mut d = DataSeg::new_unchecked(&mut wqe[k * 16..(k + 1) * 16]);
-                d.set_byte_count(0);
-                d.set_lkey(Mkey::INVALID.raw());
-                d.set_addr(0);
-                k += 1;
-            }
+            let bytes = write_recv_segments(wqe, sges, inner.max_sge as usize);
             let head = st.head;
             let written = offset(
                 shared.buf,
                 u64::from(head) * u64::from(shared.stride) + field::SRQ_NEXT_LEN as u64,
             )
-            .and_then(|a| mem.write(a, &wqe[..k * 16]));
+            .and_then(|a| mem.write(a, &wqe[..bytes]));
             if let Err(e) = written {
                 failed = Some(at(i)(e.into()));
                 break;

@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 
 use doorbell_host::{HostMemory, offset};
-use doorbell_layout::wqe::{SrqNextSeg, field};
-use doorbell_types::{HostAddr, Qpn};
+use doorbell_layout::wqe::{DataSeg, SrqNextSeg, field};
+use doorbell_types::{HostAddr, Mkey, Qpn};
 
 use crate::error::VerbsError;
+use crate::mr::Sge;
 
 /// The largest send WQE (`max_sq_desc_sz`).
 pub(crate) const MAX_WQE_LEN: usize = 1024;
@@ -22,6 +23,35 @@ pub(crate) struct SqState {
     pub(crate) wqe_head: Vec<u32>,
     /// The two buffers a post builds WQEs in, in turn.
     pub(crate) build: Box<[[u8; MAX_WQE_LEN]; 2]>,
+}
+
+/// Writes a receive WQE's data segments into `wqe`: one for each of
+/// `sges` with bytes, then, if the WQE has room for more than that
+/// (`max` segments), an end marker (no bytes, the invalid lkey), as mlx5
+/// writes them. Returns the bytes written. The caller has checked that
+/// `sges` are at most `max`.
+pub(crate) fn write_recv_segments(
+    wqe: &mut [u8],
+    sges: impl Iterator<Item = Sge>,
+    max: usize,
+) -> usize {
+    let mut segment = |i: usize, length: u32, lkey: u32, addr: u64| {
+        let mut d =
+            DataSeg::new_unchecked(&mut wqe[i * field::DATA_LEN..(i + 1) * field::DATA_LEN]);
+        d.set_byte_count(length);
+        d.set_lkey(lkey);
+        d.set_addr(addr);
+    };
+    let mut n = 0;
+    for sge in sges.filter(|s| s.length > 0) {
+        segment(n, sge.length, sge.lkey.raw(), sge.addr);
+        n += 1;
+    }
+    if n < max {
+        segment(n, 0, Mkey::INVALID.raw(), 0);
+        n += 1;
+    }
+    n * field::DATA_LEN
 }
 
 pub(crate) struct RqState {
