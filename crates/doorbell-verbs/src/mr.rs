@@ -291,6 +291,13 @@ pub struct Sge {
     pub lkey: Lkey,
 }
 
+impl Sge {
+    /// As a WQE's data segment holds it: `(length, lkey, address)`.
+    pub(crate) fn segment(self) -> (u32, u32, u64) {
+        (self.length, self.lkey.raw(), self.addr)
+    }
+}
+
 impl Mr {
     /// Start address (the IOVA peers use with the rkey).
     pub fn addr(&self) -> u64 {

@@ -642,7 +642,8 @@ impl Qp {
                 )));
             }
             let ind = (rq.head.wrapping_add(n as u32) & (shared.rq_wqe_cnt - 1)) as usize;
-            let bytes = write_recv_segments(wqe, sges, inner.max_recv_gs as usize);
+            let bytes =
+                write_recv_segments(wqe, sges.map(Sge::segment), inner.max_recv_gs as usize);
             let written = offset(inner.buf.addr, (ind * stride) as u64)
                 .and_then(|a| mem.write(a, &wqe[..bytes]));
             if let Err(e) = written {

@@ -269,7 +269,7 @@ impl Srq {
                 failed = Some(at(i)(VerbsError::InvalidArgument("more SGEs than max_sge")));
                 break;
             }
-            let bytes = write_recv_segments(wqe, sges, inner.max_sge as usize);
+            let bytes = write_recv_segments(wqe, sges.map(Sge::segment), inner.max_sge as usize);
             let head = st.head;
             let written = offset(
                 shared.buf,

@@ -9,7 +9,6 @@ use doorbell_layout::wqe::{DataSeg, SrqNextSeg, field};
 use doorbell_types::{HostAddr, Mkey, Qpn};
 
 use crate::error::VerbsError;
-use crate::mr::Sge;
 
 /// The largest send WQE (`max_sq_desc_sz`).
 pub(crate) const MAX_WQE_LEN: usize = 1024;
@@ -26,16 +25,16 @@ pub(crate) struct SqState {
 }
 
 /// Writes a receive WQE's data segments into `wqe`: one for each of
-/// `sges` with bytes, then, if the WQE has room for more than that
-/// (`max` segments), an end marker (no bytes, the invalid lkey), as mlx5
-/// writes them. Returns the bytes written. The caller has checked that
-/// `sges` are at most `max`.
+/// `sges`, given as `(length, lkey, address)`, with bytes, then, if the
+/// WQE has room for more than that (`max` segments), an end marker (no
+/// bytes, the invalid lkey), as mlx5 writes them. Returns the bytes
+/// written. The caller has checked that `sges` are at most `max`.
 pub(crate) fn write_recv_segments(
     wqe: &mut [u8],
-    sges: impl Iterator<Item = Sge>,
+    sges: impl Iterator<Item = (u32, u32, u64)>,
     max: usize,
 ) -> usize {
-    let mut segment = |i: usize, length: u32, lkey: u32, addr: u64| {
+    let mut segment = |i: usize, (length, lkey, addr): (u32, u32, u64)| {
         let mut d =
             DataSeg::new_unchecked(&mut wqe[i * field::DATA_LEN..(i + 1) * field::DATA_LEN]);
         d.set_byte_count(length);
@@ -43,12 +42,12 @@ pub(crate) fn write_recv_segments(
         d.set_addr(addr);
     };
     let mut n = 0;
-    for sge in sges.filter(|s| s.length > 0) {
-        segment(n, sge.length, sge.lkey.raw(), sge.addr);
+    for sge in sges.filter(|s| s.0 > 0) {
+        segment(n, sge);
         n += 1;
     }
     if n < max {
-        segment(n, 0, Mkey::INVALID.raw(), 0);
+        segment(n, (0, Mkey::INVALID.raw(), 0));
         n += 1;
     }
     n * field::DATA_LEN
