@@ -573,7 +573,10 @@ impl Inbound {
         let start = Instant::now();
         let mut came = self.any_data();
         while !came && start.elapsed() < self.linger_time {
-            for _ in 0..16 {
+            // Two pauses (about 20 ns) between looks: the frame waited for
+            // is on the critical path of a ping-pong, and every look costs
+            // only a line this core already holds until the peer writes it.
+            for _ in 0..2 {
                 std::hint::spin_loop();
             }
             came = self.any_data();

@@ -265,19 +265,58 @@ impl Ring {
     }
 
     /// Consumer: whether a frame is waiting.
+    ///
+    /// A ring found empty has the lines where the next record will start
+    /// fetched meanwhile ([`prefetch`]): when the producer's `tail` moves,
+    /// its record is already on its way, and the consumer waits for one
+    /// line to cross between cores instead of two in a row (`tail`, then
+    /// the record): about 150 ns each on the 2-core VM of
+    /// docs/benchmarks.md, against a one-way time of about 2 µs.
     pub(crate) fn has_data(&self) -> bool {
-        self.seen != self.pos || self.word(OFF_TAIL).load(Ordering::Acquire) != self.pos
+        if self.seen != self.pos {
+            return true;
+        }
+        let at = self.pos % self.cap;
+        prefetch(self.data(at));
+        // A short frame (an ACK, an 8-byte WRITE) reaches the second line.
+        if at + 64 < self.cap {
+            prefetch(self.data(at + 64));
+        }
+        self.word(OFF_TAIL).load(Ordering::Acquire) != self.pos
     }
 
     /// Consumer: says whether it is parked (then the producer wakes it).
+    ///
+    /// Raising the mark is ordered (`SeqCst`) before the consumer looks at
+    /// the ring once more, as the producer's push is before it reads the
+    /// mark: one of the two sees the other. Lowering it needs no order: a
+    /// producer that still sees it up rings a bell that finds nothing. A
+    /// mark already down is not written again, since every store takes
+    /// the line from the producer, which reads it after each push.
     pub(crate) fn set_parked(&self, parked: bool) {
-        self.flag().store(u32::from(parked), Ordering::SeqCst);
+        if parked {
+            self.flag().store(1, Ordering::SeqCst);
+        } else if self.flag().load(Ordering::Relaxed) != 0 {
+            self.flag().store(0, Ordering::Relaxed);
+        }
     }
 
     /// Producer: whether the consumer asked to be woken.
     pub(crate) fn consumer_parked(&self) -> bool {
         self.flag().load(Ordering::SeqCst) != 0
     }
+}
+
+/// Asks the CPU to bring the cache line at `p` in, without waiting for it.
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing into the program and
+    // cannot fault, whatever the address (here always inside the mapping).
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]
