@@ -373,8 +373,28 @@ impl Core {
         self.wakes.load(Ordering::Relaxed)
     }
 
-    /// Queues `msg` and handles the inbox if no other thread is.
+    /// Queues `msg` and handles the inbox if no other thread is. With
+    /// nothing queued and no turn running, `msg` is handled at once, in a
+    /// turn of this thread's, without passing through the inbox: a
+    /// doorbell rung by the program's thread (the common case) then costs
+    /// no queue lock on either side.
     pub(crate) fn submit(&self, msg: Msg) {
+        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+            return;
+        }
+        if self.inbox.is_empty() {
+            match self.engine.try_lock() {
+                Ok(mut g) => {
+                    // Nothing was queued before `msg`: handling it first
+                    // keeps the order a push would have given it.
+                    let emptied = self.turn(&mut g, BUDGET, Some(msg));
+                    drop(g);
+                    return self.after_turn(emptied);
+                }
+                Err(TryLockError::Poisoned(_)) => return self.die(),
+                Err(TryLockError::WouldBlock) => {}
+            }
+        }
         self.enqueue(msg);
         self.run();
     }
@@ -420,23 +440,42 @@ impl Core {
                 Err(TryLockError::WouldBlock) => return,
                 Err(TryLockError::Poisoned(_)) => return self.die(),
             };
-            let emptied = self.turn(&mut g, BUDGET);
+            let emptied = self.turn(&mut g, BUDGET, None);
             drop(g);
-            if !emptied {
-                // Someone else's share: the worker takes it.
-                return self.unpark();
-            }
-            fence(Ordering::SeqCst);
-            if self.inbox.is_empty() {
+            if !self.more_after_turn(emptied) {
                 return;
             }
         }
     }
 
-    /// Handles up to `budget` messages, then fires timers and flushes;
-    /// tells whether the inbox was emptied. Unparks the worker if this turn
-    /// armed a timer due before it wakes.
-    fn turn(&self, g: &mut MutexGuard<'_, Engine>, budget: usize) -> bool {
+    /// After a turn outside [`Self::progress`]: takes further turns while
+    /// messages came meanwhile, as `progress` does.
+    fn after_turn(&self, emptied: bool) {
+        if self.more_after_turn(emptied) {
+            self.progress();
+        }
+    }
+
+    /// Whether the thread that took a turn takes another: not if the
+    /// budget ran out (the worker is woken for the rest), nor if the inbox
+    /// is empty once the lock is let go.
+    fn more_after_turn(&self, emptied: bool) -> bool {
+        if !emptied {
+            // Someone else's share: the worker takes it.
+            self.unpark();
+            return false;
+        }
+        // Pairs with the fence before a queuer looks at the lock: either
+        // it sees the lock free, or this thread sees its message.
+        fence(Ordering::SeqCst);
+        !self.inbox.is_empty()
+    }
+
+    /// Handles up to `budget` messages (`first`, if any, before the
+    /// inbox's), then fires timers and flushes; tells whether the inbox was
+    /// emptied. Unparks the worker if this turn armed a timer due before it
+    /// wakes.
+    fn turn(&self, g: &mut MutexGuard<'_, Engine>, budget: usize, first: Option<Msg>) -> bool {
         if self.stop.load(Ordering::Acquire) {
             self.inbox.clear();
             return true;
@@ -446,6 +485,11 @@ impl Core {
         // and the device's timers are milliseconds.
         let now = self.now();
         let mut done = 0;
+        if let Some(m) = first {
+            g.busy = true;
+            done += m.work();
+            g.handle(now, m);
+        }
         while done < budget {
             match self.inbox.pop() {
                 Some(m) => {
@@ -508,7 +552,7 @@ impl Core {
                 // Awake: the turns below need not wake this thread for the
                 // timers they arm (it looks at them next).
                 self.sleeping_until.store(0, Ordering::Relaxed);
-                while !self.turn(&mut g, BUDGET) {}
+                while !self.turn(&mut g, BUDGET, None) {}
                 let until = match g.nic.poll_timeout() {
                     Some(t) => t.as_ps(),
                     None if std::mem::take(&mut g.busy) => self
