@@ -11,6 +11,7 @@ use doorbell_types::{Cqn, HostAddr, Qpn};
 
 use crate::context::Context;
 use crate::error::VerbsError;
+use crate::wq::QpShared;
 
 /// Status of a completion (`enum ibv_wc_status`, same numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -174,6 +175,11 @@ pub(crate) struct CqState {
     /// The CQE ring and its size, which [`Cq::resize`] changes.
     buf: HostAddr,
     ncqe: u32,
+    /// The QP whose CQE was polled last, kept so that the next CQE of the
+    /// same QP (most CQs serve one) needs no look-up in the context's
+    /// table and its lock; forgotten when the QP is destroyed or its CQEs
+    /// cleaned ([`CqInner::forget_qp`]).
+    last_qp: Option<Arc<QpShared>>,
 }
 
 pub(crate) struct CqInner {
@@ -208,6 +214,15 @@ impl CqInner {
         Ok(())
     }
 
+    /// Drops the QP kept from the last poll if it is `qpn` (which is
+    /// being destroyed: a later QP may take its number).
+    pub(crate) fn forget_qp(&self, qpn: Qpn) {
+        let mut st = self.state();
+        if st.last_qp.as_ref().is_some_and(|q| q.qpn == qpn) {
+            st.last_qp = None;
+        }
+    }
+
     /// Removes QP `qpn`'s completions not yet polled and closes the gaps
     /// (`__mlx5_cq_clean`, run when the QP is reset or destroyed): the other
     /// QPs' CQEs move up towards the producer end, keeping their order, and
@@ -222,6 +237,7 @@ impl CqInner {
     ) -> Result<(), VerbsError> {
         let mem = self.ctx.mem();
         let mut st = self.state();
+        st.last_qp = None;
         let mut buf = [0u8; CQE_LEN];
         let mut prod = st.cons_index;
         while prod.wrapping_sub(st.cons_index) < st.ncqe && self.read_cqe(&st, prod, &mut buf)? {
@@ -345,6 +361,7 @@ impl Cq {
                     empty_polls: 0,
                     buf,
                     ncqe,
+                    last_qp: None,
                 }),
             }),
         })
@@ -446,25 +463,31 @@ impl Cq {
         let mut n = 0;
         let mut buf = [0u8; CQE_LEN];
         let start = st.cons_index;
-        // Nothing yet: the device may have work waiting for a thread
-        // (frames in a shared-memory ring); this one does it.
-        if !wc.is_empty()
-            && !inner.read_cqe(&st, st.cons_index, &mut buf)?
-            && !inner.ctx.driver().link().progress()
-        {
-            st.empty_polls = st.empty_polls.wrapping_add(1);
-            if st.empty_polls % YIELD_AFTER_EMPTY_POLLS == 0 {
-                drop(st);
-                std::thread::yield_now();
-            }
+        if wc.is_empty() {
             return Ok(0);
         }
-        while n < wc.len() && inner.read_cqe(&st, st.cons_index, &mut buf)? {
+        // Nothing yet: the device may have work waiting for a thread
+        // (frames in a shared-memory ring); this one does it.
+        let mut found = inner.read_cqe(&st, st.cons_index, &mut buf)?;
+        if !found {
+            if !inner.ctx.driver().link().progress() {
+                st.empty_polls = st.empty_polls.wrapping_add(1);
+                if st.empty_polls % YIELD_AFTER_EMPTY_POLLS == 0 {
+                    drop(st);
+                    std::thread::yield_now();
+                }
+                return Ok(0);
+            }
+            found = inner.read_cqe(&st, st.cons_index, &mut buf)?;
+        }
+        // Each CQE is read once: `buf` holds the one at `cons_index`.
+        while found {
             st.cons_index = st.cons_index.wrapping_add(1);
-            if let Some(w) = self.parse(&Cqe64::new_unchecked(&buf[..])) {
+            if let Some(w) = self.parse(&mut st, &Cqe64::new_unchecked(&buf[..])) {
                 wc[n] = w;
                 n += 1;
             }
+            found = n < wc.len() && inner.read_cqe(&st, st.cons_index, &mut buf)?;
         }
         // The record is written once per call, and only if CQEs were taken.
         if st.cons_index != start {
@@ -480,10 +503,13 @@ impl Cq {
         Ok(n)
     }
 
-    fn parse(&self, cqe: &Cqe64<&[u8]>) -> Option<Wc> {
+    fn parse(&self, st: &mut CqState, cqe: &Cqe64<&[u8]>) -> Option<Wc> {
         let qpn = Qpn::new(cqe.qpn());
-        // A CQE of a QP destroyed meanwhile is consumed and skipped.
-        let qp = self.inner.ctx.find_qp(qpn)?;
+        if st.last_qp.as_ref().is_none_or(|q| q.qpn != qpn) {
+            // A CQE of a QP destroyed meanwhile is consumed and skipped.
+            st.last_qp = Some(self.inner.ctx.find_qp(qpn)?);
+        }
+        let qp = st.last_qp.as_deref()?;
         let mut wc = Wc {
             wr_id: 0,
             status: WcStatus::Success,

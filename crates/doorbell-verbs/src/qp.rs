@@ -287,6 +287,8 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         let ctx = &self.pd.inner.ctx;
         ctx.unregister_qp(self.shared.qpn);
+        self._recv_cq.forget_qp(self.shared.qpn);
+        self._send_cq.forget_qp(self.shared.qpn);
         if ctx.driver().destroy_qp(self.shared.qpn).is_ok() {
             let _ = self.clean_cqs();
             self.buf.free(&**ctx.mem());

@@ -147,7 +147,13 @@ fn rc_qps_share_one_srq_in_posting_order() {
     for (k, &len) in lens.iter().enumerate() {
         let peer = if k % 2 == 0 { &p1 } else { &p2 };
         send(peer, &src, len, k as u8);
-        assert_eq!(poll(&cc).len(), 1);
+        // One CQ for both peers: each completion is its own QP's (the CQ
+        // keeps the QP of the last CQE; the next one is the other's).
+        let w = poll(&cc);
+        assert_eq!(
+            w.iter().map(|w| (w.wr_id, w.qp_num)).collect::<Vec<_>>(),
+            [(k as u64, peer.qpn())]
+        );
     }
     let got1 = poll(&cq1);
     let got2 = poll(&cq2);
