@@ -1122,6 +1122,12 @@ impl Nic {
         self.out.spare.room()
     }
 
+    /// How many spare buffers it keeps now.
+    #[must_use]
+    pub fn spares(&self) -> usize {
+        self.out.spare.len()
+    }
+
     /// The next event that no EQ took (none does until host software
     /// creates EQs with [`Command::CreateEq`]; then events arrive as EQEs
     /// in host memory and interrupts from [`Nic::poll_interrupt`]).

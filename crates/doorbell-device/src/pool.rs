@@ -40,6 +40,11 @@ impl<T, const KEEP: usize, const LARGEST: usize> Pool<T, KEEP, LARGEST> {
     pub(crate) fn room(&self) -> usize {
         KEEP.saturating_sub(self.kept.len())
     }
+
+    /// How many vectors it keeps now.
+    pub(crate) fn len(&self) -> usize {
+        self.kept.len()
+    }
 }
 
 impl<const KEEP: usize, const LARGEST: usize> Pool<u8, KEEP, LARGEST> {

@@ -50,9 +50,38 @@ const SHARED_LOW_LISTS: usize = 4;
 /// The longest frame list kept (a port's receive batch, a ring's drain).
 const LONGEST_LIST: usize = 256;
 
+/// How far a thread's gives may outrun its takes before it counts as one
+/// that frees more than it takes ([`give_to`]).
+const OWN: i32 = 4;
+/// Bound of a thread's balance of gives and takes, either way: what it
+/// did long ago stops counting.
+const BALANCE: i32 = 8;
+
 thread_local! {
-    static SPARE: Cell<Vec<Vec<u8>>> = const { Cell::new(Vec::new()) };
-    static SPARE_LISTS: Cell<Vec<Vec<Vec<u8>>>> = const { Cell::new(Vec::new()) };
+    static SPARE: Cell<Local<Vec<u8>>> = const { Cell::new(Local::new()) };
+    static SPARE_LISTS: Cell<Local<Vec<Vec<u8>>>> = const { Cell::new(Local::new()) };
+}
+
+/// A thread's own spares, and its balance of gives less takes lately
+/// (within ±[`BALANCE`]).
+struct Local<T> {
+    items: Vec<T>,
+    balance: i32,
+}
+
+impl<T> Local<T> {
+    const fn new() -> Self {
+        Self {
+            items: Vec::new(),
+            balance: 0,
+        }
+    }
+}
+
+impl<T> Default for Local<T> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// A bounded store of spares any thread may give to and take from, last
@@ -121,7 +150,7 @@ fn shared_lists() -> &'static Shared<Vec<Vec<u8>>> {
 
 /// One of this thread's spares in `local`, else one of the process's.
 fn take<T: Send + 'static>(
-    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    local: &'static std::thread::LocalKey<Cell<Local<T>>>,
     shared: &Shared<T>,
 ) -> Option<T> {
     with_local(local, |l| take_from(l, shared)).flatten()
@@ -129,7 +158,7 @@ fn take<T: Send + 'static>(
 
 /// Keeps `v` as [`give_to`] does, with this thread's spares in `local`.
 fn give<T: Send + 'static>(
-    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    local: &'static std::thread::LocalKey<Cell<Local<T>>>,
     keep: usize,
     shared: &Shared<T>,
     v: T,
@@ -141,8 +170,8 @@ fn give<T: Send + 'static>(
 /// Runs `f` on this thread's spares in `local`, unless the thread is
 /// being torn down.
 fn with_local<T: 'static, R>(
-    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
-    f: impl FnOnce(&mut Vec<T>) -> R,
+    local: &'static std::thread::LocalKey<Cell<Local<T>>>,
+    f: impl FnOnce(&mut Local<T>) -> R,
 ) -> Option<R> {
     local
         .try_with(|s| {
@@ -155,15 +184,25 @@ fn with_local<T: 'static, R>(
 }
 
 /// The last of `local`, else one of `shared`.
-fn take_from<T>(local: &mut Vec<T>, shared: &Shared<T>) -> Option<T> {
-    local.pop().or_else(|| shared.take())
+fn take_from<T>(local: &mut Local<T>, shared: &Shared<T>) -> Option<T> {
+    local.balance = (local.balance - 1).max(-BALANCE);
+    local.items.pop().or_else(|| shared.take())
 }
 
-/// Keeps `v` in `shared` while it holds fewer than its low mark, else in
-/// `local` while it holds fewer than `keep`, else in `shared` if it has
-/// room; else frees it.
-fn give_to<T>(local: &mut Vec<T>, keep: usize, shared: &Shared<T>, v: T) {
-    let v = if shared.len() < shared.low {
+/// Keeps `v`: in `shared` while it holds fewer than its low mark, if this
+/// thread frees more than it takes; else in `local` while it holds fewer
+/// than `keep`; else in `shared` if it has room; else frees it.
+///
+/// A thread that frees about as much as it takes (a ping-pong run in the
+/// program's thread: a frame received and recycled, a frame built and
+/// sent) keeps its spares to itself, and they go round without the
+/// store's lock. One that frees more (a thread that runs a NIC another
+/// thread's port feeds) fills the store's reserve first, so that the
+/// thread that takes finds its buffers there: it keeps at most [`OWN`]
+/// before it counts as such.
+fn give_to<T>(local: &mut Local<T>, keep: usize, shared: &Shared<T>, v: T) {
+    local.balance = (local.balance + 1).min(BALANCE);
+    let v = if local.balance > OWN && shared.len() < shared.low {
         match shared.give(v) {
             Ok(()) => return,
             Err(v) => v,
@@ -171,10 +210,10 @@ fn give_to<T>(local: &mut Vec<T>, keep: usize, shared: &Shared<T>, v: T) {
     } else {
         v
     };
-    if local.len() < keep {
+    if local.items.len() < keep {
         // Room for all at once: a thread's spares grow no further.
-        local.reserve_exact(keep - local.len());
-        local.push(v);
+        local.items.reserve_exact(keep - local.items.len());
+        local.items.push(v);
     } else {
         let _ = shared.give(v);
     }
@@ -231,29 +270,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn spares_go_to_the_shared_store_while_it_is_low_then_to_the_thread() {
-        let shared = Shared::new(4, 2);
-        let mut local = Vec::new();
-        for i in 0..2 {
-            give_to(&mut local, 2, &shared, i);
-        }
-        assert_eq!((shared.len(), local.len()), (2, 0), "low: shared");
-        for i in 2..4 {
-            give_to(&mut local, 2, &shared, i);
-        }
-        assert_eq!(local, [2, 3], "then the thread's own");
-        for i in 4..8 {
-            give_to(&mut local, 2, &shared, i);
+    fn a_thread_that_frees_more_than_it_takes_fills_the_reserve_first() {
+        let shared = Shared::new(8, 4);
+        let mut local = Local::new();
+        for i in 0..4 {
+            give_to(&mut local, 4, &shared, i);
         }
         assert_eq!(
-            (shared.len(), local.len()),
-            (4, 2),
+            (shared.len(), &local.items[..]),
+            (0, &[0, 1, 2, 3][..]),
+            "its first: its own"
+        );
+        for i in 4..8 {
+            give_to(&mut local, 4, &shared, i);
+        }
+        assert_eq!(shared.len(), 4, "then the reserve, to its low mark");
+        for i in 8..13 {
+            give_to(&mut local, 4, &shared, i);
+        }
+        assert_eq!(
+            (shared.len(), local.items.len()),
+            (8, 4),
             "then the shared store, up to its bound; the rest is freed"
         );
         // The thread's own first, then the shared ones, each last in
         // first out.
         let taken: Vec<i32> = std::iter::from_fn(|| take_from(&mut local, &shared)).collect();
-        assert_eq!(taken, [3, 2, 5, 4, 1, 0]);
+        assert_eq!(taken, [3, 2, 1, 0, 11, 10, 9, 8, 7, 6, 5, 4]);
+    }
+
+    #[test]
+    fn a_few_buffers_going_round_one_thread_stay_out_of_the_shared_store() {
+        let shared = Shared::new(4, 2);
+        let mut local = Local::new();
+        for i in 0..3 {
+            give_to(&mut local, 16, &shared, i);
+        }
+        for _ in 0..100 {
+            let a = take_from(&mut local, &shared).unwrap();
+            let b = take_from(&mut local, &shared).unwrap();
+            give_to(&mut local, 16, &shared, a);
+            give_to(&mut local, 16, &shared, b);
+        }
+        assert_eq!((shared.len(), local.items.len()), (0, 3));
     }
 
     #[test]
@@ -278,7 +337,7 @@ mod tests {
     fn spares() -> usize {
         SPARE.with(|s| {
             let v = s.take();
-            let n = v.len();
+            let n = v.items.len();
             s.set(v);
             n
         })

@@ -70,6 +70,9 @@ pub(crate) const FLUSH_FRAMES: usize = 64;
 /// takes one more look after this and then sleeps until woken.
 const BUSY_TICK: Duration = Duration::from_millis(10);
 
+/// Spare buffers a NIC keeps of the frames it took in, for its answers.
+const ANSWER_SPARES: usize = 32;
+
 /// Spare buffers lent to the NIC after each flush, at most.
 const LEND: usize = 64;
 
@@ -225,7 +228,16 @@ impl Engine {
                 }
                 c.record(crate::pcap::Direction::In, &f, why);
             }
-            crate::buffers::recycle(f);
+            // The NIC that took a frame in builds its answer next (an
+            // ACK, a READ response) in the buffer, which goes to its own
+            // spares without a trip through the thread's; a NIC with
+            // enough for its answers leaves the rest to the thread's,
+            // for the NIC whose stream it takes in.
+            if nic.spares() < ANSWER_SPARES {
+                nic.recycle(f);
+            } else {
+                crate::buffers::recycle(f);
+            }
             self.unflushed += 1;
             if self.unflushed >= FLUSH_FRAMES {
                 self.flush(now);
