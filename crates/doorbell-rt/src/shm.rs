@@ -1239,6 +1239,7 @@ impl Sink for HostSink {
                 );
                 continue;
             };
+            r.ring.prefetch_mark();
             let mut broken = false;
             let mut took = false;
             while let Some(f) = run.take().or_else(|| frames.next_if(|f| f.dst == dst)) {

@@ -301,6 +301,15 @@ impl Ring {
         }
     }
 
+    /// Producer: starts fetching the consumer's mark before a push, so
+    /// that the line, which the consumer wrote as it came and went, is
+    /// on its way while the frames are copied in and their lines taken
+    /// from the consumer; [`Self::consumer_parked`] after the push then
+    /// waits for one crossing, not two in a row.
+    pub(crate) fn prefetch_mark(&self) {
+        prefetch(self.flag().as_ptr().cast());
+    }
+
     /// Producer: whether the consumer asked to be woken.
     pub(crate) fn consumer_parked(&self) -> bool {
         self.flag().load(Ordering::SeqCst) != 0
