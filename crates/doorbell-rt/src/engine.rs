@@ -487,7 +487,7 @@ impl Core {
     /// inbox's), then fires timers and flushes; tells whether the inbox was
     /// emptied. Unparks the worker if this turn armed a timer due before it
     /// wakes.
-    fn turn(&self, g: &mut MutexGuard<'_, Engine>, budget: usize, first: Option<Msg>) -> bool {
+    fn turn(&self, g: &mut MutexGuard<'_, Engine>, budget: usize, mut first: Option<Msg>) -> bool {
         if self.stop.load(Ordering::Acquire) {
             self.inbox.clear();
             return true;
@@ -497,13 +497,8 @@ impl Core {
         // and the device's timers are milliseconds.
         let now = self.now();
         let mut done = 0;
-        if let Some(m) = first {
-            g.busy = true;
-            done += m.work();
-            g.handle(now, m);
-        }
         while done < budget {
-            match self.inbox.pop() {
+            match first.take().or_else(|| self.inbox.pop()) {
                 Some(m) => {
                     g.busy = true;
                     done += m.work();
