@@ -8,13 +8,16 @@
 //!
 //! Each thread keeps its own spares (at most [`KEEP`], none larger than
 //! [`LARGEST`] bytes), and the process up to [`SHARED_KEEP`] more that any
-//! thread may take: a thread with none of its own takes from there, and a
-//! thread gives there first while they are fewer than [`SHARED_LOW`], and
-//! once its own are full. A buffer that one thread fills and another frees
-//! (a port's receive thread takes a frame, the program thread that ran the
-//! NIC recycles it) then goes round instead of being allocated by the one
-//! and freed by the other, and a thread that wakes now and then finds
-//! spares waiting. No thread keeps more than about a
+//! thread may take: a thread with none of its own takes from there. A
+//! thread that frees more than it takes (more than [`OWN`] gives ahead of
+//! its takes lately) gives there first while they are fewer than
+//! [`SHARED_LOW`]; any thread gives there once its own are full. A buffer
+//! that one thread fills and another frees (a port's receive thread takes
+//! a frame, the program thread that ran the NIC recycles it) then goes
+//! round instead of being allocated by the one and freed by the other,
+//! and a thread that wakes now and then finds spares waiting; a thread
+//! whose few buffers go round (a ping-pong run in the program's thread)
+//! keeps them without the store's lock. No thread keeps more than about a
 //! hundred kilobytes of frames (16 of [`LARGEST`] at most), nor the
 //! process more than about three megabytes beside them. Batches of frames
 //! go round the same way, in lists ([`frame_list`], [`recycle_list`]).
@@ -38,14 +41,16 @@ const ROOM: usize = 4096 + 128;
 const KEEP: usize = 16;
 /// Most spare buffers the process keeps for any thread.
 const SHARED_KEEP: usize = 512;
-/// Spares the process keeps for any thread before a thread keeps its own.
+/// Spares the process keeps for any thread before a thread that frees more
+/// than it takes keeps its own.
 const SHARED_LOW: usize = 16;
 /// The largest buffer kept (a frame of MTU 4096 with its headers fits).
 const LARGEST: usize = 6 * 1024;
 
 /// Most spare frame lists a thread keeps, and the process for any thread.
 const KEEP_LISTS: usize = 16;
-/// Lists the process keeps for any thread before a thread keeps its own.
+/// Lists the process keeps for any thread before a thread that frees more
+/// than it takes keeps its own.
 const SHARED_LOW_LISTS: usize = 4;
 /// The longest frame list kept (a port's receive batch, a ring's drain).
 const LONGEST_LIST: usize = 256;
@@ -93,7 +98,8 @@ struct Shared<T> {
     /// below its low mark, is seen without taking it.
     len: AtomicUsize,
     keep: usize,
-    /// Below this many, a thread gives here before it keeps its own.
+    /// Below this many, a thread that frees more than it takes gives here
+    /// before it keeps its own.
     low: usize,
 }
 
@@ -335,12 +341,7 @@ mod tests {
     }
 
     fn spares() -> usize {
-        SPARE.with(|s| {
-            let v = s.take();
-            let n = v.items.len();
-            s.set(v);
-            n
-        })
+        with_local(&SPARE, |l| l.items.len()).unwrap_or(0)
     }
 
     #[test]
