@@ -9,15 +9,15 @@
 //! Each thread keeps its own spares (at most [`KEEP`], none larger than
 //! [`LARGEST`] bytes), and the process up to [`SHARED_KEEP`] more that any
 //! thread may take: a thread with none of its own takes from there. A
-//! thread that frees more than it takes (more than [`OWN`] gives ahead of
-//! its takes lately) gives there first while they are fewer than
-//! [`SHARED_LOW`]; any thread gives there once its own are full. A buffer
-//! that one thread fills and another frees (a port's receive thread takes
-//! a frame, the program thread that ran the NIC recycles it) then goes
-//! round instead of being allocated by the one and freed by the other,
-//! and a thread that wakes now and then finds spares waiting; a thread
-//! whose few buffers go round (a ping-pong run in the program's thread)
-//! keeps them without the store's lock. No thread keeps more than about a
+//! thread that holds [`OWN`] or more of its own gives there first while
+//! they are fewer than [`SHARED_LOW`]; any thread gives there once its own
+//! are full. A buffer that one thread fills and another frees (a port's
+//! receive thread takes a frame, the program thread that ran the NIC
+//! recycles it) then goes round instead of being allocated by the one and
+//! freed by the other, and a thread that wakes now and then finds spares
+//! waiting; a thread whose buffers go round (a ping-pong run in the
+//! program's thread) keeps them without the store's lock once the reserve
+//! is full. No thread keeps more than about a
 //! hundred kilobytes of frames (16 of [`LARGEST`] at most), nor the
 //! process more than about three megabytes beside them. Batches of frames
 //! go round the same way, in lists ([`frame_list`], [`recycle_list`]).
@@ -55,38 +55,13 @@ const SHARED_LOW_LISTS: usize = 4;
 /// The longest frame list kept (a port's receive batch, a ring's drain).
 const LONGEST_LIST: usize = 256;
 
-/// How far a thread's gives may outrun its takes before it counts as one
-/// that frees more than it takes ([`give_to`]).
-const OWN: i32 = 4;
-/// Bound of a thread's balance of gives and takes, either way: what it
-/// did long ago stops counting.
-const BALANCE: i32 = 8;
+/// Spares a thread keeps before it fills the process's reserve
+/// ([`give_to`]).
+const OWN: usize = 4;
 
 thread_local! {
-    static SPARE: Cell<Local<Vec<u8>>> = const { Cell::new(Local::new()) };
-    static SPARE_LISTS: Cell<Local<Vec<Vec<u8>>>> = const { Cell::new(Local::new()) };
-}
-
-/// A thread's own spares, and its balance of gives less takes lately
-/// (within ±[`BALANCE`]).
-struct Local<T> {
-    items: Vec<T>,
-    balance: i32,
-}
-
-impl<T> Local<T> {
-    const fn new() -> Self {
-        Self {
-            items: Vec::new(),
-            balance: 0,
-        }
-    }
-}
-
-impl<T> Default for Local<T> {
-    fn default() -> Self {
-        Self::new()
-    }
+    static SPARE: Cell<Vec<Vec<u8>>> = const { Cell::new(Vec::new()) };
+    static SPARE_LISTS: Cell<Vec<Vec<Vec<u8>>>> = const { Cell::new(Vec::new()) };
 }
 
 /// A bounded store of spares any thread may give to and take from, last
@@ -98,8 +73,11 @@ struct Shared<T> {
     /// below its low mark, is seen without taking it.
     len: AtomicUsize,
     keep: usize,
-    /// Below this many, a thread that frees more than it takes gives here
-    /// before it keeps its own.
+    /// Times the lock was taken, for the tests.
+    #[cfg(test)]
+    locked: AtomicUsize,
+    /// Below this many, a thread that holds [`OWN`] of its own gives here
+    /// before it keeps more.
     low: usize,
 }
 
@@ -109,11 +87,15 @@ impl<T> Shared<T> {
             items: Mutex::new(Vec::with_capacity(keep)),
             len: AtomicUsize::new(0),
             keep,
+            #[cfg(test)]
+            locked: AtomicUsize::new(0),
             low,
         }
     }
 
     fn items(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
+        #[cfg(test)]
+        self.locked.fetch_add(1, Ordering::Relaxed);
         // Nothing panics with the lock held: a poisoned store is whole.
         self.items.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -156,7 +138,7 @@ fn shared_lists() -> &'static Shared<Vec<Vec<u8>>> {
 
 /// One of this thread's spares in `local`, else one of the process's.
 fn take<T: Send + 'static>(
-    local: &'static std::thread::LocalKey<Cell<Local<T>>>,
+    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
     shared: &Shared<T>,
 ) -> Option<T> {
     with_local(local, |l| take_from(l, shared)).flatten()
@@ -164,7 +146,7 @@ fn take<T: Send + 'static>(
 
 /// Keeps `v` as [`give_to`] does, with this thread's spares in `local`.
 fn give<T: Send + 'static>(
-    local: &'static std::thread::LocalKey<Cell<Local<T>>>,
+    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
     keep: usize,
     shared: &Shared<T>,
     v: T,
@@ -176,8 +158,8 @@ fn give<T: Send + 'static>(
 /// Runs `f` on this thread's spares in `local`, unless the thread is
 /// being torn down.
 fn with_local<T: 'static, R>(
-    local: &'static std::thread::LocalKey<Cell<Local<T>>>,
-    f: impl FnOnce(&mut Local<T>) -> R,
+    local: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    f: impl FnOnce(&mut Vec<T>) -> R,
 ) -> Option<R> {
     local
         .try_with(|s| {
@@ -190,25 +172,25 @@ fn with_local<T: 'static, R>(
 }
 
 /// The last of `local`, else one of `shared`.
-fn take_from<T>(local: &mut Local<T>, shared: &Shared<T>) -> Option<T> {
-    local.balance = (local.balance - 1).max(-BALANCE);
-    local.items.pop().or_else(|| shared.take())
+fn take_from<T>(local: &mut Vec<T>, shared: &Shared<T>) -> Option<T> {
+    local.pop().or_else(|| shared.take())
 }
 
-/// Keeps `v`: in `shared` while it holds fewer than its low mark, if this
-/// thread frees more than it takes; else in `local` while it holds fewer
-/// than `keep`; else in `shared` if it has room; else frees it.
+/// Keeps `v`: in `shared` while it holds fewer than its low mark, if
+/// `local` holds [`OWN`] or more; else in `local` while it holds fewer than `keep`;
+/// else in `shared` if it has room; else frees it.
 ///
-/// A thread that frees about as much as it takes (a ping-pong run in the
-/// program's thread: a frame received and recycled, a frame built and
-/// sent) keeps its spares to itself, and they go round without the
-/// store's lock. One that frees more (a thread that runs a NIC another
-/// thread's port feeds) fills the store's reserve first, so that the
-/// thread that takes finds its buffers there: it keeps at most [`OWN`]
-/// before it counts as such.
-fn give_to<T>(local: &mut Local<T>, keep: usize, shared: &Shared<T>, v: T) {
-    local.balance = (local.balance + 1).min(BALANCE);
-    let v = if local.balance > OWN && shared.len() < shared.low {
+/// A thread that frees more than it takes (a thread that runs a NIC
+/// another thread's port feeds) fills the store's reserve once it holds a
+/// few: the thread that takes finds its buffers there. A thread that frees
+/// as much as it takes (a ping-pong run in the program's thread: a frame
+/// received and recycled, a frame built and sent) does so only until the
+/// reserve is full, and then its buffers go round without the store's
+/// lock. A thread with fewer than [`OWN`] keeps what it frees: one whose
+/// own ran out takes from the store and gives back to itself, rather than
+/// taking and giving through the lock for good.
+fn give_to<T>(local: &mut Vec<T>, keep: usize, shared: &Shared<T>, v: T) {
+    let v = if local.len() >= OWN && shared.len() < shared.low {
         match shared.give(v) {
             Ok(()) => return,
             Err(v) => v,
@@ -216,10 +198,10 @@ fn give_to<T>(local: &mut Local<T>, keep: usize, shared: &Shared<T>, v: T) {
     } else {
         v
     };
-    if local.items.len() < keep {
+    if local.len() < keep {
         // Room for all at once: a thread's spares grow no further.
-        local.items.reserve_exact(keep - local.items.len());
-        local.items.push(v);
+        local.reserve_exact(keep - local.len());
+        local.push(v);
     } else {
         let _ = shared.give(v);
     }
@@ -278,12 +260,12 @@ mod tests {
     #[test]
     fn a_thread_that_frees_more_than_it_takes_fills_the_reserve_first() {
         let shared = Shared::new(8, 4);
-        let mut local = Local::new();
+        let mut local = Vec::new();
         for i in 0..4 {
             give_to(&mut local, 4, &shared, i);
         }
         assert_eq!(
-            (shared.len(), &local.items[..]),
+            (shared.len(), &local[..]),
             (0, &[0, 1, 2, 3][..]),
             "its first: its own"
         );
@@ -295,7 +277,7 @@ mod tests {
             give_to(&mut local, 4, &shared, i);
         }
         assert_eq!(
-            (shared.len(), local.items.len()),
+            (shared.len(), local.len()),
             (8, 4),
             "then the shared store, up to its bound; the rest is freed"
         );
@@ -308,7 +290,7 @@ mod tests {
     #[test]
     fn a_few_buffers_going_round_one_thread_stay_out_of_the_shared_store() {
         let shared = Shared::new(4, 2);
-        let mut local = Local::new();
+        let mut local = Vec::new();
         for i in 0..3 {
             give_to(&mut local, 16, &shared, i);
         }
@@ -318,7 +300,49 @@ mod tests {
             give_to(&mut local, 16, &shared, a);
             give_to(&mut local, 16, &shared, b);
         }
-        assert_eq!((shared.len(), local.items.len()), (0, 3));
+        assert_eq!((shared.len(), local.len()), (0, 3));
+    }
+
+    #[test]
+    fn a_thread_that_gave_more_at_its_start_then_as_much_as_it_takes_takes_no_lock() {
+        let shared = Shared::new(64, 16);
+        let mut local = Vec::new();
+        // A start that frees more than it takes (set-up, a first burst),
+        // and others then take the reserve.
+        for i in 0..12 {
+            give_to(&mut local, 16, &shared, i);
+        }
+        while shared.take().is_some() {}
+        let before = shared.locked.load(Ordering::Relaxed);
+        // Then a ping-pong's rounds: two taken, two given back.
+        for _ in 0..100 {
+            let a = take_from(&mut local, &shared).expect("a spare");
+            let b = take_from(&mut local, &shared).expect("a spare");
+            give_to(&mut local, 16, &shared, a);
+            give_to(&mut local, 16, &shared, b);
+        }
+        assert_eq!(shared.locked.load(Ordering::Relaxed) - before, 0);
+    }
+
+    #[test]
+    fn a_thread_whose_own_ran_out_takes_the_lock_only_until_it_has_some() {
+        let shared = Shared::new(64, 16);
+        for i in 0..8 {
+            assert!(shared.give(i).is_ok());
+        }
+        let mut local = Vec::new();
+        let before = shared.locked.load(Ordering::Relaxed);
+        for _ in 0..100 {
+            let a = take_from(&mut local, &shared).expect("a spare");
+            let b = take_from(&mut local, &shared).expect("a spare");
+            give_to(&mut local, 16, &shared, a);
+            give_to(&mut local, 16, &shared, b);
+        }
+        assert_eq!(
+            shared.locked.load(Ordering::Relaxed) - before,
+            2,
+            "the first two takes"
+        );
     }
 
     #[test]
@@ -341,7 +365,7 @@ mod tests {
     }
 
     fn spares() -> usize {
-        with_local(&SPARE, |l| l.items.len()).unwrap_or(0)
+        with_local(&SPARE, |l| l.len()).unwrap_or(0)
     }
 
     #[test]
