@@ -85,9 +85,9 @@ pub(crate) enum Egress {
 }
 
 impl Egress {
-    fn send(&mut self, frames: &mut Vec<Frame>) {
+    fn send(&mut self, frames: &mut Vec<Frame>, now: std::time::Instant) {
         match self {
-            Egress::Direct(s) => s.send(frames),
+            Egress::Direct(s) => s.send(frames, now),
             Egress::Relay(r) => r.send(frames),
         }
     }
@@ -113,6 +113,9 @@ pub(crate) struct Engine {
     unflushed: usize,
     /// Whether a turn handled a message since the worker last looked.
     busy: bool,
+    /// The clock's reading at the start of the turn running (the one a
+    /// turn takes, [`Core::turn`]), for the port.
+    clock: std::time::Instant,
 }
 
 /// A live NIC's timeline and what it needs.
@@ -184,6 +187,7 @@ impl Engine {
             out: Vec::new(),
             unflushed: 0,
             busy: false,
+            clock: std::time::Instant::now(),
         }
     }
 
@@ -326,7 +330,7 @@ impl Engine {
             }
         }
         if !self.out.is_empty() {
-            self.egress.send(&mut self.out);
+            self.egress.send(&mut self.out, self.clock);
             // The sink gave the buffers it copied out back to this thread;
             // the NIC builds its next frames in them.
             crate::buffers::lend(&mut self.nic, LEND);
@@ -376,7 +380,12 @@ impl Core {
 
     /// The device clock's reading now.
     pub(crate) fn now(&self) -> Instant {
-        let ps = self.start.elapsed().as_nanos().saturating_mul(1000);
+        self.device_time(std::time::Instant::now())
+    }
+
+    /// The device clock's reading at `t`.
+    fn device_time(&self, t: std::time::Instant) -> Instant {
+        let ps = t.duration_since(self.start).as_nanos().saturating_mul(1000);
         Instant::from_ps(u64::try_from(ps).unwrap_or(u64::MAX))
     }
 
@@ -495,7 +504,9 @@ impl Core {
         let mut emptied = false;
         // One reading of the clock per turn: a turn lasts microseconds,
         // and the device's timers are milliseconds.
-        let now = self.now();
+        let clock = std::time::Instant::now();
+        g.clock = clock;
+        let now = self.device_time(clock);
         let mut done = 0;
         while done < budget {
             match first.take().or_else(|| self.inbox.pop()) {

@@ -57,8 +57,10 @@ impl Packet for Out {
 
 /// Where frames leave a NIC: a fabric or a socket.
 pub(crate) trait Sink: Send {
-    /// Sends the frames, in order, and empties `frames`.
-    fn send(&mut self, frames: &mut Vec<Frame>);
+    /// Sends the frames, in order, and empties `frames`. `now`: the
+    /// caller's reading of the clock, no older than the frames (a NIC's
+    /// turn reads it once): a sink need not read it again.
+    fn send(&mut self, frames: &mut Vec<Frame>, now: std::time::Instant);
 }
 
 /// What a relay counted: its stage's counts, and the frames the device
@@ -193,7 +195,9 @@ fn relay_loop(
         }
         let now = clock.now();
         out.extend(std::iter::from_fn(|| stage.poll_ready(now)).map(|Out(f)| f));
-        sink.send(&mut out);
+        if !out.is_empty() {
+            sink.send(&mut out, std::time::Instant::now());
+        }
         out.clear();
     }
 }
@@ -213,7 +217,7 @@ mod tests {
     struct Collect(Arc<Mutex<Vec<Vec<u8>>>>);
 
     impl Sink for Collect {
-        fn send(&mut self, frames: &mut Vec<Frame>) {
+        fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant) {
             let mut v = self.0.lock().unwrap();
             v.extend(frames.drain(..).map(|f| f.bytes));
         }

@@ -12,11 +12,11 @@ pub(crate) struct CaptureSink {
 }
 
 impl crate::fault::Sink for CaptureSink {
-    fn send(&mut self, frames: &mut Vec<doorbell_device::Frame>) {
+    fn send(&mut self, frames: &mut Vec<doorbell_device::Frame>, now: std::time::Instant) {
         for f in frames.iter() {
             self.capture.record(Direction::Out, &f.bytes, None);
         }
-        self.inner.send(frames);
+        self.inner.send(frames, now);
     }
 }
 

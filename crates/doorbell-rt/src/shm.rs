@@ -199,6 +199,18 @@ pub(crate) struct Stats {
     pub(crate) lingers_paid: AtomicU64,
 }
 
+/// Adds `n` to a counter that one thread at a time writes (its one owner,
+/// or under a lock): a load and a store. A `fetch_add` is a locked
+/// instruction, which waits until every store before it has left the core:
+/// after a push into a ring, until the ring's lines have left the core
+/// that polls them.
+fn add_one_writer(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
+}
+
 /// One inbound ring and who feeds it.
 struct InRing {
     ring: Ring,
@@ -511,9 +523,8 @@ impl Inbound {
             }
             total += frames.len();
             if !frames.is_empty() {
-                stats
-                    .rx_frames
-                    .fetch_add(frames.len() as u64, Ordering::Relaxed);
+                // Written only here, under the rings' lock.
+                add_one_writer(&stats.rx_frames, frames.len() as u64);
                 core.enqueue(Msg::Frames(frames));
             }
             alive
@@ -873,6 +884,10 @@ struct OutRing {
     checked: Instant,
     /// When a frame last went in.
     used: Instant,
+    /// Until when the ring is used without a look ([`Peers::ring`]): the
+    /// earlier of [`IDLE`] after the last look and [`LIVENESS`] after the
+    /// last check.
+    fresh_until: Instant,
     /// The receiver's position when a frame was last dropped because the
     /// ring stayed full: while it has not moved since, frames for the ring
     /// are dropped without waiting.
@@ -970,11 +985,10 @@ impl Peers {
     /// The peer's ring, connecting first if it is time to try.
     fn ring(&mut self, dst: [u8; 4], now: Instant) -> Option<&mut OutRing> {
         // The common case, a ring in use lately: one look-up to see, one
-        // to lend it.
+        // to lend it, and a comparison of two readings of the clock.
         let fresh = matches!(
             self.map.get(&dst),
-            Some(Peer::Shm(r)) if now.duration_since(r.used) < IDLE
-                && now.duration_since(r.checked) < LIVENESS
+            Some(Peer::Shm(r)) if now < r.fresh_until
         );
         if !fresh {
             self.refresh(dst, now);
@@ -1019,8 +1033,11 @@ impl Peers {
                 // ask again at once.
                 self.map.insert(dst, Peer::Elsewhere { retry: now });
                 self.refresh(dst, now);
+                return;
             }
         }
+        // A ring in steady use is looked at here once every IDLE.
+        r.fresh_until = (now + IDLE).min(r.checked + LIVENESS);
     }
 }
 
@@ -1209,21 +1226,22 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
         return None;
     }
     s.set_nonblocking(true).ok()?;
+    let now = Instant::now();
     Some(OutRing {
         ring,
         conn: Tracked::new(s),
         bell: File::from(fd?),
-        checked: Instant::now(),
-        used: Instant::now(),
+        checked: now,
+        used: now,
+        fresh_until: now + IDLE.min(LIVENESS),
         stuck_at: None,
         credit: WaitCredit::default(),
     })
 }
 
 impl Sink for HostSink {
-    fn send(&mut self, frames: &mut Vec<Frame>) {
+    fn send(&mut self, frames: &mut Vec<Frame>, now: Instant) {
         let mut rest = std::mem::take(&mut self.rest);
-        let now = Instant::now();
         let (mut pushed, mut dropped) = (0u64, 0u64);
         let mut frames = frames.drain(..).peekable();
         while let Some(first) = frames.next() {
@@ -1271,16 +1289,15 @@ impl Sink for HostSink {
                 );
             }
         }
+        // (This sink is the only writer of both.)
         if pushed > 0 {
-            self.stats.tx_frames.fetch_add(pushed, Ordering::Relaxed);
+            add_one_writer(&self.stats.tx_frames, pushed);
         }
         if dropped > 0 {
-            self.stats
-                .tx_full_drops
-                .fetch_add(dropped, Ordering::Relaxed);
+            add_one_writer(&self.stats.tx_full_drops, dropped);
         }
         if !rest.is_empty() {
-            self.udp.send(&mut rest);
+            self.udp.send(&mut rest, now);
         }
         self.rest = rest;
     }

@@ -431,7 +431,7 @@ pub(crate) struct UdpSink {
 }
 
 impl Sink for UdpSink {
-    fn send(&mut self, frames: &mut Vec<Frame>) {
+    fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant) {
         // Only IPv4 frames with 20-byte headers are ever built; anything
         // else could not be sent as the NIC built it.
         let msgs = frames
