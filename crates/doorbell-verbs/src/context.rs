@@ -3,6 +3,7 @@
 //! pages, and the registry of QPs that `poll_cq` consults.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use doorbell_driver::{AllocUcontextReq, AllocUcontextResp, DeviceLink, Ucontext};
@@ -27,9 +28,13 @@ pub(crate) struct Bfreg {
     /// Its dynamic bfreg index (`bfreg_dyn_index`) when it lies on a
     /// dynamic page; `None` for a static register.
     pub(crate) dyn_index: Option<u32>,
-    /// Which buffer the next write goes to (0 or `buf_size`). Under the
-    /// register's lock when `need_lock`; otherwise only its one QP writes it.
-    pub(crate) offset: Mutex<u32>,
+    /// Which buffer the next write goes to (0 or `buf_size`). Under
+    /// `lock` when `need_lock`; otherwise only its one QP writes it, under
+    /// that QP's send queue lock.
+    pub(crate) offset: AtomicU32,
+    /// Held over a ring of a shared register (`need_lock`): its offset and
+    /// its BlueFlame copy.
+    pub(crate) lock: Mutex<()>,
 }
 
 /// The dynamic registers of a context (`dyn_uar_bf_list` and
@@ -62,6 +67,9 @@ struct ContextInner {
     /// User indexes in use (`uidx` of create_qp).
     uidx: Mutex<std::collections::BTreeSet<u32>>,
     observer: RwLock<Option<Arc<dyn PostObserver>>>,
+    /// Whether `observer` holds one: a post looks here, and takes the
+    /// read lock only if so.
+    observed: AtomicBool,
     /// Events read from the device while waiting for the other kind.
     pending: Mutex<PendingEvents>,
     /// Registers of the dynamic pages mapped for thread domains.
@@ -158,7 +166,8 @@ impl Context {
                     buf_size: if bfi == 0 { 0 } else { bf_reg_size / 2 },
                     need_lock,
                     dyn_index: None,
-                    offset: Mutex::new(0),
+                    offset: AtomicU32::new(0),
+                    lock: Mutex::new(()),
                 }));
             }
         }
@@ -175,6 +184,7 @@ impl Context {
                 qps: RwLock::new(BTreeMap::new()),
                 uidx: Mutex::new(std::collections::BTreeSet::new()),
                 observer: RwLock::new(None),
+                observed: AtomicBool::new(false),
                 pending: Mutex::new(PendingEvents::default()),
                 dyn_regs: Mutex::new(DynRegs::default()),
             }),
@@ -215,15 +225,23 @@ impl Context {
 
     /// Sets (or with `None` removes) the observer of every post of this
     /// context's QPs.
+    /// A post that runs meanwhile may see the observer before or not.
     pub fn set_post_observer(&self, observer: Option<Arc<dyn PostObserver>>) {
-        *self
+        let mut o = self
             .inner
             .observer
             .write()
-            .unwrap_or_else(|e| e.into_inner()) = observer;
+            .unwrap_or_else(|e| e.into_inner());
+        self.inner
+            .observed
+            .store(observer.is_some(), Ordering::Release);
+        *o = observer;
     }
 
     pub(crate) fn post_observer(&self) -> Option<Arc<dyn PostObserver>> {
+        if !self.inner.observed.load(Ordering::Acquire) {
+            return None;
+        }
         self.inner
             .observer
             .read()

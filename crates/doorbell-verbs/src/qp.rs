@@ -1,6 +1,7 @@
 //! Queue pairs: creation, modify, and the post_send / post_recv fast path
 //! (mlx5 reference §5, §6, §7).
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use doorbell_driver::CreateQpReq;
@@ -261,7 +262,11 @@ struct QpInner {
     max_send_gs: u32,
     max_recv_gs: u32,
     max_inline: u32,
-    state: Mutex<QpState>,
+    /// Held over a modify: one at a time.
+    modifying: Mutex<()>,
+    /// The state's mlx5 code, written under `modifying`, read by a post
+    /// without a lock.
+    state_code: AtomicU8,
     cap: QpCaps,
 }
 
@@ -506,7 +511,8 @@ impl Pd {
                 max_send_gs,
                 max_recv_gs: if own_rq { rq_stride / 16 } else { 0 },
                 max_inline,
-                state: Mutex::new(QpState::Reset),
+                modifying: Mutex::new(()),
+                state_code: AtomicU8::new(QpState::Reset as u8),
                 cap: granted,
             }),
         })
@@ -541,7 +547,9 @@ impl Qp {
 
     /// The state as the provider last set it.
     pub fn state(&self) -> QpState {
-        *self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+        let code = self.inner.state_code.load(Ordering::Acquire);
+        // Only codes of states are stored.
+        QpState::from_code(code).unwrap_or(QpState::Err)
     }
 
     fn ctx(&self) -> &Context {
@@ -551,9 +559,13 @@ impl Qp {
     /// Moves the QP to `state` with the attributes in `attrs`
     /// (`ibv_modify_qp`; an attribute is in the mask when it is `Some`).
     pub fn modify(&self, state: QpState, attrs: &QpAttrs) -> Result<(), VerbsError> {
-        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self
+            .inner
+            .modifying
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         self.ctx().driver().modify_qp(self.qpn(), state, *attrs)?;
-        *st = state;
+        self.inner.state_code.store(state as u8, Ordering::Release);
         if state == QpState::Reset {
             // The provider forgets everything posted and zeroes the record.
             let mut sq = self
@@ -994,9 +1006,13 @@ impl Qp {
             && ds <= bf.buf_size as usize / wqe::DS_LEN;
         let mmio = self.ctx().mmio();
         // The register's lock when it is shared; its alternation state
-        // otherwise belongs to this QP alone.
-        let mut offset = bf.offset.lock().unwrap_or_else(|e| e.into_inner());
-        let reg = bf.reg + *offset;
+        // otherwise belongs to this QP alone, whose posts hold its send
+        // queue's lock.
+        let _shared = bf
+            .need_lock
+            .then(|| bf.lock.lock().unwrap_or_else(|e| e.into_inner()));
+        let offset = bf.offset.load(Ordering::Relaxed);
+        let reg = bf.reg + offset;
         let ring = if use_bf {
             let padded = ds.div_ceil(BF_CHUNK / wqe::DS_LEN) * BF_CHUNK;
             let mut chunk = [0u8; BF_CHUNK];
@@ -1013,7 +1029,7 @@ impl Qp {
             mmio.mmio_write(bf.uar, reg, &last_wqe[..8]);
             Ring::Doorbell
         };
-        *offset ^= bf.buf_size;
+        bf.offset.store(offset ^ bf.buf_size, Ordering::Relaxed);
         ring
     }
 }

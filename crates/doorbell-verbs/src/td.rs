@@ -117,7 +117,8 @@ impl Context {
                     // application's promise a thread domain stands for.
                     need_lock: false,
                     dyn_index: Some(page * per_page + j),
-                    offset: Mutex::new(0),
+                    offset: std::sync::atomic::AtomicU32::new(0),
+                    lock: Mutex::new(()),
                 }));
             }
         }
