@@ -1,7 +1,13 @@
 //! One allocation of a [`HostMemory`](crate::HostMemory) implementation, as
-//! its [`CowMap`](crate::CowMap) holds it (decision record 0031).
+//! its [`CowMap`](crate::CowMap) holds it (decision records 0031, 0041).
 
-use std::sync::{Mutex, MutexGuard};
+use spin::mutex::{SpinMutex, SpinMutexGuard};
+
+/// Looks at a held lock this many times, a pause apart, before a thread
+/// that waits for it yields its core between looks: a section under the
+/// lock is a copy (a 64 KiB one takes a few microseconds), but its holder
+/// may have lost its core.
+const SPINS: u32 = 1 << 10;
 
 /// An allocation's length, its bytes (of type `B`) and its pins, on cache
 /// lines of their own (two allocations' locks never share a line: the
@@ -9,10 +15,16 @@ use std::sync::{Mutex, MutexGuard};
 /// another). Freeing takes the bytes under the same lock that pins and
 /// accesses take, so a free and a pin cannot both succeed, and an access
 /// through a map loaded before the free finds nothing to touch.
+///
+/// The lock is a spin lock: taking it is one compare-and-swap and letting
+/// it go a store, where a mutex that may have sleepers to wake lets go
+/// with a second locked instruction. A locked instruction waits until the
+/// core's earlier stores have left it; on the path of a message there are
+/// about a dozen accesses a side.
 #[repr(align(128))]
 pub struct Allocation<B> {
     len: u64,
-    state: Mutex<State<B>>,
+    state: SpinMutex<State<B>>,
 }
 
 struct State<B> {
@@ -35,7 +47,7 @@ impl<B> Allocation<B> {
     pub fn new(len: u64, bytes: B) -> Self {
         Self {
             len,
-            state: Mutex::new(State {
+            state: SpinMutex::new(State {
                 bytes: Some(bytes),
                 pins: 0,
             }),
@@ -52,8 +64,24 @@ impl<B> Allocation<B> {
         self.len == 0
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<B>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> SpinMutexGuard<'_, State<B>> {
+        // (No poisoning: a panic under the lock lets it go as it unwinds,
+        // and every section leaves the state whole.)
+        let mut looks = 0u32;
+        loop {
+            if let Some(g) = self.state.try_lock() {
+                return g;
+            }
+            // Held: wait reading, not writing, the lock's line.
+            while self.state.is_locked() {
+                if looks < SPINS {
+                    looks += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
     }
 
     /// Runs `f` on the bytes under the lock; `None` if freed.
@@ -115,5 +143,29 @@ mod tests {
         assert!(!a.pin());
         assert_eq!(a.with(|b| b.len()), None);
         assert_eq!(a.free(), Err(NotFreed::Gone));
+    }
+
+    #[test]
+    fn accesses_from_two_threads_never_overlap() {
+        let a = std::sync::Arc::new(Allocation::new(4096, vec![0u8; 4096]));
+        let threads: Vec<_> = (1..=2u8)
+            .map(|t| {
+                let a = a.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..2000 {
+                        a.with(|b| {
+                            // Whatever the other wrote, it wrote whole.
+                            let first = b[0];
+                            assert!(b.iter().all(|&x| x == first), "a torn access");
+                            b.fill(t);
+                        })
+                        .expect("not freed");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no torn access");
+        }
     }
 }
