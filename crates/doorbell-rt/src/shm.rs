@@ -348,7 +348,10 @@ impl ShmPort {
         // a moment, unrung, for what a peer is about to send.
         let start = Instant::now();
         while got == 0 && start.elapsed() < CALLER_SPIN {
-            std::hint::spin_loop();
+            // (Spaced as `linger_for`'s looks are, and for its reason.)
+            for _ in 0..3 {
+                std::hint::spin_loop();
+            }
             got += inb.drain(core, &self.stats);
         }
         if got > 0 {
@@ -584,10 +587,13 @@ impl Inbound {
         let start = Instant::now();
         let mut came = self.any_data();
         while !came && start.elapsed() < self.linger_time {
-            // Two pauses (about 20 ns) between looks: the frame waited for
-            // is on the critical path of a ping-pong, and every look costs
-            // only a line this core already holds until the peer writes it.
-            for _ in 0..2 {
+            // Four pauses (about 45 ns) between looks. The frame waited
+            // for is on the critical path of a ping-pong, but a look
+            // (which also fetches the lines of the next record) more often
+            // than that made the round trip slower, not faster: it takes
+            // back, shared, the lines the peer is writing, whose stores
+            // then wait longer to leave its core (docs/benchmarks.md).
+            for _ in 0..4 {
                 std::hint::spin_loop();
             }
             came = self.any_data();
