@@ -90,10 +90,13 @@ lat_row=$(awk '$1 == 8 && NF >= 7' <<<"$lat" | tail -1)
 echo "$lat" | grep -E 't_typical|^ 8 ' >&2
 db_lat=$(awk '{print $5}' <<<"$lat_row")
 
-# 30 000 round trips a second of BENCH_SECS: a run long enough that its
-# start (connecting, the first rings, a cold cache) is not a tenth of it.
+# 300 000 round trips a second of BENCH_SECS: a run about as long as
+# sockperf's (a round trip takes about 3 us), so that neither its start
+# (connecting, the first rings, a cold cache) nor a moment of the shared
+# machine's noise is a large part of it. (It was 30 000, set when a round
+# trip took ten times as long; runs had shrunk to a tenth of a second.)
 say "doorbell pingpong -s 8"
-pp_n=$((secs * 30000))
+pp_n=$((secs * 300000))
 pp=$(pair 1 "$db pingpong --addr $srv -s 8 -n $pp_n -p 18602" \
     "$db pingpong --addr $cli -s 8 -n $pp_n -p 18602 $srv")
 echo "$pp" | grep 'usec/iter' >&2
