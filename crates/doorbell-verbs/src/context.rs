@@ -225,7 +225,8 @@ impl Context {
 
     /// Sets (or with `None` removes) the observer of every post of this
     /// context's QPs.
-    /// A post that runs meanwhile may see the observer before or not.
+    ///
+    /// A post that runs meanwhile may or may not see the change.
     pub fn set_post_observer(&self, observer: Option<Arc<dyn PostObserver>>) {
         let mut o = self
             .inner
