@@ -257,6 +257,17 @@ pub(crate) fn lend(nic: &mut Nic, n: usize) {
 mod tests {
     use super::*;
 
+    /// `n` rounds of a ping-pong's thread: two spares taken, two given
+    /// back (its own kept up to 16).
+    fn ping_pong_rounds(local: &mut Vec<i32>, shared: &Shared<i32>, n: usize) {
+        for _ in 0..n {
+            let a = take_from(local, shared).expect("a spare");
+            let b = take_from(local, shared).expect("a spare");
+            give_to(local, 16, shared, a);
+            give_to(local, 16, shared, b);
+        }
+    }
+
     #[test]
     fn a_thread_that_frees_more_than_it_takes_fills_the_reserve_first() {
         let shared = Shared::new(8, 4);
@@ -294,12 +305,7 @@ mod tests {
         for i in 0..3 {
             give_to(&mut local, 16, &shared, i);
         }
-        for _ in 0..100 {
-            let a = take_from(&mut local, &shared).unwrap();
-            let b = take_from(&mut local, &shared).unwrap();
-            give_to(&mut local, 16, &shared, a);
-            give_to(&mut local, 16, &shared, b);
-        }
+        ping_pong_rounds(&mut local, &shared, 100);
         assert_eq!((shared.len(), local.len()), (0, 3));
     }
 
@@ -315,12 +321,7 @@ mod tests {
         while shared.take().is_some() {}
         let before = shared.locked.load(Ordering::Relaxed);
         // Then a ping-pong's rounds: two taken, two given back.
-        for _ in 0..100 {
-            let a = take_from(&mut local, &shared).expect("a spare");
-            let b = take_from(&mut local, &shared).expect("a spare");
-            give_to(&mut local, 16, &shared, a);
-            give_to(&mut local, 16, &shared, b);
-        }
+        ping_pong_rounds(&mut local, &shared, 100);
         assert_eq!(shared.locked.load(Ordering::Relaxed) - before, 0);
     }
 
@@ -332,12 +333,7 @@ mod tests {
         }
         let mut local = Vec::new();
         let before = shared.locked.load(Ordering::Relaxed);
-        for _ in 0..100 {
-            let a = take_from(&mut local, &shared).expect("a spare");
-            let b = take_from(&mut local, &shared).expect("a spare");
-            give_to(&mut local, 16, &shared, a);
-            give_to(&mut local, 16, &shared, b);
-        }
+        ping_pong_rounds(&mut local, &shared, 100);
         assert_eq!(
             shared.locked.load(Ordering::Relaxed) - before,
             2,
