@@ -132,8 +132,7 @@ pub(crate) struct Timeline {
 
 impl Timeline {
     fn now(&self) -> Instant {
-        let ps = self.start.elapsed().as_nanos().saturating_mul(1000);
-        Instant::from_ps(u64::try_from(ps).unwrap_or(u64::MAX))
+        device_time(self.start, std::time::Instant::now())
     }
 
     /// After an input: the bus's crossings, and the work from `start`.
@@ -148,6 +147,12 @@ impl Timeline {
             self.rec.work(w, start, end);
         }
     }
+}
+
+/// The reading at `t` of a device clock whose zero is `start`.
+fn device_time(start: std::time::Instant, t: std::time::Instant) -> Instant {
+    let ps = t.duration_since(start).as_nanos().saturating_mul(1000);
+    Instant::from_ps(u64::try_from(ps).unwrap_or(u64::MAX))
 }
 
 /// The device's work an input is, as a timeline names it; `None` for
@@ -380,13 +385,7 @@ impl Core {
 
     /// The device clock's reading now.
     pub(crate) fn now(&self) -> Instant {
-        self.device_time(std::time::Instant::now())
-    }
-
-    /// The device clock's reading at `t`.
-    fn device_time(&self, t: std::time::Instant) -> Instant {
-        let ps = t.duration_since(self.start).as_nanos().saturating_mul(1000);
-        Instant::from_ps(u64::try_from(ps).unwrap_or(u64::MAX))
+        device_time(self.start, std::time::Instant::now())
     }
 
     /// Times the worker came back from a park, woken or at its timeout.
@@ -506,7 +505,7 @@ impl Core {
         // and the device's timers are milliseconds.
         let clock = std::time::Instant::now();
         g.clock = clock;
-        let now = self.device_time(clock);
+        let now = device_time(self.start, clock);
         let mut done = 0;
         while done < budget {
             match first.take().or_else(|| self.inbox.pop()) {
