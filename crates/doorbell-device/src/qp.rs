@@ -89,6 +89,7 @@ impl Qp {
             retry_cnt: self.attrs.retry_cnt.unwrap_or(doorbell_roce::RETRY_FOREVER),
             rnr_retry: self.attrs.rnr_retry.unwrap_or(doorbell_roce::RETRY_FOREVER),
             adaptive_floor: self.adaptive_floor,
+            window: doorbell_roce::window_psns(self.mtu()),
         }
     }
 

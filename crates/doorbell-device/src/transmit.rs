@@ -20,8 +20,9 @@ use crate::sge::{self, MAX_MSG_LEN};
 use crate::wq::{Payload, SentMsg};
 
 /// Sends what the window allows of the outstanding messages: packets not
-/// yet sent in this pass, while they stay within
-/// [`doorbell_roce::MAX_UNACKED_PSNS`] of the oldest unacknowledged PSN.
+/// yet sent in this pass, while they stay within the QP's window
+/// ([`doorbell_roce::window_psns`] of its MTU) of the oldest
+/// unacknowledged PSN.
 /// Payload is read from host memory for the packets that go, so a long
 /// message is read as its window moves.
 ///

@@ -60,10 +60,22 @@ pub use timer::{Timer, TimerTable};
 
 use doorbell_types::{Duration, Instant, Psn};
 
-/// PSNs that may be in flight past the last acknowledged one (rxe's
-/// `RXE_MAX_UNACKED_PSNS`). A READ counts all the PSNs its responses use,
-/// but its request may always go when it is the oldest thing unacknowledged.
+/// PSNs that may always be in flight past the last acknowledged one (rxe's
+/// `RXE_MAX_UNACKED_PSNS`); a QP whose MTU is below 2048 may have more
+/// ([`window_psns`]). A READ counts all the PSNs its responses use, but its
+/// request may always go when it is the oldest thing unacknowledged.
 pub const MAX_UNACKED_PSNS: u32 = 128;
+
+/// Bytes of full packets the send window holds at the least: at an MTU
+/// below 2048, [`MAX_UNACKED_PSNS`] packets would hold less.
+pub const WINDOW_BYTES: u32 = 256 << 10;
+
+/// The send window, in PSNs, of a QP whose path MTU is `mtu` bytes:
+/// [`MAX_UNACKED_PSNS`], or as many packets as carry [`WINDOW_BYTES`],
+/// whichever is more (256 at MTU 1024, 1024 at MTU 256).
+pub fn window_psns(mtu: u32) -> u32 {
+    MAX_UNACKED_PSNS.max(WINDOW_BYTES / mtu.max(1))
+}
 
 /// Packets after which a long message asks for an ACK anyway (rxe's
 /// `RXE_MAX_PKT_PER_ACK`).
@@ -107,4 +119,21 @@ pub const fn prev(psn: Psn) -> Psn {
 /// `now + d`, for a timer that may be infinite.
 fn deadline(now: Instant, d: Option<Duration>) -> Option<Instant> {
     d.map(|d| now.add(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_holds_128_packets_or_256_kib_whichever_is_more() {
+        let at = window_psns;
+        assert_eq!([at(256), at(512), at(1024)], [1024, 512, 256]);
+        assert_eq!([at(2048), at(4096)], [MAX_UNACKED_PSNS; 2]);
+        for mtu in [256, 512, 1024, 2048, 4096] {
+            assert!(u64::from(window_psns(mtu)) * u64::from(mtu) >= u64::from(WINDOW_BYTES));
+        }
+        // An MTU the QP never set (0) gives a window, not a division by 0.
+        assert!(window_psns(0) >= MAX_UNACKED_PSNS);
+    }
 }

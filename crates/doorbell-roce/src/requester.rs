@@ -25,6 +25,9 @@ pub struct RequesterConfig {
     /// timer and `retry_cnt` still decide when the QP fails. Off when
     /// `ack_timeout` is infinite, which asks for no resends on silence.
     pub adaptive_floor: Option<Duration>,
+    /// PSNs that may be in flight past the last acknowledged one
+    /// ([`crate::window_psns`] of the path MTU).
+    pub window: u32,
 }
 
 impl Default for RequesterConfig {
@@ -34,6 +37,7 @@ impl Default for RequesterConfig {
             retry_cnt: RETRY_FOREVER,
             rnr_retry: RETRY_FOREVER,
             adaptive_floor: None,
+            window: MAX_UNACKED_PSNS,
         }
     }
 }
@@ -248,7 +252,7 @@ impl Requester {
 
     /// PSNs the window has room for from `psn` on (0 or less: none).
     pub fn window_room(&self, psn: Psn) -> i64 {
-        i64::from(MAX_UNACKED_PSNS) - i64::from(psn.diff(self.una()))
+        i64::from(self.cfg.window) - i64::from(psn.diff(self.una()))
     }
 
     /// Records that `count` packets from `psn` were sent at `now`, up to
@@ -515,6 +519,7 @@ mod tests {
             retry_cnt: retry,
             rnr_retry: rnr,
             adaptive_floor: None,
+            window: MAX_UNACKED_PSNS,
         }
     }
 
@@ -551,6 +556,18 @@ mod tests {
         assert_eq!(r.window_room(Psn::new(5 + MAX_UNACKED_PSNS - 1)), 1);
         // Sending the first PSNs again counts them as retransmissions.
         assert_eq!(r.note_sent(Instant::ZERO, Psn::new(5), 4, Psn::new(9)), 4);
+    }
+
+    #[test]
+    fn the_window_holds_what_it_was_configured_for() {
+        let mut r = req_at(100, 7, 7);
+        r.configure(RequesterConfig {
+            window: crate::window_psns(1024),
+            ..cfg(7, 7)
+        });
+        let first = r.alloc(1000);
+        assert_eq!(r.window_room(first.add(255)), 1);
+        assert_eq!(r.window_room(first.add(256)), 0);
     }
 
     #[test]
@@ -691,6 +708,7 @@ mod tests {
             retry_cnt: 3,
             rnr_retry: 7,
             adaptive_floor: Some(US(1)),
+            window: MAX_UNACKED_PSNS,
         });
         r.set_psn(Psn::new(0));
         r.refill_retries();

@@ -533,16 +533,16 @@ fn rnr_naks_count_at_both_ends() {
 
 #[test]
 fn a_message_longer_than_the_window_streams_while_later_wqes_wait() {
-    // 200 packets (more than the 128 PSNs that may be in flight), then two
-    // READs, the second held back by max_rd_atomic 1: the window must
-    // still move on each ACK, not on the ACK timer.
+    // 200 packets (more than the 128 PSNs that may be in flight at MTU
+    // 2048), then two READs, the second held back by max_rd_atomic 1: the
+    // window must still move on each ACK, not on the ACK timer.
     let (oa, la) = tap(|_, _| Fate::Deliver);
     let t = Timers {
-        mtu: 256,
+        mtu: 2048,
         ..timers()
     };
-    let p = fabric_pair([oa, Default::default()], caps(16), 1 << 16, t);
-    let len = 200 * 256;
+    let p = fabric_pair([oa, Default::default()], caps(16), 1 << 20, t);
+    let len = 200 * 2048;
     let data = pattern(len, 8);
     p.a.mr.write(0, &data).unwrap();
     let rd = [p.a.mr.sge(len as u64, 100).unwrap()];
@@ -565,7 +565,6 @@ fn a_message_longer_than_the_window_streams_while_later_wqes_wait() {
     let (a, b) = settled(&p);
     only(&a, &[], "A");
     only(&b, &[], "B");
-    // Never more than 128 PSNs past the last acknowledged one.
     let log = la.lock().unwrap();
     let writes = log
         .iter()
@@ -573,6 +572,48 @@ fn a_message_longer_than_the_window_streams_while_later_wqes_wait() {
         .count();
     assert_eq!(writes, 200);
     assert!(log.iter().filter(|s| s.ack_req).count() >= 4);
+}
+
+/// With every ACK lost, a requester sends its window and stops: 128
+/// packets at MTU 4096 and 2048, and 256 KiB of packets below that (256
+/// at MTU 1024, 1024 at MTU 256), so that a small MTU does not shrink
+/// what is in flight.
+#[test]
+fn the_window_holds_128_packets_or_256_kib_whichever_is_more() {
+    for (mtu, window) in [(4096, 128), (2048, 128), (1024, 256), (256, 1024)] {
+        let (oa, la) = tap(|_, _| Fate::Deliver);
+        let (ob, _) = tap(|_, _| Fate::Drop);
+        let t = Timers { mtu, ..timers() };
+        let len = (window + 40) * mtu as usize;
+        let p = fabric_pair([oa, ob], caps(16), len, t);
+        p.a.qp
+            .post_send(&[signaled(
+                1,
+                &[p.a.mr.sge(0, len as u32).unwrap()],
+                WrOpcode::RdmaWrite(remote(&p, 0)),
+            )])
+            .unwrap();
+        // PSNs sent, each once however often it went (a timer may resend
+        // from the first one meanwhile).
+        let psns = || {
+            let log = la.lock().unwrap();
+            assert!(log.iter().all(|s| s.opcode.is_request()), "MTU {mtu}");
+            log.iter()
+                .map(|s| s.psn)
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while psns().len() < window && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let sent = psns();
+        assert_eq!(sent.len(), window, "MTU {mtu}");
+        // One run from the first PSN (the PSN space wraps at 2^24).
+        let first = la.lock().unwrap()[0].psn;
+        let behind = |psn: u32| (psn.wrapping_sub(first) & 0xff_ffff) as usize;
+        assert!(sent.iter().all(|&psn| behind(psn) < window), "MTU {mtu}");
+    }
 }
 
 /// On the in-process fabric a frame is checked against its ICRC only
