@@ -1,6 +1,7 @@
-//! When a port's receiving thread is in a stream, and how long it then
-//! looks again before it sleeps: the same for the shared-memory rings and
-//! the UDP socket (decision records 0022 and 0029).
+//! When a shared-memory port's receiving thread is in a stream, and how
+//! long it then looks again before it sleeps (decision record 0022). The
+//! UDP socket's thread never spins: it waits in the kernel (decision
+//! record 0042).
 
 use std::time::Duration;
 

@@ -283,6 +283,12 @@ impl Drop for UdpPort {
     }
 }
 
+/// The port's receive thread: waits in the kernel for the socket to be
+/// readable, takes what it holds and runs the NIC on it. It never spins
+/// for the next datagram (decision record 0042): a program thread whose
+/// CQ poll finds nothing takes datagrams as soon as a spinning thread
+/// would ([`UdpPort::progress`]), and on a machine with few cores a
+/// spinning thread takes a core from the work, the peer's included.
 fn rx_loop(
     sock: &UdpSocket,
     local: SocketAddrV4,
@@ -292,38 +298,22 @@ fn rx_loop(
     idle: &AtomicU32,
     to: &Core,
 ) {
-    // Receives in a row that found datagrams: in a stream (datagrams come
-    // faster than a wake-up, which the sender's core pays for too), the
-    // thread looks again for a while before it sleeps, as the
-    // shared-memory receiver does.
-    let mut streak = 0u32;
-    let mut last = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let streaming = streak >= crate::stream::TURNS;
-        if streaming && last.elapsed() < crate::stream::SPIN {
-            std::hint::spin_loop();
-        } else if !sys::wait_readable(sock, RECV_TIMEOUT) {
-            // Wait without the lock, so that a caller may receive
-            // meanwhile; then receive under it.
-            streak = 0;
+        // Wait without the lock, so that a caller may receive meanwhile;
+        // then receive under it.
+        if !sys::wait_readable(sock, RECV_TIMEOUT) {
             continue;
-        } else if streaming {
-            streak = 0;
         }
         let got = {
             let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
             take(sock, local, stats, &mut b, to, true)
         };
-        if got > 0 && got != usize::MAX {
-            to.run();
-        }
         match got {
             // The socket is gone: stop rather than spin.
             usize::MAX => return,
             0 => {}
             _ => {
-                streak = streak.saturating_add(1);
-                last = std::time::Instant::now();
+                to.run();
                 idle.store(0, Ordering::Relaxed);
             }
         }
