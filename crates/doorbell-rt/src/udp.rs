@@ -366,7 +366,7 @@ fn take(
         let dst = SocketAddrV4::new(meta.dst.unwrap_or(*local.ip()), local.port());
         // A coalesced run is the datagrams it was cut from, in order.
         let seg = meta.segment.unwrap_or(payload.len()).max(1);
-        frames.extend(payload.chunks(seg).map(|d| rebuild(meta.src, dst, d)));
+        rebuild_run(meta.src, dst, payload, seg, &mut frames);
     }
     let got = frames.len();
     if got == 0 {
@@ -384,14 +384,38 @@ fn take(
     got
 }
 
-/// The frame the sender's NIC built, from a datagram and what the kernel
-/// said of it: IPv4 (identification 0, DF, TTL 64, TOS 0) and UDP headers
-/// (checksum 0) before `payload`.
-pub(crate) fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
-    let mut f = crate::buffers::buffer(HEADERS_LEN + payload.len());
-    // Zeros for the headers only: the payload is copied in once.
-    f.resize(HEADERS_LEN, 0);
-    f.extend_from_slice(payload);
+/// The frames the sender's NIC built, onto `frames`, from a run of
+/// datagrams the kernel coalesced (`seg` bytes each, the last maybe fewer;
+/// a datagram alone is a run of one) and what the kernel said of them:
+/// IPv4 (identification 0, DF, TTL 64, TOS 0) and UDP headers (checksum
+/// 0) before each datagram. The datagrams of a run have one length, so
+/// their headers are made once, the IPv4 checksum with them, and copied
+/// before each.
+fn rebuild_run(
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    run: &[u8],
+    seg: usize,
+    frames: &mut Vec<Vec<u8>>,
+) {
+    let mut headers = [0u8; HEADERS_LEN];
+    // The datagram length `headers` were made for.
+    let mut made_for = None;
+    for d in run.chunks(seg) {
+        if made_for != Some(d.len()) {
+            write_headers(&mut headers, src, dst, d.len());
+            made_for = Some(d.len());
+        }
+        let mut f = crate::buffers::buffer(HEADERS_LEN + d.len());
+        f.extend_from_slice(&headers);
+        f.extend_from_slice(d);
+        frames.push(f);
+    }
+}
+
+/// Writes the IPv4 and UDP headers of a datagram of `len` bytes from `src`
+/// to `dst` into `h`.
+fn write_headers(h: &mut [u8; HEADERS_LEN], src: SocketAddrV4, dst: SocketAddrV4, len: usize) {
     Ipv4Repr {
         src_addr: src.ip().octets(),
         dst_addr: dst.ip().octets(),
@@ -400,16 +424,15 @@ pub(crate) fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> V
         ident: 0,
         dont_frag: true,
         ttl: 64,
-        payload_len: udp::HEADER_LEN + payload.len(),
+        payload_len: udp::HEADER_LEN + len,
     }
-    .emit(&mut Ipv4Header::new_unchecked(&mut f[..]));
+    .emit(&mut Ipv4Header::new_unchecked(&mut h[..]));
     UdpRepr {
         src_port: src.port(),
         dst_port: dst.port(),
-        payload_len: payload.len(),
+        payload_len: len,
     }
-    .emit(&mut UdpHeader::new_unchecked(&mut f[ipv4::HEADER_LEN..]));
-    f
+    .emit(&mut UdpHeader::new_unchecked(&mut h[ipv4::HEADER_LEN..]));
 }
 
 /// Sends frames as datagrams through the port's socket.
@@ -516,5 +539,44 @@ mod tests {
             parse_roce(&rebuild(other, dst, &f[HEADERS_LEN..])),
             Err(doorbell_wire::Error::BadIcrc)
         );
+    }
+
+    /// One datagram, rebuilt as a run of one.
+    fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, datagram: &[u8]) -> Vec<u8> {
+        let mut frames = Vec::new();
+        rebuild_run(src, dst, datagram, datagram.len(), &mut frames);
+        assert_eq!(frames.len(), 1);
+        frames.pop().unwrap()
+    }
+
+    #[test]
+    fn a_coalesced_run_is_rebuilt_into_the_frames_it_was_cut_from() {
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 49152);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), ROCE_V2_UDP_PORT);
+        // Three packets of one length and a shorter last one, as a
+        // segmented send carries them.
+        let frames: Vec<Vec<u8>> = [(0, 64), (1, 64), (2, 64), (3, 20)]
+            .into_iter()
+            .map(|(psn, len)| {
+                let repr = RoceRepr {
+                    ip: RoceIp::v4(src.ip().octets(), dst.ip().octets()),
+                    src_port: src.port(),
+                    bth: BthRepr::new(BthOpcode::RcSendMiddle, Qpn::new(7), Psn::new(psn)),
+                    ext: ExtHeaders::default(),
+                };
+                let mut f = Vec::new();
+                repr.emit_to_vec(&vec![psn as u8; len], &mut f).unwrap();
+                f
+            })
+            .collect();
+        let seg = frames[0].len() - HEADERS_LEN;
+        let run: Vec<u8> = frames
+            .iter()
+            .flat_map(|f| f[HEADERS_LEN..].to_vec())
+            .collect();
+        let mut got = Vec::new();
+        rebuild_run(src, dst, &run, seg, &mut got);
+        assert_eq!(got, frames);
+        assert!(got.iter().all(|g| parse_roce(g).is_ok()));
     }
 }
