@@ -253,6 +253,12 @@ pub(crate) fn lend(nic: &mut Nic, n: usize) {
     }
 }
 
+/// How many spare buffers this thread keeps.
+#[cfg(test)]
+pub(crate) fn thread_spares() -> usize {
+    with_local(&SPARE, |l| l.len()).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,7 +367,7 @@ mod tests {
     }
 
     fn spares() -> usize {
-        with_local(&SPARE, |l| l.len()).unwrap_or(0)
+        thread_spares()
     }
 
     #[test]

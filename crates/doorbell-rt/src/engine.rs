@@ -85,9 +85,9 @@ pub(crate) enum Egress {
 }
 
 impl Egress {
-    fn send(&mut self, frames: &mut Vec<Frame>, now: std::time::Instant) {
+    fn send(&mut self, frames: &mut Vec<Frame>, now: std::time::Instant, spent: &mut Vec<Vec<u8>>) {
         match self {
-            Egress::Direct(s) => s.send(frames, now),
+            Egress::Direct(s) => s.send(frames, now, spent),
             Egress::Relay(r) => r.send(frames),
         }
     }
@@ -109,6 +109,8 @@ pub(crate) struct Engine {
     /// crossing, which the timeline takes after each input).
     pub(crate) timeline: Option<Timeline>,
     out: Vec<Frame>,
+    /// Buffers of frames the port copied out, on their way back to the NIC.
+    spent: Vec<Vec<u8>>,
     /// Frames taken in since the last flush.
     unflushed: usize,
     /// Whether a turn handled a message since the worker last looked.
@@ -190,6 +192,7 @@ impl Engine {
             capture: None,
             timeline: None,
             out: Vec::new(),
+            spent: Vec::new(),
             unflushed: 0,
             busy: false,
             clock: std::time::Instant::now(),
@@ -335,9 +338,14 @@ impl Engine {
             }
         }
         if !self.out.is_empty() {
-            self.egress.send(&mut self.out, self.clock);
-            // The sink gave the buffers it copied out back to this thread;
-            // the NIC builds its next frames in them.
+            self.egress.send(&mut self.out, self.clock, &mut self.spent);
+            // The NIC builds its next frames in the buffers the port
+            // copied out, straight back (no trip through the thread's
+            // spares, whose bound would send most of a window's buffers
+            // through the process's store and its lock); a NIC whose
+            // frames went on to another NIC of this process is lent the
+            // thread's spares instead.
+            give_back(&mut self.nic, &mut self.spent);
             crate::buffers::lend(&mut self.nic, LEND);
         }
         while let Some(v) = self.nic.poll_interrupt() {
@@ -347,6 +355,19 @@ impl Engine {
         }
         while let Some(e) = self.nic.poll_event() {
             let _ = self.events.send(e);
+        }
+    }
+}
+
+/// Hands the buffers of frames the port copied out (`spent`) to `nic`, for
+/// the frames it builds next, as far as its spares have room; the rest to
+/// this thread's.
+fn give_back(nic: &mut Nic, spent: &mut Vec<Vec<u8>>) {
+    for b in spent.drain(..) {
+        if nic.spare_room() > 0 {
+            nic.recycle(b);
+        } else {
+            crate::buffers::recycle(b);
         }
     }
 }
@@ -598,5 +619,31 @@ impl Core {
             }
             self.wakes.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use doorbell_device::NicConfig;
+
+    #[test]
+    fn the_buffers_a_port_copied_out_go_back_to_the_nic_that_built_them() {
+        std::thread::spawn(|| {
+            let mut nic = Nic::new(NicConfig::new([10, 0, 0, 1]));
+            let room = nic.spare_room();
+            assert!(room > 2, "a NIC keeps spares");
+            let mut spent: Vec<Vec<u8>> = (0..room + 2).map(|_| Vec::with_capacity(2048)).collect();
+            give_back(&mut nic, &mut spent);
+            assert!(spent.is_empty());
+            assert_eq!(nic.spares(), room, "the NIC's spares, up to their room");
+            assert_eq!(
+                crate::buffers::thread_spares(),
+                2,
+                "the two it had no room for: this thread's"
+            );
+        })
+        .join()
+        .unwrap();
     }
 }

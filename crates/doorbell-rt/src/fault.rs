@@ -59,8 +59,11 @@ impl Packet for Out {
 pub(crate) trait Sink: Send {
     /// Sends the frames, in order, and empties `frames`. `now`: the
     /// caller's reading of the clock, no older than the frames (a NIC's
-    /// turn reads it once): a sink need not read it again.
-    fn send(&mut self, frames: &mut Vec<Frame>, now: std::time::Instant);
+    /// turn reads it once): a sink need not read it again. The buffers of
+    /// frames the sink copied out go onto `spent`, for the sender's NIC to
+    /// build its next frames in; a sink that passes a frame on keeps its
+    /// buffer.
+    fn send(&mut self, frames: &mut Vec<Frame>, now: std::time::Instant, spent: &mut Vec<Vec<u8>>);
 }
 
 /// What a relay counted: its stage's counts, and the frames the device
@@ -175,6 +178,7 @@ fn relay_loop(
 ) {
     let clock = WallClock(std::time::Instant::now());
     let mut out: Vec<Frame> = Vec::new();
+    let mut spent = Vec::new();
     loop {
         let wait = stage
             .poll_timeout()
@@ -196,7 +200,11 @@ fn relay_loop(
         let now = clock.now();
         out.extend(std::iter::from_fn(|| stage.poll_ready(now)).map(|Out(f)| f));
         if !out.is_empty() {
-            sink.send(&mut out, std::time::Instant::now());
+            sink.send(&mut out, std::time::Instant::now(), &mut spent);
+            // No NIC builds frames in this thread: to its spares.
+            for b in spent.drain(..) {
+                crate::buffers::recycle(b);
+            }
         }
         out.clear();
     }
@@ -217,7 +225,7 @@ mod tests {
     struct Collect(Arc<Mutex<Vec<Vec<u8>>>>);
 
     impl Sink for Collect {
-        fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant) {
+        fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant, _: &mut Vec<Vec<u8>>) {
             let mut v = self.0.lock().unwrap();
             v.extend(frames.drain(..).map(|f| f.bytes));
         }

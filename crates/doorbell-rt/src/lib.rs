@@ -180,7 +180,7 @@ struct FabricSink {
 }
 
 impl fault::Sink for FabricSink {
-    fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant) {
+    fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant, _: &mut Vec<Vec<u8>>) {
         // One delivery per run of frames to the same address.
         let mut run = crate::buffers::frame_list();
         let mut to = None;

@@ -12,11 +12,16 @@ pub(crate) struct CaptureSink {
 }
 
 impl crate::fault::Sink for CaptureSink {
-    fn send(&mut self, frames: &mut Vec<doorbell_device::Frame>, now: std::time::Instant) {
+    fn send(
+        &mut self,
+        frames: &mut Vec<doorbell_device::Frame>,
+        now: std::time::Instant,
+        spent: &mut Vec<Vec<u8>>,
+    ) {
         for f in frames.iter() {
             self.capture.record(Direction::Out, &f.bytes, None);
         }
-        self.inner.send(frames, now);
+        self.inner.send(frames, now, spent);
     }
 }
 

@@ -1246,7 +1246,7 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
 }
 
 impl Sink for HostSink {
-    fn send(&mut self, frames: &mut Vec<Frame>, now: Instant) {
+    fn send(&mut self, frames: &mut Vec<Frame>, now: Instant, spent: &mut Vec<Vec<u8>>) {
         let mut rest = std::mem::take(&mut self.rest);
         let (mut pushed, mut dropped) = (0u64, 0u64);
         let mut frames = frames.drain(..).peekable();
@@ -1281,7 +1281,7 @@ impl Sink for HostSink {
                     }
                 }
                 took = true;
-                crate::buffers::recycle(f.bytes);
+                spent.push(f.bytes);
             }
             if took {
                 wake_after_a_wait(r, &self.stats);
@@ -1303,7 +1303,7 @@ impl Sink for HostSink {
             add_one_writer(&self.stats.tx_full_drops, dropped);
         }
         if !rest.is_empty() {
-            self.udp.send(&mut rest, now);
+            self.udp.send(&mut rest, now, spent);
         }
         self.rest = rest;
     }

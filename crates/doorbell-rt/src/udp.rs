@@ -444,7 +444,7 @@ pub(crate) struct UdpSink {
 }
 
 impl Sink for UdpSink {
-    fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant) {
+    fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant, spent: &mut Vec<Vec<u8>>) {
         // Only IPv4 frames with 20-byte headers are ever built; anything
         // else could not be sent as the NIC built it.
         let msgs = frames
@@ -465,9 +465,7 @@ impl Sink for UdpSink {
         self.stats
             .tx_refused
             .fetch_add((frames.len() - sent) as u64, Ordering::Relaxed);
-        for f in frames.drain(..) {
-            crate::buffers::recycle(f.bytes);
-        }
+        spent.extend(frames.drain(..).map(|f| f.bytes));
     }
 }
 
