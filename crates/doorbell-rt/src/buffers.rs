@@ -1,10 +1,11 @@
 //! Frame buffers, reused by the thread that frees them: a port that takes
 //! frames in, and the NIC it feeds, then allocate nothing for the next.
 //! Ports take buffers for the frames they receive ([`buffer`]); the engine
-//! gives back each frame's buffer once the NIC has taken it in, and each
-//! sink once it has copied a frame out ([`recycle`]); the engine lends
-//! spares to its NIC for the frames it builds ([`lend`], the device's own
-//! [`Nic::recycle`]). A buffer never handed back is simply freed.
+//! gives back each frame's buffer once the NIC has taken it in
+//! ([`recycle`]); a sink that copied frames out returns their buffers to
+//! the engine, which gives them to the NIC that built them (the device's
+//! own [`Nic::recycle`]), and lends it spares from here when it has too
+//! few ([`lend`]). A buffer never handed back is simply freed.
 //!
 //! Each thread keeps its own spares (at most [`KEEP`], none larger than
 //! [`LARGEST`] bytes), and the process up to [`SHARED_KEEP`] more that any
