@@ -35,6 +35,17 @@ pub struct NicConfig {
     /// one to the other, which takes them without checking the ICRC
     /// ([`crate::Nic::handle_emitted_frame`]).
     pub icrc: Seal,
+    /// Most frames the NIC lets wait for the port before its RC send
+    /// engine stops building request packets (`None`, the default: it
+    /// builds all the window allows). The rest of the window is built by
+    /// [`crate::Nic::resume_transmit`],
+    /// which a runtime that sets this calls once it has taken the frames
+    /// built so far: a runtime that hands each burst on before the next is
+    /// read (NICs of one process) copies a payload out of its frame while
+    /// its bytes are still in the cache. A burst changes when a window's
+    /// frames are built, not what they are: the packets, their order and
+    /// the ones that ask for an ACK (at the window's end, not a burst's).
+    pub tx_burst: Option<u32>,
 }
 
 /// The default adaptive retransmission floor: a few round trips
@@ -51,6 +62,7 @@ impl NicConfig {
             udp_src_port: None,
             adaptive_retransmit_floor: Some(ADAPTIVE_RETRANSMIT_FLOOR),
             icrc: Seal::Now,
+            tx_burst: None,
         }
     }
 

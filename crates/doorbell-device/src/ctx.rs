@@ -84,6 +84,9 @@ pub(crate) struct Outputs {
     pub(crate) held_ack: Option<HeldAck>,
     /// When frames get their ICRC ([`crate::NicConfig::icrc`]).
     pub(crate) seal: Seal,
+    /// QPs whose send engine stopped at a burst
+    /// ([`crate::NicConfig::tx_burst`]) with more in its window.
+    pub(crate) tx_pending: Vec<doorbell_types::Qpn>,
 }
 
 impl Outputs {
@@ -99,6 +102,7 @@ impl Outputs {
             wqe_scratch: Vec::new(),
             held_ack: None,
             seal,
+            tx_pending: Vec::new(),
         }
     }
 }

@@ -1096,6 +1096,37 @@ impl Nic {
         self.due = due;
     }
 
+    /// Builds the next burst of request packets of each QP whose send
+    /// engine stopped at [`NicConfig::tx_burst`] with more in its window;
+    /// tells whether there was any. A runtime that sets a burst calls it
+    /// once it has taken the frames built so far ([`Nic::poll_transmit`]),
+    /// until it answers `false`; without a burst it never has work.
+    pub fn resume_transmit(&mut self, now: Instant, dma: &mut impl Dma) -> bool {
+        if self.out.tx_pending.is_empty() {
+            return false;
+        }
+        let mut pending = std::mem::take(&mut self.out.tx_pending);
+        for &qpn in &pending {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let (pu, start) = acquire_pu(&mut self.pus, now);
+            let mut ctx = ctx!(self, now, start, &mut *dma);
+            let r = transmit::send_window(qp, &mut ctx).map(|()| Then::Done);
+            settle(qp, r, &mut ctx);
+            let busy = ctx.busy;
+            sync_timers(&mut self.timers, qp);
+            self.occupy(pu, start, busy, qpn, PuTask::Doorbell);
+        }
+        // Those stopped again wait for the next call; the list keeps its
+        // memory.
+        pending.clear();
+        pending.append(&mut self.out.tx_pending);
+        self.out.tx_pending = pending;
+        self.deliver_events(dma);
+        true
+    }
+
     /// The next frame for the fabric.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Frame> {

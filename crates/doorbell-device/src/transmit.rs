@@ -24,7 +24,10 @@ use crate::wq::{Payload, SentMsg};
 /// ([`doorbell_roce::window_psns`] of its MTU) of the oldest
 /// unacknowledged PSN.
 /// Payload is read from host memory for the packets that go, so a long
-/// message is read as its window moves.
+/// message is read as its window moves. With a burst
+/// ([`crate::NicConfig::tx_burst`]) it stops once that many frames wait
+/// for the port; a QP stopped so with more in its window is noted for
+/// [`crate::Nic::resume_transmit`].
 ///
 /// A payload that cannot be read fails its WQE.
 pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
@@ -34,6 +37,14 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
     let una = qp.req.una();
     let mtu = u64::from(qp.mtu());
     let mut sent_any = false;
+    // Packets this call may still build: a burst's worth, less the frames
+    // already waiting for the port (a doorbell may run this more than
+    // once before the runtime takes any).
+    let mut left = ctx.cfg.tx_burst.map_or(u32::MAX, |b| {
+        b.max(1)
+            .saturating_sub(u32::try_from(ctx.out.queued()).unwrap_or(u32::MAX))
+    });
+    let mut stopped = false;
     for i in qp.sq.unsent_from..qp.sq.outstanding.len() {
         let m = &qp.sq.outstanding[i];
         if m.is_sent() {
@@ -62,15 +73,22 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
         if room <= 0 {
             break;
         }
-        let to = if rd_atomic {
-            m.npsn()
+        if left == 0 {
+            stopped = true;
+            break;
+        }
+        // Where the window lets this message go, and where this call
+        // stops.
+        let (window_to, to) = if rd_atomic {
+            (m.npsn(), m.npsn())
         } else {
-            m.npsn().min(from.saturating_add(room as u32))
+            let w = m.npsn().min(from.saturating_add(room as u32));
+            (w, w.min(from.saturating_add(left)))
         };
         let count = if rd_atomic {
             ask(qp, m, from, ctx)
         } else {
-            send_data(qp, m, from, to, ctx).map_err(|syndrome| Fault::Wqe {
+            send_data(qp, m, from..to, window_to, ctx).map_err(|syndrome| Fault::Wqe {
                 index: m.wqe_index,
                 opcode: m.opcode,
                 syndrome,
@@ -85,9 +103,14 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
         ctx.out.counters.tx_retransmits += qp.req.note_sent(ctx.now, psn, count, end);
         qp.sq.outstanding[i].sent = to;
         sent_any = true;
+        left = left.saturating_sub(count);
         if to < qp.sq.outstanding[i].npsn() {
+            stopped = to < window_to;
             break;
         }
+    }
+    if stopped && !ctx.out.tx_pending.contains(&qp.qpn) {
+        ctx.out.tx_pending.push(qp.qpn);
     }
     if sent_any {
         qp.req.arm_ack_timer(ctx.now);
@@ -140,16 +163,18 @@ fn ask<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, ctx: &mut Ctx<'_, D>) -> u32 {
     1
 }
 
-/// Sends packets `from..to` of the SEND or WRITE `msg` ([`send_packets`],
-/// the whole window's payload read at once). Returns the number of packets
-/// sent, or why the payload could not be read.
+/// Sends packets `range` of the SEND or WRITE `msg` ([`send_packets`],
+/// their payload read at once); the window lets the message go up to
+/// packet `window_to`, where the last packet asks for an ACK. Returns the
+/// number of packets sent, or why the payload could not be read.
 fn send_data<D: Dma>(
     qp: &Qp,
     msg: &SentMsg,
-    from: u32,
-    to: u32,
+    range: Range<u32>,
+    window_to: u32,
     ctx: &mut Ctx<'_, D>,
 ) -> Result<u32, Syndrome> {
+    let (from, to) = (range.start, range.end);
     let Some(dst) = peer_ip(qp) else { return Ok(0) };
     let mtu = u64::from(qp.mtu());
     let start = u64::from(from) * mtu;
@@ -168,7 +193,7 @@ fn send_data<D: Dma>(
         // An ACK for the last packet, every ACK_EVERY_PACKETS inside a long
         // message, and where the window closes, so that an ACK always
         // comes back to open it again.
-        bth.ack_req = last || i % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1 || i + 1 == to;
+        bth.ack_req = last || i % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1 || i + 1 == window_to;
         bth.solicited = last && msg.solicited;
         let ext = ExtHeaders {
             reth: (is_write && first).then_some(RethRepr {

@@ -330,14 +330,17 @@ impl Engine {
                 tl.after(&mut self.bus, Some("timers".into()), now);
             }
         }
-        self.out
-            .extend(std::iter::from_fn(|| self.nic.poll_transmit()));
-        if let Some(tl) = &mut self.timeline {
-            for f in &self.out {
-                tl.rec.frame(true, f.ready.max(now), &f.bytes);
+        loop {
+            self.out
+                .extend(std::iter::from_fn(|| self.nic.poll_transmit()));
+            if let Some(tl) = &mut self.timeline {
+                for f in &self.out {
+                    tl.rec.frame(true, f.ready.max(now), &f.bytes);
+                }
             }
-        }
-        if !self.out.is_empty() {
+            if self.out.is_empty() {
+                break;
+            }
             self.egress.send(&mut self.out, self.clock, &mut self.spent);
             // The NIC builds its next frames in the buffers the port
             // copied out, straight back (no trip through the thread's
@@ -347,6 +350,14 @@ impl Engine {
             // thread's spares instead.
             give_back(&mut self.nic, &mut self.spent);
             crate::buffers::lend(&mut self.nic, LEND);
+            // The next burst of a window (a NIC with a burst,
+            // `NicConfig::tx_burst`), once this one is on its way.
+            if !self.nic.resume_transmit(now, &mut self.bus) {
+                break;
+            }
+            if let Some(tl) = &mut self.timeline {
+                tl.after(&mut self.bus, Some("transmit".into()), now);
+            }
         }
         while let Some(v) = self.nic.poll_interrupt() {
             if let Some(irqs) = &self.irqs {

@@ -128,6 +128,12 @@ pub enum RtError {
     },
 }
 
+/// Frames a NIC on the in-process fabric lets wait for the port before it
+/// hands them on and builds more ([`NicConfig::tx_burst`]): 128 KiB at MTU
+/// 4096, a quarter of the window. 8, 16, 32 and 64 all ran 64 KiB WRITEs
+/// 10 to 25% faster than a whole window at once; 32 was ahead by a little.
+const FABRIC_TX_BURST: u32 = 32;
+
 /// An in-process network of NICs, addressed by IPv4.
 #[derive(Default, Clone)]
 pub struct Fabric {
@@ -425,6 +431,13 @@ impl LiveNic {
         // it is written only where a frame is recorded.
         if lossless && opts.pcap.is_none() {
             cfg.icrc = doorbell_wire::Seal::Later;
+        }
+        // On the fabric a frame is taken in inside the send that hands it
+        // on: built a burst at a time, a payload is copied out of its frame
+        // while both are in the cache, not after the rest of a window of
+        // 512 KiB has pushed them out (decision record 0045).
+        if matches!(port, Port::Fabric(_)) {
+            cfg.tx_burst = Some(FABRIC_TX_BURST);
         }
         let (mut handle, sink): (PortHandle, Box<dyn fault::Sink>) = match port {
             Port::Fabric(fabric) => {

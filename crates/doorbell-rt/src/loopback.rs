@@ -71,6 +71,11 @@ impl Device {
                     self.nic.handle_frame(self.now, &f.bytes, &mut self.bus);
                 }
             }
+            // A NIC configured to build its windows a burst at a time
+            // (`NicConfig::tx_burst`) builds the next one now.
+            if self.nic.resume_transmit(self.now, &mut self.bus) {
+                moved = true;
+            }
             if let Some(stage) = &mut self.faults {
                 while let Some(bytes) = stage.poll_ready(self.now) {
                     moved = true;

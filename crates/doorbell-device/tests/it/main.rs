@@ -11,6 +11,7 @@ mod allocations;
 mod exhaust;
 mod mkey;
 mod records;
+mod tx_burst;
 mod zero_length;
 
 use std::sync::Arc;
@@ -77,9 +78,14 @@ struct Rig {
 
 impl Rig {
     fn new() -> Self {
+        Self::with_config(NicConfig::new(LOCAL))
+    }
+
+    /// A rig whose NIC is configured by `cfg` (at [`LOCAL`]).
+    fn with_config(cfg: NicConfig) -> Self {
         let mem = Arc::new(HostRam::new());
         let bus = Bus::new(LinkConfig::default(), mem.clone());
-        let nic = Nic::new(NicConfig::new(LOCAL));
+        let nic = Nic::new(cfg);
         let alloc = |len: u64| {
             let a = mem.alloc(len).unwrap();
             let pas = mem.pin(a, len).unwrap();
