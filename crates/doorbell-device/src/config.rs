@@ -38,13 +38,13 @@ pub struct NicConfig {
     /// Most frames the NIC lets wait for the port before its RC send
     /// engine stops building request packets (`None`, the default: it
     /// builds all the window allows). The rest of the window is built by
-    /// [`crate::Nic::resume_transmit`],
-    /// which a runtime that sets this calls once it has taken the frames
-    /// built so far: a runtime that hands each burst on before the next is
-    /// read (NICs of one process) copies a payload out of its frame while
-    /// its bytes are still in the cache. A burst changes when a window's
-    /// frames are built, not what they are: the packets, their order and
-    /// the ones that ask for an ACK (at the window's end, not a burst's).
+    /// [`crate::Nic::resume_transmit`], which a runtime that sets this
+    /// calls once it has taken the frames built so far: a runtime that
+    /// hands each burst on before the next is read (NICs of one process)
+    /// copies a payload out of its frame while its bytes are still in the
+    /// cache. A burst changes when a window's frames are built, not what
+    /// they are: the packets, their order and the ones that ask for an ACK
+    /// (at the window's end, not a burst's).
     pub tx_burst: Option<u32>,
 }
 
