@@ -586,3 +586,32 @@ fn a_silent_peer_fails_the_qp_when_its_timeout_says_despite_early_resends() {
     assert_eq!(c.roce_adp_retrans_to, 2);
     assert_eq!(c.tx_retransmits, 9 + 2);
 }
+
+/// A NIC that builds its windows a burst at a time (`NicConfig::tx_burst`)
+/// sends a WRITE longer than a burst whole on the loopback link, without
+/// the clock moving: the link asks for each next burst, where otherwise
+/// the rest would wait for the ACK timer.
+#[test]
+fn a_burst_at_a_time_sends_the_whole_window_without_a_timer() {
+    let mut cfg = doorbell_device::NicConfig::new([10, 0, 0, 7]);
+    cfg.tx_burst = Some(3);
+    let t = Timers::default();
+    let l = Loop::on(LoopbackLink::with_config("vt", cfg), t, t);
+    let data = pattern(MR_LEN, 3);
+    l.mr_a.write(0, &data).unwrap();
+    let sge = [l.mr_a.sge(0, MR_LEN as u32).unwrap()];
+    let start = l.now();
+    l.a.post_send(&[signaled(1, &sge, WrOpcode::RdmaWrite(l.remote_b(0)))])
+        .unwrap();
+    assert_eq!(
+        outcome(&poll(&l.cq_a)),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(l.now(), start, "no time passed");
+    let mut got = vec![0u8; MR_LEN];
+    l.mr_b.read(0, &mut got).unwrap();
+    assert!(got == data, "the WRITE's bytes arrived");
+    let c = l.counters();
+    assert_eq!(errors(&c), []);
+    assert_eq!(c.tx_retransmits, 0);
+}
