@@ -17,7 +17,9 @@
 //!
 //! # Driving it
 //! After any `handle_*` or [`Nic::exec`] call, drain the outputs in this
-//! order: [`Nic::poll_transmit`] until `None` (frames to the fabric),
+//! order: [`Nic::poll_transmit`] until `None` (frames to the fabric);
+//! with a burst ([`NicConfig::tx_burst`]), [`Nic::resume_transmit`] and
+//! [`Nic::poll_transmit`] again, until `resume_transmit` answers `false`;
 //! [`Nic::poll_event`] until `None` (completion and error events to the
 //! host), then ask [`Nic::poll_timeout`] when to call
 //! [`Nic::handle_timeout`] next.
