@@ -254,10 +254,17 @@ pub(crate) fn lend(nic: &mut Nic, n: usize) {
     }
 }
 
-/// How many spare buffers this thread keeps.
-#[cfg(test)]
-pub(crate) fn thread_spares() -> usize {
-    with_local(&SPARE, |l| l.len()).unwrap_or(0)
+/// Hands the buffers of frames a port copied out (`spent`) to `nic`, the
+/// NIC that built them, for the frames it builds next, as far as its
+/// spares have room; the rest to this thread's ([`recycle`]).
+pub(crate) fn give_back(nic: &mut Nic, spent: &mut Vec<Vec<u8>>) {
+    for b in spent.drain(..) {
+        if nic.spare_room() > 0 {
+            nic.recycle(b);
+        } else {
+            recycle(b);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -368,7 +375,23 @@ mod tests {
     }
 
     fn spares() -> usize {
-        thread_spares()
+        with_local(&SPARE, |l| l.len()).unwrap_or(0)
+    }
+
+    #[test]
+    fn the_buffers_a_port_copied_out_go_back_to_the_nic_that_built_them() {
+        std::thread::spawn(|| {
+            let mut nic = Nic::new(doorbell_device::NicConfig::new([10, 0, 0, 1]));
+            let room = nic.spare_room();
+            assert!(room > 2, "a NIC keeps spares");
+            let mut spent: Vec<Vec<u8>> = (0..room + 2).map(|_| Vec::with_capacity(2048)).collect();
+            give_back(&mut nic, &mut spent);
+            assert!(spent.is_empty());
+            assert_eq!(nic.spares(), room, "the NIC's spares, up to their room");
+            assert_eq!(spares(), 2, "the two it had no room for: this thread's");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -348,7 +348,7 @@ impl Engine {
             // through the process's store and its lock); a NIC whose
             // frames went on to another NIC of this process is lent the
             // thread's spares instead.
-            give_back(&mut self.nic, &mut self.spent);
+            crate::buffers::give_back(&mut self.nic, &mut self.spent);
             crate::buffers::lend(&mut self.nic, LEND);
             // The next burst of a window (a NIC with a burst,
             // `NicConfig::tx_burst`), once this one is on its way.
@@ -366,19 +366,6 @@ impl Engine {
         }
         while let Some(e) = self.nic.poll_event() {
             let _ = self.events.send(e);
-        }
-    }
-}
-
-/// Hands the buffers of frames the port copied out (`spent`) to `nic`, for
-/// the frames it builds next, as far as its spares have room; the rest to
-/// this thread's.
-fn give_back(nic: &mut Nic, spent: &mut Vec<Vec<u8>>) {
-    for b in spent.drain(..) {
-        if nic.spare_room() > 0 {
-            nic.recycle(b);
-        } else {
-            crate::buffers::recycle(b);
         }
     }
 }
@@ -630,31 +617,5 @@ impl Core {
             }
             self.wakes.fetch_add(1, Ordering::Relaxed);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use doorbell_device::NicConfig;
-
-    #[test]
-    fn the_buffers_a_port_copied_out_go_back_to_the_nic_that_built_them() {
-        std::thread::spawn(|| {
-            let mut nic = Nic::new(NicConfig::new([10, 0, 0, 1]));
-            let room = nic.spare_room();
-            assert!(room > 2, "a NIC keeps spares");
-            let mut spent: Vec<Vec<u8>> = (0..room + 2).map(|_| Vec::with_capacity(2048)).collect();
-            give_back(&mut nic, &mut spent);
-            assert!(spent.is_empty());
-            assert_eq!(nic.spares(), room, "the NIC's spares, up to their room");
-            assert_eq!(
-                crate::buffers::thread_spares(),
-                2,
-                "the two it had no room for: this thread's"
-            );
-        })
-        .join()
-        .unwrap();
     }
 }
