@@ -16,17 +16,8 @@ fn two_writes(cfg: NicConfig) -> Vec<Vec<Frame>> {
     rig.write_sq(0, &first);
     rig.write_sq(1, &second);
     // Two WQEs of one WQEBB each: the doorbell for the second covers both.
-    let pi = 2u16;
-    let at = HostAddr::new(rig.qp_dbr.get() + (dbr::SND_DBR * 4) as u64);
-    rig.mem.write_be32(at, u32::from(pi)).unwrap();
-    let db = SendDoorbell {
-        wqe_index: 1,
-        opcode: u8::from(WqeOpcode::RdmaWrite),
-        qpn: rig.qpn.get(),
-        ds: 3,
-    };
-    let (uar, now) = (rig.uar, rig.now);
-    rig.nic.handle_mmio(now, uar, REG, &db.emit(), &mut rig.bus);
+    rig.ring(1, u8::from(WqeOpcode::RdmaWrite), 3);
+    let now = rig.now;
     let mut calls = vec![rig.transmitted()];
     while rig.nic.resume_transmit(now, &mut rig.bus) {
         calls.push(rig.transmitted());
