@@ -16,6 +16,11 @@ const SPINS: u32 = 1 << 10;
 /// accesses take, so a free and a pin cannot both succeed, and an access
 /// through a map loaded before the free finds nothing to touch.
 ///
+/// A thread holds one allocation's lock at a time, except in
+/// [`Self::with_pair`], which takes two in one order for all allocations
+/// (by address): two threads that copy between the same two allocations in
+/// opposite directions then cannot deadlock.
+///
 /// The lock is a spin lock: taking it is one compare-and-swap and letting
 /// it go a store, where a mutex that may have sleepers to wake lets go
 /// with a second locked instruction. A locked instruction waits until the
@@ -89,6 +94,24 @@ impl<B> Allocation<B> {
         self.lock().bytes.as_mut().map(f)
     }
 
+    /// Runs `f` on the bytes of `self` and of `other`, under both locks,
+    /// taken in address order; `None` if either was freed. `other` must be
+    /// another allocation: `None`, without running `f`, if it is `self`.
+    pub fn with_pair<R>(&self, other: &Self, f: impl FnOnce(&mut B, &mut B) -> R) -> Option<R> {
+        if std::ptr::eq(self, other) {
+            return None;
+        }
+        let (mut mine, mut theirs) = if (self as *const Self) < (other as *const Self) {
+            let mine = self.lock();
+            (mine, other.lock())
+        } else {
+            let theirs = other.lock();
+            (self.lock(), theirs)
+        };
+        let (a, b) = (mine.bytes.as_mut()?, theirs.bytes.as_mut()?);
+        Some(f(a, b))
+    }
+
     /// Takes a pin; false if freed.
     pub fn pin(&self) -> bool {
         let mut s = self.lock();
@@ -143,6 +166,38 @@ mod tests {
         assert!(!a.pin());
         assert_eq!(a.with(|b| b.len()), None);
         assert_eq!(a.free(), Err(NotFreed::Gone));
+    }
+
+    #[test]
+    fn a_pair_is_two_allocations_both_live() {
+        let a = Allocation::new(2, vec![1u8, 2]);
+        let b = Allocation::new(2, vec![0u8, 0]);
+        assert_eq!(a.with_pair(&b, |a, b| b.copy_from_slice(a)), Some(()));
+        assert_eq!(b.with(|b| b.clone()), Some(vec![1, 2]));
+        assert_eq!(a.with_pair(&a, |_, _| ()), None, "one allocation twice");
+        b.free().expect("free");
+        assert_eq!(a.with_pair(&b, |_, _| ()), None, "the other was freed");
+        assert_eq!(b.with_pair(&a, |_, _| ()), None, "this one was freed");
+    }
+
+    #[test]
+    fn pairs_taken_in_both_directions_at_once_do_not_deadlock() {
+        let a = std::sync::Arc::new(Allocation::new(64, vec![1u8; 64]));
+        let b = std::sync::Arc::new(Allocation::new(64, vec![2u8; 64]));
+        let threads: Vec<_> = [(a.clone(), b.clone()), (b, a)]
+            .into_iter()
+            .map(|(x, y)| {
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        x.with_pair(&y, |x, y| y.copy_from_slice(x))
+                            .expect("both live");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no deadlock, no panic");
+        }
     }
 
     #[test]

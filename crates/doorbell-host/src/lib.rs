@@ -122,6 +122,27 @@ pub trait HostMemory: Send + Sync {
     }
     /// Copies `data` to `addr`.
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError>;
+    /// Copies the `len` bytes at `from` in `src` to `to` in this memory: a
+    /// [`Self::write`] of what `src.read` gives (a payload that one NIC of
+    /// a process left in its memory, taken into another's). Fails as that
+    /// read or that write does; what the destination holds after a failure
+    /// is unspecified. The provided method copies through a buffer of its
+    /// own, a page at a time; [`HostRam`] copies straight from one
+    /// `HostRam` into another (or within one).
+    fn copy_from(
+        &self,
+        to: HostAddr,
+        src: &dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+    ) -> Result<(), MemError> {
+        copy_through_buffer(self, to, src, from, len)
+    }
+    /// This memory, if it is a [`HostRam`]: what [`Self::copy_from`] looks
+    /// for in its source.
+    fn as_ram(&self) -> Option<&HostRam> {
+        None
+    }
 
     /// Allocates `len` zeroed bytes at a page-aligned address.
     fn alloc(&self, len: u64) -> Result<HostAddr, MemError>;
@@ -151,6 +172,26 @@ pub trait HostMemory: Send + Sync {
     fn write_be32(&self, addr: HostAddr, v: u32) -> Result<(), MemError> {
         self.write(addr, &v.to_be_bytes())
     }
+}
+
+/// [`HostMemory::copy_from`] through a page-sized buffer on the stack.
+fn copy_through_buffer<M: HostMemory + ?Sized>(
+    dst: &M,
+    to: HostAddr,
+    src: &dyn HostMemory,
+    from: HostAddr,
+    len: usize,
+) -> Result<(), MemError> {
+    let mut buf = [0u8; PAGE_SIZE as usize];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(buf.len());
+        let off = done as u64;
+        src.read(offset(from, off)?, &mut buf[..n])?;
+        dst.write(offset(to, off)?, &buf[..n])?;
+        done += n;
+    }
+    Ok(())
 }
 
 /// `base + off`, or [`MemError::Unmapped`] if that passes the end of the
@@ -299,6 +340,20 @@ impl HostRam {
             .ok_or(MemError::Unmapped { addr, len })
     }
 
+    /// The region that holds all of `[addr, addr + len)`, and the offset
+    /// of `addr` in it.
+    fn found(&self, addr: HostAddr, len: usize) -> Result<(usize, Arc<Region>), MemError> {
+        self.regions
+            .with_range(
+                &RECENT,
+                addr.get(),
+                len as u64,
+                |r| r.len(),
+                |r, off| (off as usize, r.clone()),
+            )
+            .ok_or(MemError::Unmapped { addr, len })
+    }
+
     /// Calls `f` with the bytes of `[addr, addr + len)` under their
     /// region's lock, unless the region was freed since the map was loaded.
     fn with_region<R>(
@@ -400,6 +455,37 @@ impl HostMemory for HostRam {
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError> {
         self.with_region(addr, data.len(), |dst| dst.copy_from_slice(data))
     }
+
+    /// From another `HostRam`, one copy under both regions' locks
+    /// ([`Allocation::with_pair`]); within one region, a move inside it.
+    fn copy_from(
+        &self,
+        to: HostAddr,
+        src: &dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+    ) -> Result<(), MemError> {
+        let Some(src_ram) = src.as_ram() else {
+            return copy_through_buffer(self, to, src, from, len);
+        };
+        let (dst_off, dst) = self.found(to, len)?;
+        let (src_off, src) = src_ram.found(from, len)?;
+        let copied = if Arc::ptr_eq(&dst, &src) {
+            dst.with(|b| b.copy_within(src_off..src_off + len, dst_off))
+        } else {
+            dst.with_pair(&src, |d, s| {
+                d[dst_off..dst_off + len].copy_from_slice(&s[src_off..src_off + len]);
+            })
+        };
+        copied.ok_or_else(|| {
+            let addr = if src.is_freed() { from } else { to };
+            MemError::Unmapped { addr, len }
+        })
+    }
+
+    fn as_ram(&self) -> Option<&HostRam> {
+        Some(self)
+    }
 }
 
 #[cfg(test)]
@@ -433,6 +519,123 @@ mod tests {
         assert!(other.read(c, &mut [0u8; 4097]).is_err());
         other.read(c.checked_add(4093).unwrap(), &mut b).unwrap();
         assert!(other.read(c.checked_add(4094).unwrap(), &mut b).is_err());
+    }
+
+    /// A memory that is not a `HostRam` to `copy_from`: one behind a
+    /// wrapper that does not say it is.
+    struct Opaque(HostRam);
+
+    impl HostMemory for Opaque {
+        fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {
+            self.0.read(addr, buf)
+        }
+        fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError> {
+            self.0.write(addr, data)
+        }
+        fn alloc(&self, len: u64) -> Result<HostAddr, MemError> {
+            self.0.alloc(len)
+        }
+        fn free(&self, addr: HostAddr) -> Result<(), MemError> {
+            self.0.free(addr)
+        }
+        fn adopt(&self, buf: Vec<u8>) -> Result<HostAddr, (MemError, Vec<u8>)> {
+            self.0.adopt(buf)
+        }
+        fn release(&self, addr: HostAddr) -> Result<Vec<u8>, MemError> {
+            self.0.release(addr)
+        }
+        fn pin(&self, addr: HostAddr, len: u64) -> Result<Vec<HostAddr>, MemError> {
+            self.0.pin(addr, len)
+        }
+        fn unpin(&self, addr: HostAddr, len: u64) -> Result<(), MemError> {
+            self.0.unpin(addr, len)
+        }
+        fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
+            self.0.check(addr, len)
+        }
+    }
+
+    fn at(a: HostAddr, off: u64) -> HostAddr {
+        a.checked_add(off).unwrap()
+    }
+
+    #[test]
+    fn copy_from_moves_the_same_bytes_whichever_memory_they_come_from() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let ram = HostRam::new();
+        let src = ram.alloc(10_000).unwrap();
+        ram.write(src, &bytes).unwrap();
+        let opaque = Opaque(HostRam::new());
+        let osrc = opaque.alloc(10_000).unwrap();
+        opaque.write(osrc, &bytes).unwrap();
+        let sources: [(&dyn HostMemory, HostAddr); 3] = [
+            (&ram, src),
+            (&opaque, osrc),
+            // Another region of the destination's own memory.
+            (&ram, src),
+        ];
+        for (k, (mem, from)) in sources.into_iter().enumerate() {
+            let dst_ram = HostRam::new();
+            let dst_mem: &HostRam = if k == 2 { &ram } else { &dst_ram };
+            let to = dst_mem.alloc(12_000).unwrap();
+            dst_mem
+                .copy_from(at(to, 100), mem, at(from, 1), 9_999)
+                .unwrap();
+            let mut got = vec![0u8; 12_000];
+            dst_mem.read(to, &mut got).unwrap();
+            assert!(got[..100].iter().all(|&b| b == 0), "source {k}: before");
+            assert_eq!(&got[100..10_099], &bytes[1..], "source {k}");
+            assert!(got[10_099..].iter().all(|&b| b == 0), "source {k}: after");
+        }
+    }
+
+    #[test]
+    fn copy_from_within_one_region_moves_overlapping_bytes_as_memmove_does() {
+        let ram = HostRam::new();
+        let a = ram.alloc(64).unwrap();
+        let bytes: Vec<u8> = (0..64).collect();
+        ram.write(a, &bytes).unwrap();
+        ram.copy_from(at(a, 8), &ram, a, 32).unwrap();
+        let mut got = vec![0u8; 64];
+        ram.read(a, &mut got).unwrap();
+        let mut want = bytes.clone();
+        want.copy_within(0..32, 8);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn copy_from_fails_on_either_side_unmapped_or_freed() {
+        let (ram, other) = (HostRam::new(), HostRam::new());
+        let a = ram.alloc(4096).unwrap();
+        let b = other.alloc(4096).unwrap();
+        let past = at(b, 4000);
+        assert_eq!(
+            ram.copy_from(a, &other, past, 200),
+            Err(MemError::Unmapped {
+                addr: past,
+                len: 200
+            })
+        );
+        let past = at(a, 4000);
+        assert_eq!(
+            ram.copy_from(past, &other, b, 200),
+            Err(MemError::Unmapped {
+                addr: past,
+                len: 200
+            })
+        );
+        other.free(b).unwrap();
+        assert_eq!(
+            ram.copy_from(a, &other, b, 1),
+            Err(MemError::Unmapped { addr: b, len: 1 })
+        );
+        let opaque = Opaque(HostRam::new());
+        let c = opaque.alloc(4096).unwrap();
+        let past = at(c, 4095);
+        assert_eq!(
+            ram.copy_from(a, &opaque, past, 2),
+            Err(MemError::Unmapped { addr: past, len: 2 })
+        );
     }
 
     #[test]

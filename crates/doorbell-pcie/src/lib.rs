@@ -492,6 +492,20 @@ pub trait Dma {
     ) -> Result<Instant, DmaError> {
         read_whole_into(self, at, tag, addr, len, pieces)
     }
+    /// Reads `len` bytes of host memory at `addr` for a NIC of the same
+    /// process that will copy them from there itself
+    /// ([`Self::dma_write_from`]): checked, counted and timed as
+    /// [`Self::dma_read`] of `len` bytes, with no bytes moved. The provided
+    /// method reads them into a buffer of its own and drops it.
+    fn dma_read_left(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        len: usize,
+    ) -> Result<Instant, DmaError> {
+        self.dma_read(at, tag, addr, &mut vec![0u8; len])
+    }
     /// Writes `data` into host memory at `addr`.
     fn dma_write(
         &mut self,
@@ -500,6 +514,25 @@ pub trait Dma {
         addr: HostAddr,
         data: &[u8],
     ) -> Result<Instant, DmaError>;
+    /// Writes into host memory at `addr` the `len` bytes at `from` in
+    /// `src`, another NIC's host memory in this process, which read them
+    /// with [`Self::dma_read_left`]: counted and timed as
+    /// [`Self::dma_write`] of those bytes, and fails as it does (or as a
+    /// read of `src` would). The provided method reads them into a buffer
+    /// of its own and writes that.
+    fn dma_write_from(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        src: &dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+    ) -> Result<Instant, DmaError> {
+        let mut buf = vec![0u8; len];
+        src.read(from, &mut buf)?;
+        self.dma_write(at, tag, addr, &buf)
+    }
     /// Records an MMIO write of `bytes` the device received at `at`,
     /// attributed to `qpn`.
     fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize);
@@ -741,6 +774,42 @@ impl Dma for Bus {
         Ok(at)
     }
 
+    fn dma_read_left(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        len: usize,
+    ) -> Result<Instant, DmaError> {
+        if self.capture.is_some() && captured(tag.purpose) {
+            // The capture keeps the bytes: read them.
+            return self.dma_read(at, tag, addr, &mut vec![0u8; len]);
+        }
+        self.count_read(at, tag, addr, len as u64);
+        self.mem.check(addr, len)?;
+        Ok(at)
+    }
+
+    fn dma_write_from(
+        &mut self,
+        at: Instant,
+        tag: DmaTag,
+        addr: HostAddr,
+        src: &dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+    ) -> Result<Instant, DmaError> {
+        if self.capture.is_some() && captured(tag.purpose) {
+            // The capture keeps the bytes: take them in a buffer.
+            let mut buf = vec![0u8; len];
+            src.read(from, &mut buf)?;
+            return self.dma_write(at, tag, addr, &buf);
+        }
+        self.count_write(at, tag, addr, len as u64);
+        self.mem.copy_from(addr, src, from, len)?;
+        Ok(at)
+    }
+
     fn dma_write(
         &mut self,
         at: Instant,
@@ -968,6 +1037,61 @@ mod tests {
         // read that then fails is).
         assert_eq!(b.reads(DmaPurpose::Payload), 5);
         assert_eq!(b.read_bytes(DmaPurpose::Payload), 5 * 1000);
+    }
+
+    #[test]
+    fn a_payload_left_in_memory_is_counted_as_read_and_written_once_copied() {
+        let (src_ram, dst_ram) = (Arc::new(HostRam::new()), Arc::new(HostRam::new()));
+        let a = src_ram.alloc(8192).unwrap();
+        let b = dst_ram.alloc(8192).unwrap();
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        src_ram.write(a, &bytes).unwrap();
+        let (read, write) = (
+            DmaTag::new(Qpn::new(5), DmaPurpose::Payload),
+            DmaTag::new(Qpn::new(6), DmaPurpose::Scatter),
+        );
+        // Each bus as the sender's and the receiver's, and a bus whose
+        // reads and writes move the bytes, to compare counts with.
+        let mut sent = [
+            Bus::new(cfg(), src_ram.clone()),
+            Bus::new(cfg(), src_ram.clone()),
+        ];
+        let mut taken = [
+            Bus::new(cfg(), dst_ram.clone()),
+            Bus::new(cfg(), dst_ram.clone()),
+        ];
+        let t = Instant::ZERO;
+        sent[0].dma_read_left(t, read, a, 5000).unwrap();
+        taken[0]
+            .dma_write_from(t, write, b, &*src_ram, a, 5000)
+            .unwrap();
+        let mut plain = Plain(Bus::new(cfg(), dst_ram.clone()));
+        plain
+            .dma_write_from(t, write, b, &*src_ram, a, 5000)
+            .unwrap();
+        let mut buf = vec![0u8; 5000];
+        sent[1].dma_read(t, read, a, &mut buf).unwrap();
+        taken[1].dma_write(t, write, b, &buf).unwrap();
+        assert_eq!(sent[0].counters(), sent[1].counters());
+        assert_eq!(taken[0].counters(), taken[1].counters());
+        assert_eq!(plain.0.counters(), taken[1].counters());
+        let mut got = vec![0u8; 5000];
+        dst_ram.read(b, &mut got).unwrap();
+        assert_eq!(got, bytes);
+        // Unmapped on either side: an error, counted as issued.
+        let past = a.checked_add(8000).unwrap();
+        assert!(sent[0].dma_read_left(t, read, past, 500).is_err());
+        assert!(
+            taken[0]
+                .dma_write_from(t, write, b, &*src_ram, past, 500)
+                .is_err()
+        );
+        let past = b.checked_add(8000).unwrap();
+        assert!(
+            taken[0]
+                .dma_write_from(t, write, past, &*src_ram, a, 500)
+                .is_err()
+        );
     }
 
     #[test]
