@@ -1,7 +1,8 @@
 //! What a NIC is configured with, what it hands out, and what it counts.
 
 use doorbell_hif::DeviceCaps;
-use doorbell_types::{Duration, Instant};
+use doorbell_host::{HostMemory, MemError};
+use doorbell_types::{Duration, HostAddr, Instant};
 use doorbell_wire::Seal;
 
 /// Static configuration of one NIC.
@@ -46,6 +47,16 @@ pub struct NicConfig {
     /// they are: the packets, their order and the ones that ask for an ACK
     /// (at the window's end, not a burst's).
     pub tx_burst: Option<u32>,
+    /// Whether an RC RDMA WRITE packet whose payload lies in one run of
+    /// host memory leaves it there ([`Frame::unfilled`]) instead of reading
+    /// it into the frame: `false` by default. For NICs of one process whose
+    /// frames go straight from one to the other: the receiver copies the
+    /// payload from the sender's memory into its own
+    /// ([`crate::Nic::handle_unfilled_frame`]), once instead of twice, and
+    /// the runtime fills the frame in ([`Unfilled::fill`]) wherever else it
+    /// could be seen. The DMA read is checked, counted and timed as
+    /// before, when the packet is built.
+    pub leave_payload: bool,
 }
 
 /// The default adaptive retransmission floor: a few round trips
@@ -63,6 +74,7 @@ impl NicConfig {
             adaptive_retransmit_floor: Some(ADAPTIVE_RETRANSMIT_FLOOR),
             icrc: Seal::Now,
             tx_burst: None,
+            leave_payload: false,
         }
     }
 
@@ -121,6 +133,36 @@ pub struct Frame {
     pub bytes: Vec<u8>,
     /// When the NIC had it ready for the port.
     pub ready: Instant,
+    /// Where its payload is, if the NIC left it in host memory
+    /// ([`NicConfig::leave_payload`]): the bytes that hold it in `bytes`
+    /// are then unwritten.
+    pub unfilled: Option<Unfilled>,
+}
+
+/// A frame's payload left in the sending NIC's host memory
+/// ([`NicConfig::leave_payload`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unfilled {
+    /// Where the payload is in the sender's host memory.
+    pub from: HostAddr,
+    /// Where it goes in the frame's bytes.
+    pub at: u32,
+    /// Its length.
+    pub len: u32,
+}
+
+impl Unfilled {
+    /// Reads the payload from `mem`, the sending NIC's host memory, into
+    /// the frame `bytes`; fails if that memory no longer holds it, or if
+    /// `bytes` has no room for it where it goes.
+    pub fn fill(&self, bytes: &mut [u8], mem: &dyn HostMemory) -> Result<(), MemError> {
+        let (at, len) = (self.at as usize, self.len as usize);
+        let into = bytes.get_mut(at..at + len).ok_or(MemError::Unmapped {
+            addr: self.from,
+            len,
+        })?;
+        mem.read(self.from, into)
+    }
 }
 
 /// What the device counted. Where the kernel's RDMA `hw_counters` (mlx5's

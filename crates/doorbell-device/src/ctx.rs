@@ -115,6 +115,9 @@ pub(crate) struct Building {
     pub(crate) repr: doorbell_wire::RoceRepr,
     pub(crate) payload: std::ops::Range<usize>,
     pub(crate) ready: Instant,
+    /// Where the payload is in host memory, if it is left there
+    /// ([`crate::NicConfig::leave_payload`]).
+    pub(crate) left: Option<doorbell_types::HostAddr>,
 }
 
 /// A plain ACK owed and not yet built ([`Outputs::held_ack`]).
@@ -174,6 +177,7 @@ impl Outputs {
                 dst: h.dst,
                 bytes,
                 ready: h.ready,
+                unfilled: None,
             });
         }
     }

@@ -1,7 +1,7 @@
 //! DMA through the caller's bus, at the time the work has reached, and
 //! the walk of a buffer's page list.
 
-use doorbell_host::PAGE_SIZE;
+use doorbell_host::{HostMemory, PAGE_SIZE};
 use doorbell_pcie::{Dma, DmaTag};
 use doorbell_types::{HostAddr, Instant};
 
@@ -54,6 +54,44 @@ pub(crate) fn dma_read_into<D: Dma>(
     pieces: &mut dyn Iterator<Item = &mut [u8]>,
 ) -> bool {
     match dma.dma_read_into(*t, tag, addr, len, pieces) {
+        Ok(done) => {
+            *t = done.max(*t);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A DMA read of `len` bytes left in host memory
+/// ([`Dma::dma_read_left`]), as [`dma_read`] would time it.
+pub(crate) fn dma_read_left<D: Dma>(
+    dma: &mut D,
+    t: &mut Instant,
+    tag: DmaTag,
+    addr: HostAddr,
+    len: usize,
+) -> bool {
+    match dma.dma_read_left(*t, tag, addr, len) {
+        Ok(done) => {
+            *t = done.max(*t);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A DMA write of `len` bytes at `from` in `src`
+/// ([`Dma::dma_write_from`]), as [`dma_write`] would time it.
+pub(crate) fn dma_write_from<D: Dma>(
+    dma: &mut D,
+    t: &mut Instant,
+    tag: DmaTag,
+    addr: HostAddr,
+    src: &dyn HostMemory,
+    from: HostAddr,
+    len: usize,
+) -> bool {
+    match dma.dma_write_from(*t, tag, addr, src, from, len) {
         Ok(done) => {
             *t = done.max(*t);
             true

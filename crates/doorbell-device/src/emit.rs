@@ -2,9 +2,9 @@
 //! spent its per-packet cost.
 
 use doorbell_pcie::Dma;
-use doorbell_wire::{BthRepr, ExtHeaders, RoceIp, RoceRepr};
+use doorbell_wire::{BthRepr, ExtHeaders, RoceIp, RoceRepr, Seal};
 
-use crate::config::Frame;
+use crate::config::{Frame, Unfilled};
 use crate::ctx::{Building, Ctx};
 use crate::qp::Qp;
 
@@ -43,6 +43,7 @@ pub(crate) fn building<D: Dma>(
         repr,
         payload: at..at + payload_len,
         ready: ctx.t,
+        left: None,
     })
 }
 
@@ -54,9 +55,15 @@ pub(crate) fn building<D: Dma>(
 pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building) -> bool {
     // `building` checked the headers and made the buffer the frame's length.
     let len = f.bytes.len();
+    // The ICRC covers the payload: a frame whose payload is left in memory
+    // is sealed once it is filled in.
+    let seal = match f.left {
+        Some(_) => Seal::Later,
+        None => ctx.out.seal,
+    };
     let emitted = f
         .repr
-        .emit_checked(&mut f.bytes, f.payload.len(), len, ctx.out.seal);
+        .emit_checked(&mut f.bytes, f.payload.len(), len, seal);
     if emitted.is_err() {
         ctx.out.spare.give(f.bytes);
         return false;
@@ -64,10 +71,17 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building
     ctx.t = ctx.t.max(f.ready);
     ctx.charge(ctx.cfg.timing.tx_packet);
     ctx.out.counters.tx_packets += 1;
+    // A payload of an MTU at most, at an offset of a few dozen bytes.
+    let unfilled = f.left.map(|from| Unfilled {
+        from,
+        at: f.payload.start as u32,
+        len: f.payload.len() as u32,
+    });
     ctx.out.push(Frame {
         dst,
         bytes: f.bytes,
         ready: ctx.t,
+        unfilled,
     });
     true
 }

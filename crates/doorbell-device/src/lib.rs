@@ -84,7 +84,7 @@ mod wqe;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use doorbell_host::RecordDoorbell;
+use doorbell_host::{HostMemory, RecordDoorbell};
 use doorbell_layout::uar::{self, CqArmDoorbell, SendDoorbell, UarRegister};
 use doorbell_layout::wqe as wqe_layout;
 use doorbell_pcie::Dma;
@@ -95,7 +95,7 @@ use doorbell_hif::{
     SrqParams,
 };
 
-pub use config::{ADAPTIVE_RETRANSMIT_FLOOR, Frame, NicConfig, NicCounters, NicTiming};
+pub use config::{ADAPTIVE_RETRANSMIT_FLOOR, Frame, NicConfig, NicCounters, NicTiming, Unfilled};
 
 use cq::Cq;
 use ctx::{Ctx, Outputs};
@@ -103,6 +103,7 @@ use eq::Eqs;
 use fault::Outcome;
 use mkey::MkeyTable;
 use qp::Qp;
+use recv::PayloadIn;
 use response::Then;
 use srq::Srq;
 use timer::{Timer, TimerIndex};
@@ -1001,7 +1002,7 @@ impl Nic {
 
     /// Takes one frame from the fabric; tells whether it reached a QP.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) -> Received {
-        let r = self.frame(now, frame, dma, true);
+        let r = self.frame(now, frame, dma, true, None);
         self.deliver_events(dma);
         r
     }
@@ -1017,7 +1018,27 @@ impl Nic {
         frame: &[u8],
         dma: &mut impl Dma,
     ) -> Received {
-        let r = self.frame(now, frame, dma, false);
+        let r = self.frame(now, frame, dma, false, None);
+        self.deliver_events(dma);
+        r
+    }
+
+    /// [`Nic::handle_emitted_frame`] for a frame whose payload the NIC that
+    /// built it left in its host memory, `src` ([`Frame::unfilled`],
+    /// [`NicConfig::leave_payload`]): the payload is copied from there
+    /// straight into this NIC's host memory, where the frame's would have
+    /// been written. Only an RC RDMA WRITE's payload may be left; any other
+    /// such frame, or one whose payload is not where `unfilled` says, is
+    /// dropped as malformed.
+    pub fn handle_unfilled_frame(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        unfilled: &Unfilled,
+        src: &dyn HostMemory,
+        dma: &mut impl Dma,
+    ) -> Received {
+        let r = self.frame(now, frame, dma, false, Some((unfilled, src)));
         self.deliver_events(dma);
         r
     }
@@ -1028,6 +1049,7 @@ impl Nic {
         frame: &[u8],
         dma: &mut impl Dma,
         check_icrc: bool,
+        left: Option<(&Unfilled, &dyn HostMemory)>,
     ) -> Received {
         if self.link_down {
             self.out.counters.link_down_dropped += 1;
@@ -1049,16 +1071,36 @@ impl Nic {
                 return Received::Dropped("not a RoCEv2 packet this NIC can parse");
             }
         };
+        let payload = match left {
+            None => PayloadIn::Frame(frame.get(parsed.payload.clone()).unwrap_or(&[])),
+            Some((u, src))
+                if transmit::carries_write(parsed.repr.bth.opcode)
+                    && parsed.payload.start == u.at as usize
+                    && parsed.payload.len() == u.len as usize =>
+            {
+                PayloadIn::Left {
+                    src,
+                    from: u.from,
+                    len: parsed.payload.len(),
+                }
+            }
+            Some(_) => {
+                self.out.counters.rx_dropped += 1;
+                return Received::Dropped("a payload left in memory that no WRITE packet carries");
+            }
+        };
         let (pu, start) = acquire_pu(&mut self.pus, now);
         let Some(qp) = self.qps.get_mut(&parsed.repr.bth.dest_qp) else {
             self.out.counters.rx_dropped += 1;
             return Received::Dropped("no such QP");
         };
         self.out.counters.rx_packets += 1;
-        let payload = frame.get(parsed.payload.clone()).unwrap_or(&[]);
         let mut ctx = ctx!(self, now, start, dma);
         ctx.charge(ctx.cfg.timing.rx_packet);
         let r = if parsed.repr.bth.opcode.is_response() {
+            // Only WRITE requests leave their payload: a response's is in
+            // its frame.
+            let payload = payload.in_frame().unwrap_or_default();
             response::handle_response(qp, &parsed.repr, payload, &mut ctx)
         } else {
             let ip_header = frame.get(..parsed.repr.ip.header_len()).unwrap_or(&[]);

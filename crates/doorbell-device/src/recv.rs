@@ -9,17 +9,18 @@
 //! is dropped. A First or Only packet starts a message at its own PSN.
 
 use doorbell_hif::{Access, QpState, QpType};
+use doorbell_host::HostMemory;
 use doorbell_layout::cqe::{CqeOpcode, Syndrome};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::{CREDITS_INVALID, RequestPsn};
-use doorbell_types::{Mkey, Psn};
+use doorbell_types::{HostAddr, Mkey, Psn};
 use doorbell_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, BthOpcode, BthRepr, ExtHeaders, NakCode, RoceRepr,
 };
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
 use crate::ctx::{Ctx, HeldAck};
-use crate::dma::{dma_read, dma_write};
+use crate::dma::{dma_read, dma_write, dma_write_from};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
@@ -110,21 +111,59 @@ fn nak_fatal<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) -> 
     Err(Fault::Qp)
 }
 
+/// A received packet's payload: in its frame, or left in the host memory
+/// of the NIC of this process that sent it ([`crate::Frame::unfilled`]).
+#[derive(Clone, Copy)]
+pub(crate) enum PayloadIn<'a> {
+    Frame(&'a [u8]),
+    /// `len` bytes at `from` in `src`; only an RC RDMA WRITE's
+    /// ([`crate::Nic::handle_unfilled_frame`] checks).
+    Left {
+        src: &'a dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+    },
+}
+
+impl<'a> PayloadIn<'a> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Frame(b) => b.len(),
+            Self::Left { len, .. } => *len,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, if the frame carries them.
+    pub(crate) fn in_frame(&self) -> Option<&'a [u8]> {
+        match *self {
+            Self::Frame(b) => Some(b),
+            Self::Left { .. } => None,
+        }
+    }
+}
+
 /// Handles a request packet for `qp`.
 pub(crate) fn handle_request<D: Dma>(
     qp: &mut Qp,
     repr: &RoceRepr,
     ip_header: &[u8],
-    payload: &[u8],
+    payload: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
     if !qp.is_from_peer(&repr.ip) {
         ctx.out.counters.rx_dropped += 1;
         return Ok(());
     }
+    // Only an RC WRITE's payload may be left in memory: the others carry
+    // theirs.
+    let carried = payload.in_frame().unwrap_or_default();
     match qp.p.qp_type {
-        QpType::Ud => ud_receive(qp, repr, ip_header, payload, ctx),
-        QpType::Uc => uc_request(qp, repr, payload, ctx),
+        QpType::Ud => ud_receive(qp, repr, ip_header, carried, ctx),
+        QpType::Uc => uc_request(qp, repr, carried, ctx),
         // A packet of another transport (UC, UD, a CNP) is silently
         // dropped, as the opcode check of IBTA Vol 1 §9.6 says: the top
         // three bits of an RC opcode are 000.
@@ -495,7 +534,7 @@ fn ud_receive<D: Dma>(
 fn rc_request<D: Dma>(
     qp: &mut Qp,
     repr: &RoceRepr,
-    payload: &[u8],
+    payload: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
     if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
@@ -525,7 +564,9 @@ fn rc_request<D: Dma>(
         | RcSendLast
         | RcSendLastWithImmediate
         | RcSendOnly
-        | RcSendOnlyWithImmediate => inbound_send(qp, repr, payload, ctx),
+        | RcSendOnlyWithImmediate => {
+            inbound_send(qp, repr, payload.in_frame().unwrap_or_default(), ctx)
+        }
         RcRdmaWriteFirst
         | RcRdmaWriteMiddle
         | RcRdmaWriteLast
@@ -622,7 +663,7 @@ fn inbound_send<D: Dma>(
 fn inbound_write<D: Dma>(
     qp: &mut Qp,
     repr: &RoceRepr,
-    payload: &[u8],
+    payload: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
     use BthOpcode::*;
@@ -720,7 +761,15 @@ fn inbound_write<D: Dma>(
                 Access::REMOTE_WRITE,
                 va,
                 payload.len() as u64,
-                |h, n, o| ok &= dma_write(dma, t, tag, h, &payload[o as usize..(o + n) as usize]),
+                |h, n, o| {
+                    let (o, n) = (o as usize, n as usize);
+                    ok &= match payload {
+                        PayloadIn::Frame(b) => dma_write(dma, t, tag, h, &b[o..o + n]),
+                        PayloadIn::Left { src, from, .. } => from
+                            .checked_add(o as u64)
+                            .is_some_and(|from| dma_write_from(dma, t, tag, h, src, from, n)),
+                    };
+                },
             )
             .map(|_| ())
     };

@@ -11,7 +11,7 @@ use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_types::{HostAddr, Mkey, Pdn};
 
 use crate::ctx::{Building, Ctx};
-use crate::dma::{dma_read_into, dma_write};
+use crate::dma::{dma_read_into, dma_read_left, dma_write};
 use crate::mkey::MkeyTable;
 use crate::qp::Qp;
 use crate::wq::{Payload, Sge};
@@ -81,12 +81,16 @@ fn walk(
 /// `frames`, one `mtu` each in order (the last may be shorter): copied
 /// from a WQE's inline data, or read from host memory with one DMA per
 /// contiguous run of the SGEs, spread over the frames that run lands in.
-/// Fails with the syndrome of the WQE whose payload this is.
+/// With `leave`, a payload that lies in one run is left in host memory
+/// ([`Building::left`]), its read checked and counted but no bytes moved
+/// ([`crate::NicConfig::leave_payload`]). Fails with the syndrome of the
+/// WQE whose payload this is.
 pub(crate) fn read_into_frames<D: Dma>(
     qp: &Qp,
     p: &Payload,
     start: u64,
     mtu: usize,
+    leave: bool,
     frames: &mut [Building],
     ctx: &mut Ctx<'_, D>,
 ) -> Result<(), Syndrome> {
@@ -106,6 +110,13 @@ pub(crate) fn read_into_frames<D: Dma>(
             let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
             let Ctx { dma, t, mkeys, .. } = ctx;
             walk_read(mkeys, qp.p.pd, sges, start, total as u64, |h, r| {
+                if leave && r == (0..total) {
+                    // Frame `k`'s payload starts `k` MTUs into the run.
+                    for (k, f) in frames.iter_mut().enumerate() {
+                        f.left = h.checked_add((k * mtu) as u64);
+                    }
+                    return dma_read_left(*dma, t, tag, h, total);
+                }
                 // The frames that bytes `r` of the walk land in.
                 let (mut w, end) = (r.start, r.end);
                 let mut pieces = frames[r.start / mtu..].iter_mut().map_while(|f| {

@@ -266,7 +266,19 @@ pub(crate) fn send_packets<D: Dma>(
         }
         if result.is_ok() {
             let start = u64::from(i) * p.mtu;
-            result = sge::read_into_frames(qp, p.payload, start, p.mtu as usize, &mut frames, ctx);
+            // Only an RC WRITE's payload is left in memory: the receiver
+            // takes it from there ([`crate::NicConfig::leave_payload`]).
+            let leave =
+                ctx.cfg.leave_payload && frames.iter().all(|f| carries_write(f.repr.bth.opcode));
+            result = sge::read_into_frames(
+                qp,
+                p.payload,
+                start,
+                p.mtu as usize,
+                leave,
+                &mut frames,
+                ctx,
+            );
         }
         for f in frames.drain(..) {
             match dst {
@@ -278,6 +290,21 @@ pub(crate) fn send_packets<D: Dma>(
     }
     ctx.out.building = frames;
     result.map(|()| sent)
+}
+
+/// Whether `op` is a packet of an RC RDMA WRITE, which carries its payload
+/// to memory the receiver's key names.
+pub(crate) fn carries_write(op: BthOpcode) -> bool {
+    use BthOpcode::*;
+    matches!(
+        op,
+        RcRdmaWriteFirst
+            | RcRdmaWriteMiddle
+            | RcRdmaWriteLast
+            | RcRdmaWriteLastWithImmediate
+            | RcRdmaWriteOnly
+            | RcRdmaWriteOnlyWithImmediate
+    )
 }
 
 /// The RC opcode of packet `first`/`last` of a SEND or RDMA WRITE, with an

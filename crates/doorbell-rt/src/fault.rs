@@ -238,6 +238,7 @@ mod tests {
             dst: [127, 0, 0, 1],
             bytes,
             ready: doorbell_types::Instant::ZERO,
+            unfilled: None,
         }
     }
 

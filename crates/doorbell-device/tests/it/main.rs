@@ -9,6 +9,7 @@
 mod acks;
 mod allocations;
 mod exhaust;
+mod left_payload;
 mod mkey;
 mod records;
 mod tx_burst;

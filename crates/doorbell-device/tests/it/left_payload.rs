@@ -1,0 +1,191 @@
+//! A WRITE's payload left in the sender's host memory
+//! (`NicConfig::leave_payload`): the sender builds the frames it would
+//! have built, less their payload, and counts the same reads; the receiver
+//! copies the payload from the sender's memory and ends as it would have
+//! from the frame.
+
+use doorbell_device::{Received, Unfilled};
+use doorbell_wire::seal_roce;
+
+use super::*;
+
+/// Posts the same two WRITEs as the burst test (8 KiB and 5 000 bytes, 13
+/// packets) and a 300-byte SEND, rings once, and returns the frames and
+/// the rig.
+fn two_writes_and_a_send(cfg: NicConfig) -> (Vec<Frame>, Rig) {
+    let mut rig = Rig::with_config(cfg);
+    let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 251) as u8).collect();
+    rig.mem.write(rig.mr_buf, &data).unwrap();
+    let first = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, MR_LEN as u32);
+    let second = rdma_wqe(&rig, 1, WqeOpcode::RdmaWrite, 5000);
+    let mut send = [0u8; WQEBB_LEN];
+    ctrl(&mut send, 2, WqeOpcode::Send, rig.qpn.get(), 2);
+    let mut d = DataSeg::new_unchecked(&mut send[16..32]);
+    d.set_byte_count(300);
+    d.set_lkey(rig.mr.raw());
+    d.set_addr(rig.mr_buf.get() + 7);
+    rig.write_sq(0, &first);
+    rig.write_sq(1, &second);
+    rig.write_sq(2, &send);
+    rig.ring(2, u8::from(WqeOpcode::Send), 2);
+    let frames = rig.transmitted();
+    (frames, rig)
+}
+
+#[test]
+fn a_left_payload_filled_in_is_the_frame_that_would_have_been_sent() {
+    let (whole, whole_rig) = two_writes_and_a_send(NicConfig::new(LOCAL));
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.leave_payload = true;
+    let (left, left_rig) = two_writes_and_a_send(cfg);
+    assert_eq!(whole.len(), 14, "13 WRITE packets and a SEND");
+    assert_eq!(left.len(), whole.len());
+    for (k, (l, w)) in left.iter().zip(&whole).enumerate() {
+        assert_eq!(w.unfilled, None, "frame {k}: a NIC that does not leave");
+        let mut bytes = l.bytes.clone();
+        if k < 13 {
+            let u = l.unfilled.expect("a WRITE packet's payload is left");
+            let parsed = doorbell_wire::parse_roce_emitted(&bytes).unwrap();
+            assert_eq!(u.at as usize, parsed.payload.start, "frame {k}");
+            assert_eq!(u.len as usize, parsed.payload.len(), "frame {k}");
+            u.fill(&mut bytes, &*left_rig.mem).unwrap();
+            seal_roce(&mut bytes).unwrap();
+        } else {
+            assert_eq!(l.unfilled, None, "a SEND carries its payload");
+        }
+        assert!(bytes == w.bytes, "frame {k}: the same bytes once filled");
+        assert_eq!(l.dst, w.dst);
+    }
+    assert_eq!(
+        left_rig.bus.counters(),
+        whole_rig.bus.counters(),
+        "the same reads, counted as they were issued"
+    );
+}
+
+/// The rig's QP takes a WRITE ONLY of `len` bytes to offset 100 of its MR,
+/// its payload left at `from` in `src` (or carried, with `carried`); returns
+/// what the NIC made of it, the frames it sent back and the MR's bytes.
+fn take_write(
+    unfilled: impl Fn(&[u8]) -> Option<Unfilled>,
+    src: &HostRam,
+    carried: &[u8],
+) -> (Received, Vec<Frame>, Vec<u8>, Rig) {
+    let mut rig = Rig::new();
+    let frame = rig.write_only(EPSN, 100, carried);
+    let now = rig.now;
+    let r = match unfilled(&frame) {
+        Some(u) => rig
+            .nic
+            .handle_unfilled_frame(now, &frame, &u, src, &mut rig.bus),
+        None => rig.nic.handle_emitted_frame(now, &frame, &mut rig.bus),
+    };
+    let out = rig.transmitted();
+    let mr = rig.mr_bytes(0, MR_LEN as usize);
+    (r, out, mr, rig)
+}
+
+#[test]
+fn a_receiver_copies_a_left_payload_from_the_senders_memory() {
+    let src = HostRam::new();
+    let at = src.alloc(8192).unwrap();
+    let payload: Vec<u8> = (0..1000u32).map(|i| (i * 13 + 5) as u8).collect();
+    src.write(at.checked_add(33).unwrap(), &payload).unwrap();
+    let from = at.checked_add(33).unwrap();
+    let left = |frame: &[u8]| {
+        let p = parse_roce(frame).unwrap().payload;
+        Some(Unfilled {
+            from,
+            at: p.start as u32,
+            len: p.len() as u32,
+        })
+    };
+    // The frame's own payload bytes are zeros: only the left ones land.
+    let (r, acks, mr, rig) = take_write(left, &src, &[0u8; 1000]);
+    let (r2, acks2, mr2, rig2) = take_write(|_| None, &src, &payload);
+    assert_eq!(r, Received::Taken);
+    assert_eq!(r2, Received::Taken);
+    assert_eq!(&mr[100..1100], &payload[..]);
+    assert!(mr == mr2, "the same memory as from a frame that carried it");
+    let bytes = |fs: &[Frame]| fs.iter().map(|f| f.bytes.clone()).collect::<Vec<_>>();
+    assert!(bytes(&acks) == bytes(&acks2), "the same ACK");
+    assert_eq!(acks.len(), 1);
+    assert_eq!(rig.bus.counters(), rig2.bus.counters(), "the same writes");
+    assert_eq!(rig.counters(), rig2.counters());
+}
+
+/// Where a case says a frame's payload was left, given the sender's buffer.
+type MakeUnfilled = fn(HostAddr, &[u8]) -> Unfilled;
+
+#[test]
+fn a_left_payload_that_no_write_carries_is_dropped_and_touches_nothing() {
+    let src = HostRam::new();
+    let at = src.alloc(4096).unwrap();
+    src.write(at, &[0xee; 4096]).unwrap();
+    let cases: [(&str, MakeUnfilled); 3] = [
+        ("short", |from, f| {
+            let p = parse_roce(f).unwrap().payload;
+            Unfilled {
+                from,
+                at: p.start as u32,
+                len: p.len() as u32 - 1,
+            }
+        }),
+        ("elsewhere in the frame", |from, f| {
+            let p = parse_roce(f).unwrap().payload;
+            Unfilled {
+                from,
+                at: p.start as u32 + 1,
+                len: p.len() as u32,
+            }
+        }),
+        ("beyond the sender's memory", |_, f| {
+            let p = parse_roce(f).unwrap().payload;
+            Unfilled {
+                from: HostAddr::new(0x10),
+                at: p.start as u32,
+                len: p.len() as u32,
+            }
+        }),
+    ];
+    for (name, make) in cases {
+        let (r, out, mr, rig) = take_write(|f| Some(make(at, f)), &src, &[0u8; 64]);
+        assert!(mr.iter().all(|&b| b == 0), "{name}: memory untouched");
+        if name == "beyond the sender's memory" {
+            // A payload the sender's memory no longer holds: as a WRITE
+            // to memory the receiver cannot reach.
+            assert_eq!(r, Received::Taken, "{name}");
+            let nak = parse_roce(&out[0].bytes).unwrap().repr;
+            let aeth = nak.ext.aeth.expect("a NAK");
+            assert_eq!(
+                aeth.syndrome,
+                AethSyndrome::Nak(NakCode::RemoteAccessErr),
+                "{name}"
+            );
+        } else {
+            assert!(matches!(r, Received::Dropped(_)), "{name}: {r:?}");
+            assert!(out.is_empty(), "{name}: no answer");
+            assert_eq!(rig.counters().rx_dropped, 1, "{name}");
+        }
+    }
+    // A SEND whose payload is said to be left: dropped the same way.
+    let mut rig = Rig::new();
+    let frame = rig.request(
+        BthOpcode::RcSendOnly,
+        EPSN,
+        ExtHeaders::default(),
+        &[1, 2, 3, 4],
+    );
+    let p = parse_roce(&frame).unwrap().payload;
+    let u = Unfilled {
+        from: at,
+        at: p.start as u32,
+        len: p.len() as u32,
+    };
+    let now = rig.now;
+    let r = rig
+        .nic
+        .handle_unfilled_frame(now, &frame, &u, &src, &mut rig.bus);
+    assert!(matches!(r, Received::Dropped(_)), "a SEND: {r:?}");
+    assert_eq!(rig.counters().rx_dropped, 1);
+}
