@@ -21,7 +21,8 @@
 //! is full. No thread keeps more than about a
 //! hundred kilobytes of frames (16 of [`LARGEST`] at most), nor the
 //! process more than about three megabytes beside them. Batches of frames
-//! go round the same way, in lists ([`frame_list`], [`recycle_list`]).
+//! go round the same way, in lists ([`frame_list`], [`recycle_list`]; and
+//! [`emitted_list`], [`recycle_emitted`] between NICs of this process).
 //! Reuse changes only where the bytes live, never what they are: a buffer
 //! comes out empty from [`buffer`]. Spares keep their length until then,
 //! so that a NIC that builds a frame over a lent one writes its bytes
@@ -31,7 +32,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use doorbell_device::Nic;
+use doorbell_device::{Frame, Nic};
 
 /// The least room a buffer is given: any frame of MTU 4096 with its
 /// headers fits, so that a buffer that carried an ACK carries a full packet
@@ -63,6 +64,7 @@ const OWN: usize = 4;
 thread_local! {
     static SPARE: Cell<Vec<Vec<u8>>> = const { Cell::new(Vec::new()) };
     static SPARE_LISTS: Cell<Vec<Vec<Vec<u8>>>> = const { Cell::new(Vec::new()) };
+    static SPARE_EMITTED: Cell<Vec<Vec<Frame>>> = const { Cell::new(Vec::new()) };
 }
 
 /// A bounded store of spares any thread may give to and take from, last
@@ -134,6 +136,11 @@ fn shared_buffers() -> &'static Shared<Vec<u8>> {
 
 fn shared_lists() -> &'static Shared<Vec<Vec<u8>>> {
     static SHARED: OnceLock<Shared<Vec<Vec<u8>>>> = OnceLock::new();
+    SHARED.get_or_init(|| Shared::new(KEEP_LISTS, SHARED_LOW_LISTS))
+}
+
+fn shared_emitted() -> &'static Shared<Vec<Frame>> {
+    static SHARED: OnceLock<Shared<Vec<Frame>>> = OnceLock::new();
     SHARED.get_or_init(|| Shared::new(KEEP_LISTS, SHARED_LOW_LISTS))
 }
 
@@ -222,6 +229,22 @@ pub(crate) fn recycle_list(mut l: Vec<Vec<u8>>) {
     }
     l.clear();
     give(&SPARE_LISTS, KEEP_LISTS, shared_lists(), l);
+}
+
+/// An empty list for a batch of frames one NIC of this process hands
+/// another ([`crate::inbox::Msg::EmittedFrames`]): a spare if there is one.
+pub(crate) fn emitted_list() -> Vec<Frame> {
+    take(&SPARE_EMITTED, shared_emitted()).unwrap_or_default()
+}
+
+/// Gives a list of [`emitted_list`] back for reuse, once its frames are
+/// taken out (any left are dropped with it).
+pub(crate) fn recycle_emitted(mut l: Vec<Frame>) {
+    if l.capacity() == 0 || l.capacity() > LONGEST_LIST {
+        return;
+    }
+    l.clear();
+    give(&SPARE_EMITTED, KEEP_LISTS, shared_emitted(), l);
 }
 
 /// An empty buffer with room for at least `len` bytes, and at least

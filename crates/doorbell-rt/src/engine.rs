@@ -42,8 +42,9 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use doorbell_device::{Frame, Nic, Received};
+use doorbell_device::{Frame, Nic, Received, Unfilled};
 use doorbell_hif::NicEvent;
+use doorbell_host::HostMemory;
 use doorbell_pcie::Bus;
 use doorbell_types::Instant;
 
@@ -165,7 +166,8 @@ fn work_name(msg: &Msg) -> Option<String> {
             uar, offset, len, ..
         } => format!("register store: UAR {}, +{offset:#x}, {len} B", uar.get()),
         Msg::RecordDoorbell(uar, db) => format!("doorbell record: UAR {}, {db:?}", uar.get()),
-        Msg::Frames(fs) | Msg::EmittedFrames(fs) => format!("frames in ×{}", fs.len()),
+        Msg::Frames(fs) => format!("frames in ×{}", fs.len()),
+        Msg::EmittedFrames(fs, _) => format!("frames in ×{}", fs.len()),
         Msg::Cmd(c, _) => {
             let full = format!("{c:?}");
             let kind = full.split(|ch: char| !ch.is_alphanumeric()).next();
@@ -208,12 +210,30 @@ impl Engine {
         }
     }
 
-    /// Takes frames in, flushing after every [`FLUSH_FRAMES`] of them;
-    /// `emitted`: frames another NIC of this process built, whose ICRC
-    /// nothing could have changed (and which that NIC may have left
-    /// unwritten: it is written before a capture records them).
-    fn take_frames(&mut self, now: Instant, mut frames: Vec<Vec<u8>>, emitted: bool) {
-        for mut f in frames.drain(..) {
+    /// Takes frames from the port in, flushing after every
+    /// [`FLUSH_FRAMES`] of them.
+    fn take_frames(&mut self, now: Instant, mut frames: Vec<Vec<u8>>) {
+        for f in frames.drain(..) {
+            self.take_frame(now, f, Arrival::Port);
+        }
+        crate::buffers::recycle_list(frames);
+    }
+
+    /// Takes in frames another NIC of this process built, as
+    /// [`Self::take_frames`] does; `from` is that NIC's host memory.
+    fn take_emitted(&mut self, now: Instant, mut frames: Vec<Frame>, from: &dyn HostMemory) {
+        for f in frames.drain(..) {
+            let how = match f.unfilled {
+                Some(u) => Arrival::Unfilled(u, from),
+                None => Arrival::Emitted,
+            };
+            self.take_frame(now, f.bytes, how);
+        }
+        crate::buffers::recycle_emitted(frames);
+    }
+
+    fn take_frame(&mut self, now: Instant, mut f: Vec<u8>, how: Arrival<'_>) {
+        {
             let Self {
                 nic,
                 bus,
@@ -224,17 +244,22 @@ impl Engine {
             if let Some(tl) = timeline {
                 tl.rec.frame(false, now, &f);
             }
-            let r = if emitted {
-                nic.handle_emitted_frame(now, &f, bus)
-            } else {
-                nic.handle_frame(now, &f, bus)
+            let r = match how {
+                Arrival::Port => nic.handle_frame(now, &f, bus),
+                Arrival::Emitted => nic.handle_emitted_frame(now, &f, bus),
+                Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, &f, &u, from, bus),
             };
             if let Some(c) = capture {
                 let why = match r {
                     Received::Taken => None,
                     Received::Dropped(why) => Some(why),
                 };
-                if emitted {
+                if let Arrival::Unfilled(u, from) = how {
+                    // A payload the sender's memory no longer holds stays
+                    // as the frame's buffer had it.
+                    let _ = u.fill(&mut f, from);
+                }
+                if !matches!(how, Arrival::Port) {
                     // Bytes that are no frame stay as they came.
                     let _ = doorbell_wire::seal_roce(&mut f);
                 }
@@ -250,12 +275,11 @@ impl Engine {
             } else {
                 crate::buffers::recycle(f);
             }
-            self.unflushed += 1;
-            if self.unflushed >= FLUSH_FRAMES {
-                self.flush(now);
-            }
         }
-        crate::buffers::recycle_list(frames);
+        self.unflushed += 1;
+        if self.unflushed >= FLUSH_FRAMES {
+            self.flush(now);
+        }
     }
 
     fn handle_msg(&mut self, now: Instant, msg: Msg) {
@@ -277,8 +301,8 @@ impl Engine {
                 bus.capture_record(uar, db);
                 nic.handle_record_doorbell(now, uar, db, bus);
             }
-            Msg::Frames(fs) => self.take_frames(now, fs, false),
-            Msg::EmittedFrames(fs) => self.take_frames(now, fs, true),
+            Msg::Frames(fs) => self.take_frames(now, fs),
+            Msg::EmittedFrames(fs, from) => self.take_emitted(now, fs, &*from),
             Msg::Cmd(c, reply) => {
                 let _ = reply.send(nic.exec(now, c, bus));
             }
@@ -368,6 +392,17 @@ impl Engine {
             let _ = self.events.send(e);
         }
     }
+}
+
+/// How a frame reached a NIC.
+#[derive(Clone, Copy)]
+enum Arrival<'a> {
+    /// From the port: checked whole, ICRC included.
+    Port,
+    /// From another NIC of this process, as it emitted it.
+    Emitted,
+    /// As [`Arrival::Emitted`], its payload left in that NIC's host memory.
+    Unfilled(Unfilled, &'a dyn HostMemory),
 }
 
 /// A NIC's engine, its inbox, and the worker that runs what no caller does.

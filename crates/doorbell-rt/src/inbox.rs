@@ -2,13 +2,13 @@
 //! frames from the port, commands and control reach it, in order.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Sender;
-use doorbell_device::NicCounters;
+use doorbell_device::{Frame, NicCounters};
 use doorbell_hif::{CmdError, CmdOut, Command};
-use doorbell_host::RecordDoorbell;
+use doorbell_host::{HostMemory, RecordDoorbell};
 use doorbell_pcie::{Carried, Counters, Crossing};
 use doorbell_types::{Qpn, UarIndex};
 
@@ -24,8 +24,10 @@ pub(crate) enum Msg {
     /// ([`doorbell_host::Mmio::record_doorbell`]).
     RecordDoorbell(UarIndex, RecordDoorbell),
     Frames(Vec<Vec<u8>>),
-    /// Frames another NIC of this process emitted, untouched since.
-    EmittedFrames(Vec<Vec<u8>>),
+    /// Frames another NIC of this process emitted, untouched since, and
+    /// that NIC's host memory, where payloads it left
+    /// ([`doorbell_device::Frame::unfilled`]) are.
+    EmittedFrames(Vec<Frame>, Arc<dyn HostMemory>),
     Cmd(Command, Sender<Result<CmdOut, CmdError>>),
     Counters(Option<Qpn>, Sender<(Counters, NicCounters)>),
     Record(bool, Sender<Vec<Crossing>>),
@@ -43,7 +45,8 @@ impl Msg {
     /// unit, as is every other message.
     pub(crate) fn work(&self) -> usize {
         match self {
-            Msg::Frames(fs) | Msg::EmittedFrames(fs) => fs.len().max(1),
+            Msg::Frames(fs) => fs.len().max(1),
+            Msg::EmittedFrames(fs, _) => fs.len().max(1),
             _ => 1,
         }
     }

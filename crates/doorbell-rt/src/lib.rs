@@ -147,9 +147,9 @@ impl Fabric {
         Self::default()
     }
 
-    /// Hands `frames`, all for `dst`, to the NIC that owns it: inside this
-    /// call if that NIC is idle ([`engine`]).
-    fn deliver(&self, dst: [u8; 4], frames: Vec<Vec<u8>>, emitted: bool) {
+    /// Hands `frames` (`n` of them), all for `dst`, to the NIC that owns
+    /// it: inside this call if that NIC is idle ([`engine`]).
+    fn deliver(&self, dst: [u8; 4], frames: Msg, n: usize) {
         // The route is cloned out so that no lock is held while the peer
         // runs (its answer may come back here).
         let route = self
@@ -159,11 +159,8 @@ impl Fabric {
             .get(&dst)
             .cloned();
         match route {
-            Some(core) if emitted => core.submit(Msg::EmittedFrames(frames)),
-            Some(core) => core.submit(Msg::Frames(frames)),
-            None => {
-                *self.dropped.lock().unwrap_or_else(|e| e.into_inner()) += frames.len() as u64;
-            }
+            Some(core) => core.submit(frames),
+            None => *self.dropped.lock().unwrap_or_else(|e| e.into_inner()) += n as u64,
         }
     }
 
@@ -183,28 +180,27 @@ struct FabricSink {
     /// No fault relay stands between the NIC and the fabric: the frames
     /// arrive as the NIC emitted them, and their ICRC is not checked again.
     emitted: bool,
+    /// The NIC's host memory, where the payloads it leaves are
+    /// (`NicConfig::leave_payload`, set only where `emitted` is).
+    mem: Arc<dyn HostMemory>,
 }
 
 impl fault::Sink for FabricSink {
     fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant, _: &mut Vec<Vec<u8>>) {
         // One delivery per run of frames to the same address.
-        let mut run = crate::buffers::frame_list();
-        let mut to = None;
-        for f in frames.drain(..) {
-            if to.is_some_and(|d| d != f.dst) {
-                let next = crate::buffers::frame_list();
-                self.fabric.deliver(
-                    to.unwrap_or_default(),
-                    std::mem::replace(&mut run, next),
-                    self.emitted,
-                );
-            }
-            to = Some(f.dst);
-            run.push(f.bytes);
-        }
-        match to {
-            Some(d) => self.fabric.deliver(d, run, self.emitted),
-            None => crate::buffers::recycle_list(run),
+        while let Some(first) = frames.first() {
+            let dst = first.dst;
+            let n = frames.iter().take_while(|f| f.dst == dst).count();
+            let run = if self.emitted {
+                let mut run = crate::buffers::emitted_list();
+                run.extend(frames.drain(..n));
+                Msg::EmittedFrames(run, self.mem.clone())
+            } else {
+                let mut run = crate::buffers::frame_list();
+                run.extend(frames.drain(..n).map(|f| f.bytes));
+                Msg::Frames(run)
+            };
+            self.fabric.deliver(dst, run, n);
         }
     }
 }
@@ -429,8 +425,11 @@ impl LiveNic {
         // Nothing between this NIC and the NICs it sends to looks at its
         // frames' ICRC, and they do not check it (decision record 0038):
         // it is written only where a frame is recorded.
+        // Nor at their payloads: a WRITE's is copied once, from this NIC's
+        // memory into the receiver's (decision record 0046).
         if lossless && opts.pcap.is_none() {
             cfg.icrc = doorbell_wire::Seal::Later;
+            cfg.leave_payload = true;
         }
         // On the fabric a frame is taken in inside the send that hands it
         // on: built a burst at a time, a payload is copied out of its frame
@@ -439,6 +438,9 @@ impl LiveNic {
         if matches!(port, Port::Fabric(_)) {
             cfg.tx_burst = Some(FABRIC_TX_BURST);
         }
+        let mem = opts
+            .memory
+            .unwrap_or_else(|| Arc::new(HostRam::new()) as Arc<dyn HostMemory>);
         let (mut handle, sink): (PortHandle, Box<dyn fault::Sink>) = match port {
             Port::Fabric(fabric) => {
                 if fabric.routes().contains_key(&ipv4) {
@@ -447,6 +449,7 @@ impl LiveNic {
                 let sink = FabricSink {
                     fabric: fabric.clone(),
                     emitted: opts.faults.is_none(),
+                    mem: mem.clone(),
                 };
                 (PortHandle::Fabric(fabric.clone()), Box::new(sink))
             }
@@ -518,9 +521,6 @@ impl LiveNic {
                 (Egress::Relay(r), Some(st))
             }
         };
-        let mem = opts
-            .memory
-            .unwrap_or_else(|| Arc::new(HostRam::new()) as Arc<dyn HostMemory>);
         let (ev_tx, ev_rx) = unbounded();
         let (irq_tx, irq_rx) = unbounded();
         let gid = cfg.gid();

@@ -178,7 +178,8 @@ fn a_burst_is_answered_while_it_is_taken_in() {
 /// A's frames as it takes them in, and scapy's RoCE layer
 /// (`tests/it/icrc_check.py`), recomputing each ICRC on its own, agrees
 /// with every one, A's included. A has no capture of its own, so nothing
-/// but B's engine writes A's ICRCs.
+/// but B's engine writes A's ICRCs, and A's WRITEs come without their
+/// payload: B's engine puts it in before it records them.
 #[test]
 fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
     let fb = file("pcap-sealed-b");
@@ -214,6 +215,20 @@ fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
     assert_eq!(got, data);
     let (a, b) = settled(&p);
     drop(p);
+    // A left each WRITE's payload in its memory (its NIC has no capture):
+    // B's capture holds the bytes B copied from there. WRITE FIRST,
+    // MIDDLE and LAST are opcodes 6 to 8.
+    let carried: String = tshark(&fb, &["infiniband.bth.opcode", "data.data"])
+        .iter()
+        .filter_map(|l| l.split_once('|'))
+        .filter(|(op, _)| ["6", "7", "8"].contains(op))
+        .map(|(_, d)| d)
+        .collect();
+    let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        carried == hex.repeat(4),
+        "the WRITEs' payloads as A sent them"
+    );
     let python = doorbell_cprobe::program::scapy_python(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
     );
