@@ -113,11 +113,6 @@ impl<V: Clone + 'static> CowMap<u64, V> {
         f: impl FnOnce(&V, u64) -> R,
     ) -> Option<R> {
         let stamp = self.stamp();
-        let lookup = |map: &BTreeMap<u64, V>| {
-            let (&start, v) = map.range(..=addr).next_back()?;
-            let off = addr - start;
-            (off.checked_add(len)? <= len_of(v)).then_some((start, off))
-        };
         let mut f = Some(f);
         let done = recent.try_with(|recent| {
             // In use while `f` runs: `f` should make no access through
@@ -128,7 +123,7 @@ impl<V: Clone + 'static> CowMap<u64, V> {
                 return Some(Some(f(v, off)));
             }
             let map = self.load();
-            Some(lookup(&map).and_then(|(start, off)| {
+            Some(lookup(&map, addr, len, &len_of).and_then(|(start, off)| {
                 let v = map.get(&start)?;
                 recent.put(stamp, start, len_of(v), v.clone());
                 Some(f(v, off))
@@ -140,9 +135,70 @@ impl<V: Clone + 'static> CowMap<u64, V> {
         // The thread-local is gone (its thread exits) or in use: `f` was
         // not taken.
         let map = self.load();
-        let (start, off) = lookup(&map)?;
+        let (start, off) = lookup(&map, addr, len, &len_of)?;
         Some(f?(map.get(&start)?, off))
     }
+
+    /// [`Self::with_range`] for a range `a` (address, length) of this map
+    /// and a range `b` of `other` at once: `f` gets both values, each with
+    /// its range's offset in it. Both are looked for in `recent`, and
+    /// noted there when found in their maps. `None` if either map holds no
+    /// such range.
+    pub fn with_ranges<R>(
+        &self,
+        other: &Self,
+        recent: &'static LocalKey<RefCell<Recent<V>>>,
+        a: (u64, u64),
+        b: (u64, u64),
+        len_of: impl Fn(&V) -> u64,
+        f: impl FnOnce((&V, u64), (&V, u64)) -> R,
+    ) -> Option<R> {
+        let stamps = (self.stamp(), other.stamp());
+        let mut f = Some(f);
+        let done = recent.try_with(|recent| {
+            let mut recent = recent.try_borrow_mut().ok()?;
+            for (map, stamp, (addr, len)) in [(self, stamps.0, a), (other, stamps.1, b)] {
+                if recent.find(stamp, addr, len).is_none() {
+                    let snapshot = map.load();
+                    let (start, _) = lookup(&snapshot, addr, len, &len_of)?;
+                    let v = snapshot.get(&start)?;
+                    recent.put(stamp, start, len_of(v), v.clone());
+                }
+            }
+            // Noting the second can have pushed out the first: then both
+            // are looked up below.
+            let recent = &*recent;
+            let found_a = recent.find(stamps.0, a.0, a.1)?;
+            let found_b = recent.find(stamps.1, b.0, b.1)?;
+            Some(f.take()?(found_a, found_b))
+        });
+        if let Ok(Some(r)) = done {
+            return Some(r);
+        }
+        // Not both in `recent` (nor in their maps, or the thread-local is
+        // gone or in use): `f` was not taken.
+        let (map_a, map_b) = (self.load(), other.load());
+        let (start_a, off_a) = lookup(&map_a, a.0, a.1, &len_of)?;
+        let (start_b, off_b) = lookup(&map_b, b.0, b.1, &len_of)?;
+        Some(f?(
+            (map_a.get(&start_a)?, off_a),
+            (map_b.get(&start_b)?, off_b),
+        ))
+    }
+}
+
+/// The key of the range of `map` that holds all of `[addr, addr + len)`
+/// (each key starts a range of `len_of(value)` bytes), and `addr`'s offset
+/// in it.
+fn lookup<V>(
+    map: &BTreeMap<u64, V>,
+    addr: u64,
+    len: u64,
+    len_of: impl Fn(&V) -> u64,
+) -> Option<(u64, u64)> {
+    let (&start, v) = map.range(..=addr).next_back()?;
+    let off = addr - start;
+    (off.checked_add(len)? <= len_of(v)).then_some((start, off))
 }
 
 /// Ranges a thread found lately in [`CowMap`]s of address ranges, each
@@ -287,5 +343,57 @@ mod tests {
         }
         assert_eq!(r.find(7, 0x1000, 1), None, "the oldest went first");
         assert_eq!(r.find(7, 0x8000, 1), Some((&"e", 0)));
+    }
+
+    thread_local! {
+        static NOTES: std::cell::RefCell<Recent<u64>> = const { std::cell::RefCell::new(Recent::new()) };
+    }
+
+    /// Two maps of ranges: `a` holds `[0x1000, 0x1100)` as 1, `b` holds
+    /// `[0x1000, 0x1080)` as 2 and `[0x3000, 0x3010)` as 3; each value is
+    /// its range's length's key.
+    fn two_maps() -> (CowMap<u64, u64>, CowMap<u64, u64>) {
+        let (a, b) = (CowMap::new(), CowMap::new());
+        a.update(|m| m.insert(0x1000, 1));
+        b.update(|m| {
+            m.insert(0x1000, 2);
+            m.insert(0x3000, 3)
+        });
+        (a, b)
+    }
+
+    fn len_of(v: &u64) -> u64 {
+        match v {
+            1 => 0x100,
+            2 => 0x80,
+            _ => 0x10,
+        }
+    }
+
+    #[test]
+    fn two_ranges_are_found_in_two_maps_however_the_notes_stand() {
+        let (a, b) = two_maps();
+        let both = |x, y| a.with_ranges(&b, &NOTES, x, y, len_of, |p, q| (*p.0, p.1, *q.0, q.1));
+        // Nothing noted yet, then both noted.
+        for _ in 0..2 {
+            assert_eq!(both((0x1010, 0x20), (0x3004, 4)), Some((1, 0x10, 3, 4)));
+        }
+        // The same key in both maps names a range of each.
+        assert_eq!(both((0x1000, 0x80), (0x1000, 0x80)), Some((1, 0, 2, 0)));
+        assert_eq!(both((0x1000, 0x81), (0x1000, 0x81)), None, "past b's end");
+        assert_eq!(both((0x2000, 1), (0x3000, 1)), None, "not in a");
+        // Notes of other ranges fill the thread's slots: still found.
+        for k in 0..8u64 {
+            NOTES.with(|n| n.borrow_mut().put(99, k << 20, 1, 0));
+            assert_eq!(both((0x10ff, 1), (0x300f, 1)), Some((1, 0xff, 3, 0xf)));
+        }
+        // With the notes in use (a call inside another), found in the maps.
+        let nested = a.with_range(&NOTES, 0x1000, 1, len_of, |_, _| {
+            both((0x1001, 1), (0x1001, 1))
+        });
+        assert_eq!(nested, Some(Some((1, 1, 2, 1))));
+        // A change to a map is seen at once.
+        b.update(|m| m.remove(&0x3000));
+        assert_eq!(both((0x1010, 0x20), (0x3004, 4)), None, "b changed");
     }
 }

@@ -340,20 +340,6 @@ impl HostRam {
             .ok_or(MemError::Unmapped { addr, len })
     }
 
-    /// The region that holds all of `[addr, addr + len)`, and the offset
-    /// of `addr` in it.
-    fn found(&self, addr: HostAddr, len: usize) -> Result<(usize, Arc<Region>), MemError> {
-        self.regions
-            .with_range(
-                &RECENT,
-                addr.get(),
-                len as u64,
-                |r| r.len(),
-                |r, off| (off as usize, r.clone()),
-            )
-            .ok_or(MemError::Unmapped { addr, len })
-    }
-
     /// Calls `f` with the bytes of `[addr, addr + len)` under their
     /// region's lock, unless the region was freed since the map was loaded.
     fn with_region<R>(
@@ -468,19 +454,35 @@ impl HostMemory for HostRam {
         let Some(src_ram) = src.as_ram() else {
             return copy_through_buffer(self, to, src, from, len);
         };
-        let (dst_off, dst) = self.found(to, len)?;
-        let (src_off, src) = src_ram.found(from, len)?;
-        let copied = if Arc::ptr_eq(&dst, &src) {
-            dst.with(|b| b.copy_within(src_off..src_off + len, dst_off))
-        } else {
-            dst.with_pair(&src, |d, s| {
-                d[dst_off..dst_off + len].copy_from_slice(&s[src_off..src_off + len]);
-            })
-        };
-        copied.ok_or_else(|| {
-            let addr = if src.is_freed() { from } else { to };
-            MemError::Unmapped { addr, len }
-        })
+        let copied = self
+            .regions
+            .with_ranges(
+                &src_ram.regions,
+                &RECENT,
+                (to.get(), len as u64),
+                (from.get(), len as u64),
+                |r| r.len(),
+                |(dst, dst_off), (src, src_off)| {
+                    let (dst_off, src_off) = (dst_off as usize, src_off as usize);
+                    if Arc::ptr_eq(dst, src) {
+                        dst.with(|b| b.copy_within(src_off..src_off + len, dst_off))
+                            .ok_or(to)
+                    } else {
+                        dst.with_pair(src, |d, s| {
+                            d[dst_off..dst_off + len].copy_from_slice(&s[src_off..src_off + len]);
+                        })
+                        .ok_or(if src.is_freed() { from } else { to })
+                    }
+                },
+            )
+            .unwrap_or_else(|| {
+                // Which side holds no such range.
+                Err(match self.check(to, len) {
+                    Ok(()) => from,
+                    Err(_) => to,
+                })
+            });
+        copied.map_err(|addr| MemError::Unmapped { addr, len })
     }
 
     fn as_ram(&self) -> Option<&HostRam> {
