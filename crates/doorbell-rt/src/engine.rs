@@ -233,48 +233,46 @@ impl Engine {
     }
 
     fn take_frame(&mut self, now: Instant, mut f: Vec<u8>, how: Arrival<'_>) {
-        {
-            let Self {
-                nic,
-                bus,
-                capture,
-                timeline,
-                ..
-            } = self;
-            if let Some(tl) = timeline {
-                tl.rec.frame(false, now, &f);
-            }
-            let r = match how {
-                Arrival::Port => nic.handle_frame(now, &f, bus),
-                Arrival::Emitted => nic.handle_emitted_frame(now, &f, bus),
-                Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, &f, &u, from, bus),
+        let Self {
+            nic,
+            bus,
+            capture,
+            timeline,
+            ..
+        } = self;
+        if let Some(tl) = timeline {
+            tl.rec.frame(false, now, &f);
+        }
+        let r = match how {
+            Arrival::Port => nic.handle_frame(now, &f, bus),
+            Arrival::Emitted => nic.handle_emitted_frame(now, &f, bus),
+            Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, &f, &u, from, bus),
+        };
+        if let Some(c) = capture {
+            let why = match r {
+                Received::Taken => None,
+                Received::Dropped(why) => Some(why),
             };
-            if let Some(c) = capture {
-                let why = match r {
-                    Received::Taken => None,
-                    Received::Dropped(why) => Some(why),
-                };
-                if let Arrival::Unfilled(u, from) = how {
-                    // A payload the sender's memory no longer holds stays
-                    // as the frame's buffer had it.
-                    let _ = u.fill(&mut f, from);
-                }
-                if !matches!(how, Arrival::Port) {
-                    // Bytes that are no frame stay as they came.
-                    let _ = doorbell_wire::seal_roce(&mut f);
-                }
-                c.record(crate::pcap::Direction::In, &f, why);
+            if let Arrival::Unfilled(u, from) = how {
+                // A payload the sender's memory no longer holds stays
+                // as the frame's buffer had it.
+                let _ = u.fill(&mut f, from);
             }
-            // The NIC that took a frame in builds its answer next (an
-            // ACK, a READ response) in the buffer, which goes to its own
-            // spares without a trip through the thread's; a NIC with
-            // enough for its answers leaves the rest to the thread's,
-            // for the NIC whose stream it takes in.
-            if nic.spares() < ANSWER_SPARES {
-                nic.recycle(f);
-            } else {
-                crate::buffers::recycle(f);
+            if !matches!(how, Arrival::Port) {
+                // Bytes that are no frame stay as they came.
+                let _ = doorbell_wire::seal_roce(&mut f);
             }
+            c.record(crate::pcap::Direction::In, &f, why);
+        }
+        // The NIC that took a frame in builds its answer next (an
+        // ACK, a READ response) in the buffer, which goes to its own
+        // spares without a trip through the thread's; a NIC with
+        // enough for its answers leaves the rest to the thread's,
+        // for the NIC whose stream it takes in.
+        if nic.spares() < ANSWER_SPARES {
+            nic.recycle(f);
+        } else {
+            crate::buffers::recycle(f);
         }
         self.unflushed += 1;
         if self.unflushed >= FLUSH_FRAMES {
