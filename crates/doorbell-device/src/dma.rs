@@ -100,6 +100,64 @@ pub(crate) fn dma_write_from<D: Dma>(
     }
 }
 
+/// A received packet's payload: in its frame, or left in the host memory
+/// of the NIC of this process that sent it ([`crate::Frame::unfilled`]).
+#[derive(Clone, Copy)]
+pub(crate) enum PayloadIn<'a> {
+    Frame(&'a [u8]),
+    /// `len` bytes at `from` in `src`; only an RC WRITE's or SEND's
+    /// ([`crate::Nic::handle_unfilled_frame`] checks).
+    Left {
+        src: &'a dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+    },
+}
+
+impl<'a> PayloadIn<'a> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Frame(b) => b.len(),
+            Self::Left { len, .. } => *len,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, if the frame carries them.
+    pub(crate) fn in_frame(&self) -> Option<&'a [u8]> {
+        match *self {
+            Self::Frame(b) => Some(b),
+            Self::Left { .. } => None,
+        }
+    }
+}
+
+/// Writes bytes `r` of `payload` into host memory at `addr`, at `*t`, as
+/// [`dma_write`] does; false on error.
+pub(crate) fn write_payload<D: Dma>(
+    dma: &mut D,
+    t: &mut Instant,
+    tag: DmaTag,
+    addr: HostAddr,
+    payload: PayloadIn<'_>,
+    r: std::ops::Range<usize>,
+) -> bool {
+    match payload {
+        PayloadIn::Frame(b) => b
+            .get(r)
+            .is_some_and(|part| dma_write(dma, t, tag, addr, part)),
+        PayloadIn::Left { src, from, len } => {
+            r.end <= len
+                && from
+                    .checked_add(r.start as u64)
+                    .is_some_and(|from| dma_write_from(dma, t, tag, addr, src, from, r.len()))
+        }
+    }
+}
+
 /// A DMA read at `*t`, moving `*t` to when its data is in; false on error.
 pub(crate) fn dma_read<D: Dma>(
     dma: &mut D,

@@ -99,11 +99,11 @@ pub use config::{ADAPTIVE_RETRANSMIT_FLOOR, Frame, NicConfig, NicCounters, NicTi
 
 use cq::Cq;
 use ctx::{Ctx, Outputs};
+use dma::PayloadIn;
 use eq::Eqs;
 use fault::Outcome;
 use mkey::MkeyTable;
 use qp::Qp;
-use recv::PayloadIn;
 use response::Then;
 use srq::Srq;
 use timer::{Timer, TimerIndex};
@@ -1027,7 +1027,7 @@ impl Nic {
     /// built it left in its host memory, `src` ([`Frame::unfilled`],
     /// [`NicConfig::leave_payload`]): the payload is copied from there
     /// straight into this NIC's host memory, where the frame's would have
-    /// been written. Only an RC RDMA WRITE's payload may be left; any other
+    /// been written. Only an RC WRITE's or SEND's payload may be left; any other
     /// such frame, or one whose payload is not where `unfilled` says, is
     /// dropped as malformed.
     pub fn handle_unfilled_frame(
@@ -1074,7 +1074,7 @@ impl Nic {
         let payload = match left {
             None => PayloadIn::Frame(frame.get(parsed.payload.clone()).unwrap_or(&[])),
             Some((u, src))
-                if transmit::carries_write(parsed.repr.bth.opcode)
+                if transmit::may_leave_payload(parsed.repr.bth.opcode)
                     && parsed.payload.start == u.at as usize
                     && parsed.payload.len() == u.len as usize =>
             {
@@ -1086,7 +1086,9 @@ impl Nic {
             }
             Some(_) => {
                 self.out.counters.rx_dropped += 1;
-                return Received::Dropped("a payload left in memory that no WRITE packet carries");
+                return Received::Dropped(
+                    "a payload left in memory that no WRITE or SEND packet carries",
+                );
             }
         };
         let (pu, start) = acquire_pu(&mut self.pus, now);

@@ -9,18 +9,17 @@
 //! is dropped. A First or Only packet starts a message at its own PSN.
 
 use doorbell_hif::{Access, QpState, QpType};
-use doorbell_host::HostMemory;
 use doorbell_layout::cqe::{CqeOpcode, Syndrome};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::{CREDITS_INVALID, RequestPsn};
-use doorbell_types::{HostAddr, Mkey, Psn};
+use doorbell_types::{Mkey, Psn};
 use doorbell_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, BthOpcode, BthRepr, ExtHeaders, NakCode, RoceRepr,
 };
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
 use crate::ctx::{Ctx, HeldAck};
-use crate::dma::{dma_read, dma_write, dma_write_from};
+use crate::dma::{PayloadIn, dma_read, dma_write, write_payload};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
@@ -111,41 +110,6 @@ fn nak_fatal<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) -> 
     Err(Fault::Qp)
 }
 
-/// A received packet's payload: in its frame, or left in the host memory
-/// of the NIC of this process that sent it ([`crate::Frame::unfilled`]).
-#[derive(Clone, Copy)]
-pub(crate) enum PayloadIn<'a> {
-    Frame(&'a [u8]),
-    /// `len` bytes at `from` in `src`; only an RC RDMA WRITE's
-    /// ([`crate::Nic::handle_unfilled_frame`] checks).
-    Left {
-        src: &'a dyn HostMemory,
-        from: HostAddr,
-        len: usize,
-    },
-}
-
-impl<'a> PayloadIn<'a> {
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Self::Frame(b) => b.len(),
-            Self::Left { len, .. } => *len,
-        }
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The bytes, if the frame carries them.
-    pub(crate) fn in_frame(&self) -> Option<&'a [u8]> {
-        match *self {
-            Self::Frame(b) => Some(b),
-            Self::Left { .. } => None,
-        }
-    }
-}
-
 /// Handles a request packet for `qp`.
 pub(crate) fn handle_request<D: Dma>(
     qp: &mut Qp,
@@ -158,8 +122,8 @@ pub(crate) fn handle_request<D: Dma>(
         ctx.out.counters.rx_dropped += 1;
         return Ok(());
     }
-    // Only an RC WRITE's payload may be left in memory: the others carry
-    // theirs.
+    // Only an RC WRITE's or SEND's payload may be left in memory: the
+    // others carry theirs.
     let carried = payload.in_frame().unwrap_or_default();
     match qp.p.qp_type {
         QpType::Ud => ud_receive(qp, repr, ip_header, carried, ctx),
@@ -280,7 +244,7 @@ fn uc_send<D: Dma>(
     let Some(ip) = qp.inbound.recv.take() else {
         return uc_drop(qp, ctx);
     };
-    if let Err(e) = scatter(qp, &ip.sges, ip.offset, payload, ctx) {
+    if let Err(e) = scatter(qp, &ip.sges, ip.offset, PayloadIn::Frame(payload), ctx) {
         // A local error of the receiver (class D): the WQE completes in
         // error and the QP goes to ERR, as for UD.
         let s = if e == ScatterError::Length {
@@ -493,8 +457,15 @@ fn ud_receive<D: Dma>(
     let mut grh = [0u8; GRH_LEN];
     let n = ip_header.len().min(GRH_LEN);
     grh[GRH_LEN - n..].copy_from_slice(&ip_header[..n]);
-    let placed = scatter(qp, &wqe.sges, 0, &grh, ctx)
-        .and_then(|()| scatter(qp, &wqe.sges, GRH_LEN as u64, payload, ctx));
+    let placed = scatter(qp, &wqe.sges, 0, PayloadIn::Frame(&grh), ctx).and_then(|()| {
+        scatter(
+            qp,
+            &wqe.sges,
+            GRH_LEN as u64,
+            PayloadIn::Frame(payload),
+            ctx,
+        )
+    });
     ctx.out.payloads.recycle_sges(wqe.sges);
     match placed {
         Ok(()) => {
@@ -564,9 +535,7 @@ fn rc_request<D: Dma>(
         | RcSendLast
         | RcSendLastWithImmediate
         | RcSendOnly
-        | RcSendOnlyWithImmediate => {
-            inbound_send(qp, repr, payload.in_frame().unwrap_or_default(), ctx)
-        }
+        | RcSendOnlyWithImmediate => inbound_send(qp, repr, payload, ctx),
         RcRdmaWriteFirst
         | RcRdmaWriteMiddle
         | RcRdmaWriteLast
@@ -599,7 +568,7 @@ fn fits_path_mtu(op: BthOpcode, len: usize, mtu: u32) -> bool {
 fn inbound_send<D: Dma>(
     qp: &mut Qp,
     repr: &RoceRepr,
-    payload: &[u8],
+    payload: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
     use BthOpcode::*;
@@ -763,12 +732,7 @@ fn inbound_write<D: Dma>(
                 payload.len() as u64,
                 |h, n, o| {
                     let (o, n) = (o as usize, n as usize);
-                    ok &= match payload {
-                        PayloadIn::Frame(b) => dma_write(dma, t, tag, h, &b[o..o + n]),
-                        PayloadIn::Left { src, from, .. } => from
-                            .checked_add(o as u64)
-                            .is_some_and(|from| dma_write_from(dma, t, tag, h, src, from, n)),
-                    };
+                    ok &= write_payload(dma, t, tag, h, payload, o..o + n);
                 },
             )
             .map(|_| ())

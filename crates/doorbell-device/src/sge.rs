@@ -11,7 +11,7 @@ use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_types::{HostAddr, Mkey, Pdn};
 
 use crate::ctx::{Building, Ctx};
-use crate::dma::{dma_read_into, dma_read_left, dma_write};
+use crate::dma::{PayloadIn, dma_read_into, dma_read_left, write_payload};
 use crate::mkey::MkeyTable;
 use crate::qp::Qp;
 use crate::wq::{Payload, Sge};
@@ -169,7 +169,7 @@ pub(crate) fn scatter<D: Dma>(
     qp: &Qp,
     sges: &[Sge],
     offset: u64,
-    data: &[u8],
+    data: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Result<(), ScatterError> {
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
@@ -181,7 +181,7 @@ pub(crate) fn scatter<D: Dma>(
         sges,
         offset,
         data.len() as u64,
-        |h, r| dma_write(*dma, t, tag, h, &data[r]),
+        |h, r| write_payload(*dma, t, tag, h, data, r),
     )
     .map_err(|e| match e {
         WalkError::Short => ScatterError::Length,
@@ -200,7 +200,7 @@ pub(crate) fn place<D: Dma>(
     let Payload::Sges(sges) = p else {
         return Err(Syndrome::LocalQpOpErr);
     };
-    scatter(qp, sges, offset, data, ctx).map_err(|e| match e {
+    scatter(qp, sges, offset, PayloadIn::Frame(data), ctx).map_err(|e| match e {
         ScatterError::Length => Syndrome::LocalLengthErr,
         ScatterError::Protection => Syndrome::LocalProtErr,
     })

@@ -266,10 +266,11 @@ pub(crate) fn send_packets<D: Dma>(
         }
         if result.is_ok() {
             let start = u64::from(i) * p.mtu;
-            // Only an RC WRITE's payload is left in memory: the receiver
-            // takes it from there ([`crate::NicConfig::leave_payload`]).
-            let leave =
-                ctx.cfg.leave_payload && frames.iter().all(|f| carries_write(f.repr.bth.opcode));
+            // Only an RC WRITE's or SEND's payload is left in memory: the
+            // receiver takes it from there
+            // ([`crate::NicConfig::leave_payload`]).
+            let leave = ctx.cfg.leave_payload
+                && frames.iter().all(|f| may_leave_payload(f.repr.bth.opcode));
             result = sge::read_into_frames(
                 qp,
                 p.payload,
@@ -292,13 +293,20 @@ pub(crate) fn send_packets<D: Dma>(
     result.map(|()| sent)
 }
 
-/// Whether `op` is a packet of an RC RDMA WRITE, which carries its payload
-/// to memory the receiver's key names.
-pub(crate) fn carries_write(op: BthOpcode) -> bool {
+/// Whether a packet of opcode `op` may leave its payload in host memory
+/// ([`crate::NicConfig::leave_payload`]): an RC WRITE's or SEND's, which
+/// the receiver writes into its memory as the packet comes.
+pub(crate) fn may_leave_payload(op: BthOpcode) -> bool {
     use BthOpcode::*;
     matches!(
         op,
-        RcRdmaWriteFirst
+        RcSendFirst
+            | RcSendMiddle
+            | RcSendLast
+            | RcSendLastWithImmediate
+            | RcSendOnly
+            | RcSendOnlyWithImmediate
+            | RcRdmaWriteFirst
             | RcRdmaWriteMiddle
             | RcRdmaWriteLast
             | RcRdmaWriteLastWithImmediate

@@ -1,4 +1,4 @@
-//! A WRITE's payload left in the sender's host memory
+//! A WRITE's or SEND's payload left in the sender's host memory
 //! (`NicConfig::leave_payload`): the sender builds the frames it would
 //! have built, less their payload, and counts the same reads; the receiver
 //! copies the payload from the sender's memory and ends as it would have
@@ -10,48 +10,61 @@ use doorbell_wire::seal_roce;
 use super::*;
 
 /// Posts the same two WRITEs as the burst test (8 KiB and 5 000 bytes, 13
-/// packets) and a 300-byte SEND, rings once, and returns the frames and
-/// the rig.
-fn two_writes_and_a_send(cfg: NicConfig) -> (Vec<Frame>, Rig) {
+/// packets), a 300-byte SEND from one buffer and a 300-byte SEND gathered
+/// from two, rings once, and returns the frames and the rig.
+fn writes_and_sends(cfg: NicConfig) -> (Vec<Frame>, Rig) {
     let mut rig = Rig::with_config(cfg);
     let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 251) as u8).collect();
     rig.mem.write(rig.mr_buf, &data).unwrap();
     let first = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, MR_LEN as u32);
     let second = rdma_wqe(&rig, 1, WqeOpcode::RdmaWrite, 5000);
-    let mut send = [0u8; WQEBB_LEN];
-    ctrl(&mut send, 2, WqeOpcode::Send, rig.qpn.get(), 2);
-    let mut d = DataSeg::new_unchecked(&mut send[16..32]);
-    d.set_byte_count(300);
-    d.set_lkey(rig.mr.raw());
-    d.set_addr(rig.mr_buf.get() + 7);
+    // (index, [(offset in the MR, bytes)]): one SGE, then two apart.
+    let sends: [(u16, &[(u64, u32)]); 2] = [(2, &[(7, 300)]), (3, &[(7, 150), (1000, 150)])];
+    for (index, sges) in sends {
+        let mut send = [0u8; WQEBB_LEN];
+        ctrl(
+            &mut send,
+            index,
+            WqeOpcode::Send,
+            rig.qpn.get(),
+            1 + sges.len() as u8,
+        );
+        for (k, &(off, len)) in sges.iter().enumerate() {
+            let at = 16 * (k + 1);
+            let mut d = DataSeg::new_unchecked(&mut send[at..at + 16]);
+            d.set_byte_count(len);
+            d.set_lkey(rig.mr.raw());
+            d.set_addr(rig.mr_buf.get() + off);
+        }
+        rig.write_sq(index, &send);
+    }
     rig.write_sq(0, &first);
     rig.write_sq(1, &second);
-    rig.write_sq(2, &send);
-    rig.ring(2, u8::from(WqeOpcode::Send), 2);
+    rig.ring(3, u8::from(WqeOpcode::Send), 3);
     let frames = rig.transmitted();
     (frames, rig)
 }
 
 #[test]
 fn a_left_payload_filled_in_is_the_frame_that_would_have_been_sent() {
-    let (whole, whole_rig) = two_writes_and_a_send(NicConfig::new(LOCAL));
+    let (whole, whole_rig) = writes_and_sends(NicConfig::new(LOCAL));
     let mut cfg = NicConfig::new(LOCAL);
     cfg.leave_payload = true;
-    let (left, left_rig) = two_writes_and_a_send(cfg);
-    assert_eq!(whole.len(), 14, "13 WRITE packets and a SEND");
+    let (left, left_rig) = writes_and_sends(cfg);
+    assert_eq!(whole.len(), 15, "13 WRITE packets and two SENDs");
     assert_eq!(left.len(), whole.len());
     for (k, (l, w)) in left.iter().zip(&whole).enumerate() {
         assert_eq!(w.unfilled, None, "frame {k}: a NIC that does not leave");
         let mut bytes = l.bytes.clone();
-        if k < 13 {
-            let u = l.unfilled.expect("a WRITE packet's payload is left");
+        if k < 14 {
+            let u = l.unfilled.expect("a WRITE's or SEND's payload is left");
             let parsed = doorbell_wire::parse_roce_emitted(&bytes).unwrap();
             assert_eq!(u.at as usize, parsed.payload.start, "frame {k}");
             assert_eq!(u.len as usize, parsed.payload.len(), "frame {k}");
             u.fill(&mut bytes, &*left_rig.mem).unwrap();
             seal_roce(&mut bytes).unwrap();
         } else {
-            assert_eq!(l.unfilled, None, "a SEND carries its payload");
+            assert_eq!(l.unfilled, None, "a payload from two runs is carried");
         }
         assert!(bytes == w.bytes, "frame {k}: the same bytes once filled");
         assert_eq!(l.dst, w.dst);
@@ -118,7 +131,48 @@ fn a_receiver_copies_a_left_payload_from_the_senders_memory() {
 type MakeUnfilled = fn(HostAddr, &[u8]) -> Unfilled;
 
 #[test]
-fn a_left_payload_that_no_write_carries_is_dropped_and_touches_nothing() {
+fn a_receiver_copies_a_left_send_into_its_receive_buffer() {
+    let src = HostRam::new();
+    let at = src.alloc(4096).unwrap();
+    let payload: Vec<u8> = (0..700u32).map(|i| (i * 7 + 1) as u8).collect();
+    src.write(at, &payload).unwrap();
+    let take = |left: bool| {
+        let mut rig = Rig::new();
+        let (lkey, buf) = (rig.mr.raw(), rig.mr_buf.get() + 64);
+        rig.post_recv(lkey, buf, 1000);
+        let carried = if left {
+            vec![0u8; 700]
+        } else {
+            payload.clone()
+        };
+        let frame = rig.request(BthOpcode::RcSendOnly, EPSN, ExtHeaders::default(), &carried);
+        let p = parse_roce(&frame).unwrap().payload;
+        let u = Unfilled {
+            from: at,
+            at: p.start as u32,
+            len: p.len() as u32,
+        };
+        let now = rig.now;
+        let r = if left {
+            rig.nic
+                .handle_unfilled_frame(now, &frame, &u, &src, &mut rig.bus)
+        } else {
+            rig.nic.handle_emitted_frame(now, &frame, &mut rig.bus)
+        };
+        assert_eq!(r, Received::Taken);
+        let acks: Vec<Vec<u8>> = rig.transmitted().into_iter().map(|f| f.bytes).collect();
+        let cqes = rig.cqes();
+        let mr = rig.mr_bytes(0, MR_LEN as usize);
+        (acks, cqes, mr, rig.bus.counters())
+    };
+    let (left, carried) = (take(true), take(false));
+    assert_eq!(&left.2[64..764], &payload[..], "the SEND's bytes landed");
+    assert!(left == carried, "the same ACK, CQE, memory and bus counts");
+    assert_eq!(left.1.len(), 1, "one receive completion");
+}
+
+#[test]
+fn a_left_payload_that_no_write_or_send_carries_is_dropped_and_touches_nothing() {
     let src = HostRam::new();
     let at = src.alloc(4096).unwrap();
     src.write(at, &[0xee; 4096]).unwrap();
@@ -168,12 +222,14 @@ fn a_left_payload_that_no_write_carries_is_dropped_and_touches_nothing() {
             assert_eq!(rig.counters().rx_dropped, 1, "{name}");
         }
     }
-    // A SEND whose payload is said to be left: dropped the same way.
+    // A READ response whose payload is said to be left: dropped the same
+    // way (only requests that write the receiver's memory may leave it).
     let mut rig = Rig::new();
-    let frame = rig.request(
-        BthOpcode::RcSendOnly,
-        EPSN,
-        ExtHeaders::default(),
+    let frame = peer_aeth(
+        &rig,
+        BthOpcode::RcRdmaReadResponseOnly,
+        SQ_PSN,
+        1,
         &[1, 2, 3, 4],
     );
     let p = parse_roce(&frame).unwrap().payload;
@@ -186,6 +242,6 @@ fn a_left_payload_that_no_write_carries_is_dropped_and_touches_nothing() {
     let r = rig
         .nic
         .handle_unfilled_frame(now, &frame, &u, &src, &mut rig.bus);
-    assert!(matches!(r, Received::Dropped(_)), "a SEND: {r:?}");
+    assert!(matches!(r, Received::Dropped(_)), "a READ response: {r:?}");
     assert_eq!(rig.counters().rx_dropped, 1);
 }
