@@ -9,7 +9,12 @@
 //! WQE fetch, payload fetch, receive-WQE fetch, scatter and CQE write-back
 //! are all DMA, so the bus counts each one. Peers are reached by RoCEv2
 //! frames: [`Nic::poll_transmit`] hands out IPv4/UDP/BTH frames with their
-//! ICRC, and [`Nic::handle_frame`] takes them in.
+//! ICRC, and [`Nic::handle_frame`] takes them in. Between NICs of one
+//! process the runtime may leave the ICRC to the link ([`NicConfig::icrc`])
+//! and an RC WRITE's or SEND's payload in the sender's host memory
+//! ([`NicConfig::leave_payload`]): the receiver takes such frames with
+//! [`Nic::handle_emitted_frame`] and [`Nic::handle_unfilled_frame`], and
+//! copies the payload from the sender's memory into its own, once.
 //!
 //! The NIC never reads a clock or touches a socket or thread. Time comes in
 //! as `now` on every call; the transport's timers come out of
@@ -45,7 +50,8 @@
 //!   from [`doorbell_roce`], and its timers), `wq` (queue state, SGEs, sent
 //!   messages), `wqe` (send-WQE parsing), `cq`, `mkey`, `timer` (the
 //!   NIC-wide timer index), `fault` (what an engine reports);
-//! - plumbing: `dma` (DMA helpers), `ctx` (what one input's work runs in),
+//! - plumbing: `dma` (DMA helpers, and a received payload wherever it
+//!   is), `ctx` (what one input's work runs in),
 //!   `cqe` (the CQE writer), `emit` (the frame emitter), `sge` (the one SGE
 //!   walker behind payload gather and receive scatter), `fetch` (send and
 //!   receive WQE fetch, doorbell records);
