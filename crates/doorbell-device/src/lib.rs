@@ -1033,9 +1033,9 @@ impl Nic {
     /// built it left in its host memory, `src` ([`Frame::unfilled`],
     /// [`NicConfig::leave_payload`]): the payload is copied from there
     /// straight into this NIC's host memory, where the frame's would have
-    /// been written. Only an RC WRITE's or SEND's payload may be left; any other
-    /// such frame, or one whose payload is not where `unfilled` says, is
-    /// dropped as malformed.
+    /// been written. Only an RC WRITE's or SEND's payload may be left; any
+    /// other such frame, or one whose payload is not where `unfilled`
+    /// says, is dropped as malformed.
     pub fn handle_unfilled_frame(
         &mut self,
         now: Instant,
@@ -1106,8 +1106,8 @@ impl Nic {
         let mut ctx = ctx!(self, now, start, dma);
         ctx.charge(ctx.cfg.timing.rx_packet);
         let r = if parsed.repr.bth.opcode.is_response() {
-            // Only WRITE requests leave their payload: a response's is in
-            // its frame.
+            // Only WRITE and SEND requests leave their payload: a
+            // response's is in its frame.
             let payload = payload.in_frame().unwrap_or_default();
             response::handle_response(qp, &parsed.repr, payload, &mut ctx)
         } else {
