@@ -47,8 +47,8 @@ pub struct NicConfig {
     /// they are: the packets, their order and the ones that ask for an ACK
     /// (at the window's end, not a burst's).
     pub tx_burst: Option<u32>,
-    /// Whether an RC WRITE or SEND packet whose payload lies in one run of
-    /// host memory leaves it there ([`Frame::unfilled`]) instead of reading
+    /// Whether an RC WRITE, SEND or READ response packet whose payload lies
+    /// in one run of host memory leaves it there ([`Frame::unfilled`]) instead of reading
     /// it into the frame: `false` by default. For NICs of one process whose
     /// frames go straight from one to the other: the receiver copies the
     /// payload from the sender's memory into its own

@@ -105,8 +105,8 @@ pub(crate) fn dma_write_from<D: Dma>(
 #[derive(Clone, Copy)]
 pub(crate) enum PayloadIn<'a> {
     Frame(&'a [u8]),
-    /// `len` bytes at `from` in `src`; only an RC WRITE's or SEND's
-    /// ([`crate::Nic::handle_unfilled_frame`] checks).
+    /// `len` bytes at `from` in `src`; only an RC WRITE's, SEND's or READ
+    /// response's ([`crate::Nic::handle_unfilled_frame`] checks).
     Left {
         src: &'a dyn HostMemory,
         from: HostAddr,

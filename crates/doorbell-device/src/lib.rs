@@ -11,7 +11,8 @@
 //! frames: [`Nic::poll_transmit`] hands out IPv4/UDP/BTH frames with their
 //! ICRC, and [`Nic::handle_frame`] takes them in. Between NICs of one
 //! process the runtime may leave the ICRC to the link ([`NicConfig::icrc`])
-//! and an RC WRITE's or SEND's payload in the sender's host memory
+//! and the payload of an RC WRITE, SEND or READ response in the sender's
+//! host memory
 //! ([`NicConfig::leave_payload`]): the receiver takes such frames with
 //! [`Nic::handle_emitted_frame`] and [`Nic::handle_unfilled_frame`], and
 //! copies the payload from the sender's memory into its own, once.
@@ -1033,9 +1034,9 @@ impl Nic {
     /// built it left in its host memory, `src` ([`Frame::unfilled`],
     /// [`NicConfig::leave_payload`]): the payload is copied from there
     /// straight into this NIC's host memory, where the frame's would have
-    /// been written. Only an RC WRITE's or SEND's payload may be left; any
-    /// other such frame, or one whose payload is not where `unfilled`
-    /// says, is dropped as malformed.
+    /// been written. Only an RC WRITE's, SEND's or READ response's payload
+    /// may be left; any other such frame, or one whose payload is not where
+    /// `unfilled` says, is dropped as malformed.
     pub fn handle_unfilled_frame(
         &mut self,
         now: Instant,
@@ -1093,7 +1094,7 @@ impl Nic {
             Some(_) => {
                 self.out.counters.rx_dropped += 1;
                 return Received::Dropped(
-                    "a payload left in memory that no WRITE or SEND packet carries",
+                    "a payload left in memory that no WRITE, SEND or READ response carries",
                 );
             }
         };
@@ -1106,9 +1107,6 @@ impl Nic {
         let mut ctx = ctx!(self, now, start, dma);
         ctx.charge(ctx.cfg.timing.rx_packet);
         let r = if parsed.repr.bth.opcode.is_response() {
-            // Only WRITE and SEND requests leave their payload: a
-            // response's is in its frame.
-            let payload = payload.in_frame().unwrap_or_default();
             response::handle_response(qp, &parsed.repr, payload, &mut ctx)
         } else {
             let ip_header = frame.get(..parsed.repr.ip.header_len()).unwrap_or(&[]);

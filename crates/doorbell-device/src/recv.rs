@@ -19,7 +19,7 @@ use doorbell_wire::{
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
 use crate::ctx::{Ctx, HeldAck};
-use crate::dma::{PayloadIn, dma_read, dma_write, write_payload};
+use crate::dma::{PayloadIn, dma_read, dma_read_left, dma_write, write_payload};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
@@ -866,8 +866,11 @@ fn inbound_read<D: Dma>(
         };
         let mut t = t0;
         if data_len > 0 {
+            let leave = ctx.cfg.leave_payload;
             let Ctx { dma, mkeys, .. } = &mut *ctx;
-            // One DMA per page of the range, as the key maps it.
+            // One DMA per page of the range, as the key maps it; or, for a
+            // peer of this process, a payload in one run left where it is
+            // ([`crate::NicConfig::leave_payload`]).
             let r = mkeys.translate(
                 reth.rkey,
                 qp.p.pd,
@@ -875,6 +878,11 @@ fn inbound_read<D: Dma>(
                 reth.va + cs,
                 ce - cs,
                 |h, n, o| {
+                    if leave && o == 0 && n == data_len as u64 {
+                        f.left = Some(h);
+                        ok &= dma_read_left(*dma, &mut t, tag, h, data_len);
+                        return;
+                    }
                     let at = f.payload.start + o as usize;
                     ok &= dma_read(*dma, &mut t, tag, h, &mut f.bytes[at..at + n as usize]);
                 },

@@ -13,6 +13,7 @@ use doorbell_wire::{AethSyndrome, BthOpcode, NakCode, RoceRepr};
 
 use crate::complete::{flush_rq, retire};
 use crate::ctx::Ctx;
+use crate::dma::PayloadIn;
 use crate::fault::{Fault, Outcome};
 use crate::qp::Qp;
 use crate::sge::place;
@@ -91,7 +92,7 @@ fn made_progress<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
 pub(crate) fn handle_response<D: Dma>(
     qp: &mut Qp,
     repr: &RoceRepr,
-    payload: &[u8],
+    payload: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome<Then> {
     if qp.p.qp_type != QpType::Rc
@@ -219,7 +220,8 @@ fn atomic_ack<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) -> Out
         return Ok(());
     };
     let m = &qp.sq.outstanding[i];
-    if let Err(syndrome) = place(qp, &m.payload, 0, &orig.to_le_bytes(), ctx) {
+    let orig = orig.to_le_bytes();
+    if let Err(syndrome) = place(qp, &m.payload, 0, PayloadIn::Frame(&orig), ctx) {
         return Err(Fault::Wqe {
             index: m.wqe_index,
             opcode: m.opcode,
@@ -239,7 +241,7 @@ fn atomic_ack<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) -> Out
 fn read_response<D: Dma>(
     qp: &mut Qp,
     repr: &RoceRepr,
-    payload: &[u8],
+    payload: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
     let psn = repr.bth.psn;

@@ -194,13 +194,13 @@ pub(crate) fn place<D: Dma>(
     qp: &Qp,
     p: &Payload,
     offset: u64,
-    data: &[u8],
+    data: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Result<(), Syndrome> {
     let Payload::Sges(sges) = p else {
         return Err(Syndrome::LocalQpOpErr);
     };
-    scatter(qp, sges, offset, PayloadIn::Frame(data), ctx).map_err(|e| match e {
+    scatter(qp, sges, offset, data, ctx).map_err(|e| match e {
         ScatterError::Length => Syndrome::LocalLengthErr,
         ScatterError::Protection => Syndrome::LocalProtErr,
     })

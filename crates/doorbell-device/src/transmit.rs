@@ -294,13 +294,18 @@ pub(crate) fn send_packets<D: Dma>(
 }
 
 /// Whether a packet of opcode `op` may leave its payload in host memory
-/// ([`crate::NicConfig::leave_payload`]): an RC WRITE's or SEND's, which
-/// the receiver writes into its memory as the packet comes.
+/// ([`crate::NicConfig::leave_payload`]): an RC WRITE's, SEND's or READ
+/// response's, which the receiver writes into its memory as the packet
+/// comes.
 pub(crate) fn may_leave_payload(op: BthOpcode) -> bool {
     use BthOpcode::*;
     matches!(
         op,
-        RcSendFirst
+        RcRdmaReadResponseFirst
+            | RcRdmaReadResponseMiddle
+            | RcRdmaReadResponseLast
+            | RcRdmaReadResponseOnly
+            | RcSendFirst
             | RcSendMiddle
             | RcSendLast
             | RcSendLastWithImmediate

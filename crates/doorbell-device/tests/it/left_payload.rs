@@ -1,4 +1,5 @@
-//! A WRITE's or SEND's payload left in the sender's host memory
+//! A WRITE's, SEND's or READ response's payload left in the sender's host
+//! memory
 //! (`NicConfig::leave_payload`): the sender builds the frames it would
 //! have built, less their payload, and counts the same reads; the receiver
 //! copies the payload from the sender's memory and ends as it would have
@@ -172,7 +173,7 @@ fn a_receiver_copies_a_left_send_into_its_receive_buffer() {
 }
 
 #[test]
-fn a_left_payload_that_no_write_or_send_carries_is_dropped_and_touches_nothing() {
+fn a_left_payload_that_no_payload_carrying_packet_holds_is_dropped_and_touches_nothing() {
     let src = HostRam::new();
     let at = src.alloc(4096).unwrap();
     src.write(at, &[0xee; 4096]).unwrap();
@@ -222,16 +223,10 @@ fn a_left_payload_that_no_write_or_send_carries_is_dropped_and_touches_nothing()
             assert_eq!(rig.counters().rx_dropped, 1, "{name}");
         }
     }
-    // A READ response whose payload is said to be left: dropped the same
-    // way (only requests that write the receiver's memory may leave it).
+    // An ACK whose payload is said to be left: dropped the same way (only
+    // packets whose payload the receiver writes into memory may leave it).
     let mut rig = Rig::new();
-    let frame = peer_aeth(
-        &rig,
-        BthOpcode::RcRdmaReadResponseOnly,
-        SQ_PSN,
-        1,
-        &[1, 2, 3, 4],
-    );
+    let frame = peer_aeth(&rig, BthOpcode::RcAck, SQ_PSN, 1, &[1, 2, 3, 4]);
     let p = parse_roce(&frame).unwrap().payload;
     let u = Unfilled {
         from: at,
@@ -242,6 +237,116 @@ fn a_left_payload_that_no_write_or_send_carries_is_dropped_and_touches_nothing()
     let r = rig
         .nic
         .handle_unfilled_frame(now, &frame, &u, &src, &mut rig.bus);
-    assert!(matches!(r, Received::Dropped(_)), "a READ response: {r:?}");
+    assert!(matches!(r, Received::Dropped(_)), "an ACK: {r:?}");
     assert_eq!(rig.counters().rx_dropped, 1);
+}
+
+/// The rig reads `data.len()` bytes into its MR at offset 0 and takes the
+/// responses (at the rig's MTU of 1024), their payload left in `src` at
+/// `from` or carried; returns the CQEs, the MR's bytes and the bus counts.
+fn take_read(
+    src: &HostRam,
+    from: HostAddr,
+    data: &[u8],
+    left: bool,
+) -> (Vec<[u8; CQE_LEN]>, Vec<u8>, doorbell_pcie::Counters) {
+    let mut rig = Rig::new();
+    let r = rdma_wqe(&rig, 0, WqeOpcode::RdmaRead, data.len() as u32);
+    rig.write_sq(0, &r);
+    rig.ring(0, u8::from(WqeOpcode::RdmaRead), 3);
+    assert_eq!(rig.transmitted().len(), 1, "the READ request");
+    let chunks: Vec<&[u8]> = data.chunks(1024).collect();
+    let n = chunks.len();
+    for (i, c) in chunks.iter().enumerate() {
+        use BthOpcode::*;
+        let op = match (i == 0, i + 1 == n) {
+            (true, true) => RcRdmaReadResponseOnly,
+            (true, false) => RcRdmaReadResponseFirst,
+            (false, false) => RcRdmaReadResponseMiddle,
+            (false, true) => RcRdmaReadResponseLast,
+        };
+        let carried = if left { vec![0u8; c.len()] } else { c.to_vec() };
+        let psn = SQ_PSN + i as u32;
+        let frame = if op == RcRdmaReadResponseMiddle {
+            // A Middle carries no AETH.
+            let mut bth = BthRepr::new(op, rig.qpn, Psn::new(psn));
+            bth.ack_req = false;
+            let repr = RoceRepr {
+                ip: RoceIp::v4(PEER, LOCAL),
+                src_port: 0xc000,
+                bth,
+                ext: ExtHeaders::default(),
+            };
+            let mut f = Vec::new();
+            repr.emit_to_vec(&carried, &mut f).unwrap();
+            f
+        } else {
+            peer_aeth(&rig, op, psn, 1, &carried)
+        };
+        let p = parse_roce(&frame).unwrap().payload;
+        let u = Unfilled {
+            from: from.checked_add((i * 1024) as u64).unwrap(),
+            at: p.start as u32,
+            len: p.len() as u32,
+        };
+        let now = rig.now;
+        let got = if left {
+            rig.nic
+                .handle_unfilled_frame(now, &frame, &u, src, &mut rig.bus)
+        } else {
+            rig.nic.handle_emitted_frame(now, &frame, &mut rig.bus)
+        };
+        assert_eq!(got, Received::Taken, "response {i}");
+    }
+    let cqes = rig.cqes();
+    (cqes, rig.mr_bytes(0, data.len()), rig.bus.counters())
+}
+
+#[test]
+fn a_requester_copies_left_read_responses_into_its_buffer() {
+    let src = HostRam::new();
+    let at = src.alloc(8192).unwrap();
+    let data: Vec<u8> = (0..6000u32).map(|i| (i * 31 + 3) as u8).collect();
+    src.write(at, &data).unwrap();
+    let left = take_read(&src, at, &data, true);
+    let carried = take_read(&src, at, &data, false);
+    assert_eq!(left.1, data, "the READ's bytes landed");
+    assert!(left == carried, "the same CQE, memory and bus counts");
+    assert_eq!(left.0.len(), 1, "one completion");
+}
+
+#[test]
+fn a_responder_leaves_its_read_responses_payload_in_its_memory() {
+    let answer = |leave: bool| {
+        let mut cfg = NicConfig::new(LOCAL);
+        cfg.leave_payload = leave;
+        let mut rig = Rig::with_config(cfg);
+        let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 253) as u8).collect();
+        rig.mem.write(rig.mr_buf, &data).unwrap();
+        let reth = RethRepr {
+            va: rig.mr_buf.get() + 10,
+            rkey: rig.mr,
+            dma_len: 3000,
+        };
+        let ext = ExtHeaders {
+            reth: Some(reth),
+            ..ExtHeaders::default()
+        };
+        let req = rig.request(BthOpcode::RcRdmaReadRequest, EPSN, ext, &[]);
+        let out = rig.frame(&req);
+        (out, rig)
+    };
+    let (whole, whole_rig) = answer(false);
+    let (left, left_rig) = answer(true);
+    assert_eq!(whole.len(), 3, "three responses at MTU 1024");
+    assert_eq!(left.len(), 3);
+    for (k, (l, w)) in left.iter().zip(&whole).enumerate() {
+        assert_eq!(w.unfilled, None);
+        let u = l.unfilled.expect("a READ response's payload is left");
+        let mut bytes = l.bytes.clone();
+        u.fill(&mut bytes, &*left_rig.mem).unwrap();
+        seal_roce(&mut bytes).unwrap();
+        assert!(bytes == w.bytes, "response {k}: the same bytes once filled");
+    }
+    assert_eq!(left_rig.bus.counters(), whole_rig.bus.counters());
 }
