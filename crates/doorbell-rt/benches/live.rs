@@ -8,7 +8,8 @@
 //! - the message rate of 8-byte inline WRITEs, one in 16 signalled, the send
 //!   queue kept full, posted as postlists of 16 (one doorbell each) and one
 //!   WR per post (BlueFlame);
-//! - the bandwidth of 64 KiB WRITEs by pointer, several outstanding;
+//! - the bandwidth of 64 KiB WRITEs by pointer, several outstanding, and of
+//!   64 KiB READs of B's memory into A's the same way;
 //! - the message rate of the same 8-byte postlists with the same number in
 //!   flight, on one QP and spread round-robin over 1 000 QPs
 //!   (`DOORBELL_BENCH_QPS`), and the ratio of the two: what a post costs
@@ -34,6 +35,7 @@
 //! - `DOORBELL_BENCH_QPS`: QPs of the spread 8-byte WRITEs (default 1000);
 //! - `DOORBELL_BENCH_ONLY=qps`: only the 1 vs many QPs figures;
 //! - `DOORBELL_BENCH_ONLY=big`: only the 64 KiB figure and memcpy;
+//! - `DOORBELL_BENCH_ONLY=read`: only the 64 KiB READ figure and memcpy;
 //! - `DOORBELL_BENCH_ONLY=small`: only the 8-byte postlist figure and the
 //!   SPSC hand-off (to profile the cost per packet);
 //! - the provider's `MLX5_*` variables (e.g. `MLX5_SHUT_UP_BF=1`).
@@ -87,6 +89,7 @@ environment:
   DOORBELL_BENCH_QPS           QPs of the spread 8-byte WRITEs (default 1000)
   DOORBELL_BENCH_ONLY=qps      only the 1 vs many QPs figures
   DOORBELL_BENCH_ONLY=big      only the 64 KiB figure and memcpy
+  DOORBELL_BENCH_ONLY=read     only the 64 KiB READ figure and memcpy
   DOORBELL_BENCH_ONLY=small    only the 8-byte postlist figure and the SPSC hand-off
   MLX5_*                       provider settings, as rdma-core reads them
 ";
@@ -504,14 +507,22 @@ struct Window {
     posted: u64,
     retired: u64,
     wc: [Wc; 16],
+    /// What every completion must be.
+    opcode: WcOpcode,
 }
 
 impl Window {
     fn new() -> Self {
+        Self::of(WcOpcode::RdmaWrite)
+    }
+
+    /// A window of WRs that complete as `opcode`.
+    fn of(opcode: WcOpcode) -> Self {
         Self {
             posted: 0,
             retired: 0,
             wc: [blank_wc(); 16],
+            opcode,
         }
     }
 
@@ -526,8 +537,8 @@ impl Window {
         for wc in &self.wc[..n] {
             assert_eq!(
                 (wc.status, wc.opcode),
-                (WcStatus::Success, WcOpcode::RdmaWrite),
-                "WRITE {} failed: {wc:?}",
+                (WcStatus::Success, self.opcode),
+                "WR {} failed: {wc:?}",
                 wc.wr_id
             );
             self.retired = wc.wr_id + 1;
@@ -634,6 +645,17 @@ fn small_writes(s: &Settings, post: Post) -> Rate {
 }
 
 fn big_writes(s: &Settings) -> Rate {
+    big_transfers(s, Big::Write)
+}
+
+/// A 64 KiB transfer: A writes to B, or reads from B.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Big {
+    Write,
+    Read,
+}
+
+fn big_transfers(s: &Settings, op: Big) -> Rate {
     let cap = QpCaps {
         max_send_wr: SLOTS as u32,
         max_recv_wr: 16,
@@ -643,24 +665,35 @@ fn big_writes(s: &Settings) -> Rate {
     };
     let p = pair(cap, BIG * SLOTS, 64, s.mtu);
     let src = pattern(BIG * SLOTS, 6);
-    p.a.mr.write(0, &src).expect("fill source");
+    let (from, to) = match op {
+        Big::Write => (&p.a.mr, &p.b.mr),
+        Big::Read => (&p.b.mr, &p.a.mr),
+    };
+    from.write(0, &src).expect("fill source");
     let (raddr, rkey) = (p.b.mr.addr(), p.b.mr.rkey());
     let sges: Vec<Sge> = (0..SLOTS)
         .map(|k| p.a.mr.sge((k * BIG) as u64, BIG as u32).expect("sge"))
         .collect();
-    let mut w = Window::new();
+    let (mut w, what) = match op {
+        Big::Write => (Window::of(WcOpcode::RdmaWrite), "64 KiB"),
+        Big::Read => (Window::of(WcOpcode::RdmaRead), "64 KiB READ"),
+    };
     let rate = measure(s.warmup(), s.e2e(), || {
         let mut progressed = false;
         while w.in_flight() < s.outstanding {
             let slot = w.posted as usize % SLOTS;
+            let remote = RemoteAddr {
+                addr: raddr + (slot * BIG) as u64,
+                rkey,
+            };
             p.a.qp
                 .post_send(&[SendWr {
                     wr_id: w.posted,
                     sg_list: &sges[slot..slot + 1],
-                    opcode: WrOpcode::RdmaWrite(RemoteAddr {
-                        addr: raddr + (slot * BIG) as u64,
-                        rkey,
-                    }),
+                    opcode: match op {
+                        Big::Write => WrOpcode::RdmaWrite(remote),
+                        Big::Read => WrOpcode::RdmaRead(remote),
+                    },
                     flags: SendFlags::SIGNALED,
                     ud: None,
                 }])
@@ -675,10 +708,10 @@ fn big_writes(s: &Settings) -> Rate {
         done * BIG as u64
     });
     w.drain(&p.a.cq);
-    check(&p, &w, &rate, "64 KiB");
+    check(&p, &w, &rate, what);
     assert!(
-        p.b.mr.to_vec().expect("read target") == src,
-        "WRITE data arrived"
+        to.to_vec().expect("read target") == src,
+        "{what}: the data arrived"
     );
     rate
 }
@@ -691,7 +724,7 @@ fn check(p: &Pair, w: &Window, rate: &Rate, what: &str) {
     let (_, nic_b) = p.b.nic.counters(None);
     let wrs = w.posted as f64;
     println!(
-        "live: {what}: {} WRITEs; A per WRITE: {:.3} MMIO, {:.3} WQE DMA reads, \
+        "live: {what}: {} WRs; A per WR: {:.3} MMIO, {:.3} WQE DMA reads, \
          {:.3} payload DMA reads, {:.3} packets; B: {} packets in, {} dropped",
         w.posted,
         bus_a.mmio_writes as f64 / wrs,
@@ -836,6 +869,17 @@ fn main() {
         );
         return;
     }
+    if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "read") {
+        let m = memcpy_big(&s).median();
+        let b = big_transfers(&s, Big::Read).median();
+        println!(
+            "64 KiB READs: {:.3} GB/s, memcpy {:.3} GB/s: {:.1}% of memcpy",
+            b / 1e9,
+            m / 1e9,
+            100.0 * b / m
+        );
+        return;
+    }
     if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "small") {
         let spsc = spsc_64b(&s).median();
         let w = small_writes(&s, Post::List).median();
@@ -853,6 +897,7 @@ fn main() {
     let hr_small = hostram_small(&s);
     let spsc = spsc_64b(&s);
     let e2e_big = big_writes(&s);
+    let e2e_read = big_transfers(&s, Big::Read);
     let e2e_list = small_writes(&s, Post::List);
     let e2e_single = small_writes(&s, Post::Single);
     let spread_one = spread_writes(&s, 1);
@@ -881,6 +926,13 @@ fn main() {
         Row {
             name: format!("RDMA WRITE 64 KiB, {} outstanding", s.outstanding),
             rate: e2e_big,
+            scale: gb,
+            unit: "GB/s",
+            versus: vec![("memcpy", m_big), ("HostRam::write", h_big)],
+        },
+        Row {
+            name: format!("RDMA READ 64 KiB, {} outstanding", s.outstanding),
+            rate: e2e_read,
             scale: gb,
             unit: "GB/s",
             versus: vec![("memcpy", m_big), ("HostRam::write", h_big)],
