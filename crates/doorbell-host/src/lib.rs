@@ -124,11 +124,12 @@ pub trait HostMemory: Send + Sync {
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError>;
     /// Copies the `len` bytes at `from` in `src` to `to` in this memory: a
     /// [`Self::write`] of what `src.read` gives (a payload that one NIC of
-    /// a process left in its memory, taken into another's). Fails as that
-    /// read or that write does; what the destination holds after a failure
-    /// is unspecified. The provided method copies through a buffer of its
-    /// own, a page at a time; [`HostRam`] copies straight from one
-    /// `HostRam` into another (or within one).
+    /// a process left in its memory, taken into another's), with
+    /// memmove's result where the two ranges overlap in one memory. Fails
+    /// as that read or that write does, having changed nothing. The
+    /// provided method checks both ranges and then copies through a buffer
+    /// of its own, a page at a time; [`HostRam`] copies straight from one
+    /// `HostRam` into another (or within one), under both regions' locks.
     fn copy_from(
         &self,
         to: HostAddr,
@@ -175,6 +176,9 @@ pub trait HostMemory: Send + Sync {
 }
 
 /// [`HostMemory::copy_from`] through a page-sized buffer on the stack.
+/// Both ranges are checked first, so that a copy that fails has changed
+/// nothing (unless the memory changes under it); within one memory, an
+/// overlapping copy to a higher address goes from the end, as memmove's.
 fn copy_through_buffer<M: HostMemory + ?Sized>(
     dst: &M,
     to: HostAddr,
@@ -182,14 +186,19 @@ fn copy_through_buffer<M: HostMemory + ?Sized>(
     from: HostAddr,
     len: usize,
 ) -> Result<(), MemError> {
+    src.check(from, len)?;
+    dst.check(to, len)?;
+    let same = std::ptr::addr_eq(dst as *const M, src as *const dyn HostMemory);
+    let backwards = same && from < to;
     let mut buf = [0u8; PAGE_SIZE as usize];
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(buf.len());
-        let off = done as u64;
+    let chunks = len.div_ceil(buf.len());
+    for k in 0..chunks {
+        let k = if backwards { chunks - 1 - k } else { k };
+        let start = k * buf.len();
+        let n = (len - start).min(buf.len());
+        let off = start as u64;
         src.read(offset(from, off)?, &mut buf[..n])?;
         dst.write(offset(to, off)?, &buf[..n])?;
-        done += n;
     }
     Ok(())
 }
@@ -603,6 +612,34 @@ mod tests {
         let mut want = bytes.clone();
         want.copy_within(0..32, 8);
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn copy_from_through_a_buffer_overlaps_as_memmove_and_fails_whole() {
+        let opaque = Opaque(HostRam::new());
+        let a = opaque.alloc(3 * 4096).unwrap();
+        let bytes: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 241) as u8).collect();
+        // Overlapping ranges several pages long, both ways.
+        for (from, to) in [(0, 100), (100, 0)] {
+            opaque.write(a, &bytes).unwrap();
+            opaque
+                .copy_from(at(a, to), &opaque, at(a, from), 9000)
+                .unwrap();
+            let mut got = vec![0u8; bytes.len()];
+            opaque.read(a, &mut got).unwrap();
+            let mut want = bytes.clone();
+            want.copy_within(from as usize..from as usize + 9000, to as usize);
+            assert!(got == want, "from {from} to {to}");
+        }
+        // A source that ends past its memory: nothing is written, though
+        // its first pages are there.
+        let ram = HostRam::new();
+        let b = ram.alloc(3 * 4096).unwrap();
+        opaque.write(a, &bytes).unwrap();
+        assert!(ram.copy_from(b, &opaque, at(a, 4096), 3 * 4096).is_err());
+        let mut got = vec![1u8; 3 * 4096];
+        ram.read(b, &mut got).unwrap();
+        assert!(got.iter().all(|&x| x == 0), "nothing written");
     }
 
     #[test]
