@@ -529,9 +529,7 @@ pub trait Dma {
         from: HostAddr,
         len: usize,
     ) -> Result<Instant, DmaError> {
-        let mut buf = vec![0u8; len];
-        src.read(from, &mut buf)?;
-        self.dma_write(at, tag, addr, &buf)
+        write_through_buffer(self, at, tag, addr, src, from, len)
     }
     /// Records an MMIO write of `bytes` the device received at `at`,
     /// attributed to `qpn`.
@@ -557,6 +555,22 @@ fn read_whole_into<D: Dma + ?Sized>(
     doorbell_host::spread(&buf, pieces)
         .map(|()| done)
         .ok_or(uneven(addr, len))
+}
+
+/// [`Dma::dma_write_from`] as a read of `src` into a buffer of its own,
+/// then one [`Dma::dma_write`] of it.
+fn write_through_buffer<D: Dma + ?Sized>(
+    dma: &mut D,
+    at: Instant,
+    tag: DmaTag,
+    addr: HostAddr,
+    src: &dyn HostMemory,
+    from: HostAddr,
+    len: usize,
+) -> Result<Instant, DmaError> {
+    let mut buf = vec![0u8; len];
+    src.read(from, &mut buf)?;
+    dma.dma_write(at, tag, addr, &buf)
 }
 
 /// The error of a [`Dma::dma_read_into`] whose pieces do not add up to its
@@ -801,9 +815,7 @@ impl Dma for Bus {
     ) -> Result<Instant, DmaError> {
         if self.capture.is_some() && captured(tag.purpose) {
             // The capture keeps the bytes: take them in a buffer.
-            let mut buf = vec![0u8; len];
-            src.read(from, &mut buf)?;
-            return self.dma_write(at, tag, addr, &buf);
+            return write_through_buffer(self, at, tag, addr, src, from, len);
         }
         self.count_write(at, tag, addr, len as u64);
         self.mem.copy_from(addr, src, from, len)?;
