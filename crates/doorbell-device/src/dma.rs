@@ -2,7 +2,7 @@
 //! the walk of a buffer's page list.
 
 use doorbell_host::{HostMemory, PAGE_SIZE};
-use doorbell_pcie::{Dma, DmaTag};
+use doorbell_pcie::{Dma, DmaError, DmaTag};
 use doorbell_types::{HostAddr, Instant};
 
 /// Calls `f(host_addr, bytes, offset_into_range)` for each run of bytes
@@ -43,6 +43,18 @@ pub(crate) fn page_runs(
     true
 }
 
+/// Moves `*t` to when a DMA that answered `r` lets the device go on;
+/// false if it failed.
+fn advance(t: &mut Instant, r: Result<Instant, DmaError>) -> bool {
+    match r {
+        Ok(done) => {
+            *t = done.max(*t);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// A DMA read of `len` bytes into the buffers `pieces` yields, as
 /// [`dma_read`] does into one.
 pub(crate) fn dma_read_into<D: Dma>(
@@ -53,13 +65,7 @@ pub(crate) fn dma_read_into<D: Dma>(
     len: usize,
     pieces: &mut dyn Iterator<Item = &mut [u8]>,
 ) -> bool {
-    match dma.dma_read_into(*t, tag, addr, len, pieces) {
-        Ok(done) => {
-            *t = done.max(*t);
-            true
-        }
-        Err(_) => false,
-    }
+    advance(t, dma.dma_read_into(*t, tag, addr, len, pieces))
 }
 
 /// A DMA read of `len` bytes left in host memory
@@ -71,13 +77,7 @@ pub(crate) fn dma_read_left<D: Dma>(
     addr: HostAddr,
     len: usize,
 ) -> bool {
-    match dma.dma_read_left(*t, tag, addr, len) {
-        Ok(done) => {
-            *t = done.max(*t);
-            true
-        }
-        Err(_) => false,
-    }
+    advance(t, dma.dma_read_left(*t, tag, addr, len))
 }
 
 /// A DMA write of `len` bytes at `from` in `src`
@@ -91,13 +91,7 @@ pub(crate) fn dma_write_from<D: Dma>(
     from: HostAddr,
     len: usize,
 ) -> bool {
-    match dma.dma_write_from(*t, tag, addr, src, from, len) {
-        Ok(done) => {
-            *t = done.max(*t);
-            true
-        }
-        Err(_) => false,
-    }
+    advance(t, dma.dma_write_from(*t, tag, addr, src, from, len))
 }
 
 /// A received packet's payload: in its frame, or left in the host memory
@@ -166,13 +160,7 @@ pub(crate) fn dma_read<D: Dma>(
     addr: HostAddr,
     buf: &mut [u8],
 ) -> bool {
-    match dma.dma_read(*t, tag, addr, buf) {
-        Ok(done) => {
-            *t = done.max(*t);
-            true
-        }
-        Err(_) => false,
-    }
+    advance(t, dma.dma_read(*t, tag, addr, buf))
 }
 
 /// A DMA write at `*t`, moving `*t` to when the next may be issued.
@@ -183,11 +171,5 @@ pub(crate) fn dma_write<D: Dma>(
     addr: HostAddr,
     data: &[u8],
 ) -> bool {
-    match dma.dma_write(*t, tag, addr, data) {
-        Ok(done) => {
-            *t = done.max(*t);
-            true
-        }
-        Err(_) => false,
-    }
+    advance(t, dma.dma_write(*t, tag, addr, data))
 }
