@@ -10,6 +10,28 @@ use doorbell_wire::seal_roce;
 
 use super::*;
 
+/// Where `frame` carries its payload, said to be left at `from`.
+fn left_at(frame: &[u8], from: HostAddr) -> Unfilled {
+    let p = parse_roce(frame).unwrap().payload;
+    Unfilled {
+        from,
+        at: p.start as u32,
+        len: p.len() as u32,
+    }
+}
+
+/// The rig takes `frame` as another NIC of this process hands it over:
+/// its payload left in `src` where `left` says, or carried.
+fn take(rig: &mut Rig, frame: &[u8], left: Option<(&Unfilled, &HostRam)>) -> Received {
+    let now = rig.now;
+    match left {
+        Some((u, src)) => rig
+            .nic
+            .handle_unfilled_frame(now, frame, u, src, &mut rig.bus),
+        None => rig.nic.handle_emitted_frame(now, frame, &mut rig.bus),
+    }
+}
+
 /// Posts the same two WRITEs as the burst test (8 KiB and 5 000 bytes, 13
 /// packets), a 300-byte SEND from one buffer and a 300-byte SEND gathered
 /// from two, rings once, and returns the frames and the rig.
@@ -87,13 +109,8 @@ fn take_write(
 ) -> (Received, Vec<Frame>, Vec<u8>, Rig) {
     let mut rig = Rig::new();
     let frame = rig.write_only(EPSN, 100, carried);
-    let now = rig.now;
-    let r = match unfilled(&frame) {
-        Some(u) => rig
-            .nic
-            .handle_unfilled_frame(now, &frame, &u, src, &mut rig.bus),
-        None => rig.nic.handle_emitted_frame(now, &frame, &mut rig.bus),
-    };
+    let u = unfilled(&frame);
+    let r = take(&mut rig, &frame, u.as_ref().map(|u| (u, src)));
     let out = rig.transmitted();
     let mr = rig.mr_bytes(0, MR_LEN as usize);
     (r, out, mr, rig)
@@ -106,14 +123,7 @@ fn a_receiver_copies_a_left_payload_from_the_senders_memory() {
     let payload: Vec<u8> = (0..1000u32).map(|i| (i * 13 + 5) as u8).collect();
     src.write(at.checked_add(33).unwrap(), &payload).unwrap();
     let from = at.checked_add(33).unwrap();
-    let left = |frame: &[u8]| {
-        let p = parse_roce(frame).unwrap().payload;
-        Some(Unfilled {
-            from,
-            at: p.start as u32,
-            len: p.len() as u32,
-        })
-    };
+    let left = |frame: &[u8]| Some(left_at(frame, from));
     // The frame's own payload bytes are zeros: only the left ones land.
     let (r, acks, mr, rig) = take_write(left, &src, &[0u8; 1000]);
     let (r2, acks2, mr2, rig2) = take_write(|_| None, &src, &payload);
@@ -137,7 +147,7 @@ fn a_receiver_copies_a_left_send_into_its_receive_buffer() {
     let at = src.alloc(4096).unwrap();
     let payload: Vec<u8> = (0..700u32).map(|i| (i * 7 + 1) as u8).collect();
     src.write(at, &payload).unwrap();
-    let take = |left: bool| {
+    let send = |left: bool| {
         let mut rig = Rig::new();
         let (lkey, buf) = (rig.mr.raw(), rig.mr_buf.get() + 64);
         rig.post_recv(lkey, buf, 1000);
@@ -147,26 +157,15 @@ fn a_receiver_copies_a_left_send_into_its_receive_buffer() {
             payload.clone()
         };
         let frame = rig.request(BthOpcode::RcSendOnly, EPSN, ExtHeaders::default(), &carried);
-        let p = parse_roce(&frame).unwrap().payload;
-        let u = Unfilled {
-            from: at,
-            at: p.start as u32,
-            len: p.len() as u32,
-        };
-        let now = rig.now;
-        let r = if left {
-            rig.nic
-                .handle_unfilled_frame(now, &frame, &u, &src, &mut rig.bus)
-        } else {
-            rig.nic.handle_emitted_frame(now, &frame, &mut rig.bus)
-        };
+        let u = left_at(&frame, at);
+        let r = take(&mut rig, &frame, left.then_some((&u, &src)));
         assert_eq!(r, Received::Taken);
         let acks: Vec<Vec<u8>> = rig.transmitted().into_iter().map(|f| f.bytes).collect();
         let cqes = rig.cqes();
         let mr = rig.mr_bytes(0, MR_LEN as usize);
         (acks, cqes, mr, rig.bus.counters())
     };
-    let (left, carried) = (take(true), take(false));
+    let (left, carried) = (send(true), send(false));
     assert_eq!(&left.2[64..764], &payload[..], "the SEND's bytes landed");
     assert!(left == carried, "the same ACK, CQE, memory and bus counts");
     assert_eq!(left.1.len(), 1, "one receive completion");
@@ -179,28 +178,18 @@ fn a_left_payload_that_no_payload_carrying_packet_holds_is_dropped_and_touches_n
     src.write(at, &[0xee; 4096]).unwrap();
     let cases: [(&str, MakeUnfilled); 3] = [
         ("short", |from, f| {
-            let p = parse_roce(f).unwrap().payload;
+            let u = left_at(f, from);
             Unfilled {
-                from,
-                at: p.start as u32,
-                len: p.len() as u32 - 1,
+                len: u.len - 1,
+                ..u
             }
         }),
         ("elsewhere in the frame", |from, f| {
-            let p = parse_roce(f).unwrap().payload;
-            Unfilled {
-                from,
-                at: p.start as u32 + 1,
-                len: p.len() as u32,
-            }
+            let u = left_at(f, from);
+            Unfilled { at: u.at + 1, ..u }
         }),
         ("beyond the sender's memory", |_, f| {
-            let p = parse_roce(f).unwrap().payload;
-            Unfilled {
-                from: HostAddr::new(0x10),
-                at: p.start as u32,
-                len: p.len() as u32,
-            }
+            left_at(f, HostAddr::new(0x10))
         }),
     ];
     for (name, make) in cases {
@@ -227,16 +216,7 @@ fn a_left_payload_that_no_payload_carrying_packet_holds_is_dropped_and_touches_n
     // packets whose payload the receiver writes into memory may leave it).
     let mut rig = Rig::new();
     let frame = peer_aeth(&rig, BthOpcode::RcAck, SQ_PSN, 1, &[1, 2, 3, 4]);
-    let p = parse_roce(&frame).unwrap().payload;
-    let u = Unfilled {
-        from: at,
-        at: p.start as u32,
-        len: p.len() as u32,
-    };
-    let now = rig.now;
-    let r = rig
-        .nic
-        .handle_unfilled_frame(now, &frame, &u, &src, &mut rig.bus);
+    let r = take(&mut rig, &frame, Some((&left_at(&frame, at), &src)));
     assert!(matches!(r, Received::Dropped(_)), "an ACK: {r:?}");
     assert_eq!(rig.counters().rx_dropped, 1);
 }
@@ -269,33 +249,12 @@ fn take_read(
         let psn = SQ_PSN + i as u32;
         let frame = if op == RcRdmaReadResponseMiddle {
             // A Middle carries no AETH.
-            let mut bth = BthRepr::new(op, rig.qpn, Psn::new(psn));
-            bth.ack_req = false;
-            let repr = RoceRepr {
-                ip: RoceIp::v4(PEER, LOCAL),
-                src_port: 0xc000,
-                bth,
-                ext: ExtHeaders::default(),
-            };
-            let mut f = Vec::new();
-            repr.emit_to_vec(&carried, &mut f).unwrap();
-            f
+            rig.request(op, psn, ExtHeaders::default(), &carried)
         } else {
             peer_aeth(&rig, op, psn, 1, &carried)
         };
-        let p = parse_roce(&frame).unwrap().payload;
-        let u = Unfilled {
-            from: from.checked_add((i * 1024) as u64).unwrap(),
-            at: p.start as u32,
-            len: p.len() as u32,
-        };
-        let now = rig.now;
-        let got = if left {
-            rig.nic
-                .handle_unfilled_frame(now, &frame, &u, src, &mut rig.bus)
-        } else {
-            rig.nic.handle_emitted_frame(now, &frame, &mut rig.bus)
-        };
+        let u = left_at(&frame, from.checked_add((i * 1024) as u64).unwrap());
+        let got = take(&mut rig, &frame, left.then_some((&u, src)));
         assert_eq!(got, Received::Taken, "response {i}");
     }
     let cqes = rig.cqes();
