@@ -858,27 +858,18 @@ fn main() {
         );
         return;
     }
-    if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "big") {
-        let m = memcpy_big(&s).median();
-        let b = big_writes(&s).median();
-        println!(
-            "64 KiB WRITEs: {:.3} GB/s, memcpy {:.3} GB/s: {:.1}% of memcpy",
-            b / 1e9,
-            m / 1e9,
-            100.0 * b / m
-        );
-        return;
-    }
-    if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "read") {
-        let m = memcpy_big(&s).median();
-        let b = big_transfers(&s, Big::Read).median();
-        println!(
-            "64 KiB READs: {:.3} GB/s, memcpy {:.3} GB/s: {:.1}% of memcpy",
-            b / 1e9,
-            m / 1e9,
-            100.0 * b / m
-        );
-        return;
+    for (only, op, name) in [("big", Big::Write, "WRITEs"), ("read", Big::Read, "READs")] {
+        if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == only) {
+            let m = memcpy_big(&s).median();
+            let b = big_transfers(&s, op).median();
+            println!(
+                "64 KiB {name}: {:.3} GB/s, memcpy {:.3} GB/s: {:.1}% of memcpy",
+                b / 1e9,
+                m / 1e9,
+                100.0 * b / m
+            );
+            return;
+        }
     }
     if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "small") {
         let spsc = spsc_64b(&s).median();
