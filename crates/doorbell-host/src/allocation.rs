@@ -184,19 +184,21 @@ mod tests {
     fn pairs_taken_in_both_directions_at_once_do_not_deadlock() {
         let a = std::sync::Arc::new(Allocation::new(64, vec![1u8; 64]));
         let b = std::sync::Arc::new(Allocation::new(64, vec![2u8; 64]));
-        let threads: Vec<_> = [(a.clone(), b.clone()), (b, a)]
-            .into_iter()
-            .map(|(x, y)| {
-                std::thread::spawn(move || {
-                    for _ in 0..20_000 {
-                        x.with_pair(&y, |x, y| y.copy_from_slice(x))
-                            .expect("both live");
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().expect("no deadlock, no panic");
+        let (done, finished) = std::sync::mpsc::channel();
+        for (x, y) in [(a.clone(), b.clone()), (b, a)] {
+            let done = done.clone();
+            // A deadlocked thread is left behind: the test fails on time.
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    x.with_pair(&y, |x, y| y.copy_from_slice(x))
+                        .expect("both live");
+                }
+                let _ = done.send(());
+            });
+        }
+        for k in 0..2 {
+            let r = finished.recv_timeout(std::time::Duration::from_secs(30));
+            assert!(r.is_ok(), "thread {k} of 2 did not finish: a deadlock");
         }
     }
 
