@@ -480,7 +480,10 @@ impl HostMemory for HostRam {
                         dst.with_pair(src, |d, s| {
                             d[dst_off..dst_off + len].copy_from_slice(&s[src_off..src_off + len]);
                         })
-                        .ok_or(if src.is_freed() { from } else { to })
+                        // (Which side was freed is asked only on failure:
+                        // taking a lock straight after the copy would wait
+                        // for all its stores to drain.)
+                        .ok_or_else(|| if src.is_freed() { from } else { to })
                     }
                 },
             )
