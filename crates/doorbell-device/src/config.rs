@@ -57,6 +57,16 @@ pub struct NicConfig {
     /// could be seen. The DMA read is checked, counted and timed as
     /// before, when the packet is built.
     pub leave_payload: bool,
+    /// Most packets a NIC that leaves payloads hands on as one frame: a
+    /// run of MIDDLE packets of one message, their payloads one after the
+    /// other in one run of host memory, none asking for an ACK
+    /// ([`Unfilled::segments`]). 1 by default: every packet its own frame.
+    /// The receiver takes each packet of a run as it would have taken it
+    /// alone, without parsing headers that differ only in their PSN; the
+    /// runtime splits a run into its packets ([`Unfilled::segment`])
+    /// wherever else it could be seen, as an operating system leaves the
+    /// segmentation of a large send to where it must happen.
+    pub max_segments: u32,
 }
 
 /// The default adaptive retransmission floor: a few round trips
@@ -75,6 +85,7 @@ impl NicConfig {
             icrc: Seal::Now,
             tx_burst: None,
             leave_payload: false,
+            max_segments: 1,
         }
     }
 
@@ -139,22 +150,37 @@ pub struct Frame {
     pub unfilled: Option<Unfilled>,
 }
 
+impl Frame {
+    /// How many packets the frame stands for: more than one for a run
+    /// ([`Unfilled::segments`]).
+    pub fn packets(&self) -> u32 {
+        self.unfilled.map_or(1, |u| u.segments.max(1))
+    }
+}
+
 /// A frame's payload left in the sending NIC's host memory
-/// ([`NicConfig::leave_payload`]).
+/// ([`NicConfig::leave_payload`]), and how many packets the frame stands
+/// for ([`NicConfig::max_segments`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Unfilled {
-    /// Where the payload is in the sender's host memory.
+    /// Where the first packet's payload is in the sender's host memory.
     pub from: HostAddr,
-    /// Where it goes in the frame's bytes.
+    /// Where a packet's payload goes in the frame's bytes.
     pub at: u32,
-    /// Its length.
+    /// The length of each packet's payload.
     pub len: u32,
+    /// How many packets the frame stands for, at least one. The frame's
+    /// bytes are the first's; packet `k` differs only in its PSN, `k` more,
+    /// and its payload, `k * len` bytes on from `from`. A run of more than
+    /// one is of MIDDLE packets that ask for no ACK.
+    pub segments: u32,
 }
 
 impl Unfilled {
-    /// Reads the payload from `mem`, the sending NIC's host memory, into
-    /// the frame `bytes`; fails if that memory no longer holds it, or if
-    /// `bytes` has no room for it where it goes.
+    /// Reads the first packet's payload from `mem`, the sending NIC's host
+    /// memory, into the frame `bytes`; fails if that memory no longer holds
+    /// it, or if `bytes` has no room for it where it goes. A run of more
+    /// than one packet is split first ([`Self::segment`]).
     pub fn fill(&self, bytes: &mut [u8], mem: &dyn HostMemory) -> Result<(), MemError> {
         let (at, len) = (self.at as usize, self.len as usize);
         let into = bytes.get_mut(at..at + len).ok_or(MemError::Unmapped {
@@ -162,6 +188,38 @@ impl Unfilled {
             len,
         })?;
         mem.read(self.from, into)
+    }
+
+    /// Packet `k` of the run whose frame is `bytes`, as a frame of its own:
+    /// its bytes written to `into` (the payload still unfilled, the ICRC
+    /// unsealed), and where its payload is. `None` if `k` is past the run,
+    /// its payload's address would pass the end of the address space, or
+    /// `bytes` is no RoCEv2 frame whose payload is where `self` says.
+    pub fn segment(&self, bytes: &[u8], k: u32, into: &mut Vec<u8>) -> Option<Unfilled> {
+        if k >= self.segments {
+            return None;
+        }
+        let from = self.from.checked_add(u64::from(k) * u64::from(self.len))?;
+        let parsed = doorbell_wire::parse_roce_emitted(bytes).ok()?;
+        let payload = parsed.payload;
+        if payload.start != self.at as usize || payload.len() != self.len as usize {
+            return None;
+        }
+        let mut repr = parsed.repr;
+        repr.bth.psn = repr.bth.psn.add(k);
+        let len = repr.checked_frame_len(payload.len()).ok()?;
+        if len != bytes.len() {
+            return None;
+        }
+        into.clear();
+        into.extend_from_slice(bytes);
+        repr.emit_checked(into, payload.len(), len, Seal::Later)
+            .ok()?;
+        Some(Unfilled {
+            from,
+            segments: 1,
+            ..*self
+        })
     }
 }
 

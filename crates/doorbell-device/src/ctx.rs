@@ -61,7 +61,10 @@ impl<D: Dma> Ctx<'_, D> {
 
 /// Queues of outputs and the counters.
 pub(crate) struct Outputs {
-    pub(crate) tx: VecDeque<Frame>,
+    tx: VecDeque<Frame>,
+    /// Packets in `tx` beyond one per frame: those of its runs
+    /// ([`crate::Unfilled::segments`]).
+    tx_joined: usize,
     /// Events raised, each with the time the work that raised it had
     /// reached: its EQE is written no earlier (after the CQE it reports).
     pub(crate) events: VecDeque<(NicEvent, Instant)>,
@@ -94,6 +97,7 @@ impl Outputs {
     pub(crate) fn new(seal: Seal) -> Self {
         Self {
             tx: VecDeque::new(),
+            tx_joined: 0,
             events: VecDeque::new(),
             counters: NicCounters::default(),
             spare: crate::pool::Pool::default(),
@@ -118,6 +122,10 @@ pub(crate) struct Building {
     /// Where the payload is in host memory, if it is left there
     /// ([`crate::NicConfig::leave_payload`]).
     pub(crate) left: Option<doorbell_types::HostAddr>,
+    /// The packets the frame stands for ([`crate::Unfilled::segments`]):
+    /// one, or a run of MIDDLE packets whose payloads follow `left` in
+    /// memory.
+    pub(crate) segments: u32,
 }
 
 /// A plain ACK owed and not yet built ([`Outputs::held_ack`]).
@@ -133,6 +141,7 @@ impl Outputs {
     /// Queues `frame` for the port, behind the held ACK.
     pub(crate) fn push(&mut self, frame: Frame) {
         self.build_held_ack();
+        self.tx_joined += frame.packets() as usize - 1;
         self.tx.push_back(frame);
     }
 
@@ -148,17 +157,20 @@ impl Outputs {
         if self.tx.is_empty() {
             self.build_held_ack();
         }
-        self.tx.pop_front()
+        let f = self.tx.pop_front()?;
+        self.tx_joined -= f.packets() as usize - 1;
+        Some(f)
     }
 
-    /// Frames queued for the port, the held ACK included.
+    /// Packets queued for the port, the held ACK included.
     pub(crate) fn queued(&self) -> usize {
-        self.tx.len() + usize::from(self.held_ack.is_some())
+        self.tx.len() + self.tx_joined + usize::from(self.held_ack.is_some())
     }
 
     /// Drops every frame queued for the port, the held ACK included.
     pub(crate) fn clear(&mut self) {
         self.held_ack = None;
+        self.tx_joined = 0;
         for f in self.tx.drain(..) {
             self.spare.give(f.bytes);
         }
@@ -180,5 +192,42 @@ impl Outputs {
                 unfilled: None,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use doorbell_types::{HostAddr, Instant};
+
+    use super::*;
+    use crate::Unfilled;
+
+    fn frame(segments: Option<u32>) -> Frame {
+        Frame {
+            dst: [10, 0, 0, 2],
+            bytes: vec![0; 100],
+            ready: Instant::ZERO,
+            unfilled: segments.map(|segments| Unfilled {
+                from: HostAddr::new(0x1000),
+                at: 60,
+                len: 40,
+                segments,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_queue_counts_each_packet_of_a_run() {
+        let mut out = Outputs::new(Seal::Now);
+        out.push(frame(Some(5)));
+        out.push(frame(None));
+        out.push(frame(Some(1)));
+        assert_eq!(out.queued(), 7);
+        assert_eq!(out.pop().map(|f| f.packets()), Some(5));
+        assert_eq!(out.queued(), 2);
+        out.clear();
+        assert_eq!(out.queued(), 0);
+        out.push(frame(Some(3)));
+        assert_eq!(out.queued(), 3);
     }
 }

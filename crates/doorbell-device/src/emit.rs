@@ -44,14 +44,16 @@ pub(crate) fn building<D: Dma>(
         payload: at..at + payload_len,
         ready: ctx.t,
         left: None,
+        segments: 1,
     })
 }
 
 /// Writes the headers, pad and ICRC around the payload already in `f` and
 /// queues the frame for the port, ready once its payload is in and the NIC
-/// has spent its per-packet cost; false, with the buffer back among the
-/// spares, if the headers cannot be written (never, for a payload of an
-/// MTU at most).
+/// has spent its per-packet cost (for each packet of a run,
+/// [`Building::segments`]); false, with the buffer back among the spares,
+/// if the headers cannot be written (never, for a payload of an MTU at
+/// most).
 pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building) -> bool {
     // `building` checked the headers and made the buffer the frame's length.
     let len = f.bytes.len();
@@ -69,13 +71,16 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building
         return false;
     }
     ctx.t = ctx.t.max(f.ready);
-    ctx.charge(ctx.cfg.timing.tx_packet);
-    ctx.out.counters.tx_packets += 1;
+    for _ in 0..f.segments {
+        ctx.charge(ctx.cfg.timing.tx_packet);
+    }
+    ctx.out.counters.tx_packets += u64::from(f.segments);
     // A payload of an MTU at most, at an offset of a few dozen bytes.
     let unfilled = f.left.map(|from| Unfilled {
         from,
         at: f.payload.start as u32,
         len: f.payload.len() as u32,
+        segments: f.segments,
     });
     ctx.out.push(Frame {
         dst,

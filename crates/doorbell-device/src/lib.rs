@@ -15,7 +15,11 @@
 //! host memory
 //! ([`NicConfig::leave_payload`]): the receiver takes such frames with
 //! [`Nic::handle_emitted_frame`] and [`Nic::handle_unfilled_frame`], and
-//! copies the payload from the sender's memory into its own, once.
+//! copies the payload from the sender's memory into its own, once. Such a
+//! sender may also hand a run of a message's MIDDLE packets on as one frame
+//! ([`NicConfig::max_segments`], [`Unfilled::segments`]): the receiver
+//! takes each packet of it as it would have taken it alone, its headers
+//! parsed once.
 //!
 //! The NIC never reads a clock or touches a socket or thread. Time comes in
 //! as `now` on every call; the transport's timers come out of
@@ -95,7 +99,8 @@ use doorbell_host::{HostMemory, RecordDoorbell};
 use doorbell_layout::uar::{self, CqArmDoorbell, SendDoorbell, UarRegister};
 use doorbell_layout::wqe as wqe_layout;
 use doorbell_pcie::Dma;
-use doorbell_types::{Cqn, Duration, Instant, Pdn, Qpn, Srqn, UarIndex};
+use doorbell_types::{Cqn, Duration, HostAddr, Instant, Pdn, Qpn, Srqn, UarIndex};
+use doorbell_wire::RoceRepr;
 
 use doorbell_hif::{
     CmdError, CmdOut, Command, MkeyParams, NicEvent, ObjKind, Param, QpParams, QpState, QpType,
@@ -148,6 +153,26 @@ macro_rules! ctx {
             cqe_lost: false,
         }
     };
+}
+
+/// Whether `u` is a packet, or a run of MIDDLE packets that ask for no ACK
+/// (headers `repr`) whose payloads end within the address space: the runs
+/// a sending NIC hands on ([`NicConfig::max_segments`]).
+fn is_run(u: &Unfilled, repr: &RoceRepr) -> bool {
+    use doorbell_wire::BthOpcode::*;
+    match u.segments {
+        0 => false,
+        1 => true,
+        n => {
+            matches!(
+                repr.bth.opcode,
+                RcRdmaWriteMiddle | RcSendMiddle | RcRdmaReadResponseMiddle
+            ) && !repr.bth.ack_req
+                && u.from
+                    .checked_add(u64::from(n) * u64::from(u.len))
+                    .is_some()
+        }
+    }
 }
 
 /// Picks the processing unit that frees up first; work starts at `now` or
@@ -1058,8 +1083,9 @@ impl Nic {
         check_icrc: bool,
         left: Option<(&Unfilled, &dyn HostMemory)>,
     ) -> Received {
+        let segments = left.map_or(1, |(u, _)| u.segments);
         if self.link_down {
-            self.out.counters.link_down_dropped += 1;
+            self.out.counters.link_down_dropped += u64::from(segments.max(1));
             return Received::Dropped("the link is down");
         }
         let parsed = if check_icrc {
@@ -1078,44 +1104,75 @@ impl Nic {
                 return Received::Dropped("not a RoCEv2 packet this NIC can parse");
             }
         };
-        let payload = match left {
-            None => PayloadIn::Frame(frame.get(parsed.payload.clone()).unwrap_or(&[])),
-            Some((u, src))
-                if transmit::may_leave_payload(parsed.repr.bth.opcode)
-                    && parsed.payload.start == u.at as usize
-                    && parsed.payload.len() == u.len as usize =>
-            {
-                PayloadIn::Left {
-                    src,
-                    from: u.from,
-                    len: parsed.payload.len(),
-                }
-            }
-            Some(_) => {
-                self.out.counters.rx_dropped += 1;
-                return Received::Dropped(
-                    "a payload left in memory that no WRITE, SEND or READ response carries",
-                );
-            }
+        let repr = parsed.repr;
+        let ip_header = frame.get(..repr.ip.header_len()).unwrap_or(&[]);
+        let Some((u, src)) = left else {
+            let payload = PayloadIn::Frame(frame.get(parsed.payload.clone()).unwrap_or(&[]));
+            return self.packet(now, &repr, ip_header, payload, dma, true);
         };
+        if !(transmit::may_leave_payload(repr.bth.opcode)
+            && parsed.payload.start == u.at as usize
+            && parsed.payload.len() == u.len as usize)
+        {
+            self.out.counters.rx_dropped += 1;
+            return Received::Dropped(
+                "a payload left in memory that no WRITE, SEND or READ response carries",
+            );
+        }
+        if !is_run(u, &repr) {
+            self.out.counters.rx_dropped += 1;
+            return Received::Dropped("a run of packets that are not MIDDLE packets in a row");
+        }
+        // Each packet of a run as it would have been taken alone: its
+        // headers are the first's but for the PSN (`Unfilled::segments`).
+        let mut r = Received::Taken;
+        let mut each = repr;
+        let mut from = u.from;
+        for k in 0..segments {
+            each.bth.psn = repr.bth.psn.add(k);
+            let payload = PayloadIn::Left {
+                src,
+                from,
+                len: parsed.payload.len(),
+            };
+            // Nothing reads the timer index between a run's packets, which
+            // all go to one QP: it is brought up to date after the last.
+            r = self.packet(now, &each, ip_header, payload, dma, k + 1 == segments);
+            // (`is_run` checked that the run ends within the address space.)
+            from = HostAddr::new(from.get().wrapping_add(u64::from(u.len)));
+        }
+        r
+    }
+
+    /// Takes one packet, its headers parsed; brings the timer index up to
+    /// date with its QP's timers if `index_timers`.
+    fn packet(
+        &mut self,
+        now: Instant,
+        repr: &RoceRepr,
+        ip_header: &[u8],
+        payload: PayloadIn<'_>,
+        dma: &mut impl Dma,
+        index_timers: bool,
+    ) -> Received {
         let (pu, start) = acquire_pu(&mut self.pus, now);
-        let Some(qp) = self.qps.get_mut(&parsed.repr.bth.dest_qp) else {
+        let Some(qp) = self.qps.get_mut(&repr.bth.dest_qp) else {
             self.out.counters.rx_dropped += 1;
             return Received::Dropped("no such QP");
         };
         self.out.counters.rx_packets += 1;
         let mut ctx = ctx!(self, now, start, dma);
         ctx.charge(ctx.cfg.timing.rx_packet);
-        let r = if parsed.repr.bth.opcode.is_response() {
-            response::handle_response(qp, &parsed.repr, payload, &mut ctx)
+        let r = if repr.bth.opcode.is_response() {
+            response::handle_response(qp, repr, payload, &mut ctx)
         } else {
-            let ip_header = frame.get(..parsed.repr.ip.header_len()).unwrap_or(&[]);
-            recv::handle_request(qp, &parsed.repr, ip_header, payload, &mut ctx)
-                .map(|()| Then::Done)
+            recv::handle_request(qp, repr, ip_header, payload, &mut ctx).map(|()| Then::Done)
         };
         settle(qp, r, &mut ctx);
         let busy = ctx.busy;
-        sync_timers(&mut self.timers, qp);
+        if index_timers {
+            sync_timers(&mut self.timers, qp);
+        }
         let qpn = qp.qpn;
         self.occupy(pu, start, busy, qpn, PuTask::Frame);
         Received::Taken

@@ -333,6 +333,7 @@ fn execute_uc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         mtu,
         range: 0..n,
         batch: UC_BATCH,
+        runs: false,
     };
     send_packets(qp, ctx, peer_ip(qp), packets, headers).map_err(fail)?;
     if signaled {
@@ -387,6 +388,7 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         mtu: len.max(1),
         range: 0..1,
         batch: 1,
+        runs: false,
     };
     send_packets(qp, ctx, dst, packets, |_| Ok((bth, ext))).map_err(fail)?;
     if signaled {

@@ -137,6 +137,59 @@ pub(crate) fn read_into_frames<D: Dma>(
     }
 }
 
+/// Where bytes `[start, start + total)` of the payload `p` lie in host
+/// memory, if in one run of it that ends within the address space, with
+/// the keys' local access: what [`read_into_frames`] would leave there.
+/// `None` for inline data, a payload in several runs, or one the walk
+/// refuses (whose error [`read_into_frames`] then reports).
+pub(crate) fn one_run(
+    mkeys: &MkeyTable,
+    pd: Pdn,
+    p: &Payload,
+    start: u64,
+    total: usize,
+) -> Option<HostAddr> {
+    let Payload::Sges(sges) = p else { return None };
+    let mut runs = 0;
+    let mut first = None;
+    walk(mkeys, pd, 0, sges, start, total as u64, |h, r| {
+        runs += 1;
+        first = Some((h, r));
+        true
+    })
+    .ok()?;
+    match first {
+        Some((h, r)) if runs == 1 && r == (0..total) => h.checked_add(total as u64).map(|_| h),
+        _ => None,
+    }
+}
+
+/// Leaves the payload of `frames`, `total` bytes at `h` in one run of host
+/// memory ([`one_run`]), where it is: each frame's packets' payloads
+/// follow the one before's, and one DMA read of the run is checked and
+/// counted, as [`read_into_frames`] does with `leave`.
+pub(crate) fn leave_in_runs<D: Dma>(
+    qp: &Qp,
+    h: HostAddr,
+    total: usize,
+    frames: &mut [Building],
+    ctx: &mut Ctx<'_, D>,
+) -> Result<(), Syndrome> {
+    let mut off = 0u64;
+    for f in frames.iter_mut() {
+        f.left = h.checked_add(off);
+        off += u64::from(f.segments) * f.payload.len() as u64;
+    }
+    let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
+    let Ctx { dma, t, .. } = ctx;
+    if dma_read_left(*dma, t, tag, h, total) {
+        Ok(())
+    } else {
+        // As the walk reports a failed DMA.
+        Err(Syndrome::LocalProtErr)
+    }
+}
+
 /// The walk of a gather: bytes `[offset, offset + len)` of `sges`, read
 /// with the keys' local access, `dma(host, range_in_walk)` for each
 /// contiguous run. Fails with the syndrome of the WQE whose SGEs these are.

@@ -12,7 +12,7 @@ use doorbell_roce::ACK_EVERY_PACKETS;
 use doorbell_types::{Mkey, Psn};
 use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr};
 
-use crate::ctx::Ctx;
+use crate::ctx::{Building, Ctx};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::qp::Qp;
@@ -212,6 +212,7 @@ fn send_data<D: Dma>(
         mtu,
         range: from..to,
         batch: to - from,
+        runs: true,
     };
     send_packets(qp, ctx, Some(dst), packets, headers)
 }
@@ -229,6 +230,18 @@ pub(crate) struct Packets<'a> {
     /// Frames built and read into at once: one DMA per contiguous run of
     /// host memory within a batch.
     pub(crate) batch: u32,
+    /// Whether MIDDLE packets may leave as runs
+    /// ([`crate::NicConfig::max_segments`]): for an RC WRITE or SEND, whose
+    /// headers never fail.
+    pub(crate) runs: bool,
+}
+
+impl Packets<'_> {
+    /// The payload bytes of packet `k`.
+    fn data_len(&self, k: u32) -> usize {
+        self.mtu
+            .min(self.len.saturating_sub(u64::from(k) * self.mtu)) as usize
+    }
 }
 
 /// Sends packets `p.range` of a message with `headers(i)` for packet `i`:
@@ -236,6 +249,12 @@ pub(crate) struct Packets<'a> {
 /// ([`sge::read_into_frames`]), then finished. To no one if `dst` is
 /// `None`: the payload is still read, and its errors are still the WQE's.
 /// Returns the number of packets sent.
+///
+/// A batch whose payload lies in one run of host memory, on a NIC that
+/// leaves payloads there and joins packets, is built as runs: MIDDLE
+/// packets that ask for no ACK join the frame of the one before
+/// ([`joins`]), and one DMA read is counted for the batch, as
+/// [`sge::read_into_frames`] counts it.
 pub(crate) fn send_packets<D: Dma>(
     qp: &Qp,
     ctx: &mut Ctx<'_, D>,
@@ -246,44 +265,47 @@ pub(crate) fn send_packets<D: Dma>(
     let mut frames = std::mem::take(&mut ctx.out.building);
     let mut result = Ok(());
     let mut sent = 0;
+    let runs = p.runs && dst.is_some() && ctx.cfg.leave_payload && ctx.cfg.max_segments > 1;
     let mut i = p.range.start;
     while i < p.range.end && result.is_ok() {
         let end = i.saturating_add(p.batch.max(1)).min(p.range.end);
-        for k in i..end {
-            let data_len = p.mtu.min(p.len.saturating_sub(u64::from(k) * p.mtu)) as usize;
-            let built = headers(k).and_then(|(bth, ext)| {
-                let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
-                // Never fails for a packet of an MTU at most.
-                emit::building(ctx, repr, data_len).ok_or(Syndrome::LocalLengthErr)
-            });
-            match built {
-                Ok(f) => frames.push(f),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
+        let start = u64::from(i) * p.mtu;
+        let total: usize = (i..end).map(|k| p.data_len(k)).sum();
+        let one_run = if runs {
+            sge::one_run(ctx.mkeys, qp.p.pd, p.payload, start, total)
+        } else {
+            None
+        };
+        result = match one_run {
+            Some(h) => build_runs(qp, ctx, dst, &p, i..end, &mut headers, &mut frames)
+                .and_then(|()| sge::leave_in_runs(qp, h, total, &mut frames, ctx)),
+            None => {
+                build_each(qp, ctx, dst, &p, i..end, &mut headers, &mut frames).and_then(|()| {
+                    // Only an RC WRITE's or SEND's payload is left in
+                    // memory: the receiver takes it from there
+                    // ([`crate::NicConfig::leave_payload`]).
+                    let leave = ctx.cfg.leave_payload
+                        && frames.iter().all(|f| may_leave_payload(f.repr.bth.opcode));
+                    sge::read_into_frames(
+                        qp,
+                        p.payload,
+                        start,
+                        p.mtu as usize,
+                        leave,
+                        &mut frames,
+                        ctx,
+                    )
+                })
             }
-        }
-        if result.is_ok() {
-            let start = u64::from(i) * p.mtu;
-            // Only an RC WRITE's or SEND's payload is left in memory: the
-            // receiver takes it from there
-            // ([`crate::NicConfig::leave_payload`]).
-            let leave = ctx.cfg.leave_payload
-                && frames.iter().all(|f| may_leave_payload(f.repr.bth.opcode));
-            result = sge::read_into_frames(
-                qp,
-                p.payload,
-                start,
-                p.mtu as usize,
-                leave,
-                &mut frames,
-                ctx,
-            );
-        }
+        };
         for f in frames.drain(..) {
             match dst {
-                Some(dst) if result.is_ok() => sent += u32::from(emit::finish(ctx, dst, f)),
+                Some(dst) if result.is_ok() => {
+                    let n = f.segments;
+                    if emit::finish(ctx, dst, f) {
+                        sent += n;
+                    }
+                }
                 _ => ctx.out.spare.give(f.bytes),
             }
         }
@@ -291,6 +313,81 @@ pub(crate) fn send_packets<D: Dma>(
     }
     ctx.out.building = frames;
     result.map(|()| sent)
+}
+
+/// Builds a frame for each of packets `range` into `frames`, its payload
+/// yet to be put in; stops at the first packet whose headers fail.
+fn build_each<D: Dma>(
+    qp: &Qp,
+    ctx: &mut Ctx<'_, D>,
+    dst: Option<[u8; 4]>,
+    p: &Packets<'_>,
+    range: Range<u32>,
+    headers: &mut impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
+    frames: &mut Vec<Building>,
+) -> Result<(), Syndrome> {
+    for k in range {
+        let (bth, ext) = headers(k)?;
+        let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
+        // Never fails for a packet of an MTU at most.
+        let f = emit::building(ctx, repr, p.data_len(k)).ok_or(Syndrome::LocalLengthErr)?;
+        frames.push(f);
+    }
+    Ok(())
+}
+
+/// [`build_each`], a packet that [`joins`] the frame before counted in it
+/// instead of built.
+fn build_runs<D: Dma>(
+    qp: &Qp,
+    ctx: &mut Ctx<'_, D>,
+    dst: Option<[u8; 4]>,
+    p: &Packets<'_>,
+    range: Range<u32>,
+    headers: &mut impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
+    frames: &mut Vec<Building>,
+) -> Result<(), Syndrome> {
+    let max = ctx.cfg.max_segments;
+    for k in range {
+        let (bth, ext) = headers(k)?;
+        let data_len = p.data_len(k);
+        if let Some(f) = frames.last_mut() {
+            if joins(f, &bth, &ext, data_len, max) {
+                f.segments += 1;
+                continue;
+            }
+        }
+        let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
+        // Never fails for a packet of an MTU at most.
+        let f = emit::building(ctx, repr, data_len).ok_or(Syndrome::LocalLengthErr)?;
+        frames.push(f);
+    }
+    Ok(())
+}
+
+/// Whether the packet with headers `bth` and `ext` and `data_len` bytes of
+/// payload may join the run `f` as its next packet: `f` and it are MIDDLE
+/// packets of one opcode that ask for no ACK, with the same extension
+/// headers (none) and payload length, and it has the next PSN. Its headers
+/// are then `f`'s but for the PSN, as [`crate::Unfilled::segments`] says.
+fn joins(f: &Building, bth: &BthRepr, ext: &ExtHeaders, data_len: usize, max: u32) -> bool {
+    use BthOpcode::*;
+    let first = &f.repr.bth;
+    f.segments < max
+        && matches!(
+            first.opcode,
+            RcRdmaWriteMiddle | RcSendMiddle | RcRdmaReadResponseMiddle
+        )
+        && !first.ack_req
+        && bth.opcode == first.opcode
+        && !bth.ack_req
+        && bth.psn == first.psn.add(f.segments)
+        && BthRepr {
+            psn: first.psn,
+            ..*bth
+        } == *first
+        && *ext == f.repr.ext
+        && data_len == f.payload.len()
 }
 
 /// Whether a packet of opcode `op` may leave its payload in host memory
@@ -391,4 +488,63 @@ pub(crate) fn hold_adaptive(qp: &mut Qp, now: doorbell_types::Instant) {
                     && m.done_bytes == 0
             });
     qp.req.hold_adaptive(now, hold);
+}
+
+#[cfg(test)]
+mod tests {
+    use doorbell_types::{HostAddr, Instant, Qpn};
+    use doorbell_wire::{RoceIp, RoceRepr};
+
+    use super::*;
+
+    fn packet(op: BthOpcode, psn: u32, ack_req: bool) -> (BthRepr, ExtHeaders) {
+        let mut bth = BthRepr::new(op, Qpn::new(7), Psn::new(psn));
+        bth.ack_req = ack_req;
+        (bth, ExtHeaders::default())
+    }
+
+    fn building(op: BthOpcode, psn: u32, ack_req: bool, segments: u32) -> Building {
+        let (bth, ext) = packet(op, psn, ack_req);
+        Building {
+            bytes: Vec::new(),
+            repr: RoceRepr {
+                ip: RoceIp::v4([10, 0, 0, 1], [10, 0, 0, 2]),
+                src_port: 0xc000,
+                bth,
+                ext,
+            },
+            payload: 60..60 + 1024,
+            ready: Instant::ZERO,
+            left: Some(HostAddr::new(0x1000)),
+            segments,
+        }
+    }
+
+    #[test]
+    fn only_the_next_middle_packet_that_asks_for_no_ack_joins_a_run() {
+        use BthOpcode::*;
+        let run = building(RcRdmaWriteMiddle, 10, false, 3);
+        let next = |op, psn, ack| {
+            let (bth, ext) = packet(op, psn, ack);
+            joins(&run, &bth, &ext, 1024, 64)
+        };
+        assert!(next(RcRdmaWriteMiddle, 13, false), "the next MIDDLE");
+        assert!(!next(RcRdmaWriteMiddle, 13, true), "one asking for an ACK");
+        assert!(!next(RcRdmaWriteMiddle, 14, false), "a PSN further on");
+        assert!(!next(RcRdmaWriteMiddle, 12, false), "a PSN already in it");
+        assert!(!next(RcRdmaWriteLast, 13, false), "a LAST");
+        assert!(!next(RcSendMiddle, 13, false), "another opcode");
+        let (bth, ext) = packet(RcRdmaWriteMiddle, 13, false);
+        assert!(!joins(&run, &bth, &ext, 1000, 64), "a shorter payload");
+        assert!(!joins(&run, &bth, &ext, 1024, 3), "a run at its most");
+        let mut other = bth;
+        other.dest_qp = Qpn::new(8);
+        assert!(!joins(&run, &other, &ext, 1024, 64), "another QP");
+        for (first, why) in [
+            (building(RcRdmaWriteMiddle, 10, true, 3), "asks for an ACK"),
+            (building(RcRdmaWriteFirst, 10, false, 3), "is a FIRST"),
+        ] {
+            assert!(!joins(&first, &bth, &ext, 1024, 64), "a run that {why}");
+        }
+    }
 }

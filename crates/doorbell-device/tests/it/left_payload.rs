@@ -17,6 +17,7 @@ fn left_at(frame: &[u8], from: HostAddr) -> Unfilled {
         from,
         at: p.start as u32,
         len: p.len() as u32,
+        segments: 1,
     }
 }
 
@@ -265,7 +266,7 @@ fn take_read(
 fn a_requester_copies_left_read_responses_into_its_buffer() {
     let src = HostRam::new();
     let at = src.alloc(8192).unwrap();
-    let data: Vec<u8> = (0..6000u32).map(|i| (i * 31 + 3) as u8).collect();
+    let data: Vec<u8> = (0..6000u32).map(|i| ((i * 31 + 3) % 251) as u8).collect();
     src.write(at, &data).unwrap();
     let left = take_read(&src, at, &data, true);
     let carried = take_read(&src, at, &data, false);
@@ -308,4 +309,315 @@ fn a_responder_leaves_its_read_responses_payload_in_its_memory() {
         assert!(bytes == w.bytes, "response {k}: the same bytes once filled");
     }
     assert_eq!(left_rig.bus.counters(), whole_rig.bus.counters());
+}
+
+// ---------------------------------------------------------------------------
+// Runs: MIDDLE packets handed on as one frame (`NicConfig::max_segments`).
+
+/// A NIC that leaves payloads and joins up to `max` packets.
+pub(super) fn joining(max: u32) -> NicConfig {
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.leave_payload = true;
+    cfg.max_segments = max;
+    cfg
+}
+
+/// Each packet `frames` stand for, as a frame of its own: split
+/// ([`Unfilled::segment`]), filled in from `mem` and sealed.
+pub(super) fn split(frames: &[Frame], mem: &HostRam) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for f in frames {
+        let Some(u) = f.unfilled else {
+            out.push(f.bytes.clone());
+            continue;
+        };
+        for k in 0..u.segments {
+            let mut bytes = Vec::new();
+            let one = u
+                .segment(&f.bytes, k, &mut bytes)
+                .expect("a packet of the run");
+            assert_eq!(one.segments, 1);
+            one.fill(&mut bytes, mem).unwrap();
+            seal_roce(&mut bytes).unwrap();
+            out.push(bytes);
+        }
+        assert_eq!(u.segment(&f.bytes, u.segments, &mut Vec::new()), None);
+    }
+    out
+}
+
+#[test]
+fn a_run_split_into_its_packets_is_the_frames_a_reading_nic_sends() {
+    let (whole, whole_rig) = writes_and_sends(NicConfig::new(LOCAL));
+    let whole: Vec<Vec<u8>> = whole.into_iter().map(|f| f.bytes).collect();
+    for max in [2, 3, 64] {
+        let (runs, rig) = writes_and_sends(joining(max));
+        let sizes: Vec<u32> = runs.iter().map(Frame::packets).collect();
+        // 8 KiB: FIRST, six MIDDLEs, LAST; 5 000 bytes: FIRST, three
+        // MIDDLEs, LAST; two SENDs.
+        let expect: &[u32] = match max {
+            2 => &[1, 2, 2, 2, 1, 1, 2, 1, 1, 1, 1],
+            3 => &[1, 3, 3, 1, 1, 3, 1, 1, 1],
+            _ => &[1, 6, 1, 1, 3, 1, 1, 1],
+        };
+        assert_eq!(sizes, expect, "max {max}");
+        assert!(
+            split(&runs, &rig.mem) == whole,
+            "max {max}: the same packets"
+        );
+        assert_eq!(rig.bus.counters(), whole_rig.bus.counters(), "max {max}");
+        assert_eq!(rig.counters(), whole_rig.counters(), "max {max}: 15 sent");
+    }
+}
+
+/// A packet the rig's QP takes.
+struct Pkt {
+    op: BthOpcode,
+    ext: ExtHeaders,
+    len: usize,
+}
+
+/// The rig takes `pkts`, PSNs from `psn` on, the last asking for an ACK;
+/// their payloads are `data`, one after another. With `src`, the payloads
+/// are left there at `from`, MIDDLE packets in a row handed on as one
+/// run if `runs`; else carried.
+fn take_packets(
+    rig: &mut Rig,
+    pkts: &[Pkt],
+    psn: u32,
+    data: &[u8],
+    left: Option<(&HostRam, HostAddr, bool)>,
+) {
+    let mut at = 0usize;
+    let mut i = 0usize;
+    while i < pkts.len() {
+        let p = &pkts[i];
+        let middle = matches!(
+            p.op,
+            BthOpcode::RcRdmaWriteMiddle
+                | BthOpcode::RcSendMiddle
+                | BthOpcode::RcRdmaReadResponseMiddle
+        );
+        let mut n = 1;
+        if let Some((_, _, true)) = left {
+            while middle && i + n < pkts.len() && pkts[i + n].op == p.op && i + n + 1 < pkts.len() {
+                n += 1;
+            }
+        }
+        let mut bth = BthRepr::new(p.op, rig.qpn, Psn::new(psn + i as u32));
+        bth.ack_req = i + n == pkts.len();
+        let chunk = &data[at..at + p.len];
+        let got = match left {
+            Some((src, from, _)) => {
+                let frame = rig.request_bth(bth, p.ext, &vec![0u8; p.len]);
+                let u = Unfilled {
+                    segments: n as u32,
+                    ..left_at(&frame, from.checked_add(at as u64).unwrap())
+                };
+                take(rig, &frame, Some((&u, src)))
+            }
+            None => {
+                let frame = rig.request_bth(bth, p.ext, chunk);
+                take(rig, &frame, None)
+            }
+        };
+        assert_eq!(got, Received::Taken, "packet {i}");
+        at += (0..n).map(|k| pkts[i + k].len).sum::<usize>();
+        i += n;
+    }
+}
+
+/// What a rig ended with: its frames out, CQEs, MR bytes, NIC and bus
+/// counts.
+type Outcome = (
+    Vec<Vec<u8>>,
+    Vec<[u8; CQE_LEN]>,
+    Vec<u8>,
+    NicCounters,
+    doorbell_pcie::Counters,
+);
+
+fn outcome(mut rig: Rig) -> Outcome {
+    let out = rig.transmitted().into_iter().map(|f| f.bytes).collect();
+    let cqes = rig.cqes();
+    let mr = rig.mr_bytes(0, MR_LEN as usize);
+    (out, cqes, mr, rig.counters(), rig.bus.counters())
+}
+
+/// Six packets of 1 KiB: FIRST (with `first_ext`), four MIDDLEs, LAST.
+fn six(first: BthOpcode, middle: BthOpcode, last: BthOpcode, first_ext: ExtHeaders) -> Vec<Pkt> {
+    let mut v = vec![Pkt {
+        op: first,
+        ext: first_ext,
+        len: 1024,
+    }];
+    for _ in 0..4 {
+        v.push(Pkt {
+            op: middle,
+            ext: ExtHeaders::default(),
+            len: 1024,
+        });
+    }
+    v.push(Pkt {
+        op: last,
+        ext: ExtHeaders::default(),
+        len: 1024,
+    });
+    v
+}
+
+/// The sender's memory with `data` at the returned address.
+fn source(data: &[u8]) -> (HostRam, HostAddr) {
+    let src = HostRam::new();
+    let at = src.alloc(data.len() as u64 + 4096).unwrap();
+    src.write(at, data).unwrap();
+    (src, at)
+}
+
+#[test]
+fn a_receiver_takes_a_run_of_writes_as_it_takes_its_packets() {
+    let data: Vec<u8> = (0..6144u32).map(|i| ((i * 17 + 9) % 251) as u8).collect();
+    let (src, at) = source(&data);
+    let write = |left: Option<bool>| {
+        let mut rig = Rig::new();
+        let reth = RethRepr {
+            va: rig.mr_buf.get() + 100,
+            rkey: rig.mr,
+            dma_len: data.len() as u32,
+        };
+        let ext = ExtHeaders {
+            reth: Some(reth),
+            ..ExtHeaders::default()
+        };
+        use BthOpcode::*;
+        let pkts = six(RcRdmaWriteFirst, RcRdmaWriteMiddle, RcRdmaWriteLast, ext);
+        take_packets(&mut rig, &pkts, EPSN, &data, left.map(|r| (&src, at, r)));
+        outcome(rig)
+    };
+    let (runs, alone, carried) = (write(Some(true)), write(Some(false)), write(None));
+    assert_eq!(
+        &runs.2[100..100 + data.len()],
+        &data[..],
+        "the WRITE landed"
+    );
+    assert_eq!(runs.0.len(), 1, "one ACK");
+    assert!(runs == alone, "as the packets one by one");
+    assert!(runs == carried, "as the packets with their payloads");
+    assert_eq!(runs.3.rx_packets, 6);
+}
+
+#[test]
+fn a_receiver_takes_a_run_of_sends_into_its_receive_buffer() {
+    let data: Vec<u8> = (0..6144u32).map(|i| ((i * 5 + 1) % 251) as u8).collect();
+    let (src, at) = source(&data);
+    let send = |left: Option<bool>| {
+        let mut rig = Rig::new();
+        let (lkey, buf) = (rig.mr.raw(), rig.mr_buf.get() + 64);
+        rig.post_recv(lkey, buf, 8000);
+        use BthOpcode::*;
+        let pkts = six(RcSendFirst, RcSendMiddle, RcSendLast, ExtHeaders::default());
+        take_packets(&mut rig, &pkts, EPSN, &data, left.map(|r| (&src, at, r)));
+        outcome(rig)
+    };
+    let (runs, carried) = (send(Some(true)), send(None));
+    assert_eq!(&runs.2[64..64 + data.len()], &data[..], "the SEND landed");
+    assert_eq!(runs.1.len(), 1, "one receive completion");
+    assert!(runs == carried, "the same ACK, CQE, memory and counts");
+}
+
+#[test]
+fn a_requester_takes_a_run_of_read_responses() {
+    let data: Vec<u8> = (0..6144u32).map(|i| ((i * 29 + 7) % 251) as u8).collect();
+    let (src, at) = source(&data);
+    let read = |left: Option<bool>| {
+        let mut rig = Rig::new();
+        let r = rdma_wqe(&rig, 0, WqeOpcode::RdmaRead, data.len() as u32);
+        rig.write_sq(0, &r);
+        rig.ring(0, u8::from(WqeOpcode::RdmaRead), 3);
+        assert_eq!(rig.transmitted().len(), 1, "the READ request");
+        let aeth = ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: AethSyndrome::Ack { credits: 0x1f },
+                msn: 1,
+            }),
+            ..ExtHeaders::default()
+        };
+        use BthOpcode::*;
+        let mut pkts = six(
+            RcRdmaReadResponseFirst,
+            RcRdmaReadResponseMiddle,
+            RcRdmaReadResponseLast,
+            aeth,
+        );
+        pkts[5].ext = aeth;
+        take_packets(&mut rig, &pkts, SQ_PSN, &data, left.map(|r| (&src, at, r)));
+        outcome(rig)
+    };
+    let (runs, carried) = (read(Some(true)), read(None));
+    assert_eq!(&runs.2[..data.len()], &data[..], "the READ's bytes landed");
+    assert_eq!(runs.1.len(), 1, "one completion");
+    assert!(runs == carried, "the same CQE, memory and counts");
+}
+
+#[test]
+fn a_run_that_no_sender_makes_is_dropped_and_touches_nothing() {
+    let (src, at) = source(&[0xee; 4096]);
+    let cases: [(&str, BthOpcode, bool, u32, HostAddr); 5] = [
+        ("no packets", BthOpcode::RcRdmaWriteMiddle, false, 0, at),
+        ("a WRITE ONLY", BthOpcode::RcRdmaWriteOnly, false, 2, at),
+        ("a LAST", BthOpcode::RcRdmaWriteLast, false, 2, at),
+        (
+            "asking for an ACK",
+            BthOpcode::RcRdmaWriteMiddle,
+            true,
+            2,
+            at,
+        ),
+        (
+            "past the address space",
+            BthOpcode::RcRdmaWriteMiddle,
+            false,
+            2,
+            HostAddr::new(u64::MAX - 100),
+        ),
+    ];
+    for (name, op, ack_req, segments, from) in cases {
+        let mut rig = Rig::new();
+        // A WRITE in progress, for its MIDDLEs to continue.
+        let reth = RethRepr {
+            va: rig.mr_buf.get(),
+            rkey: rig.mr,
+            dma_len: 4096,
+        };
+        let ext = ExtHeaders {
+            reth: Some(reth),
+            ..ExtHeaders::default()
+        };
+        let first = rig.request(BthOpcode::RcRdmaWriteFirst, EPSN, ext, &[0u8; 1024]);
+        assert_eq!(take(&mut rig, &first, None), Received::Taken);
+        let _ = rig.transmitted();
+        let ext = if op == BthOpcode::RcRdmaWriteOnly {
+            ext
+        } else {
+            ExtHeaders::default()
+        };
+        let mut bth = BthRepr::new(op, rig.qpn, Psn::new(EPSN + 1));
+        bth.ack_req = ack_req;
+        let frame = rig.request_bth(bth, ext, &[0u8; 1024]);
+        let u = Unfilled {
+            segments,
+            ..left_at(&frame, from)
+        };
+        let before = rig.counters();
+        let r = take(&mut rig, &frame, Some((&u, &src)));
+        assert!(matches!(r, Received::Dropped(_)), "{name}: {r:?}");
+        assert!(rig.transmitted().is_empty(), "{name}: no answer");
+        assert!(
+            rig.mr_bytes(0, MR_LEN as usize).iter().all(|&b| b == 0),
+            "{name}"
+        );
+        let after = rig.counters();
+        assert_eq!(after.rx_dropped, before.rx_dropped + 1, "{name}");
+        assert_eq!(after.rx_packets, before.rx_packets, "{name}");
+    }
 }

@@ -328,6 +328,11 @@ impl Rig {
     fn request(&self, opcode: BthOpcode, psn: u32, ext: ExtHeaders, payload: &[u8]) -> Vec<u8> {
         let mut bth = BthRepr::new(opcode, self.qpn, Psn::new(psn));
         bth.ack_req = true;
+        self.request_bth(bth, ext, payload)
+    }
+
+    /// A frame from the peer with base transport header `bth`.
+    fn request_bth(&self, bth: BthRepr, ext: ExtHeaders, payload: &[u8]) -> Vec<u8> {
         let repr = RoceRepr {
             ip: RoceIp::v4(PEER, LOCAL),
             src_port: 0xc000,

@@ -8,6 +8,11 @@ use super::*;
 /// after the doorbell and after each `resume_transmit`: the frames of each
 /// call, in order.
 fn two_writes(cfg: NicConfig) -> Vec<Vec<Frame>> {
+    two_writes_in(cfg, &mut None)
+}
+
+/// [`two_writes`], keeping the rig's memory in `mem`.
+fn two_writes_in(cfg: NicConfig, mem: &mut Option<Arc<HostRam>>) -> Vec<Vec<Frame>> {
     let mut rig = Rig::with_config(cfg);
     let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 251) as u8).collect();
     rig.mem.write(rig.mr_buf, &data).unwrap();
@@ -23,6 +28,7 @@ fn two_writes(cfg: NicConfig) -> Vec<Vec<Frame>> {
         calls.push(rig.transmitted());
         assert!(calls.len() < 100, "resume_transmit keeps answering true");
     }
+    *mem = Some(rig.mem.clone());
     calls
 }
 
@@ -53,6 +59,36 @@ fn a_burst_changes_when_frames_are_built_not_which() {
         assert!(
             bytes(&calls) == bytes(&whole),
             "burst {burst}: the same frames, ACK requests included"
+        );
+    }
+}
+
+#[test]
+fn a_burst_counts_the_packets_of_runs() {
+    use super::left_payload::{joining, split};
+    let whole: Vec<Vec<u8>> = two_writes(NicConfig::new(LOCAL))
+        .concat()
+        .into_iter()
+        .map(|f| f.bytes)
+        .collect();
+    for burst in [2, 5, 64] {
+        let mut cfg = joining(64);
+        cfg.tx_burst = Some(burst);
+        let mut rig_mem = None;
+        let calls = two_writes_in(cfg, &mut rig_mem);
+        let packets: Vec<u32> = calls
+            .iter()
+            .map(|c| c.iter().map(Frame::packets).sum())
+            .collect();
+        assert!(
+            packets.iter().all(|&n| n <= burst),
+            "burst {burst}: {packets:?}"
+        );
+        assert_eq!(packets.iter().sum::<u32>(), 13, "burst {burst}");
+        let mem = rig_mem.expect("the rig's memory");
+        assert!(
+            split(&calls.concat(), &mem) == whole,
+            "burst {burst}: the same packets"
         );
     }
 }
