@@ -139,6 +139,7 @@ pub(crate) struct HeldAck {
 
 impl Outputs {
     /// Queues `frame` for the port, behind the held ACK.
+    #[inline]
     pub(crate) fn push(&mut self, frame: Frame) {
         self.build_held_ack();
         self.tx_joined += frame.packets() as usize - 1;

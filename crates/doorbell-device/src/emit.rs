@@ -31,6 +31,7 @@ pub(crate) fn emit<D: Dma>(
 /// headers do not fit their opcode or the frame would be too long. Its
 /// buffer is a spare of the right length, not cleared: every byte is
 /// written before the frame leaves.
+#[inline(always)]
 pub(crate) fn building<D: Dma>(
     ctx: &mut Ctx<'_, D>,
     repr: RoceRepr,

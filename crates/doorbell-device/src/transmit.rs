@@ -265,39 +265,54 @@ pub(crate) fn send_packets<D: Dma>(
     let mut frames = std::mem::take(&mut ctx.out.building);
     let mut result = Ok(());
     let mut sent = 0;
-    let runs = p.runs && dst.is_some() && ctx.cfg.leave_payload && ctx.cfg.max_segments > 1;
+    let runs = p.runs
+        && dst.is_some()
+        && ctx.cfg.leave_payload
+        && ctx.cfg.max_segments > 1
+        && matches!(p.payload, Payload::Sges(_));
     let mut i = p.range.start;
     while i < p.range.end && result.is_ok() {
         let end = i.saturating_add(p.batch.max(1)).min(p.range.end);
         let start = u64::from(i) * p.mtu;
-        let total: usize = (i..end).map(|k| p.data_len(k)).sum();
-        let one_run = if runs {
-            sge::one_run(ctx.mkeys, qp.p.pd, p.payload, start, total)
+        let one_run = runs.then(|| {
+            let total: usize = (i..end).map(|k| p.data_len(k)).sum();
+            sge::one_run(ctx.mkeys, qp.p.pd, p.payload, start, total).map(|h| (h, total))
+        });
+        if let Some(Some((h, total))) = one_run {
+            result = build_runs(qp, ctx, dst, &p, i..end, &mut headers, &mut frames)
+                .and_then(|()| sge::leave_in_runs(qp, h, total, &mut frames, ctx));
         } else {
-            None
-        };
-        result = match one_run {
-            Some(h) => build_runs(qp, ctx, dst, &p, i..end, &mut headers, &mut frames)
-                .and_then(|()| sge::leave_in_runs(qp, h, total, &mut frames, ctx)),
-            None => {
-                build_each(qp, ctx, dst, &p, i..end, &mut headers, &mut frames).and_then(|()| {
-                    // Only an RC WRITE's or SEND's payload is left in
-                    // memory: the receiver takes it from there
-                    // ([`crate::NicConfig::leave_payload`]).
-                    let leave = ctx.cfg.leave_payload
-                        && frames.iter().all(|f| may_leave_payload(f.repr.bth.opcode));
-                    sge::read_into_frames(
-                        qp,
-                        p.payload,
-                        start,
-                        p.mtu as usize,
-                        leave,
-                        &mut frames,
-                        ctx,
-                    )
-                })
+            for k in i..end {
+                let built = headers(k).and_then(|(bth, ext)| {
+                    let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
+                    // Never fails for a packet of an MTU at most.
+                    emit::building(ctx, repr, p.data_len(k)).ok_or(Syndrome::LocalLengthErr)
+                });
+                match built {
+                    Ok(f) => frames.push(f),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
             }
-        };
+            if result.is_ok() {
+                // Only an RC WRITE's or SEND's payload is left in memory:
+                // the receiver takes it from there
+                // ([`crate::NicConfig::leave_payload`]).
+                let leave = ctx.cfg.leave_payload
+                    && frames.iter().all(|f| may_leave_payload(f.repr.bth.opcode));
+                result = sge::read_into_frames(
+                    qp,
+                    p.payload,
+                    start,
+                    p.mtu as usize,
+                    leave,
+                    &mut frames,
+                    ctx,
+                );
+            }
+        }
         for f in frames.drain(..) {
             match dst {
                 Some(dst) if result.is_ok() => {
@@ -316,28 +331,8 @@ pub(crate) fn send_packets<D: Dma>(
 }
 
 /// Builds a frame for each of packets `range` into `frames`, its payload
-/// yet to be put in; stops at the first packet whose headers fail.
-fn build_each<D: Dma>(
-    qp: &Qp,
-    ctx: &mut Ctx<'_, D>,
-    dst: Option<[u8; 4]>,
-    p: &Packets<'_>,
-    range: Range<u32>,
-    headers: &mut impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
-    frames: &mut Vec<Building>,
-) -> Result<(), Syndrome> {
-    for k in range {
-        let (bth, ext) = headers(k)?;
-        let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
-        // Never fails for a packet of an MTU at most.
-        let f = emit::building(ctx, repr, p.data_len(k)).ok_or(Syndrome::LocalLengthErr)?;
-        frames.push(f);
-    }
-    Ok(())
-}
-
-/// [`build_each`], a packet that [`joins`] the frame before counted in it
-/// instead of built.
+/// yet to be put in, except that a packet that [`joins`] the frame before
+/// is counted in it instead; stops at the first packet whose headers fail.
 fn build_runs<D: Dma>(
     qp: &Qp,
     ctx: &mut Ctx<'_, D>,
