@@ -25,6 +25,7 @@ use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
 use crate::qp::Qp;
 use crate::sge::{MAX_MSG_LEN, ScatterError, scatter};
+use crate::transmit;
 use crate::wq::{RecvInProgress, RecvWqe, WriteInProgress};
 
 /// Bytes of the GRH area a UD receive buffer starts with.
@@ -890,6 +891,17 @@ fn inbound_read<D: Dma>(
             ok &= r.is_ok();
         }
         f.ready = t;
+        // A MIDDLE response whose payload follows the run before it in
+        // memory joins it ([`crate::NicConfig::max_segments`]); its read
+        // was counted above, as for any response.
+        if let Some(run) = frames.last_mut() {
+            if transmit::continues_run(run, &f, ctx.cfg.max_segments) {
+                run.segments += 1;
+                run.ready = run.ready.max(f.ready);
+                ctx.out.spare.give(f.bytes);
+                continue;
+            }
+        }
         frames.push(f);
     }
     if !ok {

@@ -360,6 +360,16 @@ fn build_runs<D: Dma>(
     Ok(())
 }
 
+/// Whether `next`, built with its payload left in memory, may join the run
+/// `f` as its next packet: as [`joins`] says, and its payload follows the
+/// run's in memory.
+pub(crate) fn continues_run(f: &Building, next: &Building, max: u32) -> bool {
+    let step = u64::from(f.segments) * f.payload.len() as u64;
+    next.left.is_some()
+        && f.left.and_then(|h| h.checked_add(step)) == next.left
+        && joins(f, &next.repr.bth, &next.repr.ext, next.payload.len(), max)
+}
+
 /// Whether the packet with headers `bth` and `ext` and `data_len` bytes of
 /// payload may join the run `f` as its next packet: `f` and it are MIDDLE
 /// packets of one opcode that ask for no ACK, with the same extension

@@ -275,26 +275,32 @@ fn a_requester_copies_left_read_responses_into_its_buffer() {
     assert_eq!(left.0.len(), 1, "one completion");
 }
 
+/// The rig, configured with `cfg`, answers a READ of `len` bytes from
+/// offset 10 of its MR; returns the responses and the rig.
+fn answer_read(cfg: NicConfig, len: u32) -> (Vec<Frame>, Rig) {
+    let mut rig = Rig::with_config(cfg);
+    let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 253) as u8).collect();
+    rig.mem.write(rig.mr_buf, &data).unwrap();
+    let reth = RethRepr {
+        va: rig.mr_buf.get() + 10,
+        rkey: rig.mr,
+        dma_len: len,
+    };
+    let ext = ExtHeaders {
+        reth: Some(reth),
+        ..ExtHeaders::default()
+    };
+    let req = rig.request(BthOpcode::RcRdmaReadRequest, EPSN, ext, &[]);
+    let out = rig.frame(&req);
+    (out, rig)
+}
+
 #[test]
 fn a_responder_leaves_its_read_responses_payload_in_its_memory() {
     let answer = |leave: bool| {
         let mut cfg = NicConfig::new(LOCAL);
         cfg.leave_payload = leave;
-        let mut rig = Rig::with_config(cfg);
-        let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 253) as u8).collect();
-        rig.mem.write(rig.mr_buf, &data).unwrap();
-        let reth = RethRepr {
-            va: rig.mr_buf.get() + 10,
-            rkey: rig.mr,
-            dma_len: 3000,
-        };
-        let ext = ExtHeaders {
-            reth: Some(reth),
-            ..ExtHeaders::default()
-        };
-        let req = rig.request(BthOpcode::RcRdmaReadRequest, EPSN, ext, &[]);
-        let out = rig.frame(&req);
-        (out, rig)
+        answer_read(cfg, 3000)
     };
     let (whole, whole_rig) = answer(false);
     let (left, left_rig) = answer(true);
@@ -309,6 +315,24 @@ fn a_responder_leaves_its_read_responses_payload_in_its_memory() {
         assert!(bytes == w.bytes, "response {k}: the same bytes once filled");
     }
     assert_eq!(left_rig.bus.counters(), whole_rig.bus.counters());
+}
+
+#[test]
+fn a_responder_hands_its_middle_read_responses_on_as_runs() {
+    let (whole, whole_rig) = answer_read(NicConfig::new(LOCAL), 7000);
+    let whole: Vec<Vec<u8>> = whole.into_iter().map(|f| f.bytes).collect();
+    assert_eq!(whole.len(), 7, "FIRST, five MIDDLEs, LAST");
+    for (max, expect) in [(64, vec![1, 5, 1]), (2, vec![1, 2, 2, 1, 1])] {
+        let (runs, rig) = answer_read(joining(max), 7000);
+        let sizes: Vec<u32> = runs.iter().map(Frame::packets).collect();
+        assert_eq!(sizes, expect, "max {max}");
+        assert!(
+            split(&runs, &rig.mem) == whole,
+            "max {max}: the same responses"
+        );
+        assert_eq!(rig.bus.counters(), whole_rig.bus.counters(), "max {max}");
+        assert_eq!(rig.counters(), whole_rig.counters(), "max {max}");
+    }
 }
 
 // ---------------------------------------------------------------------------
