@@ -157,6 +157,13 @@ impl<V: Clone + 'static> CowMap<u64, V> {
         let mut f = Some(f);
         let done = recent.try_with(|recent| {
             let mut recent = recent.try_borrow_mut().ok()?;
+            // Both noted already, the common case: one look each.
+            if let (Some(found_a), Some(found_b)) = (
+                recent.find(stamps.0, a.0, a.1),
+                recent.find(stamps.1, b.0, b.1),
+            ) {
+                return Some(f.take()?(found_a, found_b));
+            }
             for (map, stamp, (addr, len)) in [(self, stamps.0, a), (other, stamps.1, b)] {
                 if recent.find(stamp, addr, len).is_none() {
                     let snapshot = map.load();
