@@ -170,7 +170,7 @@ impl LinkConfig {
     pub fn write_tlp_count(&self, addr: u64, len: u64) -> u64 {
         let max = u64::from(self.mps_bytes).max(1);
         // Inside one page, `split` cuts only at every `max` bytes.
-        Self::by_pages(addr, len, true, |_, n| (n.div_ceil(max), 0)).0
+        Self::by_pages(addr, len, true, |_, n| (div_ceil(n, max), 0)).0
     }
 
     /// Sums `count` over `[addr, addr + len)` cut at 4 KiB boundaries
@@ -231,7 +231,18 @@ impl LinkConfig {
             return 1;
         }
         let first_end = limit - limit % rcb;
-        1 + (end - first_end).div_ceil(mps)
+        1 + div_ceil(end - first_end, mps)
+    }
+}
+
+/// `n / d` rounded up, `d` at least 1: a shift where `d` is a power of
+/// two, as every legal TLP size is (the bus counts the TLPs of every DMA,
+/// and a division is tens of cycles).
+fn div_ceil(n: u64, d: u64) -> u64 {
+    if d.is_power_of_two() {
+        (n >> d.trailing_zeros()) + u64::from(n & (d - 1) != 0)
+    } else {
+        n.div_ceil(d.max(1))
     }
 }
 
