@@ -223,13 +223,40 @@ impl Engine {
     /// [`Self::take_frames`] does; `from` is that NIC's host memory.
     fn take_emitted(&mut self, now: Instant, mut frames: Vec<Frame>, from: &dyn HostMemory) {
         for f in frames.drain(..) {
-            let how = match f.unfilled {
-                Some(u) => Arrival::Unfilled(u, from),
-                None => Arrival::Emitted,
-            };
-            self.take_frame(now, f.bytes, how);
+            match f.unfilled {
+                // A capture or a timeline sees a run's packets one by one.
+                Some(u)
+                    if u.segments > 1 && (self.capture.is_some() || self.timeline.is_some()) =>
+                {
+                    self.take_run(now, f.bytes, u, from);
+                }
+                Some(u) => self.take_frame(now, f.bytes, Arrival::Unfilled(u, from)),
+                None => self.take_frame(now, f.bytes, Arrival::Emitted),
+            }
         }
         crate::buffers::recycle_emitted(frames);
+    }
+
+    /// Takes in the run of packets `u` whose first is `bytes`
+    /// ([`Unfilled::segments`]) packet by packet, as its sender would have
+    /// handed them on one by one.
+    fn take_run(&mut self, now: Instant, bytes: Vec<u8>, u: Unfilled, from: &dyn HostMemory) {
+        let mut one = crate::buffers::buffer(bytes.len());
+        // (If the last packet can be cut out, every one can.)
+        if u.segment(&bytes, u.segments - 1, &mut one).is_none() {
+            // No run its sender could have made: the NIC drops it whole.
+            crate::buffers::recycle(one);
+            self.take_frame(now, bytes, Arrival::Unfilled(u, from));
+            return;
+        }
+        for k in 0..u.segments {
+            if let Some(single) = u.segment(&bytes, k, &mut one) {
+                self.take_frame(now, one, Arrival::Unfilled(single, from));
+                one = crate::buffers::buffer(bytes.len());
+            }
+        }
+        crate::buffers::recycle(one);
+        crate::buffers::recycle(bytes);
     }
 
     fn take_frame(&mut self, now: Instant, mut f: Vec<u8>, how: Arrival<'_>) {

@@ -193,9 +193,11 @@ fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
         4096,
         Timers::default(),
     );
-    let data = pattern(3000, 9);
+    // Four packets at MTU 1024: A hands its two MIDDLEs on as one run,
+    // which B's capture records packet by packet.
+    let data = pattern(4000, 9);
     p.a.mr.write(0, &data).unwrap();
-    let sge = [p.a.mr.sge(0, 3000).unwrap()];
+    let sge = [p.a.mr.sge(0, 4000).unwrap()];
     let write = WrOpcode::RdmaWrite(RemoteAddr {
         addr: p.b.mr.addr(),
         rkey: p.b.mr.rkey(),
@@ -210,7 +212,7 @@ fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
         );
         assert!(wait(&p.a.cq, 1)[0].is_ok());
     }
-    let mut got = vec![0u8; 3000];
+    let mut got = vec![0u8; 4000];
     p.b.mr.read(0, &mut got).unwrap();
     assert_eq!(got, data);
     let (a, b) = settled(&p);

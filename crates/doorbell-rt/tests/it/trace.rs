@@ -96,3 +96,59 @@ fn no_timeline_unless_asked() {
     );
     assert!(p.a.nic.take_trace().is_none());
 }
+
+#[test]
+fn a_traced_nic_shows_each_packet_of_a_run_it_takes() {
+    let traced = NicOptions {
+        trace: true,
+        ..NicOptions::default()
+    };
+    let p = fabric_pair(
+        [NicOptions::default(), traced],
+        default_caps(),
+        8192,
+        Timers::default(),
+    );
+    let _ = events(&p.b);
+    // Six packets at MTU 1024: A, which records no timeline, hands its four
+    // MIDDLEs on as one run.
+    let data = pattern(6000, 5);
+    p.a.mr.write(0, &data).unwrap();
+    let write = doorbell_verbs::WrOpcode::RdmaWrite(doorbell_verbs::RemoteAddr {
+        addr: p.b.mr.addr(),
+        rkey: p.b.mr.rkey(),
+    });
+    post(&p.a.qp, signaled(1, &[p.a.mr.sge(0, 6000).unwrap()], write));
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    let _ = settled(&p);
+    let b = events(&p.b);
+    let writes: Vec<(String, u64)> = b
+        .iter()
+        .filter(|e| e["tid"] == 5)
+        .filter_map(|e| {
+            let op = e["name"].as_str()?.split(' ').next()?;
+            let psn = e["args"]["psn"].as_u64()?;
+            op.starts_with("RcRdmaWrite").then(|| (op.to_string(), psn))
+        })
+        .collect();
+    let names: Vec<&str> = writes.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "RcRdmaWriteFirst",
+            "RcRdmaWriteMiddle",
+            "RcRdmaWriteMiddle",
+            "RcRdmaWriteMiddle",
+            "RcRdmaWriteMiddle",
+            "RcRdmaWriteLast"
+        ],
+        "{b:#?}"
+    );
+    let first = writes[0].1;
+    for (k, (_, psn)) in writes.iter().enumerate() {
+        assert_eq!(*psn, (first + k as u64) & 0xff_ffff, "packet {k}");
+    }
+    let mut got = vec![0u8; 6000];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+}
