@@ -317,24 +317,6 @@ fn a_responder_leaves_its_read_responses_payload_in_its_memory() {
     assert_eq!(left_rig.bus.counters(), whole_rig.bus.counters());
 }
 
-#[test]
-fn a_responder_hands_its_middle_read_responses_on_as_runs() {
-    let (whole, whole_rig) = answer_read(NicConfig::new(LOCAL), 7000);
-    let whole: Vec<Vec<u8>> = whole.into_iter().map(|f| f.bytes).collect();
-    assert_eq!(whole.len(), 7, "FIRST, five MIDDLEs, LAST");
-    for (max, expect) in [(64, vec![1, 5, 1]), (2, vec![1, 2, 2, 1, 1])] {
-        let (runs, rig) = answer_read(joining(max), 7000);
-        let sizes: Vec<u32> = runs.iter().map(Frame::packets).collect();
-        assert_eq!(sizes, expect, "max {max}");
-        assert!(
-            split(&runs, &rig.mem) == whole,
-            "max {max}: the same responses"
-        );
-        assert_eq!(rig.bus.counters(), whole_rig.bus.counters(), "max {max}");
-        assert_eq!(rig.counters(), whole_rig.counters(), "max {max}");
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Runs: MIDDLE packets handed on as one frame (`NicConfig::max_segments`).
 
@@ -370,27 +352,53 @@ pub(super) fn split(frames: &[Frame], mem: &HostRam) -> Vec<Vec<u8>> {
     out
 }
 
+/// Checks that `runs`, built by `rig` with `max_segments` at `max`, are
+/// runs of `expect` packets each that split into `whole`, the frames
+/// `whole_rig` built packet by packet, with the same device and bus counts.
+fn same_packets(
+    runs: &[Frame],
+    rig: &Rig,
+    expect: &[u32],
+    max: u32,
+    whole: &[Frame],
+    whole_rig: &Rig,
+) {
+    let sizes: Vec<u32> = runs.iter().map(Frame::packets).collect();
+    assert_eq!(sizes, expect, "max {max}");
+    let whole: Vec<Vec<u8>> = whole.iter().map(|f| f.bytes.clone()).collect();
+    assert!(
+        split(runs, &rig.mem) == whole,
+        "max {max}: the same packets"
+    );
+    assert_eq!(rig.bus.counters(), whole_rig.bus.counters(), "max {max}");
+    assert_eq!(rig.counters(), whole_rig.counters(), "max {max}");
+}
+
 #[test]
 fn a_run_split_into_its_packets_is_the_frames_a_reading_nic_sends() {
     let (whole, whole_rig) = writes_and_sends(NicConfig::new(LOCAL));
-    let whole: Vec<Vec<u8>> = whole.into_iter().map(|f| f.bytes).collect();
-    for max in [2, 3, 64] {
+    assert_eq!(whole.len(), 15);
+    // 8 KiB: FIRST, six MIDDLEs, LAST; 5 000 bytes: FIRST, three
+    // MIDDLEs, LAST; two SENDs.
+    let cases: [(u32, &[u32]); 3] = [
+        (2, &[1, 2, 2, 2, 1, 1, 2, 1, 1, 1, 1]),
+        (3, &[1, 3, 3, 1, 1, 3, 1, 1, 1]),
+        (64, &[1, 6, 1, 1, 3, 1, 1, 1]),
+    ];
+    for (max, expect) in cases {
         let (runs, rig) = writes_and_sends(joining(max));
-        let sizes: Vec<u32> = runs.iter().map(Frame::packets).collect();
-        // 8 KiB: FIRST, six MIDDLEs, LAST; 5 000 bytes: FIRST, three
-        // MIDDLEs, LAST; two SENDs.
-        let expect: &[u32] = match max {
-            2 => &[1, 2, 2, 2, 1, 1, 2, 1, 1, 1, 1],
-            3 => &[1, 3, 3, 1, 1, 3, 1, 1, 1],
-            _ => &[1, 6, 1, 1, 3, 1, 1, 1],
-        };
-        assert_eq!(sizes, expect, "max {max}");
-        assert!(
-            split(&runs, &rig.mem) == whole,
-            "max {max}: the same packets"
-        );
-        assert_eq!(rig.bus.counters(), whole_rig.bus.counters(), "max {max}");
-        assert_eq!(rig.counters(), whole_rig.counters(), "max {max}: 15 sent");
+        same_packets(&runs, &rig, expect, max, &whole, &whole_rig);
+    }
+}
+
+#[test]
+fn a_responder_hands_its_middle_read_responses_on_as_runs() {
+    let (whole, whole_rig) = answer_read(NicConfig::new(LOCAL), 7000);
+    assert_eq!(whole.len(), 7, "FIRST, five MIDDLEs, LAST");
+    let cases: [(u32, &[u32]); 2] = [(64, &[1, 5, 1]), (2, &[1, 2, 2, 1, 1])];
+    for (max, expect) in cases {
+        let (runs, rig) = answer_read(joining(max), 7000);
+        same_packets(&runs, &rig, expect, max, &whole, &whole_rig);
     }
 }
 
