@@ -60,7 +60,8 @@ pub struct NicConfig {
     /// Most packets a NIC that leaves payloads hands on as one frame: a
     /// run of MIDDLE packets of one message, their payloads one after the
     /// other in one run of host memory, none asking for an ACK
-    /// ([`Unfilled::segments`]). 1 by default: every packet its own frame.
+    /// ([`Unfilled::segments`]), [`MAX_SEGMENTS`] at the most. 1 by
+    /// default: every packet its own frame.
     /// The receiver takes each packet of a run as it would have taken it
     /// alone, without parsing headers that differ only in their PSN; the
     /// runtime splits a run into its packets ([`Unfilled::segment`])
@@ -68,6 +69,13 @@ pub struct NicConfig {
     /// segmentation of a large send to where it must happen.
     pub max_segments: u32,
 }
+
+/// The most packets one frame may stand for ([`Unfilled::segments`]): a
+/// NIC makes no longer run, whatever [`NicConfig::max_segments`] says,
+/// and drops a longer one it is handed, so that no frame keeps it busy
+/// for long. As many as the largest send window
+/// ([`doorbell_roce::window_psns`] at MTU 256).
+pub const MAX_SEGMENTS: u32 = 1024;
 
 /// The default adaptive retransmission floor: a few round trips
 /// of an unloaded link between two hosts.

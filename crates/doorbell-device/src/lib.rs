@@ -107,7 +107,9 @@ use doorbell_hif::{
     SrqParams,
 };
 
-pub use config::{ADAPTIVE_RETRANSMIT_FLOOR, Frame, NicConfig, NicCounters, NicTiming, Unfilled};
+pub use config::{
+    ADAPTIVE_RETRANSMIT_FLOOR, Frame, MAX_SEGMENTS, NicConfig, NicCounters, NicTiming, Unfilled,
+};
 
 use cq::Cq;
 use ctx::{Ctx, Outputs};
@@ -155,14 +157,16 @@ macro_rules! ctx {
     };
 }
 
-/// Whether `u` is a packet, or a run of MIDDLE packets that ask for no ACK
-/// (headers `repr`) whose payloads end within the address space: the runs
-/// a sending NIC hands on ([`NicConfig::max_segments`]).
+/// Whether `u` is a packet, or a run of at most [`MAX_SEGMENTS`] MIDDLE
+/// packets that ask for no ACK (headers `repr`) whose payloads end within
+/// the address space: the runs a sending NIC hands on
+/// ([`NicConfig::max_segments`]).
 fn is_run(u: &Unfilled, repr: &RoceRepr) -> bool {
     use doorbell_wire::BthOpcode::*;
     match u.segments {
         0 => false,
         1 => true,
+        n if n > MAX_SEGMENTS => false,
         n => {
             matches!(
                 repr.bth.opcode,

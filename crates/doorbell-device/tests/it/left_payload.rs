@@ -594,8 +594,15 @@ fn a_requester_takes_a_run_of_read_responses() {
 #[test]
 fn a_run_that_no_sender_makes_is_dropped_and_touches_nothing() {
     let (src, at) = source(&[0xee; 4096]);
-    let cases: [(&str, BthOpcode, bool, u32, HostAddr); 5] = [
+    let cases: [(&str, BthOpcode, bool, u32, HostAddr); 6] = [
         ("no packets", BthOpcode::RcRdmaWriteMiddle, false, 0, at),
+        (
+            "too many packets",
+            BthOpcode::RcRdmaWriteMiddle,
+            false,
+            doorbell_device::MAX_SEGMENTS + 1,
+            at,
+        ),
         ("a WRITE ONLY", BthOpcode::RcRdmaWriteOnly, false, 2, at),
         ("a LAST", BthOpcode::RcRdmaWriteLast, false, 2, at),
         (
