@@ -701,6 +701,61 @@ proptest! {
         let _ = rig.cqes();
         prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
     }
+
+    /// The same forged frames handed over by a NIC of this process with
+    /// their payloads said to be left in its memory, anywhere and as runs
+    /// of any length (`Nic::handle_unfilled_frame`): the device takes,
+    /// answers or drops each, and never panics.
+    #[test]
+    fn forged_frames_with_left_payloads_never_panic(
+        frames in proptest::collection::vec(arb_frame(), 1..6),
+        left in proptest::collection::vec(
+            (any::<u64>(), 0u8..3, any::<bool>(), 0u32..1100),
+            6,
+        ),
+    ) {
+        let mut rig = Rig::new();
+        rig.post_recv(rig.mr.raw(), rig.mr_buf.get() + 4096, 2048);
+        let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaRead, 3000);
+        rig.write_sq(0, &w);
+        rig.ring(0, u8::from(WqeOpcode::RdmaRead), 3);
+        let _ = rig.transmitted();
+        let src = HostRam::new();
+        let base = src.alloc(16 * 4096).unwrap();
+        for (i, (op, psn, ack_req, mut ext, payload)) in frames.into_iter().enumerate() {
+            if let Some(r) = ext.reth.as_mut() {
+                r.rkey = rig.mr;
+                r.va = rig.mr_buf.get().wrapping_add(r.va % (MR_LEN + 64));
+            }
+            let mut bth = BthRepr::new(op, rig.qpn, Psn::new(psn));
+            bth.ack_req = ack_req;
+            let repr = RoceRepr { ip: RoceIp::v4(PEER, LOCAL), src_port: 0xc000, bth, ext };
+            let mut bytes = Vec::new();
+            repr.emit_to_vec(&payload, &mut bytes).unwrap();
+            let (off, kind, where_it_is, segments) = left[i];
+            // In memory the sender has, anywhere, or near the end of the
+            // address space, where a run would pass it.
+            let from = match kind {
+                0 => base.checked_add(off % (16 * 4096)).unwrap(),
+                1 => HostAddr::new(off),
+                _ => HostAddr::new(u64::MAX - off % 8192),
+            };
+            let p = repr.payload_range(payload.len());
+            let u = doorbell_device::Unfilled {
+                from,
+                at: if where_it_is { p.start as u32 } else { (off % 200) as u32 },
+                len: if where_it_is { p.len() as u32 } else { (off % 5000) as u32 },
+                segments,
+            };
+            let now = rig.now;
+            let _ = rig.nic.handle_unfilled_frame(now, &bytes, &u, &src, &mut rig.bus);
+            rig.advance_us(700_000);
+            let _ = rig.transmitted();
+            let _ = rig.events();
+        }
+        let _ = rig.cqes();
+        prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
+    }
 }
 
 // ---------------------------------------------------------------------------
