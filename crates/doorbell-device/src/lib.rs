@@ -162,16 +162,13 @@ macro_rules! ctx {
 /// the address space: the runs a sending NIC hands on
 /// ([`NicConfig::max_segments`]).
 fn is_run(u: &Unfilled, repr: &RoceRepr) -> bool {
-    use doorbell_wire::BthOpcode::*;
     match u.segments {
         0 => false,
         1 => true,
         n if n > MAX_SEGMENTS => false,
         n => {
-            matches!(
-                repr.bth.opcode,
-                RcRdmaWriteMiddle | RcSendMiddle | RcRdmaReadResponseMiddle
-            ) && !repr.bth.ack_req
+            transmit::may_run(repr.bth.opcode)
+                && !repr.bth.ack_req
                 && u.from
                     .checked_add(u64::from(n) * u64::from(u.len))
                     .is_some()

@@ -376,13 +376,9 @@ pub(crate) fn continues_run(f: &Building, next: &Building, max: u32) -> bool {
 /// headers (none) and payload length, and it has the next PSN. Its headers
 /// are then `f`'s but for the PSN, as [`crate::Unfilled::segments`] says.
 fn joins(f: &Building, bth: &BthRepr, ext: &ExtHeaders, data_len: usize, max: u32) -> bool {
-    use BthOpcode::*;
     let first = &f.repr.bth;
     f.segments < max
-        && matches!(
-            first.opcode,
-            RcRdmaWriteMiddle | RcSendMiddle | RcRdmaReadResponseMiddle
-        )
+        && may_run(first.opcode)
         && !first.ack_req
         && bth.opcode == first.opcode
         && !bth.ack_req
@@ -393,6 +389,17 @@ fn joins(f: &Building, bth: &BthRepr, ext: &ExtHeaders, data_len: usize, max: u3
         } == *first
         && *ext == f.repr.ext
         && data_len == f.payload.len()
+}
+
+/// Whether packets of opcode `op` may go as a run
+/// ([`crate::Unfilled::segments`]): the MIDDLE packets of an RC WRITE, SEND
+/// or READ response, whose headers differ only in their PSN.
+pub(crate) fn may_run(op: BthOpcode) -> bool {
+    use BthOpcode::*;
+    matches!(
+        op,
+        RcRdmaWriteMiddle | RcSendMiddle | RcRdmaReadResponseMiddle
+    )
 }
 
 /// Whether a packet of opcode `op` may leave its payload in host memory
