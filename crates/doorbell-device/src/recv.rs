@@ -895,7 +895,11 @@ fn inbound_read<D: Dma>(
         // memory joins it ([`crate::NicConfig::max_segments`]); its read
         // was counted above, as for any response.
         if let Some(run) = frames.last_mut() {
-            if transmit::continues_run(run, &f, ctx.cfg.max_segments.min(crate::MAX_SEGMENTS)) {
+            if transmit::continues_run(
+                run,
+                &f,
+                ctx.cfg.max_segments.min(crate::config::MAX_SEGMENTS),
+            ) {
                 run.segments += 1;
                 run.ready = run.ready.max(f.ready);
                 ctx.out.spare.give(f.bytes);

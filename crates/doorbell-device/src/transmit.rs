@@ -342,7 +342,7 @@ fn build_runs<D: Dma>(
     headers: &mut impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
     frames: &mut Vec<Building>,
 ) -> Result<(), Syndrome> {
-    let max = ctx.cfg.max_segments.min(crate::MAX_SEGMENTS);
+    let max = ctx.cfg.max_segments.min(crate::config::MAX_SEGMENTS);
     for k in range {
         let (bth, ext) = headers(k)?;
         let data_len = p.data_len(k);
