@@ -506,12 +506,23 @@ fn source(data: &[u8]) -> (HostRam, HostAddr) {
     (src, at)
 }
 
+/// What a fresh rig, prepared by `setup` (which returns the packets and
+/// their first PSN), ends with after taking `data` in those packets: as
+/// runs, as single packets left in the sender's memory, and carried.
+fn three_ways(data: &[u8], setup: impl Fn(&mut Rig) -> (Vec<Pkt>, u32)) -> [Outcome; 3] {
+    let (src, at) = source(data);
+    [Some(true), Some(false), None].map(|left| {
+        let mut rig = Rig::new();
+        let (pkts, psn) = setup(&mut rig);
+        take_packets(&mut rig, &pkts, psn, data, left.map(|r| (&src, at, r)));
+        outcome(rig)
+    })
+}
+
 #[test]
 fn a_receiver_takes_a_run_of_writes_as_it_takes_its_packets() {
     let data: Vec<u8> = (0..6144u32).map(|i| ((i * 17 + 9) % 251) as u8).collect();
-    let (src, at) = source(&data);
-    let write = |left: Option<bool>| {
-        let mut rig = Rig::new();
+    let [runs, alone, carried] = three_ways(&data, |rig| {
         let reth = RethRepr {
             va: rig.mr_buf.get() + 100,
             rkey: rig.mr,
@@ -522,11 +533,11 @@ fn a_receiver_takes_a_run_of_writes_as_it_takes_its_packets() {
             ..ExtHeaders::default()
         };
         use BthOpcode::*;
-        let pkts = six(RcRdmaWriteFirst, RcRdmaWriteMiddle, RcRdmaWriteLast, ext);
-        take_packets(&mut rig, &pkts, EPSN, &data, left.map(|r| (&src, at, r)));
-        outcome(rig)
-    };
-    let (runs, alone, carried) = (write(Some(true)), write(Some(false)), write(None));
+        (
+            six(RcRdmaWriteFirst, RcRdmaWriteMiddle, RcRdmaWriteLast, ext),
+            EPSN,
+        )
+    });
     assert_eq!(
         &runs.2[100..100 + data.len()],
         &data[..],
@@ -541,29 +552,24 @@ fn a_receiver_takes_a_run_of_writes_as_it_takes_its_packets() {
 #[test]
 fn a_receiver_takes_a_run_of_sends_into_its_receive_buffer() {
     let data: Vec<u8> = (0..6144u32).map(|i| ((i * 5 + 1) % 251) as u8).collect();
-    let (src, at) = source(&data);
-    let send = |left: Option<bool>| {
-        let mut rig = Rig::new();
+    let [runs, alone, carried] = three_ways(&data, |rig| {
         let (lkey, buf) = (rig.mr.raw(), rig.mr_buf.get() + 64);
         rig.post_recv(lkey, buf, 8000);
         use BthOpcode::*;
         let pkts = six(RcSendFirst, RcSendMiddle, RcSendLast, ExtHeaders::default());
-        take_packets(&mut rig, &pkts, EPSN, &data, left.map(|r| (&src, at, r)));
-        outcome(rig)
-    };
-    let (runs, carried) = (send(Some(true)), send(None));
+        (pkts, EPSN)
+    });
     assert_eq!(&runs.2[64..64 + data.len()], &data[..], "the SEND landed");
     assert_eq!(runs.1.len(), 1, "one receive completion");
+    assert!(runs == alone, "as the packets one by one");
     assert!(runs == carried, "the same ACK, CQE, memory and counts");
 }
 
 #[test]
 fn a_requester_takes_a_run_of_read_responses() {
     let data: Vec<u8> = (0..6144u32).map(|i| ((i * 29 + 7) % 251) as u8).collect();
-    let (src, at) = source(&data);
-    let read = |left: Option<bool>| {
-        let mut rig = Rig::new();
-        let r = rdma_wqe(&rig, 0, WqeOpcode::RdmaRead, data.len() as u32);
+    let [runs, alone, carried] = three_ways(&data, |rig| {
+        let r = rdma_wqe(rig, 0, WqeOpcode::RdmaRead, data.len() as u32);
         rig.write_sq(0, &r);
         rig.ring(0, u8::from(WqeOpcode::RdmaRead), 3);
         assert_eq!(rig.transmitted().len(), 1, "the READ request");
@@ -582,12 +588,11 @@ fn a_requester_takes_a_run_of_read_responses() {
             aeth,
         );
         pkts[5].ext = aeth;
-        take_packets(&mut rig, &pkts, SQ_PSN, &data, left.map(|r| (&src, at, r)));
-        outcome(rig)
-    };
-    let (runs, carried) = (read(Some(true)), read(None));
+        (pkts, SQ_PSN)
+    });
     assert_eq!(&runs.2[..data.len()], &data[..], "the READ's bytes landed");
     assert_eq!(runs.1.len(), 1, "one completion");
+    assert!(runs == alone, "as the packets one by one");
     assert!(runs == carried, "the same CQE, memory and counts");
 }
 
