@@ -542,6 +542,25 @@ pub trait Dma {
     ) -> Result<Instant, DmaError> {
         write_through_buffer(self, at, tag, addr, src, from, len)
     }
+    /// Makes the writes of a run of packets, one [`Self::dma_write_from`]
+    /// of `len` bytes per entry of `at` (the `k`-th at `at[k]`, to `addr +
+    /// k * len`, from `from + k * len`), with one copy of all their bytes:
+    /// counted and timed as those writes. Returns false, having moved and
+    /// counted nothing, where it cannot (a write would fail, or the bytes
+    /// must be kept one write at a time); the caller then makes them one by
+    /// one. The provided method always returns false.
+    fn dma_write_run_from(
+        &mut self,
+        at: &[Instant],
+        tag: DmaTag,
+        addr: HostAddr,
+        src: &dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+    ) -> bool {
+        let _ = (at, tag, addr, src, from, len);
+        false
+    }
     /// Records an MMIO write of `bytes` the device received at `at`,
     /// attributed to `qpn`.
     fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize);
@@ -833,6 +852,33 @@ impl Dma for Bus {
         Ok(at)
     }
 
+    fn dma_write_run_from(
+        &mut self,
+        at: &[Instant],
+        tag: DmaTag,
+        addr: HostAddr,
+        src: &dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+    ) -> bool {
+        // Every write of the run lies in the one copied range, so either
+        // all of them succeed or none would have moved a byte.
+        let Some(total) = len.checked_mul(at.len()) else {
+            return false;
+        };
+        if (self.capture.is_some() && captured(tag.purpose))
+            || self.mem.copy_from(addr, src, from, total).is_err()
+        {
+            return false;
+        }
+        let mut to = addr.get();
+        for &t in at {
+            self.count_write(t, tag, HostAddr::new(to), len as u64);
+            to = to.wrapping_add(len as u64);
+        }
+        true
+    }
+
     fn dma_write(
         &mut self,
         at: Instant,
@@ -1115,6 +1161,63 @@ mod tests {
                 .dma_write_from(t, write, past, &*src_ram, a, 500)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_run_written_with_one_copy_counts_as_its_writes_or_does_nothing() {
+        let (src_ram, dst_ram) = (Arc::new(HostRam::new()), Arc::new(HostRam::new()));
+        let a = src_ram.alloc(16384).unwrap();
+        let b = dst_ram.alloc(16384).unwrap();
+        let bytes: Vec<u8> = (0..12288u32).map(|i| (i % 251) as u8).collect();
+        src_ram.write(a, &bytes).unwrap();
+        let tag = DmaTag::new(Qpn::new(6), DmaPurpose::Scatter);
+        // Three writes of 4 KiB from an address that splits them at 4 KiB
+        // boundaries, each at its own time.
+        let to = b.checked_add(100).unwrap();
+        let times = [3000, 5000, 8000].map(Instant::from_ps);
+        let mut run = Bus::new(cfg(), dst_ram.clone());
+        run.set_recording(true);
+        assert!(run.dma_write_run_from(&times, tag, to, &*src_ram, a, 4096));
+        let mut one_by_one = Bus::new(cfg(), dst_ram.clone());
+        one_by_one.set_recording(true);
+        for (k, &t) in times.iter().enumerate() {
+            let off = 4096 * k as u64;
+            one_by_one
+                .dma_write_from(
+                    t,
+                    tag,
+                    to.checked_add(off).unwrap(),
+                    &*src_ram,
+                    a.checked_add(off).unwrap(),
+                    4096,
+                )
+                .unwrap();
+        }
+        assert_eq!(run.counters(), one_by_one.counters());
+        assert_eq!(
+            run.qp_counters(Qpn::new(6)),
+            one_by_one.qp_counters(Qpn::new(6))
+        );
+        assert_eq!(run.take_log(), one_by_one.take_log(), "the same crossings");
+        let mut got = vec![0u8; 12288];
+        dst_ram.read(to, &mut got).unwrap();
+        assert_eq!(got, bytes);
+        // A run one of whose writes would fail, or that a capture must keep
+        // write by write: nothing moved or counted, for the caller to make
+        // the writes one by one.
+        let mut refused = Bus::new(cfg(), dst_ram.clone());
+        let late = b.checked_add(8192).unwrap();
+        assert!(!refused.dma_write_run_from(&times, tag, late, &*src_ram, a, 4096));
+        let past = a.checked_add(8192).unwrap();
+        assert!(!refused.dma_write_run_from(&times, tag, to, &*src_ram, past, 4096));
+        refused.set_capture(true);
+        let kept = DmaTag::new(Qpn::new(6), DmaPurpose::Cqe);
+        assert!(!refused.dma_write_run_from(&times, kept, to, &*src_ram, a, 4096));
+        assert_eq!(refused.counters(), Counters::default());
+        assert!(refused.take_capture().is_empty());
+        let plain = &mut Plain(Bus::new(cfg(), dst_ram.clone()));
+        assert!(!plain.dma_write_run_from(&times, tag, to, &*src_ram, a, 4096));
+        assert_eq!(plain.0.counters(), Counters::default());
     }
 
     #[test]
