@@ -98,7 +98,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use doorbell_host::{HostMemory, RecordDoorbell};
 use doorbell_layout::uar::{self, CqArmDoorbell, SendDoorbell, UarRegister};
 use doorbell_layout::wqe as wqe_layout;
-use doorbell_pcie::Dma;
+use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_types::{Cqn, Duration, HostAddr, Instant, Pdn, Qpn, Srqn, UarIndex};
 use doorbell_wire::RoceRepr;
 
@@ -248,6 +248,19 @@ pub struct Nic {
     link_down: bool,
     /// Event queues, their interrupts, and events no EQ takes.
     eqs: Eqs,
+    /// Room for [`Nic::write_run`], kept for reuse.
+    run: RunScratch,
+}
+
+/// What [`Nic::write_run`] works out before it takes a run's packets.
+#[derive(Default)]
+struct RunScratch {
+    /// The processing units' free times as the packets would leave them.
+    pus: Vec<Instant>,
+    /// Each packet's unit and start.
+    units: Vec<(usize, Instant)>,
+    /// Each packet's write's time.
+    times: Vec<Instant>,
 }
 
 /// What a processing unit worked on ([`PuWork`]).
@@ -304,6 +317,7 @@ impl Nic {
             due: Vec::new(),
             link_down: false,
             eqs: Eqs::default(),
+            run: RunScratch::default(),
         }
     }
 
@@ -1131,6 +1145,21 @@ impl Nic {
         let mut from = u.from;
         for k in 0..segments {
             each.bth.psn = repr.bth.psn.add(k);
+            // After a WRITE's first packet, the rest in one go if each
+            // would be taken as the expected next.
+            if k == 1
+                && self.write_run(
+                    now,
+                    &each,
+                    segments - 1,
+                    src,
+                    from,
+                    parsed.payload.len(),
+                    dma,
+                )
+            {
+                return Received::Taken;
+            }
             let payload = PayloadIn::Left {
                 src,
                 from,
@@ -1143,6 +1172,63 @@ impl Nic {
             from = HostAddr::new(from.get().wrapping_add(u64::from(u.len)));
         }
         r
+    }
+
+    /// Takes the `n` RDMA WRITE MIDDLE packets of a run that follow one
+    /// taken already, the first with the headers `repr`, their payloads
+    /// of `len` bytes each from `from` on in `src`, as taking each alone
+    /// would: each counted, on a processing unit for as long, its write
+    /// counted and timed on the bus; but with one check of their PSNs and
+    /// key and one copy of their bytes ([`Dma::dma_write_run_from`]).
+    /// False, having taken none, if any would be taken otherwise
+    /// ([`recv::write_run_target`]) or the bus cannot copy them at once.
+    #[allow(clippy::too_many_arguments)]
+    fn write_run(
+        &mut self,
+        now: Instant,
+        repr: &RoceRepr,
+        n: u32,
+        src: &dyn HostMemory,
+        from: HostAddr,
+        len: usize,
+        dma: &mut impl Dma,
+    ) -> bool {
+        let qpn = repr.bth.dest_qp;
+        let Some(to) = self
+            .qps
+            .get(&qpn)
+            .and_then(|qp| recv::write_run_target(qp, repr, n, len, &self.mkeys))
+        else {
+            return false;
+        };
+        // Each packet's unit, and its write's time, as alone: a packet's
+        // write follows its reception's charge.
+        let busy = self.cfg.timing.rx_packet;
+        let RunScratch { pus, units, times } = &mut self.run;
+        pus.clone_from(&self.pus);
+        units.clear();
+        times.clear();
+        for _ in 0..n {
+            let (pu, start) = acquire_pu(pus, now);
+            pus[pu] = start.add(busy);
+            units.push((pu, start));
+            times.push(start.add(busy));
+        }
+        let tag = DmaTag::new(qpn, DmaPurpose::Scatter);
+        if !dma.dma_write_run_from(times, tag, to, src, from, len) {
+            return false;
+        }
+        let units = std::mem::take(&mut self.run.units);
+        for &(pu, start) in &units {
+            self.occupy(pu, start, busy, qpn, PuTask::Frame);
+        }
+        self.run.units = units;
+        self.out.counters.rx_packets += u64::from(n);
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            recv::took_write_run(qp, n, len);
+            sync_timers(&mut self.timers, qp);
+        }
+        true
     }
 
     /// Takes one packet, its headers parsed; brings the timer index up to

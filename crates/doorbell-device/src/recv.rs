@@ -770,6 +770,71 @@ fn inbound_write<D: Dma>(
     Ok(())
 }
 
+/// Where the bytes of `n` RDMA WRITE MIDDLE packets of `len` bytes go,
+/// the first with the headers `repr`, the rest following it in PSN order
+/// (the rest of a run, [`crate::Unfilled::segments`]), if taking them one
+/// by one would take each as the expected next packet of the WRITE in
+/// progress and write it into one run of host memory, after the run's
+/// last: the host address of the first packet's bytes. `None` if any
+/// packet would be taken otherwise (out of order, past the WRITE's end,
+/// refused by its key, in pages apart); the caller then takes them one by
+/// one, as it would with no run.
+pub(crate) fn write_run_target(
+    qp: &Qp,
+    repr: &RoceRepr,
+    n: u32,
+    len: usize,
+    mkeys: &crate::mkey::MkeyTable,
+) -> Option<doorbell_types::HostAddr> {
+    let bth = repr.bth;
+    let w = qp.inbound.write.as_ref()?;
+    // What `handle_request`, `rc_request` and `inbound_write` check of
+    // each packet, for all of them at once.
+    let taken = qp.p.qp_type == QpType::Rc
+        && matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        && bth.opcode == BthOpcode::RcRdmaWriteMiddle
+        && !bth.ack_req
+        && qp.is_from_peer(&repr.ip)
+        && bth.psn == qp.resp.epsn()
+        && fits_path_mtu(bth.opcode, len, qp.mtu())
+        && len > 0;
+    let bytes = u64::from(n).checked_mul(len as u64)?;
+    let end = w.offset.checked_add(bytes)?;
+    if !taken || end > w.len {
+        return None;
+    }
+    let va = w.va.checked_add(w.offset)?;
+    let mut runs = 0;
+    let mut at = None;
+    mkeys
+        .translate(
+            Mkey::from_raw(w.rkey),
+            qp.p.pd,
+            Access::REMOTE_WRITE,
+            va,
+            bytes,
+            |h, _, _| {
+                runs += 1;
+                at = Some(h);
+            },
+        )
+        .ok()?;
+    at.filter(|_| runs == 1)
+}
+
+/// Takes the `n` packets of `len` bytes that [`write_run_target`] found
+/// to be taken as expected, once their bytes are written: moves the
+/// responder's PSN and the WRITE's offset past them, as taking each would.
+pub(crate) fn took_write_run(qp: &mut Qp, n: u32, len: usize) {
+    // Each at the PSN expected: the first closes any gap, as it would.
+    let expected = qp.resp.handle_psn(qp.resp.epsn());
+    debug_assert!(matches!(expected, RequestPsn::Expected));
+    qp.resp.advance(n);
+    if let Some(w) = &mut qp.inbound.write {
+        w.offset += u64::from(n) * len as u64;
+    }
+}
+
 /// Executes a READ request: `fresh` is false for a duplicate, which is
 /// answered again without moving the responder's state.
 fn inbound_read<D: Dma>(

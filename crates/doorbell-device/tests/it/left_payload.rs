@@ -460,20 +460,22 @@ fn take_packets(
 }
 
 /// What a rig ended with: its frames out, CQEs, MR bytes, NIC and bus
-/// counts.
+/// counts, and its processing units' time.
 type Outcome = (
     Vec<Vec<u8>>,
     Vec<[u8; CQE_LEN]>,
     Vec<u8>,
     NicCounters,
     doorbell_pcie::Counters,
+    doorbell_types::Duration,
 );
 
 fn outcome(mut rig: Rig) -> Outcome {
     let out = rig.transmitted().into_iter().map(|f| f.bytes).collect();
     let cqes = rig.cqes();
     let mr = rig.mr_bytes(0, MR_LEN as usize);
-    (out, cqes, mr, rig.counters(), rig.bus.counters())
+    let busy = rig.nic.pu_busy();
+    (out, cqes, mr, rig.counters(), rig.bus.counters(), busy)
 }
 
 /// Six packets of 1 KiB: FIRST (with `first_ext`), four MIDDLEs, LAST.
@@ -511,8 +513,14 @@ fn source(data: &[u8]) -> (HostRam, HostAddr) {
 /// runs, as single packets left in the sender's memory, and carried.
 fn three_ways(data: &[u8], setup: impl Fn(&mut Rig) -> (Vec<Pkt>, u32)) -> [Outcome; 3] {
     let (src, at) = source(data);
+    // Two processing units that take time per packet: a run's packets
+    // must occupy them as the packets alone would.
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.timing.processing_units = 2;
+    cfg.timing.rx_packet = doorbell_types::Duration::from_ns(40);
+    cfg.timing.tx_packet = doorbell_types::Duration::from_ns(30);
     [Some(true), Some(false), None].map(|left| {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_config(cfg.clone());
         let (pkts, psn) = setup(&mut rig);
         take_packets(&mut rig, &pkts, psn, data, left.map(|r| (&src, at, r)));
         outcome(rig)
@@ -547,6 +555,50 @@ fn a_receiver_takes_a_run_of_writes_as_it_takes_its_packets() {
     assert!(runs == alone, "as the packets one by one");
     assert!(runs == carried, "as the packets with their payloads");
     assert_eq!(runs.3.rx_packets, 6);
+}
+
+#[test]
+fn a_run_that_overruns_its_write_is_taken_packet_by_packet() {
+    // The RETH grants 3 KiB; the FIRST and a run of four MIDDLEs carry
+    // 5 KiB: the third MIDDLE is NAKed, wherever it sits in the run.
+    let data: Vec<u8> = (0..6144u32).map(|i| ((i * 13 + 3) % 251) as u8).collect();
+    let [runs, alone, carried] = three_ways(&data, |rig| {
+        let reth = RethRepr {
+            va: rig.mr_buf.get() + 100,
+            rkey: rig.mr,
+            dma_len: 3072,
+        };
+        let ext = ExtHeaders {
+            reth: Some(reth),
+            ..ExtHeaders::default()
+        };
+        use BthOpcode::*;
+        (
+            six(RcRdmaWriteFirst, RcRdmaWriteMiddle, RcRdmaWriteLast, ext),
+            EPSN,
+        )
+    });
+    assert_eq!(
+        &runs.2[100..100 + 3072],
+        &data[..3072],
+        "what the key grants"
+    );
+    assert!(
+        runs.2[100 + 3072..100 + 4096].iter().all(|&b| b == 0),
+        "nothing past it"
+    );
+    let nak = runs.0.iter().any(|f| {
+        doorbell_wire::parse_roce_emitted(f).is_ok_and(|p| {
+            p.repr.bth.psn == Psn::new(EPSN + 3)
+                && matches!(
+                    p.repr.ext.aeth.map(|a| a.syndrome),
+                    Some(AethSyndrome::Nak(NakCode::InvalidRequest))
+                )
+        })
+    });
+    assert!(nak, "a NAK for the third MIDDLE: {:?}", runs.0.len());
+    assert!(runs == alone, "as the packets one by one");
+    assert!(runs == carried, "as the packets with their payloads");
 }
 
 #[test]
