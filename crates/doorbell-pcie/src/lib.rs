@@ -419,7 +419,12 @@ impl Counters {
     }
 
     fn add_write(&mut self, p: DmaPurpose, bytes: u64, mwr: u64) {
-        self.dma_writes[p.index()] += 1;
+        self.add_writes(p, 1, bytes, mwr);
+    }
+
+    /// `writes` writes of `bytes` and `mwr` TLPs in all.
+    fn add_writes(&mut self, p: DmaPurpose, writes: u64, bytes: u64, mwr: u64) {
+        self.dma_writes[p.index()] += writes;
         self.dma_write_bytes[p.index()] += bytes;
         self.dma_mwr_tlps += mwr;
     }
@@ -871,11 +876,26 @@ impl Dma for Bus {
         {
             return false;
         }
-        let mut to = addr.get();
+        // Counted as `count_write` counts each, with one look-up of the
+        // QP's counters for them all.
+        let (mut to, mut mwrs) = (addr.get(), 0);
         for &t in at {
-            self.count_write(t, tag, HostAddr::new(to), len as u64);
+            let mwr = self.cfg.write_tlp_count(to, len as u64);
+            mwrs += mwr;
+            if let Some(log) = &mut self.log {
+                log.push(Crossing::DmaWrite {
+                    at: t,
+                    tag,
+                    bytes: len as u32,
+                    mwr: mwr as u32,
+                });
+            }
             to = to.wrapping_add(len as u64);
         }
+        let writes = at.len() as u64;
+        self.apply(tag.qpn, |c| {
+            c.add_writes(tag.purpose, writes, total as u64, mwrs)
+        });
         true
     }
 
