@@ -770,15 +770,15 @@ fn inbound_write<D: Dma>(
     Ok(())
 }
 
-/// Where the bytes of `n` RDMA WRITE MIDDLE packets of `len` bytes go,
-/// the first with the headers `repr`, the rest following it in PSN order
-/// (the rest of a run, [`crate::Unfilled::segments`]), if taking them one
-/// by one would take each as the expected next packet of the WRITE in
-/// progress and write it into one run of host memory, after the run's
-/// last: the host address of the first packet's bytes. `None` if any
-/// packet would be taken otherwise (out of order, past the WRITE's end,
-/// refused by its key, in pages apart); the caller then takes them one by
-/// one, as it would with no run.
+/// Where the payloads of the rest of a run go ([`crate::Unfilled::segments`]:
+/// `n` RDMA WRITE MIDDLE packets of `len` bytes, the first with the
+/// headers `repr`, the others at the PSNs after it): the host address of
+/// the first one's bytes, if taking the packets one by one would take
+/// each as the expected next packet of the WRITE in progress and write
+/// them one after another into one run of host memory. `None` if any
+/// would be taken otherwise (out of order, past the WRITE's end, refused
+/// by its key, or written into pages apart): the caller then takes them
+/// one by one.
 pub(crate) fn write_run_target(
     qp: &Qp,
     repr: &RoceRepr,

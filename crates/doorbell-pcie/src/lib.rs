@@ -866,8 +866,8 @@ impl Dma for Bus {
         from: HostAddr,
         len: usize,
     ) -> bool {
-        // Every write of the run lies in the one copied range, so either
-        // all of them succeed or none would have moved a byte.
+        // One copy of the whole range, which moves all or nothing: where
+        // it fails, the caller's writes one by one fail where they would.
         let Some(total) = len.checked_mul(at.len()) else {
             return false;
         };
