@@ -3,7 +3,7 @@
 use doorbell_hif::DeviceCaps;
 use doorbell_host::{HostMemory, MemError};
 use doorbell_types::{Duration, HostAddr, Instant};
-use doorbell_wire::{RoceRepr, Seal};
+use doorbell_wire::Seal;
 
 /// Static configuration of one NIC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,10 +156,6 @@ pub struct Frame {
     /// ([`NicConfig::leave_payload`]): the bytes that hold it in `bytes`
     /// are then unwritten.
     pub unfilled: Option<Unfilled>,
-    /// The headers it was emitted with, as a receiver parses them from
-    /// `bytes` (for a run, its first packet's): a NIC of the same process
-    /// takes them as they are ([`crate::Nic::handle_sent_frame`]).
-    pub headers: RoceRepr,
 }
 
 impl Frame {

@@ -88,7 +88,6 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building
         bytes: f.bytes,
         ready: ctx.t,
         unfilled,
-        headers: f.repr.as_emitted(f.payload.len()),
     });
     true
 }

@@ -252,15 +252,6 @@ pub struct Nic {
     run: RunScratch,
 }
 
-/// How [`Nic::frame`] learns a frame's headers.
-#[derive(Clone, Copy)]
-enum Headers<'a> {
-    /// From its bytes, the ICRC checked if `icrc`.
-    Parse { icrc: bool },
-    /// From its sender ([`Nic::handle_sent_frame`]).
-    Given(&'a RoceRepr),
-}
-
 /// What [`Nic::write_run`] works out before it takes a run's packets.
 #[derive(Default)]
 struct RunScratch {
@@ -1058,7 +1049,7 @@ impl Nic {
 
     /// Takes one frame from the fabric; tells whether it reached a QP.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8], dma: &mut impl Dma) -> Received {
-        let r = self.frame(now, frame, dma, Headers::Parse { icrc: true }, None);
+        let r = self.frame(now, frame, dma, true, None);
         self.deliver_events(dma);
         r
     }
@@ -1074,7 +1065,7 @@ impl Nic {
         frame: &[u8],
         dma: &mut impl Dma,
     ) -> Received {
-        let r = self.frame(now, frame, dma, Headers::Parse { icrc: false }, None);
+        let r = self.frame(now, frame, dma, false, None);
         self.deliver_events(dma);
         r
     }
@@ -1094,28 +1085,7 @@ impl Nic {
         src: &dyn HostMemory,
         dma: &mut impl Dma,
     ) -> Received {
-        let left = Some((unfilled, src));
-        let r = self.frame(now, frame, dma, Headers::Parse { icrc: false }, left);
-        self.deliver_events(dma);
-        r
-    }
-
-    /// [`Nic::handle_emitted_frame`], or with `left`
-    /// [`Nic::handle_unfilled_frame`], for a frame whose sender handed its
-    /// headers over with it ([`Frame::headers`]): they are taken as they
-    /// are, not parsed from its bytes again, as a packet's metadata travels
-    /// with it between the layers of one host. They must be the headers
-    /// the bytes were emitted with: the NIC acts on the headers, never
-    /// reads them from the bytes, and drops a frame they do not fit.
-    pub fn handle_sent_frame(
-        &mut self,
-        now: Instant,
-        frame: &[u8],
-        headers: &RoceRepr,
-        left: Option<(&Unfilled, &dyn HostMemory)>,
-        dma: &mut impl Dma,
-    ) -> Received {
-        let r = self.frame(now, frame, dma, Headers::Given(headers), left);
+        let r = self.frame(now, frame, dma, false, Some((unfilled, src)));
         self.deliver_events(dma);
         r
     }
@@ -1125,7 +1095,7 @@ impl Nic {
         now: Instant,
         frame: &[u8],
         dma: &mut impl Dma,
-        headers: Headers<'_>,
+        check_icrc: bool,
         left: Option<(&Unfilled, &dyn HostMemory)>,
     ) -> Received {
         let segments = left.map_or(1, |(u, _)| u.segments);
@@ -1133,68 +1103,67 @@ impl Nic {
             self.out.counters.link_down_dropped += u64::from(segments.max(1));
             return Received::Dropped("the link is down");
         }
-        let parsed;
-        let (repr, at) = match headers {
-            Headers::Parse { icrc } => {
-                parsed = if icrc {
-                    doorbell_wire::parse_roce(frame)
-                } else {
-                    doorbell_wire::parse_roce_emitted(frame)
-                };
-                match &parsed {
-                    Ok(p) => (&p.repr, p.payload.clone()),
-                    Err(doorbell_wire::Error::BadIcrc) => {
-                        self.out.counters.rx_icrc_errors += 1;
-                        return Received::Dropped("bad ICRC");
-                    }
-                    Err(_) => {
-                        self.out.counters.rx_dropped += 1;
-                        return Received::Dropped("not a RoCEv2 packet this NIC can parse");
-                    }
-                }
-            }
-            Headers::Given(h) => match h.payload_in(frame.len()) {
-                Some(at) => (h, at),
-                None => {
-                    self.out.counters.rx_dropped += 1;
-                    return Received::Dropped("headers that do not fit their frame");
-                }
-            },
+        let parsed = if check_icrc {
+            doorbell_wire::parse_roce(frame)
+        } else {
+            doorbell_wire::parse_roce_emitted(frame)
         };
+        let parsed = match parsed {
+            Ok(p) => p,
+            Err(doorbell_wire::Error::BadIcrc) => {
+                self.out.counters.rx_icrc_errors += 1;
+                return Received::Dropped("bad ICRC");
+            }
+            Err(_) => {
+                self.out.counters.rx_dropped += 1;
+                return Received::Dropped("not a RoCEv2 packet this NIC can parse");
+            }
+        };
+        let repr = parsed.repr;
         let ip_header = frame.get(..repr.ip.header_len()).unwrap_or(&[]);
         let Some((u, src)) = left else {
-            let payload = PayloadIn::Frame(frame.get(at).unwrap_or(&[]));
-            return self.packet(now, repr, ip_header, payload, dma, true);
+            let payload = PayloadIn::Frame(frame.get(parsed.payload.clone()).unwrap_or(&[]));
+            return self.packet(now, &repr, ip_header, payload, dma, true);
         };
         if !(transmit::may_leave_payload(repr.bth.opcode)
-            && at.start == u.at as usize
-            && at.len() == u.len as usize)
+            && parsed.payload.start == u.at as usize
+            && parsed.payload.len() == u.len as usize)
         {
             self.out.counters.rx_dropped += 1;
             return Received::Dropped(
                 "a payload left in memory that no WRITE, SEND or READ response carries",
             );
         }
-        if !is_run(u, repr) {
+        if !is_run(u, &repr) {
             self.out.counters.rx_dropped += 1;
             return Received::Dropped("a run of packets that are not MIDDLE packets in a row");
         }
         // Each packet of a run as it would have been taken alone: its
         // headers are the first's but for the PSN (`Unfilled::segments`).
         let mut r = Received::Taken;
-        let mut each = *repr;
+        let mut each = repr;
         let mut from = u.from;
         for k in 0..segments {
             each.bth.psn = repr.bth.psn.add(k);
             // After a WRITE's first packet, the rest in one go if each
             // would be taken as the expected next.
-            if k == 1 && self.write_run(now, &each, segments - 1, src, from, at.len(), dma) {
+            if k == 1
+                && self.write_run(
+                    now,
+                    &each,
+                    segments - 1,
+                    src,
+                    from,
+                    parsed.payload.len(),
+                    dma,
+                )
+            {
                 return Received::Taken;
             }
             let payload = PayloadIn::Left {
                 src,
                 from,
-                len: at.len(),
+                len: parsed.payload.len(),
             };
             // Nothing reads the timer index between a run's packets, which
             // all go to one QP: it is brought up to date after the last.
@@ -1360,17 +1329,6 @@ impl Nic {
             self.out.clear();
         }
         self.out.pop()
-    }
-
-    /// Every frame for the fabric, in order, to the end of `out`: as
-    /// [`Nic::poll_transmit`] until it answers `None`, with each frame
-    /// moved once.
-    pub fn transmit_into(&mut self, out: &mut Vec<Frame>) {
-        if self.link_down {
-            self.out.counters.link_down_dropped += self.out.queued() as u64;
-            self.out.clear();
-        }
-        self.out.drain_into(out);
     }
 
     /// Gives back the buffer of a frame this NIC sent, once the port is done

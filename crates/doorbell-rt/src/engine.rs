@@ -47,7 +47,6 @@ use doorbell_hif::NicEvent;
 use doorbell_host::HostMemory;
 use doorbell_pcie::Bus;
 use doorbell_types::Instant;
-use doorbell_wire::{BthRepr, RoceRepr};
 
 use crate::inbox::{BusSnapshot, Inbox, Msg};
 
@@ -223,54 +222,36 @@ impl Engine {
     /// Takes in frames another NIC of this process built, as
     /// [`Self::take_frames`] does; `from` is that NIC's host memory.
     fn take_emitted(&mut self, now: Instant, mut frames: Vec<Frame>, from: &dyn HostMemory) {
-        // (Taken where they lie: a frame, its headers with it, is a few
-        // hundred bytes to move.)
-        for f in &mut frames {
-            let (bytes, h) = (std::mem::take(&mut f.bytes), &f.headers);
+        for f in frames.drain(..) {
             match f.unfilled {
                 // A capture or a timeline sees a run's packets one by one.
                 Some(u)
                     if u.segments > 1 && (self.capture.is_some() || self.timeline.is_some()) =>
                 {
-                    self.take_run(now, bytes, u, h, from);
+                    self.take_run(now, f.bytes, u, from);
                 }
-                Some(u) => self.take_frame(now, bytes, Arrival::Unfilled(u, from, h)),
-                None => self.take_frame(now, bytes, Arrival::Emitted(h)),
+                Some(u) => self.take_frame(now, f.bytes, Arrival::Unfilled(u, from)),
+                None => self.take_frame(now, f.bytes, Arrival::Emitted),
             }
         }
         crate::buffers::recycle_emitted(frames);
     }
 
-    /// Takes in the run of packets `u` whose first is `bytes`, with the
-    /// headers `h` ([`Unfilled::segments`]), packet by packet, as its
-    /// sender would have handed them on one by one.
-    fn take_run(
-        &mut self,
-        now: Instant,
-        bytes: Vec<u8>,
-        u: Unfilled,
-        h: &RoceRepr,
-        from: &dyn HostMemory,
-    ) {
+    /// Takes in the run of packets `u` whose first is `bytes`
+    /// ([`Unfilled::segments`]) packet by packet, as its sender would have
+    /// handed them on one by one.
+    fn take_run(&mut self, now: Instant, bytes: Vec<u8>, u: Unfilled, from: &dyn HostMemory) {
         let mut one = crate::buffers::buffer(bytes.len());
         // (If the last packet can be cut out, every one can.)
         if u.segment(&bytes, u.segments - 1, &mut one).is_none() {
             // No run its sender could have made: the NIC drops it whole.
             crate::buffers::recycle(one);
-            self.take_frame(now, bytes, Arrival::Unfilled(u, from, h));
+            self.take_frame(now, bytes, Arrival::Unfilled(u, from));
             return;
         }
         for k in 0..u.segments {
             if let Some(single) = u.segment(&bytes, k, &mut one) {
-                // Packet `k`'s headers are the first's but for the PSN.
-                let hk = RoceRepr {
-                    bth: BthRepr {
-                        psn: h.bth.psn.add(k),
-                        ..h.bth
-                    },
-                    ..*h
-                };
-                self.take_frame(now, one, Arrival::Unfilled(single, from, &hk));
+                self.take_frame(now, one, Arrival::Unfilled(single, from));
                 one = crate::buffers::buffer(bytes.len());
             }
         }
@@ -291,17 +272,15 @@ impl Engine {
         }
         let r = match how {
             Arrival::Port => nic.handle_frame(now, &f, bus),
-            Arrival::Emitted(h) => nic.handle_sent_frame(now, &f, h, None, bus),
-            Arrival::Unfilled(u, from, h) => {
-                nic.handle_sent_frame(now, &f, h, Some((&u, from)), bus)
-            }
+            Arrival::Emitted => nic.handle_emitted_frame(now, &f, bus),
+            Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, &f, &u, from, bus),
         };
         if let Some(c) = capture {
             let why = match r {
                 Received::Taken => None,
                 Received::Dropped(why) => Some(why),
             };
-            if let Arrival::Unfilled(u, from, _) = how {
+            if let Arrival::Unfilled(u, from) = how {
                 // A payload the sender's memory no longer holds stays
                 // as the frame's buffer had it.
                 let _ = u.fill(&mut f, from);
@@ -401,7 +380,8 @@ impl Engine {
             }
         }
         loop {
-            self.nic.transmit_into(&mut self.out);
+            self.out
+                .extend(std::iter::from_fn(|| self.nic.poll_transmit()));
             if let Some(tl) = &mut self.timeline {
                 for f in &self.out {
                     tl.rec.frame(true, f.ready.max(now), &f.bytes);
@@ -444,11 +424,10 @@ impl Engine {
 enum Arrival<'a> {
     /// From the port: checked whole, ICRC included.
     Port,
-    /// From another NIC of this process, as it emitted it, with the
-    /// headers it emitted it with ([`Frame::headers`]).
-    Emitted(&'a RoceRepr),
+    /// From another NIC of this process, as it emitted it.
+    Emitted,
     /// As [`Arrival::Emitted`], its payload left in that NIC's host memory.
-    Unfilled(Unfilled, &'a dyn HostMemory, &'a RoceRepr),
+    Unfilled(Unfilled, &'a dyn HostMemory),
 }
 
 /// A NIC's engine, its inbox, and the worker that runs what no caller does.

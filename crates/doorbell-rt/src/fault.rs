@@ -239,17 +239,6 @@ mod tests {
             bytes,
             ready: doorbell_types::Instant::ZERO,
             unfilled: None,
-            // (The relay reads only the bytes.)
-            headers: doorbell_wire::RoceRepr {
-                ip: doorbell_wire::RoceIp::v4([127, 0, 0, 2], [127, 0, 0, 1]),
-                src_port: 0xc000,
-                bth: doorbell_wire::BthRepr::new(
-                    doorbell_wire::BthOpcode::RcRdmaWriteOnly,
-                    doorbell_types::Qpn::new(0x100),
-                    doorbell_types::Psn::new(u32::from(i)),
-                ),
-                ext: doorbell_wire::ExtHeaders::default(),
-            },
         }
     }
 

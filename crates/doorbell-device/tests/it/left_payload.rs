@@ -22,24 +22,14 @@ fn left_at(frame: &[u8], from: HostAddr) -> Unfilled {
 }
 
 /// The rig takes `frame` as another NIC of this process hands it over:
-/// its payload left in `src` where `left` says, or carried; its headers
-/// parsed, or as `given` ([`Nic::handle_sent_frame`]).
-fn take(
-    rig: &mut Rig,
-    frame: &[u8],
-    left: Option<(&Unfilled, &HostRam)>,
-    given: Option<&RoceRepr>,
-) -> Received {
+/// its payload left in `src` where `left` says, or carried.
+fn take(rig: &mut Rig, frame: &[u8], left: Option<(&Unfilled, &HostRam)>) -> Received {
     let now = rig.now;
-    match (left, given) {
-        (left, Some(h)) => {
-            let left = left.map(|(u, src)| (u, src as &dyn HostMemory));
-            rig.nic.handle_sent_frame(now, frame, h, left, &mut rig.bus)
-        }
-        (Some((u, src)), None) => rig
+    match left {
+        Some((u, src)) => rig
             .nic
             .handle_unfilled_frame(now, frame, u, src, &mut rig.bus),
-        (None, None) => rig.nic.handle_emitted_frame(now, frame, &mut rig.bus),
+        None => rig.nic.handle_emitted_frame(now, frame, &mut rig.bus),
     }
 }
 
@@ -77,43 +67,6 @@ fn writes_and_sends(cfg: NicConfig) -> (Vec<Frame>, Rig) {
     rig.ring(3, u8::from(WqeOpcode::Send), 3);
     let frames = rig.transmitted();
     (frames, rig)
-}
-
-/// The headers a receiver parses from `f`'s bytes.
-fn parsed_headers(f: &Frame) -> Option<RoceRepr> {
-    doorbell_wire::parse_roce_emitted(&f.bytes)
-        .ok()
-        .map(|p| p.repr)
-}
-
-#[test]
-fn a_frame_carries_the_headers_a_receiver_parses_from_it() {
-    let mut left = NicConfig::new(LOCAL);
-    left.leave_payload = true;
-    let mut runs = left.clone();
-    runs.max_segments = 8;
-    for (cfg, made_runs) in [(NicConfig::new(LOCAL), false), (left, false), (runs, true)] {
-        let (frames, _) = writes_and_sends(cfg);
-        assert_eq!(frames.iter().any(|f| f.packets() > 1), made_runs);
-        for f in &frames {
-            assert_eq!(Some(f.headers), parsed_headers(f));
-        }
-    }
-    // Inline data, whose length needs a pad.
-    let mut rig = Rig::new();
-    let mut wqe = [0u8; WQEBB_LEN];
-    ctrl(&mut wqe, 0, WqeOpcode::RdmaWrite, rig.qpn.get(), 3);
-    let mut r = RaddrSeg::new_unchecked(&mut wqe[16..32]);
-    r.set_raddr(0x1000);
-    r.set_rkey(7);
-    wqe[32..36].copy_from_slice(&(0x8000_0000u32 | 5).to_be_bytes());
-    wqe[36..41].copy_from_slice(b"hello");
-    rig.write_sq(0, &wqe);
-    rig.ring(1, u8::from(WqeOpcode::RdmaWrite), 0);
-    let frames = rig.transmitted();
-    assert_eq!(frames.len(), 1);
-    assert_eq!(frames[0].headers.bth.pad_count, 3);
-    assert_eq!(Some(frames[0].headers), parsed_headers(&frames[0]));
 }
 
 #[test]
@@ -158,7 +111,7 @@ fn take_write(
     let mut rig = Rig::new();
     let frame = rig.write_only(EPSN, 100, carried);
     let u = unfilled(&frame);
-    let r = take(&mut rig, &frame, u.as_ref().map(|u| (u, src)), None);
+    let r = take(&mut rig, &frame, u.as_ref().map(|u| (u, src)));
     let out = rig.transmitted();
     let mr = rig.mr_bytes(0, MR_LEN as usize);
     (r, out, mr, rig)
@@ -206,7 +159,7 @@ fn a_receiver_copies_a_left_send_into_its_receive_buffer() {
         };
         let frame = rig.request(BthOpcode::RcSendOnly, EPSN, ExtHeaders::default(), &carried);
         let u = left_at(&frame, at);
-        let r = take(&mut rig, &frame, left.then_some((&u, &src)), None);
+        let r = take(&mut rig, &frame, left.then_some((&u, &src)));
         assert_eq!(r, Received::Taken);
         let acks: Vec<Vec<u8>> = rig.transmitted().into_iter().map(|f| f.bytes).collect();
         let cqes = rig.cqes();
@@ -264,7 +217,7 @@ fn a_left_payload_that_no_payload_carrying_packet_holds_is_dropped_and_touches_n
     // packets whose payload the receiver writes into memory may leave it).
     let mut rig = Rig::new();
     let frame = peer_aeth(&rig, BthOpcode::RcAck, SQ_PSN, 1, &[1, 2, 3, 4]);
-    let r = take(&mut rig, &frame, Some((&left_at(&frame, at), &src)), None);
+    let r = take(&mut rig, &frame, Some((&left_at(&frame, at), &src)));
     assert!(matches!(r, Received::Dropped(_)), "an ACK: {r:?}");
     assert_eq!(rig.counters().rx_dropped, 1);
 }
@@ -302,7 +255,7 @@ fn take_read(
             peer_aeth(&rig, op, psn, 1, &carried)
         };
         let u = left_at(&frame, from.checked_add((i * 1024) as u64).unwrap());
-        let got = take(&mut rig, &frame, left.then_some((&u, src)), None);
+        let got = take(&mut rig, &frame, left.then_some((&u, src)));
         assert_eq!(got, Received::Taken, "response {i}");
     }
     let cqes = rig.cqes();
@@ -466,7 +419,6 @@ fn take_packets(
     psn: u32,
     data: &[u8],
     left: Option<(&HostRam, HostAddr, bool)>,
-    given: bool,
 ) {
     let mut at = 0usize;
     let mut i = 0usize;
@@ -494,13 +446,11 @@ fn take_packets(
                     segments: n as u32,
                     ..left_at(&frame, from.checked_add(at as u64).unwrap())
                 };
-                let h = Rig::peer_headers(bth, p.ext).as_emitted(p.len);
-                take(rig, &frame, Some((&u, src)), given.then_some(&h))
+                take(rig, &frame, Some((&u, src)))
             }
             None => {
                 let frame = rig.request_bth(bth, p.ext, chunk);
-                let h = Rig::peer_headers(bth, p.ext).as_emitted(p.len);
-                take(rig, &frame, None, given.then_some(&h))
+                take(rig, &frame, None)
             }
         };
         assert_eq!(got, Received::Taken, "packet {i}");
@@ -521,11 +471,7 @@ type Outcome = (
 );
 
 fn outcome(mut rig: Rig) -> Outcome {
-    let out = rig.transmitted();
-    for f in &out {
-        assert_eq!(Some(f.headers), parsed_headers(f), "an answer's headers");
-    }
-    let out = out.into_iter().map(|f| f.bytes).collect();
+    let out = rig.transmitted().into_iter().map(|f| f.bytes).collect();
     let cqes = rig.cqes();
     let mr = rig.mr_bytes(0, MR_LEN as usize);
     let busy = rig.nic.pu_busy();
@@ -564,9 +510,7 @@ fn source(data: &[u8]) -> (HostRam, HostAddr) {
 
 /// What a fresh rig, prepared by `setup` (which returns the packets and
 /// their first PSN), ends with after taking `data` in those packets: as
-/// runs, as single packets left in the sender's memory, and carried. Runs
-/// and carried packets with their headers handed over end the same as
-/// with their headers parsed (checked here).
+/// runs, as single packets left in the sender's memory, and carried.
 fn three_ways(data: &[u8], setup: impl Fn(&mut Rig) -> (Vec<Pkt>, u32)) -> [Outcome; 3] {
     let (src, at) = source(data);
     // Two processing units that take time per packet: a run's packets
@@ -575,27 +519,12 @@ fn three_ways(data: &[u8], setup: impl Fn(&mut Rig) -> (Vec<Pkt>, u32)) -> [Outc
     cfg.timing.processing_units = 2;
     cfg.timing.rx_packet = doorbell_types::Duration::from_ns(40);
     cfg.timing.tx_packet = doorbell_types::Duration::from_ns(30);
-    let ways = |given: bool| {
-        [Some(true), Some(false), None].map(|left| {
-            let mut rig = Rig::with_config(cfg.clone());
-            let (pkts, psn) = setup(&mut rig);
-            take_packets(
-                &mut rig,
-                &pkts,
-                psn,
-                data,
-                left.map(|r| (&src, at, r)),
-                given,
-            );
-            outcome(rig)
-        })
-    };
-    let parsed = ways(false);
-    assert!(
-        ways(true) == parsed,
-        "the same with the headers handed over"
-    );
-    parsed
+    [Some(true), Some(false), None].map(|left| {
+        let mut rig = Rig::with_config(cfg.clone());
+        let (pkts, psn) = setup(&mut rig);
+        take_packets(&mut rig, &pkts, psn, data, left.map(|r| (&src, at, r)));
+        outcome(rig)
+    })
 }
 
 #[test]
@@ -626,32 +555,6 @@ fn a_receiver_takes_a_run_of_writes_as_it_takes_its_packets() {
     assert!(runs == alone, "as the packets one by one");
     assert!(runs == carried, "as the packets with their payloads");
     assert_eq!(runs.3.rx_packets, 6);
-}
-
-#[test]
-fn a_padded_write_is_taken_alike_however_handed_over() {
-    // Five bytes: the frame carries three bytes of pad.
-    let data = b"hello".to_vec();
-    let [left, alone, carried] = three_ways(&data, |rig| {
-        let reth = RethRepr {
-            va: rig.mr_buf.get() + 9,
-            rkey: rig.mr,
-            dma_len: 5,
-        };
-        let ext = ExtHeaders {
-            reth: Some(reth),
-            ..ExtHeaders::default()
-        };
-        let pkt = Pkt {
-            op: BthOpcode::RcRdmaWriteOnly,
-            ext,
-            len: 5,
-        };
-        (vec![pkt], EPSN)
-    });
-    assert_eq!(&carried.2[9..14], b"hello");
-    assert_eq!(carried.0.len(), 1, "one ACK");
-    assert!(left == alone && left == carried);
 }
 
 #[test]
@@ -787,7 +690,7 @@ fn a_run_that_no_sender_makes_is_dropped_and_touches_nothing() {
             ..ExtHeaders::default()
         };
         let first = rig.request(BthOpcode::RcRdmaWriteFirst, EPSN, ext, &[0u8; 1024]);
-        assert_eq!(take(&mut rig, &first, None, None), Received::Taken);
+        assert_eq!(take(&mut rig, &first, None), Received::Taken);
         let _ = rig.transmitted();
         let ext = if op == BthOpcode::RcRdmaWriteOnly {
             ext
@@ -802,7 +705,7 @@ fn a_run_that_no_sender_makes_is_dropped_and_touches_nothing() {
             ..left_at(&frame, from)
         };
         let before = rig.counters();
-        let r = take(&mut rig, &frame, Some((&u, &src)), None);
+        let r = take(&mut rig, &frame, Some((&u, &src)));
         assert!(matches!(r, Received::Dropped(_)), "{name}: {r:?}");
         assert!(rig.transmitted().is_empty(), "{name}: no answer");
         assert!(
