@@ -163,6 +163,15 @@ impl Outputs {
         Some(f)
     }
 
+    /// Moves every frame queued, the held ACK last, to the end of `out`:
+    /// as [`Self::pop`] until `None`, each frame moved once.
+    pub(crate) fn drain_into(&mut self, out: &mut Vec<Frame>) {
+        out.extend(self.tx.drain(..));
+        self.build_held_ack();
+        out.extend(self.tx.drain(..));
+        self.tx_joined = 0;
+    }
+
     /// Packets queued for the port, the held ACK included.
     pub(crate) fn queued(&self) -> usize {
         self.tx.len() + self.tx_joined + usize::from(self.held_ack.is_some())
@@ -230,5 +239,48 @@ mod tests {
         assert_eq!(out.queued(), 0);
         out.push(frame(Some(3)));
         assert_eq!(out.queued(), 3);
+    }
+
+    #[test]
+    fn draining_the_queue_gives_what_popping_it_gives() {
+        let fill = |out: &mut Outputs| {
+            out.push(frame(Some(5)));
+            out.push(frame(None));
+            let bth = doorbell_wire::BthRepr::new(
+                doorbell_wire::BthOpcode::RcAck,
+                doorbell_types::Qpn::new(0x100),
+                doorbell_types::Psn::new(7),
+            );
+            out.push_held(HeldAck {
+                qpn: bth.dest_qp,
+                dst: [10, 0, 0, 2],
+                repr: doorbell_wire::RoceRepr {
+                    ip: doorbell_wire::RoceIp::v4([10, 0, 0, 1], [10, 0, 0, 2]),
+                    src_port: 0xc000,
+                    bth,
+                    ext: doorbell_wire::ExtHeaders {
+                        aeth: Some(doorbell_wire::AethRepr {
+                            syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
+                            msn: 1,
+                        }),
+                        ..doorbell_wire::ExtHeaders::default()
+                    },
+                },
+                ready: Instant::ZERO,
+            });
+        };
+        let (mut popped, mut drained) = (Outputs::new(Seal::Now), Outputs::new(Seal::Now));
+        fill(&mut popped);
+        fill(&mut drained);
+        let by_pop: Vec<Frame> = std::iter::from_fn(|| popped.pop()).collect();
+        let mut by_drain = vec![frame(Some(2))];
+        drained.drain_into(&mut by_drain);
+        assert_eq!(by_pop.len(), 3, "two frames and the held ACK");
+        assert_eq!(
+            by_drain[1..],
+            by_pop[..],
+            "in the same order, after what was there"
+        );
+        assert_eq!(drained.queued(), 0);
     }
 }

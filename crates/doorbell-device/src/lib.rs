@@ -1331,6 +1331,17 @@ impl Nic {
         self.out.pop()
     }
 
+    /// Every frame for the fabric, in order, to the end of `out`: as
+    /// [`Nic::poll_transmit`] until it answers `None`, with each frame
+    /// moved once.
+    pub fn transmit_into(&mut self, out: &mut Vec<Frame>) {
+        if self.link_down {
+            self.out.counters.link_down_dropped += self.out.queued() as u64;
+            self.out.clear();
+        }
+        self.out.drain_into(out);
+    }
+
     /// Gives back the buffer of a frame this NIC sent, once the port is done
     /// with it (or of one it took in), for the next frame it builds: with
     /// its frames handed back, a NIC allocates nothing per frame. Buffers

@@ -222,16 +222,18 @@ impl Engine {
     /// Takes in frames another NIC of this process built, as
     /// [`Self::take_frames`] does; `from` is that NIC's host memory.
     fn take_emitted(&mut self, now: Instant, mut frames: Vec<Frame>, from: &dyn HostMemory) {
-        for f in frames.drain(..) {
+        // (Taken where they lie, not moved again.)
+        for f in &mut frames {
+            let bytes = std::mem::take(&mut f.bytes);
             match f.unfilled {
                 // A capture or a timeline sees a run's packets one by one.
                 Some(u)
                     if u.segments > 1 && (self.capture.is_some() || self.timeline.is_some()) =>
                 {
-                    self.take_run(now, f.bytes, u, from);
+                    self.take_run(now, bytes, u, from);
                 }
-                Some(u) => self.take_frame(now, f.bytes, Arrival::Unfilled(u, from)),
-                None => self.take_frame(now, f.bytes, Arrival::Emitted),
+                Some(u) => self.take_frame(now, bytes, Arrival::Unfilled(u, from)),
+                None => self.take_frame(now, bytes, Arrival::Emitted),
             }
         }
         crate::buffers::recycle_emitted(frames);
@@ -380,8 +382,7 @@ impl Engine {
             }
         }
         loop {
-            self.out
-                .extend(std::iter::from_fn(|| self.nic.poll_transmit()));
+            self.nic.transmit_into(&mut self.out);
             if let Some(tl) = &mut self.timeline {
                 for f in &self.out {
                     tl.rec.frame(true, f.ready.max(now), &f.bytes);

@@ -197,7 +197,13 @@ impl fault::Sink for FabricSink {
             let n = frames.iter().take_while(|f| f.dst == dst).count();
             let run = if self.emitted {
                 let mut run = crate::buffers::emitted_list();
-                run.extend(frames.drain(..n));
+                if n == frames.len() {
+                    // All to one address (the common case): the list
+                    // itself goes, and the frames are not moved.
+                    std::mem::swap(&mut run, frames);
+                } else {
+                    run.extend(frames.drain(..n));
+                }
                 Msg::EmittedFrames(run, self.mem.clone())
             } else {
                 let mut run = crate::buffers::frame_list();
