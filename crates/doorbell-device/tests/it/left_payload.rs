@@ -527,25 +527,29 @@ fn three_ways(data: &[u8], setup: impl Fn(&mut Rig) -> (Vec<Pkt>, u32)) -> [Outc
     })
 }
 
+/// The six packets of [`six`] as a WRITE to byte 100 of the rig's MR
+/// whose RETH grants `dma_len` bytes, and their first PSN.
+fn six_writes(rig: &Rig, dma_len: u32) -> (Vec<Pkt>, u32) {
+    let reth = RethRepr {
+        va: rig.mr_buf.get() + 100,
+        rkey: rig.mr,
+        dma_len,
+    };
+    let ext = ExtHeaders {
+        reth: Some(reth),
+        ..ExtHeaders::default()
+    };
+    use BthOpcode::*;
+    (
+        six(RcRdmaWriteFirst, RcRdmaWriteMiddle, RcRdmaWriteLast, ext),
+        EPSN,
+    )
+}
+
 #[test]
 fn a_receiver_takes_a_run_of_writes_as_it_takes_its_packets() {
     let data: Vec<u8> = (0..6144u32).map(|i| ((i * 17 + 9) % 251) as u8).collect();
-    let [runs, alone, carried] = three_ways(&data, |rig| {
-        let reth = RethRepr {
-            va: rig.mr_buf.get() + 100,
-            rkey: rig.mr,
-            dma_len: data.len() as u32,
-        };
-        let ext = ExtHeaders {
-            reth: Some(reth),
-            ..ExtHeaders::default()
-        };
-        use BthOpcode::*;
-        (
-            six(RcRdmaWriteFirst, RcRdmaWriteMiddle, RcRdmaWriteLast, ext),
-            EPSN,
-        )
-    });
+    let [runs, alone, carried] = three_ways(&data, |rig| six_writes(rig, data.len() as u32));
     assert_eq!(
         &runs.2[100..100 + data.len()],
         &data[..],
@@ -562,22 +566,7 @@ fn a_run_that_overruns_its_write_is_taken_packet_by_packet() {
     // The RETH grants 3 KiB; the FIRST and a run of four MIDDLEs carry
     // 5 KiB: the third MIDDLE is NAKed, wherever it sits in the run.
     let data: Vec<u8> = (0..6144u32).map(|i| ((i * 13 + 3) % 251) as u8).collect();
-    let [runs, alone, carried] = three_ways(&data, |rig| {
-        let reth = RethRepr {
-            va: rig.mr_buf.get() + 100,
-            rkey: rig.mr,
-            dma_len: 3072,
-        };
-        let ext = ExtHeaders {
-            reth: Some(reth),
-            ..ExtHeaders::default()
-        };
-        use BthOpcode::*;
-        (
-            six(RcRdmaWriteFirst, RcRdmaWriteMiddle, RcRdmaWriteLast, ext),
-            EPSN,
-        )
-    });
+    let [runs, alone, carried] = three_ways(&data, |rig| six_writes(rig, 3072));
     assert_eq!(
         &runs.2[100..100 + 3072],
         &data[..3072],
