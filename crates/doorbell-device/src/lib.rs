@@ -1145,26 +1145,16 @@ impl Nic {
         let mut from = u.from;
         for k in 0..segments {
             each.bth.psn = repr.bth.psn.add(k);
-            // After a WRITE's first packet, the rest in one go if each
-            // would be taken as the expected next.
-            if k == 1
-                && self.write_run(
-                    now,
-                    &each,
-                    segments - 1,
-                    src,
-                    from,
-                    parsed.payload.len(),
-                    dma,
-                )
-            {
-                return Received::Taken;
-            }
             let payload = PayloadIn::Left {
                 src,
                 from,
                 len: parsed.payload.len(),
             };
+            // After a WRITE's first packet, the rest in one go if each
+            // would be taken as the expected next.
+            if k == 1 && self.write_run(now, &each, segments - 1, payload, dma) {
+                return Received::Taken;
+            }
             // Nothing reads the timer index between a run's packets, which
             // all go to one QP: it is brought up to date after the last.
             r = self.packet(now, &each, ip_header, payload, dma, k + 1 == segments);
@@ -1175,24 +1165,25 @@ impl Nic {
     }
 
     /// Takes the `n` RDMA WRITE MIDDLE packets of a run that follow one
-    /// taken already, the first with the headers `repr`, their payloads
-    /// of `len` bytes each from `from` on in `src`, as taking each alone
-    /// would: each counted, on a processing unit for as long, its write
-    /// counted and timed on the bus; but with one check of their PSNs and
-    /// key and one copy of their bytes ([`Dma::dma_write_run_from`]).
-    /// False, having taken none, if any would be taken otherwise
-    /// ([`recv::write_run_target`]) or the bus cannot copy them at once.
-    #[allow(clippy::too_many_arguments)]
+    /// taken already, the first with the headers `repr` and the payload
+    /// `first` (left in the sender's memory, the others' after it), as
+    /// taking each alone would: each counted, on a processing unit for as
+    /// long, its write counted and timed on the bus; but with one check of
+    /// their PSNs and key and one copy of their bytes
+    /// ([`Dma::dma_write_run_from`]). False, having taken none, if any
+    /// would be taken otherwise ([`recv::write_run_target`]) or the bus
+    /// cannot copy them at once.
     fn write_run(
         &mut self,
         now: Instant,
         repr: &RoceRepr,
         n: u32,
-        src: &dyn HostMemory,
-        from: HostAddr,
-        len: usize,
+        first: PayloadIn<'_>,
         dma: &mut impl Dma,
     ) -> bool {
+        let PayloadIn::Left { src, from, len } = first else {
+            return false;
+        };
         let qpn = repr.bth.dest_qp;
         let Some(to) = self
             .qps
