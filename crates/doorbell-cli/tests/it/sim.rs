@@ -331,8 +331,11 @@ fn on_a_terminal(args: &str) -> String {
 /// and prints nothing extra into a pipe or with --json.
 #[test]
 fn long_runs_show_progress_on_a_terminal_only() {
-    // Long enough (over a second, even unoptimised) to show the bar.
-    let args = "sim --op write --size 8 --iters 30000";
+    // Long enough to show the bar, whose threshold is a second of wall
+    // time: 100 000 iterations take about 3.5 s unoptimised here. (30 000
+    // took 1.1-1.25 s, and a quiet moment once made it less than a second
+    // and left the bar undrawn.)
+    let args = "sim --op write --size 8 --iters 100000";
     let tty = on_a_terminal(args);
     assert!(tty.contains("simulating ["), "{tty}");
     let piped = doorbell(&args.split(' ').collect::<Vec<_>>());
