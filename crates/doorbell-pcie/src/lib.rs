@@ -767,6 +767,11 @@ impl Bus {
     pub fn count_write(&mut self, at: Instant, tag: DmaTag, addr: HostAddr, len: u64) {
         let mwr = self.cfg.write_tlp_count(addr.get(), len);
         self.apply(tag.qpn, |c| c.add_write(tag.purpose, len, mwr));
+        self.log_write(at, tag, len, mwr);
+    }
+
+    /// Records a DMA write of `len` bytes in `mwr` TLPs, if recording.
+    fn log_write(&mut self, at: Instant, tag: DmaTag, len: u64, mwr: u64) {
         if let Some(log) = &mut self.log {
             log.push(Crossing::DmaWrite {
                 at,
@@ -882,14 +887,7 @@ impl Dma for Bus {
         for &t in at {
             let mwr = self.cfg.write_tlp_count(to, len as u64);
             mwrs += mwr;
-            if let Some(log) = &mut self.log {
-                log.push(Crossing::DmaWrite {
-                    at: t,
-                    tag,
-                    bytes: len as u32,
-                    mwr: mwr as u32,
-                });
-            }
+            self.log_write(t, tag, len as u64, mwr);
             to = to.wrapping_add(len as u64);
         }
         let writes = at.len() as u64;
