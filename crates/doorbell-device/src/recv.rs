@@ -12,7 +12,7 @@ use doorbell_hif::{Access, QpState, QpType};
 use doorbell_layout::cqe::{CqeOpcode, Syndrome};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::{CREDITS_INVALID, RequestPsn};
-use doorbell_types::{Mkey, Psn};
+use doorbell_types::{HostAddr, Mkey, Psn};
 use doorbell_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, BthOpcode, BthRepr, ExtHeaders, NakCode, RoceRepr,
 };
@@ -23,6 +23,7 @@ use crate::dma::{PayloadIn, dma_read, dma_read_left, dma_write, write_payload};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
+use crate::mkey::MkeyTable;
 use crate::qp::Qp;
 use crate::sge::{MAX_MSG_LEN, ScatterError, scatter};
 use crate::transmit;
@@ -140,6 +141,12 @@ pub(crate) fn handle_request<D: Dma>(
     }
 }
 
+/// Whether `qp` is in a state that takes requests (RTR and after, until
+/// an error or a reset).
+fn takes_requests(qp: &Qp) -> bool {
+    matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+}
+
 /// Drops a UC packet and the rest of its message.
 fn uc_drop<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
     qp.inbound.abort();
@@ -157,10 +164,7 @@ fn uc_request<D: Dma>(
     use BthOpcode::*;
     let bth = repr.bth;
     let op = bth.opcode.uc_as_rc();
-    let (Some(op), true) = (
-        op,
-        matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd),
-    ) else {
+    let (Some(op), true) = (op, takes_requests(qp)) else {
         ctx.out.counters.rx_dropped += 1;
         return Ok(());
     };
@@ -509,7 +513,7 @@ fn rc_request<D: Dma>(
     payload: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+    if !takes_requests(qp) {
         ctx.out.counters.rx_dropped += 1;
         return Ok(());
     }
@@ -784,14 +788,14 @@ pub(crate) fn write_run_target(
     repr: &RoceRepr,
     n: u32,
     len: usize,
-    mkeys: &crate::mkey::MkeyTable,
-) -> Option<doorbell_types::HostAddr> {
+    mkeys: &MkeyTable,
+) -> Option<HostAddr> {
     let bth = repr.bth;
     let w = qp.inbound.write.as_ref()?;
     // What `handle_request`, `rc_request` and `inbound_write` check of
     // each packet, for all of them at once.
     let taken = qp.p.qp_type == QpType::Rc
-        && matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        && takes_requests(qp)
         && bth.opcode == BthOpcode::RcRdmaWriteMiddle
         && !bth.ack_req
         && qp.is_from_peer(&repr.ip)
