@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use doorbell_hif::NicEvent;
 use doorbell_pcie::{Dma, DmaTag};
-use doorbell_types::{Cqn, Duration, HostAddr, Instant, Qpn, Srqn};
-use doorbell_wire::Seal;
+use doorbell_types::{Cqn, Duration, HostAddr, Instant, Psn, Qpn, Srqn};
+use doorbell_wire::{AethRepr, BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr, Seal};
 
 use crate::config::{Frame, NicConfig, NicCounters};
 use crate::cq::Cq;
@@ -128,13 +128,37 @@ pub(crate) struct Building {
     pub(crate) segments: u32,
 }
 
-/// A plain ACK owed and not yet built ([`Outputs::held_ack`]).
+/// A plain ACK owed and not yet built ([`Outputs::held_ack`]): only what
+/// varies from one ACK to the next, so that an ACK that replaces another
+/// costs a few stores; its headers are made when it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HeldAck {
     pub(crate) qpn: Qpn,
+    /// This NIC's IPv4 address and the peer's.
+    pub(crate) src: [u8; 4],
     pub(crate) dst: [u8; 4],
-    pub(crate) repr: doorbell_wire::RoceRepr,
+    pub(crate) src_port: u16,
+    /// The peer's QP, the BTH's destination.
+    pub(crate) dest_qp: Qpn,
+    pub(crate) psn: Psn,
+    pub(crate) aeth: AethRepr,
     /// When the NIC had it ready: the time of the latest ACK it stands for.
     pub(crate) ready: Instant,
+}
+
+impl HeldAck {
+    /// The ACK's headers.
+    pub(crate) fn repr(&self) -> RoceRepr {
+        RoceRepr {
+            ip: RoceIp::v4(self.src, self.dst),
+            src_port: self.src_port,
+            bth: BthRepr::new(BthOpcode::RcAck, self.dest_qp, self.psn),
+            ext: ExtHeaders {
+                aeth: Some(self.aeth),
+                ..ExtHeaders::default()
+            },
+        }
+    }
 }
 
 impl Outputs {
@@ -191,10 +215,11 @@ impl Outputs {
         let Some(h) = self.held_ack.take() else {
             return;
         };
-        // The ACK was checked to fit when it was held.
-        let len = h.repr.frame_len(0);
+        // An ACK's headers always fit (the emit checks them anyway).
+        let repr = h.repr();
+        let len = repr.frame_len(0);
         let mut bytes = self.spare.take_len(len);
-        if h.repr.emit_checked(&mut bytes, 0, len, self.seal).is_ok() {
+        if repr.emit_checked(&mut bytes, 0, len, self.seal).is_ok() {
             self.tx.push_back(Frame {
                 dst: h.dst,
                 bytes,
@@ -242,29 +267,54 @@ mod tests {
     }
 
     #[test]
+    fn a_held_ack_leaves_as_the_ack_it_stands_for() {
+        let held = HeldAck {
+            qpn: Qpn::new(0x101),
+            src: [10, 0, 0, 1],
+            dst: [10, 0, 0, 2],
+            src_port: 0xc123,
+            dest_qp: Qpn::new(0x2345),
+            psn: Psn::new(0xab_cdef),
+            aeth: AethRepr {
+                syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
+                msn: 0x12_3456,
+            },
+            ready: Instant::from_ps(77),
+        };
+        let mut out = Outputs::new(Seal::Now);
+        out.push_held(held);
+        let f = out.pop().expect("the held ACK, built");
+        assert_eq!((f.dst, f.ready), (held.dst, held.ready));
+        let got = doorbell_wire::parse_roce(&f.bytes).expect("a RoCEv2 frame, its ICRC right");
+        let want = RoceRepr {
+            ip: RoceIp::v4(held.src, held.dst),
+            src_port: held.src_port,
+            bth: BthRepr::new(BthOpcode::RcAck, held.dest_qp, held.psn),
+            ext: ExtHeaders {
+                aeth: Some(held.aeth),
+                ..ExtHeaders::default()
+            },
+        };
+        assert_eq!(got.repr, want);
+        assert!(got.payload.is_empty());
+        assert!(out.pop().is_none());
+    }
+
+    #[test]
     fn draining_the_queue_gives_what_popping_it_gives() {
         let fill = |out: &mut Outputs| {
             out.push(frame(Some(5)));
             out.push(frame(None));
-            let bth = doorbell_wire::BthRepr::new(
-                doorbell_wire::BthOpcode::RcAck,
-                doorbell_types::Qpn::new(0x100),
-                doorbell_types::Psn::new(7),
-            );
             out.push_held(HeldAck {
-                qpn: bth.dest_qp,
+                qpn: Qpn::new(0x101),
+                src: [10, 0, 0, 1],
                 dst: [10, 0, 0, 2],
-                repr: doorbell_wire::RoceRepr {
-                    ip: doorbell_wire::RoceIp::v4([10, 0, 0, 1], [10, 0, 0, 2]),
-                    src_port: 0xc000,
-                    bth,
-                    ext: doorbell_wire::ExtHeaders {
-                        aeth: Some(doorbell_wire::AethRepr {
-                            syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
-                            msn: 1,
-                        }),
-                        ..doorbell_wire::ExtHeaders::default()
-                    },
+                src_port: 0xc000,
+                dest_qp: Qpn::new(0x100),
+                psn: doorbell_types::Psn::new(7),
+                aeth: AethRepr {
+                    syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
+                    msn: 1,
                 },
                 ready: Instant::ZERO,
             });

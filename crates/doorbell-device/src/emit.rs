@@ -102,13 +102,17 @@ pub(crate) fn repr<D: Dma>(
 ) -> RoceRepr {
     RoceRepr {
         ip: RoceIp::v4(ctx.cfg.ipv4, dst),
-        src_port: ctx
-            .cfg
-            .udp_src_port
-            .unwrap_or(0xc000 | (qp.qpn.get() & 0x3fff) as u16),
+        src_port: src_port(qp, ctx),
         bth,
         ext,
     }
+}
+
+/// The UDP source port of `qp`'s frames.
+pub(crate) fn src_port<D: Dma>(qp: &Qp, ctx: &Ctx<'_, D>) -> u16 {
+    ctx.cfg
+        .udp_src_port
+        .unwrap_or(0xc000 | (qp.qpn.get() & 0x3fff) as u16)
 }
 
 /// Destination IPv4 address of an RC QP.

@@ -80,15 +80,18 @@ fn aeth_ext(qp: &Qp, syndrome: AethSyndrome) -> ExtHeaders {
 /// says all the earlier did, as a NIC that coalesces ACKs sends it.
 fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
     let Some(dst) = peer_ip(qp) else { return };
-    let repr = emit::repr(qp, ctx, dst, aeth_bth(qp, psn), aeth_ext(qp, ACK));
-    if repr.checked_frame_len(0).is_err() {
-        return;
-    }
     ctx.charge(ctx.cfg.timing.tx_packet);
     let held = HeldAck {
         qpn: qp.qpn,
+        src: ctx.cfg.ipv4,
         dst,
-        repr,
+        src_port: emit::src_port(qp, ctx),
+        dest_qp: qp.attrs.dest_qpn.unwrap_or_default(),
+        psn,
+        aeth: AethRepr {
+            syndrome: ACK,
+            msn: qp.resp.msn(),
+        },
         ready: ctx.t,
     };
     let out = &mut *ctx.out;
