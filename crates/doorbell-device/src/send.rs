@@ -140,12 +140,12 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         if usize::from(n) > qp.sq.wqe_cache.len() && !fetch_upto(qp, qp.sq.pi, ctx) {
             return Err(bad_wqe(qp, opcode, Syndrome::LocalQpOpErr));
         }
-        let mut bytes = [0u8; 1024];
-        for (i, b) in qp.sq.wqe_cache.iter().take(usize::from(n)).enumerate() {
-            bytes[i * WQEBB_LEN..(i + 1) * WQEBB_LEN].copy_from_slice(b);
-        }
+        // The WQE is parsed where the cache holds it: its WQEBBs are one
+        // slice once the cache is contiguous, which moves blocks only when
+        // the cache's own buffer has wrapped (once per turn of it).
+        let blocks = &qp.sq.wqe_cache.make_contiguous()[..usize::from(n)];
         let w = match parse_wqe(
-            &bytes[..usize::from(ds) * wqe::DS_LEN],
+            &blocks.as_flattened()[..usize::from(ds) * wqe::DS_LEN],
             qp.p.qp_type,
             &mut ctx.out.payloads,
         ) {
