@@ -740,7 +740,12 @@ fn check(p: &Pair, w: &Window, rate: &Rate, what: &str) {
         .filter(|(name, _)| name == "host" || name.starts_with("doorbell-"))
         .map(|(name, cpus)| format!("{name} {cpus:.2}"))
         .collect();
-    println!("live: {what}: CPUs busy per thread: {}", busy.join(", "));
+    println!(
+        "live: {what}: CPUs busy per thread: {}; inputs that waited for a worker's timeout: A {}, B {}",
+        busy.join(", "),
+        p.a.nic.inbox_stalls(),
+        p.b.nic.inbox_stalls()
+    );
     let trouble = [
         ("ACK timeouts", nic_a.local_ack_timeout_err),
         ("PSN NAKs", nic_a.packet_seq_err),

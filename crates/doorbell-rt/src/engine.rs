@@ -20,6 +20,16 @@
 //! that arms a timer due before then unparks it. An idle NIC's worker
 //! sleeps until its next timer, or indefinitely.
 //!
+//! Between NICs of one process (decision record 0049), frames whose
+//! payloads the receiver copies in from the sender's memory are handed to
+//! the receiver's worker ([`Core::hand_to_worker`]), which keeps looking
+//! for [`STREAM_SPIN`] before it parks: a stream's copies then run on one
+//! core beside the program's thread. What such a worker sends to a NIC
+//! whose program polls its CQ (a stream's ACKs) is left for that poll
+//! ([`Core::deliver`], [`Core::poll_inbox`]), so that each NIC's work
+//! stays on its own core; a poll that does not come within [`LEFT_WAIT`]
+//! is done by the worker itself.
+//!
 //! # Guarantees
 //! - The messages of one thread are handled in the order it sent them, and
 //!   a message is handled after every message queued before it: the FIFO is
@@ -32,12 +42,16 @@
 //! - No thread blocks on another NIC's lock: a delivery to a NIC that is
 //!   busy only queues, so two NICs that send to each other inside one
 //!   another's turns cannot deadlock.
+//! - No message waits for a worker's timeout: each is run by the thread
+//!   that queued it, by the thread that holds the lock, by the worker it
+//!   was handed to, or by a poll or the worker it was left for.
+//!   [`Core::stalls`] counts the wake-ups that found otherwise.
 //! - After [`Core::stop`], messages are dropped unhandled: a command then
 //!   fails with `DeviceGone`, as from a removed device. A panic in the
 //!   device code marks the NIC stopped the same way.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
-use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -70,6 +84,33 @@ pub(crate) const FLUSH_FRAMES: usize = 64;
 /// work. A timer further out than this wakes no one. An idle NIC's worker
 /// takes one more look after this and then sleeps until woken.
 const BUSY_TICK: Duration = Duration::from_millis(10);
+
+/// How long a worker that was handed frames by another NIC of the process
+/// ([`Core::hand_to_worker`]) keeps looking for more before it parks: the
+/// next batch of a stream comes sooner than a wake-up would.
+const STREAM_SPIN: Duration = Duration::from_micros(50);
+
+/// How long frames a worker left for a polling program ([`Core::deliver`])
+/// wait for that program's next poll before the worker runs them itself.
+const LEFT_WAIT: Duration = Duration::from_micros(20);
+
+/// A program that polled a NIC's CQ this recently is taken to be polling
+/// it still ([`Core::deliver`]).
+const POLLING: Duration = Duration::from_micros(100);
+
+/// A message that has waited this long when a worker wakes has waited for
+/// the worker's timeout, not for a thread that was on its way: a stall
+/// ([`Core::stalls`]).
+const STALL: Duration = Duration::from_millis(1);
+
+/// NICs a worker left frames for, for their programs' polls to take
+/// ([`Core::deliver`]), each with when it first did.
+type Left = Vec<(Arc<Core>, std::time::Instant)>;
+
+thread_local! {
+    /// In a NIC's worker thread, what it left ([`Left`]); `None` elsewhere.
+    static LEFT: std::cell::RefCell<Option<Left>> = const { std::cell::RefCell::new(None) };
+}
 
 /// Spare buffers a NIC keeps of the frames it took in, for its answers.
 const ANSWER_SPARES: usize = 32;
@@ -443,6 +484,16 @@ pub(crate) struct Core {
     sleeping_until: AtomicU64,
     /// Times the worker came back from a park.
     wakes: AtomicU64,
+    /// Times the worker woke to messages that had waited [`STALL`] or more.
+    stalls: AtomicU64,
+    /// When a program last polled this NIC's CQ and found it empty
+    /// ([`crate::inbox::since_epoch`]; 0: never).
+    polled_at: AtomicU64,
+    /// A worker left frames for that program's next poll.
+    left: AtomicBool,
+    /// Another NIC handed the worker frames since the worker last looked
+    /// ([`Core::hand_to_worker`]).
+    handed: AtomicBool,
     stop: AtomicBool,
     /// [`crate::forks::generation`] when the NIC was made: in a child
     /// after `fork()` none of its threads exist, and nothing is handled.
@@ -458,6 +509,10 @@ impl Core {
             worker: OnceLock::new(),
             sleeping_until: AtomicU64::new(u64::MAX),
             wakes: AtomicU64::new(0),
+            stalls: AtomicU64::new(0),
+            polled_at: AtomicU64::new(0),
+            left: AtomicBool::new(false),
+            handed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             forks: crate::forks::generation(),
         }
@@ -471,6 +526,14 @@ impl Core {
     /// Times the worker came back from a park, woken or at its timeout.
     pub(crate) fn wakes(&self) -> u64 {
         self.wakes.load(Ordering::Relaxed)
+    }
+
+    /// Times the worker woke to find messages that had waited [`STALL`]
+    /// or more for a thread to run them: none should, since every message
+    /// is run by the thread that queued it, by the lock's holder, by a
+    /// worker it was handed to, or by a poll it was left for.
+    pub(crate) fn stalls(&self) -> u64 {
+        self.stalls.load(Ordering::Relaxed)
     }
 
     /// Queues `msg` and handles the inbox if no other thread is. With
@@ -530,6 +593,62 @@ impl Core {
         }
         self.inbox.push(msg);
         self.unpark();
+    }
+
+    /// Queues `msg`, frames from another NIC of the process, for the
+    /// worker, and wakes it: a stream's payloads are then copied in by one
+    /// thread, on one core, while the sender's thread goes on building
+    /// (decision record 0049). The worker keeps looking for
+    /// [`STREAM_SPIN`] after such frames before it parks.
+    pub(crate) fn hand_to_worker(&self, msg: Msg) {
+        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+            return;
+        }
+        self.inbox.push(msg);
+        self.handed.store(true, Ordering::Relaxed);
+        self.unpark();
+    }
+
+    /// Takes `msg`, frames from another NIC of the process, as
+    /// [`Self::submit`] does; except in a worker thread while a program
+    /// polls this NIC's CQ (it did within [`POLLING`]): the frames (a
+    /// stream's ACKs, say) are then queued for that program's next poll
+    /// ([`Self::poll_inbox`]) rather than run on the worker's core, and the
+    /// worker runs them itself if no poll has taken them after
+    /// [`LEFT_WAIT`], or before it parks.
+    pub(crate) fn deliver(self: &Arc<Self>, msg: Msg) {
+        let leave = LEFT.with_borrow_mut(|left| {
+            let Some(left) = left else { return false };
+            let polled_at = self.polled_at.load(Ordering::Relaxed);
+            let since = crate::inbox::since_epoch().saturating_sub(polled_at);
+            if polled_at == 0 || since >= POLLING.as_nanos() as u64 {
+                return false;
+            }
+            if !left.iter().any(|(c, _)| Arc::ptr_eq(c, self)) {
+                left.push((self.clone(), std::time::Instant::now()));
+            }
+            true
+        });
+        if leave {
+            self.enqueue(msg);
+            self.left.store(true, Ordering::Release);
+        } else {
+            self.submit(msg);
+        }
+    }
+
+    /// For a program's poll that found its CQ empty: notes the poll, and
+    /// runs what a worker left for it ([`Self::deliver`]) if no other
+    /// thread is running the NIC; tells whether anything was left. Frames
+    /// handed to this NIC's own worker are left to it.
+    pub(crate) fn poll_inbox(&self) -> bool {
+        self.polled_at
+            .store(crate::inbox::since_epoch(), Ordering::Relaxed);
+        if !self.left.load(Ordering::Acquire) || !self.left.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        self.run();
+        true
     }
 
     /// Takes turns at the inbox while it has messages and the lock is free.
@@ -637,6 +756,7 @@ impl Core {
     /// does, parks in between. Returns once stopped.
     pub(crate) fn work(&self) {
         let _ = self.worker.set(std::thread::current());
+        LEFT.with_borrow_mut(|left| *left = Some(Vec::new()));
         loop {
             if self.stop.load(Ordering::Acquire) {
                 return;
@@ -662,10 +782,14 @@ impl Core {
                 self.sleeping_until.store(until, Ordering::Relaxed);
                 until
             };
+            run_left(false);
             fence(Ordering::SeqCst);
-            if !self.inbox.is_empty() {
+            if !self.inbox.is_empty()
+                || self.handed.swap(false, Ordering::Relaxed) && self.more_soon()
+            {
                 continue;
             }
+            run_left(true);
             match until {
                 u64::MAX => std::thread::park(),
                 t => {
@@ -677,6 +801,44 @@ impl Core {
                 }
             }
             self.wakes.fetch_add(1, Ordering::Relaxed);
+            if self.inbox.waited().is_some_and(|w| w >= STALL) {
+                self.stalls.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether a message comes within [`STREAM_SPIN`]; meanwhile runs
+    /// what this worker left for polls that did not come.
+    fn more_soon(&self) -> bool {
+        let start = std::time::Instant::now();
+        while start.elapsed() < STREAM_SPIN {
+            if !self.inbox.is_empty() {
+                return true;
+            }
+            run_left(false);
+            std::hint::spin_loop();
+        }
+        false
+    }
+}
+
+/// Runs, in this worker's thread, the NICs it left frames for that no poll
+/// has taken within [`LEFT_WAIT`] (all of them if `all`: the worker is
+/// about to park).
+fn run_left(all: bool) {
+    loop {
+        let due = LEFT.with_borrow_mut(|left| {
+            let left = left.as_mut()?;
+            left.retain(|(c, _)| !c.inbox.is_empty());
+            let i = left
+                .iter()
+                .position(|(_, at)| all || at.elapsed() >= LEFT_WAIT)?;
+            Some(left.swap_remove(i).0)
+        });
+        // (Outside the borrow: the NIC's turn may deliver frames.)
+        match due {
+            Some(core) => core.run(),
+            None => return,
         }
     }
 }

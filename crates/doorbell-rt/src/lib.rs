@@ -152,8 +152,10 @@ impl Fabric {
     }
 
     /// Hands `frames` (`n` of them), all for `dst`, to the NIC that owns
-    /// it: inside this call if that NIC is idle ([`engine`]).
-    fn deliver(&self, dst: [u8; 4], frames: Msg, n: usize) {
+    /// it: inside this call if that NIC is idle ([`engine`]), or to its
+    /// worker if `to_worker` (frames whose payloads the receiver copies in,
+    /// decision record 0049).
+    fn deliver(&self, dst: [u8; 4], frames: Msg, n: usize, to_worker: bool) {
         // The route is cloned out so that no lock is held while the peer
         // runs (its answer may come back here).
         let route = self
@@ -163,7 +165,8 @@ impl Fabric {
             .get(&dst)
             .cloned();
         match route {
-            Some(core) => core.submit(frames),
+            Some(core) if to_worker => core.hand_to_worker(frames),
+            Some(core) => core.deliver(frames),
             None => *self.dropped.lock().unwrap_or_else(|e| e.into_inner()) += n as u64,
         }
     }
@@ -195,6 +198,10 @@ impl fault::Sink for FabricSink {
         while let Some(first) = frames.first() {
             let dst = first.dst;
             let n = frames.iter().take_while(|f| f.dst == dst).count();
+            // Payloads left in the sender's memory are copied in by the
+            // receiver's worker, so that a stream's copies stay on one
+            // core while this thread goes on (decision record 0049).
+            let to_worker = self.emitted && frames[..n].iter().any(|f| f.unfilled.is_some());
             let run = if self.emitted {
                 let mut run = crate::buffers::emitted_list();
                 if n == frames.len() {
@@ -210,7 +217,7 @@ impl fault::Sink for FabricSink {
                 run.extend(frames.drain(..n).map(|f| f.bytes));
                 Msg::Frames(run)
             };
-            self.fabric.deliver(dst, run, n);
+            self.fabric.deliver(dst, run, n, to_worker);
         }
     }
 }
@@ -650,6 +657,15 @@ impl LiveNic {
         self.core.wakes()
     }
 
+    /// Times the NIC's own thread woke to find inputs that had waited a
+    /// millisecond or more for a thread to run them: a stall, which no
+    /// path of the runtime should cause (each input is run by the thread
+    /// that brought it, the thread running the NIC, a worker it was handed
+    /// to, or a poll it was left for). A count for tests and reports.
+    pub fn inbox_stalls(&self) -> u64 {
+        self.core.stalls()
+    }
+
     /// Everything the NIC counted, for a report: bus counters in total and
     /// per QP, the device's counters and the port's. All zero in a forked
     /// copy, or if the device thread has stopped.
@@ -842,6 +858,8 @@ impl DeviceLink for LiveNic {
                 let shm = l.as_ref().is_some_and(|l| l.progress(&self.core));
                 p.progress(&self.core) | shm
             }
+            // Frames a worker left for this poll ([`engine::Core::deliver`]).
+            PortHandle::Fabric(_) if !self.is_forked_copy() => self.core.poll_inbox(),
             _ => false,
         }
     }

@@ -42,3 +42,99 @@ fn a_timer_armed_by_each_message_does_not_wake_the_worker() {
         "the worker woke {wakes} times in {ms} ms for {WRITES} WRITEs (at most {bound})"
     );
 }
+
+/// Inputs that waited a millisecond or more for a NIC's worker to wake:
+/// on a quiet machine none; a preempted thread may cause one or two.
+const FEW_STALLS: u64 = 2;
+
+/// 64 KiB transfers of `opcode`, `window` outstanding, `n` in all, each
+/// polled for.
+fn stream(p: &Pair, n: u64, window: u64, opcode: impl Fn(u64) -> WrOpcode) {
+    const LEN: u32 = 64 << 10;
+    let sge = [p.a.mr.sge(0, LEN).unwrap()];
+    let (mut posted, mut done) = (0, 0);
+    while done < n {
+        while posted < n && posted - done < window {
+            post(&p.a.qp, signaled(posted, &sge, opcode(posted)));
+            posted += 1;
+        }
+        done += wait(&p.a.cq, 1).len() as u64;
+    }
+}
+
+fn stalls(p: &Pair) -> (u64, u64) {
+    (p.a.nic.inbox_stalls(), p.b.nic.inbox_stalls())
+}
+
+/// Between NICs of one process, a WRITE's payload is copied in by the
+/// receiver's worker and its ACKs are left for the program's poll; a
+/// READ's responses go to the requester's worker. None of the frames
+/// waits for a worker's timeout: each has a thread on its way to it.
+/// (A first version left the READ requests that a worker sent for a poll
+/// of the responder's CQ that no program makes: they waited for the
+/// responder's worker's 10 ms tick, and READs ran at a sixtieth of their
+/// speed.)
+#[test]
+fn streams_between_nics_of_one_process_wait_for_no_timeout() {
+    let p = pair();
+    let (addr, rkey) = (p.b.mr.addr(), p.b.mr.rkey());
+    let at = |i: u64| RemoteAddr {
+        addr: addr + (i % 16) * (64 << 10),
+        rkey,
+    };
+    stream(&p, 400, 16, |i| WrOpcode::RdmaWrite(at(i)));
+    let (a, b) = stalls(&p);
+    assert!(
+        a <= FEW_STALLS && b <= FEW_STALLS,
+        "WRITEs: A stalled {a} times, B {b}"
+    );
+    stream(&p, 400, 16, |i| WrOpcode::RdmaRead(at(i)));
+    let (a, b) = stalls(&p);
+    assert!(
+        a <= FEW_STALLS && b <= FEW_STALLS,
+        "READs: A stalled {a} times, B {b}"
+    );
+}
+
+/// A program that polls once and then waits for the completion event:
+/// the ACK the receiver's worker left for its poll (it had just polled)
+/// is run by that worker when no poll comes, not at the sender's next
+/// timer (the ACK timer, 67 ms out).
+#[test]
+fn an_ack_left_for_a_poll_that_does_not_come_is_run_by_the_worker() {
+    let p = pair();
+    let sge = [p.a.mr.sge(0, 64 << 10).unwrap()];
+    let mut buf = [doorbell_verbs::Wc::default(); 4];
+    for i in 0..20 {
+        p.a.cq.req_notify(false).unwrap();
+        post(
+            &p.a.qp,
+            signaled(
+                i,
+                &sge,
+                WrOpcode::RdmaWrite(RemoteAddr {
+                    addr: p.b.mr.addr(),
+                    rkey: p.b.mr.rkey(),
+                }),
+            ),
+        );
+        // One poll, as a program that looks before it sleeps: it finds
+        // nothing yet, and marks the CQ polled.
+        let mut got = p.a.cq.poll(&mut buf).unwrap();
+        if got == 0 {
+            assert_eq!(
+                p.a.ctx.get_cq_event(std::time::Duration::from_secs(10)),
+                Some(p.a.cq.cqn()),
+                "WRITE {i}: no completion event"
+            );
+            p.a.cq.ack_event();
+            got = wait(&p.a.cq, 1).len();
+        }
+        assert_eq!(got, 1);
+    }
+    let (a, b) = stalls(&p);
+    assert!(
+        a <= FEW_STALLS && b <= FEW_STALLS,
+        "A stalled {a} times, B {b}"
+    );
+}
