@@ -98,9 +98,9 @@ const LEFT_WAIT: Duration = Duration::from_micros(20);
 /// it still ([`Core::deliver`]).
 const POLLING: Duration = Duration::from_micros(100);
 
-/// A message that has waited this long when a worker wakes has waited for
-/// the worker's timeout, not for a thread that was on its way: a stall
-/// ([`Core::stalls`]).
+/// A message that has waited this long when a worker wakes at its
+/// timeout, unwoken, has waited for that timeout, not for a thread that
+/// was on its way: a stall ([`Core::stalls`]).
 const STALL: Duration = Duration::from_millis(1);
 
 /// NICs a worker left frames for, for their programs' polls to take
@@ -484,8 +484,11 @@ pub(crate) struct Core {
     sleeping_until: AtomicU64,
     /// Times the worker came back from a park.
     wakes: AtomicU64,
-    /// Times the worker woke to messages that had waited [`STALL`] or more.
+    /// Times the worker woke at its timeout, unwoken, to messages that
+    /// had waited [`STALL`] or more.
     stalls: AtomicU64,
+    /// The worker was unparked since it last parked.
+    rung: AtomicBool,
     /// When a program last polled this NIC's CQ and found it empty
     /// ([`crate::inbox::since_epoch`]; 0: never).
     polled_at: AtomicU64,
@@ -510,6 +513,7 @@ impl Core {
             sleeping_until: AtomicU64::new(u64::MAX),
             wakes: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
+            rung: AtomicBool::new(false),
             polled_at: AtomicU64::new(0),
             left: AtomicBool::new(false),
             handed: AtomicBool::new(false),
@@ -528,10 +532,12 @@ impl Core {
         self.wakes.load(Ordering::Relaxed)
     }
 
-    /// Times the worker woke to find messages that had waited [`STALL`]
-    /// or more for a thread to run them: none should, since every message
-    /// is run by the thread that queued it, by the lock's holder, by a
-    /// worker it was handed to, or by a poll it was left for.
+    /// Times the worker woke at its timeout, with nobody having woken it,
+    /// to find messages that had waited [`STALL`] or more for a thread to
+    /// run them: none should, since every message is run by the thread
+    /// that queued it, by the lock's holder, by a worker it was handed to
+    /// (which is woken), or by a poll or the worker it was left for. (A
+    /// woken worker that the scheduler kept waiting is not counted.)
     pub(crate) fn stalls(&self) -> u64 {
         self.stalls.load(Ordering::Relaxed)
     }
@@ -730,6 +736,7 @@ impl Core {
 
     fn unpark(&self) {
         if let Some(w) = self.worker.get() {
+            self.rung.store(true, Ordering::Relaxed);
             w.unpark();
         }
     }
@@ -790,6 +797,7 @@ impl Core {
                 continue;
             }
             run_left(true);
+            self.rung.store(false, Ordering::Relaxed);
             match until {
                 u64::MAX => std::thread::park(),
                 t => {
@@ -801,7 +809,8 @@ impl Core {
                 }
             }
             self.wakes.fetch_add(1, Ordering::Relaxed);
-            if self.inbox.waited().is_some_and(|w| w >= STALL) {
+            if !self.rung.load(Ordering::Relaxed) && self.inbox.waited().is_some_and(|w| w >= STALL)
+            {
                 self.stalls.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -96,21 +96,25 @@ fn streams_between_nics_of_one_process_wait_for_no_timeout() {
     );
 }
 
-/// A program that polls once and then waits for the completion event:
-/// the ACK the receiver's worker left for its poll (it had just polled)
-/// is run by that worker when no poll comes, not at the sender's next
-/// timer (the ACK timer, 67 ms out).
+/// A program that polls until its WRITE's data has landed and then waits
+/// for the completion event: the ACK the receiver's worker left for its
+/// poll (it had just polled) is run by that worker when no poll comes,
+/// not at the sender's next timer (the ACK timer, 67 ms out).
 #[test]
 fn an_ack_left_for_a_poll_that_does_not_come_is_run_by_the_worker() {
+    const LEN: u64 = 64 << 10;
     let p = pair();
-    let sge = [p.a.mr.sge(0, 64 << 10).unwrap()];
+    let sge = [p.a.mr.sge(0, LEN as u32).unwrap()];
     let mut buf = [doorbell_verbs::Wc::default(); 4];
-    for i in 0..20 {
+    let mut by_event = 0;
+    for i in 0..20u8 {
+        let mark = i + 1;
+        p.a.mr.write(LEN - 1, &[mark]).unwrap();
         p.a.cq.req_notify(false).unwrap();
         post(
             &p.a.qp,
             signaled(
-                i,
+                u64::from(i),
                 &sge,
                 WrOpcode::RdmaWrite(RemoteAddr {
                     addr: p.b.mr.addr(),
@@ -118,9 +122,18 @@ fn an_ack_left_for_a_poll_that_does_not_come_is_run_by_the_worker() {
                 }),
             ),
         );
-        // One poll, as a program that looks before it sleeps: it finds
-        // nothing yet, and marks the CQ polled.
-        let mut got = p.a.cq.poll(&mut buf).unwrap();
+        // Polls, as a program that looks before it sleeps, until the
+        // WRITE's last byte is in: its ACK leaves B just after, for a CQ
+        // polled a moment ago.
+        let mut got = 0;
+        let mut last = [0u8];
+        while got == 0 {
+            p.b.mr.read(LEN - 1, &mut last).unwrap();
+            if last[0] == mark {
+                break;
+            }
+            got = p.a.cq.poll(&mut buf).unwrap();
+        }
         if got == 0 {
             assert_eq!(
                 p.a.ctx.get_cq_event(std::time::Duration::from_secs(10)),
@@ -129,9 +142,14 @@ fn an_ack_left_for_a_poll_that_does_not_come_is_run_by_the_worker() {
             );
             p.a.cq.ack_event();
             got = wait(&p.a.cq, 1).len();
+            by_event += 1;
         }
         assert_eq!(got, 1);
     }
+    assert!(
+        by_event >= 10,
+        "only {by_event} WRITEs waited for the event"
+    );
     let (a, b) = stalls(&p);
     assert!(
         a <= FEW_STALLS && b <= FEW_STALLS,
