@@ -657,11 +657,12 @@ impl LiveNic {
         self.core.wakes()
     }
 
-    /// Times the NIC's own thread woke to find inputs that had waited a
-    /// millisecond or more for a thread to run them: a stall, which no
-    /// path of the runtime should cause (each input is run by the thread
-    /// that brought it, the thread running the NIC, a worker it was handed
-    /// to, or a poll it was left for). A count for tests and reports.
+    /// Times the NIC's own thread woke at its timeout, nobody having woken
+    /// it, to find inputs that had waited a millisecond or more for a
+    /// thread to run them: a stall, which no path of the runtime should
+    /// cause (each input is run by the thread that brought it, the thread
+    /// running the NIC, a worker it was handed to, or a poll or worker it
+    /// was left for). A count for tests and reports.
     pub fn inbox_stalls(&self) -> u64 {
         self.core.stalls()
     }
