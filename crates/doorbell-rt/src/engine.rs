@@ -630,8 +630,12 @@ impl Core {
             if polled_at == 0 || since >= POLLING.as_nanos() as u64 {
                 return false;
             }
-            if !left.iter().any(|(c, _)| Arc::ptr_eq(c, self)) {
-                left.push((self.clone(), std::time::Instant::now()));
+            match left.iter_mut().find(|(c, _)| Arc::ptr_eq(c, self)) {
+                // What was left before has been taken: the wait starts
+                // again with this.
+                Some((_, at)) if self.inbox.is_empty() => *at = std::time::Instant::now(),
+                Some(_) => {}
+                None => left.push((self.clone(), std::time::Instant::now())),
             }
             true
         });
