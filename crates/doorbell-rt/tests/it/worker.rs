@@ -1,4 +1,5 @@
-//! The NIC's own thread sleeps while callers drive the NIC.
+//! The NIC's own thread: it sleeps while callers drive the NIC, and what
+//! it is handed or leaves for a poll never waits for its timeout.
 
 use std::time::Instant;
 
