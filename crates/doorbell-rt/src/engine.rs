@@ -794,6 +794,9 @@ impl Core {
                 until
             };
             run_left(false);
+            // Before the last looks: a message queued after them rings the
+            // worker, and its wake-up is not taken for a timeout's.
+            self.rung.store(false, Ordering::Relaxed);
             fence(Ordering::SeqCst);
             if !self.inbox.is_empty()
                 || self.handed.swap(false, Ordering::Relaxed) && self.more_soon()
@@ -801,7 +804,6 @@ impl Core {
                 continue;
             }
             run_left(true);
-            self.rung.store(false, Ordering::Relaxed);
             match until {
                 u64::MAX => std::thread::park(),
                 t => {
