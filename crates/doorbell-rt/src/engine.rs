@@ -490,8 +490,8 @@ pub(crate) struct Core {
     /// The worker was unparked since it last parked.
     rung: AtomicBool,
     /// When a program last polled this NIC's CQ and found it empty
-    /// ([`crate::inbox::since_epoch`]; 0: never).
-    polled_at: AtomicU64,
+    /// ([`crate::inbox::since_epoch_ns`]; 0: never).
+    polled_at_ns: AtomicU64,
     /// A worker left frames for that program's next poll.
     left: AtomicBool,
     /// Another NIC handed the worker frames since the worker last looked
@@ -514,7 +514,7 @@ impl Core {
             wakes: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
             rung: AtomicBool::new(false),
-            polled_at: AtomicU64::new(0),
+            polled_at_ns: AtomicU64::new(0),
             left: AtomicBool::new(false),
             handed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -625,9 +625,9 @@ impl Core {
     pub(crate) fn deliver(self: &Arc<Self>, msg: Msg) {
         let leave = LEFT.with_borrow_mut(|left| {
             let Some(left) = left else { return false };
-            let polled_at = self.polled_at.load(Ordering::Relaxed);
-            let since = crate::inbox::since_epoch().saturating_sub(polled_at);
-            if polled_at == 0 || since >= POLLING.as_nanos() as u64 {
+            let polled_at_ns = self.polled_at_ns.load(Ordering::Relaxed);
+            let since_ns = crate::inbox::since_epoch_ns().saturating_sub(polled_at_ns);
+            if polled_at_ns == 0 || since_ns >= POLLING.as_nanos() as u64 {
                 return false;
             }
             match left.iter_mut().find(|(c, _)| Arc::ptr_eq(c, self)) {
@@ -652,8 +652,8 @@ impl Core {
     /// thread is running the NIC; tells whether anything was left. Frames
     /// handed to this NIC's own worker are left to it.
     pub(crate) fn poll_inbox(&self) -> bool {
-        self.polled_at
-            .store(crate::inbox::since_epoch(), Ordering::Relaxed);
+        self.polled_at_ns
+            .store(crate::inbox::since_epoch_ns(), Ordering::Relaxed);
         if !self.left.load(Ordering::Acquire) || !self.left.swap(false, Ordering::AcqRel) {
             return false;
         }

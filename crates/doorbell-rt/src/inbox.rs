@@ -65,13 +65,13 @@ pub(crate) struct Inbox {
     /// of times a millisecond).
     len: AtomicUsize,
     /// When the queue last went from empty to holding a message
-    /// ([`since_epoch`]), written under its lock.
-    since: AtomicU64,
+    /// ([`since_epoch_ns`]), written under its lock.
+    since_ns: AtomicU64,
 }
 
 /// Nanoseconds since the first call in this process: a clock for how long
 /// a message has waited ([`Inbox::waited`]).
-pub(crate) fn since_epoch() -> u64 {
+pub(crate) fn since_epoch_ns() -> u64 {
     static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
     let epoch = *EPOCH.get_or_init(std::time::Instant::now);
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -86,7 +86,7 @@ impl Inbox {
         Self {
             queue: Mutex::new(VecDeque::with_capacity(64)),
             len: AtomicUsize::new(0),
-            since: AtomicU64::new(0),
+            since_ns: AtomicU64::new(0),
         }
     }
 
@@ -98,7 +98,7 @@ impl Inbox {
     pub(crate) fn push(&self, msg: Msg) {
         let mut q = self.queue();
         if q.is_empty() {
-            self.since.store(since_epoch(), Ordering::Relaxed);
+            self.since_ns.store(since_epoch_ns(), Ordering::Relaxed);
         }
         q.push_back(msg);
         self.len.store(q.len(), Ordering::Release);
@@ -111,8 +111,10 @@ impl Inbox {
         if self.is_empty() {
             return None;
         }
-        let since = self.since.load(Ordering::Relaxed);
-        Some(Duration::from_nanos(since_epoch().saturating_sub(since)))
+        let since_ns = self.since_ns.load(Ordering::Relaxed);
+        Some(Duration::from_nanos(
+            since_epoch_ns().saturating_sub(since_ns),
+        ))
     }
 
     /// The oldest message, if any.
