@@ -98,10 +98,19 @@ const LEFT_WAIT: Duration = Duration::from_micros(20);
 /// it still ([`Core::deliver`]).
 const POLLING: Duration = Duration::from_micros(100);
 
-/// A message that has waited this long when a worker wakes at its
-/// timeout, unwoken, has waited for that timeout, not for a thread that
-/// was on its way: a stall ([`Core::stalls`]).
-const STALL: Duration = Duration::from_millis(1);
+/// How long a worker that woke at its timeout, unwoken, to messages in its
+/// inbox watches for another thread to take them before it counts them
+/// as having waited for that timeout ([`Core::stalls`]): a thread that
+/// queued them and is about to run them does so well within it.
+const STALL_CHECK: Duration = Duration::from_micros(100);
+
+/// Nanoseconds since the first call in this process: when a program last
+/// polled ([`Core::poll_inbox`]).
+fn since_epoch_ns() -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// NICs a worker left frames for, for their programs' polls to take
 /// ([`Core::deliver`]), each with when it first did.
@@ -484,13 +493,13 @@ pub(crate) struct Core {
     sleeping_until: AtomicU64,
     /// Times the worker came back from a park.
     wakes: AtomicU64,
-    /// Times the worker woke at its timeout, unwoken, to messages that
-    /// had waited [`STALL`] or more.
+    /// Times the worker woke at its timeout, unwoken, to messages no
+    /// thread was running ([`Core::stalls`]).
     stalls: AtomicU64,
     /// The worker was unparked since it last parked.
     rung: AtomicBool,
     /// When a program last polled this NIC's CQ and found it empty
-    /// ([`crate::inbox::since_epoch_ns`]; 0: never).
+    /// ([`since_epoch_ns`]; 0: never).
     polled_at_ns: AtomicU64,
     /// A worker left frames for that program's next poll.
     left: AtomicBool,
@@ -533,11 +542,13 @@ impl Core {
     }
 
     /// Times the worker woke at its timeout, with nobody having woken it,
-    /// to find messages that had waited [`STALL`] or more for a thread to
-    /// run them: none should, since every message is run by the thread
-    /// that queued it, by the lock's holder, by a worker it was handed to
-    /// (which is woken), or by a poll or the worker it was left for. (A
-    /// woken worker that the scheduler kept waiting is not counted.)
+    /// to find messages in its inbox that no other thread took within
+    /// [`STALL_CHECK`] and that nobody was running the NIC for: messages
+    /// that waited for the timeout. None should, since every message is
+    /// run by the thread that queued it, by the lock's holder, by a worker
+    /// it was handed to (which is woken), or by a poll or the worker it was
+    /// left for. (A woken worker that the scheduler kept waiting is not
+    /// counted.)
     pub(crate) fn stalls(&self) -> u64 {
         self.stalls.load(Ordering::Relaxed)
     }
@@ -626,7 +637,7 @@ impl Core {
         let leave = LEFT.with_borrow_mut(|left| {
             let Some(left) = left else { return false };
             let polled_at_ns = self.polled_at_ns.load(Ordering::Relaxed);
-            let since_ns = crate::inbox::since_epoch_ns().saturating_sub(polled_at_ns);
+            let since_ns = since_epoch_ns().saturating_sub(polled_at_ns);
             if polled_at_ns == 0 || since_ns >= POLLING.as_nanos() as u64 {
                 return false;
             }
@@ -652,8 +663,7 @@ impl Core {
     /// thread is running the NIC; tells whether anything was left. Frames
     /// handed to this NIC's own worker are left to it.
     pub(crate) fn poll_inbox(&self) -> bool {
-        self.polled_at_ns
-            .store(crate::inbox::since_epoch_ns(), Ordering::Relaxed);
+        self.polled_at_ns.store(since_epoch_ns(), Ordering::Relaxed);
         if !self.left.load(Ordering::Acquire) || !self.left.swap(false, Ordering::AcqRel) {
             return false;
         }
@@ -815,11 +825,26 @@ impl Core {
                 }
             }
             self.wakes.fetch_add(1, Ordering::Relaxed);
-            if !self.rung.load(Ordering::Relaxed) && self.inbox.waited().is_some_and(|w| w >= STALL)
-            {
+            if !self.rung.load(Ordering::Relaxed) && self.stranded() {
                 self.stalls.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Whether messages wait in the inbox that no thread takes within
+    /// [`STALL_CHECK`] and that no turn is running for. Looked at only on
+    /// a wake-up at the timeout with messages waiting (rare, and a stall
+    /// or a race with their queuer), so that queueing costs no clock.
+    fn stranded(&self) -> bool {
+        let start = std::time::Instant::now();
+        while start.elapsed() < STALL_CHECK {
+            if self.inbox.is_empty() {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        // (A turn that holds the lock takes them before it lets it go.)
+        !self.inbox.is_empty() && self.engine.try_lock().is_ok()
     }
 
     /// Whether a message comes within [`STREAM_SPIN`]; meanwhile runs

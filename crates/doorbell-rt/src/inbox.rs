@@ -2,9 +2,8 @@
 //! frames from the port, commands and control reach it, in order.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Sender;
 use doorbell_device::{Frame, NicCounters};
@@ -64,17 +63,6 @@ pub(crate) struct Inbox {
     /// without taking the lock (a poll that finds nothing looks thousands
     /// of times a millisecond).
     len: AtomicUsize,
-    /// When the queue last went from empty to holding a message
-    /// ([`since_epoch_ns`]), written under its lock.
-    since_ns: AtomicU64,
-}
-
-/// Nanoseconds since the first call in this process: a clock for how long
-/// a message has waited ([`Inbox::waited`]).
-pub(crate) fn since_epoch_ns() -> u64 {
-    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
-    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Room a drained inbox keeps; a burst's extra room beyond it is given
@@ -86,7 +74,6 @@ impl Inbox {
         Self {
             queue: Mutex::new(VecDeque::with_capacity(64)),
             len: AtomicUsize::new(0),
-            since_ns: AtomicU64::new(0),
         }
     }
 
@@ -97,24 +84,8 @@ impl Inbox {
 
     pub(crate) fn push(&self, msg: Msg) {
         let mut q = self.queue();
-        if q.is_empty() {
-            self.since_ns.store(since_epoch_ns(), Ordering::Relaxed);
-        }
         q.push_back(msg);
         self.len.store(q.len(), Ordering::Release);
-    }
-
-    /// How long the queue has held messages without being emptied, if it
-    /// holds any: the age of its oldest message, or more if it was
-    /// drained in part meanwhile.
-    pub(crate) fn waited(&self) -> Option<Duration> {
-        if self.is_empty() {
-            return None;
-        }
-        let since_ns = self.since_ns.load(Ordering::Relaxed);
-        Some(Duration::from_nanos(
-            since_epoch_ns().saturating_sub(since_ns),
-        ))
     }
 
     /// The oldest message, if any.

@@ -658,8 +658,8 @@ impl LiveNic {
     }
 
     /// Times the NIC's own thread woke at its timeout, nobody having woken
-    /// it, to find inputs that had waited a millisecond or more for a
-    /// thread to run them: a stall, which no path of the runtime should
+    /// it, to find inputs that no other thread took within 100 µs and no
+    /// turn was running for: a stall, which no path of the runtime should
     /// cause (each input is run by the thread that brought it, the thread
     /// running the NIC, a worker it was handed to, or a poll or worker it
     /// was left for). A count for tests and reports.

@@ -44,8 +44,9 @@ fn a_timer_armed_by_each_message_does_not_wake_the_worker() {
     );
 }
 
-/// Inputs that waited a millisecond or more for a NIC's worker to wake:
-/// on a quiet machine none; a preempted thread may cause one or two.
+/// Inputs that waited for a NIC's worker's timeout (`LiveNic::inbox_stalls`):
+/// on a quiet machine none; a thread preempted between queueing an input
+/// and running it may cause one or two.
 const FEW_STALLS: u64 = 2;
 
 /// 64 KiB transfers of `opcode`, `window` outstanding, `n` in all, each
