@@ -84,7 +84,7 @@ pub(crate) struct Outputs {
     /// of requests costs one ACK frame, not one built per request and
     /// thrown away. It is built when another frame is queued behind it,
     /// or when it is the next to leave.
-    pub(crate) held_ack: Option<HeldAck>,
+    pub(crate) held_ack: Option<AckHeaders>,
     /// When frames get their ICRC ([`crate::NicConfig::icrc`]).
     pub(crate) seal: Seal,
     /// QPs whose send engine stopped at a burst
@@ -128,11 +128,12 @@ pub(crate) struct Building {
     pub(crate) segments: u32,
 }
 
-/// A plain ACK owed and not yet built ([`Outputs::held_ack`]): only what
-/// varies from one ACK to the next, so that an ACK that replaces another
-/// costs a few stores; its headers are made when it is built.
+/// An ACK's or NAK's headers by what varies between them
+/// ([`AckHeaders::repr`] makes the headers): a plain ACK owed and not yet
+/// built ([`Outputs::held_ack`]) is one, so that an ACK that replaces
+/// another costs a few stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HeldAck {
+pub(crate) struct AckHeaders {
     pub(crate) qpn: Qpn,
     /// This NIC's IPv4 address and the peer's.
     pub(crate) src: [u8; 4],
@@ -146,7 +147,7 @@ pub(crate) struct HeldAck {
     pub(crate) ready: Instant,
 }
 
-impl HeldAck {
+impl AckHeaders {
     /// The ACK's headers.
     pub(crate) fn repr(&self) -> RoceRepr {
         RoceRepr {
@@ -172,7 +173,7 @@ impl Outputs {
 
     /// Holds `ack` behind every frame queued, the ACK held until now
     /// built first.
-    pub(crate) fn push_held(&mut self, ack: HeldAck) {
+    pub(crate) fn push_held(&mut self, ack: AckHeaders) {
         self.build_held_ack();
         self.held_ack = Some(ack);
     }
@@ -268,7 +269,7 @@ mod tests {
 
     #[test]
     fn a_held_ack_leaves_as_the_ack_it_stands_for() {
-        let held = HeldAck {
+        let held = AckHeaders {
             qpn: Qpn::new(0x101),
             src: [10, 0, 0, 1],
             dst: [10, 0, 0, 2],
@@ -305,7 +306,7 @@ mod tests {
         let fill = |out: &mut Outputs| {
             out.push(frame(Some(5)));
             out.push(frame(None));
-            out.push_held(HeldAck {
+            out.push_held(AckHeaders {
                 qpn: Qpn::new(0x101),
                 src: [10, 0, 0, 1],
                 dst: [10, 0, 0, 2],

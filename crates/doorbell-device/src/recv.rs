@@ -18,7 +18,7 @@ use doorbell_wire::{
 };
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
-use crate::ctx::{Ctx, HeldAck};
+use crate::ctx::{AckHeaders, Ctx};
 use crate::dma::{PayloadIn, dma_read, dma_read_left, dma_write, write_payload};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
@@ -49,7 +49,10 @@ const RC_TRANSPORT_MASK: u8 = 0xe0;
 
 fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
     let Some(dst) = peer_ip(qp) else { return };
-    emit(qp, ctx, dst, aeth_bth(qp, psn), aeth_ext(qp, syndrome), &[]);
+    let repr = aeth_headers(qp, ctx, dst, psn, syndrome).repr();
+    if let Some(f) = emit::building(ctx, repr, 0) {
+        emit::finish(ctx, dst, f);
+    }
 }
 
 /// A plain ACK's syndrome.
@@ -57,19 +60,27 @@ const ACK: AethSyndrome = AethSyndrome::Ack {
     credits: CREDITS_INVALID,
 };
 
-/// The BTH of an ACK or NAK of `psn` from `qp`.
-fn aeth_bth(qp: &Qp, psn: Psn) -> BthRepr {
-    BthRepr::new(BthOpcode::RcAck, qp.attrs.dest_qpn.unwrap_or_default(), psn)
-}
-
-/// The AETH of an ACK or NAK from `qp`, with its MSN.
-fn aeth_ext(qp: &Qp, syndrome: AethSyndrome) -> ExtHeaders {
-    ExtHeaders {
-        aeth: Some(AethRepr {
+/// The headers of an ACK or NAK of `psn` from `qp` to `dst`, with its
+/// MSN, ready now.
+fn aeth_headers<D: Dma>(
+    qp: &Qp,
+    ctx: &Ctx<'_, D>,
+    dst: [u8; 4],
+    psn: Psn,
+    syndrome: AethSyndrome,
+) -> AckHeaders {
+    AckHeaders {
+        qpn: qp.qpn,
+        src: ctx.cfg.ipv4,
+        dst,
+        src_port: emit::src_port(qp, ctx),
+        dest_qp: qp.attrs.dest_qpn.unwrap_or_default(),
+        psn,
+        aeth: AethRepr {
             syndrome,
             msn: qp.resp.msn(),
-        }),
-        ..ExtHeaders::default()
+        },
+        ready: ctx.t,
     }
 }
 
@@ -81,19 +92,7 @@ fn aeth_ext(qp: &Qp, syndrome: AethSyndrome) -> ExtHeaders {
 fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
     let Some(dst) = peer_ip(qp) else { return };
     ctx.charge(ctx.cfg.timing.tx_packet);
-    let held = HeldAck {
-        qpn: qp.qpn,
-        src: ctx.cfg.ipv4,
-        dst,
-        src_port: emit::src_port(qp, ctx),
-        dest_qp: qp.attrs.dest_qpn.unwrap_or_default(),
-        psn,
-        aeth: AethRepr {
-            syndrome: ACK,
-            msn: qp.resp.msn(),
-        },
-        ready: ctx.t,
-    };
+    let held = aeth_headers(qp, ctx, dst, psn, ACK);
     let out = &mut *ctx.out;
     if out.held_ack.as_ref().is_some_and(|h| h.qpn == qp.qpn) {
         out.counters.acks_coalesced += 1;

@@ -4,7 +4,7 @@ use doorbell_hif::Command;
 use doorbell_types::{Psn, Qpn};
 use doorbell_wire::{AethSyndrome, parse_roce};
 
-use crate::{EPSN, PEER, PEER_QPN, Rig, aeth_of};
+use crate::{EPSN, LOCAL, PEER, PEER_QPN, Rig, aeth_of};
 
 /// WRITEs handled before any frame leaves are answered by one ACK, the
 /// last one's (cumulative, as a NIC that coalesces ACKs sends it); WRITEs
@@ -38,15 +38,19 @@ fn acks_queued_together_are_coalesced_into_the_last() {
     rig.nic.handle_frame(now, &ahead, &mut rig.bus);
     let out = rig.transmitted();
     assert_eq!(out.len(), 2, "the ACK and the sequence NAK");
-    // The held ACK is addressed as the NAK, built whole, is.
+    // The held ACK is addressed as the NAK is, and to the peer.
     let [ack, nak] = [&out[0], &out[1]].map(|f| parse_roce(&f.bytes).unwrap().repr);
     assert_eq!(
         (ack.ip, ack.src_port, ack.bth.dest_qp),
         (nak.ip, nak.src_port, nak.bth.dest_qp)
     );
     assert_eq!(
-        (ack.bth.dest_qp, ack.ip.dst_gid().to_ipv4()),
-        (Qpn::new(PEER_QPN), Some(PEER))
+        (
+            ack.bth.dest_qp,
+            ack.ip.src_gid().to_ipv4(),
+            ack.ip.dst_gid().to_ipv4()
+        ),
+        (Qpn::new(PEER_QPN), Some(LOCAL), Some(PEER))
     );
 }
 
