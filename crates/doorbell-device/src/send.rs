@@ -143,7 +143,12 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         // The WQE is parsed where the cache holds it: its WQEBBs are one
         // slice once the cache is contiguous, which moves blocks only when
         // the cache's own buffer has wrapped (once per turn of it).
-        let blocks = &qp.sq.wqe_cache.make_contiguous()[..usize::from(n)];
+        // (The fetch just made holds every WQEBB up to the producer index,
+        // `n` at least; a cache short of them is the WQE's error, not a
+        // panic.)
+        let Some(blocks) = qp.sq.wqe_cache.make_contiguous().get(..usize::from(n)) else {
+            return Err(bad_wqe(qp, opcode, Syndrome::LocalQpOpErr));
+        };
         let w = match parse_wqe(
             &blocks.as_flattened()[..usize::from(ds) * wqe::DS_LEN],
             qp.p.qp_type,
