@@ -18,7 +18,8 @@
 //! freed by the other, and a thread that wakes now and then finds spares
 //! waiting; a thread whose buffers go round (a ping-pong run in the
 //! program's thread) keeps them without the store's lock once the reserve
-//! is full. No thread keeps more than about a
+//! is full. [`lend`] takes what a NIC needs from the store under one
+//! taking of its lock, not one per buffer. No thread keeps more than about a
 //! hundred kilobytes of frames (16 of [`LARGEST`] at most), nor the
 //! process more than about three megabytes beside them. Batches of frames
 //! go round the same way, in lists ([`frame_list`], [`recycle_list`]; and
@@ -126,6 +127,21 @@ impl<T> Shared<T> {
         items.push(v);
         self.len.store(items.len(), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Calls `f` with up to `n` of its items, last in first out, under one
+    /// taking of the lock.
+    fn take_many(&self, n: usize, mut f: impl FnMut(T)) {
+        if n == 0 || self.len() == 0 {
+            return;
+        }
+        let mut items = self.items();
+        let keep = items.len().saturating_sub(n);
+        // (The newest last: taken first, as one `take` after another would.)
+        for v in items.drain(keep..).rev() {
+            f(v);
+        }
+        self.len.store(items.len(), Ordering::Relaxed);
     }
 }
 
@@ -266,15 +282,16 @@ pub(crate) fn recycle(b: Vec<u8>) {
 }
 
 /// Hands up to `n` spares to `nic`, as many as it keeps, for the frames it
-/// builds.
+/// builds: this thread's first, then the process's, taken under one lock.
 pub(crate) fn lend(nic: &mut Nic, n: usize) {
     let want = n.min(nic.spare_room());
-    for _ in 0..want {
-        match take(&SPARE, shared_buffers()) {
-            Some(b) => nic.recycle(b),
-            None => break,
+    let _ = with_local(&SPARE, |l| {
+        let own = want.min(l.len());
+        for b in l.drain(l.len() - own..).rev() {
+            nic.recycle(b);
         }
-    }
+        shared_buffers().take_many(want - own, |b| nic.recycle(b));
+    });
 }
 
 /// Hands the buffers of frames a port copied out (`spent`) to `nic`, the
@@ -376,6 +393,45 @@ mod tests {
             2,
             "the first two takes"
         );
+    }
+
+    #[test]
+    fn taking_many_at_once_takes_what_taking_one_by_one_would() {
+        for held in 0..=6 {
+            for n in 0..=8 {
+                let (one, many) = (Shared::new(8, 2), Shared::new(8, 2));
+                for i in 0..held {
+                    assert!(one.give(i).is_ok() && many.give(i).is_ok());
+                }
+                let one_by_one: Vec<i32> = (0..n).map_while(|_| one.take()).collect();
+                let before = many.locked.load(Ordering::Relaxed);
+                let mut at_once = Vec::new();
+                many.take_many(n, |v| at_once.push(v));
+                assert_eq!(at_once, one_by_one, "{held} held, {n} wanted");
+                assert_eq!(many.len(), one.len());
+                assert!(many.locked.load(Ordering::Relaxed) - before <= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_nic_is_lent_this_threads_spares_first_then_the_stores() {
+        std::thread::spawn(|| {
+            let mut nic = Nic::new(doorbell_device::NicConfig::new([10, 0, 0, 1]));
+            let room = nic.spare_room();
+            assert!(room > 4, "a NIC keeps spares");
+            for _ in 0..3 {
+                recycle(Vec::with_capacity(64));
+            }
+            assert_eq!(spares(), 3, "fewer than OWN: all the thread's own");
+            lend(&mut nic, 2);
+            assert_eq!((nic.spares(), spares()), (2, 1), "two of its own lent");
+            lend(&mut nic, usize::MAX);
+            assert_eq!(spares(), 0, "then its last");
+            assert!(nic.spares() >= 3, "and the store's, if it had any");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
