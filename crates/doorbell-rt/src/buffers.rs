@@ -417,9 +417,7 @@ mod tests {
     #[test]
     fn a_nic_is_lent_this_threads_spares_first_then_the_stores() {
         std::thread::spawn(|| {
-            let mut nic = Nic::new(doorbell_device::NicConfig::new([10, 0, 0, 1]));
-            let room = nic.spare_room();
-            assert!(room > 4, "a NIC keeps spares");
+            let (mut nic, _) = nic_with_room_for_more_than(4);
             for _ in 0..3 {
                 recycle(Vec::with_capacity(64));
             }
@@ -457,12 +455,18 @@ mod tests {
         with_local(&SPARE, |l| l.len()).unwrap_or(0)
     }
 
+    /// A new NIC, and the spares it has room for (more than `n`).
+    fn nic_with_room_for_more_than(n: usize) -> (Nic, usize) {
+        let nic = Nic::new(doorbell_device::NicConfig::new([10, 0, 0, 1]));
+        let room = nic.spare_room();
+        assert!(room > n, "a NIC keeps spares");
+        (nic, room)
+    }
+
     #[test]
     fn the_buffers_a_port_copied_out_go_back_to_the_nic_that_built_them() {
         std::thread::spawn(|| {
-            let mut nic = Nic::new(doorbell_device::NicConfig::new([10, 0, 0, 1]));
-            let room = nic.spare_room();
-            assert!(room > 2, "a NIC keeps spares");
+            let (mut nic, room) = nic_with_room_for_more_than(2);
             let mut spent: Vec<Vec<u8>> = (0..room + 2).map(|_| Vec::with_capacity(2048)).collect();
             give_back(&mut nic, &mut spent);
             assert!(spent.is_empty());
