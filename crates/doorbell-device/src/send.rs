@@ -130,6 +130,7 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         };
         let ctrl = CtrlSeg::new_unchecked(&head[..]);
         let (ds, index, opcode) = (ctrl.ds(), ctrl.wqe_index(), ctrl.opcode());
+        let fenced = ctrl.fm_ce_se() & wqe::ctrl_flags::FM_MASK != 0;
         let n = wqebbs_for_ds(ds);
         let too_big = usize::from(ds) * wqe::DS_LEN > ctx.cfg.caps.max_sq_desc_sz as usize;
         if ds == 0 || n > avail || too_big || index != qp.sq.ci || ctrl.qpn() != qp.qpn.get() {
@@ -139,6 +140,21 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         }
         if usize::from(n) > qp.sq.wqe_cache.len() && !fetch_upto(qp, qp.sq.pi, ctx) {
             return Err(bad_wqe(qp, opcode, Syndrome::LocalQpOpErr));
+        }
+        // READ and atomics wait for the outstanding-request limit; a fenced
+        // WQE waits for every READ and atomic before it. Both are known
+        // from the control segment: a WQE that waits is not parsed (nor
+        // its SGE list built) on every look until it may go.
+        let rd_out = u8::try_from(qp.sq.reads).unwrap_or(u8::MAX);
+        let is_rd = matches!(
+            opcode,
+            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
+        );
+        if qp.p.qp_type == QpType::Rc
+            && ((is_rd && rd_out >= qp.attrs.max_rd_atomic.unwrap_or(1).max(1))
+                || (fenced && rd_out > 0))
+        {
+            return Ok(());
         }
         // The WQE is parsed where the cache holds it: its WQEBBs are one
         // slice once the cache is contiguous, which moves blocks only when
@@ -161,20 +177,6 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
                 return Err(f);
             }
         };
-        // READ and atomics wait for the outstanding-request limit; a fenced
-        // WQE waits for every READ and atomic before it.
-        let rd_out = u8::try_from(qp.sq.reads).unwrap_or(u8::MAX);
-        let is_rd = matches!(
-            w.opcode,
-            WqeOpcode::RdmaRead | WqeOpcode::AtomicCs | WqeOpcode::AtomicFa
-        );
-        let fenced = w.fm_ce_se & wqe::ctrl_flags::FM_MASK != 0;
-        if qp.p.qp_type == QpType::Rc
-            && ((is_rd && rd_out >= qp.attrs.max_rd_atomic.unwrap_or(1).max(1))
-                || (fenced && rd_out > 0))
-        {
-            return Ok(());
-        }
         qp.sq.consume(n);
         ctx.charge(ctx.cfg.timing.wqe);
         match qp.p.qp_type {

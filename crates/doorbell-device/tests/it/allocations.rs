@@ -12,10 +12,10 @@ use std::cell::Cell;
 use doorbell_layout::wqe::{InlineSeg, RaddrSeg, WQEBB_LEN, WqeOpcode, field};
 
 use doorbell_host::HostMemory;
-use doorbell_types::HostAddr;
-use doorbell_wire::{BthOpcode, ExtHeaders, RethRepr, parse_roce};
+use doorbell_types::{HostAddr, Psn};
+use doorbell_wire::{BthOpcode, BthRepr, ExtHeaders, RethRepr, RoceIp, RoceRepr, parse_roce};
 
-use crate::{EPSN, Rig, SQ_PSN, ctrl, peer_ack, rdma_wqe};
+use crate::{EPSN, LOCAL, PEER, Rig, SQ_PSN, ctrl, peer_ack, peer_aeth, rdma_wqe};
 
 struct Counting;
 
@@ -229,4 +229,79 @@ fn a_read_from_the_peer_allocates_nothing_once_warm() {
         }
     }
     assert_eq!(made, 0, "allocations for 28 READs");
+}
+
+/// A READ response from the peer: with an AETH (`msn`) where its opcode
+/// has one.
+fn peer_response(rig: &Rig, opcode: BthOpcode, psn: u32, msn: u32, payload: &[u8]) -> Vec<u8> {
+    if opcode == BthOpcode::RcRdmaReadResponseMiddle {
+        let repr = RoceRepr {
+            ip: RoceIp::v4(PEER, LOCAL),
+            src_port: 0xc000,
+            bth: BthRepr::new(opcode, rig.qpn, Psn::new(psn)),
+            ext: ExtHeaders::default(),
+        };
+        let mut f = Vec::new();
+        repr.emit_to_vec(payload, &mut f).unwrap();
+        f
+    } else {
+        peer_aeth(rig, opcode, psn, msn, payload)
+    }
+}
+
+/// READs past the QP's limit of one outstanding (`max_rd_atomic`): the
+/// next READ waits while the one out is answered, and the device looks at
+/// it on its doorbell and on every response. Once warm, neither those looks
+/// nor the READ's own turn take from the allocator.
+#[test]
+fn a_read_waiting_for_the_outstanding_limit_allocates_nothing_once_warm() {
+    const READS: u16 = 32;
+    const WARM: u16 = 4;
+    const MTU: usize = 1024;
+    let mut rig = Rig::new();
+    let post = |rig: &mut Rig, k: u16| {
+        let w = rdma_wqe(rig, k, WqeOpcode::RdmaRead, 3 * MTU as u32);
+        rig.write_sq(k, &w);
+        rig.ring(k, u8::from(WqeOpcode::RdmaRead), 3);
+    };
+    let requests = |rig: &mut Rig| {
+        let mut n = 0;
+        while let Some(f) = rig.nic.poll_transmit() {
+            let p = parse_roce(&f.bytes).expect("a well-formed request");
+            assert_eq!(p.repr.bth.opcode, BthOpcode::RcRdmaReadRequest);
+            rig.nic.recycle(f.bytes);
+            n += 1;
+        }
+        n
+    };
+    post(&mut rig, 0);
+    assert_eq!(requests(&mut rig), 1, "the first READ goes at once");
+    let mut made = 0;
+    for k in 0..READS {
+        let psn = SQ_PSN + 3 * u32::from(k);
+        let msn = u32::from(k) + 1;
+        let responses: Vec<Vec<u8>> = [
+            BthOpcode::RcRdmaReadResponseFirst,
+            BthOpcode::RcRdmaReadResponseMiddle,
+            BthOpcode::RcRdmaReadResponseLast,
+        ]
+        .into_iter()
+        .zip(psn..)
+        .map(|(op, psn)| peer_response(&rig, op, psn, msn, &[0x5a; MTU]))
+        .collect();
+        let before = allocations();
+        post(&mut rig, k + 1);
+        assert_eq!(requests(&mut rig), 0, "READ {} waits for READ {k}", k + 1);
+        for (i, f) in responses.iter().enumerate() {
+            let now = rig.now;
+            rig.nic.handle_frame(now, f, &mut rig.bus);
+            let expect = usize::from(i == 2);
+            assert_eq!(requests(&mut rig), expect, "READ {k}, response {i}");
+        }
+        if k >= WARM {
+            made += allocations() - before;
+        }
+        assert_eq!(rig.cqes().len(), 1, "READ {k} completed");
+    }
+    assert_eq!(made, 0, "allocations for {} READs", READS - WARM);
 }
