@@ -19,6 +19,17 @@ pub(crate) fn emit<D: Dma>(
     payload: &[u8],
 ) {
     let repr = repr(qp, ctx, dst, bth, ext);
+    emit_repr(ctx, dst, repr, payload);
+}
+
+/// Builds a frame to `dst` with headers `repr` and queues it for the
+/// port, as [`emit`] does; nothing if the headers do not fit their opcode.
+pub(crate) fn emit_repr<D: Dma>(
+    ctx: &mut Ctx<'_, D>,
+    dst: [u8; 4],
+    repr: RoceRepr,
+    payload: &[u8],
+) {
     let Some(mut f) = building(ctx, repr, payload.len()) else {
         return;
     };

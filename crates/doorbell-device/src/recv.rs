@@ -50,9 +50,7 @@ const RC_TRANSPORT_MASK: u8 = 0xe0;
 fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
     let Some(dst) = peer_ip(qp) else { return };
     let repr = aeth_headers(qp, ctx, dst, psn, syndrome).repr();
-    if let Some(f) = emit::building(ctx, repr, 0) {
-        emit::finish(ctx, dst, f);
-    }
+    emit::emit_repr(ctx, dst, repr, &[]);
 }
 
 /// A plain ACK's syndrome.
