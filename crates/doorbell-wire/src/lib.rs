@@ -108,7 +108,8 @@ pub use ipv4::{IpProtocol, Ipv4Header, Ipv4Repr};
 pub use ipv6::{Ipv6Header, Ipv6Repr};
 pub use reth::{RethHeader, RethRepr};
 pub use roce::{
-    ParsedRoce, ROCE_V2_UDP_PORT, RoceIp, RoceRepr, Seal, parse_roce, parse_roce_emitted, seal_roce,
+    ParsedRoce, ROCE_V2_UDP_PORT, RoceIp, RoceRepr, Seal, packet_len, parse_roce,
+    parse_roce_emitted, parse_roce_emitted_after, seal_roce,
 };
 pub use udp::{UdpHeader, UdpRepr};
 

@@ -369,14 +369,31 @@ pub enum Seal {
 /// Fails with [`Error::Truncated`] or [`Error::BadIpVersion`] for bytes
 /// that are no such frame, leaving them unchanged.
 pub fn seal_roce(frame: &mut [u8]) -> Result<()> {
+    let (ip_hlen, pkt_len) = lengths(frame)?;
+    seal_in_place(&mut frame[..pkt_len], ip_hlen);
+    Ok(())
+}
+
+/// The length of the RoCEv2 packet at the start of `bytes`, as its IP
+/// header gives it (IPv4's total length; IPv6's payload length and its
+/// header), ICRC included: where the next packet starts when packets lie
+/// back to back. Fails with [`Error::BadIpVersion`], or with
+/// [`Error::Truncated`] for a length too short for a RoCEv2 packet or
+/// past the end of `bytes`. Nothing else in the headers is checked.
+pub fn packet_len(bytes: &[u8]) -> Result<usize> {
+    lengths(bytes).map(|(_, pkt_len)| pkt_len)
+}
+
+/// The IP header's length and the packet's, as [`packet_len`] checks it.
+fn lengths(frame: &[u8]) -> Result<(usize, usize)> {
     let first = *frame.first().ok_or(Error::Truncated)?;
     let (ip_hlen, pkt_len) = match first >> 4 {
         4 => {
-            let h = Ipv4Header::new_checked(&*frame)?;
+            let h = Ipv4Header::new_checked(frame)?;
             (usize::from(first & 0x0f) * 4, usize::from(h.total_len()))
         }
         6 => {
-            let h = Ipv6Header::new_checked(&*frame)?;
+            let h = Ipv6Header::new_checked(frame)?;
             (
                 ipv6::HEADER_LEN,
                 ipv6::HEADER_LEN + usize::from(h.payload_len()),
@@ -388,8 +405,7 @@ pub fn seal_roce(frame: &mut [u8]) -> Result<()> {
     if pkt_len < min || pkt_len > frame.len() {
         return Err(Error::Truncated);
     }
-    seal_in_place(&mut frame[..pkt_len], ip_hlen);
-    Ok(())
+    Ok((ip_hlen, pkt_len))
 }
 
 /// Writes the ICRC into the last four bytes of `frame` (a whole packet
@@ -449,6 +465,40 @@ pub fn parse_roce_emitted(frame: &[u8]) -> Result<ParsedRoce> {
     parse(frame, false)
 }
 
+/// [`parse_roce_emitted`] of `frame`, given `prev`, a frame that parsed
+/// as `parsed`: where the two begin with the same IP and UDP headers, byte
+/// for byte, the checks and fields of those headers are `parsed`'s, and
+/// only the rest of `frame` is parsed. The answer is
+/// `parse_roce_emitted(frame)`'s either way. For packets that follow one
+/// another to one QP, whose IP and UDP headers differ at most where their
+/// lengths do.
+pub fn parse_roce_emitted_after(
+    frame: &[u8],
+    prev: &[u8],
+    parsed: &ParsedRoce,
+) -> Result<ParsedRoce> {
+    let ip_hlen = parsed.repr.ip.header_len();
+    let at = ip_hlen + udp::HEADER_LEN;
+    match (frame.get(..at), prev.get(..at)) {
+        (Some(h), Some(p)) if h == p => {
+            // The same header bytes parse the same: only whether the
+            // length they give fits `frame` is its own.
+            let (_, pkt_len) = lengths(frame)?;
+            let pkt = &frame[..pkt_len];
+            let ib = pkt.get(at..).ok_or(Error::Truncated)?;
+            parse_ib(
+                pkt,
+                ib,
+                parsed.repr.ip,
+                ip_hlen,
+                parsed.repr.src_port,
+                false,
+            )
+        }
+        _ => parse(frame, false),
+    }
+}
+
 fn parse(frame: &[u8], check_icrc: bool) -> Result<ParsedRoce> {
     let first = *frame.first().ok_or(Error::Truncated)?;
     let (ip, ip_hlen, pkt_len) = match first >> 4 {
@@ -496,8 +546,27 @@ fn parse(frame: &[u8], check_icrc: bool) -> Result<ParsedRoce> {
         return Err(Error::Malformed);
     }
 
-    // BTH .. ICRC.
-    let ib = &dgram[udp::HEADER_LEN..];
+    parse_ib(
+        pkt,
+        &dgram[udp::HEADER_LEN..],
+        ip,
+        ip_hlen,
+        udp.src_port,
+        check_icrc,
+    )
+}
+
+/// The rest of [`parse`] for the packet `pkt`, its IP and UDP headers
+/// (`ip`, `ip_hlen` bytes of IP header, `src_port`) checked: `ib` is the
+/// part from the BTH to the ICRC.
+fn parse_ib(
+    pkt: &[u8],
+    ib: &[u8],
+    ip: RoceIp,
+    ip_hlen: usize,
+    src_port: u16,
+    check_icrc: bool,
+) -> Result<ParsedRoce> {
     if ib.len() < bth::HEADER_LEN + ICRC_LEN {
         return Err(Error::Truncated);
     }
@@ -530,7 +599,7 @@ fn parse(frame: &[u8], check_icrc: bool) -> Result<ParsedRoce> {
     Ok(ParsedRoce {
         repr: RoceRepr {
             ip,
-            src_port: udp.src_port,
+            src_port,
             bth,
             ext,
         },
@@ -866,6 +935,57 @@ mod tests {
             prop_assert_eq!(&h[len..], &[0x5a; 3][..], "nothing past the packet");
             prop_assert_eq!(seal_roce(&mut h), Ok(()));
             prop_assert_eq!(&h[..len], &f[..], "sealing twice changes nothing");
+        }
+
+        #[test]
+        fn parsing_after_a_frame_answers_as_parsing_alone(
+            a in arb_roce(),
+            b in arb_roce(),
+            len in 0usize..40,
+            other_len in 0usize..40,
+            same_path: bool,
+            cut: prop::sample::Index,
+            flip: Option<(prop::sample::Index, u8)>,
+        ) {
+            // `b` follows `a` on `a`'s path (the headers alike where the
+            // lengths are), or on its own.
+            let b = if same_path { RoceRepr { ip: a.ip, src_port: a.src_port, ..b } } else { b };
+            let (mut fa, mut fb) = (Vec::new(), Vec::new());
+            a.emit_to_vec(&vec![1; len], &mut fa).unwrap();
+            let b_len = if same_path && other_len % 2 == 0 { len } else { other_len };
+            b.emit_to_vec(&vec![2; b_len], &mut fb).unwrap();
+            let pa = parse_roce_emitted(&fa).unwrap();
+            prop_assert_eq!(parse_roce_emitted_after(&fb, &fa, &pa), parse_roce_emitted(&fb));
+            // Cut short, or with a byte changed, still the same answer.
+            let n = cut.index(fb.len() + 1);
+            prop_assert_eq!(parse_roce_emitted_after(&fb[..n], &fa, &pa), parse_roce_emitted(&fb[..n]));
+            if let Some((at, x)) = flip {
+                let i = at.index(fb.len());
+                fb[i] ^= x;
+                prop_assert_eq!(parse_roce_emitted_after(&fb, &fa, &pa), parse_roce_emitted(&fb));
+            }
+        }
+
+        #[test]
+        fn packets_back_to_back_are_found_by_their_lengths(
+            rs in proptest::collection::vec((arb_roce(), 0usize..40), 1..5),
+            tail in proptest::collection::vec(any::<u8>(), 0..8),
+        ) {
+            let mut all = Vec::new();
+            let mut lens = Vec::new();
+            for (r, len) in &rs {
+                let mut f = Vec::new();
+                r.emit_to_vec(&vec![3; *len], &mut f).unwrap();
+                lens.push(f.len());
+                all.extend_from_slice(&f);
+            }
+            all.extend_from_slice(&tail);
+            let mut at = 0;
+            for want in lens {
+                prop_assert_eq!(packet_len(&all[at..]), Ok(want));
+                prop_assert_eq!(packet_len(&all[at..at + want - 1]), Err(Error::Truncated));
+                at += want;
+            }
         }
 
         #[test]
