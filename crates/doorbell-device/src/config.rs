@@ -68,6 +68,18 @@ pub struct NicConfig {
     /// wherever else it could be seen, as an operating system leaves the
     /// segmentation of a large send to where it must happen.
     pub max_segments: u32,
+    /// Most packets a NIC hands on as one frame when their bytes are all
+    /// in it (no payload left in memory): whole packets from one QP to one
+    /// QP, back to back ([`Frame::train`]), no more than
+    /// [`MAX_TRAIN_BYTES`] of them. 1 by default: every packet its own
+    /// frame. For NICs of one process whose frames go straight from one to
+    /// the other (as [`Self::leave_payload`]): the receiver takes each
+    /// packet as it would have taken it alone
+    /// ([`crate::Nic::handle_emitted_train`]), but the headers it shares
+    /// with the one before are not parsed again, and the runtime hands on
+    /// one buffer for them all. The runtime splits a train into its packets
+    /// ([`Frame::packet_ranges`]) wherever else it could be seen.
+    pub max_train: u32,
 }
 
 /// The most packets one frame may stand for ([`Unfilled::segments`]): a
@@ -76,6 +88,10 @@ pub struct NicConfig {
 /// for long. As many as the largest send window
 /// ([`doorbell_roce::window_psns`] at MTU 256).
 pub const MAX_SEGMENTS: u32 = 1024;
+
+/// Most bytes of packets a train holds ([`NicConfig::max_train`]): its
+/// buffer stays one that the spares of a NIC and of the runtime keep.
+pub const MAX_TRAIN_BYTES: usize = 4096;
 
 /// The default adaptive retransmission floor: a few round trips
 /// of an unloaded link between two hosts.
@@ -94,6 +110,7 @@ impl NicConfig {
             tx_burst: None,
             leave_payload: false,
             max_segments: 1,
+            max_train: 1,
         }
     }
 
@@ -156,13 +173,44 @@ pub struct Frame {
     /// ([`NicConfig::leave_payload`]): the bytes that hold it in `bytes`
     /// are then unwritten.
     pub unfilled: Option<Unfilled>,
+    /// How many whole packets `bytes` holds, back to back, each as long as
+    /// its IP header says ([`doorbell_wire::packet_len`]): at least one,
+    /// more for a train ([`NicConfig::max_train`]), whose packets go from
+    /// one QP to one QP. A frame whose payload is left in memory is one
+    /// packet, or a run.
+    pub train: u32,
 }
 
 impl Frame {
     /// How many packets the frame stands for: more than one for a run
-    /// ([`Unfilled::segments`]).
+    /// ([`Unfilled::segments`]) or a train ([`Self::train`]).
     pub fn packets(&self) -> u32 {
-        self.unfilled.map_or(1, |u| u.segments.max(1))
+        self.unfilled
+            .map_or(self.train.max(1), |u| u.segments.max(1))
+    }
+
+    /// Where each whole packet of the frame lies in its bytes: one range
+    /// for a frame that is not a train. For a train, the packets as their
+    /// IP headers give their lengths, up to the first whose length does
+    /// not fit (none, in a train a NIC built).
+    pub fn packet_ranges(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        let train = self.train > 1 && self.unfilled.is_none();
+        let mut at = 0;
+        let mut left = if train { self.train } else { 1 };
+        std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            let len = if train {
+                doorbell_wire::packet_len(self.bytes.get(at..)?).ok()?
+            } else {
+                self.bytes.len()
+            };
+            let r = at..at + len;
+            at += len;
+            Some(r)
+        })
     }
 }
 

@@ -90,11 +90,17 @@ pub(crate) struct Outputs {
     /// QPs whose send engine stopped at a burst
     /// ([`crate::NicConfig::tx_burst`]) with more in its window.
     pub(crate) tx_pending: Vec<doorbell_types::Qpn>,
+    /// Most packets a train holds ([`crate::NicConfig::max_train`]).
+    max_train: u32,
+    /// The QP the last frame of `tx` goes to, while further packets to it
+    /// may join that frame as a train ([`Self::push_packet`]).
+    train_to: Option<Qpn>,
 }
 
 impl Outputs {
-    /// Nothing queued, nothing kept; frames sealed as `seal` says.
-    pub(crate) fn new(seal: Seal) -> Self {
+    /// Nothing queued, nothing kept; frames sealed as `seal` says, up to
+    /// `max_train` packets a train ([`crate::NicConfig::max_train`]).
+    pub(crate) fn new(seal: Seal, max_train: u32) -> Self {
         Self {
             tx: VecDeque::new(),
             tx_joined: 0,
@@ -107,6 +113,8 @@ impl Outputs {
             held_ack: None,
             seal,
             tx_pending: Vec::new(),
+            max_train,
+            train_to: None,
         }
     }
 }
@@ -166,9 +174,38 @@ impl Outputs {
     /// Queues `frame` for the port, behind the held ACK.
     #[inline]
     pub(crate) fn push(&mut self, frame: Frame) {
+        self.train_to = None;
         self.build_held_ack();
         self.tx_joined += frame.packets() as usize - 1;
         self.tx.push_back(frame);
+    }
+
+    /// Queues `frame`, one packet whose bytes are all in it, to QP `to`, as
+    /// [`Self::push`] does; but as the next packet of the last frame queued
+    /// if that is a train to the same QP with room for it
+    /// ([`crate::NicConfig::max_train`]), nothing held behind it. Its
+    /// buffer then goes back to the spares.
+    pub(crate) fn push_packet(&mut self, frame: Frame, to: Qpn) {
+        debug_assert!(frame.unfilled.is_none() && frame.train == 1);
+        if self.train_to == Some(to) && self.held_ack.is_none() {
+            if let Some(last) = self.tx.back_mut() {
+                if last.dst == frame.dst
+                    && last.train < self.max_train
+                    && last.bytes.len() + frame.bytes.len() <= crate::config::MAX_TRAIN_BYTES
+                {
+                    last.bytes.extend_from_slice(&frame.bytes);
+                    last.train += 1;
+                    last.ready = last.ready.max(frame.ready);
+                    self.tx_joined += 1;
+                    self.spare.give(frame.bytes);
+                    return;
+                }
+            }
+        }
+        self.push(frame);
+        if self.max_train > 1 {
+            self.train_to = Some(to);
+        }
     }
 
     /// Holds `ack` behind every frame queued, the ACK held until now
@@ -205,6 +242,7 @@ impl Outputs {
     /// Drops every frame queued for the port, the held ACK included.
     pub(crate) fn clear(&mut self) {
         self.held_ack = None;
+        self.train_to = None;
         self.tx_joined = 0;
         for f in self.tx.drain(..) {
             self.spare.give(f.bytes);
@@ -221,11 +259,13 @@ impl Outputs {
         let len = repr.frame_len(0);
         let mut bytes = self.spare.take_len(len);
         if repr.emit_checked(&mut bytes, 0, len, self.seal).is_ok() {
+            self.train_to = None;
             self.tx.push_back(Frame {
                 dst: h.dst,
                 bytes,
                 ready: h.ready,
                 unfilled: None,
+                train: 1,
             });
         }
     }
@@ -249,12 +289,13 @@ mod tests {
                 len: 40,
                 segments,
             }),
+            train: 1,
         }
     }
 
     #[test]
     fn the_queue_counts_each_packet_of_a_run() {
-        let mut out = Outputs::new(Seal::Now);
+        let mut out = Outputs::new(Seal::Now, 1);
         out.push(frame(Some(5)));
         out.push(frame(None));
         out.push(frame(Some(1)));
@@ -265,6 +306,50 @@ mod tests {
         assert_eq!(out.queued(), 0);
         out.push(frame(Some(3)));
         assert_eq!(out.queued(), 3);
+    }
+
+    #[test]
+    fn packets_to_one_qp_join_a_train_until_another_frame_comes_between() {
+        let mut out = Outputs::new(Seal::Now, 3);
+        let one = |b: u8| Frame {
+            dst: [10, 0, 0, 2],
+            bytes: vec![b; 10],
+            ready: Instant::from_ps(u64::from(b)),
+            unfilled: None,
+            train: 1,
+        };
+        let (q1, q2) = (Qpn::new(0x101), Qpn::new(0x102));
+        out.push_packet(one(1), q1);
+        out.push_packet(one(2), q1);
+        // Another QP's packet starts a train of its own.
+        out.push_packet(one(3), q2);
+        out.push_packet(one(4), q2);
+        // An ACK held behind them is queued before the next packet.
+        out.push_held(AckHeaders {
+            qpn: Qpn::new(0x101),
+            src: [10, 0, 0, 1],
+            dst: [10, 0, 0, 2],
+            src_port: 0xc000,
+            dest_qp: Qpn::new(0x100),
+            psn: Psn::new(7),
+            aeth: AethRepr {
+                syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
+                msn: 1,
+            },
+            ready: Instant::ZERO,
+        });
+        for b in 5..=8 {
+            out.push_packet(one(b), q2);
+        }
+        assert_eq!(out.queued(), 9, "each packet and the ACK");
+        let got: Vec<Frame> = std::iter::from_fn(|| out.pop()).collect();
+        let trains: Vec<u32> = got.iter().map(|f| f.train).collect();
+        assert_eq!(trains, [2, 2, 1, 3, 1], "three at most");
+        assert_eq!(got[0].bytes, [[1; 10], [2; 10]].concat());
+        assert_eq!(got[3].bytes, [[5; 10], [6; 10], [7; 10]].concat());
+        assert_eq!(got[3].ready, Instant::from_ps(7), "ready with its last");
+        assert!(doorbell_wire::parse_roce(&got[2].bytes).is_ok(), "the ACK");
+        assert_eq!(out.queued(), 0);
     }
 
     #[test]
@@ -282,7 +367,7 @@ mod tests {
             },
             ready: Instant::from_ps(77),
         };
-        let mut out = Outputs::new(Seal::Now);
+        let mut out = Outputs::new(Seal::Now, 1);
         out.push_held(held);
         let f = out.pop().expect("the held ACK, built");
         assert_eq!((f.dst, f.ready), (held.dst, held.ready));
@@ -320,7 +405,7 @@ mod tests {
                 ready: Instant::ZERO,
             });
         };
-        let (mut popped, mut drained) = (Outputs::new(Seal::Now), Outputs::new(Seal::Now));
+        let (mut popped, mut drained) = (Outputs::new(Seal::Now, 1), Outputs::new(Seal::Now, 1));
         fill(&mut popped);
         fill(&mut drained);
         let by_pop: Vec<Frame> = std::iter::from_fn(|| popped.pop()).collect();

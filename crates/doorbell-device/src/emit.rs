@@ -94,12 +94,18 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building
         len: f.payload.len() as u32,
         segments: f.segments,
     });
-    ctx.out.push(Frame {
+    let frame = Frame {
         dst,
         bytes: f.bytes,
         ready: ctx.t,
         unfilled,
-    });
+        train: 1,
+    };
+    match unfilled {
+        // Every byte in the frame: it may join a train.
+        None => ctx.out.push_packet(frame, f.repr.bth.dest_qp),
+        Some(_) => ctx.out.push(frame),
+    }
     true
 }
 

@@ -19,7 +19,10 @@
 //! sender may also hand a run of a message's MIDDLE packets on as one frame
 //! ([`NicConfig::max_segments`], [`Unfilled::segments`]): the receiver
 //! takes each packet of it as it would have taken it alone, its headers
-//! parsed once.
+//! parsed once. And it may hand a QP's packets whose bytes are all in
+//! their frames on back to back, as a train ([`NicConfig::max_train`],
+//! [`Frame::train`]), which the receiver takes with
+//! [`Nic::handle_emitted_train`], packet by packet.
 //!
 //! The NIC never reads a clock or touches a socket or thread. Time comes in
 //! as `now` on every call; the transport's timers come out of
@@ -108,7 +111,8 @@ use doorbell_hif::{
 };
 
 pub use config::{
-    ADAPTIVE_RETRANSMIT_FLOOR, Frame, MAX_SEGMENTS, NicConfig, NicCounters, NicTiming, Unfilled,
+    ADAPTIVE_RETRANSMIT_FLOOR, Frame, MAX_SEGMENTS, MAX_TRAIN_BYTES, NicConfig, NicCounters,
+    NicTiming, Unfilled,
 };
 
 use cq::Cq;
@@ -131,6 +135,17 @@ pub enum Received {
     /// It went no further than the port, for this reason (counted in
     /// `rx_icrc_errors`, `rx_dropped` or `link_down_dropped`).
     Dropped(&'static str),
+}
+
+impl Received {
+    /// What a train answers so far, `self` for its latest packet and
+    /// `before` for those before it: the latest drop's reason, if any.
+    fn or_before(self, before: Received) -> Received {
+        match self {
+            Received::Taken => before,
+            dropped => dropped,
+        }
+    }
 }
 
 /// BlueFlame chunks collected for one buffer of one bfreg.
@@ -293,7 +308,7 @@ impl Nic {
     /// A NIC with no objects.
     pub fn new(cfg: NicConfig) -> Self {
         let cfg_pus = cfg.timing.processing_units.max(1) as usize;
-        let out = Outputs::new(cfg.icrc);
+        let out = Outputs::new(cfg.icrc, cfg.max_train);
         Self {
             mkeys: MkeyTable::new(cfg.caps.max_mkeys as usize),
             cfg,
@@ -1066,6 +1081,91 @@ impl Nic {
         dma: &mut impl Dma,
     ) -> Received {
         let r = self.frame(now, frame, dma, false, None);
+        self.deliver_events(dma);
+        r
+    }
+
+    /// [`Nic::handle_emitted_frame`] for a train another NIC of this
+    /// process built ([`Frame::train`]): `packets` whole packets back to
+    /// back in `bytes`. Each is taken as [`Nic::handle_emitted_frame`]
+    /// would have taken it alone, checked and counted, its events
+    /// delivered; but the IP and UDP headers it shares with the packet
+    /// before are not parsed again
+    /// ([`doorbell_wire::parse_roce_emitted_after`]). A packet that does
+    /// not parse is dropped and counted, and the next taken; bytes that
+    /// hold no whole packet where one should start end the train, counted
+    /// as one more drop. Tells whether every packet reached a QP, or why
+    /// the last that did not was dropped.
+    pub fn handle_emitted_train(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        packets: u32,
+        dma: &mut impl Dma,
+    ) -> Received {
+        if self.link_down {
+            self.out.counters.link_down_dropped += u64::from(packets.max(1));
+            return Received::Dropped("the link is down");
+        }
+        let mut r = Received::Taken;
+        // The last packet parsed (where it is, and its headers), taken once
+        // the next is parsed: the timer index is brought up to date after
+        // the last packet to its QP, as for a run.
+        let mut last: Option<(std::ops::Range<usize>, doorbell_wire::ParsedRoce)> = None;
+        let mut at = 0;
+        for _ in 0..packets.max(1) {
+            let rest = bytes.get(at..).unwrap_or(&[]);
+            let Ok(len) = doorbell_wire::packet_len(rest) else {
+                self.take_parsed(now, bytes, last.take(), true, dma);
+                self.out.counters.rx_dropped += 1;
+                return Received::Dropped("a train whose bytes hold no whole packet");
+            };
+            let here = at..at + len;
+            at += len;
+            let pkt = &bytes[here.clone()];
+            let parsed = match &last {
+                Some((prev, p)) => {
+                    doorbell_wire::parse_roce_emitted_after(pkt, &bytes[prev.clone()], p)
+                }
+                None => doorbell_wire::parse_roce_emitted(pkt),
+            };
+            match parsed {
+                Ok(p) => {
+                    let same_qp = last
+                        .as_ref()
+                        .is_some_and(|(_, l)| l.repr.bth.dest_qp == p.repr.bth.dest_qp);
+                    r = self
+                        .take_parsed(now, bytes, last.take(), !same_qp, dma)
+                        .or_before(r);
+                    last = Some((here, p));
+                }
+                Err(_) => {
+                    self.take_parsed(now, bytes, last.take(), true, dma);
+                    self.out.counters.rx_dropped += 1;
+                    r = Received::Dropped("not a RoCEv2 packet this NIC can parse");
+                }
+            }
+        }
+        self.take_parsed(now, bytes, last, true, dma).or_before(r)
+    }
+
+    /// Takes the packet `parsed` of the train `bytes`, if any, bringing
+    /// the timer index up to date if `index_timers`; delivers its events.
+    fn take_parsed(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        parsed: Option<(std::ops::Range<usize>, doorbell_wire::ParsedRoce)>,
+        index_timers: bool,
+        dma: &mut impl Dma,
+    ) -> Received {
+        let Some((at, p)) = parsed else {
+            return Received::Taken;
+        };
+        let pkt = &bytes[at];
+        let ip_header = pkt.get(..p.repr.ip.header_len()).unwrap_or(&[]);
+        let payload = PayloadIn::Frame(pkt.get(p.payload.clone()).unwrap_or(&[]));
+        let r = self.packet(now, &p.repr, ip_header, payload, dma, index_timers);
         self.deliver_events(dma);
         r
     }

@@ -334,7 +334,19 @@ pub(super) fn split(frames: &[Frame], mem: &HostRam) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for f in frames {
         let Some(u) = f.unfilled else {
-            out.push(f.bytes.clone());
+            // A packet, or a train of them back to back, each whole.
+            let packets: Vec<_> = f.packet_ranges().collect();
+            assert_eq!(
+                packets.len(),
+                f.train.max(1) as usize,
+                "every packet of the train"
+            );
+            assert_eq!(
+                packets.last().map(|r| r.end),
+                Some(f.bytes.len()),
+                "nothing after them"
+            );
+            out.extend(packets.into_iter().map(|r| f.bytes[r].to_vec()));
             continue;
         };
         for k in 0..u.segments {
@@ -352,10 +364,10 @@ pub(super) fn split(frames: &[Frame], mem: &HostRam) -> Vec<Vec<u8>> {
     out
 }
 
-/// Checks that `runs`, built by `rig` with `max_segments` at `max`, are
-/// runs of `expect` packets each that split into `whole`, the frames
+/// Checks that `runs`, built by `rig` with `max_segments` (or `max_train`)
+/// at `max`, are runs (or trains) of `expect` packets each that split into `whole`, the frames
 /// `whole_rig` built packet by packet, with the same device and bus counts.
-fn same_packets(
+pub(super) fn same_packets(
     runs: &[Frame],
     rig: &Rig,
     expect: &[u32],

@@ -12,6 +12,7 @@ mod exhaust;
 mod left_payload;
 mod mkey;
 mod records;
+mod trains;
 mod tx_burst;
 mod zero_length;
 

@@ -1,0 +1,248 @@
+//! Trains (`NicConfig::max_train`): a QP's packets whose bytes are all in
+//! their frames, handed on back to back as one frame. The sender builds
+//! the packets it would have built, counting the same; the receiver ends
+//! as it would have from the packets one by one.
+
+use doorbell_device::{MAX_TRAIN_BYTES, Received};
+use doorbell_layout::wqe::InlineSeg;
+use doorbell_wire::Ipv4Header;
+
+use super::left_payload::{same_packets, split};
+use super::*;
+
+/// An inline RDMA WRITE of `len` bytes (at most 28: one WQEBB) of `fill`.
+fn inline_write(rig: &Rig, index: u16, len: u32, fill: u8) -> [u8; WQEBB_LEN] {
+    let mut w = [0u8; WQEBB_LEN];
+    let ds = (32 + field::INLINE_HDR_LEN as u32 + len).div_ceil(16) as u8;
+    ctrl(&mut w, index, WqeOpcode::RdmaWrite, rig.qpn.get(), ds);
+    let mut r = RaddrSeg::new_unchecked(&mut w[16..32]);
+    r.set_raddr(0x7000_0000 + u64::from(index) * 64);
+    r.set_rkey(0x4242);
+    InlineSeg::new_unchecked(&mut w[32..]).set_byte_count(len);
+    let data = 32 + field::INLINE_HDR_LEN;
+    w[data..data + len as usize].fill(fill);
+    w
+}
+
+/// Posts seven WRITEs: inline ones of 8, 8 and 12 bytes, 100 bytes of the
+/// MR by pointer, and inline ones of 8, 20 and 8 bytes; rings once, and
+/// returns the frames and the rig.
+fn seven_writes(cfg: NicConfig) -> (Vec<Frame>, Rig) {
+    let mut rig = Rig::with_config(cfg);
+    let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 249) as u8).collect();
+    rig.mem.write(rig.mr_buf, &data).unwrap();
+    for (index, len) in [(0u16, 8u32), (1, 8), (2, 12), (4, 8), (5, 20), (6, 8)] {
+        let w = inline_write(&rig, index, len, index as u8 + 1);
+        rig.write_sq(index, &w);
+    }
+    rig.write_sq(3, &rdma_wqe(&rig, 3, WqeOpcode::RdmaWrite, 100));
+    rig.ring(6, u8::from(WqeOpcode::RdmaWrite), 3);
+    let frames = rig.transmitted();
+    (frames, rig)
+}
+
+/// A NIC that hands on up to `max` packets as a train, leaving payloads in
+/// memory if `leave`.
+fn training(max: u32, leave: bool) -> NicConfig {
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.max_train = max;
+    cfg.leave_payload = leave;
+    cfg
+}
+
+#[test]
+fn a_train_split_into_its_packets_is_the_frames_sent_one_by_one() {
+    let (whole, whole_rig) = seven_writes(NicConfig::new(LOCAL));
+    assert_eq!(whole.len(), 7);
+    assert!(whole.iter().all(|f| f.packets() == 1));
+    // A WRITE whose payload is left in memory goes on its own, and ends
+    // the train before it.
+    let cases: [(u32, bool, &[u32]); 4] = [
+        (1, false, &[1, 1, 1, 1, 1, 1, 1]),
+        (2, false, &[2, 2, 2, 1]),
+        (32, false, &[7]),
+        (32, true, &[3, 1, 3]),
+    ];
+    for (max, leave, expect) in cases {
+        let (trains, rig) = seven_writes(training(max, leave));
+        assert!(trains.iter().all(|f| f.bytes.len() <= MAX_TRAIN_BYTES));
+        if leave {
+            assert_eq!(trains[1].unfilled.map(|u| u.segments), Some(1));
+        }
+        same_packets(&trains, &rig, expect, max, &whole, &whole_rig);
+    }
+}
+
+#[test]
+fn a_train_holds_no_more_bytes_than_its_limit() {
+    // Seven WRITEs of 1 000 bytes by pointer, their payloads read into
+    // their frames: four make more than a train may hold.
+    let mut rig = Rig::with_config(training(32, false));
+    for index in 0..7 {
+        rig.write_sq(index, &rdma_wqe(&rig, index, WqeOpcode::RdmaWrite, 1000));
+    }
+    rig.ring(6, u8::from(WqeOpcode::RdmaWrite), 3);
+    let trains = rig.transmitted();
+    let sizes: Vec<u32> = trains.iter().map(Frame::packets).collect();
+    assert_eq!(sizes, [3, 3, 1]);
+    assert!(trains.iter().all(|f| f.bytes.len() <= MAX_TRAIN_BYTES));
+    assert_eq!(split(&trains, &rig.mem).len(), 7);
+}
+
+/// What a rig ended with: its frames out, CQEs, MR bytes, NIC and bus
+/// counts, and its processing units' time.
+type Outcome = (
+    Vec<Vec<u8>>,
+    Vec<[u8; CQE_LEN]>,
+    Vec<u8>,
+    NicCounters,
+    doorbell_pcie::Counters,
+    doorbell_types::Duration,
+);
+
+fn outcome(mut rig: Rig) -> Outcome {
+    let out = rig.transmitted().into_iter().map(|f| f.bytes).collect();
+    let cqes = rig.cqes();
+    let mr = rig.mr_bytes(0, MR_LEN as usize);
+    let busy = rig.nic.pu_busy();
+    (out, cqes, mr, rig.counters(), rig.bus.counters(), busy)
+}
+
+/// A rig whose NIC takes time per packet on two processing units: a
+/// train's packets must occupy them as the packets alone would.
+fn timed_rig() -> Rig {
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.timing.processing_units = 2;
+    cfg.timing.rx_packet = doorbell_types::Duration::from_ns(40);
+    cfg.timing.tx_packet = doorbell_types::Duration::from_ns(30);
+    Rig::with_config(cfg)
+}
+
+/// The packets a peer sends the rig: WRITE ONLYs of 8 bytes, one of 12
+/// (its IP and UDP headers then differ from the one before), a SEND ONLY,
+/// one to a QP the rig does not have, a frame cut short and one whose BTH
+/// opcode is unknown (both dropped), and a last WRITE asking for an ACK.
+fn mixed(rig: &Rig) -> Vec<Vec<u8>> {
+    let mut psn = EPSN;
+    let mut next = || {
+        psn += 1;
+        psn - 1
+    };
+    let mut v = vec![
+        rig.write_only(next(), 0, &[1; 8]),
+        rig.write_only(next(), 8, &[2; 8]),
+        rig.write_only(next(), 16, &[3; 12]),
+        rig.write_only(next(), 32, &[4; 8]),
+    ];
+    v.push(rig.request(
+        BthOpcode::RcSendOnly,
+        next(),
+        ExtHeaders::default(),
+        &[5; 24],
+    ));
+    let mut elsewhere = BthRepr::new(BthOpcode::RcRdmaWriteOnly, Qpn::new(0x7777), Psn::new(1));
+    elsewhere.ack_req = false;
+    let reth = RethRepr {
+        va: rig.mr_buf.get(),
+        rkey: rig.mr,
+        dma_len: 8,
+    };
+    let ext = ExtHeaders {
+        reth: Some(reth),
+        ..ExtHeaders::default()
+    };
+    v.push(rig.request_bth(elsewhere, ext, &[6; 8]));
+    // A WRITE ONLY whose IP length says four bytes fewer than it has:
+    // it ends early, and the next packet starts inside it.
+    let mut short = rig.write_only(next(), 48, &[7; 8]);
+    let n = short.len() - 4;
+    short[2..4].copy_from_slice(&(n as u16).to_be_bytes());
+    Ipv4Header::new_unchecked(&mut short[..]).fill_checksum();
+    short.truncate(n);
+    v.push(short);
+    let mut unknown = rig.write_only(next(), 56, &[8; 8]);
+    unknown[28] = 0xff;
+    v.push(unknown);
+    v.push(rig.write_only(next() - 2, 64, &[9; 8]));
+    v
+}
+
+#[test]
+fn a_receiver_takes_a_train_as_it_takes_its_packets() {
+    let mut alone = timed_rig();
+    alone.post_recv(alone.mr.raw(), alone.mr_buf.get() + 4096, 64);
+    let pkts = mixed(&alone);
+    let mut answers = Vec::new();
+    for p in &pkts {
+        let now = alone.now;
+        answers.push(alone.nic.handle_emitted_frame(now, p, &mut alone.bus));
+    }
+    let dropped: Vec<usize> = (0..answers.len())
+        .filter(|&i| answers[i] != Received::Taken)
+        .collect();
+    assert_eq!(dropped, [5, 6, 7], "{answers:?}");
+
+    let mut train = timed_rig();
+    train.post_recv(train.mr.raw(), train.mr_buf.get() + 4096, 64);
+    let bytes = pkts.concat();
+    let now = train.now;
+    let got = train
+        .nic
+        .handle_emitted_train(now, &bytes, pkts.len() as u32, &mut train.bus);
+    assert_eq!(got, answers[7], "the last drop's reason");
+    let (alone, train) = (outcome(alone), outcome(train));
+    assert_eq!(&train.2[..8], &[1; 8], "the first WRITE landed");
+    assert_eq!(&train.2[64..72], &[9; 8], "the last WRITE landed");
+    assert_eq!(&train.2[4096..4120], &[5; 24], "the SEND landed");
+    assert_eq!(train.3.rx_dropped, 3);
+    assert!(train == alone, "as the packets one by one");
+}
+
+#[test]
+fn bytes_that_end_a_train_early_are_one_drop() {
+    let mut rig = timed_rig();
+    let mut bytes = rig.write_only(EPSN, 0, &[1; 8]);
+    bytes.extend_from_slice(&[0x45, 0, 0]);
+    let now = rig.now;
+    // Said to hold three packets: one, then bytes that hold none.
+    let got = rig.nic.handle_emitted_train(now, &bytes, 3, &mut rig.bus);
+    assert_eq!(
+        got,
+        Received::Dropped("a train whose bytes hold no whole packet")
+    );
+    assert_eq!(rig.counters().rx_packets, 1);
+    assert_eq!(rig.counters().rx_dropped, 1);
+    assert_eq!(rig.mr_bytes(0, 8), [1; 8]);
+}
+
+proptest! {
+    /// Any bytes said to be a train of any length: the device takes,
+    /// answers or drops each packet it finds, and never panics.
+    #[test]
+    fn forged_trains_never_panic(
+        frames in proptest::collection::vec(arb_frame(), 0..6),
+        junk in proptest::collection::vec(any::<u8>(), 0..40),
+        packets: u32,
+    ) {
+        let mut rig = Rig::new();
+        let mut bytes = Vec::new();
+        for (op, psn, ack_req, mut ext, payload) in frames {
+            if let Some(r) = ext.reth.as_mut() {
+                r.rkey = rig.mr;
+                r.va = rig.mr_buf.get().wrapping_add(r.va % (MR_LEN + 64));
+            }
+            let mut bth = BthRepr::new(op, rig.qpn, Psn::new(psn));
+            bth.ack_req = ack_req;
+            let repr = RoceRepr { ip: RoceIp::v4(PEER, LOCAL), src_port: 0xc000, bth, ext };
+            let mut one = Vec::new();
+            repr.emit_to_vec(&payload, &mut one).unwrap();
+            bytes.extend_from_slice(&one);
+        }
+        bytes.extend_from_slice(&junk);
+        let now = rig.now;
+        let _ = rig.nic.handle_emitted_train(now, &bytes, packets % 12, &mut rig.bus);
+        let _ = rig.transmitted();
+        let _ = rig.cqes();
+        prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
+    }
+}
