@@ -283,6 +283,17 @@ impl Engine {
                     self.take_run(now, bytes, u, from);
                 }
                 Some(u) => self.take_frame(now, bytes, Arrival::Unfilled(u, from)),
+                // A capture or a timeline sees a train's packets one by one.
+                None if f.train > 1 && (self.capture.is_some() || self.timeline.is_some()) => {
+                    let train = Frame { bytes, ..*f };
+                    for at in train.packet_ranges() {
+                        let mut one = crate::buffers::buffer(at.len());
+                        one.extend_from_slice(&train.bytes[at]);
+                        self.take_frame(now, one, Arrival::Emitted);
+                    }
+                    crate::buffers::recycle(train.bytes);
+                }
+                None if f.train > 1 => self.take_frame(now, bytes, Arrival::Train(f.train)),
                 None => self.take_frame(now, bytes, Arrival::Emitted),
             }
         }
@@ -325,6 +336,7 @@ impl Engine {
         let r = match how {
             Arrival::Port => nic.handle_frame(now, &f, bus),
             Arrival::Emitted => nic.handle_emitted_frame(now, &f, bus),
+            Arrival::Train(packets) => nic.handle_emitted_train(now, &f, packets, bus),
             Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, &f, &u, from, bus),
         };
         if let Some(c) = capture {
@@ -479,6 +491,9 @@ enum Arrival<'a> {
     Emitted,
     /// As [`Arrival::Emitted`], its payload left in that NIC's host memory.
     Unfilled(Unfilled, &'a dyn HostMemory),
+    /// As [`Arrival::Emitted`], a train of this many packets
+    /// ([`Frame::train`]); never where a capture or a timeline is.
+    Train(u32),
 }
 
 /// A NIC's engine, its inbox, and the worker that runs what no caller does.

@@ -239,6 +239,7 @@ mod tests {
             bytes,
             ready: doorbell_types::Instant::ZERO,
             unfilled: None,
+            train: 1,
         }
     }
 

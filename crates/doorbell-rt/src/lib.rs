@@ -135,7 +135,7 @@ pub enum RtError {
 const FABRIC_TX_BURST: u32 = 32;
 
 /// Most packets a NIC on the in-process fabric hands on as one frame
-/// (`NicConfig::max_segments`): a burst's worth.
+/// (`NicConfig::max_segments`, `NicConfig::max_train`): a burst's worth.
 const FABRIC_MAX_SEGMENTS: u32 = FABRIC_TX_BURST;
 
 /// An in-process network of NICs, addressed by IPv4.
@@ -151,7 +151,7 @@ impl Fabric {
         Self::default()
     }
 
-    /// Hands `frames` (`n` of them), all for `dst`, to the NIC that owns
+    /// Hands `frames` (`n` packets in them), all for `dst`, to the NIC that owns
     /// it: inside this call if that NIC is idle ([`engine`]), or to its
     /// worker if `to_worker` (frames whose payloads the receiver copies in,
     /// decision record 0049).
@@ -175,7 +175,8 @@ impl Fabric {
         self.routes.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Frames sent to an address no NIC owns.
+    /// Packets sent to an address no NIC owns (each packet of a run or a
+    /// train counted).
     pub fn dropped(&self) -> u64 {
         *self.dropped.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -198,6 +199,7 @@ impl fault::Sink for FabricSink {
         while let Some(first) = frames.first() {
             let dst = first.dst;
             let n = frames.iter().take_while(|f| f.dst == dst).count();
+            let packets = frames[..n].iter().map(|f| f.packets() as usize).sum();
             // Payloads left in the sender's memory are copied in by the
             // receiver's worker, so that a stream's copies stay on one
             // core while this thread goes on (decision record 0049).
@@ -217,7 +219,7 @@ impl fault::Sink for FabricSink {
                 run.extend(frames.drain(..n).map(|f| f.bytes));
                 Msg::Frames(run)
             };
-            self.fabric.deliver(dst, run, n, to_worker);
+            self.fabric.deliver(dst, run, packets, to_worker);
         }
     }
 }
@@ -449,10 +451,12 @@ impl LiveNic {
             cfg.leave_payload = true;
             // And a run of a message's MIDDLE packets goes as one frame,
             // which the receiver takes packet by packet without parsing
-            // each (decision record 0047), unless this NIC's timeline is
-            // to show each frame it sends.
+            // each (decision record 0047), as do a QP's small packets, back
+            // to back (0050); unless this NIC's timeline is to show each
+            // frame it sends.
             if !opts.trace {
                 cfg.max_segments = FABRIC_MAX_SEGMENTS;
+                cfg.max_train = FABRIC_MAX_SEGMENTS;
             }
         }
         // On the fabric a frame is taken in inside the send that hands it

@@ -249,3 +249,89 @@ fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_capture_shows_each_packet_of_a_train() {
+    let fb = file("pcap-train-b");
+    let b = NicOptions {
+        pcap: Some(fb.clone()),
+        ..NicOptions::default()
+    };
+    let p = fabric_pair(
+        [NicOptions::default(), b],
+        default_caps(),
+        4096,
+        Timers::default(),
+    );
+    // Eight inline WRITEs posted as one list: A, which records nothing,
+    // hands them on back to back as one train, which B's capture records
+    // packet by packet.
+    let data: Vec<Vec<u8>> = (0..8u8).map(|i| vec![0x10 + i; 8]).collect();
+    let sges: Vec<[doorbell_verbs::Sge; 1]> = (0..8)
+        .map(|i| {
+            p.a.mr.write(64 * i, &data[i as usize]).unwrap();
+            [p.a.mr.sge(64 * i, 8).unwrap()]
+        })
+        .collect();
+    let wrs: Vec<SendWr<'_>> = (0..8u64)
+        .map(|i| SendWr {
+            flags: if i == 7 {
+                SendFlags::INLINE | SendFlags::SIGNALED
+            } else {
+                SendFlags::INLINE
+            },
+            ..signaled(
+                i,
+                &sges[i as usize],
+                WrOpcode::RdmaWrite(RemoteAddr {
+                    addr: p.b.mr.addr() + 8 * i,
+                    rkey: p.b.mr.rkey(),
+                }),
+            )
+        })
+        .collect();
+    p.a.qp.post_send(&wrs).unwrap();
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    let mut got = vec![0u8; 64];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data.concat());
+    let (a, b) = settled(&p);
+    drop(p);
+    // WRITE ONLY is opcode 10: eight of them, PSNs in a row, each with
+    // its own payload.
+    let writes: Vec<(u64, String)> = tshark(
+        &fb,
+        &["infiniband.bth.opcode", "infiniband.bth.psn", "data.data"],
+    )
+    .iter()
+    .filter_map(|l| {
+        let mut f = l.split('|');
+        let (op, psn, d) = (f.next()?, f.next()?, f.next()?);
+        let psn: u64 = psn.parse().ok()?;
+        (op == "10").then(|| (psn, d.to_string()))
+    })
+    .collect();
+    assert_eq!(writes.len(), 8, "{writes:?}");
+    for (k, (psn, d)) in writes.iter().enumerate() {
+        assert_eq!(*psn, (writes[0].0 + k as u64) & 0xff_ffff, "packet {k}");
+        let hex: String = data[k].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(*d, hex, "packet {k}");
+    }
+    let python = doorbell_cprobe::program::scapy_python(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    );
+    let out = Command::new(&python)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/icrc_check.py"))
+        .arg(&fb)
+        .output()
+        .expect("the venv's python runs (scripts/setup.sh makes it)");
+    let _ = std::fs::remove_file(&fb);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let frames = a.tx_packets + b.tx_packets;
+    assert!(frames >= 9, "A's WRITEs and B's ACK: {a:?} {b:?}");
+    assert!(
+        out.status.success() && text.contains(&format!("scapy ICRC agrees: {frames} of {frames}")),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -152,3 +152,62 @@ fn a_traced_nic_shows_each_packet_of_a_run_it_takes() {
     p.b.mr.read(0, &mut got).unwrap();
     assert_eq!(got, data);
 }
+
+#[test]
+fn a_traced_nic_shows_each_packet_of_a_train_it_takes() {
+    let traced = NicOptions {
+        trace: true,
+        ..NicOptions::default()
+    };
+    let p = fabric_pair(
+        [NicOptions::default(), traced],
+        default_caps(),
+        4096,
+        Timers::default(),
+    );
+    let _ = events(&p.b);
+    // Six inline WRITEs posted as one list: A, which records no timeline,
+    // hands them on as one train.
+    p.a.mr.write(0, &pattern(48, 3)).unwrap();
+    let sges: Vec<[doorbell_verbs::Sge; 1]> =
+        (0..6).map(|i| [p.a.mr.sge(8 * i, 8).unwrap()]).collect();
+    let wrs: Vec<doorbell_verbs::SendWr<'_>> = (0..6u64)
+        .map(|i| doorbell_verbs::SendWr {
+            flags: doorbell_verbs::SendFlags::INLINE
+                | if i == 5 {
+                    doorbell_verbs::SendFlags::SIGNALED
+                } else {
+                    doorbell_verbs::SendFlags::default()
+                },
+            ..signaled(
+                i,
+                &sges[i as usize],
+                doorbell_verbs::WrOpcode::RdmaWrite(doorbell_verbs::RemoteAddr {
+                    addr: p.b.mr.addr() + 8 * i,
+                    rkey: p.b.mr.rkey(),
+                }),
+            )
+        })
+        .collect();
+    p.a.qp.post_send(&wrs).unwrap();
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    let _ = settled(&p);
+    let b = events(&p.b);
+    let writes: Vec<u64> = b
+        .iter()
+        .filter(|e| e["tid"] == 5)
+        .filter(|e| {
+            e["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("RcRdmaWriteOnly"))
+        })
+        .filter_map(|e| e["args"]["psn"].as_u64())
+        .collect();
+    assert_eq!(writes.len(), 6, "{b:#?}");
+    for (k, psn) in writes.iter().enumerate() {
+        assert_eq!(*psn, (writes[0] + k as u64) & 0xff_ffff, "packet {k}");
+    }
+    let mut got = vec![0u8; 48];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, pattern(48, 3));
+}
