@@ -36,9 +36,10 @@
 //!   drained in order, under the lock.
 //! - Frames leave the port in the order the NIC emitted them: the egress is
 //!   driven under the same lock.
-//! - What the NIC owes leaves after at most [`FLUSH_FRAMES`] frames taken
-//!   in, however much the inbox holds: a burst's answers go out while the
-//!   burst is taken in, not after all of it.
+//! - What the NIC owes leaves after at most [`FLUSH_PACKETS`] packets
+//!   taken in, however much the inbox holds and however many packets a
+//!   frame carries: a burst's answers go out while the burst is taken in,
+//!   not after all of it.
 //! - No thread blocks on another NIC's lock: a delivery to a NIC that is
 //!   busy only queues, so two NICs that send to each other inside one
 //!   another's turns cannot deadlock.
@@ -69,12 +70,15 @@ use crate::inbox::{BusSnapshot, Inbox, Msg};
 /// one unit, a batch of frames one per frame.
 pub(crate) const BUDGET: usize = 256;
 
-/// Frames taken in, at most, before what the NIC owes (ACKs, responses,
+/// Packets taken in, at most, before what the NIC owes (ACKs, responses,
 /// the frames they let go) leaves for the port and its timers are looked
 /// at. Without a bound, a turn's sends waited for everything the inbox
 /// held: after a go-back-N, thousands of duplicates, while the peer's ACK
-/// timer ran out again and sent it a window more.
-pub(crate) const FLUSH_FRAMES: usize = 64;
+/// timer ran out again and sent it a window more (decision record 0033).
+/// Packets, not frames: a run or a train from a NIC of this process is one
+/// frame of up to 32 packets, and 64 of them held a stream's ACKs for
+/// longer than its window (decision record 0050).
+pub(crate) const FLUSH_PACKETS: usize = 64;
 
 /// How long a worker with no timer sleeps while its NIC is in use. A turn
 /// wakes a sleeping worker only for a timer due before the worker wakes
@@ -162,7 +166,7 @@ pub(crate) struct Engine {
     out: Vec<Frame>,
     /// Buffers of frames the port copied out, on their way back to the NIC.
     spent: Vec<Vec<u8>>,
-    /// Frames taken in since the last flush.
+    /// Packets taken in since the last flush.
     unflushed: usize,
     /// Whether a turn handled a message since the worker last looked.
     busy: bool,
@@ -261,7 +265,7 @@ impl Engine {
     }
 
     /// Takes frames from the port in, flushing after every
-    /// [`FLUSH_FRAMES`] of them.
+    /// [`FLUSH_PACKETS`] packets.
     fn take_frames(&mut self, now: Instant, mut frames: Vec<Vec<u8>>) {
         for f in frames.drain(..) {
             self.take_frame(now, f, Arrival::Port);
@@ -323,6 +327,11 @@ impl Engine {
     }
 
     fn take_frame(&mut self, now: Instant, mut f: Vec<u8>, how: Arrival<'_>) {
+        let packets = match how {
+            Arrival::Unfilled(u, _) => u.segments.max(1) as usize,
+            Arrival::Train(n) => n.max(1) as usize,
+            Arrival::Port | Arrival::Emitted => 1,
+        };
         let Self {
             nic,
             bus,
@@ -365,8 +374,8 @@ impl Engine {
         } else {
             crate::buffers::recycle(f);
         }
-        self.unflushed += 1;
-        if self.unflushed >= FLUSH_FRAMES {
+        self.unflushed += packets;
+        if self.unflushed >= FLUSH_PACKETS {
             self.flush(now);
         }
     }
