@@ -293,6 +293,23 @@ mod tests {
         }
     }
 
+    /// A plain ACK from QP 0x101 to QP 0x100, PSN 7.
+    fn plain_ack() -> AckHeaders {
+        AckHeaders {
+            qpn: Qpn::new(0x101),
+            src: [10, 0, 0, 1],
+            dst: [10, 0, 0, 2],
+            src_port: 0xc000,
+            dest_qp: Qpn::new(0x100),
+            psn: Psn::new(7),
+            aeth: AethRepr {
+                syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
+                msn: 1,
+            },
+            ready: Instant::ZERO,
+        }
+    }
+
     #[test]
     fn the_queue_counts_each_packet_of_a_run() {
         let mut out = Outputs::new(Seal::Now, 1);
@@ -325,19 +342,7 @@ mod tests {
         out.push_packet(one(3), q2);
         out.push_packet(one(4), q2);
         // An ACK held behind them is queued before the next packet.
-        out.push_held(AckHeaders {
-            qpn: Qpn::new(0x101),
-            src: [10, 0, 0, 1],
-            dst: [10, 0, 0, 2],
-            src_port: 0xc000,
-            dest_qp: Qpn::new(0x100),
-            psn: Psn::new(7),
-            aeth: AethRepr {
-                syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
-                msn: 1,
-            },
-            ready: Instant::ZERO,
-        });
+        out.push_held(plain_ack());
         for b in 5..=8 {
             out.push_packet(one(b), q2);
         }
@@ -391,19 +396,7 @@ mod tests {
         let fill = |out: &mut Outputs| {
             out.push(frame(Some(5)));
             out.push(frame(None));
-            out.push_held(AckHeaders {
-                qpn: Qpn::new(0x101),
-                src: [10, 0, 0, 1],
-                dst: [10, 0, 0, 2],
-                src_port: 0xc000,
-                dest_qp: Qpn::new(0x100),
-                psn: doorbell_types::Psn::new(7),
-                aeth: AethRepr {
-                    syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
-                    msn: 1,
-                },
-                ready: Instant::ZERO,
-            });
+            out.push_held(plain_ack());
         };
         let (mut popped, mut drained) = (Outputs::new(Seal::Now, 1), Outputs::new(Seal::Now, 1));
         fill(&mut popped);

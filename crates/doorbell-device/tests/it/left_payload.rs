@@ -473,7 +473,7 @@ fn take_packets(
 
 /// What a rig ended with: its frames out, CQEs, MR bytes, NIC and bus
 /// counts, and its processing units' time.
-type Outcome = (
+pub(super) type Outcome = (
     Vec<Vec<u8>>,
     Vec<[u8; CQE_LEN]>,
     Vec<u8>,
@@ -482,7 +482,7 @@ type Outcome = (
     doorbell_types::Duration,
 );
 
-fn outcome(mut rig: Rig) -> Outcome {
+pub(super) fn outcome(mut rig: Rig) -> Outcome {
     let out = rig.transmitted().into_iter().map(|f| f.bytes).collect();
     let cqes = rig.cqes();
     let mr = rig.mr_bytes(0, MR_LEN as usize);
@@ -520,17 +520,22 @@ fn source(data: &[u8]) -> (HostRam, HostAddr) {
     (src, at)
 }
 
+/// Two processing units that take time per packet: a run's (or a
+/// train's) packets must occupy them as the packets alone would.
+pub(super) fn timed() -> NicConfig {
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.timing.processing_units = 2;
+    cfg.timing.rx_packet = doorbell_types::Duration::from_ns(40);
+    cfg.timing.tx_packet = doorbell_types::Duration::from_ns(30);
+    cfg
+}
+
 /// What a fresh rig, prepared by `setup` (which returns the packets and
 /// their first PSN), ends with after taking `data` in those packets: as
 /// runs, as single packets left in the sender's memory, and carried.
 fn three_ways(data: &[u8], setup: impl Fn(&mut Rig) -> (Vec<Pkt>, u32)) -> [Outcome; 3] {
     let (src, at) = source(data);
-    // Two processing units that take time per packet: a run's packets
-    // must occupy them as the packets alone would.
-    let mut cfg = NicConfig::new(LOCAL);
-    cfg.timing.processing_units = 2;
-    cfg.timing.rx_packet = doorbell_types::Duration::from_ns(40);
-    cfg.timing.tx_packet = doorbell_types::Duration::from_ns(30);
+    let cfg = timed();
     [Some(true), Some(false), None].map(|left| {
         let mut rig = Rig::with_config(cfg.clone());
         let (pkts, psn) = setup(&mut rig);
@@ -681,15 +686,7 @@ fn a_run_that_no_sender_makes_is_dropped_and_touches_nothing() {
     for (name, op, ack_req, segments, from) in cases {
         let mut rig = Rig::new();
         // A WRITE in progress, for its MIDDLEs to continue.
-        let reth = RethRepr {
-            va: rig.mr_buf.get(),
-            rkey: rig.mr,
-            dma_len: 4096,
-        };
-        let ext = ExtHeaders {
-            reth: Some(reth),
-            ..ExtHeaders::default()
-        };
+        let ext = rig.mr_reth(0, 4096);
         let first = rig.request(BthOpcode::RcRdmaWriteFirst, EPSN, ext, &[0u8; 1024]);
         assert_eq!(take(&mut rig, &first, None), Received::Taken);
         let _ = rig.transmitted();

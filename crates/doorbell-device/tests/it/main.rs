@@ -347,16 +347,20 @@ impl Rig {
 
     /// An RDMA WRITE ONLY of `payload` to byte `offset` of the rig's MR.
     fn write_only(&self, psn: u32, offset: u64, payload: &[u8]) -> Vec<u8> {
-        let reth = RethRepr {
-            va: self.mr_buf.get() + offset,
-            rkey: self.mr,
-            dma_len: payload.len() as u32,
-        };
-        let ext = ExtHeaders {
-            reth: Some(reth),
-            ..ExtHeaders::default()
-        };
+        let ext = self.mr_reth(offset, payload.len() as u32);
         self.request(BthOpcode::RcRdmaWriteOnly, psn, ext, payload)
+    }
+
+    /// A RETH for `dma_len` bytes from byte `offset` of the rig's MR.
+    fn mr_reth(&self, offset: u64, dma_len: u32) -> ExtHeaders {
+        ExtHeaders {
+            reth: Some(RethRepr {
+                va: self.mr_buf.get() + offset,
+                rkey: self.mr,
+                dma_len,
+            }),
+            ..ExtHeaders::default()
+        }
     }
 
     fn mr_bytes(&self, offset: u64, len: usize) -> Vec<u8> {
@@ -655,6 +659,29 @@ fn arb_frame() -> impl Strategy<Value = (BthOpcode, u32, bool, ExtHeaders, Vec<u
         )
 }
 
+/// A forged frame of [`arb_frame`]'s to the rig's QP, its RETH (if any)
+/// on the rig's MR with its key; its headers and its bytes.
+fn forged_to_rig(
+    rig: &Rig,
+    (op, psn, ack_req, mut ext, payload): (BthOpcode, u32, bool, ExtHeaders, &[u8]),
+) -> (RoceRepr, Vec<u8>) {
+    if let Some(r) = ext.reth.as_mut() {
+        r.rkey = rig.mr;
+        r.va = rig.mr_buf.get().wrapping_add(r.va % (MR_LEN + 64));
+    }
+    let mut bth = BthRepr::new(op, rig.qpn, Psn::new(psn));
+    bth.ack_req = ack_req;
+    let repr = RoceRepr {
+        ip: RoceIp::v4(PEER, LOCAL),
+        src_port: 0xc000,
+        bth,
+        ext,
+    };
+    let mut bytes = Vec::new();
+    repr.emit_to_vec(payload, &mut bytes).unwrap();
+    (repr, bytes)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -723,16 +750,8 @@ proptest! {
         let _ = rig.transmitted();
         let src = HostRam::new();
         let base = src.alloc(16 * 4096).unwrap();
-        for (i, (op, psn, ack_req, mut ext, payload)) in frames.into_iter().enumerate() {
-            if let Some(r) = ext.reth.as_mut() {
-                r.rkey = rig.mr;
-                r.va = rig.mr_buf.get().wrapping_add(r.va % (MR_LEN + 64));
-            }
-            let mut bth = BthRepr::new(op, rig.qpn, Psn::new(psn));
-            bth.ack_req = ack_req;
-            let repr = RoceRepr { ip: RoceIp::v4(PEER, LOCAL), src_port: 0xc000, bth, ext };
-            let mut bytes = Vec::new();
-            repr.emit_to_vec(&payload, &mut bytes).unwrap();
+        for (i, (op, psn, ack_req, ext, payload)) in frames.into_iter().enumerate() {
+            let (repr, bytes) = forged_to_rig(&rig, (op, psn, ack_req, ext, &payload));
             let (off, kind, where_it_is, segments) = left[i];
             // In memory the sender has, anywhere, or near the end of the
             // address space, where a run would pass it.

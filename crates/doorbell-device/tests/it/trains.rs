@@ -7,7 +7,7 @@ use doorbell_device::{MAX_TRAIN_BYTES, Received};
 use doorbell_layout::wqe::InlineSeg;
 use doorbell_wire::Ipv4Header;
 
-use super::left_payload::{same_packets, split};
+use super::left_payload::{outcome, same_packets, split, timed};
 use super::*;
 
 /// An inline RDMA WRITE of `len` bytes (at most 28: one WQEBB) of `fill`.
@@ -89,33 +89,10 @@ fn a_train_holds_no_more_bytes_than_its_limit() {
     assert_eq!(split(&trains, &rig.mem).len(), 7);
 }
 
-/// What a rig ended with: its frames out, CQEs, MR bytes, NIC and bus
-/// counts, and its processing units' time.
-type Outcome = (
-    Vec<Vec<u8>>,
-    Vec<[u8; CQE_LEN]>,
-    Vec<u8>,
-    NicCounters,
-    doorbell_pcie::Counters,
-    doorbell_types::Duration,
-);
-
-fn outcome(mut rig: Rig) -> Outcome {
-    let out = rig.transmitted().into_iter().map(|f| f.bytes).collect();
-    let cqes = rig.cqes();
-    let mr = rig.mr_bytes(0, MR_LEN as usize);
-    let busy = rig.nic.pu_busy();
-    (out, cqes, mr, rig.counters(), rig.bus.counters(), busy)
-}
-
 /// A rig whose NIC takes time per packet on two processing units: a
 /// train's packets must occupy them as the packets alone would.
 fn timed_rig() -> Rig {
-    let mut cfg = NicConfig::new(LOCAL);
-    cfg.timing.processing_units = 2;
-    cfg.timing.rx_packet = doorbell_types::Duration::from_ns(40);
-    cfg.timing.tx_packet = doorbell_types::Duration::from_ns(30);
-    Rig::with_config(cfg)
+    Rig::with_config(timed())
 }
 
 /// The packets a peer sends the rig: WRITE ONLYs of 8 bytes, one of 12
@@ -142,16 +119,7 @@ fn mixed(rig: &Rig) -> Vec<Vec<u8>> {
     ));
     let mut elsewhere = BthRepr::new(BthOpcode::RcRdmaWriteOnly, Qpn::new(0x7777), Psn::new(1));
     elsewhere.ack_req = false;
-    let reth = RethRepr {
-        va: rig.mr_buf.get(),
-        rkey: rig.mr,
-        dma_len: 8,
-    };
-    let ext = ExtHeaders {
-        reth: Some(reth),
-        ..ExtHeaders::default()
-    };
-    v.push(rig.request_bth(elsewhere, ext, &[6; 8]));
+    v.push(rig.request_bth(elsewhere, rig.mr_reth(0, 8), &[6; 8]));
     // A WRITE ONLY whose IP length says four bytes fewer than it has:
     // it ends early, and the next packet starts inside it.
     let mut short = rig.write_only(next(), 48, &[7; 8]);
@@ -226,17 +194,8 @@ proptest! {
     ) {
         let mut rig = Rig::new();
         let mut bytes = Vec::new();
-        for (op, psn, ack_req, mut ext, payload) in frames {
-            if let Some(r) = ext.reth.as_mut() {
-                r.rkey = rig.mr;
-                r.va = rig.mr_buf.get().wrapping_add(r.va % (MR_LEN + 64));
-            }
-            let mut bth = BthRepr::new(op, rig.qpn, Psn::new(psn));
-            bth.ack_req = ack_req;
-            let repr = RoceRepr { ip: RoceIp::v4(PEER, LOCAL), src_port: 0xc000, bth, ext };
-            let mut one = Vec::new();
-            repr.emit_to_vec(&payload, &mut one).unwrap();
-            bytes.extend_from_slice(&one);
+        for (op, psn, ack_req, ext, payload) in frames {
+            bytes.extend_from_slice(&forged_to_rig(&rig, (op, psn, ack_req, ext, &payload)).1);
         }
         bytes.extend_from_slice(&junk);
         let now = rig.now;

@@ -182,17 +182,7 @@ fn a_burst_is_answered_while_it_is_taken_in() {
 /// payload: B's engine puts it in before it records them.
 #[test]
 fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
-    let fb = file("pcap-sealed-b");
-    let b = NicOptions {
-        pcap: Some(fb.clone()),
-        ..NicOptions::default()
-    };
-    let p = fabric_pair(
-        [NicOptions::default(), b],
-        default_caps(),
-        4096,
-        Timers::default(),
-    );
+    let (p, fb) = capturing_receiver("pcap-sealed-b");
     // Four packets at MTU 1024: A hands its two MIDDLEs on as one run,
     // which B's capture records packet by packet.
     let data = pattern(4000, 9);
@@ -231,28 +221,15 @@ fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
         carried == hex.repeat(4),
         "the WRITEs' payloads as A sent them"
     );
-    let python = doorbell_cprobe::program::scapy_python(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
-    );
-    let out = Command::new(&python)
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/icrc_check.py"))
-        .arg(&fb)
-        .output()
-        .expect("the venv's python runs (scripts/setup.sh makes it)");
-    let _ = std::fs::remove_file(&fb);
-    let text = String::from_utf8_lossy(&out.stdout);
     let frames = a.tx_packets + b.tx_packets;
     assert!(frames >= 8, "A's WRITEs and B's ACKs: {a:?} {b:?}");
-    assert!(
-        out.status.success() && text.contains(&format!("scapy ICRC agrees: {frames} of {frames}")),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    scapy_icrc_agrees(&fb, frames);
 }
 
-#[test]
-fn a_capture_shows_each_packet_of_a_train() {
-    let fb = file("pcap-train-b");
+/// Two NICs on the fabric, B capturing to the file `name` names and A
+/// capturing nothing, so that A hands on runs and trains.
+fn capturing_receiver(name: &str) -> (Pair, PathBuf) {
+    let fb = file(name);
     let b = NicOptions {
         pcap: Some(fb.clone()),
         ..NicOptions::default()
@@ -263,6 +240,33 @@ fn a_capture_shows_each_packet_of_a_train() {
         4096,
         Timers::default(),
     );
+    (p, fb)
+}
+
+/// Checks with scapy's RoCE layer (`tests/it/icrc_check.py`), which
+/// recomputes each ICRC on its own, that every one of the `frames`
+/// packets in the capture `file` has the right ICRC; removes the file.
+fn scapy_icrc_agrees(file: &Path, frames: u64) {
+    let python = doorbell_cprobe::program::scapy_python(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    );
+    let out = Command::new(&python)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/icrc_check.py"))
+        .arg(file)
+        .output()
+        .expect("the venv's python runs (scripts/setup.sh makes it)");
+    let _ = std::fs::remove_file(file);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains(&format!("scapy ICRC agrees: {frames} of {frames}")),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_capture_shows_each_packet_of_a_train() {
+    let (p, fb) = capturing_receiver("pcap-train-b");
     // Eight inline WRITEs posted as one list: A, which records nothing,
     // hands them on back to back as one train, which B's capture records
     // packet by packet.
@@ -317,21 +321,7 @@ fn a_capture_shows_each_packet_of_a_train() {
         let hex: String = data[k].iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(*d, hex, "packet {k}");
     }
-    let python = doorbell_cprobe::program::scapy_python(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
-    );
-    let out = Command::new(&python)
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/icrc_check.py"))
-        .arg(&fb)
-        .output()
-        .expect("the venv's python runs (scripts/setup.sh makes it)");
-    let _ = std::fs::remove_file(&fb);
-    let text = String::from_utf8_lossy(&out.stdout);
     let frames = a.tx_packets + b.tx_packets;
     assert!(frames >= 9, "A's WRITEs and B's ACK: {a:?} {b:?}");
-    assert!(
-        out.status.success() && text.contains(&format!("scapy ICRC agrees: {frames} of {frames}")),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    scapy_icrc_agrees(&fb, frames);
 }

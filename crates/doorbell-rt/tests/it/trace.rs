@@ -97,8 +97,9 @@ fn no_timeline_unless_asked() {
     assert!(p.a.nic.take_trace().is_none());
 }
 
-#[test]
-fn a_traced_nic_shows_each_packet_of_a_run_it_takes() {
+/// Two NICs on the fabric, B recording a timeline (its events so far
+/// taken) and A none, so that A hands on runs and trains.
+fn traced_receiver(mr_len: usize) -> Pair {
     let traced = NicOptions {
         trace: true,
         ..NicOptions::default()
@@ -106,10 +107,16 @@ fn a_traced_nic_shows_each_packet_of_a_run_it_takes() {
     let p = fabric_pair(
         [NicOptions::default(), traced],
         default_caps(),
-        8192,
+        mr_len,
         Timers::default(),
     );
     let _ = events(&p.b);
+    p
+}
+
+#[test]
+fn a_traced_nic_shows_each_packet_of_a_run_it_takes() {
+    let p = traced_receiver(8192);
     // Six packets at MTU 1024: A, which records no timeline, hands its four
     // MIDDLEs on as one run.
     let data = pattern(6000, 5);
@@ -155,17 +162,7 @@ fn a_traced_nic_shows_each_packet_of_a_run_it_takes() {
 
 #[test]
 fn a_traced_nic_shows_each_packet_of_a_train_it_takes() {
-    let traced = NicOptions {
-        trace: true,
-        ..NicOptions::default()
-    };
-    let p = fabric_pair(
-        [NicOptions::default(), traced],
-        default_caps(),
-        4096,
-        Timers::default(),
-    );
-    let _ = events(&p.b);
+    let p = traced_receiver(4096);
     // Six inline WRITEs posted as one list: A, which records no timeline,
     // hands them on as one train.
     p.a.mr.write(0, &pattern(48, 3)).unwrap();
