@@ -1141,8 +1141,7 @@ impl Nic {
                 }
                 Err(_) => {
                     self.take_parsed(now, bytes, last.take(), true, dma);
-                    self.out.counters.rx_dropped += 1;
-                    r = Received::Dropped("not a RoCEv2 packet this NIC can parse");
+                    r = self.unparsed();
                 }
             }
         }
@@ -1162,12 +1161,31 @@ impl Nic {
         let Some((at, p)) = parsed else {
             return Received::Taken;
         };
-        let pkt = &bytes[at];
-        let ip_header = pkt.get(..p.repr.ip.header_len()).unwrap_or(&[]);
-        let payload = PayloadIn::Frame(pkt.get(p.payload.clone()).unwrap_or(&[]));
-        let r = self.packet(now, &p.repr, ip_header, payload, dma, index_timers);
+        let r = self.carried(now, &bytes[at], &p, dma, index_timers);
         self.deliver_events(dma);
         r
+    }
+
+    /// Takes the packet `pkt`, parsed as `parsed`, whose payload it
+    /// carries, as [`Self::packet`] does.
+    fn carried(
+        &mut self,
+        now: Instant,
+        pkt: &[u8],
+        parsed: &doorbell_wire::ParsedRoce,
+        dma: &mut impl Dma,
+        index_timers: bool,
+    ) -> Received {
+        let ip_header = pkt.get(..parsed.repr.ip.header_len()).unwrap_or(&[]);
+        let payload = PayloadIn::Frame(pkt.get(parsed.payload.clone()).unwrap_or(&[]));
+        self.packet(now, &parsed.repr, ip_header, payload, dma, index_timers)
+    }
+
+    /// Counts a frame, or a packet of a train, that does not parse as a
+    /// RoCEv2 packet (other than by its ICRC), and says why it was dropped.
+    fn unparsed(&mut self) -> Received {
+        self.out.counters.rx_dropped += 1;
+        Received::Dropped("not a RoCEv2 packet this NIC can parse")
     }
 
     /// [`Nic::handle_emitted_frame`] for a frame whose payload the NIC that
@@ -1214,17 +1232,13 @@ impl Nic {
                 self.out.counters.rx_icrc_errors += 1;
                 return Received::Dropped("bad ICRC");
             }
-            Err(_) => {
-                self.out.counters.rx_dropped += 1;
-                return Received::Dropped("not a RoCEv2 packet this NIC can parse");
-            }
+            Err(_) => return self.unparsed(),
+        };
+        let Some((u, src)) = left else {
+            return self.carried(now, frame, &parsed, dma, true);
         };
         let repr = parsed.repr;
         let ip_header = frame.get(..repr.ip.header_len()).unwrap_or(&[]);
-        let Some((u, src)) = left else {
-            let payload = PayloadIn::Frame(frame.get(parsed.payload.clone()).unwrap_or(&[]));
-            return self.packet(now, &repr, ip_header, payload, dma, true);
-        };
         if !(transmit::may_leave_payload(repr.bth.opcode)
             && parsed.payload.start == u.at as usize
             && parsed.payload.len() == u.len as usize)
