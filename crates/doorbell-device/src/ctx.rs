@@ -90,6 +90,9 @@ pub(crate) struct Outputs {
     /// QPs whose send engine stopped at a burst
     /// ([`crate::NicConfig::tx_burst`]) with more in its window.
     pub(crate) tx_pending: Vec<doorbell_types::Qpn>,
+    /// Times a QP's send engine stopped with packets left to send because
+    /// its window was full ([`crate::Nic::window_stops`]).
+    pub(crate) window_stops: u64,
     /// Most packets a train holds ([`crate::NicConfig::max_train`]).
     max_train: u32,
     /// The QP the last frame of `tx` goes to, while further packets to it
@@ -113,6 +116,7 @@ impl Outputs {
             held_ack: None,
             seal,
             tx_pending: Vec::new(),
+            window_stops: 0,
             max_train,
             train_to: None,
         }

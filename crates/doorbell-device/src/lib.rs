@@ -346,6 +346,15 @@ impl Nic {
         self.out.counters
     }
 
+    /// Times a QP's sending stopped with packets left to send because its
+    /// window was full: it goes on when ACKs come. A runtime that sees
+    /// this grow knows a stream is waiting for ACKs (a count, not a
+    /// transport counter: nothing in hardware reports it).
+    #[must_use]
+    pub fn window_stops(&self) -> u64 {
+        self.out.window_stops
+    }
+
     /// Processing-unit time spent so far, all units together.
     pub fn pu_busy(&self) -> Duration {
         self.pu_busy

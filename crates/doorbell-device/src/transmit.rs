@@ -71,6 +71,7 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
         let psn = m.psns.nth(from);
         let room = qp.req.window_room(psn);
         if room <= 0 {
+            ctx.out.window_stops += 1;
             break;
         }
         if left == 0 {
@@ -106,6 +107,9 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
         left = left.saturating_sub(count);
         if to < qp.sq.outstanding[i].npsn() {
             stopped = to < window_to;
+            if !stopped {
+                ctx.out.window_stops += 1;
+            }
             break;
         }
     }

@@ -102,6 +102,14 @@ const LEFT_WAIT: Duration = Duration::from_micros(20);
 /// it still ([`Core::deliver`]).
 const POLLING: Duration = Duration::from_micros(100);
 
+/// How long a UDP port's receive thread stays off its socket, at most,
+/// while the program's CQ polls receive for it ([`Core::rx_wait`]).
+pub(crate) const LEASE: Duration = Duration::from_micros(200);
+
+/// A stream whose window has not filled for this long no longer counts as
+/// one ([`Core::rx_wait`]).
+const STREAM_QUIET: Duration = Duration::from_millis(10);
+
 /// How long a worker that woke at its timeout, unwoken, to messages in its
 /// inbox watches for another thread to take them before it counts them
 /// as having waited for that timeout ([`Core::stalls`]): a thread that
@@ -505,6 +513,35 @@ enum Arrival<'a> {
     Train(u32),
 }
 
+/// What a UDP port's receive thread saw of its NIC's streams
+/// ([`Core::rx_wait`]).
+pub(crate) struct StreamsSeen {
+    /// [`Nic::window_stops`] as last seen.
+    stops: u64,
+    /// When it last changed.
+    at: std::time::Instant,
+}
+
+impl StreamsSeen {
+    pub(crate) fn new() -> Self {
+        Self {
+            stops: 0,
+            at: std::time::Instant::now(),
+        }
+    }
+}
+
+/// How a UDP port's receive thread waits next ([`Core::rx_wait`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RxWait {
+    /// Off the socket, parked ([`Core::stay_away`]).
+    LeaveToPolls,
+    /// On the socket, looking again soon.
+    Soon,
+    /// On the socket, for as long as it likes.
+    Long,
+}
+
 /// A NIC's engine, its inbox, and the worker that runs what no caller does.
 pub(crate) struct Core {
     engine: Mutex<Engine>,
@@ -525,6 +562,21 @@ pub(crate) struct Core {
     /// When a program last polled this NIC's CQ and found it empty
     /// ([`since_epoch_ns`]; 0: never).
     polled_at_ns: AtomicU64,
+    /// When a program last armed one of this NIC's CQs
+    /// ([`since_epoch_ns`]; 0: never): it is about to wait for an event,
+    /// not to poll.
+    armed_at_ns: AtomicU64,
+    /// [`Nic::window_stops`] after the last turn.
+    window_stops: AtomicU64,
+    /// The UDP port's receive thread stays off its socket
+    /// ([`Core::rx_wait`]).
+    away: AtomicBool,
+    /// That thread, once it first did.
+    away_thread: OnceLock<Thread>,
+    /// Times that thread stayed off its socket, and times an arm called it
+    /// back ([`crate::PortCounters::rx_left_to_polls`]).
+    left_to_polls: AtomicU64,
+    called_back: AtomicU64,
     /// A worker left frames for that program's next poll.
     left: AtomicBool,
     /// Another NIC handed the worker frames since the worker last looked
@@ -548,6 +600,12 @@ impl Core {
             stalls: AtomicU64::new(0),
             rung: AtomicBool::new(false),
             polled_at_ns: AtomicU64::new(0),
+            armed_at_ns: AtomicU64::new(0),
+            window_stops: AtomicU64::new(0),
+            away: AtomicBool::new(false),
+            away_thread: OnceLock::new(),
+            left_to_polls: AtomicU64::new(0),
+            called_back: AtomicU64::new(0),
             left: AtomicBool::new(false),
             handed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -687,12 +745,110 @@ impl Core {
     /// thread is running the NIC; tells whether anything was left. Frames
     /// handed to this NIC's own worker are left to it.
     pub(crate) fn poll_inbox(&self) -> bool {
-        self.polled_at_ns.store(since_epoch_ns(), Ordering::Relaxed);
+        self.note_poll();
         if !self.left.load(Ordering::Acquire) || !self.left.swap(false, Ordering::AcqRel) {
             return false;
         }
         self.run();
         true
+    }
+
+    /// Notes that a program polled this NIC's CQ and found it empty.
+    pub(crate) fn note_poll(&self) {
+        self.polled_at_ns.store(since_epoch_ns(), Ordering::Relaxed);
+    }
+
+    /// Notes that a program armed one of this NIC's CQs: it is about to
+    /// wait for an event, so a receive thread that stayed off its socket
+    /// for its polls goes back now.
+    pub(crate) fn note_arm(&self) {
+        self.armed_at_ns.store(since_epoch_ns(), Ordering::Relaxed);
+        // Pairs with the fence in `stay_away`: either that thread sees the
+        // arm, or this one sees it away.
+        fence(Ordering::SeqCst);
+        if self.away.load(Ordering::Relaxed)
+            && let Some(t) = self.away_thread.get()
+        {
+            t.unpark();
+        }
+    }
+
+    /// How a UDP port's receive thread waits next (`seen`: what it saw of
+    /// the NIC's streams so far). It leaves the socket to the program's CQ
+    /// polls while a program polls (it did within [`LEASE`], and armed no
+    /// CQ within it) and a stream waits for ACKs (a QP's sending stopped at
+    /// a full window within [`STREAM_QUIET`]): the program that polls for
+    /// the stream's completions takes its ACKs. A program that waits for a
+    /// peer's WRITE by watching its memory fills no window, so its
+    /// datagrams never wait for a poll. While a stream runs and no program
+    /// polls, the thread looks again soon, for polls that start: they may
+    /// take every datagram that would have woken it (the kernel then puts
+    /// it back to sleep unseen). Polls alone do not shorten its wait:
+    /// waking every millisecond beside a latency test's polls cost that
+    /// test a third of its speed over UDP.
+    pub(crate) fn rx_wait(&self, seen: &mut StreamsSeen) -> RxWait {
+        let stops = self.window_stops.load(Ordering::Relaxed);
+        if stops != seen.stops {
+            *seen = StreamsSeen {
+                stops,
+                at: std::time::Instant::now(),
+            };
+        }
+        let streaming = seen.stops != 0 && seen.at.elapsed() < STREAM_QUIET;
+        match (streaming, self.polled_lately()) {
+            (true, true) => RxWait::LeaveToPolls,
+            (true, false) => RxWait::Soon,
+            (false, _) => RxWait::Long,
+        }
+    }
+
+    /// Whether a program polled this NIC's CQ within [`LEASE`] and armed
+    /// none within it.
+    pub(crate) fn polled_lately(&self) -> bool {
+        let now = since_epoch_ns();
+        let lease = LEASE.as_nanos() as u64;
+        let polled = self.polled_at_ns.load(Ordering::Relaxed);
+        let armed = self.armed_at_ns.load(Ordering::Relaxed);
+        polled != 0
+            && now.saturating_sub(polled) < lease
+            && (armed == 0 || now.saturating_sub(armed) >= lease)
+    }
+
+    /// Parks the calling receive thread for up to [`LEASE`], or until a
+    /// program arms a CQ ([`Self::note_arm`]) or the NIC stops.
+    pub(crate) fn stay_away(&self) {
+        let _ = self.away_thread.get_or_init(std::thread::current);
+        self.away.store(true, Ordering::Relaxed);
+        // Pairs with the fence in `note_arm`.
+        fence(Ordering::SeqCst);
+        let armed = self.armed_at_ns.load(Ordering::Relaxed);
+        let lease = LEASE.as_nanos() as u64;
+        if (armed == 0 || since_epoch_ns().saturating_sub(armed) >= lease)
+            && !self.stop.load(Ordering::Acquire)
+        {
+            self.left_to_polls.fetch_add(1, Ordering::Relaxed);
+            let (from, from_ns) = (std::time::Instant::now(), since_epoch_ns());
+            std::thread::park_timeout(LEASE);
+            if from.elapsed() < LEASE && self.armed_at_ns.load(Ordering::Relaxed) >= from_ns {
+                self.called_back.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.away.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the UDP port's receive thread is off its socket: the
+    /// program's polls are then the only receives.
+    pub(crate) fn rx_away(&self) -> bool {
+        self.away.load(Ordering::Relaxed)
+    }
+
+    /// Times the UDP port's receive thread stayed off its socket for the
+    /// program's polls, and times an arm called it back.
+    pub(crate) fn left_to_polls(&self) -> (u64, u64) {
+        (
+            self.left_to_polls.load(Ordering::Relaxed),
+            self.called_back.load(Ordering::Relaxed),
+        )
     }
 
     /// Takes turns at the inbox while it has messages and the lock is free.
@@ -764,6 +920,8 @@ impl Core {
             }
         }
         g.flush(now);
+        self.window_stops
+            .store(g.nic.window_stops(), Ordering::Relaxed);
         if let Some(t) = g.nic.poll_timeout()
             && t.as_ps() < self.sleeping_until.load(Ordering::Relaxed)
         {

@@ -340,6 +340,9 @@ impl Mmio for ChannelMmio {
         let mut buf = [0u8; 64];
         let len = data.len().min(64);
         buf[..len].copy_from_slice(&data[..len]);
+        if offset as usize == doorbell_layout::uar::CQ_DOORBELL {
+            self.core.note_arm();
+        }
         // A device that has gone away drops MMIO, as a surprise-removed
         // PCIe device does.
         let msg = Msg::Mmio {
@@ -352,6 +355,9 @@ impl Mmio for ChannelMmio {
     }
 
     fn record_doorbell(&self, uar: UarIndex, db: RecordDoorbell) {
+        if matches!(db, RecordDoorbell::Arm(_)) {
+            self.core.note_arm();
+        }
         self.submit(Msg::RecordDoorbell(uar, db));
     }
 }
@@ -708,6 +714,8 @@ impl LiveNic {
                     shm_bells: get(&st.bells),
                     shm_bells_spared: get(&st.bells_spared),
                     shm_lingers_paid: get(&st.lingers_paid),
+                    rx_left_to_polls: self.core.left_to_polls().0,
+                    rx_called_back: self.core.left_to_polls().1,
                     ..p.counters()
                 }
             }

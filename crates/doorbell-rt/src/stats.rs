@@ -102,6 +102,8 @@ impl NicStats {
                 "rx_datagrams": p.rx_datagrams,
                 "rx_truncated": p.rx_truncated,
                 "rx_socket_drops": p.rx_socket_drops,
+                "rx_left_to_polls": p.rx_left_to_polls,
+                "rx_called_back": p.rx_called_back,
                 "shm_tx_frames": p.shm_tx_frames,
                 "shm_rx_frames": p.shm_rx_frames,
                 "shm_tx_full_drops": p.shm_tx_full_drops,

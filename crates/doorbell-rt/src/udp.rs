@@ -41,7 +41,7 @@ use doorbell_wire::{
     IpProtocol, Ipv4Header, Ipv4Repr, ROCE_V2_UDP_PORT, UdpHeader, UdpRepr, ipv4, udp,
 };
 
-use crate::engine::Core;
+use crate::engine::{Core, RxWait, StreamsSeen};
 use crate::fault::Sink;
 use crate::inbox::Msg;
 use crate::sys::{self, RecvBatch};
@@ -51,6 +51,10 @@ use crate::sys::{self, RecvBatch};
 const RCVBUF_BYTES: i32 = 8 << 20;
 /// How long the receive thread blocks before it looks at its stop flag.
 const RECV_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long the receive thread blocks while a stream runs, before it
+/// looks whether to leave the socket to a program's polls
+/// ([`Core::rx_wait`]).
+const LOOK_AGAIN: Duration = Duration::from_millis(1);
 /// After this many empty receives in a row, a caller tries the socket
 /// only every this many times ([`UdpPort::progress`]).
 const IDLE_EVERY: u32 = 64;
@@ -71,6 +75,12 @@ pub struct PortCounters {
     /// Datagrams the socket dropped for want of buffer space, as the kernel
     /// last reported it (`SO_RXQ_OVFL`).
     pub rx_socket_drops: u64,
+    /// Times the receive thread left the socket to the program's CQ polls
+    /// for a while (up to 200 µs each), while a stream waited for the
+    /// ACKs those polls take (decision record 0052).
+    pub rx_left_to_polls: u64,
+    /// Times a program arming a CQ called that thread back before its time.
+    pub rx_called_back: u64,
     /// Frames put into rings to NICs of this host (shared memory).
     pub shm_tx_frames: u64,
     /// Frames dropped because a peer's ring stayed full.
@@ -213,8 +223,11 @@ impl UdpPort {
     /// empty CQ poll a system call; any receive that finds datagrams, the
     /// receive thread's included, has callers try every time again.
     pub(crate) fn progress(&self, core: &Core) -> bool {
+        core.note_poll();
         let n = self.idle.load(Ordering::Relaxed);
-        if n >= IDLE_EVERY && n % IDLE_EVERY != 0 {
+        // While the receive thread is away, the polls are the socket's only
+        // readers: each tries it.
+        if n >= IDLE_EVERY && n % IDLE_EVERY != 0 && !core.rx_away() {
             self.idle.store(n.wrapping_add(1), Ordering::Relaxed);
             return false;
         }
@@ -298,10 +311,19 @@ fn rx_loop(
     idle: &AtomicU32,
     to: &Core,
 ) {
+    let mut seen = StreamsSeen::new();
     while !stop.load(Ordering::Relaxed) {
         // Wait without the lock, so that a caller may receive meanwhile;
         // then receive under it.
-        if !sys::wait_readable(sock, RECV_TIMEOUT) {
+        let wait = match to.rx_wait(&mut seen) {
+            RxWait::LeaveToPolls => {
+                to.stay_away();
+                continue;
+            }
+            RxWait::Soon => LOOK_AGAIN,
+            RxWait::Long => RECV_TIMEOUT,
+        };
+        if !sys::wait_readable(sock, wait) {
             continue;
         }
         let got = {

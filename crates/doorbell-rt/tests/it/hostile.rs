@@ -1553,3 +1553,92 @@ fn a_flood_is_absorbed_counted_and_leaves_the_nic_working() {
     assert_eq!(state(&r.b.qp), QpState::Rts);
     r.healthy("after the flood");
 }
+
+/// A peer that ACKs at its own pace, one message at a time, to a NIC whose
+/// program polls its CQ: the NIC's window stays full, the port's receive
+/// thread leaves the socket to the program's polls, which take the ACKs
+/// (decision record 0052); an arm of the CQ, made before the program waits
+/// for an event, calls the thread back, and the event then comes.
+#[test]
+fn a_polled_stream_held_at_its_window_is_left_to_the_polls_until_an_arm() {
+    const LEN: u32 = 1 << 16;
+    // 256 packets a WRITE at MTU 256: four fill the window of 1024.
+    const PER_WRITE: u32 = LEN / MTU;
+    const WRITES: u32 = 12;
+    let r = rig(77);
+    let q = r.b.qp.qpn();
+    let sge = [r.b.mr.sge(0, LEN).unwrap()];
+    let remote = RemoteAddr {
+        addr: 0x10_0000,
+        rkey: Mkey::from_raw(0x4242),
+    };
+    for i in 0..WRITES {
+        post(
+            &r.b.qp,
+            signaled(i.into(), &sge, WrOpcode::RdmaWrite(remote)),
+        );
+    }
+    let mut wc = [Wc::default(); 4];
+    // Polls as perftest does, again at once, until the thread, which
+    // looks at least every 200 ms, has left the socket.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while r.b.nic.port_counters().rx_left_to_polls == 0 {
+        assert!(Instant::now() < deadline, "the thread never left");
+        assert_eq!(r.b.cq.poll(&mut wc).unwrap(), 0, "nothing was ACKed");
+    }
+    let ack = |msn: u32| Pkt {
+        ext: ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: AethSyndrome::Ack { credits: 0x1f },
+                msn,
+            }),
+            ..ExtHeaders::NONE
+        },
+        ..Pkt::ack()
+    };
+    const ROUNDS: u32 = WRITES / 2;
+    let mut called_back = 0;
+    for acked in 1..=ROUNDS {
+        // The program has polled within the last 200 µs and the window is
+        // full: the thread is away, and the arm calls it back before its
+        // lease runs out (unless the scheduler held it that long).
+        let before = r.b.nic.port_counters().rx_called_back;
+        r.b.cq.req_notify(false).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        while r.b.nic.port_counters().rx_called_back == before && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        called_back += r.b.nic.port_counters().rx_called_back - before;
+        // The next message's ACK: its completion comes as an event.
+        let last = Psn::new(NIC_PSN).add(acked * PER_WRITE - 1);
+        r.peer.send(q, last, &ack(acked));
+        assert!(
+            r.b.ctx.next_event(Duration::from_secs(5)).is_some(),
+            "no event for the ACK of WRITE {acked}"
+        );
+        r.b.cq.ack_event();
+        let n = r.b.cq.poll(&mut wc).unwrap();
+        assert_eq!(
+            wc[..n]
+                .iter()
+                .map(|w| (w.wr_id, w.status))
+                .collect::<Vec<_>>(),
+            [(u64::from(acked) - 1, WcStatus::Success)]
+        );
+        // The window filled again; polls for a lease and more, as after
+        // an arm the thread stays until then, and it leaves again.
+        let left = r.b.nic.port_counters().rx_left_to_polls;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while r.b.nic.port_counters().rx_left_to_polls == left {
+            assert!(
+                Instant::now() < deadline,
+                "round {acked}: the thread never left"
+            );
+            assert_eq!(r.b.cq.poll(&mut wc).unwrap(), 0, "round {acked}");
+        }
+    }
+    assert!(
+        called_back > u64::from(ROUNDS) / 2,
+        "arms called the thread back in {called_back} of {ROUNDS} rounds"
+    );
+}
