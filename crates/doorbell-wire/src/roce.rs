@@ -21,7 +21,7 @@ use alloc::vec::Vec;
 use crate::bth::{self, BthHeader, BthRepr};
 use crate::ext::ExtHeaders;
 use crate::gid::Gid;
-use crate::icrc::{ICRC_LEN, icrc_ipv4, icrc_ipv6};
+use crate::icrc::{ICRC_LEN, icrc_ipv4, icrc_ipv4_in_place, icrc_ipv6, icrc_ipv6_in_place};
 use crate::ipv4::{self, IpProtocol, Ipv4Header, Ipv4Repr};
 use crate::ipv6::{self, Ipv6Header, Ipv6Repr};
 use crate::udp::{self, UdpHeader, UdpRepr, udp_checksum_ipv6};
@@ -384,6 +384,26 @@ pub fn packet_len(bytes: &[u8]) -> Result<usize> {
     lengths(bytes).map(|(_, pkt_len)| pkt_len)
 }
 
+/// Whether the RoCEv2 packet at the start of `frame` ends in the ICRC its
+/// bytes give, hashed where they lie ([`icrc_ipv4_in_place`]); `false`
+/// for bytes whose lengths hold no such packet. `frame` is as it was when
+/// this returns. Where it holds, [`parse_roce_emitted`] answers exactly as
+/// [`parse_roce`] does: a receiver that owns its frame's buffer checks the
+/// ICRC this way, in one pass over the packet, and parses without it
+/// (where it does not hold, `parse_roce` says why).
+pub fn icrc_matches_in_place(frame: &mut [u8]) -> bool {
+    let Ok((_, pkt_len)) = lengths(frame) else {
+        return false;
+    };
+    let icrc_at = pkt_len - ICRC_LEN;
+    let computed = if frame[0] >> 4 == 6 {
+        icrc_ipv6_in_place(&mut frame[..icrc_at])
+    } else {
+        icrc_ipv4_in_place(&mut frame[..icrc_at])
+    };
+    frame[icrc_at..pkt_len] == computed.to_le_bytes()
+}
+
 /// The IP header's length and the packet's, as [`packet_len`] checks it.
 fn lengths(frame: &[u8]) -> Result<(usize, usize)> {
     let first = *frame.first().ok_or(Error::Truncated)?;
@@ -415,9 +435,9 @@ fn seal_in_place(frame: &mut [u8], ip_hlen: usize) {
     let icrc_at = frame.len() - ICRC_LEN;
     let v6 = frame[0] >> 4 == 6;
     let icrc = if v6 {
-        icrc_ipv6(&frame[..icrc_at])
+        icrc_ipv6_in_place(&mut frame[..icrc_at])
     } else {
-        icrc_ipv4(&frame[..icrc_at])
+        icrc_ipv4_in_place(&mut frame[..icrc_at])
     };
     frame[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
     if v6 {
@@ -963,6 +983,46 @@ mod tests {
                 let i = at.index(fb.len());
                 fb[i] ^= x;
                 prop_assert_eq!(parse_roce_emitted_after(&fb, &fa, &pa), parse_roce_emitted(&fb));
+            }
+        }
+
+        #[test]
+        fn an_icrc_checked_in_place_answers_as_the_checked_parse(
+            r in arb_roce(),
+            len in 0usize..1200,
+            cut: prop::sample::Index,
+            flip: Option<(prop::sample::Index, u8)>,
+        ) {
+            let mut f = Vec::new();
+            r.emit_to_vec(&vec![3; len], &mut f).unwrap();
+            let whole = f.clone();
+            prop_assert!(icrc_matches_in_place(&mut f));
+            prop_assert_eq!(&f, &whole, "the frame is as it was");
+            // Cut short, or with a byte changed: where it still matches, the
+            // unchecked parse answers as the checked one.
+            let n = cut.index(f.len() + 1);
+            let mut g = f[..n].to_vec();
+            if icrc_matches_in_place(&mut g) {
+                prop_assert_eq!(parse_roce_emitted(&g), parse_roce(&g));
+            }
+            prop_assert_eq!(&g[..], &whole[..n]);
+            if let Some((at, x)) = flip {
+                let i = at.index(f.len());
+                f[i] ^= x;
+                let flipped = f.clone();
+                let matches = icrc_matches_in_place(&mut f);
+                prop_assert_eq!(&f, &flipped);
+                if matches {
+                    prop_assert_eq!(parse_roce_emitted(&f), parse_roce(&f));
+                } else {
+                    prop_assert!(parse_roce(&f).is_err());
+                }
+                // A change the ICRC covers (the payload, the BTH but its
+                // FECN byte) never matches.
+                let masked = r.ip.header_len() + 8 + 4;
+                if x != 0 && i >= r.ip.header_len() + 8 && i != masked && i < f.len() - ICRC_LEN {
+                    prop_assert!(!matches, "byte {} changed", i);
+                }
             }
         }
 
