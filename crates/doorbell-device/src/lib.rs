@@ -1078,10 +1078,12 @@ impl Nic {
         r
     }
 
-    /// [`Nic::handle_frame`] for a frame another NIC of this process
-    /// emitted and handed over untouched (no port, no fault relay between):
-    /// its ICRC is right by construction, so it is not computed again (a
-    /// link inside one process cannot corrupt a frame). Everything else is
+    /// [`Nic::handle_frame`] for a frame whose ICRC is known to be right,
+    /// so it is not computed again: one another NIC of this process
+    /// emitted and handed over untouched (no port, no fault relay between;
+    /// a link inside one process cannot corrupt a frame), or one whose
+    /// ICRC the runtime checked in the frame's own buffer
+    /// ([`doorbell_wire::icrc_matches_in_place`]). Everything else is
     /// checked as for any frame.
     pub fn handle_emitted_frame(
         &mut self,

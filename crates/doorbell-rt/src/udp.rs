@@ -20,7 +20,10 @@
 //! per port or by a thread of the program whose CQ poll found nothing
 //! ([`UdpPort::progress`]), one at a time under a lock held until the
 //! batch is in the NIC's inbox, so frames reach the NIC in the order the
-//! socket gave them. The receiver puts the IPv4 and UDP headers back from
+//! socket gave them. While a program polls the NIC's CQ and a stream
+//! waits for ACKs, the thread leaves the socket to the polls, 200 µs at a
+//! time, until an arm of a CQ calls it back ([`Core::rx_wait`], decision
+//! record 0052). The receiver puts the IPv4 and UDP headers back from
 //! what the kernel tells: source address and port, destination address
 //! (`IP_PKTINFO`), length; identification 0 and DF, with TTL and TOS as
 //! anything (the ICRC masks them). The rebuilt frame goes to the NIC (run
@@ -301,7 +304,10 @@ impl Drop for UdpPort {
 /// for the next datagram (decision record 0042): a program thread whose
 /// CQ poll finds nothing takes datagrams as soon as a spinning thread
 /// would ([`UdpPort::progress`]), and on a machine with few cores a
-/// spinning thread takes a core from the work, the peer's included.
+/// spinning thread takes a core from the work, the peer's included. For
+/// the same reason it leaves the socket to such polls while they take a
+/// stream's ACKs (decision record 0052): each datagram would otherwise
+/// wake it, on the other core, for nothing.
 fn rx_loop(
     sock: &UdpSocket,
     local: SocketAddrV4,

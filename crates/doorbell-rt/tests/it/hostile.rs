@@ -10,6 +10,9 @@
 //! pair of QPs on the same NIC must still carry a WRITE and a SEND, the
 //! device thread must still answer, and the NIC's registered memory must
 //! hold exactly what the rules let the packets write.
+//!
+//! The last case is a peer that is slow, not hostile: it holds its ACKs, so
+//! that the NIC's window stays full while its program polls.
 
 use std::cell::{Cell, RefCell};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
