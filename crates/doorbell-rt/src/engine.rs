@@ -104,7 +104,7 @@ const POLLING: Duration = Duration::from_micros(100);
 
 /// How long a UDP port's receive thread stays off its socket, at most,
 /// while the program's CQ polls receive for it ([`Core::rx_wait`]).
-pub(crate) const LEASE: Duration = Duration::from_micros(200);
+const LEASE: Duration = Duration::from_micros(200);
 
 /// A stream whose window has not filled for this long no longer counts as
 /// one ([`Core::rx_wait`]).
