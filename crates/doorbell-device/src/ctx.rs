@@ -364,17 +364,15 @@ mod tests {
     #[test]
     fn a_held_ack_leaves_as_the_ack_it_stands_for() {
         let held = AckHeaders {
-            qpn: Qpn::new(0x101),
-            src: [10, 0, 0, 1],
-            dst: [10, 0, 0, 2],
             src_port: 0xc123,
             dest_qp: Qpn::new(0x2345),
             psn: Psn::new(0xab_cdef),
             aeth: AethRepr {
-                syndrome: doorbell_wire::AethSyndrome::Ack { credits: 0x1f },
                 msn: 0x12_3456,
+                ..plain_ack().aeth
             },
             ready: Instant::from_ps(77),
+            ..plain_ack()
         };
         let mut out = Outputs::new(Seal::Now, 1);
         out.push_held(held);

@@ -332,14 +332,20 @@ impl Rig {
         self.request_bth(bth, ext, payload)
     }
 
-    /// A frame from the peer with base transport header `bth`.
-    fn request_bth(&self, bth: BthRepr, ext: ExtHeaders, payload: &[u8]) -> Vec<u8> {
-        let repr = RoceRepr {
+    /// The headers of a frame from the peer with base transport header
+    /// `bth`.
+    fn peer_repr(&self, bth: BthRepr, ext: ExtHeaders) -> RoceRepr {
+        RoceRepr {
             ip: RoceIp::v4(PEER, LOCAL),
             src_port: 0xc000,
             bth,
             ext,
-        };
+        }
+    }
+
+    /// A frame from the peer with base transport header `bth`.
+    fn request_bth(&self, bth: BthRepr, ext: ExtHeaders, payload: &[u8]) -> Vec<u8> {
+        let repr = self.peer_repr(bth, ext);
         let mut out = Vec::new();
         repr.emit_to_vec(payload, &mut out).unwrap();
         out
@@ -671,15 +677,7 @@ fn forged_to_rig(
     }
     let mut bth = BthRepr::new(op, rig.qpn, Psn::new(psn));
     bth.ack_req = ack_req;
-    let repr = RoceRepr {
-        ip: RoceIp::v4(PEER, LOCAL),
-        src_port: 0xc000,
-        bth,
-        ext,
-    };
-    let mut bytes = Vec::new();
-    repr.emit_to_vec(payload, &mut bytes).unwrap();
-    (repr, bytes)
+    (rig.peer_repr(bth, ext), rig.request_bth(bth, ext, payload))
 }
 
 proptest! {
