@@ -396,12 +396,19 @@ pub fn icrc_matches_in_place(frame: &mut [u8]) -> bool {
         return false;
     };
     let icrc_at = pkt_len - ICRC_LEN;
-    let computed = if frame[0] >> 4 == 6 {
-        icrc_ipv6_in_place(&mut frame[..icrc_at])
-    } else {
-        icrc_ipv4_in_place(&mut frame[..icrc_at])
-    };
+    let computed = icrc_in_place(&mut frame[..icrc_at]);
     frame[icrc_at..pkt_len] == computed.to_le_bytes()
+}
+
+/// The ICRC of `packet` (its ICRC excluded), hashed in place, for the IP
+/// version its first nibble names; a packet [`lengths`] accepted is IPv4
+/// or IPv6, and anything not IPv6 is hashed as IPv4.
+fn icrc_in_place(packet: &mut [u8]) -> u32 {
+    if packet.first().is_some_and(|b| b >> 4 == 6) {
+        icrc_ipv6_in_place(packet)
+    } else {
+        icrc_ipv4_in_place(packet)
+    }
 }
 
 /// The IP header's length and the packet's, as [`packet_len`] checks it.
@@ -434,11 +441,7 @@ fn lengths(frame: &[u8]) -> Result<(usize, usize)> {
 fn seal_in_place(frame: &mut [u8], ip_hlen: usize) {
     let icrc_at = frame.len() - ICRC_LEN;
     let v6 = frame[0] >> 4 == 6;
-    let icrc = if v6 {
-        icrc_ipv6_in_place(&mut frame[..icrc_at])
-    } else {
-        icrc_ipv4_in_place(&mut frame[..icrc_at])
-    };
+    let icrc = icrc_in_place(&mut frame[..icrc_at]);
     frame[icrc_at..].copy_from_slice(&icrc.to_le_bytes());
     if v6 {
         let h = Ipv6Header::new_unchecked(&*frame);
