@@ -340,7 +340,11 @@ impl Mmio for ChannelMmio {
         let mut buf = [0u8; 64];
         let len = data.len().min(64);
         buf[..len].copy_from_slice(&data[..len]);
-        if offset as usize == doorbell_layout::uar::CQ_DOORBELL {
+        // The CQ arm register decodes alike whatever the BlueFlame size
+        // (it is looked at first), so none is needed here.
+        if doorbell_layout::uar::decode_offset(offset as usize, 0)
+            == doorbell_layout::uar::UarRegister::CqArm
+        {
             self.core.note_arm();
         }
         // A device that has gone away drops MMIO, as a surprise-removed
