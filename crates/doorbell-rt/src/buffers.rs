@@ -21,7 +21,10 @@
 //! is full. [`lend`] takes what a NIC needs from the store under one
 //! taking of its lock, not one per buffer. No thread keeps more than about a
 //! hundred kilobytes of frames (16 of [`LARGEST`] at most), nor the
-//! process more than about three megabytes beside them. Batches of frames
+//! process more than about three megabytes beside them. A port's coalesced
+//! datagrams are rebuilt as frames back to back in one buffer
+//! ([`run_buffer`], [`recycle_run`]), kept the same way: four at most
+//! (of [`LARGEST_RUN`]) by a thread, four by the process. Batches of frames
 //! go round the same way, in lists ([`frame_list`], [`recycle_list`]; and
 //! [`emitted_list`], [`recycle_emitted`] between NICs of this process).
 //! Reuse changes only where the bytes live, never what they are: a buffer
@@ -62,10 +65,20 @@ const LONGEST_LIST: usize = 256;
 /// ([`give_to`]).
 const OWN: usize = 4;
 
+/// Most spare run buffers a thread keeps, and the process for any thread.
+const KEEP_RUNS: usize = 4;
+/// Run buffers the process keeps for any thread before a thread that frees
+/// more than it takes keeps its own.
+const SHARED_LOW_RUNS: usize = 2;
+/// The largest run buffer kept: a coalesced run of 64 KiB of datagrams
+/// with the headers put back before each (at most 64 of them).
+const LARGEST_RUN: usize = 65536 + 64 * 64;
+
 thread_local! {
     static SPARE: Cell<Vec<Vec<u8>>> = const { Cell::new(Vec::new()) };
     static SPARE_LISTS: Cell<Vec<Vec<Vec<u8>>>> = const { Cell::new(Vec::new()) };
     static SPARE_EMITTED: Cell<Vec<Vec<Frame>>> = const { Cell::new(Vec::new()) };
+    static SPARE_RUNS: Cell<Vec<Vec<u8>>> = const { Cell::new(Vec::new()) };
 }
 
 /// A bounded store of spares any thread may give to and take from, last
@@ -153,6 +166,11 @@ fn shared_buffers() -> &'static Shared<Vec<u8>> {
 fn shared_lists() -> &'static Shared<Vec<Vec<u8>>> {
     static SHARED: OnceLock<Shared<Vec<Vec<u8>>>> = OnceLock::new();
     SHARED.get_or_init(|| Shared::new(KEEP_LISTS, SHARED_LOW_LISTS))
+}
+
+fn shared_runs() -> &'static Shared<Vec<u8>> {
+    static SHARED: OnceLock<Shared<Vec<u8>>> = OnceLock::new();
+    SHARED.get_or_init(|| Shared::new(KEEP_RUNS, SHARED_LOW_RUNS))
 }
 
 fn shared_emitted() -> &'static Shared<Vec<Frame>> {
@@ -279,6 +297,32 @@ pub(crate) fn recycle(b: Vec<u8>) {
         return;
     }
     give(&SPARE, KEEP, shared_buffers(), b);
+}
+
+/// An empty buffer with room for at least `len` bytes, for a run of
+/// frames back to back (a port's coalesced datagrams,
+/// [`crate::inbox::Msg::PortRuns`]): a frame buffer if `len` fits one,
+/// else a spare run buffer if there is one. Give it back with
+/// [`recycle_run`].
+pub(crate) fn run_buffer(len: usize) -> Vec<u8> {
+    if len <= LARGEST {
+        return buffer(len);
+    }
+    let mut b = take(&SPARE_RUNS, shared_runs()).unwrap_or_default();
+    b.clear();
+    b.reserve(len);
+    b
+}
+
+/// Gives back a buffer of [`run_buffer`]: to the frame buffers or to the
+/// run buffers, as its size says; frees it if those are full or it is too
+/// large to keep.
+pub(crate) fn recycle_run(b: Vec<u8>) {
+    if b.capacity() <= LARGEST {
+        recycle(b);
+    } else if b.capacity() <= LARGEST_RUN {
+        give(&SPARE_RUNS, KEEP_RUNS, shared_runs(), b);
+    }
 }
 
 /// Hands up to `n` spares to `nic`, as many as it keeps, for the frames it

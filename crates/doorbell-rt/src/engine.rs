@@ -229,6 +229,7 @@ fn work_name(msg: &Msg) -> Option<String> {
         } => format!("register store: UAR {}, +{offset:#x}, {len} B", uar.get()),
         Msg::RecordDoorbell(uar, db) => format!("doorbell record: UAR {}, {db:?}", uar.get()),
         Msg::Frames(fs) => format!("frames in ×{}", fs.len()),
+        Msg::PortRuns(_) => format!("frames in ×{}", msg.work()),
         Msg::EmittedFrames(fs, _) => format!("frames in ×{}", fs.len()),
         Msg::Cmd(c, _) => {
             let full = format!("{c:?}");
@@ -334,12 +335,53 @@ impl Engine {
         crate::buffers::recycle(bytes);
     }
 
+    /// Takes in the frames of port runs ([`Msg::PortRuns`]) where they lie,
+    /// each as [`Self::take_frames`] takes a frame.
+    fn take_runs(&mut self, now: Instant, mut runs: Vec<Vec<u8>>) {
+        for mut run in runs.drain(..) {
+            let mut at = 0;
+            while let Some(f) = crate::inbox::next_frame(&run, at) {
+                at = f.end;
+                self.take_in(now, &mut run[f], Arrival::Port);
+                self.count_in(now, 1);
+            }
+            crate::buffers::recycle_run(run);
+        }
+        crate::buffers::recycle_list(runs);
+    }
+
     fn take_frame(&mut self, now: Instant, mut f: Vec<u8>, how: Arrival<'_>) {
         let packets = match how {
             Arrival::Unfilled(u, _) => u.segments.max(1) as usize,
             Arrival::Train(n) => n.max(1) as usize,
             Arrival::Port | Arrival::Emitted => 1,
         };
+        self.take_in(now, &mut f, how);
+        // The NIC that took a frame in builds its answer next (an
+        // ACK, a READ response) in the buffer, which goes to its own
+        // spares without a trip through the thread's; a NIC with
+        // enough for its answers leaves the rest to the thread's,
+        // for the NIC whose stream it takes in.
+        if self.nic.spares() < ANSWER_SPARES {
+            self.nic.recycle(f);
+        } else {
+            crate::buffers::recycle(f);
+        }
+        self.count_in(now, packets);
+    }
+
+    /// Counts `packets` taken in, and flushes after every
+    /// [`FLUSH_PACKETS`].
+    fn count_in(&mut self, now: Instant, packets: usize) {
+        self.unflushed += packets;
+        if self.unflushed >= FLUSH_PACKETS {
+            self.flush(now);
+        }
+    }
+
+    /// Hands the NIC the frame `f`, as it arrived; a capture and a
+    /// timeline see it.
+    fn take_in(&mut self, now: Instant, f: &mut [u8], how: Arrival<'_>) {
         let Self {
             nic,
             bus,
@@ -348,19 +390,19 @@ impl Engine {
             ..
         } = self;
         if let Some(tl) = timeline {
-            tl.rec.frame(false, now, &f);
+            tl.rec.frame(false, now, f);
         }
         let r = match how {
             // A frame the NIC is handed whole: its ICRC is checked in its
             // own buffer, in one pass, and a frame that fails is taken the
             // long way, which says why and counts it.
-            Arrival::Port if doorbell_wire::icrc_matches_in_place(&mut f) => {
-                nic.handle_emitted_frame(now, &f, bus)
+            Arrival::Port if doorbell_wire::icrc_matches_in_place(f) => {
+                nic.handle_emitted_frame(now, f, bus)
             }
-            Arrival::Port => nic.handle_frame(now, &f, bus),
-            Arrival::Emitted => nic.handle_emitted_frame(now, &f, bus),
-            Arrival::Train(packets) => nic.handle_emitted_train(now, &f, packets, bus),
-            Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, &f, &u, from, bus),
+            Arrival::Port => nic.handle_frame(now, f, bus),
+            Arrival::Emitted => nic.handle_emitted_frame(now, f, bus),
+            Arrival::Train(packets) => nic.handle_emitted_train(now, f, packets, bus),
+            Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, f, &u, from, bus),
         };
         if let Some(c) = capture {
             let why = match r {
@@ -370,27 +412,13 @@ impl Engine {
             if let Arrival::Unfilled(u, from) = how {
                 // A payload the sender's memory no longer holds stays
                 // as the frame's buffer had it.
-                let _ = u.fill(&mut f, from);
+                let _ = u.fill(f, from);
             }
             if !matches!(how, Arrival::Port) {
                 // Bytes that are no frame stay as they came.
-                let _ = doorbell_wire::seal_roce(&mut f);
+                let _ = doorbell_wire::seal_roce(f);
             }
-            c.record(crate::pcap::Direction::In, &f, why);
-        }
-        // The NIC that took a frame in builds its answer next (an
-        // ACK, a READ response) in the buffer, which goes to its own
-        // spares without a trip through the thread's; a NIC with
-        // enough for its answers leaves the rest to the thread's,
-        // for the NIC whose stream it takes in.
-        if nic.spares() < ANSWER_SPARES {
-            nic.recycle(f);
-        } else {
-            crate::buffers::recycle(f);
-        }
-        self.unflushed += packets;
-        if self.unflushed >= FLUSH_PACKETS {
-            self.flush(now);
+            c.record(crate::pcap::Direction::In, f, why);
         }
     }
 
@@ -414,6 +442,7 @@ impl Engine {
                 nic.handle_record_doorbell(now, uar, db, bus);
             }
             Msg::Frames(fs) => self.take_frames(now, fs),
+            Msg::PortRuns(rs) => self.take_runs(now, rs),
             Msg::EmittedFrames(fs, from) => self.take_emitted(now, fs, &*from),
             Msg::Cmd(c, reply) => {
                 let _ = reply.send(nic.exec(now, c, bus));

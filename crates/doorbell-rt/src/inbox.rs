@@ -24,6 +24,12 @@ pub(crate) enum Msg {
     /// ([`doorbell_host::Mmio::record_doorbell`]).
     RecordDoorbell(UarIndex, RecordDoorbell),
     Frames(Vec<Vec<u8>>),
+    /// Frames a port rebuilt from what its socket gave, several to a
+    /// buffer: each buffer holds whole IPv4 frames back to back, each as
+    /// long as its header's total length says (the port wrote those
+    /// headers; [`next_frame`] walks them), so that a run of datagrams
+    /// the kernel coalesced costs one buffer, not one a datagram.
+    PortRuns(Vec<Vec<u8>>),
     /// Frames another NIC of this process emitted, untouched since, and
     /// that NIC's host memory, where payloads it left
     /// ([`doorbell_device::Frame::unfilled`]) are.
@@ -46,10 +52,26 @@ impl Msg {
     pub(crate) fn work(&self) -> usize {
         match self {
             Msg::Frames(fs) => fs.len().max(1),
+            Msg::PortRuns(rs) => rs.iter().map(|r| frames_in(r)).sum::<usize>().max(1),
             Msg::EmittedFrames(fs, _) => fs.len().max(1),
             _ => 1,
         }
     }
+}
+
+/// Where the frame after `at` lies in a buffer of [`Msg::PortRuns`]: from
+/// `at`, as long as its IPv4 header's total length says; `None` at the end
+/// of the buffer, or where the bytes left hold no such frame.
+pub(crate) fn next_frame(run: &[u8], at: usize) -> Option<std::ops::Range<usize>> {
+    let len = run.get(at..)?.get(2..4)?;
+    let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+    let end = at.checked_add(len).filter(|&e| len > 0 && e <= run.len())?;
+    Some(at..end)
+}
+
+/// How many frames a buffer of [`Msg::PortRuns`] holds.
+fn frames_in(run: &[u8]) -> usize {
+    std::iter::successors(next_frame(run, 0), |f| next_frame(run, f.end)).count()
 }
 
 /// Messages in the order they were queued, from any thread, taken one at a
@@ -130,4 +152,41 @@ pub struct BusSnapshot {
     pub qps: Vec<(Qpn, Counters)>,
     /// The device's own counters.
     pub nic: NicCounters,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame of `len` bytes whose header gives that length.
+    fn frame(len: u16, fill: u8) -> Vec<u8> {
+        let mut f = vec![fill; usize::from(len)];
+        f[2..4].copy_from_slice(&len.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_run_is_walked_frame_by_frame_to_its_end() {
+        let run: Vec<u8> = [frame(60, 1), frame(60, 2), frame(28, 3)].concat();
+        assert_eq!(next_frame(&run, 0), Some(0..60));
+        assert_eq!(next_frame(&run, 60), Some(60..120));
+        assert_eq!(next_frame(&run, 120), Some(120..148));
+        assert_eq!(next_frame(&run, 148), None);
+        assert_eq!(frames_in(&run), 3);
+        assert_eq!(Msg::PortRuns(vec![run.clone(), frame(40, 4)]).work(), 4);
+    }
+
+    #[test]
+    fn bytes_that_hold_no_whole_frame_end_the_walk() {
+        // A length past the end, a length of zero, too few bytes for one.
+        let mut long = frame(60, 1);
+        long.truncate(59);
+        assert_eq!(next_frame(&long, 0), None);
+        let mut zero = frame(60, 1);
+        zero[2..4].fill(0);
+        assert_eq!(next_frame(&zero, 0), None);
+        assert_eq!(next_frame(&[0x45, 0, 0], 0), None);
+        assert_eq!(next_frame(&frame(60, 1), usize::MAX), None);
+        assert_eq!(frames_in(&zero), 0);
+    }
 }

@@ -374,8 +374,9 @@ fn take(
         }
         Err(_) => return usize::MAX,
     };
-    let mut frames = crate::buffers::frame_list();
-    frames.reserve(n);
+    let mut runs = crate::buffers::frame_list();
+    runs.reserve(n);
+    let mut got = 0;
     for i in 0..n {
         let Some((meta, payload)) = batch.get(i) else {
             break;
@@ -394,38 +395,40 @@ fn take(
         let dst = SocketAddrV4::new(meta.dst.unwrap_or(*local.ip()), local.port());
         // A coalesced run is the datagrams it was cut from, in order.
         let seg = meta.segment.unwrap_or(payload.len()).max(1);
-        rebuild_run(meta.src, dst, payload, seg, &mut frames);
+        got += rebuild_run(meta.src, dst, payload, seg, &mut runs);
     }
-    let got = frames.len();
     if got == 0 {
-        crate::buffers::recycle_list(frames);
+        crate::buffers::recycle_list(runs);
         return 0;
     }
     stats.rx_datagrams.fetch_add(got as u64, Ordering::Relaxed);
     // A full batch: more are waiting in the socket, and the receive
     // thread is worth more there (the worker takes these).
     if thread && n == sys::RECV_BATCH {
-        to.hand_over(Msg::Frames(frames));
+        to.hand_over(Msg::PortRuns(runs));
     } else {
-        to.enqueue(Msg::Frames(frames));
+        to.enqueue(Msg::PortRuns(runs));
     }
     got
 }
 
-/// The frames the sender's NIC built, onto `frames`, from a run of
-/// datagrams the kernel coalesced (`seg` bytes each, the last maybe fewer;
-/// a datagram alone is a run of one) and what the kernel said of them:
-/// IPv4 (identification 0, DF, TTL 64, TOS 0) and UDP headers (checksum
-/// 0) before each datagram. The datagrams of a run have one length, so
-/// their headers are made once, the IPv4 checksum with them, and copied
-/// before each.
+/// The frames the sender's NIC built, from a run of datagrams the kernel
+/// coalesced (`seg` bytes each, the last maybe fewer; a datagram alone is
+/// a run of one) and what the kernel said of them: IPv4 (identification
+/// 0, DF, TTL 64, TOS 0) and UDP headers (checksum 0) before each
+/// datagram, the frames back to back in one buffer pushed onto `runs`
+/// ([`Msg::PortRuns`]). Returns how many frames it holds. The datagrams of
+/// a run have one length, so their headers are made once, the IPv4
+/// checksum with them, and copied before each.
 fn rebuild_run(
     src: SocketAddrV4,
     dst: SocketAddrV4,
     run: &[u8],
     seg: usize,
-    frames: &mut Vec<Vec<u8>>,
-) {
+    runs: &mut Vec<Vec<u8>>,
+) -> usize {
+    let count = run.len().div_ceil(seg);
+    let mut b = crate::buffers::run_buffer(run.len() + count * HEADERS_LEN);
     let mut headers = [0u8; HEADERS_LEN];
     // The datagram length `headers` were made for.
     let mut made_for = None;
@@ -434,11 +437,11 @@ fn rebuild_run(
             write_headers(&mut headers, src, dst, d.len());
             made_for = Some(d.len());
         }
-        let mut f = crate::buffers::buffer(HEADERS_LEN + d.len());
-        f.extend_from_slice(&headers);
-        f.extend_from_slice(d);
-        frames.push(f);
+        b.extend_from_slice(&headers);
+        b.extend_from_slice(d);
     }
+    runs.push(b);
+    count
 }
 
 /// Writes the IPv4 and UDP headers of a datagram of `len` bytes from `src`
@@ -569,10 +572,15 @@ mod tests {
 
     /// One datagram, rebuilt as a run of one.
     fn rebuild(src: SocketAddrV4, dst: SocketAddrV4, datagram: &[u8]) -> Vec<u8> {
-        let mut frames = Vec::new();
-        rebuild_run(src, dst, datagram, datagram.len(), &mut frames);
-        assert_eq!(frames.len(), 1);
-        frames.pop().unwrap()
+        let mut runs = Vec::new();
+        assert_eq!(
+            rebuild_run(src, dst, datagram, datagram.len(), &mut runs),
+            1
+        );
+        assert_eq!(runs.len(), 1);
+        let run = runs.pop().unwrap();
+        assert_eq!(crate::inbox::next_frame(&run, 0), Some(0..run.len()));
+        run
     }
 
     #[test]
@@ -600,8 +608,18 @@ mod tests {
             .iter()
             .flat_map(|f| f[HEADERS_LEN..].to_vec())
             .collect();
-        let mut got = Vec::new();
-        rebuild_run(src, dst, &run, seg, &mut got);
+        let mut runs = Vec::new();
+        assert_eq!(rebuild_run(src, dst, &run, seg, &mut runs), 4);
+        let [rebuilt] = &runs[..] else {
+            panic!("one buffer for the run, got {}", runs.len());
+        };
+        // Walked as the engine walks it: each frame where it lies, then
+        // nothing.
+        let got: Vec<Vec<u8>> = std::iter::successors(crate::inbox::next_frame(rebuilt, 0), |f| {
+            crate::inbox::next_frame(rebuilt, f.end)
+        })
+        .map(|f| rebuilt[f].to_vec())
+        .collect();
         assert_eq!(got, frames);
         assert!(got.iter().all(|g| parse_roce(g).is_ok()));
     }
