@@ -14,7 +14,11 @@
 #   - between two hosts (BENCH_NETNS=1, as root): two network namespaces
 #     joined by a veth pair, as doorbell-cli's netns test builds them;
 #     unmodified `ib_write_bw -s 65536` across it against one iperf3 TCP
-#     stream across the same veth;
+#     stream across the same veth, in BENCH_VETH_ROUNDS rounds (5 unless
+#     set), each an iperf3 run followed by an ib_write_bw run; the table
+#     gives the median of the rounds' ratios and their range (both sides
+#     run near a core each there, and one run moves by a tenth or more
+#     with the shared machine's load);
 #   - an idle open device: the CPU time all threads of `rping -s` (device
 #     open, a listening rdma_cm id, no client) take over BENCH_SECS;
 #   - message rate: `ib_write_bw -s 8 -I 8 -l 16` (8-byte inline WRITEs,
@@ -24,6 +28,7 @@
 #   scripts/bench-tools.sh            # 5 s per figure
 #   BENCH_SECS=10 scripts/bench-tools.sh
 #   BENCH_NETNS=1 scripts/bench-tools.sh   # also the two-host figure (root)
+#   BENCH_NETNS=1 BENCH_VETH_ROUNDS=9 scripts/bench-tools.sh
 #
 # Needs scripts/setup.sh's packages (perftest, sockperf, iperf3). Builds the
 # release binaries first. Prints each tool's own result line, then a table.
@@ -143,16 +148,19 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
     for ns in "$na" "$nb"; do ip -n "$ns" link set lo up; done
     ip -n "$na" link set "$va" up
     ip -n "$nb" link set "$vb" up
-    say "one TCP stream over the veth (iperf3)"
-    vip=$(pair 1 "ip netns exec $na iperf3 -s -1 -B 10.88.0.1 -p 5302" \
-        "ip netns exec $nb iperf3 -c 10.88.0.1 -p 5302 -t $secs -J")
-    veth_tcp=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8)' <<<"$vip")
-    say "ib_write_bw -s 65536 over the veth"
-    vbw=$(pair 1.5 "ip netns exec $na $db run --addr 10.88.0.1 -- ib_write_bw -s 65536 -D $secs -p 18605" \
-        "ip netns exec $nb $db run --addr 10.88.0.2 -- ib_write_bw -s 65536 -D $secs -p 18605 10.88.0.1")
-    echo "$vbw" | grep -E 'BW average|^ 65536 ' >&2
-    veth_bw=$(awk '$1 == 65536 {print $4}' <<<"$vbw" | tail -1)
-    veth_rows="$veth_bw $veth_tcp"
+    rounds=${BENCH_VETH_ROUNDS:-5}
+    for ((r = 1; r <= rounds; r++)); do
+        say "round $r of $rounds over the veth: one TCP stream (iperf3), then ib_write_bw -s 65536"
+        vip=$(pair 1 "ip netns exec $na iperf3 -s -1 -B 10.88.0.1 -p 5302" \
+            "ip netns exec $nb iperf3 -c 10.88.0.1 -p 5302 -t $secs -J")
+        veth_tcp=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8)' <<<"$vip")
+        vbw=$(pair 1.5 "ip netns exec $na $db run --addr 10.88.0.1 -- ib_write_bw -s 65536 -D $secs -p 18605" \
+            "ip netns exec $nb $db run --addr 10.88.0.2 -- ib_write_bw -s 65536 -D $secs -p 18605 10.88.0.1")
+        veth_bw=$(awk '$1 == 65536 {print $4}' <<<"$vbw" | tail -1)
+        echo "round $r: iperf3 $veth_tcp bytes/s; ib_write_bw:" >&2
+        echo "$vbw" | grep -E 'BW average|^ 65536 ' >&2
+        veth_rows+=" $veth_bw $veth_tcp"
+    done
 fi
 
 /usr/bin/python3 - "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" "$idle_share" $veth_rows <<'EOF'
@@ -171,10 +179,20 @@ rows = [
      f"{db_rate * 1e6 / tcp_rate:.2f}x TCP (target >= 2)"),
 ]
 rows.append(("idle open device (rping -s)", f"{idle:.2f}% of a core", "", "(target < 1%)"))
-if len(sys.argv) > 10:
-    vbw, vtcp = float(sys.argv[9]) * 2**20, float(sys.argv[10])
-    rows.append(("bandwidth over a veth, 64 KiB", f"ib_write_bw {vbw / 1e9:.3f} GB/s",
-                 f"iperf3 {vtcp / 1e9:.3f} GB/s", f"{vbw / vtcp:.2f}x TCP (target >= 1)"))
+# Over the veth: (ib_write_bw MiB/s, iperf3 bytes/s) per round.
+veth = [(float(b) * 2**20, float(t)) for b, t in zip(sys.argv[9::2], sys.argv[10::2])]
+if veth:
+    ratios = sorted(b / t for b, t in veth)
+    mid = len(ratios) // 2
+    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    print("over the veth, round by round: " + ", ".join(
+        f"{b / 1e9:.3f}/{t / 1e9:.3f} GB/s = {b / t:.2f}x" for b, t in veth), file=sys.stderr)
+    bws = sorted(b for b, _ in veth)
+    tcps = sorted(t for _, t in veth)
+    rows.append((f"bandwidth over a veth, 64 KiB ({len(veth)} rounds)",
+                 f"ib_write_bw {bws[0] / 1e9:.3f}-{bws[-1] / 1e9:.3f} GB/s",
+                 f"iperf3 {tcps[0] / 1e9:.3f}-{tcps[-1] / 1e9:.3f} GB/s",
+                 f"median {median:.2f}x TCP, rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x (target >= 1)"))
 print("| figure | doorbell | TCP baseline (same run) | ratio |")
 print("|---|---|---|---|")
 for r in rows:
