@@ -26,9 +26,10 @@
 //! record 0052). The receiver puts the IPv4 and UDP headers back from
 //! what the kernel tells: source address and port, destination address
 //! (`IP_PKTINFO`), length; identification 0 and DF, with TTL and TOS as
-//! anything (the ICRC masks them). The rebuilt frame goes to the NIC (run
-//! by the thread that received it when the NIC is idle), which checks the
-//! ICRC exactly as for a frame from the in-process fabric: a datagram
+//! anything (the ICRC masks them). The rebuilt frames go to the NIC (run
+//! by the thread that received them when the NIC is idle), a coalesced
+//! run's back to back in one buffer; the NIC checks each frame's ICRC
+//! exactly as for a frame from the in-process fabric: a datagram
 //! whose addresses, ports or bytes are not those its sender's ICRC covers
 //! is dropped and counted there.
 
