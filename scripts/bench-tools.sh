@@ -157,7 +157,7 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
         vbw=$(pair 1.5 "ip netns exec $na $db run --addr 10.88.0.1 -- ib_write_bw -s 65536 -D $secs -p 18605" \
             "ip netns exec $nb $db run --addr 10.88.0.2 -- ib_write_bw -s 65536 -D $secs -p 18605 10.88.0.1")
         veth_bw=$(awk '$1 == 65536 {print $4}' <<<"$vbw" | tail -1)
-        echo "round $r: iperf3 $veth_tcp bytes/s; ib_write_bw:" >&2
+        echo "round $r: iperf3 $(awk -v b="$veth_tcp" 'BEGIN { printf "%.3f", b / 1e9 }') GB/s received; ib_write_bw:" >&2
         echo "$vbw" | grep -E 'BW average|^ 65536 ' >&2
         veth_rows+=" $veth_bw $veth_tcp"
     done
