@@ -1645,3 +1645,86 @@ fn a_polled_stream_held_at_its_window_is_left_to_the_polls_until_an_arm() {
         "arms called the thread back in {called_back} of {ROUNDS} rounds"
     );
 }
+
+/// Sends `datagrams`, all of one length, to the NIC as one segmented send
+/// (`UDP_SEGMENT`): the kernel carries them as one buffer, which the
+/// NIC's socket (`UDP_GRO`) takes in whole, as it takes a peer NIC's
+/// segmented sends.
+#[allow(unsafe_code)]
+fn send_segmented(w: &Wire, datagrams: &[Vec<u8>]) {
+    use std::os::fd::AsRawFd as _;
+    let seg = datagrams[0].len();
+    assert!(datagrams.iter().all(|d| d.len() == seg));
+    let set = |size: usize| {
+        let v = libc::c_int::try_from(size).unwrap();
+        // SAFETY: setsockopt reads an int from `v`, which lives through the
+        // call, on the socket `w` owns.
+        let rc = unsafe {
+            libc::setsockopt(
+                w.sock.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                std::ptr::from_ref(&v).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    };
+    set(seg);
+    w.send_raw(&datagrams.concat());
+    set(0);
+}
+
+/// A run of datagrams that reaches the NIC as one coalesced buffer is
+/// taken datagram by datagram: one whose ICRC is wrong, in the middle, is
+/// counted and dropped alone; the one before it is executed and the one
+/// after it is answered as out of sequence, as if each had come alone.
+#[test]
+fn a_bad_datagram_inside_a_coalesced_run_is_dropped_alone() {
+    let r = rig(78);
+    let q = r.b.qp.qpn();
+    let e = Psn::new(PEER_PSN);
+    let (va, rkey) = (r.va(WRITE_OFF), r.rkey());
+    let data: Vec<Vec<u8>> = (0..3).map(|i| pattern(48, 40 + i)).collect();
+    let write = |i: usize| {
+        r.peer.datagram(
+            q,
+            e.add(i as u32),
+            &Pkt::write(
+                RcRdmaWriteOnly,
+                va + 64 * i as u64,
+                rkey,
+                48,
+                data[i].clone(),
+            ),
+        )
+    };
+    let mut run: Vec<Vec<u8>> = (0..3).map(write).collect();
+    // A payload byte of the middle one changed on the way.
+    let at = run[1].len() - 10;
+    run[1][at] ^= 0x40;
+    let c0 = r.counters();
+    send_segmented(&r.peer, &run);
+    assert_eq!(head(&r.peer.answer()), ack_of(e, 1), "the first, alone");
+    assert_eq!(
+        nak_head(&r.peer.answer()),
+        nak_of(e.add(1), NakCode::PsnSeqErr),
+        "the third finds the second missing"
+    );
+    let c1 = r.seen(&c0, 2);
+    assert_eq!(c1.rx_icrc_errors - c0.rx_icrc_errors, 1, "{c1:?}");
+    assert_eq!(c1.rx_write_requests - c0.rx_write_requests, 1);
+    assert_eq!(c1.out_of_sequence - c0.out_of_sequence, 1);
+    r.wrote(WRITE_OFF, &data[0]);
+    r.check_memory("only the first WRITE of the run");
+    // The same two again, whole and as a run: both executed.
+    send_segmented(&r.peer, &[write(1), write(2)]);
+    assert_eq!(head(&r.peer.answer()), ack_of(e.add(2), 3));
+    r.wrote(WRITE_OFF + 64, &data[1]);
+    r.wrote(WRITE_OFF + 128, &data[2]);
+    let c2 = r.seen(&c1, 2);
+    assert_eq!(c2.rx_write_requests - c1.rx_write_requests, 2);
+    assert_eq!(c2.rx_icrc_errors, c1.rx_icrc_errors);
+    r.check_memory("the run resent");
+    r.healthy("after a run with a bad datagram");
+}
