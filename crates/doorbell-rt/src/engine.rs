@@ -229,7 +229,7 @@ fn work_name(msg: &Msg) -> Option<String> {
         } => format!("register store: UAR {}, +{offset:#x}, {len} B", uar.get()),
         Msg::RecordDoorbell(uar, db) => format!("doorbell record: UAR {}, {db:?}", uar.get()),
         Msg::Frames(fs) => format!("frames in ×{}", fs.len()),
-        Msg::PortRuns(_) => format!("frames in ×{}", msg.work()),
+        Msg::PortRuns(_, n) => format!("frames in ×{n}"),
         Msg::EmittedFrames(fs, _) => format!("frames in ×{}", fs.len()),
         Msg::Cmd(c, _) => {
             let full = format!("{c:?}");
@@ -442,7 +442,7 @@ impl Engine {
                 nic.handle_record_doorbell(now, uar, db, bus);
             }
             Msg::Frames(fs) => self.take_frames(now, fs),
-            Msg::PortRuns(rs) => self.take_runs(now, rs),
+            Msg::PortRuns(rs, _) => self.take_runs(now, rs),
             Msg::EmittedFrames(fs, from) => self.take_emitted(now, fs, &*from),
             Msg::Cmd(c, reply) => {
                 let _ = reply.send(nic.exec(now, c, bus));

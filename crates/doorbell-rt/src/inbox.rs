@@ -11,6 +11,7 @@ use doorbell_hif::{CmdError, CmdOut, Command};
 use doorbell_host::{HostMemory, RecordDoorbell};
 use doorbell_pcie::{Carried, Counters, Crossing};
 use doorbell_types::{Qpn, UarIndex};
+use doorbell_wire::Ipv4Header;
 
 /// One input of a device thread.
 pub(crate) enum Msg {
@@ -28,8 +29,9 @@ pub(crate) enum Msg {
     /// buffer: each buffer holds whole IPv4 frames back to back, each as
     /// long as its header's total length says (the port wrote those
     /// headers; [`next_frame`] walks them), so that a run of datagrams
-    /// the kernel coalesced costs one buffer, not one a datagram.
-    PortRuns(Vec<Vec<u8>>),
+    /// the kernel coalesced costs one buffer, not one a datagram. Then
+    /// how many frames the buffers hold in all.
+    PortRuns(Vec<Vec<u8>>, usize),
     /// Frames another NIC of this process emitted, untouched since, and
     /// that NIC's host memory, where payloads it left
     /// ([`doorbell_device::Frame::unfilled`]) are.
@@ -52,7 +54,7 @@ impl Msg {
     pub(crate) fn work(&self) -> usize {
         match self {
             Msg::Frames(fs) => fs.len().max(1),
-            Msg::PortRuns(rs) => rs.iter().map(|r| frames_in(r)).sum::<usize>().max(1),
+            Msg::PortRuns(_, frames) => (*frames).max(1),
             Msg::EmittedFrames(fs, _) => fs.len().max(1),
             _ => 1,
         }
@@ -63,15 +65,10 @@ impl Msg {
 /// `at`, as long as its IPv4 header's total length says; `None` at the end
 /// of the buffer, or where the bytes left hold no such frame.
 pub(crate) fn next_frame(run: &[u8], at: usize) -> Option<std::ops::Range<usize>> {
-    let len = run.get(at..)?.get(2..4)?;
-    let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+    let h = Ipv4Header::new_checked(run.get(at..)?).ok()?;
+    let len = usize::from(h.total_len());
     let end = at.checked_add(len).filter(|&e| len > 0 && e <= run.len())?;
     Some(at..end)
-}
-
-/// How many frames a buffer of [`Msg::PortRuns`] holds.
-fn frames_in(run: &[u8]) -> usize {
-    std::iter::successors(next_frame(run, 0), |f| next_frame(run, f.end)).count()
 }
 
 /// Messages in the order they were queued, from any thread, taken one at a
@@ -172,13 +169,12 @@ mod tests {
         assert_eq!(next_frame(&run, 60), Some(60..120));
         assert_eq!(next_frame(&run, 120), Some(120..148));
         assert_eq!(next_frame(&run, 148), None);
-        assert_eq!(frames_in(&run), 3);
-        assert_eq!(Msg::PortRuns(vec![run.clone(), frame(40, 4)]).work(), 4);
     }
 
     #[test]
     fn bytes_that_hold_no_whole_frame_end_the_walk() {
-        // A length past the end, a length of zero, too few bytes for one.
+        // A length past the end, a length of zero, too few bytes for a
+        // header.
         let mut long = frame(60, 1);
         long.truncate(59);
         assert_eq!(next_frame(&long, 0), None);
@@ -187,6 +183,5 @@ mod tests {
         assert_eq!(next_frame(&zero, 0), None);
         assert_eq!(next_frame(&[0x45, 0, 0], 0), None);
         assert_eq!(next_frame(&frame(60, 1), usize::MAX), None);
-        assert_eq!(frames_in(&zero), 0);
     }
 }

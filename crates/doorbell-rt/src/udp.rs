@@ -406,9 +406,9 @@ fn take(
     // A full batch: more are waiting in the socket, and the receive
     // thread is worth more there (the worker takes these).
     if thread && n == sys::RECV_BATCH {
-        to.hand_over(Msg::PortRuns(runs));
+        to.hand_over(Msg::PortRuns(runs, got));
     } else {
-        to.enqueue(Msg::PortRuns(runs));
+        to.enqueue(Msg::PortRuns(runs, got));
     }
     got
 }
