@@ -314,11 +314,17 @@ pub(crate) fn run_buffer(len: usize) -> Vec<u8> {
     b
 }
 
+/// Whether `b` is a frame buffer, one [`recycle`] keeps: what
+/// [`run_buffer`] gives for a run that fits one (a datagram alone).
+pub(crate) fn holds_a_frame(b: &Vec<u8>) -> bool {
+    b.capacity() <= LARGEST
+}
+
 /// Gives back a buffer of [`run_buffer`]: to the frame buffers or to the
 /// run buffers, as its size says; frees it if those are full or it is too
 /// large to keep.
 pub(crate) fn recycle_run(b: Vec<u8>) {
-    if b.capacity() <= LARGEST {
+    if holds_a_frame(&b) {
         recycle(b);
     } else if b.capacity() <= LARGEST_RUN {
         give(&SPARE_RUNS, KEEP_RUNS, shared_runs(), b);

@@ -336,7 +336,8 @@ impl Engine {
     }
 
     /// Takes in the frames of port runs ([`Msg::PortRuns`]) where they lie,
-    /// each as [`Self::take_frames`] takes a frame.
+    /// each as [`Self::take_frames`] takes a frame; a run short enough for
+    /// a frame buffer (a datagram alone) gives it back as a frame's.
     fn take_runs(&mut self, now: Instant, mut runs: Vec<Vec<u8>>) {
         for mut run in runs.drain(..) {
             let mut at = 0;
@@ -345,7 +346,12 @@ impl Engine {
                 self.take_in(now, &mut run[f], Arrival::Port);
                 self.count_in(now, 1);
             }
-            crate::buffers::recycle_run(run);
+            if crate::buffers::holds_a_frame(&run) {
+                // A datagram alone, or a few small ones: a frame buffer.
+                self.give_taken(run);
+            } else {
+                crate::buffers::recycle_run(run);
+            }
         }
         crate::buffers::recycle_list(runs);
     }
@@ -357,17 +363,21 @@ impl Engine {
             Arrival::Port | Arrival::Emitted => 1,
         };
         self.take_in(now, &mut f, how);
-        // The NIC that took a frame in builds its answer next (an
-        // ACK, a READ response) in the buffer, which goes to its own
-        // spares without a trip through the thread's; a NIC with
-        // enough for its answers leaves the rest to the thread's,
-        // for the NIC whose stream it takes in.
+        self.give_taken(f);
+        self.count_in(now, packets);
+    }
+
+    /// Gives back the buffer of a frame the NIC took in. The NIC builds
+    /// its answer next (an ACK, a READ response) in it, so it goes to the
+    /// NIC's own spares without a trip through the thread's; a NIC with
+    /// enough for its answers leaves the rest to the thread's, for the NIC
+    /// whose stream it takes in.
+    fn give_taken(&mut self, f: Vec<u8>) {
         if self.nic.spares() < ANSWER_SPARES {
             self.nic.recycle(f);
         } else {
             crate::buffers::recycle(f);
         }
-        self.count_in(now, packets);
     }
 
     /// Counts `packets` taken in, and flushes after every
