@@ -145,10 +145,10 @@ pub fn version_definitions(lib: &Path) -> Vec<Node> {
                     name: name.trim().to_owned(),
                     parent: None,
                 });
-            } else if let Some((_, parent)) = line.split_once("Parent 1: ") {
-                if let Some(last) = out.last_mut() {
-                    last.parent = Some(parent.trim().to_owned());
-                }
+            } else if let Some((_, parent)) = line.split_once("Parent 1: ")
+                && let Some(last) = out.last_mut()
+            {
+                last.parent = Some(parent.trim().to_owned());
             }
         }
     }

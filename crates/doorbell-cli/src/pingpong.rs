@@ -629,7 +629,7 @@ impl Endpoint {
             if n == 0 {
                 if !self.s.events {
                     idle += 1;
-                    if idle % 1024 == 0 && last.elapsed() > self.s.timeout {
+                    if idle.is_multiple_of(1024) && last.elapsed() > self.s.timeout {
                         bail!(
                             "no completion for {:.1} s: the peer stopped answering \
                              ({rcnt} received, {scnt} sent of {iters})",

@@ -191,20 +191,19 @@ impl Outputs {
     /// buffer then goes back to the spares.
     pub(crate) fn push_packet(&mut self, frame: Frame, to: Qpn) {
         debug_assert!(frame.unfilled.is_none() && frame.train == 1);
-        if self.train_to == Some(to) && self.held_ack.is_none() {
-            if let Some(last) = self.tx.back_mut() {
-                if last.dst == frame.dst
-                    && last.train < self.max_train
-                    && last.bytes.len() + frame.bytes.len() <= crate::config::MAX_TRAIN_BYTES
-                {
-                    last.bytes.extend_from_slice(&frame.bytes);
-                    last.train += 1;
-                    last.ready = last.ready.max(frame.ready);
-                    self.tx_joined += 1;
-                    self.spare.give(frame.bytes);
-                    return;
-                }
-            }
+        if self.train_to == Some(to)
+            && self.held_ack.is_none()
+            && let Some(last) = self.tx.back_mut()
+            && last.dst == frame.dst
+            && last.train < self.max_train
+            && last.bytes.len() + frame.bytes.len() <= crate::config::MAX_TRAIN_BYTES
+        {
+            last.bytes.extend_from_slice(&frame.bytes);
+            last.train += 1;
+            last.ready = last.ready.max(frame.ready);
+            self.tx_joined += 1;
+            self.spare.give(frame.bytes);
+            return;
         }
         self.push(frame);
         if self.max_train > 1 {

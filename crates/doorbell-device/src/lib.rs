@@ -1063,11 +1063,11 @@ impl Nic {
         bytes[4..].copy_from_slice(&cqn.get().to_be_bytes());
         let arm = CqArmDoorbell::parse(&bytes);
         self.out.counters.arms_by_record += 1;
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
-            if cq.arm(arm.solicited_only, arm.ci) {
-                let ev = NicEvent::Completion(cqn);
-                self.out.events.push_back((ev, t));
-            }
+        if let Some(cq) = self.cqs.get_mut(&cqn)
+            && cq.arm(arm.solicited_only, arm.ci)
+        {
+            let ev = NicEvent::Completion(cqn);
+            self.out.events.push_back((ev, t));
         }
     }
 

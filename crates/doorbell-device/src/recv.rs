@@ -963,17 +963,17 @@ fn inbound_read<D: Dma>(
         // A MIDDLE response whose payload follows the run before it in
         // memory joins it ([`crate::NicConfig::max_segments`]); its read
         // was counted above, as for any response.
-        if let Some(run) = frames.last_mut() {
-            if transmit::continues_run(
+        if let Some(run) = frames.last_mut()
+            && transmit::continues_run(
                 run,
                 &f,
                 ctx.cfg.max_segments.min(crate::config::MAX_SEGMENTS),
-            ) {
-                run.segments += 1;
-                run.ready = run.ready.max(f.ready);
-                ctx.out.spare.give(f.bytes);
-                continue;
-            }
+            )
+        {
+            run.segments += 1;
+            run.ready = run.ready.max(f.ready);
+            ctx.out.spare.give(f.bytes);
+            continue;
         }
         frames.push(f);
     }

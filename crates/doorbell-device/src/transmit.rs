@@ -350,11 +350,11 @@ fn build_runs<D: Dma>(
     for k in range {
         let (bth, ext) = headers(k)?;
         let data_len = p.data_len(k);
-        if let Some(f) = frames.last_mut() {
-            if joins(f, &bth, &ext, data_len, max) {
-                f.segments += 1;
-                continue;
-            }
+        if let Some(f) = frames.last_mut()
+            && joins(f, &bth, &ext, data_len, max)
+        {
+            f.segments += 1;
+            continue;
         }
         let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
         // Never fails for a packet of an MTU at most.

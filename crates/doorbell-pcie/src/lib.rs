@@ -156,7 +156,7 @@ impl LinkConfig {
     /// RCB divides 4 KiB (in every legal configuration), every whole 4 KiB
     /// page of the range splits as every other.
     pub fn read_tlp_counts(&self, addr: u64, len: u64) -> (u64, u64) {
-        let pages_alike = TLP_BOUNDARY % u64::from(self.rcb_bytes).max(1) == 0;
+        let pages_alike = TLP_BOUNDARY.is_multiple_of(u64::from(self.rcb_bytes).max(1));
         Self::by_pages(addr, len, pages_alike, |a, n| {
             self.read_requests(a, n)
                 .fold((0, 0), |(mrd, cpld), (x, m)| {

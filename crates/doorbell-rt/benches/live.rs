@@ -129,7 +129,7 @@ impl Settings {
         };
         assert!(s.secs > 0.0, "DOORBELL_BENCH_SECS must be positive");
         assert!(
-            s.depth >= SIGNAL_EVERY && s.depth % SIGNAL_EVERY == 0,
+            s.depth >= SIGNAL_EVERY && s.depth.is_multiple_of(SIGNAL_EVERY),
             "DOORBELL_BENCH_DEPTH must be a multiple of {SIGNAL_EVERY}"
         );
         assert!(
@@ -591,7 +591,7 @@ fn small_writes(s: &Settings, post: Post) -> Rate {
             addr: raddr + (n as usize % SMALL_SLOTS * SMALL) as u64,
             rkey,
         }),
-        flags: if (n + 1) % SIGNAL_EVERY as u64 == 0 {
+        flags: if (n + 1).is_multiple_of(SIGNAL_EVERY as u64) {
             SendFlags::INLINE | SendFlags::SIGNALED
         } else {
             SendFlags::INLINE

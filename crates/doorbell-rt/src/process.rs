@@ -280,13 +280,13 @@ impl ProcessNicConfig {
     /// by hand.
     pub fn validate(&self) -> Result<(), ProcessNicError> {
         check_name(&self.name)?;
-        if let Some(a) = self.addr {
-            if !is_unicast(a) {
-                return Err(ProcessNicError::BadAddr {
-                    var: Self::ADDR_VAR,
-                    value: Ipv4Addr::from(a).to_string(),
-                });
-            }
+        if let Some(a) = self.addr
+            && !is_unicast(a)
+        {
+            return Err(ProcessNicError::BadAddr {
+                var: Self::ADDR_VAR,
+                value: Ipv4Addr::from(a).to_string(),
+            });
         }
         Ok(())
     }

@@ -677,7 +677,7 @@ fn rx_loop(
         turns = turns.wrapping_add(1);
         let got = match inbound.try_lock() {
             Ok(mut inb) => {
-                let look = turns % 1024 == 0;
+                let look = turns.is_multiple_of(1024);
                 let callers = if look {
                     inb.callers(shaking.room())
                 } else {
@@ -871,7 +871,7 @@ fn spin_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
             Err(TryLockError::WouldBlock) => {}
         }
         tries = tries.wrapping_add(1);
-        if tries % 64 == 0 {
+        if tries.is_multiple_of(64) {
             if start.elapsed() >= SPIN_LOCK {
                 return m.lock().unwrap_or_else(|e| e.into_inner());
             }

@@ -231,7 +231,7 @@ impl UdpPort {
         let n = self.idle.load(Ordering::Relaxed);
         // While the receive thread is away, the polls are the socket's only
         // readers: each tries it.
-        if n >= IDLE_EVERY && n % IDLE_EVERY != 0 && !core.rx_away() {
+        if n >= IDLE_EVERY && !n.is_multiple_of(IDLE_EVERY) && !core.rx_away() {
             self.idle.store(n.wrapping_add(1), Ordering::Relaxed);
             return false;
         }

@@ -820,7 +820,7 @@ impl Run {
                 return Err(SimError::Completion(e));
             }
             steps = steps.wrapping_add(1);
-            if steps % 4096 == 0
+            if steps.is_multiple_of(4096)
                 && let Some(p) = &self.progress
             {
                 p(self.done_ops, self.target_ops);

@@ -472,7 +472,7 @@ impl Cq {
         if !found {
             if !inner.ctx.driver().link().progress() {
                 st.empty_polls = st.empty_polls.wrapping_add(1);
-                if st.empty_polls % YIELD_AFTER_EMPTY_POLLS == 0 {
+                if st.empty_polls.is_multiple_of(YIELD_AFTER_EMPTY_POLLS) {
                     drop(st);
                     std::thread::yield_now();
                 }
@@ -495,7 +495,7 @@ impl Cq {
             st.empty_polls = 0;
         } else {
             st.empty_polls = st.empty_polls.wrapping_add(1);
-            if st.empty_polls % YIELD_AFTER_EMPTY_POLLS == 0 {
+            if st.empty_polls.is_multiple_of(YIELD_AFTER_EMPTY_POLLS) {
                 drop(st);
                 std::thread::yield_now();
             }

@@ -50,15 +50,15 @@ impl QueueBuf {
         align: u64,
         kind: BufferKind,
     ) -> Result<Self, VerbsError> {
-        if let Some(a) = from {
-            if let Some(addr) = a.alloc(len, align, kind)? {
-                return Ok(Self {
-                    addr,
-                    len,
-                    kind,
-                    from: Some(Arc::clone(a)),
-                });
-            }
+        if let Some(a) = from
+            && let Some(addr) = a.alloc(len, align, kind)?
+        {
+            return Ok(Self {
+                addr,
+                len,
+                kind,
+                from: Some(Arc::clone(a)),
+            });
         }
         Ok(Self {
             addr: mem.alloc(len)?,

@@ -593,7 +593,7 @@ fn parse_ib(
     if ib.len() < bth::HEADER_LEN + ICRC_LEN {
         return Err(Error::Truncated);
     }
-    if ib.len() % 4 != 0 {
+    if !ib.len().is_multiple_of(4) {
         return Err(Error::Malformed);
     }
     if check_icrc {

@@ -393,10 +393,10 @@ impl LinkParams {
     /// Checks MPS, MRRS, RCB and the completion size.
     pub fn validate(&self) -> Result<(), ModelError> {
         self.split.validate()?;
-        if let CompletionSplit::Combine(n) = self.completion {
-            if !(n.is_power_of_two() && (64..=4096).contains(&n)) {
-                return Err(ModelError::CompletionSize { bytes: n });
-            }
+        if let CompletionSplit::Combine(n) = self.completion
+            && !(n.is_power_of_two() && (64..=4096).contains(&n))
+        {
+            return Err(ModelError::CompletionSize { bytes: n });
         }
         Ok(())
     }

@@ -136,7 +136,7 @@ impl Ring {
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= HEADER_LEN);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= HEADER_LEN);
         // SAFETY: the mapping is page-aligned and at least HEADER_LEN long
         // (checked by create/attach), so `off` (a multiple of 8 below
         // HEADER_LEN) names an aligned u64 inside it, valid for as long as

@@ -50,7 +50,7 @@ fn send_and_receive_rings_wrap_many_times() {
         let wrs: Vec<SendWr<'_>> = (0..n)
             .map(|k| {
                 let id = sent + k;
-                let flags = if id % 3 == 0 {
+                let flags = if id.is_multiple_of(3) {
                     SendFlags::SIGNALED | SendFlags::INLINE
                 } else {
                     SendFlags::SIGNALED
