@@ -101,15 +101,18 @@ pub use deth::{DethHeader, DethRepr};
 pub use ethernet::{EtherType, EthernetHeader, EthernetRepr};
 pub use ext::ExtHeaders;
 pub use gid::Gid;
-pub use icrc::{icrc, icrc_ipv4, icrc_ipv4_in_place, icrc_ipv6, icrc_ipv6_in_place};
+pub use icrc::{
+    icrc, icrc_ipv4, icrc_ipv4_in_place, icrc_ipv4_in_place_pair, icrc_ipv6, icrc_ipv6_in_place,
+};
 pub use ieth::{IethHeader, IethRepr};
 pub use immdt::{ImmDtHeader, ImmDtRepr};
 pub use ipv4::{IpProtocol, Ipv4Header, Ipv4Repr};
 pub use ipv6::{Ipv6Header, Ipv6Repr};
 pub use reth::{RethHeader, RethRepr};
 pub use roce::{
-    ParsedRoce, ROCE_V2_UDP_PORT, RoceIp, RoceRepr, Seal, icrc_matches_in_place, packet_len,
-    parse_roce, parse_roce_emitted, parse_roce_emitted_after, seal_roce,
+    ParsedRoce, ROCE_V2_UDP_PORT, RoceIp, RoceRepr, Seal, icrc_matches_in_place,
+    icrc_matches_in_place_pair, packet_len, parse_roce, parse_roce_emitted,
+    parse_roce_emitted_after, seal_roce, seal_roce_pair,
 };
 pub use udp::{UdpHeader, UdpRepr};
 

@@ -21,7 +21,9 @@ use alloc::vec::Vec;
 use crate::bth::{self, BthHeader, BthRepr};
 use crate::ext::ExtHeaders;
 use crate::gid::Gid;
-use crate::icrc::{ICRC_LEN, icrc_ipv4, icrc_ipv4_in_place, icrc_ipv6, icrc_ipv6_in_place};
+use crate::icrc::{
+    ICRC_LEN, icrc_ipv4, icrc_ipv4_in_place, icrc_ipv4_in_place_pair, icrc_ipv6, icrc_ipv6_in_place,
+};
 use crate::ipv4::{self, IpProtocol, Ipv4Header, Ipv4Repr};
 use crate::ipv6::{self, Ipv6Header, Ipv6Repr};
 use crate::udp::{self, UdpHeader, UdpRepr, udp_checksum_ipv6};
@@ -374,6 +376,30 @@ pub fn seal_roce(frame: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// [`seal_roce`] for two frames, their ICRCs hashed together by `hash`
+/// where both are IPv4 ([`icrc_ipv4_in_place_pair`] says what `hash`
+/// must answer). Fails as `seal_roce` does if either is no such frame,
+/// leaving both unchanged.
+pub fn seal_roce_pair(
+    a: &mut [u8],
+    b: &mut [u8],
+    hash: impl FnOnce([&[u8]; 2]) -> [u32; 2],
+) -> Result<()> {
+    let (a_hlen, a_len) = lengths(a)?;
+    let (b_hlen, b_len) = lengths(b)?;
+    let (a, b) = (&mut a[..a_len], &mut b[..b_len]);
+    if a[0] >> 4 != 4 || b[0] >> 4 != 4 {
+        seal_in_place(a, a_hlen);
+        seal_in_place(b, b_hlen);
+        return Ok(());
+    }
+    let (a_at, b_at) = (a_len - ICRC_LEN, b_len - ICRC_LEN);
+    let [ia, ib] = icrc_ipv4_in_place_pair(&mut a[..a_at], &mut b[..b_at], hash);
+    a[a_at..].copy_from_slice(&ia.to_le_bytes());
+    b[b_at..].copy_from_slice(&ib.to_le_bytes());
+    Ok(())
+}
+
 /// The length of the RoCEv2 packet at the start of `bytes`, as its IP
 /// header gives it (IPv4's total length; IPv6's payload length and its
 /// header), ICRC included: where the next packet starts when packets lie
@@ -398,6 +424,29 @@ pub fn icrc_matches_in_place(frame: &mut [u8]) -> bool {
     let icrc_at = pkt_len - ICRC_LEN;
     let computed = icrc_in_place(&mut frame[..icrc_at]);
     frame[icrc_at..pkt_len] == computed.to_le_bytes()
+}
+
+/// [`icrc_matches_in_place`] for two frames, their ICRCs hashed together
+/// by `hash` where both are IPv4 packets ([`icrc_ipv4_in_place_pair`]
+/// says what `hash` must answer). Both frames are as they were when this
+/// returns.
+pub fn icrc_matches_in_place_pair(
+    a: &mut [u8],
+    b: &mut [u8],
+    hash: impl FnOnce([&[u8]; 2]) -> [u32; 2],
+) -> [bool; 2] {
+    let (Ok((_, a_len)), Ok((_, b_len))) = (lengths(a), lengths(b)) else {
+        return [icrc_matches_in_place(a), icrc_matches_in_place(b)];
+    };
+    if a[0] >> 4 != 4 || b[0] >> 4 != 4 {
+        return [icrc_matches_in_place(a), icrc_matches_in_place(b)];
+    }
+    let (a_at, b_at) = (a_len - ICRC_LEN, b_len - ICRC_LEN);
+    let [ia, ib] = icrc_ipv4_in_place_pair(&mut a[..a_at], &mut b[..b_at], hash);
+    [
+        a[a_at..a_len] == ia.to_le_bytes(),
+        b[b_at..b_len] == ib.to_le_bytes(),
+    ]
 }
 
 /// The ICRC of `packet` (its ICRC excluded), hashed in place, for the IP
@@ -958,6 +1007,65 @@ mod tests {
             prop_assert_eq!(&h[len..], &[0x5a; 3][..], "nothing past the packet");
             prop_assert_eq!(seal_roce(&mut h), Ok(()));
             prop_assert_eq!(&h[..len], &f[..], "sealing twice changes nothing");
+        }
+
+        #[test]
+        fn a_pair_sealed_together_is_each_sealed_alone(
+            a in arb_roce(),
+            b in arb_roce(),
+            a_len in 0usize..1100,
+            b_len in 0usize..1100,
+            fill: u8,
+        ) {
+            // Payloads long enough for the pair's hash, and short ones that
+            // are hashed one by one; IPv6 frames sealed each alone.
+            let mut want = Vec::new();
+            for (r, n) in [(&a, a_len), (&b, b_len)] {
+                let mut f = Vec::new();
+                r.emit_to_vec(&vec![fill; n], &mut f).unwrap();
+                want.push(f);
+            }
+            let later = |f: &Vec<u8>| {
+                let mut g = f.clone();
+                let n = g.len();
+                g[n - ICRC_LEN..].fill(0);
+                g.extend_from_slice(&[0x5a; 3]);
+                g
+            };
+            let (mut ga, mut gb) = (later(&want[0]), later(&want[1]));
+            let mut asked = false;
+            let one_by_one = |p: [&[u8]; 2]| {
+                asked = true;
+                p.map(|x| {
+                    let mut h = crc32fast::Hasher::new_with_initial(crate::icrc::LRH_SEED);
+                    h.update(x);
+                    h.finalize()
+                })
+            };
+            prop_assert_eq!(seal_roce_pair(&mut ga, &mut gb, one_by_one), Ok(()));
+            prop_assert_eq!(&ga[..want[0].len()], &want[0][..]);
+            prop_assert_eq!(&gb[..want[1].len()], &want[1][..]);
+            prop_assert_eq!(&ga[want[0].len()..], &[0x5a; 3][..], "nothing past the packet");
+            let long = want.iter().all(|f| f.len() > 260 && f[0] >> 4 == 4);
+            prop_assert_eq!(asked, long, "the pair's hash is asked for two long IPv4 packets");
+            // Checked together, as each alone; a flipped byte fails its
+            // own frame only.
+            let crc = |p: [&[u8]; 2]| p.map(|x| {
+                let mut h = crc32fast::Hasher::new_with_initial(crate::icrc::LRH_SEED);
+                h.update(x);
+                h.finalize()
+            });
+            prop_assert_eq!(icrc_matches_in_place_pair(&mut ga, &mut gb, crc), [true, true]);
+            let at = want[1].len() - 1 - (b_len % 7);
+            gb[at] ^= 0x10;
+            prop_assert_eq!(icrc_matches_in_place_pair(&mut ga, &mut gb, crc), [true, false]);
+            prop_assert_eq!(&ga[..want[0].len()], &want[0][..], "checked, not changed");
+            gb[at] ^= 0x10;
+            // Bytes that are no frame: an error, and neither changed.
+            let mut bad = vec![0x75u8; 40];
+            let before = ga.clone();
+            prop_assert!(seal_roce_pair(&mut ga, &mut bad, |_| [0, 0]).is_err());
+            prop_assert_eq!(&ga, &before);
         }
 
         #[test]
