@@ -34,7 +34,9 @@ pub struct NicConfig {
     /// as an operating system leaves a checksum to the link that carries
     /// the packet. For NICs of one process whose frames go straight from
     /// one to the other, which takes them without checking the ICRC
-    /// ([`crate::Nic::handle_emitted_frame`]).
+    /// ([`crate::Nic::handle_emitted_frame`]); and for a port whose
+    /// runtime writes the ICRCs of a burst's frames two at a time, faster
+    /// than one by one ([`doorbell_wire::seal_roce_pair`]).
     pub icrc: Seal,
     /// Most frames the NIC lets wait for the port before its RC send
     /// engine stops building request packets (`None`, the default: it

@@ -172,6 +172,10 @@ pub(crate) struct Engine {
     /// crossing, which the timeline takes after each input).
     pub(crate) timeline: Option<Timeline>,
     out: Vec<Frame>,
+    /// Whether the engine writes the ICRC of each frame the NIC built
+    /// ([`doorbell_wire::Seal::Later`]) before anything sees it: a port's
+    /// frames are sealed two at a time ([`seal_frames`]).
+    pub(crate) seal_out: bool,
     /// Buffers of frames the port copied out, on their way back to the NIC.
     spent: Vec<Vec<u8>>,
     /// Packets taken in since the last flush.
@@ -257,6 +261,7 @@ impl Engine {
             capture: None,
             timeline: None,
             out: Vec::new(),
+            seal_out: false,
             spent: Vec::new(),
             unflushed: 0,
             busy: false,
@@ -276,9 +281,18 @@ impl Engine {
     /// Takes frames from the port in, flushing after every
     /// [`FLUSH_PACKETS`] packets.
     fn take_frames(&mut self, now: Instant, mut frames: Vec<Vec<u8>>) {
-        for f in frames.drain(..) {
-            self.take_frame(now, f, Arrival::Port);
+        let mut it = frames.drain(..);
+        // Two frames at a time, their ICRCs checked together.
+        while let Some(mut f) = it.next() {
+            let Some(mut g) = it.next() else {
+                self.take_frame(now, f, Arrival::Port);
+                break;
+            };
+            let [f_ok, g_ok] = doorbell_wire::icrc_matches_in_place_pair(&mut f, &mut g, pair_hash);
+            self.take_frame(now, f, Arrival::Checked(f_ok));
+            self.take_frame(now, g, Arrival::Checked(g_ok));
         }
+        drop(it);
         crate::buffers::recycle_list(frames);
     }
 
@@ -341,9 +355,24 @@ impl Engine {
     fn take_runs(&mut self, now: Instant, mut runs: Vec<Vec<u8>>) {
         for mut run in runs.drain(..) {
             let mut at = 0;
+            // Two frames at a time, their ICRCs checked together.
             while let Some(f) = crate::inbox::next_frame(&run, at) {
-                at = f.end;
-                self.take_in(now, &mut run[f], Arrival::Port);
+                let Some(g) = crate::inbox::next_frame(&run, f.end) else {
+                    self.take_in(now, &mut run[f], Arrival::Port);
+                    self.count_in(now, 1);
+                    break;
+                };
+                at = g.end;
+                let (head, tail) = run.split_at_mut(f.end);
+                let g = g.start - f.end..g.end - f.end;
+                let [f_ok, g_ok] = doorbell_wire::icrc_matches_in_place_pair(
+                    &mut head[f.clone()],
+                    &mut tail[g.clone()],
+                    pair_hash,
+                );
+                self.take_in(now, &mut head[f], Arrival::Checked(f_ok));
+                self.count_in(now, 1);
+                self.take_in(now, &mut tail[g], Arrival::Checked(g_ok));
                 self.count_in(now, 1);
             }
             if crate::buffers::holds_a_frame(&run) {
@@ -360,7 +389,7 @@ impl Engine {
         let packets = match how {
             Arrival::Unfilled(u, _) => u.segments.max(1) as usize,
             Arrival::Train(n) => n.max(1) as usize,
-            Arrival::Port | Arrival::Emitted => 1,
+            Arrival::Port | Arrival::Checked(_) | Arrival::Emitted => 1,
         };
         self.take_in(now, &mut f, how);
         self.give_taken(f);
@@ -409,7 +438,8 @@ impl Engine {
             Arrival::Port if doorbell_wire::icrc_matches_in_place(f) => {
                 nic.handle_emitted_frame(now, f, bus)
             }
-            Arrival::Port => nic.handle_frame(now, f, bus),
+            Arrival::Port | Arrival::Checked(false) => nic.handle_frame(now, f, bus),
+            Arrival::Checked(true) => nic.handle_emitted_frame(now, f, bus),
             Arrival::Emitted => nic.handle_emitted_frame(now, f, bus),
             Arrival::Train(packets) => nic.handle_emitted_train(now, f, packets, bus),
             Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, f, &u, from, bus),
@@ -424,7 +454,7 @@ impl Engine {
                 // as the frame's buffer had it.
                 let _ = u.fill(f, from);
             }
-            if !matches!(how, Arrival::Port) {
+            if !matches!(how, Arrival::Port | Arrival::Checked(_)) {
                 // Bytes that are no frame stay as they came.
                 let _ = doorbell_wire::seal_roce(f);
             }
@@ -507,6 +537,9 @@ impl Engine {
         }
         loop {
             self.nic.transmit_into(&mut self.out);
+            if self.seal_out {
+                seal_frames(&mut self.out);
+            }
             if let Some(tl) = &mut self.timeline {
                 for f in &self.out {
                     tl.rec.frame(true, f.ready.max(now), &f.bytes);
@@ -544,11 +577,40 @@ impl Engine {
     }
 }
 
+/// The CRCs two packets' ICRCs are made of, hashed together
+/// ([`doorbell_wire::icrc_ipv4_in_place_pair`]).
+fn pair_hash(p: [&[u8]; 2]) -> [u32; 2] {
+    crate::crc::crc32_pair(doorbell_wire::icrc::LRH_SEED, p)
+}
+
+/// Writes the ICRC of each of `frames`, which their NIC left unwritten,
+/// two frames at a time: two packets' CRCs interleaved cost little more
+/// than one's ([`crate::crc`]). Bytes that are no frame stay as they are.
+fn seal_frames(frames: &mut [Frame]) {
+    let mut pairs = frames.chunks_exact_mut(2);
+    for pair in &mut pairs {
+        let [a, b] = pair else { continue };
+        // A frame to a port is one packet, never a train.
+        debug_assert!(a.train == 1 && b.train == 1);
+        if doorbell_wire::seal_roce_pair(&mut a.bytes, &mut b.bytes, pair_hash).is_err() {
+            let _ = doorbell_wire::seal_roce(&mut a.bytes);
+            let _ = doorbell_wire::seal_roce(&mut b.bytes);
+        }
+    }
+    for f in pairs.into_remainder() {
+        let _ = doorbell_wire::seal_roce(&mut f.bytes);
+    }
+}
+
 /// How a frame reached a NIC.
 #[derive(Clone, Copy)]
 enum Arrival<'a> {
     /// From the port: checked whole, ICRC included.
     Port,
+    /// From the port, its ICRC checked already: whether it matched (a
+    /// frame that did not is checked whole, as [`Arrival::Port`], which
+    /// says why and counts it).
+    Checked(bool),
     /// From another NIC of this process, as it emitted it.
     Emitted,
     /// As [`Arrival::Emitted`], its payload left in that NIC's host memory.

@@ -55,6 +55,8 @@
 #![warn(unreachable_pub)]
 
 mod buffers;
+#[allow(unsafe_code)]
+mod crc;
 mod engine;
 pub mod fault;
 #[allow(unsafe_code)]
@@ -498,6 +500,9 @@ impl LiveNic {
                 };
                 let p = udp::UdpPort::bind(ipv4).map_err(sock_err)?;
                 cfg.udp_src_port = Some(p.port());
+                // The engine writes each frame's ICRC before anything sees
+                // it, two frames at a time (decision record 0054).
+                cfg.icrc = doorbell_wire::Seal::Later;
                 // The port's MTU is what its interface carries, as a RoCE
                 // NIC's active MTU follows its netdev's (a veth's 1500
                 // bytes allow 1024).
@@ -571,6 +576,7 @@ impl LiveNic {
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let mut engine = Engine::new(Nic::new(cfg), bus, egress, irq_tx, ev_tx.clone());
         engine.capture = capture;
+        engine.seal_out = matches!(handle, PortHandle::Udp(..));
         if opts.trace {
             engine.bus.set_recording(true);
             engine.timeline = Some(engine::Timeline {

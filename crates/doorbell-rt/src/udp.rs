@@ -31,7 +31,8 @@
 //! run's back to back in one buffer; the NIC checks each frame's ICRC
 //! exactly as for a frame from the in-process fabric: a datagram
 //! whose addresses, ports or bytes are not those its sender's ICRC covers
-//! is dropped and counted there.
+//! is dropped and counted there. The engine hashes the ICRCs of two
+//! frames at once, on the way out and on the way in (`crate::crc`).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};

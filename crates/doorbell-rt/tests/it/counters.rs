@@ -630,3 +630,50 @@ fn the_fabric_checks_the_icrc_of_frames_that_passed_a_relay() {
     let (_, b) = send_through_a_corruption(&p);
     assert_eq!(b.rx_packets, 1, "only the good copy was taken");
 }
+
+/// Frames that arrive together have their ICRCs checked two at a time:
+/// a corrupted frame is dropped and counted alone, whichever of a pair it
+/// is, and the good one beside it is taken.
+#[test]
+fn a_corrupted_frame_checked_beside_a_good_one_is_dropped_alone() {
+    let p = fabric_pair(
+        [
+            tap(nth_of(
+                BthOpcode::RcSendOnly,
+                1,
+                // A bit of the UDP source port, which nothing but the ICRC
+                // would notice.
+                Fate::Corrupt { at: 21, mask: 0x01 },
+            ))
+            .0,
+            Default::default(),
+        ],
+        caps(16),
+        1 << 16,
+        timers(),
+    );
+    let data = pattern(2000, 9);
+    p.a.mr.write(0, &data).unwrap();
+    post_recv(&p.b.qp, 1, &[p.b.mr.sge(0, 1000).unwrap()]);
+    post_recv(&p.b.qp, 2, &[p.b.mr.sge(1000, 1000).unwrap()]);
+    let (sa, sb) = (
+        [p.a.mr.sge(0, 1000).unwrap()],
+        [p.a.mr.sge(1000, 1000).unwrap()],
+    );
+    // One post, so that both frames leave (and arrive) together.
+    p.a.qp
+        .post_send(&[
+            signaled(1, &sa, WrOpcode::Send),
+            signaled(2, &sb, WrOpcode::Send),
+        ])
+        .unwrap();
+    assert!(wait(&p.a.cq, 2).iter().all(|c| c.is_ok()));
+    assert!(wait(&p.b.cq, 2).iter().all(|c| c.byte_len == 1000));
+    let mut got = vec![0u8; 2000];
+    p.b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let (a, b) = settled(&p);
+    assert_eq!(b.rx_icrc_errors, 1, "the corrupted copy, alone");
+    assert_eq!(b.rx_packets, 2, "the first SEND and the second's good copy");
+    assert_eq!(a.tx_retransmits, 1);
+}
