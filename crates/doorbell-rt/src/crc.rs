@@ -34,7 +34,16 @@ pub(crate) fn crc32_pair(init: u32, bufs: [&[u8]; 2]) -> [u32; 2] {
     if bufs.iter().all(|b| b.len() >= x86::BLOCK) && x86::available() {
         // SAFETY: `available` found every CPU feature `fold_pair` is
         // compiled for.
-        return unsafe { x86::fold_pair(init, bufs) };
+        let folded = unsafe { x86::fold_pair(init, bufs) };
+        // The bytes the fold left, if any, through `crc32fast`.
+        return [0, 1].map(|i| {
+            let (crc, at) = folded[i];
+            if at == bufs[i].len() {
+                crc
+            } else {
+                one(crc, &bufs[i][at..])
+            }
+        });
     }
     bufs.map(|b| one(init, b))
 }
@@ -77,13 +86,17 @@ mod x86 {
             && std::is_x86_feature_detected!("sse4.1")
     }
 
-    /// [`super::crc32_pair`] of two buffers of at least [`BLOCK`] bytes.
+    /// The CRC of the first bytes of each of two buffers of at least
+    /// [`BLOCK`] bytes, continued from `init`, and how many bytes it
+    /// covers: all of a buffer, or all but a rest that `crc32fast`
+    /// hashes faster (fewer than 16 bytes, or the longer buffer's bytes
+    /// past the shorter one's last fold).
     ///
     /// # Safety
     /// The CPU must have AVX-512F, VPCLMULQDQ, PCLMULQDQ and SSE4.1
     /// ([`available`]).
     #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse4.1")]
-    pub(super) unsafe fn fold_pair(init: u32, bufs: [&[u8]; 2]) -> [u32; 2] {
+    pub(super) unsafe fn fold_pair(init: u32, bufs: [&[u8]; 2]) -> [(u32, usize); 2] {
         let blocks = bufs[0].len().min(bufs[1].len()) / BLOCK;
         let k = _mm512_set_epi64(
             K1024.1, K1024.0, K1024.1, K1024.0, K1024.1, K1024.0, K1024.1, K1024.0,
@@ -100,7 +113,7 @@ mod x86 {
                 a[1] = fold512(a[1], load512(b, at + 64), k);
             }
         }
-        let mut out = [0; 2];
+        let mut out = [(0, 0); 2];
         for ((a, b), o) in acc.iter().zip(bufs).zip(&mut out) {
             *o = finish(a, b, blocks * BLOCK);
         }
@@ -108,10 +121,10 @@ mod x86 {
     }
 
     /// Collapses one buffer's eight lanes, folds in its whole 16-byte
-    /// blocks from `at` if they are few, reduces to 32 bits, and hashes
-    /// the rest.
+    /// blocks from `at` if they are few, and reduces to 32 bits: the CRC
+    /// so far, and where the rest starts.
     #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse4.1")]
-    fn finish(acc: &[__m512i; 2], buf: &[u8], mut at: usize) -> u32 {
+    fn finish(acc: &[__m512i; 2], buf: &[u8], mut at: usize) -> (u32, usize) {
         let k128 = _mm_set_epi64x(K128.1, K128.0);
         let mut x = _mm512_castsi512_si128(acc[0]);
         x = fold128(x, _mm512_extracti32x4_epi32::<1>(acc[0]), k128);
@@ -146,12 +159,7 @@ mod x86 {
         let pmu = _mm_set_epi64x(MU, P);
         let q = _mm_clmulepi64_si128::<0x10>(_mm_and_si128(x, low32), pmu);
         let qp = _mm_clmulepi64_si128::<0x00>(_mm_and_si128(q, low32), pmu);
-        let crc = !(_mm_extract_epi32::<1>(_mm_xor_si128(x, qp)) as u32);
-        if at == buf.len() {
-            crc
-        } else {
-            super::one(crc, &buf[at..])
-        }
+        (!(_mm_extract_epi32::<1>(_mm_xor_si128(x, qp)) as u32), at)
     }
 
     /// Carries each 128-bit lane of `x` forward by `k` and adds `data`.
@@ -280,6 +288,14 @@ mod tests {
         let (a, b) = (&data[..1064], &data[500..1580]);
         // SAFETY: `available` said the CPU has what the fold needs.
         let folded = unsafe { x86::fold_pair(0x1234, [a, b]) };
-        assert_eq!(folded, [one(0x1234, a), one(0x1234, b)]);
+        let finished = [0, 1].map(|i| {
+            let (crc, at) = folded[i];
+            one(crc, &[a, b][i][at..])
+        });
+        assert_eq!(finished, [one(0x1234, a), one(0x1234, b)]);
+        assert!(
+            folded.iter().all(|&(_, at)| at > 1000),
+            "the fold did the work"
+        );
     }
 }
