@@ -209,6 +209,17 @@ pub fn icrc_ipv4_in_place_pair(
     with_masks(a, pa, &ma, |a| with_masks(b, pb, &mb, |b| hash([a, b])))
 }
 
+/// Each packet's CRC, one after the other: what the hash given to
+/// [`icrc_ipv4_in_place_pair`] must answer, for tests.
+#[cfg(test)]
+pub(crate) fn pair_one_by_one(p: [&[u8]; 2]) -> [u32; 2] {
+    p.map(|b| {
+        let mut h = Hasher::new_with_initial(LRH_SEED);
+        h.update(b);
+        h.finalize()
+    })
+}
+
 /// ICRC of a packet of either IP version, chosen by its version nibble;
 /// `None` if it is neither 4 nor 6.
 pub fn icrc(packet: &[u8]) -> Option<u32> {
@@ -243,15 +254,6 @@ mod tests {
         crc32fast::hash(&all)
     }
 
-    /// Each packet's CRC, one after the other, as a pair hash must give.
-    fn one_by_one(p: [&[u8]; 2]) -> [u32; 2] {
-        p.map(|b| {
-            let mut h = Hasher::new_with_initial(LRH_SEED);
-            h.update(b);
-            h.finalize()
-        })
-    }
-
     proptest! {
         #[test]
         fn a_pair_is_hashed_as_each_alone(
@@ -262,7 +264,7 @@ mod tests {
             a[0] = 0x45;
             b[0] = 0x45;
             let (a0, b0) = (a.clone(), b.clone());
-            let got = icrc_ipv4_in_place_pair(&mut a, &mut b, one_by_one);
+            let got = icrc_ipv4_in_place_pair(&mut a, &mut b, pair_one_by_one);
             prop_assert_eq!(got, [icrc_ipv4(&a0), icrc_ipv4(&b0)]);
             prop_assert_eq!(a, a0, "the first packet is as it was");
             prop_assert_eq!(b, b0, "the second packet is as it was");
