@@ -29,7 +29,7 @@
 /// The CRC-32 of each buffer (IEEE, reflected: `crc32fast`'s), continued
 /// from the finished CRC `init`, as `crc32fast::Hasher::new_with_initial`
 /// would give it.
-pub(crate) fn crc32_pair(init: u32, bufs: [&[u8]; 2]) -> [u32; 2] {
+pub fn crc32_pair(init: u32, bufs: [&[u8]; 2]) -> [u32; 2] {
     #[cfg(target_arch = "x86_64")]
     if bufs.iter().all(|b| b.len() >= x86::BLOCK) && x86::available() {
         // SAFETY: `available` found every CPU feature `fold_pair` is

@@ -56,7 +56,7 @@
 
 mod buffers;
 #[allow(unsafe_code)]
-mod crc;
+pub mod crc;
 mod engine;
 pub mod fault;
 #[allow(unsafe_code)]
