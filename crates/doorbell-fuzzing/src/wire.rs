@@ -1,9 +1,12 @@
 //! RoCEv2 frames and their headers, as `doorbell_wire` parses them.
 
+use doorbell_rt::crc::crc32_pair;
+use doorbell_wire::icrc::LRH_SEED;
 use doorbell_wire::{
     AethHeader, AethRepr, AtomicAckEthHeader, AtomicAckEthRepr, AtomicEthHeader, AtomicEthRepr,
     BthHeader, BthOpcode, BthRepr, DethHeader, DethRepr, Error, ExtHeaders, IethHeader, IethRepr,
-    ImmDtHeader, ImmDtRepr, RethHeader, RethRepr, parse_roce, parse_roce_emitted,
+    ImmDtHeader, ImmDtRepr, RethHeader, RethRepr, icrc_matches_in_place,
+    icrc_matches_in_place_pair, parse_roce, parse_roce_emitted, seal_roce, seal_roce_pair,
 };
 
 use crate::input::Input;
@@ -13,7 +16,11 @@ use crate::input::Input;
 /// [`parse_roce`] and [`parse_roce_emitted`] must agree (they differ only
 /// in the ICRC check), and a frame that parses must be rebuilt by
 /// `RoceRepr::emit` into one that parses to the same headers and payload.
+/// Checked or sealed beside another (the same bytes, and the same with
+/// its last byte changed), with the runtime's two-at-a-time CRC, the
+/// frame must fare as alone.
 pub fn roce_frame(data: &[u8]) {
+    in_pairs(data);
     let checked = parse_roce(data);
     let emitted = parse_roce_emitted(data);
     match (&checked, &emitted) {
@@ -38,6 +45,37 @@ pub fn roce_frame(data: &[u8]) {
         payload,
         "emit changed the payload"
     );
+}
+
+/// The pair functions against the one-frame ones, on `data` and a copy
+/// whose last byte differs.
+fn in_pairs(data: &[u8]) {
+    let hash = |p: [&[u8]; 2]| crc32_pair(LRH_SEED, p);
+    let mut other = data.to_vec();
+    if let Some(last) = other.last_mut() {
+        *last ^= 0x5a;
+    }
+    let (mut a, mut b) = (data.to_vec(), other.clone());
+    let alone = [icrc_matches_in_place(&mut a), icrc_matches_in_place(&mut b)];
+    assert_eq!(
+        icrc_matches_in_place_pair(&mut a, &mut b, hash),
+        alone,
+        "checked in a pair, not as alone"
+    );
+    assert!(a == data && b == other, "a check changed the bytes");
+    let (mut sa, mut sb) = (data.to_vec(), other.clone());
+    let sealed = (seal_roce(&mut sa), seal_roce(&mut sb));
+    let paired = seal_roce_pair(&mut a, &mut b, hash);
+    match sealed {
+        (Ok(()), Ok(())) => {
+            assert_eq!(paired, Ok(()));
+            assert!(a == sa && b == sb, "sealed in a pair, not as alone");
+        }
+        _ => {
+            assert!(paired.is_err(), "a pair with no frame in it was sealed");
+            assert!(a == data && b == other, "a failed seal changed the bytes");
+        }
+    }
 }
 
 /// Which header [`ext_header`] takes apart, by its first byte (mod 9).
