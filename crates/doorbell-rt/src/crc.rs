@@ -6,19 +6,24 @@
 //! forward by a carry-less multiply by a constant and XOR-ed into the
 //! lane a fixed distance on, and the last lane is reduced to 32 bits
 //! (Gopal et al., "Fast CRC Computation for Generic Polynomials Using
-//! PCLMULQDQ Instruction", Intel, 2009). For one 1 KiB packet that is a
-//! short chain of dependent multiplies, and the multiplier waits on each
-//! result: `crc32fast` hashes a 1064-byte packet in about 40 ns on the
-//! 2-core VM of `docs/benchmarks.md`. Two packets' chains, interleaved,
-//! keep it busy: both in about 57 ns.
+//! PCLMULQDQ Instruction", Intel, 2009). `crc32fast` folds a 1 064-byte
+//! packet with 256-bit multiplies in about 40 ns on the 2-core VM of
+//! `docs/benchmarks.md`, and two packets interleaved that way take no
+//! less: the multiplier is busy. A 512-bit multiply does twice the work,
+//! but one packet that short is too few steps to keep it busy: collapsing
+//! the lanes and reducing them is a chain of dependent multiplies (about
+//! 53 ns for the packet). Two packets' chains side by side keep it busy:
+//! both in about 57 ns.
 //!
 //! Here each buffer is folded as eight lanes in two 512-bit registers
 //! (`VPCLMULQDQ` on AVX-512), the two buffers' registers side by side;
 //! the lanes collapse into one, the whole 16-byte blocks left are folded
-//! in, and the Barrett reduction gives 32 bits. The bytes after the last
-//! whole block (fewer than 16) go through `crc32fast`. A CPU without
-//! those instructions, or a buffer shorter than one fold's 128 bytes, is
-//! hashed by `crc32fast`, one buffer after the other.
+//! in, and the Barrett reduction gives 32 bits. The rest goes through
+//! `crc32fast`: the bytes after the last whole block (fewer than 16), or,
+//! where one buffer is longer than the other by a fold or more, all of
+//! its bytes past the shorter one's last fold. A CPU without those
+//! instructions, or a buffer shorter than one fold's 128 bytes, is hashed
+//! by `crc32fast`, one buffer after the other.
 //!
 //! The constants are `x^n mod P` for the reflected polynomial `P` =
 //! 0x104C11DB7, bit-reflected and shifted left by one, for the fold
