@@ -154,11 +154,14 @@ fn masked_crc_in_place(packet: &mut [u8], prefix_len: usize, masks: &[(usize, u8
     if packet.len() <= WHOLE_MAX {
         return masked_crc(packet, prefix_len, masks);
     }
-    with_masks(packet, prefix_len, masks, |p| {
-        let mut h = Hasher::new_with_initial(LRH_SEED);
-        h.update(p);
-        h.finalize()
-    })
+    with_masks(packet, prefix_len, masks, crc_from_seed)
+}
+
+/// The CRC of `bytes`, continued from [`LRH_SEED`].
+fn crc_from_seed(bytes: &[u8]) -> u32 {
+    let mut h = Hasher::new_with_initial(LRH_SEED);
+    h.update(bytes);
+    h.finalize()
 }
 
 /// Runs `f` on `packet` with each `(offset, bits)` of `masks` inside its
@@ -191,9 +194,9 @@ fn with_masks<R>(
 /// the two masked packets, it answers each one's CRC-32 (the one
 /// `crc32fast` computes) continued from [`LRH_SEED`], as
 /// `crc32fast::Hasher::new_with_initial(LRH_SEED)` would. A caller that
-/// can interleave two CRCs (one packet's fold is a chain of dependent
-/// multiplies, which leaves the multiplier idle between them) hashes both
-/// in little more than the time of one. Packets short enough to be copied
+/// can fold two CRCs side by side (where one short packet's fold cannot
+/// keep a wide multiplier busy) hashes both in little more than the time
+/// of one. Packets short enough to be copied
 /// ([`icrc_ipv4_in_place`]) are hashed one by one, without `hash`. Both
 /// packets are as they were when this returns.
 pub fn icrc_ipv4_in_place_pair(
@@ -213,11 +216,7 @@ pub fn icrc_ipv4_in_place_pair(
 /// [`icrc_ipv4_in_place_pair`] must answer, for tests.
 #[cfg(test)]
 pub(crate) fn pair_one_by_one(p: [&[u8]; 2]) -> [u32; 2] {
-    p.map(|b| {
-        let mut h = Hasher::new_with_initial(LRH_SEED);
-        h.update(b);
-        h.finalize()
-    })
+    p.map(crc_from_seed)
 }
 
 /// ICRC of a packet of either IP version, chosen by its version nibble;
