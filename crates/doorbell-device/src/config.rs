@@ -254,29 +254,71 @@ impl Unfilled {
     /// its payload's address would pass the end of the address space, or
     /// `bytes` is no RoCEv2 frame whose payload is where `self` says.
     pub fn segment(&self, bytes: &[u8], k: u32, into: &mut Vec<u8>) -> Option<Unfilled> {
-        if k >= self.segments {
-            return None;
-        }
-        let from = self.from.checked_add(u64::from(k) * u64::from(self.len))?;
+        self.split(bytes)?.packet(k, into)
+    }
+
+    /// The run whose frame is `bytes`, its headers parsed once, to take
+    /// packet by packet ([`Split::packet`]); `None` if `bytes` is no
+    /// RoCEv2 frame whose payload is where `self` says.
+    pub fn split<'a>(&self, bytes: &'a [u8]) -> Option<Split<'a>> {
         let parsed = doorbell_wire::parse_roce_emitted(bytes).ok()?;
         let payload = parsed.payload;
         if payload.start != self.at as usize || payload.len() != self.len as usize {
             return None;
         }
-        let mut repr = parsed.repr;
-        repr.bth.psn = repr.bth.psn.add(k);
-        let len = repr.checked_frame_len(payload.len()).ok()?;
-        if len != bytes.len() {
+        if parsed.repr.checked_frame_len(payload.len()).ok()? != bytes.len() {
             return None;
         }
-        into.clear();
-        into.extend_from_slice(bytes);
-        repr.emit_checked(into, payload.len(), len, Seal::Later)
-            .ok()?;
+        Some(Split {
+            run: *self,
+            bytes,
+            bth_at: parsed.repr.ip.header_len() + doorbell_wire::udp::HEADER_LEN,
+            psn: parsed.repr.bth.psn,
+        })
+    }
+}
+
+/// A run of packets ([`Unfilled::segments`]) whose frame was checked once
+/// ([`Unfilled::split`]): packet `k` is the frame's bytes with its PSN `k`
+/// more, so each is written without parsing or emitting headers again.
+#[derive(Debug, Clone, Copy)]
+pub struct Split<'a> {
+    run: Unfilled,
+    bytes: &'a [u8],
+    /// Where the BTH starts in the frame.
+    bth_at: usize,
+    /// The first packet's PSN.
+    psn: doorbell_types::Psn,
+}
+
+impl Split<'_> {
+    /// Packet `k`, as [`Unfilled::segment`] gives it: its headers and ICRC
+    /// field written to `into`, which becomes the frame's length (its
+    /// payload bytes are left as `into` held them, zero where it grew),
+    /// and where its payload is. `None` if `k` is past the run or its
+    /// payload's address would pass the end of the address space.
+    pub fn packet(&self, k: u32, into: &mut Vec<u8>) -> Option<Unfilled> {
+        if k >= self.run.segments {
+            return None;
+        }
+        let from = self
+            .run
+            .from
+            .checked_add(u64::from(k) * u64::from(self.run.len))?;
+        let (at, end) = (self.run.at as usize, (self.run.at + self.run.len) as usize);
+        into.resize(self.bytes.len(), 0);
+        into[..at].copy_from_slice(&self.bytes[..at]);
+        into[end..].copy_from_slice(&self.bytes[end..]);
+        // Unsealed, as a NIC that leaves the ICRC emits it.
+        let icrc_at = into.len().saturating_sub(doorbell_wire::icrc::ICRC_LEN);
+        into[icrc_at..].fill(0);
+        // `split` parsed a BTH there.
+        let mut bth = doorbell_wire::BthHeader::new_checked(&mut into[self.bth_at..]).ok()?;
+        bth.set_psn(self.psn.add(k));
         Some(Unfilled {
             from,
             segments: 1,
-            ..*self
+            ..self.run
         })
     }
 }

@@ -112,7 +112,7 @@ use doorbell_hif::{
 
 pub use config::{
     ADAPTIVE_RETRANSMIT_FLOOR, Frame, MAX_SEGMENTS, MAX_TRAIN_BYTES, NicConfig, NicCounters,
-    NicTiming, Unfilled,
+    NicTiming, Split, Unfilled,
 };
 
 use cq::Cq;
