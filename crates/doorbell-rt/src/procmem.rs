@@ -274,16 +274,17 @@ impl ProcessMemory {
     }
 
     /// Checks that every page of `[addr, addr + len)` is mapped readable,
-    /// by reading one byte of each through the kernel (a registration is
-    /// no hot path, and it runs in whatever thread of the program
-    /// registers).
-    fn probe(addr: HostAddr, len: u64) -> Result<(), MemError> {
+    /// by reading one byte of each on `path`: through the kernel at a
+    /// registration (no hot path, and it runs in whatever thread of the
+    /// program registers), as a read would for a check on a NIC's path (a
+    /// payload the NIC leaves in memory is checked there, each packet).
+    fn probe(addr: HostAddr, len: u64, path: vm::Path) -> Result<(), MemError> {
         let err = || unmapped(addr, len as usize);
         let end = addr.get().checked_add(len.max(1)).ok_or_else(err)?;
         let mut at = addr.get();
         let mut byte = [0u8; 1];
         while at < end {
-            vm::read(at, &mut byte, vm::Path::Kernel).map_err(|_| err())?;
+            vm::read(at, &mut byte, path).map_err(|_| err())?;
             at = (at & !(PAGE_SIZE - 1)).saturating_add(PAGE_SIZE);
         }
         Ok(())
@@ -388,7 +389,7 @@ impl HostMemory for ProcessMemory {
         // A registration is where a program that replaced our fault
         // handlers is noticed (a system call is cheap here).
         vm::check_guard();
-        Self::probe(addr, len)?;
+        Self::probe(addr, len, vm::Path::Kernel)?;
         self.pinned
             .update(|p| *p.entry((addr.get(), len)).or_insert(0) += 1);
         Ok(pages)
@@ -428,7 +429,7 @@ impl HostMemory for ProcessMemory {
             return Ok(());
         }
         self.in_pinned(addr, len)?;
-        Self::probe(addr, len as u64)
+        Self::probe(addr, len as u64, self.path())
     }
 }
 
