@@ -176,6 +176,9 @@ pub(crate) struct Engine {
     /// ([`doorbell_wire::Seal::Later`]) before anything sees it: a port's
     /// frames are sealed two at a time ([`seal_frames`]).
     pub(crate) seal_out: bool,
+    /// Fills in frames whose payload the NIC left in memory before anything
+    /// sees them: a port NIC's ([`crate::fill`]).
+    pub(crate) fill: Option<crate::fill::Filler>,
     /// Buffers of frames the port copied out, on their way back to the NIC.
     spent: Vec<Vec<u8>>,
     /// Packets taken in since the last flush.
@@ -262,6 +265,7 @@ impl Engine {
             timeline: None,
             out: Vec::new(),
             seal_out: false,
+            fill: None,
             spent: Vec::new(),
             unflushed: 0,
             busy: false,
@@ -537,6 +541,7 @@ impl Engine {
         }
         loop {
             self.nic.transmit_into(&mut self.out);
+            let more = self.fill.as_mut().map_or(0, |f| f.fill(&mut self.out));
             if self.seal_out {
                 seal_frames(&mut self.out);
             }
@@ -549,6 +554,9 @@ impl Engine {
                 break;
             }
             self.egress.send(&mut self.out, self.clock, &mut self.spent);
+            if let Some(f) = &mut self.fill {
+                f.keep(&mut self.spent, more);
+            }
             // The NIC builds its next frames in the buffers the port
             // copied out, straight back (no trip through the thread's
             // spares, whose bound would send most of a window's buffers

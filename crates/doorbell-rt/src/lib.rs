@@ -59,6 +59,7 @@ mod buffers;
 pub mod crc;
 mod engine;
 pub mod fault;
+mod fill;
 #[allow(unsafe_code)]
 mod forks;
 mod inbox;
@@ -81,6 +82,7 @@ pub use shm::{RawListener, RawPeer};
 pub use udp::PortCounters;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -139,6 +141,11 @@ const FABRIC_TX_BURST: u32 = 32;
 /// Most packets a NIC on the in-process fabric hands on as one frame
 /// (`NicConfig::max_segments`, `NicConfig::max_train`): a burst's worth.
 const FABRIC_MAX_SEGMENTS: u32 = FABRIC_TX_BURST;
+
+/// Most packets a NIC on a UDP port hands on as one frame, filled in packet
+/// by packet before the port sends them (`NicConfig::max_segments`,
+/// decision record 0055): a 64 KiB message's at a path MTU of 1024.
+const UDP_MAX_SEGMENTS: u32 = 64;
 
 /// An in-process network of NICs, addressed by IPv4.
 #[derive(Default, Clone)]
@@ -401,6 +408,9 @@ pub struct LiveNic {
     /// NIC. In a child after `fork()` the NIC's threads do not exist: see
     /// [`LiveNic::is_forked_copy`].
     forks: u32,
+    /// A UDP port's packets lost because the NIC's memory no longer held
+    /// their payload ([`PortCounters::tx_payload_lost`]).
+    payload_lost: Option<Arc<AtomicU64>>,
 }
 
 impl LiveNic {
@@ -503,6 +513,12 @@ impl LiveNic {
                 // The engine writes each frame's ICRC before anything sees
                 // it, two frames at a time (decision record 0054).
                 cfg.icrc = doorbell_wire::Seal::Later;
+                // Nor do they read payloads into frames: the engine fills
+                // a frame in (a run packet by packet) just before it seals
+                // it, without the NIC's per-packet work (decision record
+                // 0055).
+                cfg.leave_payload = true;
+                cfg.max_segments = UDP_MAX_SEGMENTS;
                 // The port's MTU is what its interface carries, as a RoCE
                 // NIC's active MTU follows its netdev's (a veth's 1500
                 // bytes allow 1024).
@@ -577,6 +593,10 @@ impl LiveNic {
         let mut engine = Engine::new(Nic::new(cfg), bus, egress, irq_tx, ev_tx.clone());
         engine.capture = capture;
         engine.seal_out = matches!(handle, PortHandle::Udp(..));
+        let payload_lost = engine.seal_out.then(|| Arc::new(AtomicU64::new(0)));
+        if let Some(lost) = &payload_lost {
+            engine.fill = Some(fill::Filler::new(mem.clone(), lost.clone()));
+        }
         if opts.trace {
             engine.bus.set_recording(true);
             engine.timeline = Some(engine::Timeline {
@@ -613,6 +633,7 @@ impl LiveNic {
             irq: None,
             epoch_unix_ns,
             forks: forks::generation(),
+            payload_lost,
         };
         // Dropping `nic` on failure stops the worker and the port.
         match &mut handle {
@@ -726,6 +747,10 @@ impl LiveNic {
                     shm_lingers_paid: get(&st.lingers_paid),
                     rx_left_to_polls: self.core.left_to_polls().0,
                     rx_called_back: self.core.left_to_polls().1,
+                    tx_payload_lost: self
+                        .payload_lost
+                        .as_ref()
+                        .map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed)),
                     ..p.counters()
                 }
             }

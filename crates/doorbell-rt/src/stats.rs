@@ -99,6 +99,7 @@ impl NicStats {
             "port": {
                 "tx_datagrams": p.tx_datagrams,
                 "tx_refused": p.tx_refused,
+                "tx_payload_lost": p.tx_payload_lost,
                 "rx_datagrams": p.rx_datagrams,
                 "rx_truncated": p.rx_truncated,
                 "rx_socket_drops": p.rx_socket_drops,

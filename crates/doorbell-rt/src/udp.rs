@@ -73,6 +73,11 @@ pub struct PortCounters {
     pub tx_datagrams: u64,
     /// Datagrams the kernel refused (no route, longer than the path MTU).
     pub tx_refused: u64,
+    /// Packets not sent because the NIC's memory no longer held their
+    /// payload when the port was to send them: a registered buffer
+    /// unmapped while a request from it was on its way (the receiver asks
+    /// for them again, and the NIC then completes the request in error).
+    pub tx_payload_lost: u64,
     /// Datagrams received and passed to the NIC.
     pub rx_datagrams: u64,
     /// Datagrams dropped for being longer than the receive buffer.

@@ -131,6 +131,7 @@ fn every_rc_opcode_between_two_udp_ports() {
     assert_eq!(pb.rx_datagrams, a.tx_packets);
     assert_eq!(pa.rx_datagrams, b.tx_packets);
     assert_eq!((pa.tx_refused, pb.tx_refused), (0, 0));
+    assert_eq!((pa.tx_payload_lost, pb.tx_payload_lost), (0, 0));
     assert_eq!(b.rx_packets, pb.rx_datagrams);
 }
 

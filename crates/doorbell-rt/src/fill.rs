@@ -1,0 +1,316 @@
+//! A port NIC's frames whose payload it left in its host memory, filled in
+//! before anything sees them (decision record 0055).
+//!
+//! A NIC on a UDP port leaves each WRITE's, SEND's and READ response's
+//! payload in memory ([`doorbell_device::NicConfig::leave_payload`]) and
+//! hands a run of a message's MIDDLE packets on as one frame
+//! ([`doorbell_device::NicConfig::max_segments`]). Before the engine seals
+//! the frames and gives them to the port, [`Filler::fill`] turns each such
+//! frame into the packets it stands for, each a whole frame: the run's
+//! headers with the packet's own PSN ([`doorbell_device::Split`]), and its
+//! payload read from the NIC's memory. A port, a capture, a fault relay
+//! and a timeline then see exactly the frames a NIC that reads its
+//! payloads builds.
+//!
+//! The NIC checked, counted and timed the payload's DMA read when it built
+//! the frame; the read itself happens here, in the same turn. Memory that
+//! no longer holds the payload by then (a program that unmapped a
+//! registered buffer while a WRITE from it was being sent) loses the
+//! packet, as a wire would: the receiver asks for it again, and the NIC,
+//! building it again, finds the memory gone and completes the request in
+//! error.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use doorbell_device::Frame;
+use doorbell_host::HostMemory;
+
+/// Most spare buffers a filler keeps: a window's packets (256 KiB) at a
+/// path MTU of 1024 bytes.
+const KEEP: usize = 256;
+
+/// Fills in a NIC's frames whose payload it left in memory.
+pub(crate) struct Filler {
+    mem: Arc<dyn HostMemory>,
+    /// The frames filled in, swapped with the NIC's.
+    filled: Vec<Frame>,
+    /// Buffers for the packets of runs: each run's own frame, and as many
+    /// taken back from the port as it was given beyond the NIC's frames
+    /// ([`Self::keep`]).
+    spare: Vec<Vec<u8>>,
+    /// Packets lost because memory no longer held their payload
+    /// ([`crate::PortCounters::tx_payload_lost`]).
+    lost: Arc<AtomicU64>,
+}
+
+impl Filler {
+    /// A filler that reads payloads from `mem`, the NIC's host memory, and
+    /// counts the packets it loses in `lost`.
+    pub(crate) fn new(mem: Arc<dyn HostMemory>, lost: Arc<AtomicU64>) -> Self {
+        Self {
+            mem,
+            filled: Vec::new(),
+            spare: Vec::new(),
+            lost,
+        }
+    }
+
+    /// Replaces `out`, the frames a NIC built, with each packet they stand
+    /// for as a whole frame, in order; a frame with its payload in it stays
+    /// as it is. Returns how many more frames there are than before: the
+    /// buffers, beyond the NIC's own, that the port hands back after
+    /// sending them ([`Self::keep`]).
+    pub(crate) fn fill(&mut self, out: &mut Vec<Frame>) -> usize {
+        if out.iter().all(|f| f.unfilled.is_none()) {
+            return 0;
+        }
+        let before = out.len();
+        let mut lost = 0u64;
+        self.filled.clear();
+        for mut f in out.drain(..) {
+            let Some(u) = f.unfilled else {
+                self.filled.push(f);
+                continue;
+            };
+            if u.segments <= 1 {
+                if u.fill(&mut f.bytes, &*self.mem).is_ok() {
+                    f.unfilled = None;
+                    self.filled.push(f);
+                } else {
+                    lost += 1;
+                    self.spare.push(f.bytes);
+                }
+                continue;
+            }
+            let Some(split) = u.split(&f.bytes) else {
+                // No NIC makes such a run; lose it whole.
+                lost += u64::from(u.segments);
+                self.spare.push(f.bytes);
+                continue;
+            };
+            for k in 0..u.segments {
+                let mut bytes = self.spare.pop().unwrap_or_default();
+                let filled = split
+                    .packet(k, &mut bytes)
+                    .is_some_and(|one| one.fill(&mut bytes, &*self.mem).is_ok());
+                if filled {
+                    self.filled.push(Frame {
+                        dst: f.dst,
+                        bytes,
+                        ready: f.ready,
+                        unfilled: None,
+                        train: 1,
+                    });
+                } else {
+                    lost += 1;
+                    self.spare.push(bytes);
+                }
+            }
+            self.spare.push(f.bytes);
+        }
+        std::mem::swap(out, &mut self.filled);
+        self.spare.truncate(KEEP);
+        if lost > 0 {
+            // Counters only: Relaxed.
+            self.lost.fetch_add(lost, Ordering::Relaxed);
+        }
+        out.len().saturating_sub(before)
+    }
+
+    /// Takes back `n` of the buffers the port handed back in `spent`, to
+    /// carry the next runs' packets; the rest go back to the NIC.
+    pub(crate) fn keep(&mut self, spent: &mut Vec<Vec<u8>>, n: usize) {
+        let n = n
+            .min(spent.len())
+            .min(KEEP.saturating_sub(self.spare.len()));
+        self.spare.extend(spent.drain(spent.len() - n..));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use doorbell_device::Unfilled;
+    use doorbell_host::HostRam;
+    use doorbell_types::{HostAddr, Instant, Psn, Qpn, Rkey};
+    use doorbell_wire::reth::RethRepr;
+    use doorbell_wire::{
+        BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr, parse_roce_emitted, seal_roce,
+    };
+
+    const LEN: usize = 256;
+    const SRC: [u8; 4] = [10, 0, 0, 1];
+    const DST: [u8; 4] = [10, 0, 0, 2];
+
+    /// A packet to `DST`, sealed, as a NIC that reads its payloads sends it.
+    fn whole(op: BthOpcode, psn: u32, payload: &[u8]) -> Vec<u8> {
+        // A FIRST carries a RETH.
+        let reth = (op == BthOpcode::RcRdmaWriteFirst).then(|| RethRepr {
+            va: 0x1000,
+            rkey: Rkey::from_raw(0x1207),
+            dma_len: (5 * LEN) as u32,
+        });
+        let repr = RoceRepr {
+            ip: RoceIp::v4(SRC, DST),
+            src_port: 49152,
+            bth: BthRepr::new(op, Qpn::new(0x11), Psn::new(psn)),
+            ext: ExtHeaders {
+                reth,
+                ..ExtHeaders::default()
+            },
+        };
+        let mut f = Vec::new();
+        repr.emit_to_vec(payload, &mut f).unwrap();
+        f
+    }
+
+    /// The frame a NIC that leaves payloads hands on for the packets of
+    /// `op` from `psn`, `segments` of them, their payloads from `from`: the
+    /// first packet's headers, its payload unwritten (here 0xEE), its ICRC
+    /// unsealed.
+    fn left(op: BthOpcode, psn: u32, from: HostAddr, segments: u32) -> Frame {
+        let mut bytes = whole(op, psn, &[0xEE; LEN]);
+        let at = parse_roce_emitted(&bytes).unwrap().payload.start;
+        let n = bytes.len();
+        bytes[n - 4..].fill(0);
+        Frame {
+            dst: DST,
+            bytes,
+            ready: Instant::ZERO,
+            unfilled: Some(Unfilled {
+                from,
+                at: at as u32,
+                len: LEN as u32,
+                segments,
+            }),
+            train: 1,
+        }
+    }
+
+    fn sealed(frames: &[Frame]) -> Vec<Vec<u8>> {
+        frames
+            .iter()
+            .map(|f| {
+                assert_eq!(f.unfilled, None, "every frame filled in");
+                assert_eq!(f.train, 1);
+                let mut b = f.bytes.clone();
+                seal_roce(&mut b).unwrap();
+                b
+            })
+            .collect()
+    }
+
+    /// Host memory holding `n` payloads of `LEN` bytes, payload `k` all
+    /// `k + 1`; and its address.
+    fn payloads(n: usize) -> (Arc<HostRam>, HostAddr) {
+        let mem = Arc::new(HostRam::new());
+        let at = mem.alloc((n * LEN) as u64).unwrap();
+        for k in 0..n {
+            let a = at.checked_add((k * LEN) as u64).unwrap();
+            mem.write(a, &[k as u8 + 1; LEN]).unwrap();
+        }
+        (mem, at)
+    }
+
+    #[test]
+    fn runs_and_single_frames_are_filled_into_the_packets_a_reading_nic_sends() {
+        let (mem, at) = payloads(5);
+        let lost = Arc::new(AtomicU64::new(0));
+        let mut filler = Filler::new(mem.clone(), lost.clone());
+        let ack = whole(BthOpcode::RcSendOnly, 3, b"in the frame");
+        let mut out = vec![
+            // A FIRST alone, a run of three MIDDLEs, a frame with its
+            // payload in it, a LAST alone.
+            left(BthOpcode::RcRdmaWriteFirst, 100, at, 1),
+            left(
+                BthOpcode::RcRdmaWriteMiddle,
+                101,
+                at.checked_add(LEN as u64).unwrap(),
+                3,
+            ),
+            Frame {
+                dst: DST,
+                bytes: ack.clone(),
+                ready: Instant::ZERO,
+                unfilled: None,
+                train: 1,
+            },
+            left(
+                BthOpcode::RcRdmaWriteLast,
+                104,
+                at.checked_add(4 * LEN as u64).unwrap(),
+                1,
+            ),
+        ];
+        assert_eq!(filler.fill(&mut out), 2, "two more frames than the NIC's");
+        let want: Vec<Vec<u8>> = vec![
+            whole(BthOpcode::RcRdmaWriteFirst, 100, &[1; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 101, &[2; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 102, &[3; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 103, &[4; LEN]),
+            ack,
+            whole(BthOpcode::RcRdmaWriteLast, 104, &[5; LEN]),
+        ];
+        assert_eq!(sealed(&out), want);
+        assert_eq!(lost.load(Ordering::Relaxed), 0);
+
+        // Again over the buffers the port hands back, which hold the
+        // last frames' bytes: the same frames.
+        let mut spent: Vec<Vec<u8>> = out.drain(..).map(|f| f.bytes).collect();
+        filler.keep(&mut spent, 2);
+        assert_eq!(spent.len(), 4, "two kept, the NIC's four left to it");
+        let mut again = vec![left(
+            BthOpcode::RcRdmaWriteMiddle,
+            101,
+            at.checked_add(LEN as u64).unwrap(),
+            3,
+        )];
+        assert_eq!(filler.fill(&mut again), 2);
+        assert_eq!(sealed(&again), want[1..4].to_vec());
+    }
+
+    #[test]
+    fn a_packet_whose_payload_is_gone_is_lost_alone_and_counted() {
+        let (mem, at) = payloads(3);
+        let lost = Arc::new(AtomicU64::new(0));
+        let mut filler = Filler::new(mem.clone(), lost.clone());
+        // A run whose last packet's payload lies past the allocation, and
+        // a packet whose memory was freed.
+        let (other, gone) = payloads(1);
+        let mut whole_filler = Filler::new(other.clone(), Arc::new(AtomicU64::new(0)));
+        let mut freed = vec![left(BthOpcode::RcSendOnly, 9, gone, 1)];
+        other.free(gone).unwrap();
+        assert_eq!(whole_filler.fill(&mut freed), 0);
+        assert!(freed.is_empty(), "nothing to send");
+
+        let mut out = vec![left(
+            BthOpcode::RcRdmaWriteMiddle,
+            50,
+            at.checked_add(LEN as u64).unwrap(),
+            3,
+        )];
+        assert_eq!(filler.fill(&mut out), 1, "two of the three packets");
+        assert_eq!(
+            sealed(&out),
+            vec![
+                whole(BthOpcode::RcRdmaWriteMiddle, 50, &[2; LEN]),
+                whole(BthOpcode::RcRdmaWriteMiddle, 51, &[3; LEN]),
+            ]
+        );
+        assert_eq!(lost.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_run_whose_frame_is_no_roce_frame_is_lost_whole() {
+        let (mem, at) = payloads(2);
+        let lost = Arc::new(AtomicU64::new(0));
+        let mut filler = Filler::new(mem, lost.clone());
+        let mut f = left(BthOpcode::RcRdmaWriteMiddle, 1, at, 2);
+        f.bytes.truncate(10);
+        let mut out = vec![f];
+        assert_eq!(filler.fill(&mut out), 0);
+        assert!(out.is_empty());
+        assert_eq!(lost.load(Ordering::Relaxed), 2);
+    }
+}
