@@ -305,7 +305,8 @@ impl Split<'_> {
             .run
             .from
             .checked_add(u64::from(k) * u64::from(self.run.len))?;
-        let (at, end) = (self.run.at as usize, (self.run.at + self.run.len) as usize);
+        let at = self.run.at as usize;
+        let end = at + self.run.len as usize;
         into.resize(self.bytes.len(), 0);
         into[..at].copy_from_slice(&self.bytes[..at]);
         into[end..].copy_from_slice(&self.bytes[end..]);

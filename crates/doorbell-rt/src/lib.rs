@@ -513,10 +513,10 @@ impl LiveNic {
                 // The engine writes each frame's ICRC before anything sees
                 // it, two frames at a time (decision record 0054).
                 cfg.icrc = doorbell_wire::Seal::Later;
-                // Nor do they read payloads into frames: the engine fills
-                // a frame in (a run packet by packet) just before it seals
-                // it, without the NIC's per-packet work (decision record
-                // 0055).
+                // And the NIC leaves payloads in memory, a run of MIDDLE
+                // packets as one frame: the engine fills each packet in
+                // just before it seals it, without the NIC's per-packet
+                // work (decision record 0055).
                 cfg.leave_payload = true;
                 cfg.max_segments = UDP_MAX_SEGMENTS;
                 // The port's MTU is what its interface carries, as a RoCE
@@ -593,7 +593,8 @@ impl LiveNic {
         let mut engine = Engine::new(Nic::new(cfg), bus, egress, irq_tx, ev_tx.clone());
         engine.capture = capture;
         engine.seal_out = matches!(handle, PortHandle::Udp(..));
-        let payload_lost = engine.seal_out.then(|| Arc::new(AtomicU64::new(0)));
+        let payload_lost =
+            matches!(handle, PortHandle::Udp(..)).then(|| Arc::new(AtomicU64::new(0)));
         if let Some(lost) = &payload_lost {
             engine.fill = Some(fill::Filler::new(mem.clone(), lost.clone()));
         }
