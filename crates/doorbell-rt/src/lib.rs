@@ -26,7 +26,10 @@
 //!   Beside it, frames to NICs of the same host go through shared-memory
 //!   rings instead (module `shm`; [`NicOptions::shm`]), found through a
 //!   rendezvous on the host; other addresses keep to the socket.
-//!   [`LiveNic::start_udp`].
+//!   The NIC leaves payloads in its memory and hands runs of packets on as
+//!   one frame; the engine fills each packet in before anything past it
+//!   sees the frames (module `fill`), so the rings, the socket, a capture
+//!   and a relay all get whole packets. [`LiveNic::start_udp`].
 //!
 //! Either way the port's GID 0 is the IPv4-mapped form of its address, and
 //! frames may pass a fault-injecting relay on their way out ([`fault`]).
