@@ -336,15 +336,19 @@ impl Engine {
     /// handed them on one by one.
     fn take_run(&mut self, now: Instant, bytes: Vec<u8>, u: Unfilled, from: &dyn HostMemory) {
         let mut one = crate::buffers::buffer(bytes.len());
-        // (If the last packet can be cut out, every one can.)
-        if u.segment(&bytes, u.segments - 1, &mut one).is_none() {
+        // The run's headers parsed once; if its last packet can be cut
+        // out, every one can.
+        let split = u
+            .split(&bytes)
+            .filter(|s| s.packet(u.segments - 1, &mut one).is_some());
+        let Some(split) = split else {
             // No run its sender could have made: the NIC drops it whole.
             crate::buffers::recycle(one);
             self.take_frame(now, bytes, Arrival::Unfilled(u, from));
             return;
-        }
+        };
         for k in 0..u.segments {
-            if let Some(single) = u.segment(&bytes, k, &mut one) {
+            if let Some(single) = split.packet(k, &mut one) {
                 self.take_frame(now, one, Arrival::Unfilled(single, from));
                 one = crate::buffers::buffer(bytes.len());
             }
