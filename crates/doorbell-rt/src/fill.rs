@@ -37,7 +37,12 @@ pub(crate) struct Filler {
     filled: Vec<Frame>,
     /// Buffers for the packets of runs: each run's own frame, and as many
     /// taken back from the port as it was given beyond the NIC's frames
-    /// ([`Self::keep`]).
+    /// ([`Self::keep`]). Kept here rather than taken from the thread's
+    /// spares (`crate::buffers`) for the reason the NIC's own buffers come
+    /// straight back to it: a run's 63 extra buffers would overflow the
+    /// thread's few and go through the process's store and its lock one at
+    /// a time, and come out of it emptied, their payload bytes zeroed again
+    /// before they are overwritten.
     spare: Vec<Vec<u8>>,
     /// Packets lost because memory no longer held their payload
     /// ([`crate::PortCounters::tx_payload_lost`]).
