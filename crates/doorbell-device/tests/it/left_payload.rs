@@ -404,6 +404,44 @@ fn a_run_split_into_its_packets_is_the_frames_a_reading_nic_sends() {
 }
 
 #[test]
+fn a_split_packet_is_its_runs_headers_with_its_psn_and_an_unsealed_icrc() {
+    let (runs, _) = writes_and_sends(joining(64));
+    let run = runs
+        .iter()
+        .find(|f| f.unfilled.is_some_and(|u| u.segments == 6))
+        .expect("the 8 KiB WRITE's six MIDDLEs as one run");
+    let u = run.unfilled.unwrap();
+    // A frame whose ICRC field holds something: a split packet's is
+    // unsealed all the same.
+    let mut bytes = run.bytes.clone();
+    let n = bytes.len();
+    bytes[n - 4..].copy_from_slice(&[1, 2, 3, 4]);
+    assert!(
+        parse_roce(&bytes).is_err(),
+        "the stamped ICRC does not match"
+    );
+    let split = u.split(&bytes).expect("a run its NIC made");
+    let run_repr = doorbell_wire::parse_roce_emitted(&bytes).unwrap().repr;
+    let psn0 = run_repr.bth.psn;
+    // Into a longer buffer of stale bytes: cut to the frame's length, the
+    // payload left as it was.
+    let mut into = vec![0xA5; n + 100];
+    let one = split.packet(4, &mut into).expect("packet 4 of 6");
+    assert_eq!(into.len(), n);
+    assert_eq!(&into[n - 4..], &[0; 4]);
+    let (at, len) = (u.at as usize, u.len as usize);
+    assert!(into[at..at + len].iter().all(|&b| b == 0xA5));
+    let parsed = doorbell_wire::parse_roce_emitted(&into).unwrap();
+    assert_eq!(parsed.repr.bth.psn, psn0.add(4));
+    let mut want = run_repr;
+    want.bth.psn = psn0.add(4);
+    assert_eq!(parsed.repr, want, "only the PSN differs");
+    assert_eq!(one.from, u.from.checked_add(4 * u64::from(u.len)).unwrap());
+    assert_eq!((one.segments, one.at, one.len), (1, u.at, u.len));
+    assert_eq!(split.packet(6, &mut into), None, "past the run");
+}
+
+#[test]
 fn a_responder_hands_its_middle_read_responses_on_as_runs() {
     let (whole, whole_rig) = answer_read(NicConfig::new(LOCAL), 7000);
     assert_eq!(whole.len(), 7, "FIRST, five MIDDLEs, LAST");
