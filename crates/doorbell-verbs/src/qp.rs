@@ -23,7 +23,7 @@ use crate::mr::{Pd, Sge};
 use crate::queue_buf::QueueBuf;
 use crate::report::{PostReport, Ring};
 use crate::srq::Srq;
-use crate::wq::{MAX_WQE_LEN, QpShared, RqState, SqState, write_recv_segments};
+use crate::wq::{MAX_WQE_LEN, QpShared, RqState, STAGE_LEN, SqState, write_recv_segments};
 use crate::wr::{PostError, RecvWr};
 
 /// Requested queue sizes (`ibv_qp_cap`).
@@ -229,6 +229,21 @@ impl<'a> From<&SendWr<'a>> for PostWr<'a> {
 }
 
 /// What [`Qp::build_wqe`] wrote.
+/// The WQEs of a post staged and not yet written into the send ring.
+struct Run {
+    /// The ring slot of the first.
+    slot: usize,
+    /// The post's index of the first WR.
+    first: u32,
+    /// The producer index before the first.
+    cur_post: u16,
+    /// Bytes staged, whole WQEBBs.
+    len: usize,
+    /// The post's segments, inline bytes and inline chunks before the
+    /// first ([`PostReport`]'s).
+    counts: (u32, u32, u32),
+}
+
 struct Built {
     /// Bytes of the WQE, a multiple of 16.
     size: usize,
@@ -464,14 +479,7 @@ impl Pd {
         };
         let shared = Arc::new(QpShared {
             qpn: out.qpn,
-            sq: Mutex::new(SqState {
-                cur_post: 0,
-                head: 0,
-                tail: 0,
-                wrid: vec![0; sq_wqe_cnt as usize],
-                wqe_head: vec![0; sq_wqe_cnt as usize],
-                build: Box::new([[0; MAX_WQE_LEN]; 2]),
-            }),
+            sq: Mutex::new(SqState::new(sq_wqe_cnt)),
             rq: Mutex::new(RqState {
                 head: 0,
                 tail: 0,
@@ -715,21 +723,38 @@ impl Qp {
         }
         let shared = &inner.shared;
         let mut guard = shared.sq.lock().unwrap_or_else(|e| e.into_inner());
-        // Two buffers: a WR that fails half-built must not clobber the last
-        // good WQE, whose bytes the doorbell (or BlueFlame copy) carries.
-        // They live with the queue, so a post does not clear 2 KiB first:
-        // each WQE clears its first WQEBB and writes every byte after it.
+        // The WQEs are built one after another in the staging area, as they
+        // will lie in the ring from the slot of the first one not written
+        // yet, and written there when the area is full and at the end: one
+        // access to the ring's memory for a postlist, not one a WQE. A WR
+        // that fails half-built lies past the last good WQE, whose bytes
+        // the doorbell (or BlueFlame copy) carries. The area lives with the
+        // queue, so a post does not clear it first: each WQE clears its
+        // first WQEBB and writes every byte after it up to its end.
         let SqState {
-            ref mut build,
+            ref mut staged,
+            ref mut written,
             ref mut cur_post,
             ref mut head,
             ref tail,
             ref mut wrid,
             ref mut wqe_head,
         } = *guard;
-        let bufs = &mut **build;
-        let mut cur = 0;
-        let mut last: Option<(usize, usize, bool)> = None; // (buffer, size in bytes, inline)
+        let mut run = Run {
+            slot: self.sq_slot(*cur_post),
+            first: 0,
+            cur_post: *cur_post,
+            len: 0,
+            counts: (0, 0, 0),
+        };
+        // The last good WQE: where it starts in the area (`None` once it
+        // has been written out, its bytes then in `written`), its size and
+        // whether it is inline.
+        let mut last: Option<(Option<usize>, usize, bool)> = None;
+        // The size and kind of the last WQE written out with a full area.
+        let mut kept: Option<(usize, bool)> = None;
+        // Whether the run's WQEs failed to reach the ring.
+        let mut unwritten = false;
         let mut result = Ok(());
         let mut nreq = 0u32;
         let (mut segments, mut inline_bytes, mut inline_chunks) = (0u32, 0u32, 0u32);
@@ -742,36 +767,77 @@ impl Qp {
                 });
                 break;
             }
-            let built = self.build_wqe(&wr, *cur_post, &mut bufs[cur]);
+            if STAGE_LEN - run.len < MAX_WQE_LEN {
+                if let Err(e) = self.write_sq(run.slot, &staged[..run.len]) {
+                    (result, unwritten) = (Err(e), true);
+                    break;
+                }
+                if let Some((Some(at), size, inl)) = last {
+                    written[..size].copy_from_slice(&staged[at..at + size]);
+                    last = Some((None, size, inl));
+                    kept = Some((size, inl));
+                }
+                run = Run {
+                    slot: self.sq_slot(*cur_post),
+                    first: nreq,
+                    cur_post: *cur_post,
+                    len: 0,
+                    counts: (segments, inline_bytes, inline_chunks),
+                };
+            }
+            let Some(wqe) = staged
+                .get_mut(run.len..)
+                .and_then(|b| b.first_chunk_mut::<MAX_WQE_LEN>())
+            else {
+                // Never: an emptied area holds the largest WQE.
+                result = Err(VerbsError::NoSpace("send WQE staging area"));
+                break;
+            };
             let Built {
                 size,
                 inline: inl,
                 inline_len,
                 segments: segs,
-            } = match built {
+            } = match self.build_wqe(&wr, *cur_post, wqe) {
                 Ok(x) => x,
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
             };
-            let idx = (u32::from(*cur_post) & (shared.sq_wqe_cnt - 1)) as usize;
-            if let Err(e) = self.write_sq(idx, &bufs[cur][..size]) {
-                result = Err(e);
-                break;
-            }
+            let idx = self.sq_slot(*cur_post);
             wrid[idx] = wr.wr_id;
             wqe_head[idx] = head.wrapping_add(nreq);
-            *cur_post = cur_post.wrapping_add(size.div_ceil(WQEBB_LEN) as u16);
+            // `build_wqe` padded the WQE to whole WQEBBs.
+            let blocks = size.div_ceil(WQEBB_LEN);
+            last = Some((Some(run.len), size, inl));
+            run.len += blocks * WQEBB_LEN;
+            *cur_post = cur_post.wrapping_add(blocks as u16);
             nreq += 1;
             segments += segs;
             inline_bytes += inline_len;
             inline_chunks += inline_len.div_ceil(64);
-            last = Some((cur, size, inl));
-            cur ^= 1;
         }
-        if let Some((b, size, inl)) = last {
-            let wqe = &bufs[b];
+        if !unwritten
+            && run.len > 0
+            && let Err(e) = self.write_sq(run.slot, &staged[..run.len])
+        {
+            (result, unwritten) = (Err(e), true);
+        }
+        if unwritten {
+            // The run's WQEs are not in the ring: they and the WRs after
+            // them are not posted. Those before it were written out with a
+            // full area, the last of them kept.
+            nreq = run.first;
+            *cur_post = run.cur_post;
+            (segments, inline_bytes, inline_chunks) = run.counts;
+            last = kept.map(|(size, inl)| (None, size, inl));
+        }
+        if let Some((at, size, inl)) = last {
+            let wqe = match at {
+                Some(at) => &staged[at..at + size],
+                None => &written[..size],
+            };
             *head = head.wrapping_add(nreq);
             // The WQEs are in memory before the record (a compiler barrier
             // on x86); the record before the doorbell (sfence).
@@ -792,7 +858,7 @@ impl Qp {
             if let Some(o) = &observer {
                 o.before_ring(&report);
             }
-            report.ring = self.ring(&wqe[..size], nreq, inl);
+            report.ring = self.ring(wqe, nreq, inl);
             if let Some(o) = &observer {
                 o.after_ring(&report);
             }
@@ -977,7 +1043,13 @@ impl Qp {
         Ok(self.ctx().mem().write(at, &rec[word])?)
     }
 
-    /// Writes a WQE into the send ring at WQEBB `idx`, wrapping at the end.
+    /// The send ring's slot for producer index `cur_post`.
+    fn sq_slot(&self, cur_post: u16) -> usize {
+        (u32::from(cur_post) & (self.inner.shared.sq_wqe_cnt - 1)) as usize
+    }
+
+    /// Writes WQEs into the send ring from WQEBB `idx`, wrapping at the end
+    /// (`bytes` are a post's, which fit in the ring).
     fn write_sq(&self, idx: usize, bytes: &[u8]) -> Result<(), VerbsError> {
         let inner = &*self.inner;
         let mem = self.ctx().mem();

@@ -20,8 +20,34 @@ pub(crate) struct SqState {
     pub(crate) tail: u32,
     pub(crate) wrid: Vec<u64>,
     pub(crate) wqe_head: Vec<u32>,
-    /// The two buffers a post builds WQEs in, in turn.
-    pub(crate) build: Box<[[u8; MAX_WQE_LEN]; 2]>,
+    /// Where a post builds its WQEs, one after another as they will lie
+    /// in the send ring, to write them there with one access
+    /// ([`STAGE_LEN`] bytes).
+    pub(crate) staged: Box<[u8]>,
+    /// The last WQE of a post written out before the post ended (its
+    /// staging area was full), kept for the doorbell if no later WQE of
+    /// the post is built.
+    pub(crate) written: Box<[u8; MAX_WQE_LEN]>,
+}
+
+/// The bytes of WQEs a post stages before it writes them into the send
+/// ring: a postlist of 48 WQEs of one WQEBB is one write; a longer one, or
+/// one of bigger WQEs, is a write every few KiB.
+pub(crate) const STAGE_LEN: usize = 4 * MAX_WQE_LEN;
+
+impl SqState {
+    /// An empty queue of `wqebbs` WQEBBs.
+    pub(crate) fn new(wqebbs: u32) -> Self {
+        Self {
+            cur_post: 0,
+            head: 0,
+            tail: 0,
+            wrid: vec![0; wqebbs as usize],
+            wqe_head: vec![0; wqebbs as usize],
+            staged: vec![0; STAGE_LEN].into_boxed_slice(),
+            written: Box::new([0; MAX_WQE_LEN]),
+        }
+    }
 }
 
 /// Writes a receive WQE's data segments into `wqe`: one for each of

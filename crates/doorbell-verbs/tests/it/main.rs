@@ -7,6 +7,7 @@
 mod gather;
 mod port;
 mod rereg;
+mod staged;
 mod td;
 
 use std::sync::Arc;
