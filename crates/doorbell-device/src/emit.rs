@@ -34,7 +34,7 @@ pub(crate) fn emit_repr<D: Dma>(
         return;
     };
     f.bytes[f.payload.clone()].copy_from_slice(payload);
-    finish(ctx, dst, f);
+    finish(ctx, dst, &mut f);
 }
 
 /// A frame with headers `repr` and room for `payload_len` bytes of
@@ -66,20 +66,19 @@ pub(crate) fn building<D: Dma>(
 /// [`Building::segments`]); false, with the buffer back among the spares,
 /// if the headers cannot be written (never, for a payload of an MTU at
 /// most).
-pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building) -> bool {
+pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], f: &mut Building) -> bool {
     // `building` checked the headers and made the buffer the frame's length.
-    let len = f.bytes.len();
+    let mut bytes = std::mem::take(&mut f.bytes);
+    let len = bytes.len();
     // The ICRC covers the payload: a frame whose payload is left in memory
     // is sealed once it is filled in.
     let seal = match f.left {
         Some(_) => Seal::Later,
         None => ctx.out.seal,
     };
-    let emitted = f
-        .repr
-        .emit_checked(&mut f.bytes, f.payload.len(), len, seal);
+    let emitted = f.repr.emit_checked(&mut bytes, f.payload.len(), len, seal);
     if emitted.is_err() {
-        ctx.out.spare.give(f.bytes);
+        ctx.out.spare.give(bytes);
         return false;
     }
     ctx.t = ctx.t.max(f.ready);
@@ -96,7 +95,7 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], mut f: Building
     });
     let frame = Frame {
         dst,
-        bytes: f.bytes,
+        bytes,
         ready: ctx.t,
         unfilled,
         train: 1,

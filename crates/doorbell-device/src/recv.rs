@@ -990,7 +990,7 @@ fn inbound_read<D: Dma>(
         qp.resp.advance(n);
     }
     let msn = qp.resp.msn();
-    for mut f in frames.drain(..) {
+    for f in &mut frames {
         match dst {
             Some(dst) => {
                 if let Some(a) = f.repr.ext.aeth.as_mut() {
@@ -998,9 +998,10 @@ fn inbound_read<D: Dma>(
                 }
                 emit::finish(ctx, dst, f);
             }
-            None => ctx.out.spare.give(f.bytes),
+            None => ctx.out.spare.give(std::mem::take(&mut f.bytes)),
         }
     }
+    frames.clear();
     ctx.out.building = frames;
     Ok(())
 }

@@ -287,18 +287,20 @@ pub(crate) fn send_packets<D: Dma>(
                 .and_then(|()| sge::leave_in_runs(qp, h, total, &mut frames, ctx));
         } else {
             for k in i..end {
-                let built = headers(k).and_then(|(bth, ext)| {
-                    let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
-                    // Never fails for a packet of an MTU at most.
-                    emit::building(ctx, repr, p.data_len(k)).ok_or(Syndrome::LocalLengthErr)
-                });
-                match built {
-                    Ok(f) => frames.push(f),
+                let (bth, ext) = match headers(k) {
+                    Ok(h) => h,
                     Err(e) => {
                         result = Err(e);
                         break;
                     }
-                }
+                };
+                let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
+                // Never fails for a packet of an MTU at most.
+                let Some(f) = emit::building(ctx, repr, p.data_len(k)) else {
+                    result = Err(Syndrome::LocalLengthErr);
+                    break;
+                };
+                frames.push(f);
             }
             if result.is_ok() {
                 // Only an RC WRITE's or SEND's payload is left in memory:
@@ -317,17 +319,19 @@ pub(crate) fn send_packets<D: Dma>(
                 );
             }
         }
-        for f in frames.drain(..) {
+        // Finished where they were built, each buffer taken out of its
+        // frame: a frame's headers are a few hundred bytes to move.
+        for f in &mut frames {
             match dst {
                 Some(dst) if result.is_ok() => {
-                    let n = f.segments;
                     if emit::finish(ctx, dst, f) {
-                        sent += n;
+                        sent += f.segments;
                     }
                 }
-                _ => ctx.out.spare.give(f.bytes),
+                _ => ctx.out.spare.give(std::mem::take(&mut f.bytes)),
             }
         }
+        frames.clear();
         i = end;
     }
     ctx.out.building = frames;
@@ -358,7 +362,9 @@ fn build_runs<D: Dma>(
         }
         let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
         // Never fails for a packet of an MTU at most.
-        let f = emit::building(ctx, repr, data_len).ok_or(Syndrome::LocalLengthErr)?;
+        let Some(f) = emit::building(ctx, repr, data_len) else {
+            return Err(Syndrome::LocalLengthErr);
+        };
         frames.push(f);
     }
     Ok(())
