@@ -35,51 +35,67 @@ pub(crate) struct UdDest {
 /// its payload's storage taken from `spares`.
 pub(crate) fn parse_wqe(b: &[u8], ty: QpType, spares: &mut Spares) -> Result<Wqe, Syndrome> {
     let ctrl = CtrlSeg::new_unchecked(&b[..wqe::field::CTRL_LEN]);
-    let mut w = Wqe {
-        index: ctrl.wqe_index(),
-        opcode: ctrl.opcode(),
-        fm_ce_se: ctrl.fm_ce_se(),
-        imm: ctrl.imm(),
-        raddr: 0,
-        rkey: 0,
-        swap_add: 0,
-        compare: 0,
-        ud: None,
-        payload: Payload::Sges(Vec::new()),
-    };
+    let opcode = ctrl.opcode();
+    let (mut raddr, mut rkey, mut swap_add, mut compare, mut ud) = (0, 0, 0, 0, None);
     let mut off = wqe::field::CTRL_LEN;
     let seg = |off: usize, len: usize| b.get(off..off + len).ok_or(Syndrome::LocalQpOpErr);
     if ty == QpType::Ud {
         let av = DatagramSeg::new_unchecked(seg(off, wqe::field::AV_LEN)?);
-        w.ud = Some(UdDest {
+        ud = Some(UdDest {
             qkey: av.qkey(),
             dqpn: av.dqpn(),
             dgid: av.rgid(),
         });
         off += wqe::field::AV_LEN;
     }
-    let remote = |w: &mut Wqe, off: &mut usize| -> Result<(), Syndrome> {
+    let mut remote = |off: &mut usize| -> Result<(), Syndrome> {
         let r = RaddrSeg::new_unchecked(seg(*off, wqe::field::RADDR_LEN)?);
-        w.raddr = r.raddr();
-        w.rkey = r.rkey();
+        (raddr, rkey) = (r.raddr(), r.rkey());
         *off += wqe::field::RADDR_LEN;
         Ok(())
     };
-    match (w.opcode, ty) {
-        (WqeOpcode::Nop, _) => return Ok(w),
-        (WqeOpcode::Send | WqeOpcode::SendImm, _) => {}
+    let payload = match (opcode, ty) {
+        (WqeOpcode::Nop, _) => None,
+        (WqeOpcode::Send | WqeOpcode::SendImm, _) => Some(off),
         (WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm, QpType::Rc | QpType::Uc)
-        | (WqeOpcode::RdmaRead, QpType::Rc) => remote(&mut w, &mut off)?,
+        | (WqeOpcode::RdmaRead, QpType::Rc) => {
+            remote(&mut off)?;
+            Some(off)
+        }
         (WqeOpcode::AtomicCs | WqeOpcode::AtomicFa, QpType::Rc) => {
-            remote(&mut w, &mut off)?;
+            remote(&mut off)?;
             let a = AtomicSeg::new_unchecked(seg(off, wqe::field::ATOMIC_LEN)?);
-            w.swap_add = a.swap_add();
-            w.compare = a.compare();
+            (swap_add, compare) = (a.swap_add(), a.compare());
             off += wqe::field::ATOMIC_LEN;
+            Some(off)
         }
         _ => return Err(Syndrome::LocalQpOpErr),
-    }
-    // Data: one inline segment, or data segments to the end of the WQE.
+    };
+    let payload = match payload {
+        // A NOP carries nothing.
+        None => Payload::Sges(Vec::new()),
+        Some(off) => parse_data(b, off, spares)?,
+    };
+    // Built in one go, once its payload is known: a Wqe is moved on
+    // whole, and one written field by field just before would be read
+    // back through stores still on their way.
+    Ok(Wqe {
+        index: ctrl.wqe_index(),
+        opcode,
+        fm_ce_se: ctrl.fm_ce_se(),
+        imm: ctrl.imm(),
+        raddr,
+        rkey,
+        swap_add,
+        compare,
+        ud,
+        payload,
+    })
+}
+
+/// The data of a WQE from byte `off`: one inline segment, or data segments
+/// to the end of the WQE.
+fn parse_data(b: &[u8], mut off: usize, spares: &mut Spares) -> Result<Payload, Syndrome> {
     if off + wqe::field::INLINE_HDR_LEN <= b.len()
         && InlineSeg::new_unchecked(&b[off..]).is_inline()
     {
@@ -88,19 +104,17 @@ pub(crate) fn parse_wqe(b: &[u8], ty: QpType, spares: &mut Spares) -> Result<Wqe
         let data = b.get(start..start + n).ok_or(Syndrome::LocalLengthErr)?;
         let mut v = spares.inline();
         v.extend_from_slice(data);
-        w.payload = Payload::Inline(v);
-    } else {
-        let mut sges = spares.sges();
-        while off + wqe::field::DATA_LEN <= b.len() {
-            let d = DataSeg::new_unchecked(&b[off..off + wqe::field::DATA_LEN]);
-            sges.push(Sge {
-                lkey: d.lkey(),
-                addr: d.addr(),
-                len: d.byte_count(),
-            });
-            off += wqe::field::DATA_LEN;
-        }
-        w.payload = Payload::Sges(sges);
+        return Ok(Payload::Inline(v));
     }
-    Ok(w)
+    let mut sges = spares.sges();
+    while off + wqe::field::DATA_LEN <= b.len() {
+        let d = DataSeg::new_unchecked(&b[off..off + wqe::field::DATA_LEN]);
+        sges.push(Sge {
+            lkey: d.lkey(),
+            addr: d.addr(),
+            len: d.byte_count(),
+        });
+        off += wqe::field::DATA_LEN;
+    }
+    Ok(Payload::Sges(sges))
 }
