@@ -1127,7 +1127,7 @@ impl Nic {
         for _ in 0..packets.max(1) {
             let rest = bytes.get(at..).unwrap_or(&[]);
             let Ok(len) = doorbell_wire::packet_len(rest) else {
-                self.take_parsed(now, bytes, last.take(), true, dma);
+                self.take_parsed(now, bytes, last.as_ref(), true, dma);
                 self.out.counters.rx_dropped += 1;
                 return Received::Dropped("a train whose bytes hold no whole packet");
             };
@@ -1146,33 +1146,37 @@ impl Nic {
                         .as_ref()
                         .is_some_and(|(_, l)| l.repr.bth.dest_qp == p.repr.bth.dest_qp);
                     r = self
-                        .take_parsed(now, bytes, last.take(), !same_qp, dma)
+                        .take_parsed(now, bytes, last.as_ref(), !same_qp, dma)
                         .or_before(r);
                     last = Some((here, p));
                 }
                 Err(_) => {
-                    self.take_parsed(now, bytes, last.take(), true, dma);
+                    self.take_parsed(now, bytes, last.take().as_ref(), true, dma);
                     r = self.unparsed();
                 }
             }
         }
-        self.take_parsed(now, bytes, last, true, dma).or_before(r)
+        self.take_parsed(now, bytes, last.as_ref(), true, dma)
+            .or_before(r)
     }
 
     /// Takes the packet `parsed` of the train `bytes`, if any, bringing
     /// the timer index up to date if `index_timers`; delivers its events.
+    /// (Borrowed where it lies: a parsed packet's headers are a hundred
+    /// and fifty bytes, and a copy just made is read back through stores
+    /// still on their way.)
     fn take_parsed(
         &mut self,
         now: Instant,
         bytes: &[u8],
-        parsed: Option<(std::ops::Range<usize>, doorbell_wire::ParsedRoce)>,
+        parsed: Option<&(std::ops::Range<usize>, doorbell_wire::ParsedRoce)>,
         index_timers: bool,
         dma: &mut impl Dma,
     ) -> Received {
         let Some((at, p)) = parsed else {
             return Received::Taken;
         };
-        let r = self.carried(now, &bytes[at], &p, dma, index_timers);
+        let r = self.carried(now, &bytes[at.clone()], p, dma, index_timers);
         self.deliver_events(dma);
         r
     }
