@@ -13,6 +13,7 @@ use crate::ctx::Ctx;
 use crate::fault::Fault;
 use crate::fetch::{fetch_upto, next_recv_wqe};
 use crate::qp::Qp;
+use crate::wq::Payload;
 
 /// How often a QP in the error state looks for receives posted since its
 /// last flush (there is no receive doorbell to tell it).
@@ -24,40 +25,34 @@ pub(crate) const ERR_RQ_POLL: Duration = Duration::from_us(1000);
 pub(crate) fn retire<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     let ack_psn = qp.req.ack_psn();
     while let Some(m) = qp.sq.outstanding.front_mut() {
-        if m.npsn() == 0 {
-            let m = qp.sq.pop_outstanding().expect("front exists");
-            if m.signaled {
-                send_done(qp, m.wqe_index, m.opcode, 0, ctx);
+        // What completes it is read where it lies, and it is dropped
+        // there: a message moved out whole would be read back through the
+        // narrow stores of the move.
+        let bytes = if m.npsn() == 0 {
+            0
+        } else if m.is_read_or_atomic() && m.answered {
+            if m.opcode == WqeOpcode::RdmaRead {
+                m.len as u32
+            } else {
+                8
             }
-            ctx.out.payloads.recycle(m.payload);
-            continue;
-        }
-        if m.is_read_or_atomic() && m.answered {
-            let m = qp.sq.pop_outstanding().expect("front exists");
-            if m.signaled {
-                let n = if m.opcode == WqeOpcode::RdmaRead {
-                    m.len
-                } else {
-                    8
-                };
-                send_done(qp, m.wqe_index, m.opcode, n as u32, ctx);
-            }
-            ctx.out.payloads.recycle(m.payload);
-            continue;
-        }
-        if m.is_read_or_atomic() {
+        } else if m.is_read_or_atomic() {
             break;
-        }
-        if m.last_psn().diff(ack_psn) > 0 {
+        } else if m.last_psn().diff(ack_psn) > 0 {
             // Partly acknowledged: never send the acknowledged part again.
             m.sent = m.sent.max(m.psns.acked(ack_psn));
             break;
+        } else {
+            0
+        };
+        let (signaled, index, opcode) = (m.signaled, m.wqe_index, m.opcode);
+        ctx.out
+            .payloads
+            .recycle(std::mem::replace(&mut m.payload, Payload::Sges(Vec::new())));
+        qp.sq.drop_front();
+        if signaled {
+            send_done(qp, index, opcode, bytes, ctx);
         }
-        let m = qp.sq.pop_outstanding().expect("front exists");
-        if m.signaled {
-            send_done(qp, m.wqe_index, m.opcode, 0, ctx);
-        }
-        ctx.out.payloads.recycle(m.payload);
     }
 }
 

@@ -171,6 +171,16 @@ impl SendQueue {
     }
 
     /// Takes the oldest outstanding message off (it completed).
+    /// Drops the oldest outstanding message (it completed, and what its
+    /// completion needs was read where it lay).
+    pub(crate) fn drop_front(&mut self) {
+        if let Some(m) = self.outstanding.front() {
+            self.reads -= usize::from(m.is_read_or_atomic());
+            self.unsent_from = self.unsent_from.saturating_sub(1);
+            self.outstanding.pop_front();
+        }
+    }
+
     pub(crate) fn pop_outstanding(&mut self) -> Option<SentMsg> {
         let m = self.outstanding.pop_front()?;
         self.unsent_from = self.unsent_from.saturating_sub(1);
