@@ -701,6 +701,8 @@ pub(crate) struct Core {
     /// Another NIC handed the worker frames since the worker last looked
     /// ([`Core::hand_to_worker`]).
     handed: AtomicBool,
+    /// Deliveries another NIC handed to the worker ([`Core::handed`]).
+    hand_offs: AtomicU64,
     stop: AtomicBool,
     /// [`crate::forks::generation`] when the NIC was made: in a child
     /// after `fork()` none of its threads exist, and nothing is handled.
@@ -727,6 +729,7 @@ impl Core {
             called_back: AtomicU64::new(0),
             left: AtomicBool::new(false),
             handed: AtomicBool::new(false),
+            hand_offs: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             forks: crate::forks::generation(),
         }
@@ -735,6 +738,12 @@ impl Core {
     /// The device clock's reading now.
     pub(crate) fn now(&self) -> Instant {
         device_time(self.start, std::time::Instant::now())
+    }
+
+    /// Deliveries of frames that another NIC of the process handed to the
+    /// worker ([`Core::hand_to_worker`]).
+    pub(crate) fn handed(&self) -> u64 {
+        self.hand_offs.load(Ordering::Relaxed)
     }
 
     /// Times the worker came back from a park, woken or at its timeout.
@@ -824,6 +833,7 @@ impl Core {
         }
         self.inbox.push(msg);
         self.handed.store(true, Ordering::Relaxed);
+        self.hand_offs.fetch_add(1, Ordering::Relaxed);
         self.unpark();
     }
 

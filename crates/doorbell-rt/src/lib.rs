@@ -203,6 +203,9 @@ struct FabricSink {
     /// The NIC's host memory, where the payloads it leaves are
     /// (`NicConfig::leave_payload`, set only where `emitted` is).
     mem: Arc<dyn HostMemory>,
+    /// The process may run on two cores or more: a receiver's worker then
+    /// runs beside the thread that sends, not in turns with it.
+    beside: bool,
 }
 
 impl fault::Sink for FabricSink {
@@ -213,9 +216,13 @@ impl fault::Sink for FabricSink {
             let n = frames.iter().take_while(|f| f.dst == dst).count();
             let packets = frames[..n].iter().map(|f| f.packets() as usize).sum();
             // Payloads left in the sender's memory are copied in by the
-            // receiver's worker, so that a stream's copies stay on one
-            // core while this thread goes on (decision record 0049).
-            let to_worker = self.emitted && frames[..n].iter().any(|f| f.unfilled.is_some());
+            // receiver's worker, so that a stream's copies run on another
+            // core while this thread goes on (decision record 0049). Not
+            // where the process has one core: the worker would take turns
+            // with this thread, and its wait for more frames would keep
+            // the core from it (decision record 0056).
+            let to_worker =
+                self.emitted && self.beside && frames[..n].iter().any(|f| f.unfilled.is_some());
             let run = if self.emitted {
                 let mut run = crate::buffers::emitted_list();
                 if n == frames.len() {
@@ -503,6 +510,7 @@ impl LiveNic {
                     fabric: fabric.clone(),
                     emitted: opts.faults.is_none(),
                     mem: mem.clone(),
+                    beside: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
                 };
                 (PortHandle::Fabric(fabric.clone()), Box::new(sink))
             }
@@ -700,6 +708,14 @@ impl LiveNic {
     /// at a timer: the cost, in context switches, of what no caller drove.
     pub fn worker_wakes(&self) -> u64 {
         self.core.wakes()
+    }
+
+    /// Deliveries of frames that another NIC of this process handed to
+    /// this NIC's own thread for it to take in (a stream's payloads, left
+    /// in the sender's memory, on a machine of two cores or more; decision
+    /// records 0049 and 0056). A count for tests and reports.
+    pub fn worker_hand_offs(&self) -> u64 {
+        self.core.handed()
     }
 
     /// Times the NIC's own thread woke at its timeout, nobody having woken
