@@ -170,22 +170,27 @@ impl SendQueue {
         self.outstanding.push_back(m);
     }
 
-    /// Takes the oldest outstanding message off (it completed).
     /// Drops the oldest outstanding message (it completed, and what its
     /// completion needs was read where it lay).
     pub(crate) fn drop_front(&mut self) {
         if let Some(m) = self.outstanding.front() {
-            self.reads -= usize::from(m.is_read_or_atomic());
-            self.unsent_from = self.unsent_from.saturating_sub(1);
+            self.forget_front(m.is_read_or_atomic());
             self.outstanding.pop_front();
         }
     }
 
+    /// Takes the oldest outstanding message off (it completed).
     pub(crate) fn pop_outstanding(&mut self) -> Option<SentMsg> {
         let m = self.outstanding.pop_front()?;
-        self.unsent_from = self.unsent_from.saturating_sub(1);
-        self.reads -= usize::from(m.is_read_or_atomic());
+        self.forget_front(m.is_read_or_atomic());
         Some(m)
+    }
+
+    /// Counts the oldest outstanding message gone, a READ or atomic if
+    /// `read_or_atomic`.
+    fn forget_front(&mut self, read_or_atomic: bool) {
+        self.unsent_from = self.unsent_from.saturating_sub(1);
+        self.reads -= usize::from(read_or_atomic);
     }
 
     /// WQEBBs posted and not yet consumed.

@@ -22,9 +22,10 @@
 //!
 //! Between NICs of one process (decision record 0049), frames whose
 //! payloads the receiver copies in from the sender's memory are handed to
-//! the receiver's worker ([`Core::hand_to_worker`]), which keeps looking
-//! for [`STREAM_SPIN`] before it parks: a stream's copies then run on one
-//! core beside the program's thread. What such a worker sends to a NIC
+//! the receiver's worker ([`Core::hand_to_worker`]), where the process may
+//! run on two cores or more (decision record 0056). The worker keeps
+//! looking for [`STREAM_SPIN`] before it parks: a stream's copies then run
+//! on one core beside the program's thread. What such a worker sends to a NIC
 //! whose program polls its CQ (a stream's ACKs) is left for that poll
 //! ([`Core::deliver`], [`Core::poll_inbox`]), so that each NIC's work
 //! stays on its own core; a poll that does not come within [`LEFT_WAIT`]

@@ -228,7 +228,6 @@ impl<'a> From<&SendWr<'a>> for PostWr<'a> {
     }
 }
 
-/// What [`Qp::build_wqe`] wrote.
 /// The WQEs of a post staged and not yet written into the send ring.
 struct Run {
     /// The ring slot of the first.
@@ -244,6 +243,7 @@ struct Run {
     counts: (u32, u32, u32),
 }
 
+/// What [`Qp::build_wqe`] wrote.
 struct Built {
     /// Bytes of the WQE, a multiple of 16.
     size: usize,

@@ -31,8 +31,9 @@ pub(crate) struct SqState {
 }
 
 /// The bytes of WQEs a post stages before it writes them into the send
-/// ring: a postlist of 48 WQEs of one WQEBB is one write; a longer one, or
-/// one of bigger WQEs, is a write every few KiB.
+/// ring: a postlist of up to 49 WQEs of one WQEBB is one write (the area
+/// is written out once it has less room than the largest WQE); a longer
+/// one, or one of bigger WQEs, is a write every 3 to 4 KiB.
 pub(crate) const STAGE_LEN: usize = 4 * MAX_WQE_LEN;
 
 impl SqState {
