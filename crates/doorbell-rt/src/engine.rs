@@ -702,7 +702,7 @@ pub(crate) struct Core {
     /// Another NIC handed the worker frames since the worker last looked
     /// ([`Core::hand_to_worker`]).
     handed: AtomicBool,
-    /// Deliveries another NIC handed to the worker ([`Core::handed`]).
+    /// Deliveries another NIC handed to the worker ([`Core::hand_offs`]).
     hand_offs: AtomicU64,
     stop: AtomicBool,
     /// [`crate::forks::generation`] when the NIC was made: in a child
@@ -743,7 +743,7 @@ impl Core {
 
     /// Deliveries of frames that another NIC of the process handed to the
     /// worker ([`Core::hand_to_worker`]).
-    pub(crate) fn handed(&self) -> u64 {
+    pub(crate) fn hand_offs(&self) -> u64 {
         self.hand_offs.load(Ordering::Relaxed)
     }
 

@@ -715,7 +715,7 @@ impl LiveNic {
     /// in the sender's memory, on a machine of two cores or more; decision
     /// records 0049 and 0056). A count for tests and reports.
     pub fn worker_hand_offs(&self) -> u64 {
-        self.core.handed()
+        self.core.hand_offs()
     }
 
     /// Times the NIC's own thread woke at its timeout, nobody having woken
