@@ -203,6 +203,17 @@ fn copy_through_buffer<M: HostMemory + ?Sized>(
     Ok(())
 }
 
+/// Whether the calling thread may run on one CPU only: its affinity, as
+/// [`std::thread::available_parallelism`] reads it on Linux (`taskset -c
+/// 0`, a container given one CPU). There, a thread that waits by spinning
+/// holds back the very thread it waits for (the NIC's, a peer
+/// process's), and a second thread for the work only takes turns with the
+/// first: host software and the live runtime then neither spin nor hand
+/// work across threads (decision records 0056 and 0057).
+pub fn one_cpu() -> bool {
+    !std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
 /// `base + off`, or [`MemError::Unmapped`] if that passes the end of the
 /// address space: the checked form of every "buffer start plus offset" host
 /// software computes.

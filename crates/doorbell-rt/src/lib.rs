@@ -510,7 +510,7 @@ impl LiveNic {
                     fabric: fabric.clone(),
                     emitted: opts.faults.is_none(),
                     mem: mem.clone(),
-                    beside: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
+                    beside: !doorbell_host::one_cpu(),
                 };
                 (PortHandle::Fabric(fabric.clone()), Box::new(sink))
             }

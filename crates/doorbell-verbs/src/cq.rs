@@ -165,13 +165,34 @@ impl Wc {
 /// the NIC's woken threads waiting for the scheduler's next tick (4 ms on
 /// this kernel) when the cores are all busy, as with two polling processes
 /// on two cores. A yield every 64 empty polls lets them run at once.
+///
+/// Where the polling thread may run on one CPU only, every empty poll
+/// yields ([`empty_polls_per_yield`], decision record 0057).
 const YIELD_AFTER_EMPTY_POLLS: u32 = 64;
+
+/// How many empty polls in a row give up the CPU once, for a CQ made by
+/// the calling thread: [`YIELD_AFTER_EMPTY_POLLS`], or 1 where the thread
+/// may run on one CPU only ([`doorbell_host::one_cpu`]). There, whatever
+/// the poll waits for (the NIC's threads, a peer process's) runs only
+/// once the polling thread stops, and each poll that keeps the CPU delays
+/// it.
+fn empty_polls_per_yield() -> u32 {
+    if doorbell_host::one_cpu() {
+        1
+    } else {
+        YIELD_AFTER_EMPTY_POLLS
+    }
+}
 
 pub(crate) struct CqState {
     cons_index: u32,
     arm_sn: u32,
     /// Polls in a row that found nothing.
     empty_polls: u32,
+    /// Empty polls in a row that give up the CPU ([`empty_polls_per_yield`]).
+    yield_every: u32,
+    /// Empty polls that gave up the CPU ([`Cq::polls_that_yielded`]).
+    yielded: u64,
     /// The CQE ring and its size, which [`Cq::resize`] changes.
     buf: HostAddr,
     ncqe: u32,
@@ -187,6 +208,17 @@ pub(crate) struct CqInner {
     pub(crate) cqn: Cqn,
     dbr: HostAddr,
     state: Mutex<CqState>,
+}
+
+/// Counts a poll that found nothing and, every [`CqState::yield_every`]
+/// such polls in a row, gives up the CPU, the CQ's lock let go first.
+fn found_nothing(mut st: std::sync::MutexGuard<'_, CqState>) {
+    st.empty_polls = st.empty_polls.wrapping_add(1);
+    if st.empty_polls.is_multiple_of(st.yield_every) {
+        st.yielded += 1;
+        drop(st);
+        std::thread::yield_now();
+    }
 }
 
 impl CqInner {
@@ -359,6 +391,8 @@ impl Cq {
                     cons_index: 0,
                     arm_sn: 0,
                     empty_polls: 0,
+                    yield_every: empty_polls_per_yield(),
+                    yielded: 0,
                     buf,
                     ncqe,
                     last_qp: None,
@@ -471,11 +505,7 @@ impl Cq {
         let mut found = inner.read_cqe(&st, st.cons_index, &mut buf)?;
         if !found {
             if !inner.ctx.driver().link().progress() {
-                st.empty_polls = st.empty_polls.wrapping_add(1);
-                if st.empty_polls.is_multiple_of(YIELD_AFTER_EMPTY_POLLS) {
-                    drop(st);
-                    std::thread::yield_now();
-                }
+                found_nothing(st);
                 return Ok(0);
             }
             found = inner.read_cqe(&st, st.cons_index, &mut buf)?;
@@ -494,13 +524,15 @@ impl Cq {
             inner.publish_ci(st.cons_index)?;
             st.empty_polls = 0;
         } else {
-            st.empty_polls = st.empty_polls.wrapping_add(1);
-            if st.empty_polls.is_multiple_of(YIELD_AFTER_EMPTY_POLLS) {
-                drop(st);
-                std::thread::yield_now();
-            }
+            found_nothing(st);
         }
         Ok(n)
+    }
+
+    /// Polls of this CQ that found nothing and gave up the CPU
+    /// ([`YIELD_AFTER_EMPTY_POLLS`]). A count for tests and reports.
+    pub fn polls_that_yielded(&self) -> u64 {
+        self.inner.state().yielded
     }
 
     fn parse(&self, st: &mut CqState, cqe: &Cqe64<&[u8]>) -> Option<Wc> {

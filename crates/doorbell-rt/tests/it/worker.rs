@@ -217,3 +217,49 @@ fn on_one_cpu_a_stream_is_not_handed_to_the_receivers_worker() {
         assert_eq!(on_all, 0, "on one CPU, deliveries went to B's worker");
     }
 }
+
+/// Empty polls each run of [`on_one_cpu_every_empty_poll_gives_the_cpu_away`] makes.
+const EMPTY_POLLS: u64 = 256;
+
+/// Where the polling thread may run on one CPU only, every poll of an
+/// empty CQ gives up the CPU (decision record 0057): what the poll waits
+/// for (the NIC's threads, a peer process) runs only then. Under `taskset
+/// -c 0`, a yield every 64 empty polls, as on two cores, held each hop of
+/// a ping-pong between two processes for 64 of the polls' waits in the
+/// rings: `doorbell pingpong -s 8` took 690 µs a round trip, against 37–41
+/// µs with a yield at each.
+#[test]
+fn on_one_cpu_every_empty_poll_gives_the_cpu_away() {
+    let on_one = std::thread::spawn(|| {
+        keep_to_one_cpu();
+        yields_in_empty_polls()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        on_one, EMPTY_POLLS,
+        "yields in {EMPTY_POLLS} empty polls on one CPU"
+    );
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let on_all = yields_in_empty_polls();
+    let expect = if cpus > 1 {
+        EMPTY_POLLS / 64
+    } else {
+        EMPTY_POLLS
+    };
+    assert_eq!(
+        on_all, expect,
+        "yields in {EMPTY_POLLS} empty polls on {cpus} CPUs"
+    );
+}
+
+/// Polls A's empty CQ [`EMPTY_POLLS`] times, in a pair made by the
+/// calling thread; returns how many of the polls gave up the CPU.
+fn yields_in_empty_polls() -> u64 {
+    let p = pair();
+    let mut wc = [doorbell_verbs::Wc::default(); 4];
+    for _ in 0..EMPTY_POLLS {
+        assert_eq!(p.a.cq.poll(&mut wc).unwrap(), 0, "the CQ is empty");
+    }
+    p.a.cq.polls_that_yielded()
+}
