@@ -98,7 +98,8 @@ const MAX_HANDSHAKES: usize = 16;
 /// memory is left alone before the next try.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long a thread whose CQ poll found nothing waits in the rings
-/// before it returns to poll again.
+/// before it returns to poll again (none where the process may run on
+/// one CPU only: [`Waits::new`]).
 const CALLER_SPIN: Duration = Duration::from_micros(5);
 /// Frames taken from one ring per turn.
 const BATCH: usize = 64;
@@ -229,8 +230,9 @@ struct Inbound {
     parked: bool,
     /// Whether a caller that took frames waits for more ([`put_back`]).
     linger: WaitCredit,
-    /// And for how long ([`crate::NicOptions::shm_linger`]).
-    linger_time: Duration,
+    /// And for how long, and how long a caller that found nothing waits
+    /// in the rings.
+    waits: Waits,
     /// A drain since [`ShmPort::look`] began took a request (the peer's
     /// SEND or WRITE, say): its answer is here, nothing to wait for.
     took_requests: bool,
@@ -248,21 +250,62 @@ pub(crate) struct ShmPort {
     rx: Option<JoinHandle<()>>,
     /// To wake the receiver thread when it is told to stop.
     bell: File,
-    /// How long the receiver thread spins after its last frame.
-    spin: Duration,
+    /// How long the receiver thread spins after its last frame, and in a
+    /// stream.
+    spin: Waits,
+}
+
+/// How long the port's threads look for frames that have not come yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Waits {
+    /// The receiver thread, after its last frame
+    /// ([`crate::NicOptions::shm_spin`]).
+    after_frame: Duration,
+    /// The receiver thread, after a frame of a stream: `after_frame`, or
+    /// [`crate::stream::SPIN`] if longer.
+    in_stream: Duration,
+    /// A caller that took frames, for more ([`crate::NicOptions::shm_linger`]).
+    linger: Duration,
+    /// A caller that found nothing ([`CALLER_SPIN`]).
+    caller: Duration,
+}
+
+impl Waits {
+    /// The waits of a port with `spin` and `linger`
+    /// ([`crate::NicOptions`]); none at all if `alone`, the process
+    /// being able to run on one CPU only ([`doorbell_host::one_cpu`]):
+    /// there, the peer process that would send the frame runs only once
+    /// this one's thread stops looking (decision record 0057).
+    fn new(alone: bool, spin: Duration, linger: Duration) -> Self {
+        if alone {
+            return Self {
+                after_frame: Duration::ZERO,
+                in_stream: Duration::ZERO,
+                linger: Duration::ZERO,
+                caller: Duration::ZERO,
+            };
+        }
+        Self {
+            after_frame: spin,
+            in_stream: spin.max(crate::stream::SPIN),
+            linger,
+            caller: CALLER_SPIN,
+        }
+    }
 }
 
 impl ShmPort {
     /// Listens at the rendezvous name of `local`. `None` if the name is
     /// taken or the host offers no shared memory: the NIC keeps to UDP.
     /// `spin` and `linger`: [`crate::NicOptions::shm_spin`] and
-    /// [`crate::NicOptions::shm_linger`].
+    /// [`crate::NicOptions::shm_linger`] ([`Waits::new`]).
     pub(crate) fn listen(
         local: [u8; 4],
         stats: Arc<Stats>,
         spin: Duration,
         linger: Duration,
     ) -> Option<Self> {
+        let waits = Waits::new(doorbell_host::one_cpu(), spin, linger);
         let listener = UnixListener::bind_addr(&rendezvous(local).ok()?).ok()?;
         listener.set_nonblocking(true).ok()?;
         let bell = os::eventfd().ok()?;
@@ -275,7 +318,7 @@ impl ShmPort {
                 rings: Vec::new(),
                 parked: false,
                 linger: WaitCredit::default(),
-                linger_time: linger,
+                waits,
                 took_requests: false,
                 accept_after: None,
             })),
@@ -283,7 +326,7 @@ impl ShmPort {
             stop: Arc::default(),
             rx: None,
             bell: wake,
-            spin,
+            spin: waits,
         })
     }
 
@@ -347,7 +390,7 @@ impl ShmPort {
         // A caller that found nothing would only come back: it waits here
         // a moment, unrung, for what a peer is about to send.
         let start = Instant::now();
-        while got == 0 && start.elapsed() < CALLER_SPIN {
+        while got == 0 && start.elapsed() < inb.waits.caller {
             // (Spaced as `linger_for`'s looks are, and for its reason.)
             for _ in 0..3 {
                 std::hint::spin_loop();
@@ -445,7 +488,7 @@ fn put_back(inbound: &Mutex<Inbound>, core: &Core, stats: &Stats, linger: bool) 
             if !inb.parked {
                 return;
             }
-            if round == 1 && linger && !inb.linger_time.is_zero() && inb.linger.wait() {
+            if round == 1 && linger && !inb.waits.linger.is_zero() && inb.linger.wait() {
                 let got = inb.linger_for(core, stats);
                 if got > 0 {
                     drop(inb);
@@ -581,12 +624,12 @@ impl Inbound {
             .retain(|r| r.ring.has_data() || !os::hung_up(&r.conn));
     }
 
-    /// Waits, marks down, up to [`Self::linger_time`] for a frame, and
+    /// Waits, marks down, up to [`Waits::linger`] for a frame, and
     /// takes what came; notes in [`Self::linger`] whether anything did.
     fn linger_for(&mut self, core: &Core, stats: &Stats) -> usize {
         let start = Instant::now();
         let mut came = self.any_data();
-        while !came && start.elapsed() < self.linger_time {
+        while !came && start.elapsed() < self.waits.linger {
             // Four pauses (about 45 ns) between looks. The frame waited
             // for is on the critical path of a ping-pong, but a look
             // (which also fetches the lines of the next record) more often
@@ -661,7 +704,7 @@ fn rx_loop(
     stats: &Stats,
     stop: &AtomicBool,
     core: &Core,
-    spin: Duration,
+    spin: Waits,
 ) {
     let lock = || inbound.lock().unwrap_or_else(|e| e.into_inner());
     let mut last = Instant::now();
@@ -701,9 +744,9 @@ fn rx_loop(
             continue;
         }
         let wait = if streak >= crate::stream::TURNS {
-            spin.max(crate::stream::SPIN)
+            spin.in_stream
         } else {
-            spin
+            spin.after_frame
         };
         if last.elapsed() < wait {
             std::hint::spin_loop();
@@ -1394,7 +1437,37 @@ impl Drop for RawListener {
 
 #[cfg(test)]
 mod tests {
-    use super::{BELL_CREDIT, BELL_PROBE, WaitCredit};
+    use std::time::Duration;
+
+    use super::{BELL_CREDIT, BELL_PROBE, CALLER_SPIN, WaitCredit, Waits};
+
+    #[test]
+    fn on_one_cpu_no_thread_of_the_port_looks_for_frames_that_have_not_come() {
+        let (spin, linger) = (Duration::from_micros(20), Duration::from_micros(7));
+        let none = Duration::ZERO;
+        let alone = Waits::new(true, spin, linger);
+        assert_eq!(
+            (
+                alone.after_frame,
+                alone.in_stream,
+                alone.linger,
+                alone.caller
+            ),
+            (none, none, none, none)
+        );
+        let beside = Waits::new(false, spin, linger);
+        assert_eq!(
+            (beside.after_frame, beside.linger, beside.caller),
+            (spin, linger, CALLER_SPIN)
+        );
+        assert_eq!(
+            beside.in_stream,
+            crate::stream::SPIN,
+            "the longer of the two"
+        );
+        let long = Duration::from_millis(1);
+        assert_eq!(Waits::new(false, long, linger).in_stream, long);
+    }
 
     #[test]
     fn a_sender_waits_for_a_receiver_that_came_back_and_rarely_for_one_that_did_not() {
