@@ -29,6 +29,14 @@
 #   BENCH_SECS=10 scripts/bench-tools.sh
 #   BENCH_NETNS=1 scripts/bench-tools.sh   # also the two-host figure (root)
 #   BENCH_NETNS=1 BENCH_VETH_ROUNDS=9 scripts/bench-tools.sh
+#   BENCH_CPUS=0 scripts/bench-tools.sh    # every process on CPU 0 only
+#
+# With BENCH_CPUS (a CPU list, as `taskset -c` takes it), every process of
+# both sides, doorbell's and TCP's, runs under `taskset -c $BENCH_CPUS`: on
+# one CPU, as in a container given one, two programs that poll take turns
+# at the scheduler's tick (a few ms a turn for sockperf's ping-pong and
+# ib_write_lat, which polls memory), so the latency runs are shortened
+# there to 500 iterations and the ping-pong to a tenth of its round trips.
 #
 # Needs scripts/setup.sh's packages (perftest, sockperf, iperf3). Builds the
 # release binaries first. Prints each tool's own result line, then a table.
@@ -37,6 +45,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 secs=${BENCH_SECS:-5}
+pin=${BENCH_CPUS:+taskset -c $BENCH_CPUS}
+lat_n=20000
+[[ -n $pin ]] && lat_n=500
 for c in ib_write_lat ib_write_bw sockperf iperf3; do
     command -v "$c" >/dev/null || { echo "bench-tools: $c is missing: run scripts/setup.sh" >&2; exit 1; }
 done
@@ -56,11 +67,11 @@ say() { echo "bench-tools: $*" >&2; }
 # prints the client's output. $1: seconds to let the server start.
 pair() {
     local wait=$1 server=$2 client=$3
-    bash -c "$server" >/tmp/bench-tools-server.$$ 2>&1 &
+    bash -c "$pin $server" >/tmp/bench-tools-server.$$ 2>&1 &
     pids+=($!)
     sleep "$wait"
     local out
-    out=$(timeout $((secs * 4 + 60)) bash -c "$client" 2>&1) || {
+    out=$(timeout $((secs * 4 + 60)) bash -c "$pin $client" 2>&1) || {
         say "failed: $client"
         echo "$out" >&2
         cat /tmp/bench-tools-server.$$ >&2
@@ -89,8 +100,8 @@ ip=$(pair 1 "iperf3 -s -1 -B 127.0.0.1 -p 5301" "iperf3 -c 127.0.0.1 -p 5301 -t 
 tcp_bw=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8)' <<<"$ip")
 
 say "ib_write_lat -s 8 on doorbell"
-lat=$(pair 1.5 "$db run --addr $srv -- ib_write_lat -s 8 -n 20000 -p 18601" \
-    "$db run --addr $cli -- ib_write_lat -s 8 -n 20000 -p 18601 $srv")
+lat=$(pair 1.5 "$db run --addr $srv -- ib_write_lat -s 8 -n $lat_n -p 18601" \
+    "$db run --addr $cli -- ib_write_lat -s 8 -n $lat_n -p 18601 $srv")
 lat_row=$(awk '$1 == 8 && NF >= 7' <<<"$lat" | tail -1)
 echo "$lat" | grep -E 't_typical|^ 8 ' >&2
 db_lat=$(awk '{print $5}' <<<"$lat_row")
@@ -102,6 +113,7 @@ db_lat=$(awk '{print $5}' <<<"$lat_row")
 # trip took ten times as long; runs had shrunk to a tenth of a second.)
 say "doorbell pingpong -s 8"
 pp_n=$((secs * 300000))
+[[ -n $pin ]] && pp_n=$((secs * 30000))
 pp=$(pair 1 "$db pingpong --addr $srv -s 8 -n $pp_n -p 18602" \
     "$db pingpong --addr $cli -s 8 -n $pp_n -p 18602 $srv")
 echo "$pp" | grep 'usec/iter' >&2
@@ -122,7 +134,7 @@ db_rate=$(awk '$1 == 8 {print $5}' <<<"$mr" | tail -1)
 say "an idle open device (rping -s waiting for a client, ${secs} s)"
 # CPU time of all the process's threads (schedstat, ns) while rping's
 # server waits with the device open and a listening rdma_cm id.
-$db run --addr "$srv" -- rping -s -a "$srv" -C 1 >/dev/null 2>&1 &
+$pin $db run --addr "$srv" -- rping -s -a "$srv" -C 1 >/dev/null 2>&1 &
 idle_run=$!
 pids+=($idle_run)
 sleep 2
@@ -168,11 +180,14 @@ import sys
 tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate, idle = map(float, sys.argv[1:9])
 # perftest's MB is 2^20 bytes.
 db_bw_bytes = db_bw * 2**20
+def times(r):
+    """A ratio of times, with the digits a ratio far below one needs."""
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.4f}x"
 rows = [
     ("one-way latency, 8 B", f"ib_write_lat t_typical {db_lat:.2f} us", f"sockperf (14 B) {tcp_lat:.2f} us",
-     f"{db_lat / tcp_lat:.2f}x TCP's time (target <= 0.5)"),
+     f"{times(db_lat / tcp_lat)} TCP's time (target <= 0.5)"),
     ("round trip, 8 B", f"doorbell pingpong {db_rtt:.2f} us", f"sockperf (14 B) x2 {2 * tcp_lat:.2f} us",
-     f"{db_rtt / (2 * tcp_lat):.2f}x TCP's time (target <= 0.5)"),
+     f"{times(db_rtt / (2 * tcp_lat))} TCP's time (target <= 0.5)"),
     ("bandwidth, 64 KiB", f"ib_write_bw {db_bw_bytes / 1e9:.3f} GB/s", f"iperf3 {tcp_bw / 1e9:.3f} GB/s",
      f"{db_bw_bytes / tcp_bw:.2f}x TCP (target >= 1)"),
     ("message rate, 8 B", f"ib_write_bw {db_rate:.3f} Mpps", f"sockperf (14 B) {tcp_rate / 1e6:.3f} Mmsg/s",
