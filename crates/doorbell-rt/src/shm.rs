@@ -292,6 +292,21 @@ impl Waits {
             caller: CALLER_SPIN,
         }
     }
+
+    /// How long the receiver thread looks for the next frame after its
+    /// last: [`Self::in_stream`] in a stream (`streak` turns in a row found
+    /// frames), and while it is `answering` requests that no program
+    /// polls the NIC's CQ for (not `polled`: a READ's target, which only
+    /// answers). The thread then takes the next frame itself, and a
+    /// wake-up for it would cost more than the frame's whole round trip
+    /// (decision record 0058). Otherwise [`Self::after_frame`].
+    fn receiver(&self, streak: u32, answering: bool, polled: bool) -> Duration {
+        if streak >= crate::stream::TURNS || (answering && !polled) {
+            self.in_stream
+        } else {
+            self.after_frame
+        }
+    }
 }
 
 impl ShmPort {
@@ -525,6 +540,15 @@ impl Drop for ShmPort {
 }
 
 impl Inbound {
+    /// [`Self::drain`], telling also whether any frame taken was a
+    /// request (a peer's SEND, WRITE, READ or atomic), which this NIC
+    /// answers.
+    fn drain_requests(&mut self, core: &Core, stats: &Stats) -> (usize, bool) {
+        self.took_requests = false;
+        let got = self.drain(core, stats);
+        (got, self.took_requests)
+    }
+
     /// Takes up to [`BATCH`] frames from each ring into the NIC's inbox
     /// (queued in ring order, not run: the caller runs the NIC,
     /// [`Core::run`], once it let the rings' lock go); returns how many.
@@ -713,6 +737,10 @@ fn rx_loop(
     // (frames come faster than a wake-up) has the thread spin for
     // crate::stream::SPIN between them rather than be rung for each.
     let mut streak = 0u32;
+    // The last frames taken held a request, and no program polls the
+    // NIC's CQ: this thread answers for the NIC (a READ's target), and
+    // spins as in a stream.
+    let mut answering = false;
     let mut fds = Vec::new();
     let mut ready = Vec::new();
     let mut shaking = Handshakes::default();
@@ -726,28 +754,26 @@ fn rx_loop(
                 } else {
                     Vec::new()
                 };
-                let got = inb.drain(core, stats);
+                let (got, requests) = inb.drain_requests(core, stats);
                 drop(inb);
                 if look {
                     shaking.go(callers, None, inbound, bell, stats);
                 }
-                got
+                (got, requests)
             }
             // A caller is taking what the rings hold.
-            Err(TryLockError::WouldBlock) => 0,
-            Err(TryLockError::Poisoned(e)) => e.into_inner().drain(core, stats),
+            Err(TryLockError::WouldBlock) => (0, false),
+            Err(TryLockError::Poisoned(e)) => e.into_inner().drain_requests(core, stats),
         };
+        let (got, requests) = got;
         if got > 0 {
             core.run();
             last = Instant::now();
             streak = streak.saturating_add(1);
+            answering = requests;
             continue;
         }
-        let wait = if streak >= crate::stream::TURNS {
-            spin.in_stream
-        } else {
-            spin.after_frame
-        };
+        let wait = spin.receiver(streak, answering, core.polled_lately());
         if last.elapsed() < wait {
             std::hint::spin_loop();
             continue;
@@ -804,14 +830,14 @@ fn rx_loop(
             } else {
                 Vec::new()
             };
-        let got = if ready.iter().skip(2).take(rings).any(|&r| r) {
+        let (got, requests) = if ready.iter().skip(2).take(rings).any(|&r| r) {
             // Take what the rings hold first; a ring that still holds
             // frames stays until a later turn has emptied it.
-            let got = inb.drain(core, stats);
+            let got = inb.drain_requests(core, stats);
             inb.reap();
             got
         } else {
-            0
+            (0, false)
         };
         drop(inb);
         let shaken = ready.get(2 + rings..).unwrap_or_default();
@@ -819,6 +845,7 @@ fn rx_loop(
         if got > 0 {
             core.run();
         }
+        answering = requests;
         last = Instant::now();
     }
 }
@@ -1439,10 +1466,38 @@ impl Drop for RawListener {
 mod tests {
     use std::time::Duration;
 
-    use super::{BELL_CREDIT, BELL_PROBE, CALLER_SPIN, WaitCredit, Waits};
+    use super::{BELL_CREDIT, BELL_PROBE, CALLER_SPIN, WaitCredit, Waits, is_request};
 
     #[test]
-    fn on_one_cpu_no_thread_of_the_port_looks_for_frames_that_have_not_come() {
+    fn a_peers_sends_writes_reads_and_atomics_are_requests_and_its_answers_are_not() {
+        use doorbell_types::{Psn, Qpn};
+        use doorbell_wire::{BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr};
+        let repr = RoceRepr {
+            ip: RoceIp::v4([10, 0, 0, 1], [10, 0, 0, 2]),
+            src_port: 0xc000,
+            bth: BthRepr::new(BthOpcode::RcSendOnly, Qpn::new(5), Psn::new(9)),
+            ext: ExtHeaders::default(),
+        };
+        let mut send = Vec::new();
+        repr.emit_to_vec(b"12345678", &mut send).unwrap();
+        // Only the BTH's opcode is looked at, past the IPv4 and UDP headers.
+        let frame = |op: BthOpcode| {
+            let mut f = send.clone();
+            f[20 + 8] = u8::from(op);
+            f
+        };
+        use BthOpcode::*;
+        for op in [RcSendOnly, RcRdmaWriteMiddle, RcRdmaReadRequest, RcFetchAdd] {
+            assert!(is_request(&frame(op)), "{op:?}");
+        }
+        for op in [RcAck, RcAtomicAck, RcRdmaReadResponseOnly] {
+            assert!(!is_request(&frame(op)), "{op:?}");
+        }
+        assert!(!is_request(&send[..20 + 8]), "too short to say");
+    }
+
+    #[test]
+    fn the_port_looks_for_frames_to_come_only_where_one_would_and_never_on_one_cpu() {
         let (spin, linger) = (Duration::from_micros(20), Duration::from_micros(7));
         let none = Duration::ZERO;
         let alone = Waits::new(true, spin, linger);
@@ -1456,6 +1511,16 @@ mod tests {
             (none, none, none, none)
         );
         let beside = Waits::new(false, spin, linger);
+        // The receiver thread: after a frame, in a stream, and answering
+        // requests nobody polls for.
+        let turns = crate::stream::TURNS;
+        assert_eq!(beside.receiver(1, false, false), spin);
+        assert_eq!(beside.receiver(1, true, true), spin, "a program polls");
+        assert_eq!(beside.receiver(1, true, false), crate::stream::SPIN);
+        assert_eq!(beside.receiver(turns, false, true), crate::stream::SPIN);
+        for (streak, answering, polled) in [(1, true, false), (turns, false, true)] {
+            assert_eq!(alone.receiver(streak, answering, polled), none);
+        }
         assert_eq!(
             (beside.after_frame, beside.linger, beside.caller),
             (spin, linger, CALLER_SPIN)
