@@ -250,8 +250,7 @@ pub(crate) struct ShmPort {
     rx: Option<JoinHandle<()>>,
     /// To wake the receiver thread when it is told to stop.
     bell: File,
-    /// How long the receiver thread spins after its last frame, and in a
-    /// stream.
+    /// The port's waits, for the receiver thread ([`Waits::receiver`]).
     spin: Waits,
 }
 
@@ -737,16 +736,16 @@ fn rx_loop(
     // (frames come faster than a wake-up) has the thread spin for
     // crate::stream::SPIN between them rather than be rung for each.
     let mut streak = 0u32;
-    // The last frames taken held a request, and no program polls the
-    // NIC's CQ: this thread answers for the NIC (a READ's target), and
-    // spins as in a stream.
+    // The last frames taken held a request: where no program polls the
+    // NIC's CQ, this thread answers for the NIC (a READ's target) and
+    // waits for the next as in a stream ([`Waits::receiver`]).
     let mut answering = false;
     let mut fds = Vec::new();
     let mut ready = Vec::new();
     let mut shaking = Handshakes::default();
     while !stop.load(Ordering::Acquire) {
         turns = turns.wrapping_add(1);
-        let got = match inbound.try_lock() {
+        let (got, requests) = match inbound.try_lock() {
             Ok(mut inb) => {
                 let look = turns.is_multiple_of(1024);
                 let callers = if look {
@@ -765,7 +764,6 @@ fn rx_loop(
             Err(TryLockError::WouldBlock) => (0, false),
             Err(TryLockError::Poisoned(e)) => e.into_inner().drain_requests(core, stats),
         };
-        let (got, requests) = got;
         if got > 0 {
             core.run();
             last = Instant::now();
