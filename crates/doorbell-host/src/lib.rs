@@ -19,6 +19,10 @@
 //! process's own virtual addresses, where [`HostMemory::pin`] registers the
 //! application's buffers in place.
 //!
+//! One fact about the host's CPUs is here too, for host software and the
+//! live runtime alike: whether the calling thread may run on one CPU only
+//! ([`one_cpu`]), where nothing should wait by spinning.
+//!
 //! # Guarantees
 //! Every access is checked: an access that is not wholly inside memory the
 //! implementation may touch returns [`MemError`] and changes nothing.
