@@ -295,12 +295,12 @@ impl Waits {
     /// How long the receiver thread looks for the next frame after its
     /// last: [`Self::in_stream`] in a stream (`streak` turns in a row found
     /// frames), and while it is `answering` requests that no program
-    /// polls the NIC's CQ for (not `polled`: a READ's target, which only
-    /// answers). The thread then takes the next frame itself, and a
-    /// wake-up for it would cost more than the frame's whole round trip
-    /// (decision record 0058). Otherwise [`Self::after_frame`].
-    fn receiver(&self, streak: u32, answering: bool, polled: bool) -> Duration {
-        if streak >= crate::stream::TURNS || (answering && !polled) {
+    /// polls the NIC's CQ for (not `polled()`, asked only then: a READ's
+    /// target, which only answers). The thread then takes the next frame
+    /// itself, and a wake-up for it would cost more than the frame's whole
+    /// round trip (decision record 0058). Otherwise [`Self::after_frame`].
+    fn receiver(&self, streak: u32, answering: bool, polled: impl FnOnce() -> bool) -> Duration {
+        if streak >= crate::stream::TURNS || (answering && !polled()) {
             self.in_stream
         } else {
             self.after_frame
@@ -771,7 +771,7 @@ fn rx_loop(
             answering = requests;
             continue;
         }
-        let wait = spin.receiver(streak, answering, core.polled_lately());
+        let wait = spin.receiver(streak, answering, || core.polled_lately());
         if last.elapsed() < wait {
             std::hint::spin_loop();
             continue;
@@ -1512,12 +1512,12 @@ mod tests {
         // The receiver thread: after a frame, in a stream, and answering
         // requests nobody polls for.
         let turns = crate::stream::TURNS;
-        assert_eq!(beside.receiver(1, false, false), spin);
-        assert_eq!(beside.receiver(1, true, true), spin, "a program polls");
-        assert_eq!(beside.receiver(1, true, false), crate::stream::SPIN);
-        assert_eq!(beside.receiver(turns, false, true), crate::stream::SPIN);
+        assert_eq!(beside.receiver(1, false, || false), spin);
+        assert_eq!(beside.receiver(1, true, || true), spin, "a program polls");
+        assert_eq!(beside.receiver(1, true, || false), crate::stream::SPIN);
+        assert_eq!(beside.receiver(turns, false, || true), crate::stream::SPIN);
         for (streak, answering, polled) in [(1, true, false), (turns, false, true)] {
-            assert_eq!(alone.receiver(streak, answering, polled), none);
+            assert_eq!(alone.receiver(streak, answering, || polled), none);
         }
         assert_eq!(
             (beside.after_frame, beside.linger, beside.caller),
