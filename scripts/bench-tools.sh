@@ -46,6 +46,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 secs=${BENCH_SECS:-5}
 pin=${BENCH_CPUS:+taskset -c $BENCH_CPUS}
+if [[ -n $pin ]] && ! $pin true 2>/dev/null; then
+    echo "bench-tools: BENCH_CPUS=$BENCH_CPUS is not a CPU list this machine can run on (taskset -c takes e.g. 0, or 0,1); nproc says $(nproc)" >&2
+    exit 1
+fi
 lat_n=20000
 [[ -n $pin ]] && lat_n=500
 for c in ib_write_lat ib_write_bw sockperf iperf3; do
