@@ -186,22 +186,13 @@ impl Outputs {
 
     /// Queues `frame`, one packet whose bytes are all in it, to QP `to`, as
     /// [`Self::push`] does; but as the next packet of the last frame queued
-    /// if that is a train to the same QP with room for it
-    /// ([`crate::NicConfig::max_train`]), nothing held behind it. Its
-    /// buffer then goes back to the spares.
+    /// if [`Self::train_for`] takes it. Its buffer then goes back to the
+    /// spares.
     pub(crate) fn push_packet(&mut self, frame: Frame, to: Qpn) {
         debug_assert!(frame.unfilled.is_none() && frame.train == 1);
-        if self.train_to == Some(to)
-            && self.held_ack.is_none()
-            && let Some(last) = self.tx.back_mut()
-            && last.dst == frame.dst
-            && last.train < self.max_train
-            && last.bytes.len() + frame.bytes.len() <= crate::config::MAX_TRAIN_BYTES
-        {
+        if let Some(last) = self.train_for(to, frame.dst, frame.bytes.len()) {
             last.bytes.extend_from_slice(&frame.bytes);
-            last.train += 1;
             last.ready = last.ready.max(frame.ready);
-            self.tx_joined += 1;
             self.spare.give(frame.bytes);
             return;
         }
@@ -209,6 +200,27 @@ impl Outputs {
         if self.max_train > 1 {
             self.train_to = Some(to);
         }
+    }
+
+    /// The last frame queued, counted one packet longer, if a packet of
+    /// `len` bytes to QP `to` at `dst` may join it as the train's next
+    /// ([`crate::NicConfig::max_train`]): it is a train to that QP (nothing
+    /// queued since its first packet, a held ACK included) with room for
+    /// the packet. The caller puts the packet's bytes at its end.
+    pub(crate) fn train_for(&mut self, to: Qpn, dst: [u8; 4], len: usize) -> Option<&mut Frame> {
+        if self.train_to != Some(to) || self.held_ack.is_some() {
+            return None;
+        }
+        let last = self.tx.back_mut()?;
+        if last.dst != dst
+            || last.train >= self.max_train
+            || last.bytes.len() + len > crate::config::MAX_TRAIN_BYTES
+        {
+            return None;
+        }
+        last.train += 1;
+        self.tx_joined += 1;
+        Some(last)
     }
 
     /// Holds `ack` behind every frame queued, the ACK held until now

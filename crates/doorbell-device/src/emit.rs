@@ -108,6 +108,39 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], f: &mut Buildin
     true
 }
 
+/// Queues the packet with headers `repr` and `payload` to `dst` as the
+/// next packet of the train the last frame queued is
+/// ([`crate::ctx::Outputs::train_for`]), built where it goes: what
+/// [`building`], [`finish`] and the join would do, without a buffer of its
+/// own or a copy into the train. False, with nothing done, where it may
+/// not join.
+pub(crate) fn onto_train<D: Dma>(
+    ctx: &mut Ctx<'_, D>,
+    dst: [u8; 4],
+    repr: &RoceRepr,
+    payload: &[u8],
+) -> bool {
+    let Ok(len) = repr.checked_frame_len(payload.len()) else {
+        return false;
+    };
+    let (seal, cost) = (ctx.out.seal, ctx.cfg.timing.tx_packet);
+    let t = ctx.t.add(cost);
+    let Some(train) = ctx.out.train_for(repr.bth.dest_qp, dst, len) else {
+        return false;
+    };
+    let at = train.bytes.len();
+    train.bytes.resize(at + len, 0);
+    let packet = &mut train.bytes[at..];
+    packet[repr.payload_range(payload.len())].copy_from_slice(payload);
+    let emitted = repr.emit_checked(packet, payload.len(), len, seal);
+    // `checked_frame_len` took the headers, and the packet is that long.
+    debug_assert!(emitted.is_ok());
+    train.ready = train.ready.max(t);
+    ctx.charge(cost);
+    ctx.out.counters.tx_packets += 1;
+    true
+}
+
 /// The headers of a frame from `qp` to `dst`.
 pub(crate) fn repr<D: Dma>(
     qp: &Qp,

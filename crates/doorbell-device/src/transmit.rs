@@ -295,6 +295,18 @@ pub(crate) fn send_packets<D: Dma>(
                     }
                 };
                 let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
+                // A batch of one packet of inline data has nothing to read:
+                // the packet joins a train where it goes
+                // (`emit::onto_train`). (A batch of more is read into its
+                // frames from its first packet's offset on, all of them.)
+                if let (Some(dst), Payload::Inline(v), true) = (dst, p.payload, end - i == 1)
+                    && let Ok(at) = usize::try_from(start)
+                    && let Some(data) = v.get(at..at + p.data_len(k))
+                    && emit::onto_train(ctx, dst, &repr, data)
+                {
+                    sent += 1;
+                    continue;
+                }
                 // Never fails for a packet of an MTU at most.
                 let Some(f) = emit::building(ctx, repr, p.data_len(k)) else {
                     result = Err(Syndrome::LocalLengthErr);
