@@ -259,13 +259,30 @@ impl Packets<'_> {
 /// packets that ask for no ACK join the frame of the one before
 /// ([`joins`]), and one DMA read is counted for the batch, as
 /// [`sge::read_into_frames`] counts it.
+///
+/// One packet of inline data, which has nothing to read, is emitted
+/// straight onto the train it joins ([`emit::onto_train`]), where it may.
+/// `headers` may then be asked for its headers twice: it is a function of
+/// the packet's index.
 pub(crate) fn send_packets<D: Dma>(
     qp: &Qp,
     ctx: &mut Ctx<'_, D>,
     dst: Option<[u8; 4]>,
     p: Packets<'_>,
-    mut headers: impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
+    headers: impl Fn(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
 ) -> Result<u32, Syndrome> {
+    // One packet of inline data: onto its train, or built as below.
+    if let (Some(dst), Payload::Inline(v)) = (dst, p.payload)
+        && p.range.len() == 1
+        && let Ok(at) = usize::try_from(u64::from(p.range.start) * p.mtu)
+        && let Some(data) = v.get(at..at + p.data_len(p.range.start))
+    {
+        let (bth, ext) = headers(p.range.start)?;
+        let repr = emit::repr(qp, ctx, dst, bth, ext);
+        if emit::onto_train(ctx, dst, &repr, data) {
+            return Ok(1);
+        }
+    }
     let mut frames = std::mem::take(&mut ctx.out.building);
     let mut result = Ok(());
     let mut sent = 0;
@@ -283,7 +300,7 @@ pub(crate) fn send_packets<D: Dma>(
             sge::one_run(ctx.mkeys, qp.p.pd, p.payload, start, total).map(|h| (h, total))
         });
         if let Some(Some((h, total))) = one_run {
-            result = build_runs(qp, ctx, dst, &p, i..end, &mut headers, &mut frames)
+            result = build_runs(qp, ctx, dst, &p, i..end, &headers, &mut frames)
                 .and_then(|()| sge::leave_in_runs(qp, h, total, &mut frames, ctx));
         } else {
             for k in i..end {
@@ -295,18 +312,6 @@ pub(crate) fn send_packets<D: Dma>(
                     }
                 };
                 let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
-                // A batch of one packet of inline data has nothing to read:
-                // the packet joins a train where it goes
-                // (`emit::onto_train`). (A batch of more is read into its
-                // frames from its first packet's offset on, all of them.)
-                if let (Some(dst), Payload::Inline(v), true) = (dst, p.payload, end - i == 1)
-                    && let Ok(at) = usize::try_from(start)
-                    && let Some(data) = v.get(at..at + p.data_len(k))
-                    && emit::onto_train(ctx, dst, &repr, data)
-                {
-                    sent += 1;
-                    continue;
-                }
                 // Never fails for a packet of an MTU at most.
                 let Some(f) = emit::building(ctx, repr, p.data_len(k)) else {
                     result = Err(Syndrome::LocalLengthErr);
@@ -359,7 +364,7 @@ fn build_runs<D: Dma>(
     dst: Option<[u8; 4]>,
     p: &Packets<'_>,
     range: Range<u32>,
-    headers: &mut impl FnMut(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
+    headers: &impl Fn(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
     frames: &mut Vec<Building>,
 ) -> Result<(), Syndrome> {
     let max = ctx.cfg.max_segments.min(crate::config::MAX_SEGMENTS);
