@@ -85,6 +85,11 @@ impl Rig {
 
     /// A rig whose NIC is configured by `cfg` (at [`LOCAL`]).
     fn with_config(cfg: NicConfig) -> Self {
+        Self::with_config_and_mtu(cfg, 1024)
+    }
+
+    /// [`Self::with_config`], its QP's path MTU `mtu` bytes.
+    fn with_config_and_mtu(cfg: NicConfig, mtu: u32) -> Self {
         let mem = Arc::new(HostRam::new());
         let bus = Bus::new(LinkConfig::default(), mem.clone());
         let nic = Nic::new(cfg);
@@ -168,7 +173,7 @@ impl Rig {
             panic!("no mkey")
         };
         (rig.uar, rig.pd, rig.qpn, rig.mr, rig.cq) = (uar, pd, qpn, mr, cq);
-        rig.connect();
+        rig.connect(mtu);
         rig
     }
 
@@ -181,7 +186,7 @@ impl Rig {
         self.exec(Command::ModifyQp { qpn, state, attrs }).unwrap();
     }
 
-    fn connect(&mut self) {
+    fn connect(&mut self, mtu: u32) {
         self.modify(
             QpState::Init,
             QpAttrs {
@@ -203,7 +208,7 @@ impl Rig {
                     traffic_class: 0,
                     sl: 0,
                 }),
-                path_mtu: Some(1024),
+                path_mtu: Some(mtu),
                 dest_qpn: Some(Qpn::new(PEER_QPN)),
                 rq_psn: Some(Psn::new(EPSN)),
                 max_dest_rd_atomic: Some(1),

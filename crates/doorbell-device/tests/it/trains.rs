@@ -96,6 +96,39 @@ fn a_train_is_ready_when_its_last_packet_would_have_been() {
     }
 }
 
+/// Three inline WRITEs at a path MTU of 256 bytes: 8 bytes, 300 (two
+/// packets, FIRST and LAST) and 8; rings once.
+fn inline_across_mtu(cfg: NicConfig) -> (Vec<Frame>, Rig) {
+    let mut rig = Rig::with_config_and_mtu(cfg, 256);
+    let mut index = 0u16;
+    for (len, fill) in [(8u32, 1u8), (300, 2), (8, 3)] {
+        let ds = (32 + field::INLINE_HDR_LEN as u32 + len).div_ceil(16) as u8;
+        let mut w = vec![0u8; usize::from(ds).div_ceil(4) * WQEBB_LEN];
+        ctrl(&mut w, index, WqeOpcode::RdmaWrite, rig.qpn.get(), ds);
+        let mut r = RaddrSeg::new_unchecked(&mut w[16..32]);
+        r.set_raddr(0x7000_0000 + u64::from(index) * 512);
+        r.set_rkey(0x4242);
+        InlineSeg::new_unchecked(&mut w[32..]).set_byte_count(len);
+        let data = 32 + field::INLINE_HDR_LEN;
+        w[data..data + len as usize].fill(fill);
+        rig.write_sq(index, &w);
+        index += (w.len() / WQEBB_LEN) as u16;
+    }
+    rig.ring(index - 1, u8::from(WqeOpcode::RdmaWrite), 3);
+    let frames = rig.transmitted();
+    (frames, rig)
+}
+
+#[test]
+fn inline_data_of_two_packets_is_sent_as_two_packets_would_be() {
+    // Only a message of one packet of inline data goes straight onto its
+    // train; one of two is read into its frames from its start.
+    let (whole, whole_rig) = inline_across_mtu(NicConfig::new(LOCAL));
+    assert_eq!(whole.len(), 4, "8 bytes, 256 and 44, 8");
+    let (trains, rig) = inline_across_mtu(training(32, false));
+    same_packets(&trains, &rig, &[4], 32, &whole, &whole_rig);
+}
+
 #[test]
 fn a_train_holds_no_more_bytes_than_its_limit() {
     // Seven WRITEs of 1 000 bytes by pointer, their payloads read into
