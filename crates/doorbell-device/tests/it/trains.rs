@@ -10,10 +10,11 @@ use doorbell_wire::Ipv4Header;
 use super::left_payload::{outcome, same_packets, split, timed};
 use super::*;
 
-/// An inline RDMA WRITE of `len` bytes (at most 28: one WQEBB) of `fill`.
-fn inline_write(rig: &Rig, index: u16, len: u32, fill: u8) -> [u8; WQEBB_LEN] {
-    let mut w = [0u8; WQEBB_LEN];
+/// An inline RDMA WRITE of `len` bytes of `fill`, in whole WQEBBs (one
+/// for 28 bytes at most).
+fn inline_write(rig: &Rig, index: u16, len: u32, fill: u8) -> Vec<u8> {
     let ds = (32 + field::INLINE_HDR_LEN as u32 + len).div_ceil(16) as u8;
+    let mut w = vec![0u8; usize::from(ds).div_ceil(4) * WQEBB_LEN];
     ctrl(&mut w, index, WqeOpcode::RdmaWrite, rig.qpn.get(), ds);
     let mut r = RaddrSeg::new_unchecked(&mut w[16..32]);
     r.set_raddr(0x7000_0000 + u64::from(index) * 64);
@@ -102,15 +103,7 @@ fn inline_across_mtu(cfg: NicConfig) -> (Vec<Frame>, Rig) {
     let mut rig = Rig::with_config_and_mtu(cfg, 256);
     let mut index = 0u16;
     for (len, fill) in [(8u32, 1u8), (300, 2), (8, 3)] {
-        let ds = (32 + field::INLINE_HDR_LEN as u32 + len).div_ceil(16) as u8;
-        let mut w = vec![0u8; usize::from(ds).div_ceil(4) * WQEBB_LEN];
-        ctrl(&mut w, index, WqeOpcode::RdmaWrite, rig.qpn.get(), ds);
-        let mut r = RaddrSeg::new_unchecked(&mut w[16..32]);
-        r.set_raddr(0x7000_0000 + u64::from(index) * 512);
-        r.set_rkey(0x4242);
-        InlineSeg::new_unchecked(&mut w[32..]).set_byte_count(len);
-        let data = 32 + field::INLINE_HDR_LEN;
-        w[data..data + len as usize].fill(fill);
+        let w = inline_write(&rig, index, len, fill);
         rig.write_sq(index, &w);
         index += (w.len() / WQEBB_LEN) as u16;
     }
