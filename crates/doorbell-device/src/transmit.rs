@@ -260,10 +260,11 @@ impl Packets<'_> {
 /// ([`joins`]), and one DMA read is counted for the batch, as
 /// [`sge::read_into_frames`] counts it.
 ///
-/// One packet of inline data, which has nothing to read, is emitted
-/// straight onto the train it joins ([`emit::onto_train`]), where it may.
-/// `headers` may then be asked for its headers twice: it is a function of
-/// the packet's index.
+/// On a NIC that joins packets into trains ([`crate::NicConfig::max_train`]),
+/// a message of one packet of inline data, which has nothing to read, is
+/// emitted straight onto the train it joins ([`emit::onto_train`]), where
+/// it may. `headers` may then be asked for its headers twice: it is a
+/// function of the packet's index.
 pub(crate) fn send_packets<D: Dma>(
     qp: &Qp,
     ctx: &mut Ctx<'_, D>,
@@ -271,8 +272,10 @@ pub(crate) fn send_packets<D: Dma>(
     p: Packets<'_>,
     headers: impl Fn(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
 ) -> Result<u32, Syndrome> {
-    // One packet of inline data: onto its train, or built as below.
+    // One packet of inline data, on a NIC that joins packets into trains:
+    // onto its train, or built as below.
     if let (Some(dst), Payload::Inline(v)) = (dst, p.payload)
+        && ctx.cfg.max_train > 1
         && p.range.len() == 1
         && let Ok(at) = usize::try_from(u64::from(p.range.start) * p.mtu)
         && let Some(data) = v.get(at..at + p.data_len(p.range.start))
