@@ -785,7 +785,11 @@ impl Bus {
     fn apply(&mut self, qpn: Option<Qpn>, f: impl Fn(&mut Counters)) {
         f(&mut self.total);
         if let Some(q) = qpn {
-            f(self.per_qp.entry(q).or_default());
+            // Found, the common case, without the entry's bookkeeping.
+            match self.per_qp.get_mut(&q) {
+                Some(c) => f(c),
+                None => f(self.per_qp.entry(q).or_default()),
+            }
         }
     }
 }
