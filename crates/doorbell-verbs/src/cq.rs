@@ -529,8 +529,10 @@ impl Cq {
         Ok(n)
     }
 
-    /// Polls of this CQ that found nothing and gave up the CPU
-    /// ([`YIELD_AFTER_EMPTY_POLLS`]). A count for tests and reports.
+    /// Polls of this CQ that found nothing and gave up the CPU: one in
+    /// every 64 empty polls in a row, or each one where the polling thread
+    /// may run on one CPU only ([`doorbell_host::one_cpu`]). A count for
+    /// tests and reports.
     pub fn polls_that_yielded(&self) -> u64 {
         self.inner.state().yielded
     }
