@@ -251,7 +251,7 @@ pub(crate) struct ShmPort {
     /// To wake the receiver thread when it is told to stop.
     bell: File,
     /// The port's waits, for the receiver thread ([`Waits::receiver`]).
-    spin: Waits,
+    waits: Waits,
 }
 
 /// How long the port's threads look for frames that have not come yet.
@@ -340,7 +340,7 @@ impl ShmPort {
             stop: Arc::default(),
             rx: None,
             bell: wake,
-            spin: waits,
+            waits,
         })
     }
 
@@ -348,11 +348,11 @@ impl ShmPort {
     pub(crate) fn start_rx(&mut self, name: &str, core: Arc<Core>) -> io::Result<()> {
         let (inbound, stats, stop) = (self.inbound.clone(), self.stats.clone(), self.stop.clone());
         let bell = self.bell.try_clone()?;
-        let spin = self.spin;
+        let waits = self.waits;
         self.rx = Some(
             std::thread::Builder::new()
                 .name(format!("doorbell-{name}-shm"))
-                .spawn(move || rx_loop(&inbound, &bell, &stats, &stop, &core, spin))?,
+                .spawn(move || rx_loop(&inbound, &bell, &stats, &stop, &core, waits))?,
         );
         Ok(())
     }
@@ -727,7 +727,7 @@ fn rx_loop(
     stats: &Stats,
     stop: &AtomicBool,
     core: &Core,
-    spin: Waits,
+    waits: Waits,
 ) {
     let lock = || inbound.lock().unwrap_or_else(|e| e.into_inner());
     let mut last = Instant::now();
@@ -771,7 +771,7 @@ fn rx_loop(
             answering = requests;
             continue;
         }
-        let wait = spin.receiver(streak, answering, || core.polled_lately());
+        let wait = waits.receiver(streak, answering, || core.polled_lately());
         if last.elapsed() < wait {
             std::hint::spin_loop();
             continue;
