@@ -76,11 +76,14 @@ pub struct NicConfig {
     /// [`MAX_TRAIN_BYTES`] of them. 1 by default: every packet its own
     /// frame. For NICs of one process whose frames go straight from one to
     /// the other (as [`Self::leave_payload`]): the receiver takes each
-    /// packet as it would have taken it alone
-    /// ([`crate::Nic::handle_emitted_train`]), but the headers it shares
-    /// with the one before are not parsed again, and the runtime hands on
-    /// one buffer for them all. The runtime splits a train into its packets
-    /// ([`Frame::packet_ranges`]) wherever else it could be seen.
+    /// packet as it would have taken it alone, and the runtime hands on one
+    /// buffer for them all. Such a NIC also hands over the headers of each
+    /// packet whose bytes are all in its frame parsed, and leaves them
+    /// unwritten ([`Frame::headers`]; but a UD packet's): the receiver
+    /// takes them as they are ([`crate::Nic::handle_parsed_frame`]). The
+    /// runtime writes them ([`Frame::write_headers`]) and splits a train
+    /// into its packets ([`Frame::packet_ranges`]) wherever else a frame
+    /// could be seen.
     pub max_train: u32,
 }
 
@@ -181,6 +184,25 @@ pub struct Frame {
     /// one QP to one QP. A frame whose payload is left in memory is one
     /// packet, or a run.
     pub train: u32,
+    /// The headers of each of the frame's packets, in order, if the NIC
+    /// handed them over parsed and left them unwritten in `bytes` (a NIC
+    /// that makes trains, [`NicConfig::max_train`]): `bytes` then holds
+    /// each packet's payload where it goes, and nothing else that matters
+    /// until [`Self::write_headers`] writes the rest. Empty: every byte is
+    /// written (but a payload left in memory, [`Self::unfilled`]).
+    pub headers: Vec<PacketHeaders>,
+}
+
+/// A packet's headers, handed over parsed ([`Frame::headers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PacketHeaders {
+    /// The headers, as a parse of the packet gives them
+    /// ([`doorbell_wire::RoceRepr::as_parsed`]).
+    pub repr: doorbell_wire::RoceRepr,
+    /// Where the packet lies in the frame's bytes.
+    pub packet: std::ops::Range<usize>,
+    /// Where its payload lies in the frame's bytes.
+    pub payload: std::ops::Range<usize>,
 }
 
 impl Frame {
@@ -194,12 +216,19 @@ impl Frame {
     /// Where each whole packet of the frame lies in its bytes: one range
     /// for a frame that is not a train. For a train, the packets as their
     /// IP headers give their lengths, up to the first whose length does
-    /// not fit (none, in a train a NIC built).
+    /// not fit (none, in a train a NIC built). For a frame whose headers
+    /// were handed over parsed ([`Self::headers`]), where they say, up to
+    /// the first that runs past the bytes.
     pub fn packet_ranges(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-        let train = self.train > 1 && self.unfilled.is_none();
+        let headers = !self.headers.is_empty();
+        let train = self.train > 1 && self.unfilled.is_none() && !headers;
+        let mut given = self.headers.iter().map(|h| h.packet.clone());
         let mut at = 0;
         let mut left = if train { self.train } else { 1 };
         std::iter::from_fn(move || {
+            if headers {
+                return given.next().filter(|r| r.end <= self.bytes.len());
+            }
             if left == 0 {
                 return None;
             }
@@ -213,6 +242,26 @@ impl Frame {
             at += len;
             Some(r)
         })
+    }
+
+    /// Writes the headers of each packet that its NIC handed over parsed
+    /// ([`Self::headers`]) around its payload, ICRC included, and empties
+    /// the list: the frame is then the bytes a NIC that writes every
+    /// header would have built. Headers that do not fit where they are
+    /// said to go are left unwritten (a NIC never hands such).
+    pub fn write_headers(&mut self) {
+        for h in self.headers.drain(..) {
+            let len = h.packet.len();
+            let at = h.payload.start.checked_sub(h.packet.start);
+            let Some(packet) = self.bytes.get_mut(h.packet) else {
+                continue;
+            };
+            if at == Some(h.repr.header_len())
+                && h.repr.checked_frame_len(h.payload.len()) == Ok(len)
+            {
+                let _ = h.repr.emit_checked(packet, h.payload.len(), len, Seal::Now);
+            }
+        }
     }
 }
 

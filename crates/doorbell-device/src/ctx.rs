@@ -8,11 +8,16 @@ use doorbell_pcie::{Dma, DmaTag};
 use doorbell_types::{Cqn, Duration, HostAddr, Instant, Psn, Qpn, Srqn};
 use doorbell_wire::{AethRepr, BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr, Seal};
 
-use crate::config::{Frame, NicConfig, NicCounters};
+use crate::config::{Frame, NicConfig, NicCounters, PacketHeaders};
 use crate::cq::Cq;
 use crate::dma::{dma_read, dma_write};
 use crate::mkey::MkeyTable;
 use crate::srq::Srq;
+
+/// The most headers a list kept for reuse holds room for
+/// ([`Outputs::header_lists`]): a train's, at [`crate::MAX_TRAIN_BYTES`]
+/// of the smallest packets.
+const HEADER_LIST_LEN: usize = 128;
 
 /// Shared outputs and tables a QP's engines need.
 pub(crate) struct Ctx<'a, D: Dma> {
@@ -73,6 +78,10 @@ pub(crate) struct Outputs {
     /// frames [`crate::emit::emit`] builds: 256 at most, none larger than
     /// a frame of MTU 4096 with its headers.
     pub(crate) spare: crate::pool::Pool<u8, 256, { 6 * 1024 }>,
+    /// Lists of headers handed back ([`crate::Nic::recycle_headers`]), for
+    /// the frames whose headers this NIC hands over parsed
+    /// ([`Frame::headers`]).
+    pub(crate) header_lists: crate::pool::Pool<PacketHeaders, 8, { HEADER_LIST_LEN }>,
     /// The payload storage of retired messages, for the WQEs parsed next.
     pub(crate) payloads: crate::wq::Spares,
     /// The frames being built, reused ([`Building`]).
@@ -110,6 +119,7 @@ impl Outputs {
             events: VecDeque::new(),
             counters: NicCounters::default(),
             spare: crate::pool::Pool::default(),
+            header_lists: crate::pool::Pool::default(),
             payloads: crate::wq::Spares::default(),
             building: Vec::new(),
             wqe_scratch: Vec::new(),
@@ -190,9 +200,17 @@ impl Outputs {
     /// spares.
     pub(crate) fn push_packet(&mut self, frame: Frame, to: Qpn) {
         debug_assert!(frame.unfilled.is_none() && frame.train == 1);
-        if let Some(last) = self.train_for(to, frame.dst, frame.bytes.len()) {
+        let parsed = !frame.headers.is_empty();
+        if let Some(last) = self.train_for(to, frame.dst, frame.bytes.len(), parsed) {
+            let at = last.bytes.len();
             last.bytes.extend_from_slice(&frame.bytes);
             last.ready = last.ready.max(frame.ready);
+            last.headers
+                .extend(frame.headers.into_iter().map(|h| PacketHeaders {
+                    packet: at + h.packet.start..at + h.packet.end,
+                    payload: at + h.payload.start..at + h.payload.end,
+                    ..h
+                }));
             self.spare.give(frame.bytes);
             return;
         }
@@ -206,13 +224,22 @@ impl Outputs {
     /// `len` bytes to QP `to` at `dst` may join it as the train's next
     /// ([`crate::NicConfig::max_train`]): it is a train to that QP (nothing
     /// queued since its first packet, a held ACK included) with room for
-    /// the packet. The caller puts the packet's bytes at its end.
-    pub(crate) fn train_for(&mut self, to: Qpn, dst: [u8; 4], len: usize) -> Option<&mut Frame> {
+    /// the packet, whose headers are handed over parsed if `parsed` is, as
+    /// the train's are ([`Frame::headers`]). The caller puts the packet's
+    /// bytes at its end.
+    pub(crate) fn train_for(
+        &mut self,
+        to: Qpn,
+        dst: [u8; 4],
+        len: usize,
+        parsed: bool,
+    ) -> Option<&mut Frame> {
         if self.train_to != Some(to) || self.held_ack.is_some() {
             return None;
         }
         let last = self.tx.back_mut()?;
         if last.dst != dst
+            || last.headers.is_empty() == parsed
             || last.train >= self.max_train
             || last.bytes.len() + len > crate::config::MAX_TRAIN_BYTES
         {
@@ -281,6 +308,7 @@ impl Outputs {
                 ready: h.ready,
                 unfilled: None,
                 train: 1,
+                headers: Vec::new(),
             });
         }
     }
@@ -305,6 +333,7 @@ mod tests {
                 segments,
             }),
             train: 1,
+            headers: Vec::new(),
         }
     }
 
@@ -349,6 +378,7 @@ mod tests {
             ready: Instant::from_ps(u64::from(b)),
             unfilled: None,
             train: 1,
+            headers: Vec::new(),
         };
         let (q1, q2) = (Qpn::new(0x101), Qpn::new(0x102));
         out.push_packet(one(1), q1);

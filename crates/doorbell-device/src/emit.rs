@@ -4,7 +4,7 @@
 use doorbell_pcie::Dma;
 use doorbell_wire::{BthRepr, ExtHeaders, RoceIp, RoceRepr, Seal};
 
-use crate::config::{Frame, Unfilled};
+use crate::config::{Frame, PacketHeaders, Unfilled};
 use crate::ctx::{Building, Ctx};
 use crate::qp::Qp;
 
@@ -76,11 +76,18 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], f: &mut Buildin
         Some(_) => Seal::Later,
         None => ctx.out.seal,
     };
-    let emitted = f.repr.emit_checked(&mut bytes, f.payload.len(), len, seal);
-    if emitted.is_err() {
-        ctx.out.spare.give(bytes);
-        return false;
-    }
+    let headers = if hands_over(ctx, f.left.is_none(), &f.repr) {
+        let mut list = ctx.out.header_lists.take();
+        list.push(handed(&f.repr, 0, f.payload.clone(), len));
+        list
+    } else {
+        let emitted = f.repr.emit_checked(&mut bytes, f.payload.len(), len, seal);
+        if emitted.is_err() {
+            ctx.out.spare.give(bytes);
+            return false;
+        }
+        Vec::new()
+    };
     ctx.t = ctx.t.max(f.ready);
     for _ in 0..f.segments {
         ctx.charge(ctx.cfg.timing.tx_packet);
@@ -99,6 +106,7 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], f: &mut Buildin
         ready: ctx.t,
         unfilled,
         train: 1,
+        headers,
     };
     match unfilled {
         // Every byte in the frame: it may join a train.
@@ -125,20 +133,51 @@ pub(crate) fn onto_train<D: Dma>(
     };
     let (seal, cost) = (ctx.out.seal, ctx.cfg.timing.tx_packet);
     let t = ctx.t.add(cost);
-    let Some(train) = ctx.out.train_for(repr.bth.dest_qp, dst, len) else {
+    let parsed = hands_over(ctx, true, repr);
+    let Some(train) = ctx.out.train_for(repr.bth.dest_qp, dst, len, parsed) else {
         return false;
     };
     let at = train.bytes.len();
     train.bytes.resize(at + len, 0);
     let packet = &mut train.bytes[at..];
-    packet[repr.payload_range(payload.len())].copy_from_slice(payload);
-    let emitted = repr.emit_checked(packet, payload.len(), len, seal);
-    // `checked_frame_len` took the headers, and the packet is that long.
-    debug_assert!(emitted.is_ok());
+    let within = repr.payload_range(payload.len());
+    packet[within.clone()].copy_from_slice(payload);
+    if parsed {
+        let within = at + within.start..at + within.end;
+        train.headers.push(handed(repr, at, within, len));
+    } else {
+        let emitted = repr.emit_checked(packet, payload.len(), len, seal);
+        // `checked_frame_len` took the headers, and the packet is that long.
+        debug_assert!(emitted.is_ok());
+    }
     train.ready = train.ready.max(t);
     ctx.charge(cost);
     ctx.out.counters.tx_packets += 1;
     true
+}
+
+/// Whether a NIC hands the headers `repr` over parsed, leaving them
+/// unwritten ([`Frame::headers`]): a NIC that makes trains
+/// ([`crate::NicConfig::max_train`]) does, for a packet whose bytes are all
+/// in its frame (`carried`) and that has no DETH (a UD receive writes the
+/// IP header its packet came with into the receive buffer).
+fn hands_over<D: Dma>(ctx: &Ctx<'_, D>, carried: bool, repr: &RoceRepr) -> bool {
+    ctx.cfg.max_train > 1 && carried && repr.ext.deth.is_none()
+}
+
+/// The headers `repr` of the packet of `len` bytes at `at` in its frame,
+/// its payload at `payload`, as they are handed over.
+fn handed(
+    repr: &RoceRepr,
+    at: usize,
+    payload: std::ops::Range<usize>,
+    len: usize,
+) -> PacketHeaders {
+    PacketHeaders {
+        repr: repr.as_parsed(payload.len()),
+        packet: at..at + len,
+        payload,
+    }
 }
 
 /// The headers of a frame from `qp` to `dst`.

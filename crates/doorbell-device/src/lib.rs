@@ -22,7 +22,9 @@
 //! parsed once. And it may hand a QP's packets whose bytes are all in
 //! their frames on back to back, as a train ([`NicConfig::max_train`],
 //! [`Frame::train`]), which the receiver takes with
-//! [`Nic::handle_emitted_train`], packet by packet.
+//! [`Nic::handle_emitted_train`], packet by packet. Such a NIC hands those
+//! packets' headers over parsed, unwritten ([`Frame::headers`]), and the
+//! receiver takes them as they are with [`Nic::handle_parsed_frame`].
 //!
 //! The NIC never reads a clock or touches a socket or thread. Time comes in
 //! as `now` on every call; the transport's timers come out of
@@ -112,7 +114,7 @@ use doorbell_hif::{
 
 pub use config::{
     ADAPTIVE_RETRANSMIT_FLOOR, Frame, MAX_SEGMENTS, MAX_TRAIN_BYTES, NicConfig, NicCounters,
-    NicTiming, Split, Unfilled,
+    NicTiming, PacketHeaders, Split, Unfilled,
 };
 
 use cq::Cq;
@@ -1160,6 +1162,86 @@ impl Nic {
             .or_before(r)
     }
 
+    /// [`Nic::handle_emitted_train`] for a frame another NIC of this
+    /// process built and whose packets' headers it handed over parsed
+    /// ([`Frame::headers`]): `headers`, one for each packet of `bytes`, in
+    /// order. Each packet is taken as [`Nic::handle_emitted_frame`] would
+    /// have taken it alone, its headers written: checked and counted, its
+    /// events delivered; but its headers are not parsed. A packet whose
+    /// headers do not fit its opcode, or that does not lie where they say,
+    /// is dropped and counted, and the next taken. Tells whether every
+    /// packet reached a QP, or why the last that did not was dropped.
+    pub fn handle_parsed_frame(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        headers: &[PacketHeaders],
+        dma: &mut impl Dma,
+    ) -> Received {
+        if self.link_down {
+            self.out.counters.link_down_dropped += headers.len().max(1) as u64;
+            return Received::Dropped("the link is down");
+        }
+        let mut r = Received::Taken;
+        // The QP whose timers the index is not yet up to date with: it is
+        // brought up to date after the last packet to a QP, as for a train.
+        let mut unsynced = None;
+        for h in headers {
+            let qpn = h.repr.bth.dest_qp;
+            if unsynced.is_some_and(|q| q != qpn) {
+                self.sync_timers_of(unsynced.take());
+            }
+            let taken = match (bytes.get(h.packet.clone()), bytes.get(h.payload.clone())) {
+                (Some(_), Some(payload))
+                    if h.repr.ext.fits(h.repr.bth.opcode)
+                        && h.packet.start <= h.payload.start
+                        && h.payload.end <= h.packet.end =>
+                {
+                    if h.repr.ext.deth.is_some() {
+                        // A UD receive gives the IP header it came with:
+                        // written out, the packet is taken as any other.
+                        self.written_out(now, &h.repr, payload, dma)
+                    } else {
+                        unsynced = Some(qpn);
+                        let payload = PayloadIn::Frame(payload);
+                        self.packet(now, &h.repr, &[], payload, dma, false)
+                    }
+                }
+                _ => self.unparsed(),
+            };
+            self.deliver_events(dma);
+            r = taken.or_before(r);
+        }
+        self.sync_timers_of(unsynced);
+        r
+    }
+
+    /// Brings the timer index up to date with the timers of QP `qpn`, if
+    /// there is one.
+    fn sync_timers_of(&mut self, qpn: Option<Qpn>) {
+        if let Some(qp) = qpn.and_then(|q| self.qps.get_mut(&q)) {
+            sync_timers(&mut self.timers, qp);
+        }
+    }
+
+    /// Takes the packet with headers `repr` and `payload`, written out
+    /// first, as [`Nic::handle_emitted_frame`] takes a frame.
+    fn written_out(
+        &mut self,
+        now: Instant,
+        repr: &RoceRepr,
+        payload: &[u8],
+        dma: &mut impl Dma,
+    ) -> Received {
+        let mut pkt = self.out.spare.take_len(0);
+        let r = match repr.emit_to_vec(payload, &mut pkt) {
+            Ok(()) => self.frame(now, &pkt, dma, false, None),
+            Err(_) => self.unparsed(),
+        };
+        self.out.spare.give(pkt);
+        r
+    }
+
     /// Takes the packet `parsed` of the train `bytes`, if any, bringing
     /// the timer index up to date if `index_timers`; delivers its events.
     /// (Borrowed where it lies: a parsed packet's headers are a hundred
@@ -1470,6 +1552,20 @@ impl Nic {
     pub fn recycle(&mut self, buf: Vec<u8>) {
         // (Reuse changes where bytes live, never what a frame says.)
         self.out.spare.give(buf);
+    }
+
+    /// Gives back a list of headers ([`Frame::headers`]) that a NIC
+    /// handed over with a frame, once it is taken, for the frames this NIC
+    /// builds: with its lists handed back, a NIC that hands headers over
+    /// allocates nothing per frame. Lists are kept up to a bound.
+    pub fn recycle_headers(&mut self, list: Vec<PacketHeaders>) {
+        self.out.header_lists.give(list);
+    }
+
+    /// How many more lists [`Nic::recycle_headers`] would keep now.
+    #[must_use]
+    pub fn header_list_room(&self) -> usize {
+        self.out.header_lists.room()
     }
 
     /// How many more buffers [`Nic::recycle`] would keep now.

@@ -36,7 +36,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use doorbell_device::{Frame, Nic};
+use doorbell_device::{Frame, Nic, PacketHeaders};
 
 /// The least room a buffer is given: any frame of MTU 4096 with its
 /// headers fits, so that a buffer that carried an ACK carries a full packet
@@ -79,6 +79,7 @@ thread_local! {
     static SPARE_LISTS: Cell<Vec<Vec<Vec<u8>>>> = const { Cell::new(Vec::new()) };
     static SPARE_EMITTED: Cell<Vec<Vec<Frame>>> = const { Cell::new(Vec::new()) };
     static SPARE_RUNS: Cell<Vec<Vec<u8>>> = const { Cell::new(Vec::new()) };
+    static SPARE_HEADERS: Cell<Vec<Vec<PacketHeaders>>> = const { Cell::new(Vec::new()) };
 }
 
 /// A bounded store of spares any thread may give to and take from, last
@@ -175,6 +176,11 @@ fn shared_runs() -> &'static Shared<Vec<u8>> {
 
 fn shared_emitted() -> &'static Shared<Vec<Frame>> {
     static SHARED: OnceLock<Shared<Vec<Frame>>> = OnceLock::new();
+    SHARED.get_or_init(|| Shared::new(KEEP_LISTS, SHARED_LOW_LISTS))
+}
+
+fn shared_headers() -> &'static Shared<Vec<PacketHeaders>> {
+    static SHARED: OnceLock<Shared<Vec<PacketHeaders>>> = OnceLock::new();
     SHARED.get_or_init(|| Shared::new(KEEP_LISTS, SHARED_LOW_LISTS))
 }
 
@@ -342,6 +348,28 @@ pub(crate) fn lend(nic: &mut Nic, n: usize) {
         }
         shared_buffers().take_many(want - own, |b| nic.recycle(b));
     });
+}
+
+/// Gives the list of headers of a frame a NIC took in
+/// ([`doorbell_device::Frame::headers`]) back for reuse by the NIC that
+/// builds the next such frame ([`lend_headers`]).
+pub(crate) fn recycle_headers(mut l: Vec<PacketHeaders>) {
+    if l.capacity() == 0 {
+        return;
+    }
+    l.clear();
+    give(&SPARE_HEADERS, KEEP_LISTS, shared_headers(), l);
+}
+
+/// Lends `nic` up to `n` spare lists of headers
+/// ([`Nic::recycle_headers`]), as far as it has room.
+pub(crate) fn lend_headers(nic: &mut Nic, n: usize) {
+    for _ in 0..n.min(nic.header_list_room()) {
+        let Some(l) = take(&SPARE_HEADERS, shared_headers()) else {
+            return;
+        };
+        nic.recycle_headers(l);
+    }
 }
 
 /// Hands the buffers of frames a port copied out (`spent`) to `nic`, the

@@ -58,7 +58,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use doorbell_device::{Frame, Nic, Received, Unfilled};
+use doorbell_device::{Frame, Nic, PacketHeaders, Received, Unfilled};
 use doorbell_hif::NicEvent;
 use doorbell_host::HostMemory;
 use doorbell_pcie::Bus;
@@ -139,6 +139,10 @@ const ANSWER_SPARES: usize = 32;
 
 /// Spare buffers lent to the NIC after each flush, at most.
 const LEND: usize = 64;
+
+/// Lists of headers ([`Frame::headers`]) a NIC is lent after it sent
+/// frames, as [`LEND`].
+const LEND_HEADERS: usize = 8;
 
 /// The port a NIC sends through.
 pub(crate) enum Egress {
@@ -306,6 +310,17 @@ impl Engine {
     fn take_emitted(&mut self, now: Instant, mut frames: Vec<Frame>, from: &dyn HostMemory) {
         // (Taken where they lie, not moved again.)
         for f in &mut frames {
+            if !f.headers.is_empty() {
+                // A capture or a timeline sees a frame's headers written.
+                if self.capture.is_some() || self.timeline.is_some() {
+                    f.write_headers();
+                } else {
+                    let bytes = std::mem::take(&mut f.bytes);
+                    self.take_frame(now, bytes, Arrival::Parsed(&f.headers));
+                    crate::buffers::recycle_headers(std::mem::take(&mut f.headers));
+                    continue;
+                }
+            }
             let bytes = std::mem::take(&mut f.bytes);
             match f.unfilled {
                 // A capture or a timeline sees a run's packets one by one.
@@ -317,7 +332,11 @@ impl Engine {
                 Some(u) => self.take_frame(now, bytes, Arrival::Unfilled(u, from)),
                 // A capture or a timeline sees a train's packets one by one.
                 None if f.train > 1 && (self.capture.is_some() || self.timeline.is_some()) => {
-                    let train = Frame { bytes, ..*f };
+                    let train = Frame {
+                        bytes,
+                        headers: Vec::new(),
+                        ..*f
+                    };
                     for at in train.packet_ranges() {
                         let mut one = crate::buffers::buffer(at.len());
                         one.extend_from_slice(&train.bytes[at]);
@@ -398,6 +417,7 @@ impl Engine {
         let packets = match how {
             Arrival::Unfilled(u, _) => u.segments.max(1) as usize,
             Arrival::Train(n) => n.max(1) as usize,
+            Arrival::Parsed(headers) => headers.len().max(1),
             Arrival::Port | Arrival::Checked(_) | Arrival::Emitted => 1,
         };
         self.take_in(now, &mut f, how);
@@ -451,6 +471,7 @@ impl Engine {
             Arrival::Checked(true) => nic.handle_emitted_frame(now, f, bus),
             Arrival::Emitted => nic.handle_emitted_frame(now, f, bus),
             Arrival::Train(packets) => nic.handle_emitted_train(now, f, packets, bus),
+            Arrival::Parsed(headers) => nic.handle_parsed_frame(now, f, headers, bus),
             Arrival::Unfilled(u, from) => nic.handle_unfilled_frame(now, f, &u, from, bus),
         };
         if let Some(c) = capture {
@@ -548,6 +569,12 @@ impl Engine {
             self.nic.transmit_into(&mut self.out);
             let more = self.fill.as_mut().map_or(0, |f| f.fill(&mut self.out));
             if self.seal_out {
+                // Bytes that leave for a port or a capture are written
+                // whole (a NIC of this runtime that hands headers over
+                // parsed sends only to another's engine).
+                for f in &mut self.out {
+                    f.write_headers();
+                }
                 seal_frames(&mut self.out);
             }
             if let Some(tl) = &mut self.timeline {
@@ -570,6 +597,7 @@ impl Engine {
             // thread's spares instead.
             crate::buffers::give_back(&mut self.nic, &mut self.spent);
             crate::buffers::lend(&mut self.nic, LEND);
+            crate::buffers::lend_headers(&mut self.nic, LEND_HEADERS);
             // The next burst of a window (a NIC with a burst,
             // `NicConfig::tx_burst`), once this one is on its way.
             if !self.nic.resume_transmit(now, &mut self.bus) {
@@ -631,6 +659,10 @@ enum Arrival<'a> {
     /// As [`Arrival::Emitted`], a train of this many packets
     /// ([`Frame::train`]); never where a capture or a timeline is.
     Train(u32),
+    /// As [`Arrival::Emitted`], its packets' headers handed over parsed
+    /// and unwritten ([`Frame::headers`]); never where a capture or a
+    /// timeline is.
+    Parsed(&'a [PacketHeaders]),
 }
 
 /// What a UDP port's receive thread saw of its NIC's streams

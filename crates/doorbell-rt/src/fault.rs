@@ -240,6 +240,7 @@ mod tests {
             ready: doorbell_types::Instant::ZERO,
             unfilled: None,
             train: 1,
+            headers: Vec::new(),
         }
     }
 

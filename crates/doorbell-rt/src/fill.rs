@@ -106,6 +106,7 @@ impl Filler {
                         ready: f.ready,
                         unfilled: None,
                         train: 1,
+                        headers: Vec::new(),
                     });
                 } else {
                     lost += 1;
@@ -190,6 +191,7 @@ mod tests {
                 segments,
             }),
             train: 1,
+            headers: Vec::new(),
         }
     }
 
@@ -239,6 +241,7 @@ mod tests {
                 bytes: ack.clone(),
                 ready: Instant::ZERO,
                 unfilled: None,
+                headers: Vec::new(),
                 train: 1,
             },
             left(

@@ -182,6 +182,20 @@ impl RoceRepr {
             .saturating_add(pad_len(payload_len) + ICRC_LEN)
     }
 
+    /// The headers a parse of the frame [`Self::emit`] builds for
+    /// `payload_len` bytes of payload gives back: these, with the pad count
+    /// that length calls for. For a receiver handed headers that were never
+    /// written, to take them as the parse would have given them.
+    pub fn as_parsed(&self, payload_len: usize) -> RoceRepr {
+        RoceRepr {
+            bth: BthRepr {
+                pad_count: pad_len(payload_len) as u8,
+                ..self.bth
+            },
+            ..*self
+        }
+    }
+
     /// Where the payload goes in the frame.
     pub fn payload_range(&self, payload_len: usize) -> Range<usize> {
         let start = self.header_len();
@@ -989,6 +1003,7 @@ mod tests {
             prop_assert_eq!(p.payload, r.payload_range(payload.len()));
             let expect = RoceRepr { bth: BthRepr { pad_count: pad_len(payload.len()) as u8, ..r.bth }, ..r };
             prop_assert_eq!(p.repr, expect);
+            prop_assert_eq!(r.as_parsed(payload.len()), expect);
             // In place gives the same bytes.
             let mut g = vec![0x5a; f.len()];
             g[r.payload_range(payload.len())].copy_from_slice(&payload);

@@ -334,7 +334,11 @@ pub(super) fn split(frames: &[Frame], mem: &HostRam) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for f in frames {
         let Some(u) = f.unfilled else {
-            // A packet, or a train of them back to back, each whole.
+            // A packet, or a train of them back to back, each whole once
+            // headers handed over parsed are written.
+            let mut f = f.clone();
+            f.write_headers();
+            assert!(f.headers.is_empty());
             let packets: Vec<_> = f.packet_ranges().collect();
             assert_eq!(
                 packets.len(),

@@ -55,6 +55,8 @@ const MIN_RNR_TIMER: u8 = 3;
 const MR_LEN: u64 = 8192;
 /// The user index the rig's QP is created with (24 bits).
 const USER_INDEX: u32 = 0x00ab_cdef;
+/// The Q_Key of a UD rig's QP ([`Rig::ud`]).
+const QKEY: u32 = 0x1111_0000;
 /// Offset of the bfreg the QP rings in its UAR.
 const REG: u32 = uar::BF_OFFSET as u32;
 
@@ -90,6 +92,16 @@ impl Rig {
 
     /// [`Self::with_config`], its QP's path MTU `mtu` bytes.
     fn with_config_and_mtu(cfg: NicConfig, mtu: u32) -> Self {
+        Self::build(cfg, mtu, QpType::Rc)
+    }
+
+    /// A rig whose QP is a UD QP of Q_Key [`QKEY`], ready to send and
+    /// receive.
+    fn ud() -> Self {
+        Self::build(NicConfig::new(LOCAL), 1024, QpType::Ud)
+    }
+
+    fn build(cfg: NicConfig, mtu: u32, qp_type: QpType) -> Self {
         let mem = Arc::new(HostRam::new());
         let bus = Bus::new(LinkConfig::default(), mem.clone());
         let nic = Nic::new(cfg);
@@ -142,7 +154,7 @@ impl Rig {
             panic!("no CQ")
         };
         let Ok(CmdOut::Qp(qpn)) = rig.exec(Command::CreateQp(QpParams {
-            qp_type: QpType::Rc,
+            qp_type,
             pd,
             send_cq: cq,
             recv_cq: cq,
@@ -173,8 +185,28 @@ impl Rig {
             panic!("no mkey")
         };
         (rig.uar, rig.pd, rig.qpn, rig.mr, rig.cq) = (uar, pd, qpn, mr, cq);
-        rig.connect(mtu);
+        match qp_type {
+            QpType::Ud => rig.ready_ud(),
+            _ => rig.connect(mtu),
+        }
         rig
+    }
+
+    /// Takes a UD QP to RTS with Q_Key [`QKEY`].
+    fn ready_ud(&mut self) {
+        let init = QpAttrs {
+            pkey_index: Some(0),
+            port: Some(1),
+            qkey: Some(QKEY),
+            ..Default::default()
+        };
+        self.modify(QpState::Init, init);
+        self.modify(QpState::Rtr, QpAttrs::default());
+        let rts = QpAttrs {
+            sq_psn: Some(Psn::new(SQ_PSN)),
+            ..Default::default()
+        };
+        self.modify(QpState::Rts, rts);
     }
 
     fn exec(&mut self, cmd: Command) -> Result<CmdOut, CmdError> {

@@ -3,7 +3,7 @@
 //! the packets it would have built, counting the same; the receiver ends
 //! as it would have from the packets one by one.
 
-use doorbell_device::{MAX_TRAIN_BYTES, Received};
+use doorbell_device::{MAX_TRAIN_BYTES, PacketHeaders, Received};
 use doorbell_layout::wqe::InlineSeg;
 use doorbell_wire::Ipv4Header;
 
@@ -69,6 +69,13 @@ fn a_train_split_into_its_packets_is_the_frames_sent_one_by_one() {
         assert!(trains.iter().all(|f| f.bytes.len() <= MAX_TRAIN_BYTES));
         if leave {
             assert_eq!(trains[1].unfilled.map(|u| u.segments), Some(1));
+        }
+        // A NIC that makes trains hands over the headers of each packet
+        // whose bytes are all in its frame, parsed; the rest are written.
+        for f in &trains {
+            let parsed = max > 1 && f.unfilled.is_none();
+            let want = if parsed { f.packets() as usize } else { 0 };
+            assert_eq!(f.headers.len(), want, "max {max}, leave {leave}");
         }
         same_packets(&trains, &rig, expect, max, &whole, &whole_rig);
     }
@@ -215,6 +222,124 @@ fn a_receiver_takes_a_train_as_it_takes_its_packets() {
     assert!(train == alone, "as the packets one by one");
 }
 
+/// `pkts` back to back, each with its headers handed over parsed and its
+/// header bytes overwritten (the receiver must not read them): the bytes
+/// and the headers of a frame ([`Frame::headers`]).
+fn handed_over(pkts: &[Vec<u8>]) -> (Vec<u8>, Vec<PacketHeaders>) {
+    let (mut bytes, mut headers) = (Vec::new(), Vec::new());
+    for p in pkts {
+        let parsed = doorbell_wire::parse_roce(p).expect("a packet");
+        let at = bytes.len();
+        let mut blank = p.clone();
+        blank[..parsed.payload.start].fill(0xee);
+        bytes.extend_from_slice(&blank);
+        headers.push(PacketHeaders {
+            repr: parsed.repr,
+            packet: at..at + p.len(),
+            payload: at + parsed.payload.start..at + parsed.payload.end,
+        });
+    }
+    (bytes, headers)
+}
+
+#[test]
+fn a_receiver_takes_headers_handed_over_as_it_takes_their_packets() {
+    let mut alone = timed_rig();
+    alone.post_recv(alone.mr.raw(), alone.mr_buf.get() + 4096, 64);
+    // The packets of `mixed` that parse: one to a QP the rig lacks.
+    let pkts: Vec<Vec<u8>> = mixed(&alone)
+        .into_iter()
+        .filter(|p| doorbell_wire::parse_roce(p).is_ok())
+        .collect();
+    assert_eq!(pkts.len(), 7);
+    let mut answers = Vec::new();
+    for p in &pkts {
+        let now = alone.now;
+        answers.push(alone.nic.handle_emitted_frame(now, p, &mut alone.bus));
+    }
+    assert_eq!(answers[5], Received::Dropped("no such QP"));
+
+    let mut parsed = timed_rig();
+    parsed.post_recv(parsed.mr.raw(), parsed.mr_buf.get() + 4096, 64);
+    let (bytes, headers) = handed_over(&pkts);
+    let now = parsed.now;
+    let got = parsed
+        .nic
+        .handle_parsed_frame(now, &bytes, &headers, &mut parsed.bus);
+    assert_eq!(got, answers[5], "the last drop's reason");
+    let (alone, parsed) = (outcome(alone), outcome(parsed));
+    assert_eq!(&parsed.2[..8], &[1; 8], "the first WRITE landed");
+    assert_eq!(&parsed.2[64..72], &[9; 8], "the last WRITE landed");
+    assert_eq!(&parsed.2[4096..4120], &[5; 24], "the SEND landed");
+    assert_eq!(parsed.3.rx_dropped, 1);
+    assert!(parsed == alone, "as the packets one by one");
+}
+
+#[test]
+fn headers_that_do_not_fit_their_packet_are_one_drop_each() {
+    let mut rig = timed_rig();
+    let pkts = [
+        rig.write_only(EPSN, 0, &[1; 8]),
+        rig.write_only(EPSN + 1, 8, &[2; 8]),
+        // The next the QP expects: the two before are dropped.
+        rig.write_only(EPSN, 16, &[3; 8]),
+    ];
+    let (bytes, mut headers) = handed_over(&pkts);
+    // The first without the RETH its opcode calls for; the second said to
+    // run past the bytes.
+    headers[0].repr.ext.reth = None;
+    headers[1].packet.end = bytes.len() + 1;
+    let now = rig.now;
+    let got = rig
+        .nic
+        .handle_parsed_frame(now, &bytes, &headers, &mut rig.bus);
+    assert_eq!(
+        got,
+        Received::Dropped("not a RoCEv2 packet this NIC can parse")
+    );
+    assert_eq!(rig.counters().rx_dropped, 2);
+    assert_eq!(rig.counters().rx_packets, 1);
+    assert_eq!(rig.mr_bytes(0, 24), [vec![0; 16], vec![3; 8]].concat());
+}
+
+#[test]
+fn a_ud_packets_headers_handed_over_are_written_for_its_receive() {
+    // A UD receive gives the IP header its packet came with (the GRH):
+    // headers handed over parsed are written out first.
+    let pkt = |rig: &Rig| {
+        let ext = ExtHeaders {
+            deth: Some(doorbell_wire::DethRepr {
+                qkey: QKEY,
+                src_qp: Qpn::new(0x99),
+            }),
+            ..ExtHeaders::default()
+        };
+        let bth = BthRepr::new(BthOpcode::UdSendOnly, rig.qpn, Psn::new(0));
+        rig.request_bth(bth, ext, &[7; 16])
+    };
+    let mut alone = Rig::ud();
+    alone.post_recv(alone.mr.raw(), alone.mr_buf.get(), 256);
+    let p = pkt(&alone);
+    let now = alone.now;
+    assert_eq!(
+        alone.nic.handle_emitted_frame(now, &p, &mut alone.bus),
+        Received::Taken
+    );
+    let mut parsed = Rig::ud();
+    parsed.post_recv(parsed.mr.raw(), parsed.mr_buf.get(), 256);
+    let (bytes, headers) = handed_over(&[p]);
+    let now = parsed.now;
+    assert_eq!(
+        parsed
+            .nic
+            .handle_parsed_frame(now, &bytes, &headers, &mut parsed.bus),
+        Received::Taken
+    );
+    let (alone, parsed) = (outcome(alone), outcome(parsed));
+    assert_eq!(&parsed.2[40..56], &[7; 16], "the payload after the GRH");
+    assert!(parsed == alone, "as the packet written");
+}
+
 #[test]
 fn bytes_that_end_a_train_early_are_one_drop() {
     let mut rig = timed_rig();
@@ -249,6 +374,33 @@ proptest! {
         bytes.extend_from_slice(&junk);
         let now = rig.now;
         let _ = rig.nic.handle_emitted_train(now, &bytes, packets % 12, &mut rig.bus);
+        let _ = rig.transmitted();
+        let _ = rig.cqes();
+        prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
+    }
+
+    /// Any headers handed over with any bytes, said to lie anywhere: the
+    /// device takes, answers or drops each packet, and never panics.
+    #[test]
+    fn forged_headers_never_panic(
+        frames in proptest::collection::vec((arb_frame(), 0usize..300, 0usize..300, 0usize..80), 0..6),
+        len in 0usize..300,
+    ) {
+        let mut rig = Rig::new();
+        let mut headers = Vec::new();
+        for (f, start, end, payload_len) in frames {
+            let (op, psn, ack_req, ext, payload) = f;
+            let (repr, _) = forged_to_rig(&rig, (op, psn, ack_req, ext, &payload));
+            let payload_at = start.saturating_add(start % 64);
+            headers.push(PacketHeaders {
+                repr,
+                packet: start..end,
+                payload: payload_at..payload_at + payload_len,
+            });
+        }
+        let bytes = vec![0x5a; len];
+        let now = rig.now;
+        let _ = rig.nic.handle_parsed_frame(now, &bytes, &headers, &mut rig.bus);
         let _ = rig.transmitted();
         let _ = rig.cqes();
         prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
