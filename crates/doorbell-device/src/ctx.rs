@@ -300,17 +300,29 @@ impl Outputs {
         let repr = h.repr();
         let len = repr.frame_len(0);
         let mut bytes = self.spare.take_len(len);
-        if repr.emit_checked(&mut bytes, 0, len, self.seal).is_ok() {
-            self.train_to = None;
-            self.tx.push_back(Frame {
-                dst: h.dst,
-                bytes,
-                ready: h.ready,
-                unfilled: None,
-                train: 1,
-                headers: Vec::new(),
+        // Handed over parsed by a NIC that makes trains, as a request's
+        // (`crate::emit::finish`).
+        let mut headers = Vec::new();
+        if self.max_train > 1 {
+            headers = self.header_lists.take();
+            headers.push(PacketHeaders {
+                repr: repr.as_parsed(0),
+                packet: 0..len,
+                payload: repr.header_len()..repr.header_len(),
             });
+        } else if repr.emit_checked(&mut bytes, 0, len, self.seal).is_err() {
+            self.spare.give(bytes);
+            return;
         }
+        self.train_to = None;
+        self.tx.push_back(Frame {
+            dst: h.dst,
+            bytes,
+            ready: h.ready,
+            unfilled: None,
+            train: 1,
+            headers,
+        });
     }
 }
 
@@ -398,7 +410,12 @@ mod tests {
         assert_eq!(got[0].bytes, [[1; 10], [2; 10]].concat());
         assert_eq!(got[3].bytes, [[5; 10], [6; 10], [7; 10]].concat());
         assert_eq!(got[3].ready, Instant::from_ps(7), "ready with its last");
-        assert!(doorbell_wire::parse_roce(&got[2].bytes).is_ok(), "the ACK");
+        // The ACK's headers are handed over parsed, as a NIC that makes
+        // trains hands them.
+        let mut ack = got[2].clone();
+        assert_eq!(ack.headers.len(), 1);
+        ack.write_headers();
+        assert!(doorbell_wire::parse_roce(&ack.bytes).is_ok(), "the ACK");
         assert_eq!(out.queued(), 0);
     }
 

@@ -276,6 +276,31 @@ fn a_receiver_takes_headers_handed_over_as_it_takes_their_packets() {
 }
 
 #[test]
+fn an_ack_is_handed_over_parsed_as_the_ack_it_would_have_written() {
+    let ack = |cfg: NicConfig| {
+        let mut rig = Rig::with_config(cfg);
+        let p = rig.write_only(EPSN, 0, &[1; 8]);
+        let now = rig.now;
+        assert_eq!(
+            rig.nic.handle_emitted_frame(now, &p, &mut rig.bus),
+            Received::Taken
+        );
+        let mut sent = rig.transmitted();
+        assert_eq!(sent.len(), 1, "one ACK");
+        sent.remove(0)
+    };
+    let written = ack(NicConfig::new(LOCAL));
+    assert!(written.headers.is_empty());
+    let mut handed = ack(training(32, false));
+    assert_eq!(handed.headers.len(), 1);
+    let parsed = doorbell_wire::parse_roce(&written.bytes).unwrap();
+    assert_eq!(handed.headers[0].repr, parsed.repr);
+    assert_eq!(handed.headers[0].packet, 0..written.bytes.len());
+    handed.write_headers();
+    assert_eq!(handed.bytes, written.bytes);
+}
+
+#[test]
 fn headers_that_do_not_fit_their_packet_are_one_drop_each() {
     let mut rig = timed_rig();
     let pkts = [
