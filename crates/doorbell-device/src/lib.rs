@@ -1558,14 +1558,22 @@ impl Nic {
     /// handed over with a frame, once it is taken, for the frames this NIC
     /// builds: with its lists handed back, a NIC that hands headers over
     /// allocates nothing per frame. Lists are kept up to a bound.
+    /// A NIC that hands none over ([`NicConfig::max_train`] 1) keeps none.
     pub fn recycle_headers(&mut self, list: Vec<PacketHeaders>) {
-        self.out.header_lists.give(list);
+        if self.cfg.max_train > 1 {
+            self.out.header_lists.give(list);
+        }
     }
 
-    /// How many more lists [`Nic::recycle_headers`] would keep now.
+    /// How many more lists [`Nic::recycle_headers`] would keep now: none
+    /// for a NIC that hands no headers over.
     #[must_use]
     pub fn header_list_room(&self) -> usize {
-        self.out.header_lists.room()
+        if self.cfg.max_train > 1 {
+            self.out.header_lists.room()
+        } else {
+            0
+        }
     }
 
     /// How many more buffers [`Nic::recycle`] would keep now.

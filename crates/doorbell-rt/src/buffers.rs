@@ -364,6 +364,7 @@ pub(crate) fn recycle_headers(mut l: Vec<PacketHeaders>) {
 /// Lends `nic` up to `n` spare lists of headers
 /// ([`Nic::recycle_headers`]), as far as it has room.
 pub(crate) fn lend_headers(nic: &mut Nic, n: usize) {
+    // (A NIC that hands none over has no room: nothing is looked at.)
     for _ in 0..n.min(nic.header_list_room()) {
         let Some(l) = take(&SPARE_HEADERS, shared_headers()) else {
             return;

@@ -572,7 +572,7 @@ impl Engine {
                 // Bytes that leave for a port or a capture are written
                 // whole (a NIC of this runtime that hands headers over
                 // parsed sends only to another's engine).
-                for f in &mut self.out {
+                for f in self.out.iter_mut().filter(|f| !f.headers.is_empty()) {
                     f.write_headers();
                 }
                 seal_frames(&mut self.out);

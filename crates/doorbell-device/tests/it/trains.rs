@@ -301,6 +301,23 @@ fn an_ack_is_handed_over_parsed_as_the_ack_it_would_have_written() {
 }
 
 #[test]
+fn only_a_nic_that_hands_headers_over_keeps_lists_of_them() {
+    let list = || Vec::<PacketHeaders>::with_capacity(4);
+    let mut plain = Rig::new();
+    assert_eq!(plain.nic.header_list_room(), 0);
+    plain.nic.recycle_headers(list());
+    assert_eq!(plain.nic.header_list_room(), 0);
+    let mut training = Rig::with_config(training(32, false));
+    let room = training.nic.header_list_room();
+    assert!(room > 0);
+    training.nic.recycle_headers(list());
+    assert_eq!(training.nic.header_list_room(), room - 1);
+    // A list with no room for headers is not worth keeping.
+    training.nic.recycle_headers(Vec::new());
+    assert_eq!(training.nic.header_list_room(), room - 1);
+}
+
+#[test]
 fn headers_that_do_not_fit_their_packet_are_one_drop_each() {
     let mut rig = timed_rig();
     let pkts = [
