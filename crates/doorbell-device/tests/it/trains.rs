@@ -7,7 +7,7 @@ use doorbell_device::{MAX_TRAIN_BYTES, PacketHeaders, Received};
 use doorbell_layout::wqe::InlineSeg;
 use doorbell_wire::Ipv4Header;
 
-use super::left_payload::{outcome, same_packets, split, timed};
+use super::left_payload::{Outcome, outcome, same_packets, split, timed};
 use super::*;
 
 /// An inline RDMA WRITE of `len` bytes of `fill`, in whole WQEBBs (one
@@ -214,12 +214,18 @@ fn a_receiver_takes_a_train_as_it_takes_its_packets() {
         .nic
         .handle_emitted_train(now, &bytes, pkts.len() as u32, &mut train.bus);
     assert_eq!(got, answers[7], "the last drop's reason");
-    let (alone, train) = (outcome(alone), outcome(train));
-    assert_eq!(&train.2[..8], &[1; 8], "the first WRITE landed");
-    assert_eq!(&train.2[64..72], &[9; 8], "the last WRITE landed");
-    assert_eq!(&train.2[4096..4120], &[5; 24], "the SEND landed");
-    assert_eq!(train.3.rx_dropped, 3);
-    assert!(train == alone, "as the packets one by one");
+    as_taken_alone(outcome(train), outcome(alone), 3);
+}
+
+/// Checks that a receiver that took packets of [`mixed`] together ended
+/// as `alone`, which took them one by one: the WRITEs and the SEND
+/// landed, and `dropped` packets were dropped.
+fn as_taken_alone(together: Outcome, alone: Outcome, dropped: u64) {
+    assert_eq!(&together.2[..8], &[1; 8], "the first WRITE landed");
+    assert_eq!(&together.2[64..72], &[9; 8], "the last WRITE landed");
+    assert_eq!(&together.2[4096..4120], &[5; 24], "the SEND landed");
+    assert_eq!(together.3.rx_dropped, dropped);
+    assert!(together == alone, "as the packets one by one");
 }
 
 /// `pkts` back to back, each with its headers handed over parsed and its
@@ -267,12 +273,7 @@ fn a_receiver_takes_headers_handed_over_as_it_takes_their_packets() {
         .nic
         .handle_parsed_frame(now, &bytes, &headers, &mut parsed.bus);
     assert_eq!(got, answers[5], "the last drop's reason");
-    let (alone, parsed) = (outcome(alone), outcome(parsed));
-    assert_eq!(&parsed.2[..8], &[1; 8], "the first WRITE landed");
-    assert_eq!(&parsed.2[64..72], &[9; 8], "the last WRITE landed");
-    assert_eq!(&parsed.2[4096..4120], &[5; 24], "the SEND landed");
-    assert_eq!(parsed.3.rx_dropped, 1);
-    assert!(parsed == alone, "as the packets one by one");
+    as_taken_alone(outcome(parsed), outcome(alone), 1);
 }
 
 #[test]
