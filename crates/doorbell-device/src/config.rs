@@ -218,7 +218,7 @@ impl Frame {
     /// IP headers give their lengths, up to the first whose length does
     /// not fit (none, in a train a NIC built). For a frame whose headers
     /// were handed over parsed ([`Self::headers`]), where they say, up to
-    /// the first that runs past the bytes.
+    /// the first that is no range within the bytes.
     pub fn packet_ranges(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
         let headers = !self.headers.is_empty();
         let train = self.train > 1 && self.unfilled.is_none() && !headers;
@@ -227,7 +227,9 @@ impl Frame {
         let mut left = if train { self.train } else { 1 };
         std::iter::from_fn(move || {
             if headers {
-                return given.next().filter(|r| r.end <= self.bytes.len());
+                return given
+                    .next()
+                    .filter(|r| r.start <= r.end && r.end <= self.bytes.len());
             }
             if left == 0 {
                 return None;
