@@ -444,6 +444,21 @@ proptest! {
         let bytes = vec![0x5a; len];
         let now = rig.now;
         let _ = rig.nic.handle_parsed_frame(now, &bytes, &headers, &mut rig.bus);
+        // Whatever the list says, a frame's packet ranges can be sliced,
+        // and its headers written.
+        let mut frame = Frame {
+            dst: [10, 0, 0, 2],
+            bytes,
+            ready: rig.now,
+            unfilled: None,
+            train: headers.len() as u32,
+            headers,
+        };
+        for r in frame.packet_ranges() {
+            prop_assert!(frame.bytes.get(r).is_some());
+        }
+        frame.write_headers();
+        prop_assert!(frame.headers.is_empty());
         let _ = rig.transmitted();
         let _ = rig.cqes();
         prop_assert!(rig.exec(Command::QueryQp(rig.qpn)).is_ok());
