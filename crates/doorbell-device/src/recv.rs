@@ -665,7 +665,17 @@ fn inbound_write<D: Dma>(
             .unwrap_or_default()
             .allows(Access::REMOTE_WRITE);
         // A WRITE of no bytes checks neither key nor address (IBTA C9-88).
+        // Nor, here, does a WRITE ONLY whose payload is its whole message
+        // within one page: the translation that writes it below makes the
+        // same checks, and the same NAK, before it writes anything (one
+        // page: one run, written once the walk is done).
+        let checked_by_its_write = last
+            && !with_imm
+            && u64::from(reth.dma_len) == payload.len() as u64
+            && reth.va % doorbell_host::PAGE_SIZE + u64::from(reth.dma_len)
+                <= doorbell_host::PAGE_SIZE;
         let key_ok = reth.dma_len == 0
+            || checked_by_its_write
             || ctx
                 .mkeys
                 .translate(

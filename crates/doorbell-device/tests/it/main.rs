@@ -995,6 +995,21 @@ fn responder_errors_answer_with_the_matching_nak() {
     assert_eq!(rig.state(), QpState::Err);
     assert_eq!(rig.events(), [NicEvent::QpFatal(rig.qpn)]);
 
+    // A WRITE ONLY past the MR's end, within a page of its own or
+    // across the page its last bytes are in: NAK remote access, ERR, and
+    // nothing written.
+    for at in [MR_LEN, MR_LEN - 4] {
+        let mut rig = Rig::new();
+        let f = rig.write_only(EPSN, at, &[1; 8]);
+        assert_eq!(
+            aeth_of(&rig.frame(&f)),
+            AethSyndrome::Nak(NakCode::RemoteAccessErr),
+            "at {at}"
+        );
+        assert_eq!(rig.state(), QpState::Err);
+        assert_eq!(rig.mr_bytes(MR_LEN - 8, 8), vec![0u8; 8]);
+    }
+
     // An atomic at an address not 8-byte aligned: NAK invalid request, ERR.
     let mut rig = Rig::new();
     let f = rig.request(
