@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need (scripts/setup.sh), then runs every check:
-# formatting, clippy, the module graph of each crate, the whole test suite,
-# the rc_pingpong example, and every fuzz target for a short fixed time.
+# formatting, clippy, the docs' links, the module graph of each crate, the
+# whole test suite, the rc_pingpong example, and every fuzz target for a
+# short fixed time.
 #
 #   scripts/test.sh
 #
@@ -16,6 +17,9 @@ cargo fmt --all -- --check
 
 echo "test.sh: cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "test.sh: cargo doc, every link resolving"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
 echo "test.sh: no circle of modules"
 /usr/bin/python3 scripts/check-modules.py

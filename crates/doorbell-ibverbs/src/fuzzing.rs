@@ -11,7 +11,7 @@
 //! the library answers EINVAL for those), every buffer is one the harness
 //! owns, and what the fuzzer chooses are the values: opcodes, flags,
 //! lengths, keys, remote addresses, attribute masks, QP states and entry
-//! counts. A panic that [`guard`](crate::boundary) turns into EIO is
+//! counts. A panic that `guard` (module `boundary`) turns into EIO is
 //! still a bug, so the harness panics itself when one was caught.
 
 #![allow(unsafe_code)]

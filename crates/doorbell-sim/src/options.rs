@@ -6,7 +6,7 @@ use std::sync::Arc;
 /// Told `(done, of)` operations of a run as it goes.
 pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
-/// What a run does besides measuring ([`Workload::run_with`]).
+/// What a run does besides measuring ([`Workload::run_with`](crate::Workload::run_with)).
 #[derive(Default)]
 pub struct RunOptions {
     /// Where the measured run's frames are written (interface 0 the

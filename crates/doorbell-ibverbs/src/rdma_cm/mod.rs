@@ -47,7 +47,7 @@ type Handed = (usize, Option<Box<[u8]>>);
 
 /// `rdma_get_cm_event`: the next event, waiting for one unless the
 /// channel's descriptor is non-blocking (EAGAIN then), taken as librdmacm
-/// takes it ([`process`]).
+/// takes it (`process`).
 ///
 /// # Safety
 /// `event` is NULL or points to a writable event pointer.
