@@ -43,6 +43,8 @@
 //! - `DOORBELL_BENCH_ONLY=small`: only the paired rounds of the 8-byte
 //!   postlist figure and the SPSC hand-off (also to profile the cost per
 //!   packet);
+//! - `DOORBELL_BENCH_ONLY=single`: only the 8-byte figure posted one WR at
+//!   a time (BlueFlame), to profile a post's fixed cost;
 //! - the provider's `MLX5_*` variables (e.g. `MLX5_SHUT_UP_BF=1`).
 
 use std::hint::black_box;
@@ -96,6 +98,7 @@ environment:
   DOORBELL_BENCH_ONLY=big      only the 64 KiB figure and memcpy
   DOORBELL_BENCH_ONLY=read     only the 64 KiB READ figure and memcpy
   DOORBELL_BENCH_ONLY=small    only the 8-byte postlist figure, in rounds paired with the SPSC hand-off
+  DOORBELL_BENCH_ONLY=single   only the 8-byte figure posted one WR at a time (BlueFlame)
   MLX5_*                       provider settings, as rdma-core reads them
 ";
 
@@ -987,6 +990,11 @@ fn main() {
     }
     if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "small") {
         print_paired(&small_paired(&s));
+        return;
+    }
+    if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "single") {
+        let r = small_writes(&s, Post::Single).median();
+        println!("8 B WRITEs, 1 WR/post: {:.3} Mops", r / 1e6);
         return;
     }
     let mc_big = memcpy_big(&s);
