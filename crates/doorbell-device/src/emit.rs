@@ -78,7 +78,7 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], f: &mut Buildin
     };
     let headers = if hands_over(ctx, f.left.is_none(), &f.repr) {
         let mut list = ctx.out.header_lists.take();
-        list.push(handed(&f.repr, 0, f.payload.clone(), len));
+        hand_over(&mut list, &f.repr, 0, f.payload.clone(), len);
         list
     } else {
         let emitted = f.repr.emit_checked(&mut bytes, f.payload.len(), len, seal);
@@ -144,7 +144,7 @@ pub(crate) fn onto_train<D: Dma>(
     packet[within.clone()].copy_from_slice(payload);
     if parsed {
         let within = at + within.start..at + within.end;
-        train.headers.push(handed(repr, at, within, len));
+        hand_over(&mut train.headers, repr, at, within, len);
     } else {
         let emitted = repr.emit_checked(packet, payload.len(), len, seal);
         // `checked_frame_len` took the headers, and the packet is that long.
@@ -165,18 +165,24 @@ fn hands_over<D: Dma>(ctx: &Ctx<'_, D>, carried: bool, repr: &RoceRepr) -> bool 
     ctx.cfg.max_train > 1 && carried && repr.ext.deth.is_none()
 }
 
-/// The headers `repr` of the packet of `len` bytes at `at` in its frame,
-/// its payload at `payload`, as they are handed over.
-fn handed(
+/// Hands over the headers `repr` of the packet of `len` bytes at `at` in
+/// its frame, its payload at `payload`: the next of `list`.
+fn hand_over(
+    list: &mut Vec<PacketHeaders>,
     repr: &RoceRepr,
     at: usize,
     payload: std::ops::Range<usize>,
     len: usize,
-) -> PacketHeaders {
-    PacketHeaders {
-        repr: repr.as_parsed(payload.len()),
+) {
+    let payload_len = payload.len();
+    list.push(PacketHeaders {
+        repr: *repr,
         packet: at..at + len,
         payload,
+    });
+    // (Made as a parse would give them where they lie, not copied again.)
+    if let Some(h) = list.last_mut() {
+        h.repr.make_parsed(payload_len);
     }
 }
 

@@ -187,13 +187,15 @@ impl RoceRepr {
     /// that length calls for. For a receiver handed headers that were never
     /// written, to take them as the parse would have given them.
     pub fn as_parsed(&self, payload_len: usize) -> RoceRepr {
-        RoceRepr {
-            bth: BthRepr {
-                pad_count: pad_len(payload_len) as u8,
-                ..self.bth
-            },
-            ..*self
-        }
+        let mut r = *self;
+        r.make_parsed(payload_len);
+        r
+    }
+
+    /// Makes these headers [`Self::as_parsed`]`(payload_len)` where they
+    /// lie.
+    pub fn make_parsed(&mut self, payload_len: usize) {
+        self.bth.pad_count = pad_len(payload_len) as u8;
     }
 
     /// Where the payload goes in the frame.
