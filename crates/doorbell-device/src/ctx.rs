@@ -305,11 +305,8 @@ impl Outputs {
         let mut headers = Vec::new();
         if self.max_train > 1 {
             headers = self.header_lists.take();
-            headers.push(PacketHeaders {
-                repr: repr.as_parsed(0),
-                packet: 0..len,
-                payload: repr.header_len()..repr.header_len(),
-            });
+            let at = repr.header_len();
+            crate::emit::hand_over(&mut headers, &repr, 0, at..at, len);
         } else if repr.emit_checked(&mut bytes, 0, len, self.seal).is_err() {
             self.spare.give(bytes);
             return;

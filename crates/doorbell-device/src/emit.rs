@@ -167,7 +167,7 @@ fn hands_over<D: Dma>(ctx: &Ctx<'_, D>, carried: bool, repr: &RoceRepr) -> bool 
 
 /// Hands over the headers `repr` of the packet of `len` bytes at `at` in
 /// its frame, its payload at `payload`: the next of `list`.
-fn hand_over(
+pub(crate) fn hand_over(
     list: &mut Vec<PacketHeaders>,
     repr: &RoceRepr,
     at: usize,
