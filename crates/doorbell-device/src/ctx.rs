@@ -150,6 +150,27 @@ pub(crate) struct Building {
     pub(crate) segments: u32,
 }
 
+/// Hands over the headers `repr` of the packet of `len` bytes at `at` in
+/// its frame, its payload at `payload`: the next of `list`.
+pub(crate) fn hand_over(
+    list: &mut Vec<PacketHeaders>,
+    repr: &RoceRepr,
+    at: usize,
+    payload: std::ops::Range<usize>,
+    len: usize,
+) {
+    let payload_len = payload.len();
+    list.push(PacketHeaders {
+        repr: *repr,
+        packet: at..at + len,
+        payload,
+    });
+    // (Made as a parse would give them where they lie, not copied again.)
+    if let Some(h) = list.last_mut() {
+        h.repr.make_parsed(payload_len);
+    }
+}
+
 /// An ACK's or NAK's headers by what varies between them
 /// ([`AckHeaders::repr`] makes the headers): a plain ACK owed and not yet
 /// built ([`Outputs::held_ack`]) is one, so that an ACK that replaces
@@ -306,7 +327,7 @@ impl Outputs {
         if self.max_train > 1 {
             headers = self.header_lists.take();
             let at = repr.header_len();
-            crate::emit::hand_over(&mut headers, &repr, 0, at..at, len);
+            hand_over(&mut headers, &repr, 0, at..at, len);
         } else if repr.emit_checked(&mut bytes, 0, len, self.seal).is_err() {
             self.spare.give(bytes);
             return;

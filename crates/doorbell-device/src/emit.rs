@@ -4,8 +4,8 @@
 use doorbell_pcie::Dma;
 use doorbell_wire::{BthRepr, ExtHeaders, RoceIp, RoceRepr, Seal};
 
-use crate::config::{Frame, PacketHeaders, Unfilled};
-use crate::ctx::{Building, Ctx};
+use crate::config::{Frame, Unfilled};
+use crate::ctx::{Building, Ctx, hand_over};
 use crate::qp::Qp;
 
 /// Builds a frame from `qp` to `dst` and queues it for the port, ready
@@ -163,27 +163,6 @@ pub(crate) fn onto_train<D: Dma>(
 /// IP header its packet came with into the receive buffer).
 fn hands_over<D: Dma>(ctx: &Ctx<'_, D>, carried: bool, repr: &RoceRepr) -> bool {
     ctx.cfg.max_train > 1 && carried && repr.ext.deth.is_none()
-}
-
-/// Hands over the headers `repr` of the packet of `len` bytes at `at` in
-/// its frame, its payload at `payload`: the next of `list`.
-pub(crate) fn hand_over(
-    list: &mut Vec<PacketHeaders>,
-    repr: &RoceRepr,
-    at: usize,
-    payload: std::ops::Range<usize>,
-    len: usize,
-) {
-    let payload_len = payload.len();
-    list.push(PacketHeaders {
-        repr: *repr,
-        packet: at..at + len,
-        payload,
-    });
-    // (Made as a parse would give them where they lie, not copied again.)
-    if let Some(h) = list.last_mut() {
-        h.repr.make_parsed(payload_len);
-    }
 }
 
 /// The headers of a frame from `qp` to `dst`.
