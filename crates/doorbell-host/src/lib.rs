@@ -74,6 +74,16 @@ pub enum MemError {
     },
 }
 
+/// Bytes of a source and where in host memory they go: one of the writes
+/// [`HostMemory::write_each`] makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// Where they go.
+    pub to: HostAddr,
+    /// Which bytes of the source.
+    pub from: std::ops::Range<usize>,
+}
+
 /// Copies `src` into the buffers `pieces` yields, in order, each filled
 /// whole; `None` if they do not add up to `src.len()` bytes (what they
 /// hold is then unspecified).
@@ -126,6 +136,17 @@ pub trait HostMemory: Send + Sync {
     }
     /// Copies `data` to `addr`.
     fn write(&self, addr: HostAddr, data: &[u8]) -> Result<(), MemError>;
+    /// Makes a [`Self::write`] of each piece of `src`, in order, all or
+    /// none: false, having written nothing, where a piece lies outside
+    /// `src` or outside memory, or where this memory cannot make them at
+    /// once. The caller then writes them one by one. The provided method
+    /// always answers false; [`HostRam`] makes them under one lock where
+    /// they all lie in one region (a train's small payloads, into one
+    /// buffer).
+    fn write_each(&self, src: &[u8], pieces: &[Placed]) -> bool {
+        let _ = (src, pieces);
+        false
+    }
     /// Copies the `len` bytes at `from` in `src` to `to` in this memory: a
     /// [`Self::write`] of what `src.read` gives (a payload that one NIC of
     /// a process left in its memory, taken into another's), with
@@ -466,6 +487,38 @@ impl HostMemory for HostRam {
         self.with_region(addr, data.len(), |dst| dst.copy_from_slice(data))
     }
 
+    /// Under the lock of the region that holds the first piece, if every
+    /// piece lies in it.
+    fn write_each(&self, src: &[u8], pieces: &[Placed]) -> bool {
+        let Some(first) = pieces.first() else {
+            return true;
+        };
+        let done = self.with_found(first.to, first.from.len(), |off, region| {
+            // The region's range, as addresses.
+            let start = first.to.get() - off as u64;
+            let len = region.len();
+            let fits = |p: &Placed| {
+                let off = p.to.get().wrapping_sub(start);
+                p.to.get() >= start
+                    && off
+                        .checked_add(p.from.len() as u64)
+                        .is_some_and(|end| end <= len)
+                    && p.from.start <= p.from.end
+                    && p.from.end <= src.len()
+            };
+            if !pieces.iter().all(fits) {
+                return None;
+            }
+            region.with(|bytes| {
+                for p in pieces {
+                    let at = (p.to.get() - start) as usize;
+                    bytes[at..at + p.from.len()].copy_from_slice(&src[p.from.clone()]);
+                }
+            })
+        });
+        matches!(done, Ok(Some(())))
+    }
+
     /// From another `HostRam`, one copy under both regions' locks
     /// ([`Allocation::with_pair`]); within one region, a move inside it.
     fn copy_from(
@@ -693,6 +746,44 @@ mod tests {
             ram.copy_from(a, &opaque, past, 2),
             Err(MemError::Unmapped { addr: past, len: 2 })
         );
+    }
+
+    #[test]
+    fn write_each_writes_every_piece_in_order_or_none() {
+        let ram = HostRam::new();
+        let a = ram.alloc(4096).unwrap();
+        let b = ram.alloc(4096).unwrap();
+        let src: Vec<u8> = (1..=16).collect();
+        let piece = |to: HostAddr, from: std::ops::Range<usize>| Placed { to, from };
+        // Every piece in `a`'s region, the last over the first's bytes.
+        let pieces = [
+            piece(at(a, 100), 0..4),
+            piece(at(a, 4092), 4..8),
+            piece(at(a, 102), 8..12),
+        ];
+        assert!(ram.write_each(&src, &pieces));
+        let mut got = [0u8; 6];
+        ram.read(at(a, 100), &mut got).unwrap();
+        assert_eq!(got, [1, 2, 9, 10, 11, 12]);
+        ram.read(at(a, 4092), &mut got[..4]).unwrap();
+        assert_eq!(got[..4], [5, 6, 7, 8]);
+        // A piece in another region, past the region's end, or past the
+        // source's: nothing is written, and the first piece's bytes stay.
+        for bad in [
+            piece(at(b, 0), 0..4),
+            piece(at(a, 4093), 0..4),
+            piece(at(a, 200), 12..17),
+            piece(HostAddr::new(7), 0..1),
+        ] {
+            let fresh = [piece(at(a, 300), 0..4), bad];
+            assert!(!ram.write_each(&src, &fresh), "{fresh:?}");
+            ram.read(at(a, 300), &mut got[..4]).unwrap();
+            assert_eq!(got[..4], [0; 4], "{fresh:?}");
+        }
+        // Nothing to write is written.
+        assert!(ram.write_each(&src, &[]));
+        // Another memory makes none at once.
+        assert!(!Opaque(HostRam::new()).write_each(&src, &pieces));
     }
 
     #[test]
