@@ -30,7 +30,7 @@ pub use report::PerPost;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use doorbell_host::{HostMemory, MemError, RecordDoorbell};
+use doorbell_host::{HostMemory, MemError, Placed, RecordDoorbell};
 use doorbell_types::{HostAddr, Instant, Qpn, UarIndex};
 
 /// No TLP may cross a 4 KiB address boundary (PCIe Base Specification §2.2.7).
@@ -566,6 +566,23 @@ pub trait Dma {
         let _ = (at, tag, addr, src, from, len);
         false
     }
+    /// Makes one [`Self::dma_write`] of each piece of `src`, the `k`-th at
+    /// `at[k]`, each done at its time (a posted write, as this bus makes
+    /// them): counted and recorded as those writes. Returns false, having
+    /// moved and counted nothing, where it cannot (a write would fail, the
+    /// bus times its writes or keeps their bytes, or `at` and `pieces`
+    /// differ in length); the caller then makes them one by one. The
+    /// provided method always returns false.
+    fn dma_write_each(
+        &mut self,
+        at: &[Instant],
+        tag: DmaTag,
+        src: &[u8],
+        pieces: &[Placed],
+    ) -> bool {
+        let _ = (at, tag, src, pieces);
+        false
+    }
     /// Records an MMIO write of `bytes` the device received at `at`,
     /// attributed to `qpn`.
     fn record_mmio(&mut self, at: Instant, qpn: Option<Qpn>, bytes: usize);
@@ -898,6 +915,34 @@ impl Dma for Bus {
         self.apply(tag.qpn, |c| {
             c.add_writes(tag.purpose, writes, total as u64, mwrs)
         });
+        true
+    }
+
+    fn dma_write_each(
+        &mut self,
+        at: &[Instant],
+        tag: DmaTag,
+        src: &[u8],
+        pieces: &[Placed],
+    ) -> bool {
+        if at.len() != pieces.len()
+            || (self.capture.is_some() && captured(tag.purpose))
+            || !self.mem.write_each(src, pieces)
+        {
+            return false;
+        }
+        // Counted as `count_write` counts each, with one look-up of the
+        // QP's counters for them all.
+        let (mut bytes, mut mwrs) = (0, 0);
+        for (&t, p) in at.iter().zip(pieces) {
+            let len = p.from.len() as u64;
+            let mwr = self.cfg.write_tlp_count(p.to.get(), len);
+            bytes += len;
+            mwrs += mwr;
+            self.log_write(t, tag, len, mwr);
+        }
+        let writes = pieces.len() as u64;
+        self.apply(tag.qpn, |c| c.add_writes(tag.purpose, writes, bytes, mwrs));
         true
     }
 
@@ -1239,6 +1284,76 @@ mod tests {
         assert!(refused.take_capture().is_empty());
         let plain = &mut Plain(Bus::new(cfg(), dst_ram.clone()));
         assert!(!plain.dma_write_run_from(&times, tag, to, &*src_ram, a, 4096));
+        assert_eq!(plain.0.counters(), Counters::default());
+    }
+
+    #[test]
+    fn writes_made_at_once_count_as_each_made_alone_or_do_nothing() {
+        let ram = Arc::new(HostRam::new());
+        let b = ram.alloc(16384).unwrap();
+        let src: Vec<u8> = (0..200u8).collect();
+        let tag = DmaTag::new(Qpn::new(6), DmaPurpose::Scatter);
+        // Small pieces, one across a 4 KiB boundary and one longer than a
+        // TLP's payload, each at its own time.
+        let at = |off: u64| b.checked_add(off).unwrap();
+        let pieces = [
+            Placed {
+                to: at(8),
+                from: 0..8,
+            },
+            Placed {
+                to: at(4092),
+                from: 8..24,
+            },
+            Placed {
+                to: at(9000),
+                from: 24..200,
+            },
+        ];
+        let times = [3000, 5000, 8000].map(Instant::from_ps);
+        let mut each = Bus::new(cfg(), ram.clone());
+        each.set_recording(true);
+        assert!(each.dma_write_each(&times, tag, &src, &pieces));
+        let mut got = [0u8; 200];
+        for p in &pieces {
+            ram.read(p.to, &mut got[..p.from.len()]).unwrap();
+            assert_eq!(got[..p.from.len()], src[p.from.clone()]);
+        }
+        let mut alone = Bus::new(cfg(), ram.clone());
+        alone.set_recording(true);
+        for (p, &t) in pieces.iter().zip(&times) {
+            assert_eq!(alone.dma_write(t, tag, p.to, &src[p.from.clone()]), Ok(t));
+        }
+        assert_eq!(each.counters(), alone.counters());
+        assert_eq!(
+            each.qp_counters(Qpn::new(6)),
+            alone.qp_counters(Qpn::new(6))
+        );
+        assert_eq!(each.take_log(), alone.take_log(), "the same crossings");
+        // Writes one of which would fail, a time short, or a capture that
+        // keeps them write by write: nothing moved or counted.
+        let mut refused = Bus::new(cfg(), ram.clone());
+        let past = [
+            Placed {
+                to: at(0),
+                from: 0..8,
+            },
+            Placed {
+                to: at(16380),
+                from: 0..8,
+            },
+        ];
+        assert!(!refused.dma_write_each(&times[..2], tag, &src, &past));
+        assert!(!refused.dma_write_each(&times[..2], tag, &src, &pieces));
+        refused.set_capture(true);
+        let kept = DmaTag::new(Qpn::new(6), DmaPurpose::Cqe);
+        assert!(!refused.dma_write_each(&times, kept, &src, &pieces));
+        assert_eq!(refused.counters(), Counters::default());
+        assert!(refused.take_capture().is_empty());
+        ram.read(at(0), &mut got[..8]).unwrap();
+        assert_eq!(got[..8], [0; 8], "nothing written");
+        let plain = &mut Plain(Bus::new(cfg(), ram.clone()));
+        assert!(!plain.dma_write_each(&times, tag, &src, &pieces));
         assert_eq!(plain.0.counters(), Counters::default());
     }
 
