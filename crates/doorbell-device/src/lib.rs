@@ -278,6 +278,8 @@ struct RunScratch {
     units: Vec<(usize, Instant)>,
     /// Each packet's write's time.
     times: Vec<Instant>,
+    /// Each packet's write ([`Nic::write_only_train`]).
+    to: Vec<doorbell_host::Placed>,
 }
 
 /// What a processing unit worked on ([`PuWork`]).
@@ -1186,11 +1188,22 @@ impl Nic {
         // The QP whose timers the index is not yet up to date with: it is
         // brought up to date after the last packet to a QP, as for a train.
         let mut unsynced = None;
-        for h in headers {
+        let mut k = 0;
+        while let Some(h) = headers.get(k) {
             let qpn = h.repr.bth.dest_qp;
             if unsynced.is_some_and(|q| q != qpn) {
                 self.sync_timers_of(unsynced.take());
             }
+            // WRITE ONLY packets in a row, taken together where they can be.
+            if h.repr.bth.opcode == doorbell_wire::BthOpcode::RcRdmaWriteOnly {
+                let n = self.write_only_train(now, bytes, &headers[k..], dma);
+                if n > 0 {
+                    k += n;
+                    unsynced = Some(qpn);
+                    continue;
+                }
+            }
+            k += 1;
             let taken = match (bytes.get(h.packet.clone()), bytes.get(h.payload.clone())) {
                 (Some(_), Some(payload))
                     if h.repr.ext.fits(h.repr.bth.opcode)
@@ -1406,7 +1419,9 @@ impl Nic {
         // Each packet's unit, and its write's time, as alone: a packet's
         // write follows its reception's charge.
         let busy = self.cfg.timing.rx_packet;
-        let RunScratch { pus, units, times } = &mut self.run;
+        let RunScratch {
+            pus, units, times, ..
+        } = &mut self.run;
         pus.clone_from(&self.pus);
         units.clear();
         times.clear();
@@ -1431,6 +1446,75 @@ impl Nic {
             sync_timers(&mut self.timers, qp);
         }
         true
+    }
+
+    /// Takes the RDMA WRITE ONLY packets at the start of `headers` (of
+    /// the frame `bytes`) that [`recv::write_only_targets`] finds their QP
+    /// executes whole, as taking each alone would: each counted, on a
+    /// processing unit for as long, its write counted and timed on the
+    /// bus, its ACK owed; but with one look-up of the QP, one check of what
+    /// they share, and their writes made at once
+    /// ([`Dma::dma_write_each`]). Answers how many it took: none where
+    /// the first would be taken otherwise, or where the bus cannot make
+    /// their writes at once.
+    fn write_only_train(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        headers: &[PacketHeaders],
+        dma: &mut impl Dma,
+    ) -> usize {
+        let qpn = headers[0].repr.bth.dest_qp;
+        let Some(qp) = self.qps.get(&qpn) else {
+            return 0;
+        };
+        let RunScratch {
+            pus,
+            units,
+            times,
+            to,
+        } = &mut self.run;
+        recv::write_only_targets(qp, headers, bytes, &self.mkeys, to);
+        let n = to.len();
+        if n == 0 {
+            return 0;
+        }
+        // Each packet's unit, and its write's time, as alone: its reception
+        // is charged, then its write made, then its ACK charged.
+        let timing = &self.cfg.timing;
+        pus.clone_from(&self.pus);
+        units.clear();
+        times.clear();
+        for h in &headers[..n] {
+            let busy = if h.repr.bth.ack_req {
+                timing.rx_packet.add(timing.tx_packet)
+            } else {
+                timing.rx_packet
+            };
+            let (pu, start) = acquire_pu(pus, now);
+            pus[pu] = start.add(busy);
+            units.push((pu, start));
+            times.push(start.add(timing.rx_packet));
+        }
+        let tag = DmaTag::new(qpn, DmaPurpose::Scatter);
+        if !dma.dma_write_each(times, tag, bytes, to) {
+            return 0;
+        }
+        let units = std::mem::take(&mut self.run.units);
+        for (h, &(pu, start)) in headers.iter().zip(&units) {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                break;
+            };
+            self.out.counters.rx_packets += 1;
+            let mut ctx = ctx!(self, now, start, &mut *dma);
+            ctx.charge(ctx.cfg.timing.rx_packet);
+            recv::took_write_only(qp, &h.repr.bth, &mut ctx);
+            let busy = ctx.busy;
+            self.occupy(pu, start, busy, qpn, PuTask::Frame);
+        }
+        self.run.units = units;
+        self.deliver_events(dma);
+        n
     }
 
     /// Takes one packet, its headers parsed; brings the timer index up to

@@ -849,6 +849,98 @@ pub(crate) fn took_write_run(qp: &mut Qp, n: u32, len: usize) {
     }
 }
 
+/// Where the payloads of a train's RDMA WRITE ONLY packets go, for as
+/// many of `headers` (handed over with the frame `bytes`,
+/// [`crate::Frame::headers`]) from the first on as taking each alone would
+/// take as a WRITE that `qp` executes whole: the expected next request,
+/// from its peer, with a payload of at least a byte that is its whole
+/// message, which its key lets it write into one run of host memory (one
+/// DMA write, as [`inbound_write`] makes it). Each goes in
+/// `to`, with its payload's bytes in the frame. Stops at the first packet
+/// that would be taken otherwise (another QP's, out of order, refused,
+/// with an immediate, or written across pages apart): that one and those after
+/// are taken one by one. The checks are those of `Nic::handle_parsed_frame`,
+/// [`handle_request`], [`rc_request`] and [`inbound_write`], made once for
+/// the QP and once for each packet.
+pub(crate) fn write_only_targets(
+    qp: &Qp,
+    headers: &[crate::config::PacketHeaders],
+    bytes: &[u8],
+    mkeys: &MkeyTable,
+    to: &mut Vec<doorbell_host::Placed>,
+) {
+    to.clear();
+    let takes = qp.p.qp_type == QpType::Rc
+        && takes_requests(qp)
+        && qp.inbound.recv.is_none()
+        && qp.inbound.write.is_none()
+        && peer_ip(qp).is_some()
+        && qp
+            .attrs
+            .access
+            .unwrap_or_default()
+            .allows(Access::REMOTE_WRITE);
+    if !takes {
+        return;
+    }
+    let mtu = qp.mtu() as usize;
+    let mut psn = qp.resp.epsn();
+    for h in headers {
+        let (bth, payload) = (&h.repr.bth, &h.payload);
+        let Some(reth) = h.repr.ext.reth else { return };
+        let len = payload.len();
+        let fits = bth.opcode == BthOpcode::RcRdmaWriteOnly
+            && bth.dest_qp == qp.qpn
+            && bth.psn == psn
+            && h.repr.ext.fits(bth.opcode)
+            && h.packet.start <= payload.start
+            && payload.start <= payload.end
+            && payload.end <= h.packet.end
+            && h.packet.end <= bytes.len()
+            && (1..=mtu).contains(&len)
+            && u64::from(reth.dma_len) == len as u64
+            && qp.is_from_peer(&h.repr.ip);
+        if !fits {
+            return;
+        }
+        // One run of host memory: its key checked, its write one DMA.
+        let (mut runs, mut host) = (0, None);
+        let translated = mkeys.translate(
+            reth.rkey,
+            qp.p.pd,
+            Access::REMOTE_WRITE,
+            reth.va,
+            len as u64,
+            |h, _, _| {
+                runs += 1;
+                host = Some(h);
+            },
+        );
+        let (Ok(_), Some(host), 1) = (translated, host, runs) else {
+            return;
+        };
+        to.push(doorbell_host::Placed {
+            to: host,
+            from: payload.clone(),
+        });
+        psn = psn.add(1);
+    }
+}
+
+/// Takes a WRITE ONLY packet with the BTH `bth` that
+/// [`write_only_targets`] found `qp` executes whole, once its payload is
+/// written: moves the responder on and answers as [`inbound_write`] would.
+pub(crate) fn took_write_only<D: Dma>(qp: &mut Qp, bth: &BthRepr, ctx: &mut Ctx<'_, D>) {
+    let expected = qp.resp.handle_psn(bth.psn);
+    debug_assert!(matches!(expected, RequestPsn::Expected));
+    qp.resp.advance(1);
+    qp.resp.complete_message();
+    ctx.out.counters.rx_write_requests += 1;
+    if bth.ack_req {
+        ack(qp, ctx, bth.psn);
+    }
+}
+
 /// Executes a READ request: `fresh` is false for a duplicate, which is
 /// answered again without moving the responder's state.
 fn inbound_read<D: Dma>(

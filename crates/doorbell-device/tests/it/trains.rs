@@ -276,6 +276,202 @@ fn a_receiver_takes_headers_handed_over_as_it_takes_their_packets() {
     as_taken_alone(outcome(parsed), outcome(alone), 1);
 }
 
+/// Builds packets for a rig to take.
+type Make = dyn Fn(&mut Rig) -> Vec<Vec<u8>>;
+
+/// What a rig that takes the packets `make` builds for it ends with, and
+/// every crossing and processing unit's work on the way: handed over
+/// parsed as one frame if `together`, else one by one, written.
+fn took(make: &Make, together: bool) -> (Outcome, Vec<doorbell_pcie::Crossing>, String) {
+    let mut rig = timed_rig();
+    rig.post_recv(rig.mr.raw(), rig.mr_buf.get() + 6000, 2048);
+    let pkts = make(&mut rig);
+    rig.bus.set_recording(true);
+    rig.nic.record_pu_work(true);
+    let now = rig.now;
+    if together {
+        let (bytes, headers) = handed_over(&pkts);
+        rig.nic
+            .handle_parsed_frame(now, &bytes, &headers, &mut rig.bus);
+    } else {
+        for p in &pkts {
+            rig.nic.handle_emitted_frame(now, p, &mut rig.bus);
+        }
+    }
+    let log = rig.bus.take_log();
+    let work = format!(
+        "{:?} {:?}",
+        rig.nic.take_pu_work(),
+        rig.nic.qp_state(rig.qpn)
+    );
+    assert_eq!(rig.counters().rx_packets, pkts.len() as u64);
+    (outcome(rig), log, work)
+}
+
+/// An RDMA WRITE ONLY of `len` bytes of `k + 1` to byte `offset` of the
+/// rig's MR, at the `k`-th PSN the QP expects, asking for an ACK if `ack`.
+fn wo(rig: &Rig, k: u32, offset: u64, len: usize, ack: bool) -> Vec<u8> {
+    let mut bth = BthRepr::new(BthOpcode::RcRdmaWriteOnly, rig.qpn, Psn::new(EPSN + k));
+    bth.ack_req = ack;
+    rig.request_bth(
+        bth,
+        rig.mr_reth(offset, len as u32),
+        &vec![k as u8 + 1; len],
+    )
+}
+
+/// A request of opcode `op` and headers `ext` with 8 bytes of `k + 1`,
+/// at the `k`-th PSN the QP expects.
+fn with_key(rig: &Rig, k: u32, ext: ExtHeaders, op: BthOpcode) -> Vec<u8> {
+    rig.request(op, EPSN + k, ext, &[k as u8 + 1; 8])
+}
+
+/// The same packets taken as one frame, their headers handed over, and
+/// one by one: `cases` names each list.
+fn together_as_alone(cases: &[(&str, &Make)]) {
+    for &(what, make) in cases {
+        let together = took(make, true);
+        let alone = took(make, false);
+        assert!(together == alone, "{what}: as the packets one by one");
+    }
+}
+
+#[test]
+fn write_onlys_taken_together_end_as_taken_one_by_one() {
+    together_as_alone(&[
+        (
+            "in order, some asking for no ACK, up to a whole MTU, both pages",
+            &|r| {
+                vec![
+                    wo(r, 0, 0, 8, true),
+                    wo(r, 1, 8, 1, false),
+                    wo(r, 2, 16, 64, false),
+                    wo(r, 3, 4096, 1024, true),
+                    wo(r, 4, 5200, 8, true),
+                ]
+            },
+        ),
+        ("one across a page, in the middle", &|r| {
+            vec![
+                wo(r, 0, 0, 8, true),
+                wo(r, 1, 4090, 8, true),
+                wo(r, 2, 16, 8, true),
+            ]
+        }),
+        ("a gap, then those after it", &|r| {
+            vec![
+                wo(r, 0, 0, 8, true),
+                wo(r, 2, 8, 8, true),
+                wo(r, 3, 16, 8, true),
+            ]
+        }),
+        ("a duplicate first", &|r| {
+            vec![
+                r.write_only(EPSN - 1, 0, &[9; 8]),
+                wo(r, 0, 8, 8, true),
+                wo(r, 1, 16, 8, true),
+            ]
+        }),
+        ("one from another address", &|r| {
+            let mut stranger = parse_roce(&wo(r, 2, 40, 8, true)).unwrap().repr;
+            stranger.ip = RoceIp::v4([10, 0, 0, 9], LOCAL);
+            let mut from_stranger = Vec::new();
+            stranger.emit_to_vec(&[3; 8], &mut from_stranger).unwrap();
+            vec![
+                wo(r, 0, 0, 8, true),
+                wo(r, 1, 8, 8, true),
+                from_stranger,
+                wo(r, 2, 16, 8, true),
+            ]
+        }),
+        ("one refused by its key, then those after it", &|r| {
+            let mut bad = r.mr_reth(48, 8);
+            bad.reth.as_mut().unwrap().rkey = Mkey::from_raw(0x5151);
+            let op = BthOpcode::RcRdmaWriteOnly;
+            vec![
+                wo(r, 0, 0, 8, true),
+                with_key(r, 1, bad, op),
+                wo(r, 1, 16, 8, true),
+                wo(r, 2, 24, 8, true),
+            ]
+        }),
+        ("a SEND in progress, and a WRITE", &|r| {
+            let first = |op, ext| r.request(op, EPSN, ext, &[1; 1024]);
+            vec![
+                first(BthOpcode::RcSendFirst, ExtHeaders::default()),
+                wo(r, 1, 0, 8, true),
+                wo(r, 2, 8, 8, true),
+            ]
+        }),
+        ("a WRITE in progress", &|r| {
+            let ext = r.mr_reth(0, 2048);
+            vec![
+                r.request(BthOpcode::RcRdmaWriteFirst, EPSN, ext, &[1; 1024]),
+                wo(r, 1, 4096, 8, true),
+                wo(r, 2, 4104, 8, true),
+            ]
+        }),
+        ("one whose length is not its payload's", &|r| {
+            let longer = r.mr_reth(56, 16);
+            vec![
+                wo(r, 0, 0, 8, true),
+                with_key(r, 1, longer, BthOpcode::RcRdmaWriteOnly),
+            ]
+        }),
+        (
+            "one with an immediate, one of no bytes, one past the MR",
+            &|r| {
+                let imm = ExtHeaders {
+                    immdt: Some(ImmDtRepr { imm: 7 }),
+                    ..r.mr_reth(64, 8)
+                };
+                vec![
+                    wo(r, 0, 0, 8, true),
+                    with_key(r, 1, imm, BthOpcode::RcRdmaWriteOnlyWithImmediate),
+                    wo(r, 2, 72, 0, true),
+                    wo(r, 3, 80, 8, true),
+                    wo(r, 4, MR_LEN - 4, 8, true),
+                ]
+            },
+        ),
+        ("one past the MTU", &|r| {
+            vec![
+                wo(r, 0, 0, 8, true),
+                wo(r, 1, 1024, 1025, true),
+                wo(r, 2, 8, 8, true),
+            ]
+        }),
+        ("one across pages that lie apart", &|r| {
+            // A second key over the MR's two pages, swapped: its bytes
+            // 4090..4098 are two runs of host memory.
+            let mtt = vec![r.mr_buf.checked_add(PAGE_SIZE).unwrap(), r.mr_buf];
+            let Ok(CmdOut::Mkey(swapped)) = r.exec(Command::CreateMkey(MkeyParams {
+                pd: r.pd,
+                access: Access(Access::LOCAL_WRITE | Access::REMOTE_WRITE),
+                start: 0x5000_0000,
+                len: MR_LEN,
+                mtt,
+            })) else {
+                panic!("no mkey")
+            };
+            let reth = |va: u64| ExtHeaders {
+                reth: Some(RethRepr {
+                    va,
+                    rkey: swapped,
+                    dma_len: 8,
+                }),
+                ..ExtHeaders::default()
+            };
+            let op = BthOpcode::RcRdmaWriteOnly;
+            vec![
+                wo(r, 0, 0, 8, true),
+                with_key(r, 1, reth(0x5000_0000 + 4090), op),
+                with_key(r, 2, reth(0x5000_0000 + 16), op),
+            ]
+        }),
+    ]);
+}
+
 #[test]
 fn an_ack_is_handed_over_parsed_as_the_ack_it_would_have_written() {
     let ack = |cfg: NicConfig| {
