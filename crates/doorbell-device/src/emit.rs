@@ -116,12 +116,13 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], f: &mut Buildin
     true
 }
 
-/// Queues the packet with headers `repr` and `payload` to `dst` as the
-/// next packet of the train the last frame queued is
-/// ([`crate::ctx::Outputs::train_for`]), built where it goes: what
-/// [`building`], [`finish`] and the join would do, without a buffer of its
-/// own or a copy into the train. False, with nothing done, where it may
-/// not join.
+/// Queues the packet with headers `repr` and `payload` to `dst`, on a
+/// NIC that makes trains ([`crate::NicConfig::max_train`]): as the next
+/// packet of the train the last frame queued is
+/// ([`crate::ctx::Outputs::train_for`]), built where it goes, or else as
+/// the first packet of a train of its own. What [`building`], [`finish`]
+/// and the join would do, without a frame built aside or a copy into the
+/// train. False, with nothing done, where the headers do not fit.
 pub(crate) fn onto_train<D: Dma>(
     ctx: &mut Ctx<'_, D>,
     dst: [u8; 4],
@@ -134,23 +135,47 @@ pub(crate) fn onto_train<D: Dma>(
     let (seal, cost) = (ctx.out.seal, ctx.cfg.timing.tx_packet);
     let t = ctx.t.add(cost);
     let parsed = hands_over(ctx, true, repr);
-    let Some(train) = ctx.out.train_for(repr.bth.dest_qp, dst, len, parsed) else {
-        return false;
-    };
-    let at = train.bytes.len();
-    train.bytes.resize(at + len, 0);
-    let packet = &mut train.bytes[at..];
     let within = repr.payload_range(payload.len());
-    packet[within.clone()].copy_from_slice(payload);
-    if parsed {
-        let within = at + within.start..at + within.end;
-        hand_over(&mut train.headers, repr, at, within, len);
+    let to = repr.bth.dest_qp;
+    if let Some(train) = ctx.out.train_for(to, dst, len, parsed) {
+        let at = train.bytes.len();
+        train.bytes.resize(at + len, 0);
+        let packet = &mut train.bytes[at..];
+        packet[within.clone()].copy_from_slice(payload);
+        if parsed {
+            let within = at + within.start..at + within.end;
+            hand_over(&mut train.headers, repr, at, within, len);
+        } else {
+            let emitted = repr.emit_checked(packet, payload.len(), len, seal);
+            // `checked_frame_len` took the headers, and the packet is that
+            // long.
+            debug_assert!(emitted.is_ok());
+        }
+        train.ready = train.ready.max(t);
     } else {
-        let emitted = repr.emit_checked(packet, payload.len(), len, seal);
-        // `checked_frame_len` took the headers, and the packet is that long.
-        debug_assert!(emitted.is_ok());
+        // A spare of the frame's length, each byte written before the frame
+        // leaves (the headers here, or where they are handed over).
+        let mut bytes = ctx.out.spare.take_len(len);
+        bytes[within.clone()].copy_from_slice(payload);
+        let headers = if parsed {
+            let mut list = ctx.out.header_lists.take();
+            hand_over(&mut list, repr, 0, within, len);
+            list
+        } else {
+            let emitted = repr.emit_checked(&mut bytes, payload.len(), len, seal);
+            debug_assert!(emitted.is_ok());
+            Vec::new()
+        };
+        let frame = Frame {
+            dst,
+            bytes,
+            ready: t,
+            unfilled: None,
+            train: 1,
+            headers,
+        };
+        ctx.out.push_packet(frame, to);
     }
-    train.ready = train.ready.max(t);
     ctx.charge(cost);
     ctx.out.counters.tx_packets += 1;
     true
