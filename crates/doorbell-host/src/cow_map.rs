@@ -2,7 +2,7 @@
 //! for the region and range maps of [`HostMemory`](crate::HostMemory)
 //! implementations (decision record 0031).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -220,11 +220,16 @@ fn lookup<V>(
 pub struct Recent<V, S = u64> {
     slots: [Option<Found<V, S>>; RECENT_SLOTS],
     next: usize,
+    /// The slot that answered last, looked at first: accesses come in runs
+    /// to one range (a post's WQEs, a train's payloads).
+    last: Cell<usize>,
 }
 
 /// Slots of a [`Recent`]: a WRITE touches a send queue, its doorbell
-/// record, a buffer and a CQ.
-const RECENT_SLOTS: usize = 4;
+/// record, a buffer and a CQ on each side, and with both NICs of a
+/// process in one thread (decision record 0044) a thread touches both
+/// sides'.
+const RECENT_SLOTS: usize = 8;
 
 struct Found<V, S> {
     stamp: S,
@@ -233,22 +238,43 @@ struct Found<V, S> {
     value: V,
 }
 
+impl<V, S: Copy + PartialEq> Found<V, S> {
+    /// Its value and `addr`'s offset in it, if it holds all of `[addr,
+    /// addr + len)` under `stamp`.
+    fn holds(&self, stamp: S, addr: u64, len: u64) -> Option<(&V, u64)> {
+        let off = addr.checked_sub(self.start)?;
+        (self.stamp == stamp && off.checked_add(len)? <= self.len).then_some((&self.value, off))
+    }
+}
+
 impl<V, S: Copy + PartialEq> Recent<V, S> {
     /// Nothing found yet.
     pub const fn new() -> Self {
         Self {
             slots: [const { None }; RECENT_SLOTS],
             next: 0,
+            last: Cell::new(0),
         }
     }
 
     /// The range found under `stamp` that holds all of `[addr, addr +
     /// len)`: its value and `addr`'s offset in it.
     pub fn find(&self, stamp: S, addr: u64, len: u64) -> Option<(&V, u64)> {
-        self.slots.iter().flatten().find_map(|f| {
-            let off = addr.checked_sub(f.start)?;
-            (f.stamp == stamp && off.checked_add(len)? <= f.len).then_some((&f.value, off))
-        })
+        let last = self.last.get();
+        if let Some(hit) = self
+            .slots
+            .get(last)
+            .and_then(|f| f.as_ref()?.holds(stamp, addr, len))
+        {
+            return Some(hit);
+        }
+        let (i, hit) = self
+            .slots
+            .iter()
+            .enumerate()
+            .find_map(|(i, f)| Some((i, f.as_ref()?.holds(stamp, addr, len)?)))?;
+        self.last.set(i);
+        Some(hit)
     }
 
     /// Notes that `[start, start + len)` is `value` under `stamp`, in place
@@ -260,6 +286,7 @@ impl<V, S: Copy + PartialEq> Recent<V, S> {
             len,
             value,
         });
+        self.last.set(self.next);
         self.next = (self.next + 1) % RECENT_SLOTS;
     }
 }
@@ -345,11 +372,17 @@ mod tests {
         assert_eq!(r.find(7, 0xfff, 1), None, "before the start");
         assert_eq!(r.find(8, 0x1000, 1), None, "another stamp");
         assert_eq!(r.find(7, u64::MAX, 2), None, "no overflow");
-        for (i, v) in ["b", "c", "d", "e"].into_iter().enumerate() {
+        let others = ["b", "c", "d", "e", "f", "g", "h", "i"];
+        assert_eq!(others.len(), super::RECENT_SLOTS);
+        for (i, v) in others.into_iter().enumerate() {
             r.put(7, 0x2000 * (i as u64 + 1), 0x10, v);
+            // Each found, the one found last looked at first.
+            assert_eq!(r.find(7, 0x2000, 1), Some((&"b", 0)));
+            assert_eq!(r.find(7, 0x2000 * (i as u64 + 1), 1), Some((&v, 0)));
         }
         assert_eq!(r.find(7, 0x1000, 1), None, "the oldest went first");
-        assert_eq!(r.find(7, 0x8000, 1), Some((&"e", 0)));
+        assert_eq!(r.find(7, 0x10000, 1), Some((&"i", 0)));
+        assert_eq!(r.find(8, 0x10000, 1), None, "the last found, another stamp");
     }
 
     thread_local! {
