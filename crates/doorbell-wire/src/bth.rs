@@ -144,69 +144,71 @@ impl BthOpcode {
         !matches!(self, Self::Unknown(_))
     }
 
+    /// The extension headers this opcode calls for, as [`ext_bit`]s:
+    /// none for an unknown opcode or a CNP. One look-up; the `has_*`
+    /// predicates, [`Self::ext_headers_len`] and
+    /// [`crate::ExtHeaders::fits`] read it.
+    pub const fn ext_bits(self) -> u8 {
+        use ext_bit::*;
+        match self {
+            Self::RcRdmaWriteFirst
+            | Self::RcRdmaWriteOnly
+            | Self::RcRdmaReadRequest
+            | Self::UcRdmaWriteFirst
+            | Self::UcRdmaWriteOnly => RETH,
+            Self::RcRdmaWriteOnlyWithImmediate | Self::UcRdmaWriteOnlyWithImmediate => RETH | IMMDT,
+            Self::RcCompareSwap | Self::RcFetchAdd => ATOMIC_ETH,
+            Self::RcRdmaReadResponseFirst
+            | Self::RcRdmaReadResponseLast
+            | Self::RcRdmaReadResponseOnly
+            | Self::RcAck => AETH,
+            Self::RcAtomicAck => AETH | ATOMIC_ACK_ETH,
+            Self::RcSendLastWithImmediate
+            | Self::RcSendOnlyWithImmediate
+            | Self::RcRdmaWriteLastWithImmediate
+            | Self::UcSendLastWithImmediate
+            | Self::UcSendOnlyWithImmediate
+            | Self::UcRdmaWriteLastWithImmediate => IMMDT,
+            Self::RcSendLastWithInvalidate | Self::RcSendOnlyWithInvalidate => IETH,
+            Self::UdSendOnly => DETH,
+            Self::UdSendOnlyWithImmediate => DETH | IMMDT,
+            _ => 0,
+        }
+    }
+
     /// A DETH follows the BTH (UD).
     pub const fn has_deth(self) -> bool {
-        matches!(self, Self::UdSendOnly | Self::UdSendOnlyWithImmediate)
+        self.ext_bits() & ext_bit::DETH != 0
     }
 
     /// A RETH follows (WRITE First/Only, READ Request).
     pub const fn has_reth(self) -> bool {
-        matches!(
-            self,
-            Self::RcRdmaWriteFirst
-                | Self::RcRdmaWriteOnly
-                | Self::RcRdmaWriteOnlyWithImmediate
-                | Self::RcRdmaReadRequest
-                | Self::UcRdmaWriteFirst
-                | Self::UcRdmaWriteOnly
-                | Self::UcRdmaWriteOnlyWithImmediate
-        )
+        self.ext_bits() & ext_bit::RETH != 0
     }
 
     /// An AtomicETH follows (CmpSwap, FetchAdd).
     pub const fn has_atomic_eth(self) -> bool {
-        matches!(self, Self::RcCompareSwap | Self::RcFetchAdd)
+        self.ext_bits() & ext_bit::ATOMIC_ETH != 0
     }
 
     /// An AETH follows (ACK, ATOMIC ACK, READ response First/Last/Only).
     pub const fn has_aeth(self) -> bool {
-        matches!(
-            self,
-            Self::RcRdmaReadResponseFirst
-                | Self::RcRdmaReadResponseLast
-                | Self::RcRdmaReadResponseOnly
-                | Self::RcAck
-                | Self::RcAtomicAck
-        )
+        self.ext_bits() & ext_bit::AETH != 0
     }
 
     /// An AtomicAckETH follows the AETH (ATOMIC ACK).
     pub const fn has_atomic_ack_eth(self) -> bool {
-        matches!(self, Self::RcAtomicAck)
+        self.ext_bits() & ext_bit::ATOMIC_ACK_ETH != 0
     }
 
     /// An ImmDt is the last extension header (the `…WithImmediate` opcodes).
     pub const fn has_immdt(self) -> bool {
-        matches!(
-            self,
-            Self::RcSendLastWithImmediate
-                | Self::RcSendOnlyWithImmediate
-                | Self::RcRdmaWriteLastWithImmediate
-                | Self::RcRdmaWriteOnlyWithImmediate
-                | Self::UcSendLastWithImmediate
-                | Self::UcSendOnlyWithImmediate
-                | Self::UcRdmaWriteLastWithImmediate
-                | Self::UcRdmaWriteOnlyWithImmediate
-                | Self::UdSendOnlyWithImmediate
-        )
+        self.ext_bits() & ext_bit::IMMDT != 0
     }
 
     /// An IETH is the last extension header (the `…WithInvalidate` opcodes).
     pub const fn has_ieth(self) -> bool {
-        matches!(
-            self,
-            Self::RcSendLastWithInvalidate | Self::RcSendOnlyWithInvalidate
-        )
+        self.ext_bits() & ext_bit::IETH != 0
     }
 
     /// True for the Congestion Notification Packet.
@@ -304,33 +306,43 @@ impl BthOpcode {
     /// sum of the extension headers the `has_*` predicates name, or
     /// [`CNP_RESERVED_LEN`] for a CNP. Zero for unknown opcodes.
     pub const fn ext_headers_len(self) -> usize {
-        let mut n = 0;
-        if self.has_deth() {
-            n += crate::deth::HEADER_LEN;
-        }
-        if self.has_reth() {
-            n += crate::reth::HEADER_LEN;
-        }
-        if self.has_atomic_eth() {
-            n += crate::atomic_eth::HEADER_LEN;
-        }
-        if self.has_aeth() {
-            n += crate::aeth::HEADER_LEN;
-        }
-        if self.has_atomic_ack_eth() {
-            n += crate::atomic_ack_eth::HEADER_LEN;
-        }
-        if self.has_immdt() {
-            n += crate::immdt::HEADER_LEN;
-        }
-        if self.has_ieth() {
-            n += crate::ieth::HEADER_LEN;
+        use ext_bit::*;
+        /// `n` if `bit` is among `bits`.
+        const fn len(bits: u8, bit: u8, n: usize) -> usize {
+            if bits & bit != 0 { n } else { 0 }
         }
         if self.is_cnp() {
-            n += CNP_RESERVED_LEN;
+            return CNP_RESERVED_LEN;
         }
-        n
+        let b = self.ext_bits();
+        len(b, DETH, crate::deth::HEADER_LEN)
+            + len(b, RETH, crate::reth::HEADER_LEN)
+            + len(b, ATOMIC_ETH, crate::atomic_eth::HEADER_LEN)
+            + len(b, AETH, crate::aeth::HEADER_LEN)
+            + len(b, ATOMIC_ACK_ETH, crate::atomic_ack_eth::HEADER_LEN)
+            + len(b, IMMDT, crate::immdt::HEADER_LEN)
+            + len(b, IETH, crate::ieth::HEADER_LEN)
     }
+}
+
+/// The extension headers of a packet as bits: what
+/// [`BthOpcode::ext_bits`] gives for an opcode and
+/// [`crate::ExtHeaders::bits`] for the headers a packet has.
+pub mod ext_bit {
+    /// Datagram ETH.
+    pub const DETH: u8 = 1;
+    /// RDMA ETH.
+    pub const RETH: u8 = 1 << 1;
+    /// Atomic ETH.
+    pub const ATOMIC_ETH: u8 = 1 << 2;
+    /// ACK ETH.
+    pub const AETH: u8 = 1 << 3;
+    /// Atomic ACK ETH.
+    pub const ATOMIC_ACK_ETH: u8 = 1 << 4;
+    /// Immediate data.
+    pub const IMMDT: u8 = 1 << 5;
+    /// Invalidate ETH.
+    pub const IETH: u8 = 1 << 6;
 }
 
 fixed_view!(
@@ -612,6 +624,42 @@ pub(crate) mod tests {
             BthRepr::parse(&BthHeader::new_unchecked(&b[..11])),
             Err(Error::Truncated)
         );
+    }
+
+    /// Every opcode's extension headers, by raw value, as IBTA Vol 1
+    /// table 38 (reference A.5) lists them; the `has_*` predicates, the
+    /// bits and the length must say the same for all 256 values.
+    #[test]
+    fn extension_headers_by_opcode_follow_the_ibta_table() {
+        let any = |set: &[u8], raw: u8| set.contains(&raw) || set.contains(&(raw & !0x20));
+        let rc = |raw: u8| raw < 0x20 || (0x20..=0x2b).contains(&raw);
+        for raw in 0..=255u8 {
+            let op = BthOpcode::from(raw);
+            let uc_or_rc = rc(raw);
+            let reth = uc_or_rc && any(&[0x06, 0x0a, 0x0b], raw) || raw == 0x0c;
+            let immdt = (uc_or_rc && any(&[0x03, 0x05, 0x09, 0x0b], raw)) || raw == 0x65;
+            let aeth = [0x0d, 0x0f, 0x10, 0x11, 0x12].contains(&raw);
+            let atomic_ack = raw == 0x12;
+            let atomic = raw == 0x13 || raw == 0x14;
+            let ieth = raw == 0x16 || raw == 0x17;
+            let deth = raw == 0x64 || raw == 0x65;
+            let known = op.is_known();
+            let want = [deth, reth, atomic, aeth, atomic_ack, immdt, ieth].map(|h| h && known);
+            let got = [
+                op.has_deth(),
+                op.has_reth(),
+                op.has_atomic_eth(),
+                op.has_aeth(),
+                op.has_atomic_ack_eth(),
+                op.has_immdt(),
+                op.has_ieth(),
+            ];
+            assert_eq!(got, want, "{raw:#04x}");
+            let lens = [8, 16, 28, 4, 8, 4, 4];
+            let len: usize = (0..7).filter(|&i| want[i]).map(|i| lens[i]).sum();
+            let len = if raw == 0x81 { CNP_RESERVED_LEN } else { len };
+            assert_eq!(op.ext_headers_len(), len, "{raw:#04x}");
+        }
     }
 
     #[test]

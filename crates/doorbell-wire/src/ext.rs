@@ -5,7 +5,7 @@
 //! which ones are present is a function of the opcode (`BthOpcode::has_*`).
 //! A CNP instead carries 16 reserved bytes.
 
-use crate::bth::{BthOpcode, CNP_RESERVED_LEN};
+use crate::bth::{BthOpcode, CNP_RESERVED_LEN, ext_bit};
 use crate::{
     AethHeader, AethRepr, AtomicAckEthHeader, AtomicAckEthRepr, AtomicEthHeader, AtomicEthRepr,
     DethHeader, DethRepr, Error, IethHeader, IethRepr, ImmDtHeader, ImmDtRepr, Result, RethHeader,
@@ -47,14 +47,22 @@ impl ExtHeaders {
     /// True if exactly the headers `opcode` calls for are present, and the
     /// opcode is known.
     pub const fn fits(&self, opcode: BthOpcode) -> bool {
-        opcode.is_known()
-            && self.deth.is_some() == opcode.has_deth()
-            && self.reth.is_some() == opcode.has_reth()
-            && self.atomic_eth.is_some() == opcode.has_atomic_eth()
-            && self.aeth.is_some() == opcode.has_aeth()
-            && self.atomic_ack_eth.is_some() == opcode.has_atomic_ack_eth()
-            && self.immdt.is_some() == opcode.has_immdt()
-            && self.ieth.is_some() == opcode.has_ieth()
+        opcode.is_known() && self.bits() == opcode.ext_bits()
+    }
+
+    /// The headers present, as [`ext_bit`]s.
+    pub const fn bits(&self) -> u8 {
+        /// `bit` if `present`.
+        const fn bit(present: bool, bit: u8) -> u8 {
+            if present { bit } else { 0 }
+        }
+        bit(self.deth.is_some(), ext_bit::DETH)
+            | bit(self.reth.is_some(), ext_bit::RETH)
+            | bit(self.atomic_eth.is_some(), ext_bit::ATOMIC_ETH)
+            | bit(self.aeth.is_some(), ext_bit::AETH)
+            | bit(self.atomic_ack_eth.is_some(), ext_bit::ATOMIC_ACK_ETH)
+            | bit(self.immdt.is_some(), ext_bit::IMMDT)
+            | bit(self.ieth.is_some(), ext_bit::IETH)
     }
 
     /// Parses the headers `opcode` calls for from the start of `buf` (the

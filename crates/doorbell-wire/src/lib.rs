@@ -96,7 +96,7 @@ pub mod udp;
 pub use aeth::{AethHeader, AethRepr, AethSyndrome, NakCode};
 pub use atomic_ack_eth::{AtomicAckEthHeader, AtomicAckEthRepr};
 pub use atomic_eth::{AtomicEthHeader, AtomicEthRepr};
-pub use bth::{BthHeader, BthOpcode, BthRepr};
+pub use bth::{BthHeader, BthOpcode, BthRepr, ext_bit};
 pub use deth::{DethHeader, DethRepr};
 pub use ethernet::{EtherType, EthernetHeader, EthernetRepr};
 pub use ext::ExtHeaders;
