@@ -9,7 +9,7 @@ use std::ops::Range;
 use doorbell_layout::cqe::Syndrome;
 use doorbell_pcie::Dma;
 use doorbell_roce::ACK_EVERY_PACKETS;
-use doorbell_types::{Mkey, Psn};
+use doorbell_types::{Mkey, Psn, Qpn};
 use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr};
 
 use crate::ctx::{Building, Ctx};
@@ -88,6 +88,8 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
         };
         let count = if rd_atomic {
             ask(qp, m, from, ctx)
+        } else if send_small(qp, m, from, ctx) {
+            1
         } else {
             send_data(qp, m, from..to, window_to, ctx).map_err(|syndrome| Fault::Wqe {
                 index: m.wqe_index,
@@ -167,6 +169,56 @@ fn ask<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, ctx: &mut Ctx<'_, D>) -> u32 {
     1
 }
 
+/// Sends the SEND or WRITE `msg` from packet `from` as [`send_data`]
+/// would, if it is a message of one packet of inline data, not sent yet,
+/// on a NIC that makes trains: its one packet, which asks for an ACK,
+/// straight onto its train ([`emit::onto_train`]). False, with nothing
+/// sent, for any other message, or where the packet cannot go so; the
+/// caller then sends it with [`send_data`].
+fn send_small<D: Dma>(qp: &Qp, msg: &SentMsg, from: u32, ctx: &mut Ctx<'_, D>) -> bool {
+    let Payload::Inline(data) = &msg.payload else {
+        return false;
+    };
+    if ctx.cfg.max_train <= 1 || from != 0 || msg.npsn() != 1 || msg.len != data.len() as u64 {
+        return false;
+    }
+    let Some(dst) = peer_ip(qp) else {
+        return false;
+    };
+    // The last packet: it asks for an ACK wherever the window closes.
+    let (bth, ext) = data_headers(msg, qp.attrs.dest_qpn.unwrap_or_default(), 0, 1);
+    let repr = emit::repr(qp, ctx, dst, bth, ext);
+    emit::onto_train(ctx, dst, &repr, data)
+}
+
+/// The headers of packet `i` of the SEND or WRITE `msg` to the peer's QP
+/// `dqpn`, whose window closes after packet `window_to`. (Always inlined:
+/// its 140 bytes of headers are then built where the caller puts them,
+/// not returned through the stack.)
+#[inline(always)]
+fn data_headers(msg: &SentMsg, dqpn: Qpn, i: u32, window_to: u32) -> (BthRepr, ExtHeaders) {
+    let is_write = matches!(msg.opcode, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
+    let has_imm = matches!(msg.opcode, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
+    let (first, last) = (i == 0, i + 1 == msg.npsn());
+    let op = request_opcode(is_write, has_imm, first, last);
+    let mut bth = BthRepr::new(op, dqpn, msg.psns.nth(i));
+    // An ACK for the last packet, every ACK_EVERY_PACKETS inside a long
+    // message, and where the window closes, so that an ACK always comes
+    // back to open it again.
+    bth.ack_req = last || i % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1 || i + 1 == window_to;
+    bth.solicited = last && msg.solicited;
+    let ext = ExtHeaders {
+        reth: (is_write && first).then_some(RethRepr {
+            va: msg.raddr,
+            rkey: Mkey::from_raw(msg.rkey),
+            dma_len: msg.len as u32,
+        }),
+        immdt: (has_imm && last).then_some(ImmDtRepr { imm: msg.imm }),
+        ..ExtHeaders::default()
+    };
+    (bth, ext)
+}
+
 /// Sends packets `range` of the SEND or WRITE `msg` ([`send_packets`],
 /// their payload read at once); the window lets the message go up to
 /// packet `window_to`, where the last packet asks for an ACK. Returns the
@@ -187,29 +239,7 @@ fn send_data<D: Dma>(
         return Err(Syndrome::LocalLengthErr);
     }
     let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
-    let is_write = matches!(msg.opcode, WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm);
-    let has_imm = matches!(msg.opcode, WqeOpcode::SendImm | WqeOpcode::RdmaWriteImm);
-    let n = msg.npsn();
-    let headers = |i: u32| {
-        let (first, last) = (i == 0, i + 1 == n);
-        let op = request_opcode(is_write, has_imm, first, last);
-        let mut bth = BthRepr::new(op, dqpn, msg.psns.nth(i));
-        // An ACK for the last packet, every ACK_EVERY_PACKETS inside a long
-        // message, and where the window closes, so that an ACK always
-        // comes back to open it again.
-        bth.ack_req = last || i % ACK_EVERY_PACKETS == ACK_EVERY_PACKETS - 1 || i + 1 == window_to;
-        bth.solicited = last && msg.solicited;
-        let ext = ExtHeaders {
-            reth: (is_write && first).then_some(RethRepr {
-                va: msg.raddr,
-                rkey: Mkey::from_raw(msg.rkey),
-                dma_len: msg.len as u32,
-            }),
-            immdt: (has_imm && last).then_some(ImmDtRepr { imm: msg.imm }),
-            ..ExtHeaders::default()
-        };
-        Ok((bth, ext))
-    };
+    let headers = |i: u32| Ok(data_headers(msg, dqpn, i, window_to));
     let packets = Packets {
         payload: &msg.payload,
         len: msg.len,
