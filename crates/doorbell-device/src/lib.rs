@@ -274,8 +274,8 @@ pub struct Nic {
 struct RunScratch {
     /// The processing units' free times as the packets would leave them.
     pus: Vec<Instant>,
-    /// Each packet's unit and start.
-    units: Vec<(usize, Instant)>,
+    /// Each packet's unit, start and time on it.
+    units: Vec<(usize, Instant, Duration)>,
     /// Each packet's write's time.
     times: Vec<Instant>,
     /// Each packet's write ([`Nic::write_only_train`]).
@@ -1428,7 +1428,7 @@ impl Nic {
         for _ in 0..n {
             let (pu, start) = acquire_pu(pus, now);
             pus[pu] = start.add(busy);
-            units.push((pu, start));
+            units.push((pu, start, busy));
             times.push(start.add(busy));
         }
         let tag = DmaTag::new(qpn, DmaPurpose::Scatter);
@@ -1436,7 +1436,7 @@ impl Nic {
             return false;
         }
         let units = std::mem::take(&mut self.run.units);
-        for &(pu, start) in &units {
+        for &(pu, start, busy) in &units {
             self.occupy(pu, start, busy, qpn, PuTask::Frame);
         }
         self.run.units = units;
@@ -1493,7 +1493,7 @@ impl Nic {
             };
             let (pu, start) = acquire_pu(pus, now);
             pus[pu] = start.add(busy);
-            units.push((pu, start));
+            units.push((pu, start, busy));
             times.push(start.add(timing.rx_packet));
         }
         let tag = DmaTag::new(qpn, DmaPurpose::Scatter);
@@ -1501,15 +1501,17 @@ impl Nic {
             return 0;
         }
         let units = std::mem::take(&mut self.run.units);
-        for (h, &(pu, start)) in headers.iter().zip(&units) {
-            let Some(qp) = self.qps.get_mut(&qpn) else {
-                break;
-            };
-            self.out.counters.rx_packets += 1;
-            let mut ctx = ctx!(self, now, start, &mut *dma);
-            ctx.charge(ctx.cfg.timing.rx_packet);
-            recv::took_write_only(qp, &h.repr.bth, &mut ctx);
-            let busy = ctx.busy;
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            for (h, &(_, start, busy)) in headers.iter().zip(&units) {
+                self.out.counters.rx_packets += 1;
+                let mut ctx = ctx!(self, now, start, &mut *dma);
+                ctx.charge(ctx.cfg.timing.rx_packet);
+                recv::took_write_only(qp, &h.repr.bth, &mut ctx);
+                debug_assert_eq!(ctx.busy, busy, "the time the units were given");
+            }
+        }
+        // The units' time once every packet is taken: taking one reads none.
+        for &(pu, start, busy) in &units {
             self.occupy(pu, start, busy, qpn, PuTask::Frame);
         }
         self.run.units = units;
