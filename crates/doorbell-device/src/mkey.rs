@@ -105,6 +105,67 @@ impl MkeyTable {
         len: u64,
         mut f: impl FnMut(HostAddr, u64, u64),
     ) -> Result<(), KeyError> {
+        let e = self.entry_for(key, pd, need, addr, len)?;
+        // Walk the pages, merging runs that are contiguous in host memory.
+        let mut run: Option<(HostAddr, u64, u64)> = None; // (host, bytes, offset into message)
+        let mut done = 0u64;
+        e.pages(addr, len, |host, n| {
+            run = match run {
+                Some((h, b, o)) if h.checked_add(b) == Some(host) => Some((h, b + n, o)),
+                Some((h, b, o)) => {
+                    f(h, b, o);
+                    Some((host, n, done))
+                }
+                None => Some((host, n, done)),
+            };
+            done += n;
+        })?;
+        if let Some((h, b, o)) = run {
+            f(h, b, o);
+        }
+        Ok(())
+    }
+
+    /// What [`Self::translate`] answers for `[addr, addr + len)`, without
+    /// the runs: the key check of a WQE's local buffers, whose bytes are
+    /// read or written later.
+    pub(crate) fn check(
+        &self,
+        key: Mkey,
+        pd: Pdn,
+        need: u32,
+        addr: u64,
+        len: u64,
+    ) -> Result<(), KeyError> {
+        let e = self.entry_for(key, pd, need, addr, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // The walk fails only where the MTT lacks a page, the last first,
+        // or where the first page's bytes run past 2^64 (every later page
+        // is taken from its start).
+        let page0 = e.p.start & !(PAGE_SIZE - 1);
+        let first = (addr - page0) / PAGE_SIZE;
+        let last = (addr + len - 1 - page0) / PAGE_SIZE;
+        let base =
+            e.p.mtt
+                .get(first as usize)
+                .filter(|_| last < e.p.mtt.len() as u64);
+        base.and_then(|b| b.checked_add(addr % PAGE_SIZE))
+            .map(|_| ())
+            .ok_or(KeyError::OutOfBounds)
+    }
+
+    /// The entry of `key`, if it grants `need` in `pd` over `[addr, addr +
+    /// len)`.
+    fn entry_for(
+        &self,
+        key: Mkey,
+        pd: Pdn,
+        need: u32,
+        addr: u64,
+        len: u64,
+    ) -> Result<&Entry, KeyError> {
         let e = self
             .entries
             .get(key.index() as usize)
@@ -125,35 +186,31 @@ impl MkeyTable {
         if addr < e.p.start || end > limit {
             return Err(KeyError::OutOfBounds);
         }
-        if len == 0 {
-            return Ok(());
-        }
-        let page0 = e.p.start & !(PAGE_SIZE - 1);
-        // Walk the pages, merging runs that are contiguous in host memory.
+        Ok(e)
+    }
+}
+
+impl Entry {
+    /// Calls `f` with the host address and length of each piece of
+    /// `[addr, addr + len)` that lies in one page, in order (none for no
+    /// bytes), the range within the key's; fails, having called `f` for
+    /// the pieces before, where the MTT lacks a page or names one whose
+    /// bytes run past 2^64.
+    #[inline(always)]
+    fn pages(&self, addr: u64, len: u64, mut f: impl FnMut(HostAddr, u64)) -> Result<(), KeyError> {
+        let page0 = self.p.start & !(PAGE_SIZE - 1);
+        let end = addr + len;
         let mut at = addr;
-        let mut run: Option<(HostAddr, u64, u64)> = None; // (host, bytes, offset into message)
-        let mut done = 0u64;
         while at < end {
             let page = ((at - page0) / PAGE_SIZE) as usize;
             let in_page = at % PAGE_SIZE;
             let n = (PAGE_SIZE - in_page).min(end - at);
-            let base = *e.p.mtt.get(page).ok_or(KeyError::OutOfBounds)?;
+            let base = *self.p.mtt.get(page).ok_or(KeyError::OutOfBounds)?;
             // A page address from the driver's MTT: one that runs past
             // 2^64 is outside any memory the device can reach.
             let host = base.checked_add(in_page).ok_or(KeyError::OutOfBounds)?;
-            run = match run {
-                Some((h, b, o)) if h.checked_add(b) == Some(host) => Some((h, b + n, o)),
-                Some((h, b, o)) => {
-                    f(h, b, o);
-                    Some((host, n, done))
-                }
-                None => Some((host, n, done)),
-            };
-            done += n;
+            f(host, n);
             at += n;
-        }
-        if let Some((h, b, o)) = run {
-            f(h, b, o);
         }
         Ok(())
     }
@@ -219,6 +276,63 @@ mod tests {
         })
         .unwrap();
         assert_eq!(got, vec![(0x9180, 16, 0)]);
+    }
+
+    #[test]
+    fn a_check_answers_as_a_translation_does() {
+        let mut t = MkeyTable::new(16);
+        let pd = Pdn::new(1);
+        // Three pages from an unaligned start; a table whose MTT lacks the
+        // third; one whose first page runs past 2^64; one whose last does
+        // (its bytes are taken from the page's start: no overflow).
+        let keys = [
+            params(
+                1,
+                Access::LOCAL_WRITE,
+                0x7000_0100,
+                3 * 4096,
+                &[0x10000, 0x40000, 0x11000, 0x12000],
+            ),
+            params(
+                1,
+                Access::LOCAL_WRITE,
+                0x7000_0100,
+                3 * 4096,
+                &[0x10000, 0x40000],
+            ),
+            params(1, 0, 0x100, 8192, &[u64::MAX - 0x80, 0x2000, 0x3000]),
+            params(1, 0, 0, 8192, &[0x1000, u64::MAX - 0x80]),
+        ]
+        .map(|p| t.create(p).unwrap());
+        let other = t.create(params(2, 0, 0, 4096, &[0x1000])).unwrap();
+        for &k in keys.iter().chain([&other]) {
+            for (addr, len) in [
+                (0, 0),
+                (0, 1),
+                (0x80, 1),
+                (0x100, 8),
+                (0x100, 4096),
+                (0xf80, 0x100),
+                (0x1f80, 0x100),
+                (0x1000, 4096),
+                (0x7000_0100, 0),
+                (0x7000_0100, 8),
+                (0x7000_0ff8, 16),
+                (0x7000_0100, 3 * 4096),
+                (0x7000_1100, 2 * 4096),
+                (0x7000_0100, 3 * 4096 + 1),
+                (u64::MAX - 4, 8),
+            ] {
+                for need in [0, Access::LOCAL_WRITE, Access::REMOTE_READ] {
+                    let walked = t.translate(k, pd, need, addr, len, |_, _, _| {});
+                    assert_eq!(
+                        t.check(k, pd, need, addr, len),
+                        walked,
+                        "{k:?} {addr:#x}+{len:#x}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

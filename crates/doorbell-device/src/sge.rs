@@ -269,14 +269,7 @@ pub(crate) fn check_keys(
 ) -> Result<(), Syndrome> {
     for s in sges {
         mkeys
-            .translate(
-                Mkey::from_raw(s.lkey),
-                pd,
-                need,
-                s.addr,
-                s.len.into(),
-                |_, _, _| {},
-            )
+            .check(Mkey::from_raw(s.lkey), pd, need, s.addr, s.len.into())
             .map_err(|_| Syndrome::LocalProtErr)?;
     }
     Ok(())
