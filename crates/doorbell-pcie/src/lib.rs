@@ -157,7 +157,16 @@ impl LinkConfig {
     /// page of the range splits as every other.
     pub fn read_tlp_counts(&self, addr: u64, len: u64) -> (u64, u64) {
         let pages_alike = TLP_BOUNDARY.is_multiple_of(u64::from(self.rcb_bytes).max(1));
+        let (mrrs, rcb) = (u64::from(self.mrrs_bytes), u64::from(self.rcb_bytes));
+        // A whole page, where MRRS divides it and RCB divides MRRS: its
+        // requests are alike, each MRRS bytes from an RCB-aligned address.
+        let whole_page =
+            mrrs.is_power_of_two() && mrrs <= TLP_BOUNDARY && rcb.is_power_of_two() && rcb <= mrrs;
         Self::by_pages(addr, len, pages_alike, |a, n| {
+            if whole_page && n == TLP_BOUNDARY {
+                let requests = TLP_BOUNDARY / mrrs;
+                return (requests, requests * self.completion_count(a, mrrs));
+            }
             self.read_requests(a, n)
                 .fold((0, 0), |(mrd, cpld), (x, m)| {
                     (mrd + 1, cpld + self.completion_count(x, m))
