@@ -195,7 +195,8 @@ impl Entry {
     /// `[addr, addr + len)` that lies in one page, in order (none for no
     /// bytes), the range within the key's; fails, having called `f` for
     /// the pieces before, where the MTT lacks a page or names one whose
-    /// bytes run past 2^64.
+    /// bytes run past 2^64. (Always inlined: it is the loop of every
+    /// payload's translation, on the path of every packet.)
     #[inline(always)]
     fn pages(&self, addr: u64, len: u64, mut f: impl FnMut(HostAddr, u64)) -> Result<(), KeyError> {
         let page0 = self.p.start & !(PAGE_SIZE - 1);
