@@ -304,7 +304,6 @@ fn took(make: &Make, together: bool) -> (Outcome, Vec<doorbell_pcie::Crossing>, 
         rig.nic.take_pu_work(),
         rig.nic.qp_state(rig.qpn)
     );
-    assert_eq!(rig.counters().rx_packets, pkts.len() as u64);
     (outcome(rig), log, work)
 }
 
@@ -403,6 +402,24 @@ fn write_onlys_taken_together_end_as_taken_one_by_one() {
                 wo(r, 2, 8, 8, true),
             ]
         }),
+        ("one to another QP, at the PSN this one expects", &|r| {
+            let mut bth = BthRepr::new(
+                BthOpcode::RcRdmaWriteOnly,
+                Qpn::new(0x7777),
+                Psn::new(EPSN + 1),
+            );
+            bth.ack_req = true;
+            let elsewhere = r.request_bth(bth, r.mr_reth(8, 8), &[2; 8]);
+            vec![wo(r, 0, 0, 8, true), elsewhere, wo(r, 1, 16, 8, true)]
+        }),
+        ("a QP that allows no remote writes", &|r| {
+            let attrs = QpAttrs {
+                access: Some(Access(Access::REMOTE_READ)),
+                ..QpAttrs::default()
+            };
+            r.modify(QpState::Rts, attrs);
+            vec![wo(r, 0, 0, 8, true), wo(r, 1, 8, 8, true)]
+        }),
         ("a WRITE in progress", &|r| {
             let ext = r.mr_reth(0, 2048);
             vec![
@@ -470,6 +487,66 @@ fn write_onlys_taken_together_end_as_taken_one_by_one() {
             ]
         }),
     ]);
+}
+
+#[test]
+fn a_forged_entry_ends_a_run_of_write_onlys_as_one_drop() {
+    // Three WRITE ONLYs in order; the last one's entry forged. The first
+    // two are taken as alone; the last is one drop, as it would be alone,
+    // and nothing else differs.
+    let expected = {
+        let (mut o, log, work) = took(&|r| vec![wo(r, 0, 0, 8, true), wo(r, 1, 8, 8, true)], false);
+        o.3.rx_dropped += 1;
+        (o, log, work)
+    };
+    // Each forgery of an entry, given the frame's length.
+    type Forge = fn(&mut PacketHeaders, usize);
+    let forge: [(&str, Forge); 4] = [
+        ("headers that do not fit the opcode", |h, _| {
+            h.repr.ext.immdt = Some(ImmDtRepr { imm: 1 })
+        }),
+        ("a packet past the frame's bytes", |h, len| {
+            h.packet.end = len + 1
+        }),
+        ("a payload past its packet's end", |h, _| {
+            h.packet.end = h.payload.end - 1
+        }),
+        ("a payload before its packet's start", |h, _| {
+            h.packet.start = h.payload.start + 1
+        }),
+    ];
+    for (what, forge) in forge {
+        let mut rig = timed_rig();
+        rig.post_recv(rig.mr.raw(), rig.mr_buf.get() + 6000, 2048);
+        let pkts = [
+            wo(&rig, 0, 0, 8, true),
+            wo(&rig, 1, 8, 8, true),
+            wo(&rig, 2, 16, 8, true),
+        ];
+        let (bytes, mut headers) = handed_over(&pkts);
+        forge(&mut headers[2], bytes.len());
+        rig.bus.set_recording(true);
+        rig.nic.record_pu_work(true);
+        let now = rig.now;
+        let got = rig
+            .nic
+            .handle_parsed_frame(now, &bytes, &headers, &mut rig.bus);
+        assert_eq!(
+            got,
+            Received::Dropped("not a RoCEv2 packet this NIC can parse"),
+            "{what}"
+        );
+        let log = rig.bus.take_log();
+        let work = format!(
+            "{:?} {:?}",
+            rig.nic.take_pu_work(),
+            rig.nic.qp_state(rig.qpn)
+        );
+        assert!(
+            (outcome(rig), log, work) == expected,
+            "{what}: the first two taken, the last one drop"
+        );
+    }
 }
 
 #[test]
