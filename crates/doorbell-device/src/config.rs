@@ -205,6 +205,27 @@ pub struct PacketHeaders {
     pub payload: std::ops::Range<usize>,
 }
 
+impl PacketHeaders {
+    /// The packet's payload in the frame's `bytes`, if the entry may be
+    /// taken: its headers fit their opcode, and the packet lies in the
+    /// bytes with its payload inside it. (A list handed over is input
+    /// like any frame: an entry that fails is a dropped packet.) Always
+    /// inlined: where the caller knows the opcode, what the headers must
+    /// fit folds away.
+    #[inline(always)]
+    pub(crate) fn payload_in<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+        let (packet, payload) = (&self.packet, &self.payload);
+        let lies = packet.start <= payload.start
+            && payload.start <= payload.end
+            && payload.end <= packet.end
+            && packet.end <= bytes.len();
+        if !lies || !self.repr.ext.fits(self.repr.bth.opcode) {
+            return None;
+        }
+        bytes.get(payload.clone())
+    }
+}
+
 impl Frame {
     /// How many packets the frame stands for: more than one for a run
     /// ([`Unfilled::segments`]) or a train ([`Self::train`]).

@@ -1204,12 +1204,8 @@ impl Nic {
                 }
             }
             k += 1;
-            let taken = match (bytes.get(h.packet.clone()), bytes.get(h.payload.clone())) {
-                (Some(_), Some(payload))
-                    if h.repr.ext.fits(h.repr.bth.opcode)
-                        && h.packet.start <= h.payload.start
-                        && h.payload.end <= h.packet.end =>
-                {
+            let taken = match h.payload_in(bytes) {
+                Some(payload) => {
                     if h.repr.ext.deth.is_some() {
                         // A UD receive gives the IP header it came with:
                         // written out, the packet is taken as any other.

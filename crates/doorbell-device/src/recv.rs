@@ -883,21 +883,22 @@ pub(crate) fn write_only_targets(
     if !takes {
         return;
     }
-    let mtu = qp.mtu() as usize;
+    let mtu = qp.mtu();
     let mut psn = qp.resp.epsn();
     for h in headers {
-        let (bth, payload) = (&h.repr.bth, &h.payload);
-        let Some(reth) = h.repr.ext.reth else { return };
+        let bth = &h.repr.bth;
+        // (The opcode first: what the entry must fit is then known.)
+        if bth.opcode != BthOpcode::RcRdmaWriteOnly {
+            return;
+        }
+        let (Some(reth), Some(payload)) = (h.repr.ext.reth, h.payload_in(bytes)) else {
+            return;
+        };
         let len = payload.len();
-        let fits = bth.opcode == BthOpcode::RcRdmaWriteOnly
-            && bth.dest_qp == qp.qpn
+        let fits = bth.dest_qp == qp.qpn
             && bth.psn == psn
-            && h.repr.ext.fits(bth.opcode)
-            && h.packet.start <= payload.start
-            && payload.start <= payload.end
-            && payload.end <= h.packet.end
-            && h.packet.end <= bytes.len()
-            && (1..=mtu).contains(&len)
+            && len > 0
+            && fits_path_mtu(bth.opcode, len, mtu)
             && u64::from(reth.dma_len) == len as u64
             && qp.is_from_peer(&h.repr.ip);
         if !fits {
@@ -921,7 +922,7 @@ pub(crate) fn write_only_targets(
         };
         to.push(doorbell_host::Placed {
             to: host,
-            from: payload.clone(),
+            from: h.payload.clone(),
         });
         psn = psn.add(1);
     }
