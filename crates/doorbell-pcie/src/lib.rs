@@ -427,10 +427,6 @@ impl Counters {
         self.cpld_tlps += cpld;
     }
 
-    fn add_write(&mut self, p: DmaPurpose, bytes: u64, mwr: u64) {
-        self.add_writes(p, 1, bytes, mwr);
-    }
-
     /// `writes` writes of `bytes` and `mwr` TLPs in all.
     fn add_writes(&mut self, p: DmaPurpose, writes: u64, bytes: u64, mwr: u64) {
         self.dma_writes[p.index()] += writes;
@@ -791,9 +787,22 @@ impl Bus {
 
     /// Counts a DMA write of `len` bytes at `addr` without performing it.
     pub fn count_write(&mut self, at: Instant, tag: DmaTag, addr: HostAddr, len: u64) {
-        let mwr = self.cfg.write_tlp_count(addr.get(), len);
-        self.apply(tag.qpn, |c| c.add_write(tag.purpose, len, mwr));
-        self.log_write(at, tag, len, mwr);
+        self.count_writes(tag, std::iter::once((at, addr.get(), len)));
+    }
+
+    /// Counts DMA writes made at once, each `(time, address, length)`, as
+    /// [`Self::count_write`] counts each, with one look-up of the QP's
+    /// counters for them all.
+    fn count_writes(&mut self, tag: DmaTag, writes: impl Iterator<Item = (Instant, u64, u64)>) {
+        let (mut n, mut bytes, mut mwrs) = (0, 0, 0);
+        for (t, to, len) in writes {
+            let mwr = self.cfg.write_tlp_count(to, len);
+            n += 1;
+            bytes += len;
+            mwrs += mwr;
+            self.log_write(t, tag, len, mwr);
+        }
+        self.apply(tag.qpn, |c| c.add_writes(tag.purpose, n, bytes, mwrs));
     }
 
     /// Records a DMA write of `len` bytes in `mwr` TLPs, if recording.
@@ -911,19 +920,12 @@ impl Dma for Bus {
         {
             return false;
         }
-        // Counted as `count_write` counts each, with one look-up of the
-        // QP's counters for them all.
-        let (mut to, mut mwrs) = (addr.get(), 0);
-        for &t in at {
-            let mwr = self.cfg.write_tlp_count(to, len as u64);
-            mwrs += mwr;
-            self.log_write(t, tag, len as u64, mwr);
-            to = to.wrapping_add(len as u64);
-        }
-        let writes = at.len() as u64;
-        self.apply(tag.qpn, |c| {
-            c.add_writes(tag.purpose, writes, total as u64, mwrs)
+        let step = len as u64;
+        let writes = at.iter().enumerate().map(|(k, &t)| {
+            let to = addr.get().wrapping_add(k as u64 * step);
+            (t, to, step)
         });
+        self.count_writes(tag, writes);
         true
     }
 
@@ -940,18 +942,11 @@ impl Dma for Bus {
         {
             return false;
         }
-        // Counted as `count_write` counts each, with one look-up of the
-        // QP's counters for them all.
-        let (mut bytes, mut mwrs) = (0, 0);
-        for (&t, p) in at.iter().zip(pieces) {
-            let len = p.from.len() as u64;
-            let mwr = self.cfg.write_tlp_count(p.to.get(), len);
-            bytes += len;
-            mwrs += mwr;
-            self.log_write(t, tag, len, mwr);
-        }
-        let writes = pieces.len() as u64;
-        self.apply(tag.qpn, |c| c.add_writes(tag.purpose, writes, bytes, mwrs));
+        let writes = at.iter().zip(pieces);
+        self.count_writes(
+            tag,
+            writes.map(|(&t, p)| (t, p.to.get(), p.from.len() as u64)),
+        );
         true
     }
 
