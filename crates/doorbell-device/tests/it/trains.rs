@@ -279,25 +279,57 @@ fn a_receiver_takes_headers_handed_over_as_it_takes_their_packets() {
 /// Builds packets for a rig to take.
 type Make = dyn Fn(&mut Rig) -> Vec<Vec<u8>>;
 
-/// What a rig that takes the packets `make` builds for it ends with, and
-/// every crossing and processing unit's work on the way: handed over
-/// parsed as one frame if `together`, else one by one, written.
-fn took(make: &Make, together: bool) -> (Outcome, Vec<doorbell_pcie::Crossing>, String) {
+/// What a rig ends with, and every crossing and processing unit's work
+/// on the way.
+type Taken = (Outcome, Vec<doorbell_pcie::Crossing>, String);
+
+/// A change to the last entry of a frame's list, given the frame's length.
+type Forge = fn(&mut PacketHeaders, usize);
+
+/// What a rig that takes the packets `make` builds for it ends with:
+/// handed over parsed as one frame if `together`, else one by one,
+/// written.
+fn took(make: &Make, together: bool) -> Taken {
+    if together {
+        took_handed(make, |_, _| {}).1
+    } else {
+        let (mut rig, pkts) = taking(make);
+        let now = rig.now;
+        for p in &pkts {
+            rig.nic.handle_emitted_frame(now, p, &mut rig.bus);
+        }
+        taken(rig)
+    }
+}
+
+/// [`took`] handed over as one frame, its last entry changed by `forge`;
+/// with what the NIC answered.
+fn took_handed(make: &Make, forge: Forge) -> (Received, Taken) {
+    let (mut rig, pkts) = taking(make);
+    let (bytes, mut headers) = handed_over(&pkts);
+    if let Some(last) = headers.last_mut() {
+        forge(last, bytes.len());
+    }
+    let now = rig.now;
+    let got = rig
+        .nic
+        .handle_parsed_frame(now, &bytes, &headers, &mut rig.bus);
+    (got, taken(rig))
+}
+
+/// A timed rig with a receive posted, its bus and units recording, and
+/// the packets `make` builds for it.
+fn taking(make: &Make) -> (Rig, Vec<Vec<u8>>) {
     let mut rig = timed_rig();
     rig.post_recv(rig.mr.raw(), rig.mr_buf.get() + 6000, 2048);
     let pkts = make(&mut rig);
     rig.bus.set_recording(true);
     rig.nic.record_pu_work(true);
-    let now = rig.now;
-    if together {
-        let (bytes, headers) = handed_over(&pkts);
-        rig.nic
-            .handle_parsed_frame(now, &bytes, &headers, &mut rig.bus);
-    } else {
-        for p in &pkts {
-            rig.nic.handle_emitted_frame(now, p, &mut rig.bus);
-        }
-    }
+    (rig, pkts)
+}
+
+/// What `rig` ended with ([`Taken`]).
+fn taken(mut rig: Rig) -> Taken {
     let log = rig.bus.take_log();
     let work = format!(
         "{:?} {:?}",
@@ -499,8 +531,6 @@ fn a_forged_entry_ends_a_run_of_write_onlys_as_one_drop() {
         o.3.rx_dropped += 1;
         (o, log, work)
     };
-    // Each forgery of an entry, given the frame's length.
-    type Forge = fn(&mut PacketHeaders, usize);
     let forge: [(&str, Forge); 4] = [
         ("headers that do not fit the opcode", |h, _| {
             h.repr.ext.immdt = Some(ImmDtRepr { imm: 1 })
@@ -515,35 +545,20 @@ fn a_forged_entry_ends_a_run_of_write_onlys_as_one_drop() {
             h.packet.start = h.payload.start + 1
         }),
     ];
+    let three = |r: &mut Rig| {
+        (0..3)
+            .map(|k| wo(r, k, 8 * u64::from(k), 8, true))
+            .collect()
+    };
     for (what, forge) in forge {
-        let mut rig = timed_rig();
-        rig.post_recv(rig.mr.raw(), rig.mr_buf.get() + 6000, 2048);
-        let pkts = [
-            wo(&rig, 0, 0, 8, true),
-            wo(&rig, 1, 8, 8, true),
-            wo(&rig, 2, 16, 8, true),
-        ];
-        let (bytes, mut headers) = handed_over(&pkts);
-        forge(&mut headers[2], bytes.len());
-        rig.bus.set_recording(true);
-        rig.nic.record_pu_work(true);
-        let now = rig.now;
-        let got = rig
-            .nic
-            .handle_parsed_frame(now, &bytes, &headers, &mut rig.bus);
+        let (got, taken) = took_handed(&three, forge);
         assert_eq!(
             got,
             Received::Dropped("not a RoCEv2 packet this NIC can parse"),
             "{what}"
         );
-        let log = rig.bus.take_log();
-        let work = format!(
-            "{:?} {:?}",
-            rig.nic.take_pu_work(),
-            rig.nic.qp_state(rig.qpn)
-        );
         assert!(
-            (outcome(rig), log, work) == expected,
+            taken == expected,
             "{what}: the first two taken, the last one drop"
         );
     }
