@@ -324,6 +324,17 @@ pub struct Qp {
     inner: Arc<QpInner>,
 }
 
+/// Clears the bytes `range` of a WQE being built, but for those in its
+/// first WQEBB, which `build_wqe` cleared whole before writing any
+/// segment: what lies there past the last byte written is still zero. (A
+/// small WQE, all in its first WQEBB, then needs no second clearing.)
+#[inline]
+fn zero_past_first_wqebb(wqe: &mut [u8; MAX_WQE_LEN], range: std::ops::Range<usize>) {
+    if range.end > WQEBB_LEN {
+        wqe[range.start.max(WQEBB_LEN)..range.end].fill(0);
+    }
+}
+
 /// Bytes of fixed segments a send WQE of this type may need before its data
 /// (rdma-core v44's `_sq_overhead` with the default operations of each
 /// type): for RC and UC the largest of an RDMA (ctrl + raddr), an atomic
@@ -921,7 +932,9 @@ impl Qp {
                 "an atomic needs exactly one 8-byte SGE",
             ));
         }
-        wqe[..64].fill(0);
+        // The first WQEBB cleared at once; bytes past it are cleared where
+        // nothing else writes them (`zero_past_first_wqebb`).
+        wqe[..WQEBB_LEN].fill(0);
         let mut off = field::CTRL_LEN;
         if let Some(ud) = wr.ud {
             let mut d = DatagramSeg::new_unchecked(&mut wqe[off..off + field::AV_LEN]);
@@ -987,7 +1000,7 @@ impl Qp {
                     at += s.length as usize;
                 }
                 let end = off + usize::from(wqe::inline_ds(total)) * wqe::DS_LEN;
-                wqe[at..end].fill(0);
+                zero_past_first_wqebb(wqe, at..end);
                 off = end;
                 inline_len = total as u32;
                 segments += 1;
@@ -1021,7 +1034,7 @@ impl Qp {
         // Pad the last WQEBB so a BlueFlame copy carries no stale bytes.
         let size = off;
         let padded = size.div_ceil(WQEBB_LEN) * WQEBB_LEN;
-        wqe[size..padded].fill(0);
+        zero_past_first_wqebb(wqe, size..padded);
         Ok(Built {
             size,
             inline,
@@ -1130,5 +1143,40 @@ impl Qp {
     /// The SRQ the QP receives from, if it has one.
     pub fn srq(&self) -> Option<&Srq> {
         self.inner._srq.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A WQE being built: its first WQEBB cleared, stale bytes after it.
+    fn stale() -> [u8; MAX_WQE_LEN] {
+        let mut wqe = [0xa5; MAX_WQE_LEN];
+        wqe[..WQEBB_LEN].fill(0);
+        wqe
+    }
+
+    #[test]
+    fn clearing_past_the_first_wqebb_clears_exactly_the_range_beyond_it() {
+        for (range, cleared) in [
+            (40..64, 0..0),
+            (0..64, 0..0),
+            (60..128, 64..128),
+            (64..128, 64..128),
+            (100..192, 100..192),
+            (130..130, 0..0),
+        ] {
+            let mut wqe = stale();
+            zero_past_first_wqebb(&mut wqe, range.clone());
+            for (i, &b) in wqe.iter().enumerate() {
+                let want = if i < WQEBB_LEN || cleared.contains(&i) {
+                    0
+                } else {
+                    0xa5
+                };
+                assert_eq!(b, want, "byte {i} after clearing {range:?}");
+            }
+        }
     }
 }
