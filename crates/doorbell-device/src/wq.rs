@@ -22,9 +22,38 @@ pub(crate) struct Sge {
 /// Where a message's data comes from.
 pub(crate) enum Payload {
     /// Copied into the WQE.
-    Inline(Vec<u8>),
+    Inline(InlineData),
     /// Named by data segments.
     Sges(Vec<Sge>),
+}
+
+/// Inline payloads of at most this many bytes are kept in the message
+/// itself ([`InlineData::Short`]): as much as an RDMA WRITE's inline
+/// segment holds in its WQE's first WQEBB (64 bytes, less the control and
+/// remote address segments and the inline header), and as much as the
+/// message's payload field holds without growing.
+pub(crate) const SHORT_INLINE: usize = 28;
+
+/// The bytes of an inline payload: a short one in place, so that the
+/// commonest small message takes no buffer from the spares and gives none
+/// back; a longer one in a buffer from the spares.
+pub(crate) enum InlineData {
+    /// `len` bytes at the start of `bytes`.
+    Short { len: u8, bytes: [u8; SHORT_INLINE] },
+    /// More than [`SHORT_INLINE`] bytes.
+    Long(Vec<u8>),
+}
+
+impl std::ops::Deref for InlineData {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            InlineData::Short { len, bytes } => &bytes[..usize::from(*len)],
+            InlineData::Long(v) => v,
+        }
+    }
 }
 
 /// Inline payloads and SGE lists of retired messages, kept for the next
@@ -38,9 +67,22 @@ pub(crate) struct Spares {
 }
 
 impl Spares {
-    /// An empty buffer for an inline payload.
-    pub(crate) fn inline(&mut self) -> Vec<u8> {
-        self.inline.take()
+    /// The inline payload `data`: kept in place if it is short, else
+    /// copied into a buffer from the spares.
+    pub(crate) fn inline(&mut self, data: &[u8]) -> InlineData {
+        if data.len() <= SHORT_INLINE {
+            let mut bytes = [0u8; SHORT_INLINE];
+            bytes[..data.len()].copy_from_slice(data);
+            // At most SHORT_INLINE, which fits a u8.
+            InlineData::Short {
+                len: data.len() as u8,
+                bytes,
+            }
+        } else {
+            let mut v = self.inline.take();
+            v.extend_from_slice(data);
+            InlineData::Long(v)
+        }
     }
 
     /// An empty list for SGEs.
@@ -53,10 +95,13 @@ impl Spares {
         self.sges.give(v);
     }
 
-    /// Keeps `p`'s storage for a later WQE.
+    /// Keeps `p`'s storage for a later WQE. (Inlined: a short inline
+    /// payload, the commonest, has none.)
+    #[inline]
     pub(crate) fn recycle(&mut self, p: Payload) {
         match p {
-            Payload::Inline(v) => self.inline.give(v),
+            Payload::Inline(InlineData::Long(v)) => self.inline.give(v),
+            Payload::Inline(InlineData::Short { .. }) => {}
             Payload::Sges(v) => self.sges.give(v),
         }
     }
@@ -294,5 +339,33 @@ impl Inbound {
             });
         }
         self.write = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inline_payload_keeps_its_bytes_in_place_up_to_short_inline() {
+        let mut spares = Spares::default();
+        let data: Vec<u8> = (1..=64).collect();
+        for len in 0..=data.len() {
+            let p = spares.inline(&data[..len]);
+            assert_eq!(&p[..], &data[..len], "{len} bytes");
+            assert_eq!(
+                matches!(p, InlineData::Short { .. }),
+                len <= SHORT_INLINE,
+                "{len} bytes kept in place"
+            );
+            spares.recycle(Payload::Inline(p));
+        }
+        // Each long one took the buffer the one before gave back; short
+        // ones took none and gave none.
+        assert_eq!(spares.inline.len(), 1);
+        let InlineData::Long(v) = spares.inline(&data) else {
+            panic!("64 bytes in a buffer")
+        };
+        assert_eq!((spares.inline.len(), v.len()), (0, data.len()));
     }
 }

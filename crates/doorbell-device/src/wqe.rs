@@ -102,9 +102,7 @@ fn parse_data(b: &[u8], mut off: usize, spares: &mut Spares) -> Result<Payload, 
         let n = InlineSeg::new_unchecked(&b[off..]).byte_count() as usize;
         let start = off + wqe::field::INLINE_HDR_LEN;
         let data = b.get(start..start + n).ok_or(Syndrome::LocalLengthErr)?;
-        let mut v = spares.inline();
-        v.extend_from_slice(data);
-        return Ok(Payload::Inline(v));
+        return Ok(Payload::Inline(spares.inline(data)));
     }
     let mut sges = spares.sges();
     while off + wqe::field::DATA_LEN <= b.len() {
