@@ -23,7 +23,10 @@
 #     open, a listening rdma_cm id, no client) take over BENCH_SECS;
 #   - message rate: `ib_write_bw -s 8 -I 8 -l 16` (8-byte inline WRITEs,
 #     postlist 16) against 14-byte TCP_NODELAY writes (`sockperf throughput
-#     --tcp -m 14 --tcp-avoid-nodelay`, which turns Nagle off there).
+#     --tcp -m 14 --tcp-avoid-nodelay`, which turns Nagle off there);
+#   - beside them, a probe of where the machine has put its CPUs: the rate
+#     of a bare two-thread hand-off (doorbell-rt's `handoff` example), before
+#     the first figure, before each veth round and after the last.
 #
 #   scripts/bench-tools.sh            # 5 s per figure
 #   BENCH_SECS=10 scripts/bench-tools.sh
@@ -57,6 +60,7 @@ for c in ib_write_lat ib_write_bw sockperf iperf3; do
 done
 
 cargo build --release -q -p doorbell-cli -p doorbell-ibverbs -p doorbell-rdmacm
+cargo build --release -q -p doorbell-rt --example handoff
 db=target/release/doorbell
 srv=127.0.88.2
 cli=127.0.88.3
@@ -66,6 +70,17 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
 say() { echo "bench-tools: $*" >&2; }
+
+# Where the machine has put its two CPUs, as the rate of a bare two-thread
+# hand-off of 64-byte records (M/s; the live bench's baseline for 8-byte
+# WRITEs): on the 2-core VM of docs/benchmarks.md it flips between about
+# 8 and about 45-65 within minutes, and every figure here that crosses
+# between cores moves with it. Printed, not used; "-" where every process
+# is kept to the CPUs of BENCH_CPUS, where the probe's two threads would
+# take turns.
+probe() {
+    if [[ -n $pin ]]; then echo "-"; else target/release/examples/handoff 0.3; fi
+}
 
 # Runs a server command in the background and a client command in front;
 # prints the client's output. $1: seconds to let the server start.
@@ -86,6 +101,9 @@ pair() {
     wait "${pids[-1]}" 2>/dev/null || true
     echo "$out"
 }
+
+probe_start=$(probe)
+say "hand-off probe: $probe_start M/s"
 
 say "TCP ping-pong, 14 B, polling (sockperf)"
 sp=$(pair 1 "timeout $((secs + 30)) sockperf server --tcp --nonblocked -i 127.0.0.1 -p 11111" \
@@ -165,8 +183,11 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
     ip -n "$na" link set "$va" up
     ip -n "$nb" link set "$vb" up
     rounds=${BENCH_VETH_ROUNDS:-5}
+    veth_probes=""
     for ((r = 1; r <= rounds; r++)); do
-        say "round $r of $rounds over the veth: one TCP stream (iperf3), then ib_write_bw -s 65536"
+        p=$(probe)
+        veth_probes+="${veth_probes:+, }$p"
+        say "round $r of $rounds over the veth: one TCP stream (iperf3), then ib_write_bw -s 65536 (hand-off probe $p M/s)"
         vip=$(pair 1 "ip netns exec $na iperf3 -s -1 -B 10.88.0.1 -p 5302" \
             "ip netns exec $nb iperf3 -c 10.88.0.1 -p 5302 -t $secs -J")
         veth_tcp=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8)' <<<"$vip")
@@ -179,6 +200,7 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
     done
 fi
 
+probe_end=$(probe)
 /usr/bin/python3 - "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" "$idle_share" $veth_rows <<'EOF'
 import sys
 tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate, idle = map(float, sys.argv[1:9])
@@ -217,3 +239,5 @@ print("|---|---|---|---|")
 for r in rows:
     print("| " + " | ".join(r) + " |")
 EOF
+echo
+echo "hand-off probe (M/s, where the machine put its CPUs): ${probe_start} before the first figure, ${probe_end} after the last${veth_probes:+; before each veth round: $veth_probes}"

@@ -60,11 +60,13 @@ use doorbell_verbs::{
     RemoteAddr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
-/// Bytes of one large WRITE.
+#[path = "live/handoff.rs"]
+mod handoff;
 #[path = "live/spread.rs"]
 mod spread;
 use spread::spread_writes;
 
+/// Bytes of one large WRITE.
 const BIG: usize = 64 << 10;
 /// Large buffers rotate over this many slots, on both sides.
 const SLOTS: usize = 16;
@@ -347,46 +349,12 @@ fn memcpy_small(s: &Settings) -> Rate {
 }
 
 /// A bare single-producer single-consumer hand-off of 64-byte records
-/// between two threads (rtrb's lock-free ring of 1024 slots): the most a
-/// NIC thread could take from a posting thread, per message, with nothing
-/// else to do. The producer thread fills the ring as fast as it can; the
-/// measured thread takes records.
+/// between two threads ([`handoff::with_handoff`]): the most a NIC thread
+/// could take from a posting thread, per message, with nothing else to do.
+/// The producer thread fills the ring as fast as it can; the measured
+/// thread takes records.
 fn spsc_64b(warmup: Duration, run: Duration) -> Rate {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let (mut tx, mut rx) = rtrb::RingBuffer::<[u8; 64]>::new(1024);
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let producer = std::thread::spawn(move || {
-        let mut rec = [0u8; 64];
-        let mut n = 0u64;
-        while !flag.load(Ordering::Relaxed) {
-            rec[..8].copy_from_slice(&n.to_le_bytes());
-            if tx.push(black_box(rec)).is_ok() {
-                n += 1;
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    });
-    let mut expect = 0u64;
-    let rate = measure(warmup, run, || {
-        let mut got = 0u64;
-        while got < 256 {
-            match rx.pop() {
-                Ok(rec) => {
-                    let n = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes"));
-                    assert_eq!(n, expect, "records in order");
-                    expect += 1;
-                    got += 1;
-                }
-                Err(_) => std::hint::spin_loop(),
-            }
-        }
-        got
-    });
-    stop.store(true, Ordering::Relaxed);
-    producer.join().expect("the producer thread");
-    rate
+    handoff::with_handoff(|step| measure(warmup, run, step))
 }
 
 fn hostram_big(s: &Settings) -> Rate {
