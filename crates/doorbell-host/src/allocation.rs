@@ -1,6 +1,8 @@
 //! One allocation of a [`HostMemory`](crate::HostMemory) implementation, as
 //! its [`CowMap`](crate::CowMap) holds it (decision records 0031, 0041).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 /// Looks at a held lock this many times, a pause apart, before a thread
@@ -26,11 +28,23 @@ const SPINS: u32 = 1 << 10;
 /// with a second locked instruction. A locked instruction waits until the
 /// core's earlier stores have left it; on the path of a message there are
 /// about a dozen accesses a side.
+///
+/// Whether it is still allocated is also kept outside the lock
+/// ([`Self::is_live`]), on a line of its own: a check that memory may be
+/// accessed (a sender's DMA read of a payload that the receiver copies
+/// later) then waits for no copy that holds the lock, and reads no line
+/// that the copy's lock writes.
 #[repr(align(128))]
 pub struct Allocation<B> {
     len: u64,
-    state: SpinMutex<State<B>>,
+    /// True until [`Self::free`] takes the bytes (stored under the lock).
+    live: AtomicBool,
+    state: Locked<B>,
 }
+
+/// The lock and what it guards, on lines of their own.
+#[repr(align(64))]
+struct Locked<B>(SpinMutex<State<B>>);
 
 struct State<B> {
     /// `None` once freed.
@@ -52,10 +66,11 @@ impl<B> Allocation<B> {
     pub fn new(len: u64, bytes: B) -> Self {
         Self {
             len,
-            state: SpinMutex::new(State {
+            live: AtomicBool::new(true),
+            state: Locked(SpinMutex::new(State {
                 bytes: Some(bytes),
                 pins: 0,
-            }),
+            })),
         }
     }
 
@@ -74,11 +89,11 @@ impl<B> Allocation<B> {
         // and every section leaves the state whole.)
         let mut looks = 0u32;
         loop {
-            if let Some(g) = self.state.try_lock() {
+            if let Some(g) = self.state.0.try_lock() {
                 return g;
             }
             // Held: wait reading, not writing, the lock's line.
-            while self.state.is_locked() {
+            while self.state.0.is_locked() {
                 if looks < SPINS {
                     looks += 1;
                     std::hint::spin_loop();
@@ -140,12 +155,24 @@ impl<B> Allocation<B> {
         if s.pins > 0 {
             return Err(NotFreed::Pinned(s.pins));
         }
-        s.bytes.take().ok_or(NotFreed::Gone)
+        let bytes = s.bytes.take().ok_or(NotFreed::Gone)?;
+        // Under the lock: an access that takes it after this finds no
+        // bytes, and a look at the flag after this finds it down.
+        self.live.store(false, Ordering::Release);
+        Ok(bytes)
+    }
+
+    /// Whether it is still allocated, read without the lock: true until a
+    /// [`Self::free`] succeeds. An access made after a `true` may still
+    /// find it freed since, as an access made after the lock was let go
+    /// may; one made after a `false` never finds it allocated.
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
     }
 
     /// Whether it was freed.
     pub fn is_freed(&self) -> bool {
-        self.lock().bytes.is_none()
+        !self.is_live()
     }
 }
 
@@ -161,8 +188,9 @@ mod tests {
         assert_eq!(a.with(|b| b[1]), Some(2));
         assert!(a.unpin());
         assert!(!a.unpin(), "no pin left");
+        assert!(a.is_live(), "a refused free leaves it allocated");
         assert_eq!(a.free(), Ok(vec![1, 2, 3]));
-        assert!(a.is_freed());
+        assert!(a.is_freed() && !a.is_live());
         assert!(!a.pin());
         assert_eq!(a.with(|b| b.len()), None);
         assert_eq!(a.free(), Err(NotFreed::Gone));

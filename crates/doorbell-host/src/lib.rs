@@ -464,9 +464,15 @@ impl HostMemory for HostRam {
         }
     }
 
-    /// Checks that `[addr, addr + len)` lies inside one live region.
+    /// Checks that `[addr, addr + len)` lies inside one live region,
+    /// without the region's lock ([`Allocation::is_live`]): a check waits
+    /// for no access in progress, such as a peer's copy out of the region.
     fn check(&self, addr: HostAddr, len: usize) -> Result<(), MemError> {
-        self.with_region(addr, len, |_| ())
+        if self.with_found(addr, len, |_, region| region.is_live())? {
+            Ok(())
+        } else {
+            Err(MemError::Unmapped { addr, len })
+        }
     }
 
     fn read(&self, addr: HostAddr, buf: &mut [u8]) -> Result<(), MemError> {
@@ -909,6 +915,45 @@ mod tests {
         assert_eq!(region.with(|b| b.len()), None);
         assert!(matches!(ram.pin(a, 1), Err(MemError::Unmapped { .. })));
         assert!(ram.read(a, &mut [0u8; 1]).is_err());
+    }
+
+    #[test]
+    fn a_check_waits_for_no_access_in_progress_and_fails_once_freed() {
+        let ram = Arc::new(HostRam::new());
+        let a = ram.alloc(4096).unwrap();
+        assert_eq!(ram.check(a, 4096), Ok(()));
+        assert!(ram.check(a.checked_add(4000).unwrap(), 200).is_err());
+        // Another thread holds the region's lock (as a peer's copy out of
+        // it does) until told to let go; the check answers meanwhile.
+        let (held, let_go) = (std::sync::mpsc::channel(), std::sync::mpsc::channel());
+        let holder = {
+            let (ram, held, let_go) = (ram.clone(), held.0, let_go.1);
+            std::thread::spawn(move || {
+                ram.with_region(a, 4096, |_| {
+                    held.send(()).unwrap();
+                    let_go.recv().unwrap();
+                })
+                .unwrap();
+            })
+        };
+        held.1.recv().unwrap();
+        let (done, answered) = std::sync::mpsc::channel();
+        let checker = {
+            let ram = ram.clone();
+            std::thread::spawn(move || done.send(ram.check(a, 8)).unwrap())
+        };
+        let answer = answered.recv_timeout(std::time::Duration::from_secs(10));
+        let_go.0.send(()).unwrap();
+        holder.join().unwrap();
+        checker.join().unwrap();
+        assert_eq!(answer, Ok(Ok(())), "checked while the lock was held");
+        // A region freed after a thread noted it: the note is not trusted.
+        let b = ram.alloc(4096).unwrap();
+        assert_eq!(ram.check(b, 1), Ok(()));
+        let old = ram.regions.load();
+        ram.free(b).unwrap();
+        assert!(!old.get(&b.get()).unwrap().is_live());
+        assert!(matches!(ram.check(b, 1), Err(MemError::Unmapped { .. })));
     }
 
     #[test]
