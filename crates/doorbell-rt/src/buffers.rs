@@ -10,9 +10,9 @@
 //! Each thread keeps its own spares (at most [`KEEP`], none larger than
 //! [`LARGEST`] bytes), and the process up to [`SHARED_KEEP`] more that any
 //! thread may take: a thread with none of its own takes from there. A
-//! thread that holds [`OWN`] or more of its own gives there first while
-//! they are fewer than [`SHARED_LOW`]; any thread gives there once its own
-//! are full. A buffer that one thread fills and another frees (a port's
+//! thread that gathers [`OWN`] + [`BATCH`] of its own hands all but
+//! [`OWN`] there at once while they are fewer than [`SHARED_LOW`]; any
+//! thread does so once its own are full. A buffer that one thread fills and another frees (a port's
 //! receive thread takes a frame, the program thread that ran the NIC
 //! recycles it) then goes round instead of being allocated by the one and
 //! freed by the other, and a thread that wakes now and then finds spares
@@ -64,6 +64,9 @@ const LONGEST_LIST: usize = 256;
 /// Spares a thread keeps before it fills the process's reserve
 /// ([`give_to`]).
 const OWN: usize = 4;
+/// Spares past [`OWN`] a thread gathers before it hands them to the
+/// process's reserve at once ([`give_to`]).
+const BATCH: usize = 4;
 
 /// Most spare run buffers a thread keeps, and the process for any thread.
 const KEEP_RUNS: usize = 4;
@@ -132,7 +135,9 @@ impl<T> Shared<T> {
         v
     }
 
-    /// Keeps `v`, or hands it back if the store is full.
+    /// Keeps `v`, or hands it back if the store is full (for the tests;
+    /// threads give through [`Self::give_many`]).
+    #[cfg(test)]
     fn give(&self, v: T) -> Result<(), T> {
         let mut items = self.items();
         if items.len() >= self.keep {
@@ -141,6 +146,15 @@ impl<T> Shared<T> {
         items.push(v);
         self.len.store(items.len(), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Keeps what `vs` yields, under one taking of the lock, as far as it
+    /// has room; the rest is dropped.
+    fn give_many(&self, vs: impl Iterator<Item = T>) {
+        let mut items = self.items();
+        let room = self.keep.saturating_sub(items.len());
+        items.extend(vs.take(room));
+        self.len.store(items.len(), Ordering::Relaxed);
     }
 
     /// Calls `f` with up to `n` of its items, last in first out, under one
@@ -224,35 +238,33 @@ fn take_from<T>(local: &mut Vec<T>, shared: &Shared<T>) -> Option<T> {
     local.pop().or_else(|| shared.take())
 }
 
-/// Keeps `v`: in `shared` while it holds fewer than its low mark, if
-/// `local` holds [`OWN`] or more; else in `local` while it holds fewer than `keep`;
-/// else in `shared` if it has room; else frees it.
+/// Keeps `v`: in `local`, until `local` holds [`OWN`] + [`BATCH`] while
+/// `shared` holds fewer than its low mark, or until `local` is full
+/// (`keep`); then `v` and all of `local` but its first [`OWN`] go to
+/// `shared` at once, under one taking of its lock (what it has no room for
+/// is freed).
 ///
 /// A thread that frees more than it takes (a thread that runs a NIC
-/// another thread's port feeds) fills the store's reserve once it holds a
-/// few: the thread that takes finds its buffers there. A thread that frees
-/// as much as it takes (a ping-pong run in the program's thread: a frame
-/// received and recycled, a frame built and sent) does so only until the
-/// reserve is full, and then its buffers go round without the store's
-/// lock. A thread with fewer than [`OWN`] keeps what it frees: one whose
-/// own ran out takes from the store and gives back to itself, rather than
-/// taking and giving through the lock for good.
+/// another thread's port feeds, or the receiving NIC of a stream between
+/// NICs of one process) fills the store's reserve a batch at a time: the
+/// thread that takes finds its buffers there, and the store's lock and
+/// lines cross between the two threads' cores once a batch, not once a
+/// buffer. A thread that frees as much as it takes (a ping-pong run in the
+/// program's thread) keeps its few without the lock. A thread with fewer
+/// than [`OWN`] keeps what it frees: one whose own ran out takes from the
+/// store and gives back to itself, rather than taking and giving through
+/// the lock for good.
 fn give_to<T>(local: &mut Vec<T>, keep: usize, shared: &Shared<T>, v: T) {
-    let v = if local.len() >= OWN && shared.len() < shared.low {
-        match shared.give(v) {
-            Ok(()) => return,
-            Err(v) => v,
-        }
-    } else {
-        v
-    };
-    if local.len() < keep {
-        // Room for all at once: a thread's spares grow no further.
-        local.reserve_exact(keep - local.len());
-        local.push(v);
-    } else {
-        let _ = shared.give(v);
+    let full = local.len() >= keep;
+    let batch = local.len() + 1 >= OWN + BATCH && shared.len() < shared.low;
+    if full || batch {
+        let own = OWN.min(local.len());
+        shared.give_many(local.drain(own..).chain(std::iter::once(v)));
+        return;
     }
+    // Room for all at once: a thread's spares grow no further.
+    local.reserve_exact(keep - local.len());
+    local.push(v);
 }
 
 /// An empty list for a batch of frames on its way to a NIC's inbox: a
@@ -429,6 +441,30 @@ mod tests {
         // first out.
         let taken: Vec<i32> = std::iter::from_fn(|| take_from(&mut local, &shared)).collect();
         assert_eq!(taken, [3, 2, 1, 0, 11, 10, 9, 8, 7, 6, 5, 4]);
+    }
+
+    #[test]
+    fn a_thread_that_only_frees_takes_the_stores_lock_once_a_batch() {
+        let shared = Shared::new(SHARED_KEEP, SHARED_LOW);
+        let mut local = Vec::new();
+        let before = shared.locked.load(Ordering::Relaxed);
+        let n = 200;
+        for i in 0..n {
+            give_to(&mut local, KEEP, &shared, i);
+            assert!(local.len() < OWN + BATCH || shared.len() >= SHARED_LOW);
+        }
+        let locks = shared.locked.load(Ordering::Relaxed) - before;
+        assert!(
+            locks <= n / BATCH + 1,
+            "{locks} takings of the lock for {n} buffers"
+        );
+        assert_eq!(shared.len() + local.len(), n, "none freed: there was room");
+        // A thread that takes finds them all, newest first.
+        let held = shared.len();
+        let mut other = Vec::new();
+        let taken: Vec<usize> = std::iter::from_fn(|| take_from(&mut other, &shared)).collect();
+        assert_eq!(taken.len(), held);
+        assert!(taken.windows(2).all(|w| w[0] > w[1]), "last in, first out");
     }
 
     #[test]
