@@ -33,7 +33,7 @@ const SPINS: u32 = 1 << 10;
 /// ([`Self::is_live`]), on a line of its own: a check that memory may be
 /// accessed (a sender's DMA read of a payload that the receiver copies
 /// later) then waits for no copy that holds the lock, and reads no line
-/// that the copy's lock writes.
+/// that the copy's lock writes (decision record 0061).
 #[repr(align(128))]
 pub struct Allocation<B> {
     len: u64,

@@ -249,8 +249,8 @@ fn take_from<T>(local: &mut Vec<T>, shared: &Shared<T>) -> Option<T> {
 /// NICs of one process) fills the store's reserve a batch at a time: the
 /// thread that takes finds its buffers there, and the store's lock and
 /// lines cross between the two threads' cores once a batch, not once a
-/// buffer. A thread that frees as much as it takes (a ping-pong run in the
-/// program's thread) keeps its few without the lock. A thread with fewer
+/// buffer (decision record 0061). A thread that frees as much as it takes
+/// (a ping-pong run in the program's thread) keeps its few without the lock. A thread with fewer
 /// than [`OWN`] keeps what it frees: one whose own ran out takes from the
 /// store and gives back to itself, rather than taking and giving through
 /// the lock for good.
