@@ -33,6 +33,10 @@ pub(crate) enum Payload {
 /// remote address segments and the inline header), and as much as the
 /// message's payload field holds without growing.
 pub(crate) const SHORT_INLINE: usize = 28;
+const _: () = assert!(
+    SHORT_INLINE <= u8::MAX as usize,
+    "a short length fits its u8"
+);
 
 /// The bytes of an inline payload: a short one in place, so that the
 /// commonest small message takes no buffer from the spares and gives none
@@ -73,7 +77,7 @@ impl Spares {
         if data.len() <= SHORT_INLINE {
             let mut bytes = [0u8; SHORT_INLINE];
             bytes[..data.len()].copy_from_slice(data);
-            // At most SHORT_INLINE, which fits a u8.
+            // At most SHORT_INLINE, which fits a u8 (asserted above).
             InlineData::Short {
                 len: data.len() as u8,
                 bytes,
