@@ -12,13 +12,13 @@
 //! thread may take: a thread with none of its own takes from there. A
 //! thread that gathers [`OWN`] + [`BATCH`] of its own hands all but
 //! [`OWN`] there at once while they are fewer than [`SHARED_LOW`]; any
-//! thread does so once its own are full. A buffer that one thread fills and another frees (a port's
-//! receive thread takes a frame, the program thread that ran the NIC
-//! recycles it) then goes round instead of being allocated by the one and
-//! freed by the other, and a thread that wakes now and then finds spares
-//! waiting; a thread whose buffers go round (a ping-pong run in the
-//! program's thread) keeps them without the store's lock once the reserve
-//! is full. [`lend`] takes what a NIC needs from the store under one
+//! thread does so once its own are full. A buffer that one thread fills
+//! and another frees (a port's receive thread takes a frame, the program
+//! thread that ran the NIC recycles it) then goes round instead of being
+//! allocated by the one and freed by the other, and a thread that wakes
+//! now and then finds spares waiting; a thread whose buffers go round (a
+//! ping-pong run in the program's thread) keeps them without the store's
+//! lock. [`lend`] takes what a NIC needs from the store under one
 //! taking of its lock, not one per buffer. No thread keeps more than about a
 //! hundred kilobytes of frames (16 of [`LARGEST`] at most), nor the
 //! process more than about three megabytes beside them. A port's coalesced
@@ -250,10 +250,10 @@ fn take_from<T>(local: &mut Vec<T>, shared: &Shared<T>) -> Option<T> {
 /// thread that takes finds its buffers there, and the store's lock and
 /// lines cross between the two threads' cores once a batch, not once a
 /// buffer (decision record 0061). A thread that frees as much as it takes
-/// (a ping-pong run in the program's thread) keeps its few without the lock. A thread with fewer
-/// than [`OWN`] keeps what it frees: one whose own ran out takes from the
-/// store and gives back to itself, rather than taking and giving through
-/// the lock for good.
+/// (a ping-pong run in the program's thread) keeps its few without the
+/// lock. A thread with fewer than [`OWN`] keeps what it frees: one whose
+/// own ran out takes from the store and gives back to itself, rather than
+/// taking and giving through the lock for good.
 fn give_to<T>(local: &mut Vec<T>, keep: usize, shared: &Shared<T>, v: T) {
     let full = local.len() >= keep;
     let batch = local.len() + 1 >= OWN + BATCH && shared.len() < shared.low;
