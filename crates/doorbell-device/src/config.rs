@@ -3,7 +3,7 @@
 use doorbell_hif::DeviceCaps;
 use doorbell_host::{HostMemory, MemError};
 use doorbell_types::{Duration, HostAddr, Instant};
-use doorbell_wire::Seal;
+use doorbell_wire::{BthOpcode, ExtHeaders, RoceRepr, Seal};
 
 /// Static configuration of one NIC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,14 +62,26 @@ pub struct NicConfig {
     /// Most packets a NIC that leaves payloads hands on as one frame: a
     /// run of MIDDLE packets of one message, their payloads one after the
     /// other in one run of host memory, none asking for an ACK
-    /// ([`Unfilled::segments`]), [`MAX_SEGMENTS`] at the most. 1 by
+    /// ([`Unfilled::segments`]; with its FIRST and LAST if
+    /// [`Self::runs_with_ends`]), [`MAX_SEGMENTS`] at the most. 1 by
     /// default: every packet its own frame.
     /// The receiver takes each packet of a run as it would have taken it
-    /// alone, without parsing headers that differ only in their PSN; the
+    /// alone, without parsing headers that the first's give; the
     /// runtime splits a run into its packets ([`Unfilled::segment`])
     /// wherever else it could be seen, as an operating system leaves the
     /// segmentation of a large send to where it must happen.
     pub max_segments: u32,
+    /// Whether a run ([`Self::max_segments`]) may also hold its message's
+    /// FIRST packet, ahead of its MIDDLEs, and its LAST, after them
+    /// ([`Unfilled::last`]): a WRITE or SEND whose payload lies in one run
+    /// of host memory then goes as one frame, however many packets it is.
+    /// `false` by default. For NICs of one process on two cores or more,
+    /// where a frame costs less for its bytes than for the cache lines of
+    /// its headers that cross from one core to the other (decision record
+    /// 0062). A port that has the kernel cut a run into datagrams of one
+    /// length (UDP GSO) would gain nothing: a WRITE FIRST's RETH makes it
+    /// longer than its MIDDLEs.
+    pub runs_with_ends: bool,
     /// Most packets a NIC hands on as one frame when their bytes are all
     /// in it (no payload left in memory): whole packets from one QP to one
     /// QP, back to back ([`Frame::train`]), no more than
@@ -115,6 +127,7 @@ impl NicConfig {
             tx_burst: None,
             leave_payload: false,
             max_segments: 1,
+            runs_with_ends: false,
             max_train: 1,
         }
     }
@@ -300,10 +313,52 @@ pub struct Unfilled {
     /// The length of each packet's payload.
     pub len: u32,
     /// How many packets the frame stands for, at least one. The frame's
-    /// bytes are the first's; packet `k` differs only in its PSN, `k` more,
-    /// and its payload, `k * len` bytes on from `from`. A run of more than
-    /// one is of MIDDLE packets that ask for no ACK.
+    /// bytes are the first's; packet `k` differs in its PSN, `k` more, and
+    /// its payload, `k * len` bytes on from `from`; and nothing else, but
+    /// where the run has ends ([`NicConfig::runs_with_ends`]). A run of
+    /// more than one is of MIDDLE packets that ask for no ACK, but that it
+    /// may start with its message's FIRST (an RC WRITE's or SEND's), whose
+    /// followers are MIDDLEs without its extension headers, and end with
+    /// its LAST ([`Self::last`]). [`Self::packet_headers`] says what
+    /// packet `k` is.
     pub segments: u32,
+    /// The run's last packet, if it is its message's LAST rather than a
+    /// MIDDLE: an RC WRITE's or SEND's, without an immediate.
+    pub last: Option<RunLast>,
+}
+
+/// A run's LAST packet ([`Unfilled::last`]): how it differs from a MIDDLE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLast {
+    /// The length of its payload, which follows the run's MIDDLEs' in
+    /// the sender's memory: at least one byte, at most theirs.
+    pub len: u32,
+    /// Whether it asks for an ACK.
+    pub ack_req: bool,
+}
+
+/// The opcode of the packets that follow a run's first, `op`
+/// ([`Unfilled::segments`]): the MIDDLE of its operation, if it has one
+/// that may run.
+pub(crate) fn run_middle(op: BthOpcode) -> Option<BthOpcode> {
+    use BthOpcode::*;
+    match op {
+        RcRdmaWriteFirst | RcRdmaWriteMiddle => Some(RcRdmaWriteMiddle),
+        RcSendFirst | RcSendMiddle => Some(RcSendMiddle),
+        RcRdmaReadResponseMiddle => Some(RcRdmaReadResponseMiddle),
+        _ => None,
+    }
+}
+
+/// The opcode of the LAST that may end a run of `middle` packets
+/// ([`Unfilled::last`]): one with no extension headers.
+pub(crate) fn run_last(middle: BthOpcode) -> Option<BthOpcode> {
+    use BthOpcode::*;
+    match middle {
+        RcRdmaWriteMiddle => Some(RcRdmaWriteLast),
+        RcSendMiddle => Some(RcSendLast),
+        _ => None,
+    }
 }
 
 impl Unfilled {
@@ -345,30 +400,64 @@ impl Unfilled {
             run: *self,
             bytes,
             bth_at: parsed.repr.ip.header_len() + doorbell_wire::udp::HEADER_LEN,
-            psn: parsed.repr.bth.psn,
+            first: parsed.repr,
         })
+    }
+
+    /// The headers of packet `k` of the run whose first packet's are
+    /// `first` (as a parse gives them), and the length of its payload, as
+    /// [`Self::segments`] says; `None` if `k` is past the run, or the run
+    /// is none a NIC makes: more than one packet, of which the first is no
+    /// packet that may head a run, or asks for an ACK, or whose LAST
+    /// ([`Self::last`]) its operation has not or carries no byte or more
+    /// than a MIDDLE.
+    pub fn packet_headers(&self, first: &RoceRepr, k: u32) -> Option<(RoceRepr, u32)> {
+        if k >= self.segments {
+            return None;
+        }
+        let mut r = *first;
+        r.bth.psn = first.bth.psn.add(k);
+        if k == 0 {
+            return Some((r, self.len));
+        }
+        let middle = run_middle(first.bth.opcode).filter(|_| !first.bth.ack_req)?;
+        r.bth.opcode = middle;
+        r.ext = ExtHeaders::default();
+        let mut len = self.len;
+        if k + 1 == self.segments
+            && let Some(last) = self.last
+        {
+            r.bth.opcode = run_last(middle).filter(|_| (1..=self.len).contains(&last.len))?;
+            r.bth.ack_req = last.ack_req;
+            len = last.len;
+        }
+        r.make_parsed(len as usize);
+        Some((r, len))
     }
 }
 
 /// A run of packets ([`Unfilled::segments`]) whose frame was checked once
 /// ([`Unfilled::split`]): packet `k` is the frame's bytes with its PSN `k`
-/// more, so each is written without parsing or emitting headers again.
+/// more, so each is written without parsing or emitting headers again;
+/// but the MIDDLEs after a FIRST and a LAST at the end
+/// ([`NicConfig::runs_with_ends`]), whose headers are emitted.
 #[derive(Debug, Clone, Copy)]
 pub struct Split<'a> {
     run: Unfilled,
     bytes: &'a [u8],
     /// Where the BTH starts in the frame.
     bth_at: usize,
-    /// The first packet's PSN.
-    psn: doorbell_types::Psn,
+    /// The first packet's headers, as parsed.
+    first: RoceRepr,
 }
 
 impl Split<'_> {
     /// Packet `k`, as [`Unfilled::segment`] gives it: its headers and ICRC
     /// field written to `into`, which becomes the frame's length (its
     /// payload bytes are left as `into` held them, zero where it grew),
-    /// and where its payload is. `None` if `k` is past the run or its
-    /// payload's address would pass the end of the address space.
+    /// and where its payload is. `None` if `k` is past the run, its
+    /// payload's address would pass the end of the address space, or the
+    /// run is none a NIC makes ([`Unfilled::packet_headers`]).
     pub fn packet(&self, k: u32, into: &mut Vec<u8>) -> Option<Unfilled> {
         if k >= self.run.segments {
             return None;
@@ -377,6 +466,25 @@ impl Split<'_> {
             .run
             .from
             .checked_add(u64::from(k) * u64::from(self.run.len))?;
+        let same = k == 0
+            || (run_middle(self.first.bth.opcode) == Some(self.first.bth.opcode)
+                && (k + 1 < self.run.segments || self.run.last.is_none()));
+        if !same {
+            // A run's end ([`NicConfig::runs_with_ends`]): headers of
+            // another length, emitted.
+            let (repr, len) = self.run.packet_headers(&self.first, k)?;
+            let frame_len = repr.checked_frame_len(len as usize).ok()?;
+            into.resize(frame_len, 0);
+            repr.emit_checked(into, len as usize, frame_len, Seal::Later)
+                .ok()?;
+            return Some(Unfilled {
+                from,
+                at: repr.header_len() as u32,
+                len,
+                segments: 1,
+                last: None,
+            });
+        }
         let at = self.run.at as usize;
         let end = at + self.run.len as usize;
         into.resize(self.bytes.len(), 0);
@@ -388,10 +496,12 @@ impl Split<'_> {
         // `split` parsed a whole BTH at `bth_at` in a frame of this length,
         // so the setter stays inside the buffer, which is output and so
         // not checked.
-        doorbell_wire::BthHeader::new_unchecked(&mut into[self.bth_at..]).set_psn(self.psn.add(k));
+        doorbell_wire::BthHeader::new_unchecked(&mut into[self.bth_at..])
+            .set_psn(self.first.bth.psn.add(k));
         Some(Unfilled {
             from,
             segments: 1,
+            last: None,
             ..self.run
         })
     }

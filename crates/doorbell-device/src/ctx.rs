@@ -145,9 +145,21 @@ pub(crate) struct Building {
     /// ([`crate::NicConfig::leave_payload`]).
     pub(crate) left: Option<doorbell_types::HostAddr>,
     /// The packets the frame stands for ([`crate::Unfilled::segments`]):
-    /// one, or a run of MIDDLE packets whose payloads follow `left` in
-    /// memory.
+    /// one, or a run whose payloads follow `left` in memory.
     pub(crate) segments: u32,
+    /// The run's LAST, if it ends with one ([`crate::Unfilled::last`]).
+    pub(crate) last: Option<crate::config::RunLast>,
+}
+
+impl Building {
+    /// The bytes of payload of the packets the frame stands for.
+    pub(crate) fn run_len(&self) -> u64 {
+        let each = self.payload.len() as u64;
+        match self.last {
+            Some(last) => u64::from(self.segments.saturating_sub(1)) * each + u64::from(last.len),
+            None => u64::from(self.segments) * each,
+        }
+    }
 }
 
 /// Hands over the headers `repr` of the packet of `len` bytes at `at` in
@@ -361,6 +373,7 @@ mod tests {
                 at: 60,
                 len: 40,
                 segments,
+                last: None,
             }),
             train: 1,
             headers: Vec::new(),

@@ -57,6 +57,7 @@ pub(crate) fn building<D: Dma>(
         ready: ctx.t,
         left: None,
         segments: 1,
+        last: None,
     })
 }
 
@@ -99,6 +100,7 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], f: &mut Buildin
         at: f.payload.start as u32,
         len: f.payload.len() as u32,
         segments: f.segments,
+        last: f.last,
     });
     let frame = Frame {
         dst,

@@ -17,9 +17,10 @@
 //! [`Nic::handle_emitted_frame`] and [`Nic::handle_unfilled_frame`], and
 //! copies the payload from the sender's memory into its own, once. Such a
 //! sender may also hand a run of a message's MIDDLE packets on as one frame
-//! ([`NicConfig::max_segments`], [`Unfilled::segments`]): the receiver
-//! takes each packet of it as it would have taken it alone, its headers
-//! parsed once. And it may hand a QP's packets whose bytes are all in
+//! ([`NicConfig::max_segments`], [`Unfilled::segments`]), with its FIRST
+//! and LAST too ([`NicConfig::runs_with_ends`]): the receiver takes each
+//! packet of it as it would have taken it alone, its headers parsed
+//! once. And it may hand a QP's packets whose bytes are all in
 //! their frames on back to back, as a train ([`NicConfig::max_train`],
 //! [`Frame::train`]), which the receiver takes with
 //! [`Nic::handle_emitted_train`], packet by packet. Such a NIC hands those
@@ -114,7 +115,7 @@ use doorbell_hif::{
 
 pub use config::{
     ADAPTIVE_RETRANSMIT_FLOOR, Frame, MAX_SEGMENTS, MAX_TRAIN_BYTES, NicConfig, NicCounters,
-    NicTiming, PacketHeaders, Split, Unfilled,
+    NicTiming, PacketHeaders, RunLast, Split, Unfilled,
 };
 
 use cq::Cq;
@@ -174,20 +175,21 @@ macro_rules! ctx {
     };
 }
 
-/// Whether `u` is a packet, or a run of at most [`MAX_SEGMENTS`] MIDDLE
-/// packets that ask for no ACK (headers `repr`) whose payloads end within
-/// the address space: the runs a sending NIC hands on
-/// ([`NicConfig::max_segments`]).
+/// Whether `u` is a packet, or a run of at most [`MAX_SEGMENTS`] packets
+/// whose first has headers `repr`, of a kind a sending NIC hands on
+/// ([`NicConfig::max_segments`], [`NicConfig::runs_with_ends`]): each of
+/// its packets has headers ([`Unfilled::packet_headers`]), and their
+/// payloads end within the address space.
 fn is_run(u: &Unfilled, repr: &RoceRepr) -> bool {
     match u.segments {
         0 => false,
-        1 => true,
+        1 => u.last.is_none(),
         n if n > MAX_SEGMENTS => false,
         n => {
-            transmit::may_run(repr.bth.opcode)
-                && !repr.bth.ack_req
+            let last_len = u.last.map_or(u.len, |l| l.len);
+            u.packet_headers(repr, n - 1).is_some()
                 && u.from
-                    .checked_add(u64::from(n) * u64::from(u.len))
+                    .checked_add(u64::from(n - 1) * u64::from(u.len) + u64::from(last_len))
                     .is_some()
         }
     }
@@ -1356,30 +1358,35 @@ impl Nic {
         }
         if !is_run(u, &repr) {
             self.out.counters.rx_dropped += 1;
-            return Received::Dropped("a run of packets that are not MIDDLE packets in a row");
+            return Received::Dropped("a run of packets that are no part of one message in a row");
         }
-        // Each packet of a run as it would have been taken alone: its
-        // headers are the first's but for the PSN (`Unfilled::segments`).
+        // Each packet of a run as it would have been taken alone, with the
+        // headers `Unfilled::packet_headers` gives it.
         let mut r = Received::Taken;
-        let mut each = repr;
         let mut from = u.from;
-        for k in 0..segments {
-            each.bth.psn = repr.bth.psn.add(k);
+        let mut k = 0;
+        while let Some((each, len)) = u.packet_headers(&repr, k) {
             let payload = PayloadIn::Left {
                 src,
                 from,
-                len: parsed.payload.len(),
+                len: len as usize,
             };
-            // After a WRITE's first packet, the rest in one go if each
+            // (`is_run` checked that the run ends within the address space.)
+            let after =
+                |n: u32| HostAddr::new(from.get().wrapping_add(u64::from(n) * u64::from(len)));
+            // After a WRITE's first packet, its MIDDLEs in one go if each
             // would be taken as the expected next.
-            if k == 1 && self.write_run(now, &each, segments - 1, payload, dma) {
-                return Received::Taken;
+            let middles = segments - 1 - u32::from(u.last.is_some());
+            if k == 1 && middles > 0 && self.write_run(now, &each, middles, payload, dma) {
+                k += middles;
+                from = after(middles);
+                continue;
             }
             // Nothing reads the timer index between a run's packets, which
             // all go to one QP: it is brought up to date after the last.
             r = self.packet(now, &each, ip_header, payload, dma, k + 1 == segments);
-            // (`is_run` checked that the run ends within the address space.)
-            from = HostAddr::new(from.get().wrapping_add(u64::from(u.len)));
+            from = after(1);
+            k += 1;
         }
         r
     }

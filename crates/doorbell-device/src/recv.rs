@@ -1067,11 +1067,7 @@ fn inbound_read<D: Dma>(
         // memory joins it ([`crate::NicConfig::max_segments`]); its read
         // was counted above, as for any response.
         if let Some(run) = frames.last_mut()
-            && transmit::continues_run(
-                run,
-                &f,
-                ctx.cfg.max_segments.min(crate::config::MAX_SEGMENTS),
-            )
+            && transmit::continues_run(run, &f, transmit::run_limits(ctx.cfg))
         {
             run.segments += 1;
             run.ready = run.ready.max(f.ready);

@@ -178,7 +178,7 @@ pub(crate) fn leave_in_runs<D: Dma>(
     let mut off = 0u64;
     for f in frames.iter_mut() {
         f.left = h.checked_add(off);
-        off += u64::from(f.segments) * f.payload.len() as u64;
+        off += f.run_len();
     }
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
     let Ctx { dma, t, .. } = ctx;

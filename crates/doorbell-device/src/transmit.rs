@@ -12,6 +12,7 @@ use doorbell_roce::ACK_EVERY_PACKETS;
 use doorbell_types::{Mkey, Psn, Qpn};
 use doorbell_wire::{AtomicEthRepr, BthOpcode, BthRepr, ExtHeaders, ImmDtRepr, RethRepr};
 
+use crate::config::RunLast;
 use crate::ctx::{Building, Ctx};
 use crate::emit::{self, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
@@ -264,7 +265,7 @@ pub(crate) struct Packets<'a> {
     /// Frames built and read into at once: one DMA per contiguous run of
     /// host memory within a batch.
     pub(crate) batch: u32,
-    /// Whether MIDDLE packets may leave as runs
+    /// Whether packets may leave as runs
     /// ([`crate::NicConfig::max_segments`]): for an RC WRITE or SEND, whose
     /// headers never fail.
     pub(crate) runs: bool,
@@ -400,14 +401,15 @@ fn build_runs<D: Dma>(
     headers: &impl Fn(u32) -> Result<(BthRepr, ExtHeaders), Syndrome>,
     frames: &mut Vec<Building>,
 ) -> Result<(), Syndrome> {
-    let max = ctx.cfg.max_segments.min(crate::config::MAX_SEGMENTS);
+    let (max, ends) = run_limits(ctx.cfg);
     for k in range {
         let (bth, ext) = headers(k)?;
         let data_len = p.data_len(k);
         if let Some(f) = frames.last_mut()
-            && joins(f, &bth, &ext, data_len, max)
+            && let Some(last) = joins(f, &bth, &ext, data_len, max, ends)
         {
             f.segments += 1;
+            f.last = last;
             continue;
         }
         let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
@@ -420,48 +422,80 @@ fn build_runs<D: Dma>(
     Ok(())
 }
 
+/// The most packets a run holds, and whether it may hold its message's
+/// FIRST and LAST ([`crate::NicConfig::max_segments`],
+/// [`crate::NicConfig::runs_with_ends`]).
+pub(crate) fn run_limits(cfg: &crate::config::NicConfig) -> (u32, bool) {
+    (
+        cfg.max_segments.min(crate::config::MAX_SEGMENTS),
+        cfg.runs_with_ends,
+    )
+}
+
 /// Whether `next`, built with its payload left in memory, may join the run
 /// `f` as its next packet: as [`joins`] says, and its payload follows the
 /// run's in memory.
-pub(crate) fn continues_run(f: &Building, next: &Building, max: u32) -> bool {
+pub(crate) fn continues_run(f: &Building, next: &Building, (max, ends): (u32, bool)) -> bool {
     let step = u64::from(f.segments) * f.payload.len() as u64;
     next.left.is_some()
         && f.left.and_then(|h| h.checked_add(step)) == next.left
-        && joins(f, &next.repr.bth, &next.repr.ext, next.payload.len(), max)
+        && joins(
+            f,
+            &next.repr.bth,
+            &next.repr.ext,
+            next.payload.len(),
+            max,
+            ends,
+        )
+        .is_some()
 }
 
 /// Whether the packet with headers `bth` and `ext` and `data_len` bytes of
-/// payload may join the run `f` as its next packet: `f` and it are MIDDLE
-/// packets of one opcode that ask for no ACK, with the same extension
-/// headers (none) and payload length, and it has the next PSN. Its headers
-/// are then `f`'s but for the PSN, as [`crate::Unfilled::segments`] says.
-fn joins(f: &Building, bth: &BthRepr, ext: &ExtHeaders, data_len: usize, max: u32) -> bool {
+/// payload may join the run `f` as its next packet, and as what: `f` is a
+/// run of MIDDLE packets of one opcode that ask for no ACK, or with `ends`
+/// one that a WRITE's or SEND's FIRST heads, and has no LAST yet; the
+/// packet has the next PSN, no extension headers, and the same BTH but for
+/// its opcode and ACK request. It joins as a MIDDLE of the run's
+/// operation that asks for no ACK and carries as much as the run's first
+/// (`Some(None)`), or with `ends` as its LAST, without an immediate and
+/// with no more than that (`Some(Some(last))`). Its headers are then what
+/// [`crate::Unfilled::packet_headers`] makes of `f`'s.
+fn joins(
+    f: &Building,
+    bth: &BthRepr,
+    ext: &ExtHeaders,
+    data_len: usize,
+    max: u32,
+    ends: bool,
+) -> Option<Option<RunLast>> {
     let first = &f.repr.bth;
-    f.segments < max
-        && may_run(first.opcode)
+    let middle = crate::config::run_middle(first.opcode).filter(|&m| ends || m == first.opcode)?;
+    let fits = f.segments < max
+        && f.last.is_none()
         && !first.ack_req
-        && bth.opcode == first.opcode
-        && !bth.ack_req
         && bth.psn == first.psn.add(f.segments)
         && BthRepr {
+            opcode: first.opcode,
+            ack_req: first.ack_req,
             psn: first.psn,
+            pad_count: first.pad_count,
             ..*bth
         } == *first
-        // (No extension headers on either side, as MIDDLE packets have: one
-        // look at each, not a compare of every field.)
-        && ((ext.bits() == 0 && f.repr.ext.bits() == 0) || *ext == f.repr.ext)
-        && data_len == f.payload.len()
-}
-
-/// Whether packets of opcode `op` may go as a run
-/// ([`crate::Unfilled::segments`]): the MIDDLE packets of an RC WRITE, SEND
-/// or READ response, whose headers differ only in their PSN.
-pub(crate) fn may_run(op: BthOpcode) -> bool {
-    use BthOpcode::*;
-    matches!(
-        op,
-        RcRdmaWriteMiddle | RcSendMiddle | RcRdmaReadResponseMiddle
-    )
+        // (No extension headers, as a MIDDLE and a plain LAST have: one
+        // look, not a compare of every field.)
+        && ext.bits() == 0;
+    if !fits {
+        return None;
+    }
+    let len = u32::try_from(data_len).ok()?;
+    if bth.opcode == middle && !bth.ack_req && data_len == f.payload.len() {
+        return Some(None);
+    }
+    let last = crate::config::run_last(middle).filter(|_| ends)?;
+    (bth.opcode == last && len > 0 && data_len <= f.payload.len()).then_some(Some(RunLast {
+        len,
+        ack_req: bth.ack_req,
+    }))
 }
 
 /// Whether a packet of opcode `op` may leave its payload in host memory
@@ -591,6 +625,7 @@ mod tests {
             ready: Instant::ZERO,
             left: Some(HostAddr::new(0x1000)),
             segments,
+            last: None,
         }
     }
 
@@ -600,7 +635,7 @@ mod tests {
         let run = building(RcRdmaWriteMiddle, 10, false, 3);
         let next = |op, psn, ack| {
             let (bth, ext) = packet(op, psn, ack);
-            joins(&run, &bth, &ext, 1024, 64)
+            joins(&run, &bth, &ext, 1024, 64, false).is_some()
         };
         assert!(next(RcRdmaWriteMiddle, 13, false), "the next MIDDLE");
         assert!(!next(RcRdmaWriteMiddle, 13, true), "one asking for an ACK");
@@ -609,16 +644,107 @@ mod tests {
         assert!(!next(RcRdmaWriteLast, 13, false), "a LAST");
         assert!(!next(RcSendMiddle, 13, false), "another opcode");
         let (bth, ext) = packet(RcRdmaWriteMiddle, 13, false);
-        assert!(!joins(&run, &bth, &ext, 1000, 64), "a shorter payload");
-        assert!(!joins(&run, &bth, &ext, 1024, 3), "a run at its most");
+        assert!(
+            joins(&run, &bth, &ext, 1000, 64, false).is_none(),
+            "a shorter payload"
+        );
+        assert!(
+            joins(&run, &bth, &ext, 1024, 3, false).is_none(),
+            "a run at its most"
+        );
         let mut other = bth;
         other.dest_qp = Qpn::new(8);
-        assert!(!joins(&run, &other, &ext, 1024, 64), "another QP");
+        assert!(
+            joins(&run, &other, &ext, 1024, 64, false).is_none(),
+            "another QP"
+        );
         for (first, why) in [
             (building(RcRdmaWriteMiddle, 10, true, 3), "asks for an ACK"),
             (building(RcRdmaWriteFirst, 10, false, 3), "is a FIRST"),
         ] {
-            assert!(!joins(&first, &bth, &ext, 1024, 64), "a run that {why}");
+            assert!(
+                joins(&first, &bth, &ext, 1024, 64, false).is_none(),
+                "a run that {why}"
+            );
         }
+    }
+
+    #[test]
+    fn with_ends_a_run_starts_at_a_first_and_ends_at_a_plain_last() {
+        use BthOpcode::*;
+        let (bth, ext) = packet(RcRdmaWriteMiddle, 13, false);
+        let joined = |run: &Building, bth: &BthRepr, len| joins(run, bth, &ext, len, 64, true);
+        let first = building(RcRdmaWriteFirst, 10, false, 3);
+        assert_eq!(
+            joined(&first, &bth, 1024),
+            Some(None),
+            "a MIDDLE after a FIRST"
+        );
+        let send = building(RcSendFirst, 10, false, 3);
+        let (send_middle, _) = packet(RcSendMiddle, 13, false);
+        assert_eq!(
+            joined(&send, &send_middle, 1024),
+            Some(None),
+            "a SEND's MIDDLE"
+        );
+        assert_eq!(
+            joined(&send, &bth, 1024),
+            None,
+            "a WRITE's MIDDLE after a SEND"
+        );
+        for ack_req in [false, true] {
+            let (last, _) = packet(RcRdmaWriteLast, 13, ack_req);
+            assert_eq!(
+                joined(&first, &last, 100),
+                Some(Some(RunLast { len: 100, ack_req })),
+                "a LAST, shorter, asking for an ACK or not"
+            );
+            assert_eq!(joined(&first, &last, 0), None, "a LAST of no bytes");
+            assert_eq!(
+                joined(&first, &last, 1025),
+                None,
+                "a LAST longer than a MIDDLE"
+            );
+        }
+        let (imm, _) = packet(RcRdmaWriteLastWithImmediate, 13, false);
+        assert_eq!(joined(&first, &imm, 1024), None, "a LAST with an immediate");
+        let mut ended = building(RcRdmaWriteFirst, 10, false, 3);
+        ended.last = Some(RunLast {
+            len: 1024,
+            ack_req: false,
+        });
+        assert_eq!(joined(&ended, &bth, 1024), None, "anything after a LAST");
+        let with_reth = ExtHeaders {
+            reth: Some(doorbell_wire::RethRepr {
+                va: 0x1000,
+                rkey: doorbell_types::Rkey::from_raw(0x500),
+                dma_len: 4096,
+            }),
+            ..ExtHeaders::default()
+        };
+        let mut reth_first = building(RcRdmaWriteFirst, 10, false, 3);
+        reth_first.repr.ext = with_reth;
+        assert_eq!(
+            joined(&reth_first, &bth, 1024),
+            Some(None),
+            "a MIDDLE after a RETH"
+        );
+        assert_eq!(
+            joins(&reth_first, &bth, &with_reth, 1024, 64, true),
+            None,
+            "a follower with extension headers"
+        );
+        let read = building(RcRdmaReadResponseFirst, 10, false, 3);
+        let (read_middle, _) = packet(RcRdmaReadResponseMiddle, 13, false);
+        assert_eq!(
+            joined(&read, &read_middle, 1024),
+            None,
+            "a READ response's FIRST heads none"
+        );
+        assert_eq!(
+            joins(&first, &bth, &ext, 1024, 64, false),
+            None,
+            "without ends"
+        );
     }
 }

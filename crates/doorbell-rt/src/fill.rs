@@ -189,6 +189,7 @@ mod tests {
                 at: at as u32,
                 len: LEN as u32,
                 segments,
+                last: None,
             }),
             train: 1,
             headers: Vec::new(),
@@ -276,6 +277,31 @@ mod tests {
         )];
         assert_eq!(filler.fill(&mut again), 2);
         assert_eq!(sealed(&again), want[1..4].to_vec());
+    }
+
+    #[test]
+    fn a_run_from_its_first_to_its_last_is_filled_into_the_packets_a_reading_nic_sends() {
+        let (mem, at) = payloads(5);
+        let lost = Arc::new(AtomicU64::new(0));
+        let mut filler = Filler::new(mem.clone(), lost.clone());
+        let mut run = left(BthOpcode::RcRdmaWriteFirst, 100, at, 5);
+        if let Some(u) = &mut run.unfilled {
+            u.last = Some(doorbell_device::RunLast {
+                len: 100,
+                ack_req: false,
+            });
+        }
+        let mut out = vec![run];
+        assert_eq!(filler.fill(&mut out), 4, "five packets for one frame");
+        let want: Vec<Vec<u8>> = vec![
+            whole(BthOpcode::RcRdmaWriteFirst, 100, &[1; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 101, &[2; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 102, &[3; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 103, &[4; LEN]),
+            whole(BthOpcode::RcRdmaWriteLast, 104, &[5; 100]),
+        ];
+        assert_eq!(sealed(&out), want);
+        assert_eq!(lost.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! copies the payload from the sender's memory and ends as it would have
 //! from the frame.
 
-use doorbell_device::{Received, Unfilled};
+use doorbell_device::{Received, RunLast, Unfilled};
 use doorbell_wire::seal_roce;
 
 use super::*;
@@ -18,6 +18,7 @@ fn left_at(frame: &[u8], from: HostAddr) -> Unfilled {
         at: p.start as u32,
         len: p.len() as u32,
         segments: 1,
+        last: None,
     }
 }
 
@@ -445,6 +446,155 @@ fn a_split_packet_is_its_runs_headers_with_its_psn_and_an_unsealed_icrc() {
     assert_eq!(split.packet(6, &mut into), None, "past the run");
 }
 
+/// A NIC that joins up to `max` packets into runs that may hold their
+/// message's FIRST and LAST (`NicConfig::runs_with_ends`).
+fn joining_with_ends(max: u32) -> NicConfig {
+    let mut cfg = joining(max);
+    cfg.runs_with_ends = true;
+    cfg
+}
+
+#[test]
+fn a_run_with_ends_split_into_its_packets_is_the_frames_a_reading_nic_sends() {
+    let (whole, whole_rig) = writes_and_sends(NicConfig::new(LOCAL));
+    // 8 KiB: FIRST, six MIDDLEs, LAST; 5 000 bytes: FIRST, three MIDDLEs,
+    // a LAST of 904 bytes; two SENDs.
+    let cases: [(u32, &[u32]); 3] = [
+        (64, &[8, 5, 1, 1]),
+        (3, &[3, 3, 2, 3, 2, 1, 1]),
+        (8, &[8, 5, 1, 1]),
+    ];
+    for (max, expect) in cases {
+        let (runs, rig) = writes_and_sends(joining_with_ends(max));
+        same_packets(&runs, &rig, expect, max, &whole, &whole_rig);
+    }
+    let (runs, _) = writes_and_sends(joining_with_ends(64));
+    let lasts: Vec<_> = runs
+        .iter()
+        .map(|f| f.unfilled.and_then(|u| u.last))
+        .collect();
+    assert_eq!(
+        lasts[..2],
+        [
+            Some(RunLast {
+                len: 1024,
+                ack_req: true
+            }),
+            Some(RunLast {
+                len: 904,
+                ack_req: true
+            }),
+        ],
+        "each WRITE ends with its LAST, which asks for an ACK"
+    );
+}
+
+#[test]
+fn a_split_last_is_emitted_unsealed_around_its_payload_where_it_lies() {
+    let (runs, _) = writes_and_sends(joining_with_ends(64));
+    let run = &runs[1];
+    let u = run.unfilled.expect("the 5 000-byte WRITE as one run");
+    let split = u.split(&run.bytes).expect("a run its NIC made");
+    let mut into = vec![0xA5; 5000];
+    let one = split.packet(4, &mut into).expect("its LAST");
+    let parsed = doorbell_wire::parse_roce_emitted(&into).unwrap();
+    assert_eq!(parsed.repr.bth.opcode, BthOpcode::RcRdmaWriteLast);
+    assert!(parsed.repr.bth.ack_req);
+    assert_eq!(parsed.repr.ext, ExtHeaders::default(), "no RETH");
+    assert_eq!(parsed.payload.len(), 904);
+    assert_eq!((one.at as usize, one.len), (parsed.payload.start, 904));
+    assert_eq!(one.from, u.from.checked_add(4 * 1024).unwrap());
+    assert!(
+        into[parsed.payload.clone()].iter().all(|&b| b == 0xA5),
+        "the payload left as it was"
+    );
+    let n = into.len();
+    assert_eq!(&into[n - 4..], &[0; 4], "unsealed");
+    assert_eq!(split.packet(5, &mut into), None, "past the run");
+}
+
+#[test]
+fn a_run_whose_ends_no_sender_makes_is_dropped_and_touches_nothing() {
+    let (src, at) = source(&[0xee; 8192]);
+    let last = |len, ack_req| Some(RunLast { len, ack_req });
+    let cases: [(&str, BthOpcode, bool, u32, Option<RunLast>); 6] = [
+        (
+            "a LAST of no bytes",
+            BthOpcode::RcRdmaWriteFirst,
+            false,
+            3,
+            last(0, true),
+        ),
+        (
+            "a LAST longer than a MIDDLE",
+            BthOpcode::RcRdmaWriteFirst,
+            false,
+            3,
+            last(1025, true),
+        ),
+        (
+            "a FIRST asking for an ACK",
+            BthOpcode::RcRdmaWriteFirst,
+            true,
+            3,
+            None,
+        ),
+        (
+            "a READ response's FIRST",
+            BthOpcode::RcRdmaReadResponseFirst,
+            false,
+            3,
+            None,
+        ),
+        (
+            "a lone packet with a LAST",
+            BthOpcode::RcRdmaWriteFirst,
+            false,
+            1,
+            last(10, true),
+        ),
+        (
+            "a WRITE ONLY heading a run",
+            BthOpcode::RcRdmaWriteOnly,
+            false,
+            2,
+            last(10, true),
+        ),
+    ];
+    for (name, op, ack_req, segments, last) in cases {
+        let mut rig = Rig::new();
+        let ext = match op {
+            BthOpcode::RcRdmaReadResponseFirst => ExtHeaders {
+                aeth: Some(AethRepr {
+                    syndrome: AethSyndrome::Ack { credits: 0x1f },
+                    msn: 1,
+                }),
+                ..ExtHeaders::default()
+            },
+            _ => rig.mr_reth(0, 4096),
+        };
+        let mut bth = BthRepr::new(op, rig.qpn, Psn::new(EPSN));
+        bth.ack_req = ack_req;
+        let frame = rig.request_bth(bth, ext, &[0u8; 1024]);
+        let u = Unfilled {
+            segments,
+            last,
+            ..left_at(&frame, at)
+        };
+        let before = rig.counters();
+        let r = take(&mut rig, &frame, Some((&u, &src)));
+        assert!(matches!(r, Received::Dropped(_)), "{name}: {r:?}");
+        assert!(rig.transmitted().is_empty(), "{name}: no answer");
+        assert!(
+            rig.mr_bytes(0, MR_LEN as usize).iter().all(|&b| b == 0),
+            "{name}"
+        );
+        let after = rig.counters();
+        assert_eq!(after.rx_dropped, before.rx_dropped + 1, "{name}");
+        assert_eq!(after.rx_packets, before.rx_packets, "{name}");
+    }
+}
+
 #[test]
 fn a_responder_hands_its_middle_read_responses_on_as_runs() {
     let (whole, whole_rig) = answer_read(NicConfig::new(LOCAL), 7000);
@@ -463,16 +613,29 @@ struct Pkt {
     len: usize,
 }
 
+/// How [`take_packets`] hands on packets whose payloads are left in
+/// memory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runs {
+    /// Each as a frame of its own.
+    None,
+    /// MIDDLE packets in a row as one run.
+    Middles,
+    /// The whole message as one run, from its FIRST to its LAST
+    /// (`NicConfig::runs_with_ends`).
+    WithEnds,
+}
+
 /// The rig takes `pkts`, PSNs from `psn` on, the last asking for an ACK;
 /// their payloads are `data`, one after another. With `src`, the payloads
-/// are left there at `from`, MIDDLE packets in a row handed on as one
-/// run if `runs`; else carried.
+/// are left there at `from`, handed on in runs as `runs` says; else
+/// carried.
 fn take_packets(
     rig: &mut Rig,
     pkts: &[Pkt],
     psn: u32,
     data: &[u8],
-    left: Option<(&HostRam, HostAddr, bool)>,
+    left: Option<(&HostRam, HostAddr, Runs)>,
 ) {
     let mut at = 0usize;
     let mut i = 0usize;
@@ -485,19 +648,32 @@ fn take_packets(
                 | BthOpcode::RcRdmaReadResponseMiddle
         );
         let mut n = 1;
-        if let Some((_, _, true)) = left {
-            while middle && i + n < pkts.len() && pkts[i + n].op == p.op && i + n + 1 < pkts.len() {
-                n += 1;
+        match left {
+            Some((_, _, Runs::Middles)) => {
+                while middle
+                    && i + n < pkts.len()
+                    && pkts[i + n].op == p.op
+                    && i + n + 1 < pkts.len()
+                {
+                    n += 1;
+                }
             }
+            Some((_, _, Runs::WithEnds)) => n = pkts.len() - i,
+            _ => {}
         }
         let mut bth = BthRepr::new(p.op, rig.qpn, Psn::new(psn + i as u32));
-        bth.ack_req = i + n == pkts.len();
+        bth.ack_req = n == 1 && i + 1 == pkts.len();
         let chunk = &data[at..at + p.len];
         let got = match left {
-            Some((src, from, _)) => {
+            Some((src, from, runs)) => {
                 let frame = rig.request_bth(bth, p.ext, &vec![0u8; p.len]);
+                let last = (runs == Runs::WithEnds && n > 1).then(|| RunLast {
+                    len: pkts[pkts.len() - 1].len as u32,
+                    ack_req: true,
+                });
                 let u = Unfilled {
                     segments: n as u32,
+                    last,
                     ..left_at(&frame, from.checked_add(at as u64).unwrap())
                 };
                 take(rig, &frame, Some((&u, src)))
@@ -578,7 +754,7 @@ pub(super) fn timed() -> NicConfig {
 fn three_ways(data: &[u8], setup: impl Fn(&mut Rig) -> (Vec<Pkt>, u32)) -> [Outcome; 3] {
     let (src, at) = source(data);
     let cfg = timed();
-    [Some(true), Some(false), None].map(|left| {
+    [Some(Runs::Middles), Some(Runs::None), None].map(|left| {
         let mut rig = Rig::with_config(cfg.clone());
         let (pkts, psn) = setup(&mut rig);
         take_packets(&mut rig, &pkts, psn, data, left.map(|r| (&src, at, r)));
@@ -694,6 +870,70 @@ fn a_requester_takes_a_run_of_read_responses() {
     assert_eq!(runs.1.len(), 1, "one completion");
     assert!(runs == alone, "as the packets one by one");
     assert!(runs == carried, "the same CQE, memory and counts");
+}
+
+/// What a fresh rig, prepared by `setup`, ends with after taking `data`
+/// in its packets, each message as one run from its FIRST to its LAST
+/// (`NicConfig::runs_with_ends`); the last packet is cut to what `data`
+/// leaves it.
+fn with_ends(data: &[u8], setup: impl Fn(&mut Rig) -> (Vec<Pkt>, u32)) -> [Outcome; 2] {
+    let (src, at) = source(data);
+    [Runs::WithEnds, Runs::None].map(|runs| {
+        let mut rig = Rig::with_config(timed());
+        let (mut pkts, psn) = setup(&mut rig);
+        let before: usize = pkts[..pkts.len() - 1].iter().map(|p| p.len).sum();
+        if let Some(last) = pkts.last_mut() {
+            last.len = data.len() - before;
+        }
+        take_packets(&mut rig, &pkts, psn, data, Some((&src, at, runs)));
+        outcome(rig)
+    })
+}
+
+#[test]
+fn a_receiver_takes_a_write_as_one_run_with_ends_as_it_takes_its_packets() {
+    // Five whole packets and a LAST of 300 bytes.
+    let data: Vec<u8> = (0..5 * 1024 + 300u32)
+        .map(|i| ((i * 11 + 5) % 251) as u8)
+        .collect();
+    let [run, alone] = with_ends(&data, |rig| six_writes(rig, data.len() as u32));
+    assert_eq!(&run.2[100..100 + data.len()], &data[..], "the WRITE landed");
+    assert_eq!(run.0.len(), 1, "one ACK");
+    assert_eq!(run.3.rx_packets, 6);
+    assert!(run == alone, "as the packets one by one");
+}
+
+#[test]
+fn a_run_with_ends_that_overruns_its_write_is_taken_packet_by_packet() {
+    let data: Vec<u8> = (0..6144u32).map(|i| ((i * 7 + 1) % 251) as u8).collect();
+    let [run, alone] = with_ends(&data, |rig| six_writes(rig, 3072));
+    assert_eq!(
+        &run.2[100..100 + 3072],
+        &data[..3072],
+        "what the key grants"
+    );
+    assert!(
+        run.2[100 + 3072..].iter().all(|&b| b == 0),
+        "nothing past it"
+    );
+    assert!(run == alone, "the same NAK, memory and counts");
+}
+
+#[test]
+fn a_receiver_takes_a_send_as_one_run_with_ends_into_its_receive_buffer() {
+    let data: Vec<u8> = (0..5 * 1024 + 77u32)
+        .map(|i| ((i * 3 + 2) % 251) as u8)
+        .collect();
+    let [run, alone] = with_ends(&data, |rig| {
+        let (lkey, buf) = (rig.mr.raw(), rig.mr_buf.get() + 64);
+        rig.post_recv(lkey, buf, 8000);
+        use BthOpcode::*;
+        let pkts = six(RcSendFirst, RcSendMiddle, RcSendLast, ExtHeaders::default());
+        (pkts, EPSN)
+    });
+    assert_eq!(&run.2[64..64 + data.len()], &data[..], "the SEND landed");
+    assert_eq!(run.1.len(), 1, "one receive completion");
+    assert!(run == alone, "the same ACK, CQE, memory and counts");
 }
 
 #[test]

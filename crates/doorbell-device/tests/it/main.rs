@@ -767,13 +767,14 @@ proptest! {
 
     /// The same forged frames handed over by a NIC of this process with
     /// their payloads said to be left in its memory, anywhere and as runs
-    /// of any length (`Nic::handle_unfilled_frame`): the device takes,
+    /// of any length, ending in a LAST of any length or not
+    /// (`Nic::handle_unfilled_frame`): the device takes,
     /// answers or drops each, and never panics.
     #[test]
     fn forged_frames_with_left_payloads_never_panic(
         frames in proptest::collection::vec(arb_frame(), 1..6),
         left in proptest::collection::vec(
-            (any::<u64>(), 0u8..3, any::<bool>(), 0u32..1100),
+            (any::<u64>(), 0u8..3, any::<bool>(), 0u32..1100, proptest::option::of((0u32..5000, any::<bool>()))),
             6,
         ),
     ) {
@@ -787,7 +788,7 @@ proptest! {
         let base = src.alloc(16 * 4096).unwrap();
         for (i, (op, psn, ack_req, ext, payload)) in frames.into_iter().enumerate() {
             let (repr, bytes) = forged_to_rig(&rig, (op, psn, ack_req, ext, &payload));
-            let (off, kind, where_it_is, segments) = left[i];
+            let (off, kind, where_it_is, segments, last) = left[i];
             // In memory the sender has, anywhere, or near the end of the
             // address space, where a run would pass it.
             let from = match kind {
@@ -801,6 +802,7 @@ proptest! {
                 at: if where_it_is { p.start as u32 } else { (off % 200) as u32 },
                 len: if where_it_is { p.len() as u32 } else { (off % 5000) as u32 },
                 segments,
+                last: last.map(|(len, ack_req)| doorbell_device::RunLast { len, ack_req }),
             };
             let now = rig.now;
             let _ = rig.nic.handle_unfilled_frame(now, &bytes, &u, &src, &mut rig.bus);
