@@ -486,9 +486,13 @@ impl LiveNic {
             // each (decision record 0047), as do a QP's small packets, back
             // to back (0050); unless this NIC's timeline is to show each
             // frame it sends.
+            // A run holds its message's FIRST and LAST too: a 64 KiB WRITE
+            // is one frame, whose headers are all of it that crosses to a
+            // receiver on another core (decision record 0062).
             if !opts.trace {
                 cfg.max_segments = FABRIC_MAX_SEGMENTS;
                 cfg.max_train = FABRIC_MAX_SEGMENTS;
+                cfg.runs_with_ends = true;
             }
         }
         // On the fabric a frame is taken in inside the send that hands it

@@ -183,8 +183,9 @@ fn a_burst_is_answered_while_it_is_taken_in() {
 #[test]
 fn a_capture_holds_the_icrc_a_sender_left_unwritten() {
     let (p, fb) = capturing_receiver("pcap-sealed-b");
-    // Four packets at MTU 1024: A hands its two MIDDLEs on as one run,
-    // which B's capture records packet by packet.
+    // Four packets at MTU 1024: A hands each WRITE on as one run, from its
+    // FIRST to its LAST of 928 bytes, which B's capture records packet by
+    // packet.
     let data = pattern(4000, 9);
     p.a.mr.write(0, &data).unwrap();
     let sge = [p.a.mr.sge(0, 4000).unwrap()];

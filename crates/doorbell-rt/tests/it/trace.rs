@@ -117,8 +117,8 @@ fn traced_receiver(mr_len: usize) -> Pair {
 #[test]
 fn a_traced_nic_shows_each_packet_of_a_run_it_takes() {
     let p = traced_receiver(8192);
-    // Six packets at MTU 1024: A, which records no timeline, hands its four
-    // MIDDLEs on as one run.
+    // Six packets at MTU 1024: A, which records no timeline, hands the
+    // WRITE on as one run, from its FIRST to its LAST.
     let data = pattern(6000, 5);
     p.a.mr.write(0, &data).unwrap();
     let write = doorbell_verbs::WrOpcode::RdmaWrite(doorbell_verbs::RemoteAddr {
