@@ -513,6 +513,23 @@ fn a_split_last_is_emitted_unsealed_around_its_payload_where_it_lies() {
     assert_eq!(split.packet(5, &mut into), None, "past the run");
 }
 
+/// The rig takes `frame`, its payload said to be left in `src` where `u`
+/// says, and drops it as malformed, answering nothing and writing
+/// nothing (case `name`).
+fn dropped_untouched(rig: &mut Rig, frame: &[u8], u: &Unfilled, src: &HostRam, name: &str) {
+    let before = rig.counters();
+    let r = take(rig, frame, Some((u, src)));
+    assert!(matches!(r, Received::Dropped(_)), "{name}: {r:?}");
+    assert!(rig.transmitted().is_empty(), "{name}: no answer");
+    assert!(
+        rig.mr_bytes(0, MR_LEN as usize).iter().all(|&b| b == 0),
+        "{name}"
+    );
+    let after = rig.counters();
+    assert_eq!(after.rx_dropped, before.rx_dropped + 1, "{name}");
+    assert_eq!(after.rx_packets, before.rx_packets, "{name}");
+}
+
 #[test]
 fn a_run_whose_ends_no_sender_makes_is_dropped_and_touches_nothing() {
     let (src, at) = source(&[0xee; 8192]);
@@ -581,17 +598,7 @@ fn a_run_whose_ends_no_sender_makes_is_dropped_and_touches_nothing() {
             last,
             ..left_at(&frame, at)
         };
-        let before = rig.counters();
-        let r = take(&mut rig, &frame, Some((&u, &src)));
-        assert!(matches!(r, Received::Dropped(_)), "{name}: {r:?}");
-        assert!(rig.transmitted().is_empty(), "{name}: no answer");
-        assert!(
-            rig.mr_bytes(0, MR_LEN as usize).iter().all(|&b| b == 0),
-            "{name}"
-        );
-        let after = rig.counters();
-        assert_eq!(after.rx_dropped, before.rx_dropped + 1, "{name}");
-        assert_eq!(after.rx_packets, before.rx_packets, "{name}");
+        dropped_untouched(&mut rig, &frame, &u, &src, name);
     }
 }
 
@@ -984,16 +991,6 @@ fn a_run_that_no_sender_makes_is_dropped_and_touches_nothing() {
             segments,
             ..left_at(&frame, from)
         };
-        let before = rig.counters();
-        let r = take(&mut rig, &frame, Some((&u, &src)));
-        assert!(matches!(r, Received::Dropped(_)), "{name}: {r:?}");
-        assert!(rig.transmitted().is_empty(), "{name}: no answer");
-        assert!(
-            rig.mr_bytes(0, MR_LEN as usize).iter().all(|&b| b == 0),
-            "{name}"
-        );
-        let after = rig.counters();
-        assert_eq!(after.rx_dropped, before.rx_dropped + 1, "{name}");
-        assert_eq!(after.rx_packets, before.rx_packets, "{name}");
+        dropped_untouched(&mut rig, &frame, &u, &src, name);
     }
 }
