@@ -62,9 +62,9 @@ pub struct NicConfig {
     /// Most packets a NIC that leaves payloads hands on as one frame: a
     /// run of MIDDLE packets of one message, their payloads one after the
     /// other in one run of host memory, none asking for an ACK
-    /// ([`Unfilled::segments`]; with its FIRST and LAST if
-    /// [`Self::runs_with_ends`]), [`MAX_SEGMENTS`] at the most. 1 by
-    /// default: every packet its own frame.
+    /// ([`Unfilled::segments`]; with its FIRST and its LAST, which may
+    /// ask for one, if [`Self::runs_with_ends`]), [`MAX_SEGMENTS`] at the
+    /// most. 1 by default: every packet its own frame.
     /// The receiver takes each packet of a run as it would have taken it
     /// alone, without parsing headers that the first's give; the
     /// runtime splits a run into its packets ([`Unfilled::segment`])
@@ -386,11 +386,15 @@ impl Unfilled {
 
     /// The run whose frame is `bytes`, its headers parsed once, to take
     /// packet by packet ([`Split::packet`]); `None` if `bytes` is no
-    /// RoCEv2 frame whose payload is where `self` says.
+    /// RoCEv2 frame whose payload is where `self` says, or `self` is no
+    /// run a NIC makes of it ([`Self::is_made`]).
     pub fn split<'a>(&self, bytes: &'a [u8]) -> Option<Split<'a>> {
         let parsed = doorbell_wire::parse_roce_emitted(bytes).ok()?;
         let payload = parsed.payload;
-        if payload.start != self.at as usize || payload.len() != self.len as usize {
+        if payload.start != self.at as usize
+            || payload.len() != self.len as usize
+            || !self.is_made(&parsed.repr)
+        {
             return None;
         }
         if parsed.repr.checked_frame_len(payload.len()).ok()? != bytes.len() {
@@ -402,6 +406,28 @@ impl Unfilled {
             bth_at: parsed.repr.ip.header_len() + doorbell_wire::udp::HEADER_LEN,
             first: parsed.repr,
         })
+    }
+
+    /// Whether this is a packet, or a run of at most [`MAX_SEGMENTS`]
+    /// packets whose first has the headers `first`, of a kind a sending NIC
+    /// hands on ([`NicConfig::max_segments`], [`NicConfig::runs_with_ends`]):
+    /// each of its packets has headers ([`Self::packet_headers`]), and
+    /// their payloads end within the address space. A receiver drops any
+    /// other as malformed, and [`Self::split`] splits none.
+    pub fn is_made(&self, first: &RoceRepr) -> bool {
+        match self.segments {
+            0 => false,
+            1 => self.last.is_none(),
+            n if n > MAX_SEGMENTS => false,
+            n => {
+                let last_len = self.last.map_or(self.len, |l| l.len);
+                self.packet_headers(first, n - 1).is_some()
+                    && self
+                        .from
+                        .checked_add(u64::from(n - 1) * u64::from(self.len) + u64::from(last_len))
+                        .is_some()
+            }
+        }
     }
 
     /// The headers of packet `k` of the run whose first packet's are
@@ -455,9 +481,8 @@ impl Split<'_> {
     /// Packet `k`, as [`Unfilled::segment`] gives it: its headers and ICRC
     /// field written to `into`, which becomes the frame's length (its
     /// payload bytes are left as `into` held them, zero where it grew),
-    /// and where its payload is. `None` if `k` is past the run, its
-    /// payload's address would pass the end of the address space, or the
-    /// run is none a NIC makes ([`Unfilled::packet_headers`]).
+    /// and where its payload is. `None` if `k` is past the run (which
+    /// [`Unfilled::split`] checked is one a NIC makes).
     pub fn packet(&self, k: u32, into: &mut Vec<u8>) -> Option<Unfilled> {
         if k >= self.run.segments {
             return None;

@@ -175,26 +175,6 @@ macro_rules! ctx {
     };
 }
 
-/// Whether `u` is a packet, or a run of at most [`MAX_SEGMENTS`] packets
-/// whose first has headers `repr`, of a kind a sending NIC hands on
-/// ([`NicConfig::max_segments`], [`NicConfig::runs_with_ends`]): each of
-/// its packets has headers ([`Unfilled::packet_headers`]), and their
-/// payloads end within the address space.
-fn is_run(u: &Unfilled, repr: &RoceRepr) -> bool {
-    match u.segments {
-        0 => false,
-        1 => u.last.is_none(),
-        n if n > MAX_SEGMENTS => false,
-        n => {
-            let last_len = u.last.map_or(u.len, |l| l.len);
-            u.packet_headers(repr, n - 1).is_some()
-                && u.from
-                    .checked_add(u64::from(n - 1) * u64::from(u.len) + u64::from(last_len))
-                    .is_some()
-        }
-    }
-}
-
 /// Picks the processing unit that frees up first; work starts at `now` or
 /// when it is free, whichever is later.
 fn acquire_pu(pus: &mut [Instant], now: Instant) -> (usize, Instant) {
@@ -1356,7 +1336,7 @@ impl Nic {
                 "a payload left in memory that no WRITE, SEND or READ response carries",
             );
         }
-        if !is_run(u, &repr) {
+        if !u.is_made(&repr) {
             self.out.counters.rx_dropped += 1;
             return Received::Dropped("a run of packets that are no part of one message in a row");
         }
@@ -1371,7 +1351,7 @@ impl Nic {
                 from,
                 len: len as usize,
             };
-            // (`is_run` checked that the run ends within the address space.)
+            // (`is_made` checked that the run ends within the address space.)
             let after =
                 |n: u32| HostAddr::new(from.get().wrapping_add(u64::from(n) * u64::from(len)));
             // After a WRITE's first packet, its MIDDLEs in one go if each

@@ -784,8 +784,9 @@ fn inbound_write<D: Dma>(
     Ok(())
 }
 
-/// Where the payloads of the rest of a run go ([`crate::Unfilled::segments`]:
-/// `n` RDMA WRITE MIDDLE packets of `len` bytes, the first with the
+/// Where the payloads of a run's MIDDLEs after its first packet go
+/// ([`crate::Unfilled::segments`]: `n` RDMA WRITE MIDDLE packets of `len`
+/// bytes, the first with the
 /// headers `repr`, the others at the PSNs after it): the host address of
 /// the first one's bytes, if taking the packets one by one would take
 /// each as the expected next packet of the WRITE in progress and write
@@ -1067,9 +1068,11 @@ fn inbound_read<D: Dma>(
         // memory joins it ([`crate::NicConfig::max_segments`]); its read
         // was counted above, as for any response.
         if let Some(run) = frames.last_mut()
-            && transmit::continues_run(run, &f, transmit::run_limits(ctx.cfg))
+            && let Some(last) = transmit::continues_run(run, &f, transmit::run_limits(ctx.cfg))
         {
             run.segments += 1;
+            // (None: no READ response's LAST ends a run.)
+            run.last = last;
             run.ready = run.ready.max(f.ready);
             ctx.out.spare.give(f.bytes);
             continue;

@@ -286,10 +286,10 @@ impl Packets<'_> {
 /// Returns the number of packets sent.
 ///
 /// A batch whose payload lies in one run of host memory, on a NIC that
-/// leaves payloads there and joins packets, is built as runs: MIDDLE
-/// packets that ask for no ACK join the frame of the one before
-/// ([`joins`]), and one DMA read is counted for the batch, as
-/// [`sge::read_into_frames`] counts it.
+/// leaves payloads there and joins packets, is built as runs: a packet
+/// that [`joins`] the frame of the one before is counted in it, and one
+/// DMA read is counted for the batch, as [`sge::read_into_frames`]
+/// counts it.
 ///
 /// On a NIC that joins packets into trains ([`crate::NicConfig::max_train`]),
 /// a message of one packet of inline data, which has nothing to read, is
@@ -433,21 +433,26 @@ pub(crate) fn run_limits(cfg: &crate::config::NicConfig) -> (u32, bool) {
 }
 
 /// Whether `next`, built with its payload left in memory, may join the run
-/// `f` as its next packet: as [`joins`] says, and its payload follows the
-/// run's in memory.
-pub(crate) fn continues_run(f: &Building, next: &Building, (max, ends): (u32, bool)) -> bool {
+/// `f` as its next packet, and as what: as [`joins`] says, where its
+/// payload follows the run's in memory (a run that may be joined has no
+/// LAST yet, so its packets are all as long as its first).
+pub(crate) fn continues_run(
+    f: &Building,
+    next: &Building,
+    (max, ends): (u32, bool),
+) -> Option<Option<RunLast>> {
     let step = u64::from(f.segments) * f.payload.len() as u64;
-    next.left.is_some()
-        && f.left.and_then(|h| h.checked_add(step)) == next.left
-        && joins(
-            f,
-            &next.repr.bth,
-            &next.repr.ext,
-            next.payload.len(),
-            max,
-            ends,
-        )
-        .is_some()
+    if next.left.is_none() || f.left.and_then(|h| h.checked_add(step)) != next.left {
+        return None;
+    }
+    joins(
+        f,
+        &next.repr.bth,
+        &next.repr.ext,
+        next.payload.len(),
+        max,
+        ends,
+    )
 }
 
 /// Whether the packet with headers `bth` and `ext` and `data_len` bytes of

@@ -6,9 +6,10 @@
 //! hands a run of a message's MIDDLE packets on as one frame
 //! ([`doorbell_device::NicConfig::max_segments`]). Before the engine seals
 //! the frames and gives them to the port, [`Filler::fill`] turns each such
-//! frame into the packets it stands for, each a whole frame: the run's
-//! headers with the packet's own PSN ([`doorbell_device::Split`]), and its
-//! payload read from the NIC's memory. A port, a capture, a fault relay
+//! frame into the packets it stands for, each a whole frame: its headers
+//! as the run gives them ([`doorbell_device::Split`]; the run's with the
+//! packet's own PSN, but at a FIRST or LAST that a run of another NIC may
+//! hold), and its payload read from the NIC's memory. A port, a capture, a fault relay
 //! and a timeline then see exactly the frames a NIC that reads its
 //! payloads builds.
 //!
@@ -78,7 +79,7 @@ impl Filler {
                 self.filled.push(f);
                 continue;
             };
-            if u.segments <= 1 {
+            if u.segments <= 1 && u.last.is_none() {
                 if u.fill(&mut f.bytes, &*self.mem).is_ok() {
                     f.unfilled = None;
                     self.filled.push(f);

@@ -515,8 +515,10 @@ fn a_split_last_is_emitted_unsealed_around_its_payload_where_it_lies() {
 
 /// The rig takes `frame`, its payload said to be left in `src` where `u`
 /// says, and drops it as malformed, answering nothing and writing
-/// nothing (case `name`).
+/// nothing (case `name`); nor is it split into packets where it could be
+/// seen.
 fn dropped_untouched(rig: &mut Rig, frame: &[u8], u: &Unfilled, src: &HostRam, name: &str) {
+    assert!(u.split(frame).is_none(), "{name}: split");
     let before = rig.counters();
     let r = take(rig, frame, Some((u, src)));
     assert!(matches!(r, Received::Dropped(_)), "{name}: {r:?}");
