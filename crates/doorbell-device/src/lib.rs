@@ -1344,6 +1344,8 @@ impl Nic {
         // headers `Unfilled::packet_headers` gives it.
         let mut r = Received::Taken;
         let mut from = u.from;
+        // The MIDDLEs after the first packet, which a WRITE takes in one go.
+        let middles = segments - 1 - u32::from(u.last.is_some());
         let mut k = 0;
         while let Some((each, len)) = u.packet_headers(&repr, k) {
             let payload = PayloadIn::Left {
@@ -1351,22 +1353,21 @@ impl Nic {
                 from,
                 len: len as usize,
             };
-            // (`is_made` checked that the run ends within the address space.)
-            let after =
-                |n: u32| HostAddr::new(from.get().wrapping_add(u64::from(n) * u64::from(len)));
             // After a WRITE's first packet, its MIDDLEs in one go if each
             // would be taken as the expected next.
-            let middles = segments - 1 - u32::from(u.last.is_some());
-            if k == 1 && middles > 0 && self.write_run(now, &each, middles, payload, dma) {
-                k += middles;
-                from = after(middles);
-                continue;
-            }
-            // Nothing reads the timer index between a run's packets, which
-            // all go to one QP: it is brought up to date after the last.
-            r = self.packet(now, &each, ip_header, payload, dma, k + 1 == segments);
-            from = after(1);
-            k += 1;
+            let taken =
+                if k == 1 && middles > 0 && self.write_run(now, &each, middles, payload, dma) {
+                    middles
+                } else {
+                    // Nothing reads the timer index between a run's packets,
+                    // which all go to one QP: it is brought up to date after
+                    // the last.
+                    r = self.packet(now, &each, ip_header, payload, dma, k + 1 == segments);
+                    1
+                };
+            // (`is_made` checked that the run ends within the address space.)
+            from = HostAddr::new(from.get().wrapping_add(u64::from(taken) * u64::from(len)));
+            k += taken;
         }
         r
     }
