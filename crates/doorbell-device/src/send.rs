@@ -100,13 +100,25 @@ fn produce<D: Dma>(
 }
 
 /// Executes WQEs from the consumer index while the QP may send, then sends
-/// what the window allows (also when the next WQE has to wait).
+/// what the window allows (also when the next WQE has to wait, or is
+/// malformed: what was posted before it goes first, as it would have gone
+/// on a NIC that sends each message as it executes it).
 pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
-    execute(qp, ctx)?;
+    let executed = execute(qp, ctx);
     if qp.state == QpState::Rts && qp.p.qp_type == QpType::Rc {
         send_window(qp, ctx)?;
     }
-    Ok(())
+    executed
+}
+
+/// Whether an RC message goes out as its WQE executes, rather than with
+/// the rest of the doorbell's once [`pump`] has executed them all. A NIC
+/// that makes trains ([`crate::NicConfig::max_train`]) gathers a doorbell's
+/// packets into frames anyway, and one pass of its send window for them
+/// all does less; any other NIC models a send engine that starts a
+/// message's first packet as soon as its WQE is parsed.
+fn sends_as_executed<D: Dma>(ctx: &Ctx<'_, D>) -> bool {
+    ctx.cfg.max_train <= 1
 }
 
 /// A malformed WQE at the consumer index.
@@ -278,6 +290,9 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
     });
     if npsn == 0 {
         retire(qp, ctx);
+        return Ok(());
+    }
+    if !sends_as_executed(ctx) {
         return Ok(());
     }
     send_window(qp, ctx)

@@ -104,6 +104,38 @@ fn a_train_is_ready_when_its_last_packet_would_have_been() {
     }
 }
 
+/// Two inline WRITEs of 8 bytes, then a WQE naming another QP, rung
+/// together; returns the frames, the completions and the rig.
+fn good_then_bad(cfg: NicConfig) -> (Vec<Frame>, Vec<[u8; CQE_LEN]>, Rig) {
+    let mut rig = Rig::with_config(cfg);
+    for index in 0..2 {
+        let w = inline_write(&rig, index, 8, index as u8 + 1);
+        rig.write_sq(index, &w);
+    }
+    let mut bad = inline_write(&rig, 2, 8, 3);
+    ctrl(&mut bad, 2, WqeOpcode::RdmaWrite, rig.qpn.get() ^ 0x55, 3);
+    rig.write_sq(2, &bad);
+    rig.ring(2, u8::from(WqeOpcode::RdmaWrite), 3);
+    let frames = rig.transmitted();
+    let cqes = rig.cqes();
+    (frames, cqes, rig)
+}
+
+#[test]
+fn a_bad_wqe_lets_the_messages_before_it_go_first() {
+    // A NIC that makes trains sends a doorbell's messages once it has
+    // executed them all; one of them found malformed must not keep those
+    // before it from leaving, as they leave a NIC that sends each message
+    // as it executes it. Their completions are the same.
+    let (whole, whole_cqes, whole_rig) = good_then_bad(NicConfig::new(LOCAL));
+    assert_eq!(whole.len(), 2);
+    assert_eq!(whole_rig.state(), QpState::Err);
+    let (trains, cqes, rig) = good_then_bad(training(32, false));
+    same_packets(&trains, &rig, &[2], 32, &whole, &whole_rig);
+    assert_eq!(cqes, whole_cqes);
+    assert_eq!(rig.state(), QpState::Err);
+}
+
 /// Three inline WRITEs at a path MTU of 256 bytes: 8 bytes, 300 (two
 /// packets, FIRST and LAST) and 8; rings once.
 fn inline_across_mtu(cfg: NicConfig) -> (Vec<Frame>, Rig) {
