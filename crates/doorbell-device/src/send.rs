@@ -9,8 +9,8 @@ use doorbell_layout::uar::SendDoorbell;
 use doorbell_layout::wqe::{self, CtrlSeg, WQEBB_LEN, WqeOpcode, wqebbs_for_ds};
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
 use doorbell_roce::PsnRange;
-use doorbell_types::Mkey;
 use doorbell_types::Qpn;
+use doorbell_types::{Duration, Mkey};
 use doorbell_wire::{BthOpcode, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, RethRepr};
 
 use crate::complete::{flush_sq, retire};
@@ -113,12 +113,14 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
 
 /// Whether an RC message goes out as its WQE executes, rather than with
 /// the rest of the doorbell's once [`pump`] has executed them all. A NIC
-/// that makes trains ([`crate::NicConfig::max_train`]) gathers a doorbell's
-/// packets into frames anyway, and one pass of its send window for them
-/// all does less; any other NIC models a send engine that starts a
-/// message's first packet as soon as its WQE is parsed.
+/// models a send engine that starts a message's first packet as soon as
+/// its WQE is parsed. One that makes trains
+/// ([`crate::NicConfig::max_train`]) gathers a doorbell's packets into
+/// frames anyway, and one pass of its send window for them all does less;
+/// where parsing a WQE takes no time ([`crate::NicTiming::wqe`]) its
+/// packets are then built at the same times as they would be one by one.
 fn sends_as_executed<D: Dma>(ctx: &Ctx<'_, D>) -> bool {
-    ctx.cfg.max_train <= 1
+    ctx.cfg.max_train <= 1 || ctx.cfg.timing.wqe != Duration::ZERO
 }
 
 /// A malformed WQE at the consumer index.

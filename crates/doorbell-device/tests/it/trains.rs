@@ -85,22 +85,35 @@ fn a_train_split_into_its_packets_is_the_frames_sent_one_by_one() {
 fn a_train_is_ready_when_its_last_packet_would_have_been() {
     // A NIC that spends time on each packet: a packet built where the
     // train goes is charged, and makes the train ready, as one built
-    // alone and joined would.
-    let (whole, whole_rig) = seven_writes(timed());
-    assert!(whole_rig.nic.pu_busy() > doorbell_types::Duration::ZERO);
-    let cases: [(u32, &[u32]); 2] = [(2, &[2, 2, 2, 1]), (32, &[7])];
-    for (max, expect) in cases {
-        let mut cfg = timed();
-        cfg.max_train = max;
-        let (trains, rig) = seven_writes(cfg);
-        let sizes: Vec<u32> = trains.iter().map(Frame::packets).collect();
-        assert_eq!(sizes, expect, "max {max}");
-        let mut sent = 0;
-        for t in &trains {
-            sent += t.packets() as usize;
-            assert_eq!(t.ready, whole[sent - 1].ready, "max {max}, {sent} packets");
+    // alone and joined would. Also where each WQE takes time to parse: a
+    // NIC that makes trains then sends each message as it executes it,
+    // so that a doorbell's first train is not held for its last WQE.
+    for wqe_ns in [0, 25] {
+        let timed = || {
+            let mut cfg = timed();
+            cfg.timing.wqe = doorbell_types::Duration::from_ns(wqe_ns);
+            cfg
+        };
+        let (whole, whole_rig) = seven_writes(timed());
+        assert!(whole_rig.nic.pu_busy() > doorbell_types::Duration::ZERO);
+        let cases: [(u32, &[u32]); 2] = [(2, &[2, 2, 2, 1]), (32, &[7])];
+        for (max, expect) in cases {
+            let mut cfg = timed();
+            cfg.max_train = max;
+            let (trains, rig) = seven_writes(cfg);
+            let sizes: Vec<u32> = trains.iter().map(Frame::packets).collect();
+            assert_eq!(sizes, expect, "max {max}");
+            let mut sent = 0;
+            for t in &trains {
+                sent += t.packets() as usize;
+                assert_eq!(
+                    t.ready,
+                    whole[sent - 1].ready,
+                    "WQE {wqe_ns} ns, max {max}, {sent} packets"
+                );
+            }
+            assert_eq!(rig.nic.pu_busy(), whole_rig.nic.pu_busy(), "max {max}");
         }
-        assert_eq!(rig.nic.pu_busy(), whole_rig.nic.pu_busy(), "max {max}");
     }
 }
 
