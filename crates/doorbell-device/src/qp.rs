@@ -27,10 +27,10 @@ pub(crate) struct Qp {
     /// The RC responder: expected PSN, MSN, atomic replay.
     pub(crate) resp: Responder,
     pub(crate) inbound: Inbound,
-    /// The deadlines the NIC's timer index holds for this QP, indexed by
-    /// [`Timer`]: the NIC brings them in line with [`Qp::timer`] after
+    /// The deadline the NIC's timer index holds for this QP, the earliest
+    /// of its timers: the NIC brings it in line with [`Qp::timer`] after
     /// each input.
-    pub(crate) indexed: [Option<Instant>; Timer::ALL.len()],
+    pub(crate) indexed: Option<Instant>,
     /// In the error state with an SRQ: QP_LAST_WQE_REACHED was raised.
     pub(crate) last_wqe_reported: bool,
     /// Adaptive retransmission's shortest timeout (the NIC's).
@@ -56,7 +56,7 @@ impl Qp {
             req: Requester::new(),
             resp: Responder::new(),
             inbound: Inbound::default(),
-            indexed: [None; Timer::ALL.len()],
+            indexed: None,
             last_wqe_reported: false,
             adaptive_floor,
         }

@@ -1,6 +1,6 @@
 //! The NIC's timers: each QP's deadlines, indexed by [`Timer`], and one
-//! NIC-wide ordered index of them all, so that the next deadline is found
-//! in O(log n) and a timeout visits only the QPs that are due.
+//! NIC-wide ordered index of each QP's earliest, so that the next deadline
+//! is found in O(log n) and a timeout visits only the QPs that are due.
 
 use std::collections::BTreeSet;
 
@@ -29,53 +29,58 @@ impl Timer {
     ];
 }
 
-/// Every running timer of every QP, in deadline order.
+/// The earliest deadline of every QP that has a timer running, in
+/// deadline order. One entry a QP, not one a timer: a message's ACK and
+/// adaptive timers start and stop together, and only the earlier of them
+/// decides when the QP is due.
 #[derive(Default)]
 pub(crate) struct TimerIndex {
-    by_deadline: BTreeSet<(Instant, Qpn, Timer)>,
+    by_deadline: BTreeSet<(Instant, Qpn)>,
 }
 
 impl TimerIndex {
     /// Brings the index in line with QP `qpn`'s timers `now_at`; `indexed`
-    /// is what the index held for it, and becomes `now_at`.
+    /// is the deadline the index held for it, and becomes the earliest of
+    /// `now_at`.
     pub(crate) fn sync(
         &mut self,
         qpn: Qpn,
-        indexed: &mut [Option<Instant>; Timer::ALL.len()],
+        indexed: &mut Option<Instant>,
         now_at: [Option<Instant>; Timer::ALL.len()],
     ) {
-        for t in Timer::ALL {
-            let i = t as usize;
-            if indexed[i] == now_at[i] {
-                continue;
-            }
-            if let Some(old) = indexed[i] {
-                self.by_deadline.remove(&(old, qpn, t));
-            }
-            if let Some(new) = now_at[i] {
-                self.by_deadline.insert((new, qpn, t));
-            }
-            indexed[i] = now_at[i];
+        let earliest = now_at.iter().fold(None, |e, &at| match (e, at) {
+            (Some(e), Some(at)) => Some(Instant::min(e, at)),
+            (e, None) => e,
+            (None, at) => at,
+        });
+        if *indexed == earliest {
+            return;
         }
+        if let Some(old) = *indexed {
+            self.by_deadline.remove(&(old, qpn));
+        }
+        if let Some(new) = earliest {
+            self.by_deadline.insert((new, qpn));
+        }
+        *indexed = earliest;
     }
 
     /// The earliest deadline of all.
     pub(crate) fn next(&self) -> Option<Instant> {
-        self.by_deadline.first().map(|&(at, _, _)| at)
+        self.by_deadline.first().map(|&(at, _)| at)
     }
 
-    /// The QPs with a timer due at `now`, in QPN order, each once, into
-    /// `out` (emptied first; its room is reused).
+    /// The QPs with a timer due at `now`, in QPN order, into `out`
+    /// (emptied first; its room is reused).
     pub(crate) fn due(&self, now: Instant, out: &mut Vec<Qpn>) {
         out.clear();
         out.extend(
             self.by_deadline
                 .iter()
-                .take_while(|&&(at, _, _)| at <= now)
-                .map(|&(_, qpn, _)| qpn),
+                .take_while(|&&(at, _)| at <= now)
+                .map(|&(_, qpn)| qpn),
         );
         out.sort_unstable();
-        out.dedup();
     }
 }
 
@@ -88,14 +93,16 @@ mod tests {
         let mut ix = TimerIndex::default();
         let (a, b) = (Qpn::new(0x101), Qpn::new(0x100));
         let t = Instant::from_ps;
-        let (mut ia, mut ib) = ([None; 4], [None; 4]);
+        let (mut ia, mut ib) = (None, None);
         ix.sync(a, &mut ia, [Some(t(30)), None, None, None]);
         ix.sync(b, &mut ib, [None, Some(t(20)), None, Some(t(40))]);
         assert_eq!(ix.next(), Some(t(20)));
         let mut due = Vec::new();
         ix.due(t(30), &mut due);
         assert_eq!(due, [b, a]);
+        assert_eq!((ia, ib), (Some(t(30)), Some(t(20))), "each QP's earliest");
         ix.sync(b, &mut ib, [None, None, None, Some(t(40))]);
+        assert_eq!(ib, Some(t(40)), "the later timer, once the earlier stops");
         assert_eq!(ix.next(), Some(t(30)));
         ix.due(t(35), &mut due);
         assert_eq!(due, [a]);
