@@ -60,6 +60,16 @@ const RECV_TIMEOUT: Duration = Duration::from_millis(200);
 /// looks whether to leave the socket to a program's polls
 /// ([`Core::rx_wait`]).
 const LOOK_AGAIN: Duration = Duration::from_millis(1);
+/// How long a receive thread that runs its NIC alone keeps looking for
+/// datagrams after a receive that found a stream's burst, before it waits
+/// in the kernel again ([`looks_again`]): longer than the gap between a
+/// 64 KiB stream's messages (about 30 µs at 2 GB/s), short beside the 1%
+/// of a core an idle device may use once a stream ends.
+const KEEP_LOOKING: Duration = Duration::from_micros(50);
+/// Datagrams a receive must find to be a stream's burst: a latency test's
+/// receives find a request and an ACK at most, and its programs keep both
+/// cores busy polling, which a looking thread would take turns with.
+const STREAM_BURST: usize = 16;
 /// After this many empty receives in a row, a caller tries the socket
 /// only every this many times ([`UdpPort::progress`]).
 const IDLE_EVERY: u32 = 64;
@@ -214,9 +224,14 @@ impl UdpPort {
             self.batch.clone(),
             self.idle.clone(),
         );
+        let look = if doorbell_host::one_cpu() {
+            Duration::ZERO
+        } else {
+            KEEP_LOOKING
+        };
         let t = std::thread::Builder::new()
             .name(format!("doorbell-{name}-rx"))
-            .spawn(move || rx_loop(&sock, addr, &stats, &stop, &batch, &idle, &to))?;
+            .spawn(move || rx_loop(&sock, addr, &stats, &stop, &batch, &idle, &to, look))?;
         self.rx = Some(t);
         Ok(())
     }
@@ -307,14 +322,17 @@ impl Drop for UdpPort {
 }
 
 /// The port's receive thread: waits in the kernel for the socket to be
-/// readable, takes what it holds and runs the NIC on it. It never spins
-/// for the next datagram (decision record 0042): a program thread whose
-/// CQ poll finds nothing takes datagrams as soon as a spinning thread
-/// would ([`UdpPort::progress`]), and on a machine with few cores a
-/// spinning thread takes a core from the work, the peer's included. For
-/// the same reason it leaves the socket to such polls while they take a
-/// stream's ACKs (decision record 0052): each datagram would otherwise
-/// wake it, on the other core, for nothing.
+/// readable, takes what it holds and runs the NIC on it. Where a program
+/// polls the NIC it does not spin for the next datagram (decision record
+/// 0042): the program's empty CQ polls take datagrams as soon as a
+/// spinning thread would ([`UdpPort::progress`]), and on a machine with
+/// few cores a spinning thread takes a core from the work. For the same
+/// reason it leaves the socket to such polls while they take a stream's
+/// ACKs (decision record 0052). Where no program polls, it keeps looking
+/// for `look` after each receive that found a stream's burst ([`looks_again`],
+/// decision record 0064); `look` is zero where the process may run on
+/// one CPU only.
+#[allow(clippy::too_many_arguments)]
 fn rx_loop(
     sock: &UdpSocket,
     local: SocketAddrV4,
@@ -323,8 +341,11 @@ fn rx_loop(
     batch: &Mutex<RecvBatch>,
     idle: &AtomicU32,
     to: &Core,
+    look: Duration,
 ) {
     let mut seen = StreamsSeen::new();
+    // When a receive last found a stream's burst.
+    let mut found_at: Option<std::time::Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         // Wait without the lock, so that a caller may receive meanwhile;
         // then receive under it.
@@ -336,7 +357,8 @@ fn rx_loop(
             RxWait::Soon => LOOK_AGAIN,
             RxWait::Long => RECV_TIMEOUT,
         };
-        if !sys::wait_readable(sock, wait) {
+        let found_ago = found_at.map(|t| t.elapsed());
+        if !looks_again(look, found_ago, || to.polled_lately()) && !sys::wait_readable(sock, wait) {
             continue;
         }
         let got = {
@@ -347,12 +369,26 @@ fn rx_loop(
             // The socket is gone: stop rather than spin.
             usize::MAX => return,
             0 => {}
-            _ => {
+            n => {
                 to.run();
                 idle.store(0, Ordering::Relaxed);
+                if n >= STREAM_BURST {
+                    found_at = Some(std::time::Instant::now());
+                }
             }
         }
     }
+}
+
+/// Whether the receive thread receives again at once rather than wait in
+/// the kernel: within `look` of a receive that found a stream's burst
+/// ([`STREAM_BURST`], `found_ago`), where no program polls the NIC
+/// (`polled()`, asked only then). Such a thread is the only one that receives for its NIC; in a
+/// stream, datagrams that come while it looks find no waiter to wake,
+/// where each wake-up is an interrupt between CPUs that the sender's
+/// kernel pays for in its send (on a VM, through the hypervisor).
+fn looks_again(look: Duration, found_ago: Option<Duration>, polled: impl FnOnce() -> bool) -> bool {
+    found_ago.is_some_and(|ago| ago < look) && !polled()
 }
 
 /// One `recvmmsg` of what the socket holds, without waiting, rebuilt into
@@ -510,6 +546,31 @@ impl Sink for UdpSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_receive_thread_looks_again_only_in_a_stream_nobody_polls_for() {
+        let us = Duration::from_micros;
+        let polls = || true;
+        let no_polls = || false;
+        assert!(looks_again(KEEP_LOOKING, Some(us(0)), no_polls));
+        assert!(looks_again(KEEP_LOOKING, Some(us(49)), no_polls));
+        assert!(
+            !looks_again(KEEP_LOOKING, Some(us(50)), no_polls),
+            "too long ago"
+        );
+        assert!(
+            !looks_again(KEEP_LOOKING, None, no_polls),
+            "nothing found yet"
+        );
+        assert!(
+            !looks_again(KEEP_LOOKING, Some(us(0)), polls),
+            "a program polls"
+        );
+        // On one CPU the look is zero: never.
+        assert!(!looks_again(Duration::ZERO, Some(us(0)), no_polls));
+        // Whether a program polls is asked only within the look.
+        assert!(!looks_again(KEEP_LOOKING, None, || unreachable!()));
+    }
 
     #[test]
     fn the_roce_mtu_is_the_kernels_pick_for_the_interface_mtu() {
