@@ -110,6 +110,9 @@ pub(crate) fn flush_sq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     while let Some(m) = qp.sq.pop_outstanding() {
         send_error(qp, m.wqe_index, m.opcode, Syndrome::WrFlushErr, ctx);
     }
+    if let Some((index, opcode)) = qp.sq.taken_unqueued.take() {
+        send_error(qp, index, opcode, Syndrome::WrFlushErr, ctx);
+    }
     while qp.sq.ci != qp.sq.pi {
         if qp.sq.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq.pi, ctx) {
             break;

@@ -95,7 +95,10 @@ pub struct NicConfig {
     /// takes them as they are ([`crate::Nic::handle_parsed_frame`]). The
     /// runtime writes them ([`Frame::write_headers`]) and splits a train
     /// into its packets ([`Frame::packet_ranges`]) wherever else a frame
-    /// could be seen.
+    /// could be seen. Where [`NicTiming::wqe`] is zero, such a NIC sends a
+    /// doorbell's RC messages once it has executed their WQEs, in one
+    /// pass of its send window, rather than each as it executes it; the
+    /// packets and their times are the same.
     pub max_train: u32,
 }
 

@@ -100,13 +100,35 @@ fn produce<D: Dma>(
 }
 
 /// Executes WQEs from the consumer index while the QP may send, then sends
-/// what the window allows (also when the next WQE has to wait, or is
-/// malformed: what was posted before it goes first, as it would have gone
-/// on a NIC that sends each message as it executes it).
+/// what the window allows (also when the next WQE has to wait).
+///
+/// A NIC that leaves messages for this pass ([`sends_as_executed`])
+/// behaves as one that sends each message as it executes it, faults
+/// included. Where a WQE is malformed, the messages executed before it
+/// go first, as their own passes would have sent them; if that sending
+/// fails, its fault is the one reported (the other NIC met it first), and
+/// the malformed WQE, which execution took off the ring, completes
+/// flushed in its turn ([`crate::wq::SendQueue::taken_unqueued`]). Where
+/// nothing was left for this pass, a fault ends it at once, as it ends
+/// execution on the other NIC.
 pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
-    let executed = execute(qp, ctx);
-    if qp.state == QpState::Rts && qp.p.qp_type == QpType::Rc {
-        send_window(qp, ctx)?;
+    let mut left = false;
+    let executed = execute(qp, ctx, &mut left);
+    if executed.is_err() && !left {
+        return executed;
+    }
+    if qp.state == QpState::Rts
+        && qp.p.qp_type == QpType::Rc
+        && let Err(sent) = send_window(qp, ctx)
+    {
+        if let Err(Fault::Wqe { index, opcode, .. }) = executed
+            // Posting order modulo the 16-bit WQEBB counter, as
+            // `complete::fail_wqe` reads it: taken if `ci` is past it.
+            && qp.sq.ci.wrapping_sub(index) as i16 > 0
+        {
+            qp.sq.taken_unqueued = Some((index, opcode));
+        }
+        return Err(sent);
     }
     executed
 }
@@ -132,8 +154,9 @@ fn bad_wqe(qp: &Qp, opcode: WqeOpcode, syndrome: Syndrome) -> Fault {
     }
 }
 
-/// Executes WQEs from the consumer index while the QP may send.
-fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
+/// Executes WQEs from the consumer index while the QP may send; sets
+/// `left` if it left an RC message for [`pump`] to send.
+fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, left: &mut bool) -> Outcome {
     while qp.state == QpState::Rts && qp.sq.ci != qp.sq.pi && !qp.req.is_rnr_waiting() {
         if qp.sq.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq.pi, ctx) {
             return Err(bad_wqe(qp, WqeOpcode::Nop, Syndrome::LocalQpOpErr));
@@ -194,7 +217,7 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         qp.sq.consume(n);
         ctx.charge(ctx.cfg.timing.wqe);
         match qp.p.qp_type {
-            QpType::Rc => execute_rc(qp, w, ctx)?,
+            QpType::Rc => execute_rc(qp, w, ctx, left)?,
             QpType::Uc => execute_uc(qp, w, ctx)?,
             QpType::Ud => execute_ud(qp, w, ctx)?,
         }
@@ -238,7 +261,10 @@ fn check_local_read<D: Dma>(
     check_keys(ctx.mkeys, qp.p.pd, 0, sges)
 }
 
-fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
+/// Executes the RC WQE `w`: queues its message and sends it, or, on a NIC
+/// that does not send as it executes, sets `left` and leaves it to
+/// [`pump`].
+fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>, left: &mut bool) -> Outcome {
     let fail = |syndrome| Fault::Wqe {
         index: w.index,
         opcode: w.opcode,
@@ -295,6 +321,7 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         return Ok(());
     }
     if !sends_as_executed(ctx) {
+        *left = true;
         return Ok(());
     }
     send_window(qp, ctx)

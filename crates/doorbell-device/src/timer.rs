@@ -111,5 +111,14 @@ mod tests {
         assert_eq!(ix.next(), None);
         ix.due(t(u64::MAX), &mut due);
         assert!(due.is_empty());
+        // Two QPs due at the same instant, one of them by two timers:
+        // each listed once.
+        ix.sync(a, &mut ia, [Some(t(50)), None, Some(t(50)), None]);
+        ix.sync(b, &mut ib, [None, None, Some(t(50)), None]);
+        ix.due(t(50), &mut due);
+        assert_eq!(due, [b, a]);
+        ix.sync(b, &mut ib, [None; 4]);
+        ix.due(t(50), &mut due);
+        assert_eq!(due, [a], "b's entry gone, a's kept");
     }
 }

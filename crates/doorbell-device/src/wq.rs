@@ -198,6 +198,11 @@ pub(crate) struct SendQueue {
     pub(crate) unsent_from: usize,
     /// READs and atomics among `outstanding`.
     pub(crate) reads: usize,
+    /// A WQE taken off the ring whose own fault gave way to an earlier
+    /// message's (its index and opcode): it completes flushed, after the
+    /// outstanding messages and before the WQEs still on the ring
+    /// ([`crate::complete::flush_sq`]).
+    pub(crate) taken_unqueued: Option<(u16, WqeOpcode)>,
 }
 
 impl SendQueue {
@@ -210,6 +215,7 @@ impl SendQueue {
             outstanding: VecDeque::new(),
             unsent_from: 0,
             reads: 0,
+            taken_unqueued: None,
         }
     }
 

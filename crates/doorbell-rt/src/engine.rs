@@ -193,6 +193,9 @@ pub(crate) struct Engine {
     /// The clock's reading at the start of the turn running (the one a
     /// turn takes, [`Core::turn`]), for the port.
     clock: std::time::Instant,
+    /// Register stores and doorbell records taken: what a program's posts
+    /// and arms ring ([`Core::rings`]).
+    rings: u64,
 }
 
 /// A live NIC's timeline and what it needs.
@@ -275,6 +278,7 @@ impl Engine {
             unflushed: 0,
             busy: false,
             clock: std::time::Instant::now(),
+            rings: 0,
         }
     }
 
@@ -506,8 +510,10 @@ impl Engine {
                 let data = &data[..usize::from(len)];
                 bus.capture_mmio(uar, offset, data);
                 nic.handle_mmio(now, uar, offset, data, bus);
+                self.rings += 1;
             }
             Msg::RecordDoorbell(uar, db) => {
+                self.rings += 1;
                 bus.capture_record(uar, db);
                 nic.handle_record_doorbell(now, uar, db, bus);
             }
@@ -720,6 +726,8 @@ pub(crate) struct Core {
     armed_at_ns: AtomicU64,
     /// [`Nic::window_stops`] after the last turn.
     window_stops: AtomicU64,
+    /// [`Engine::rings`] after the last turn.
+    rings: AtomicU64,
     /// The UDP port's receive thread stays off its socket
     /// ([`Core::rx_wait`]).
     away: AtomicBool,
@@ -756,6 +764,7 @@ impl Core {
             polled_at_ns: AtomicU64::new(0),
             armed_at_ns: AtomicU64::new(0),
             window_stops: AtomicU64::new(0),
+            rings: AtomicU64::new(0),
             away: AtomicBool::new(false),
             away_thread: OnceLock::new(),
             left_to_polls: AtomicU64::new(0),
@@ -976,6 +985,12 @@ impl Core {
             && (armed == 0 || now.saturating_sub(armed) >= lease)
     }
 
+    /// Register stores and doorbell records this NIC took (a program's
+    /// posts and arms), as of its last turn.
+    pub(crate) fn rings(&self) -> u64 {
+        self.rings.load(Ordering::Relaxed)
+    }
+
     /// Parks the calling receive thread for up to [`LEASE`], or until a
     /// program arms a CQ ([`Self::note_arm`]) or the NIC stops.
     pub(crate) fn stay_away(&self) {
@@ -1084,6 +1099,7 @@ impl Core {
         g.flush(now);
         self.window_stops
             .store(g.nic.window_stops(), Ordering::Relaxed);
+        self.rings.store(g.rings, Ordering::Relaxed);
         if let Some(t) = g.nic.poll_timeout()
             && t.as_ps() < self.sleeping_until.load(Ordering::Relaxed)
         {

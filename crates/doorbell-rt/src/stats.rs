@@ -105,6 +105,7 @@ impl NicStats {
                 "rx_socket_drops": p.rx_socket_drops,
                 "rx_left_to_polls": p.rx_left_to_polls,
                 "rx_called_back": p.rx_called_back,
+                "rx_looked": p.rx_looked,
                 "shm_tx_frames": p.shm_tx_frames,
                 "shm_rx_frames": p.shm_rx_frames,
                 "shm_tx_full_drops": p.shm_tx_full_drops,

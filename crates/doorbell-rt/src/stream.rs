@@ -1,7 +1,8 @@
 //! When a shared-memory port's receiving thread is in a stream, and how
 //! long it then looks again before it sleeps (decision record 0022). The
-//! UDP socket's thread never spins: it waits in the kernel (decision
-//! record 0042).
+//! UDP socket's thread waits in the kernel (decision record 0042), but
+//! for a short look after a stream's burst where no program polls its NIC
+//! (decision record 0064).
 
 use std::time::Duration;
 

@@ -66,6 +66,9 @@ const LOOK_AGAIN: Duration = Duration::from_millis(1);
 /// 64 KiB stream's messages (about 30 µs at 2 GB/s), short beside the 1%
 /// of a core an idle device may use once a stream ends.
 const KEEP_LOOKING: Duration = Duration::from_micros(50);
+/// How long after a program last rang its NIC (a post, an arm) the receive
+/// thread takes it for one that drives the NIC ([`RingWatch`]).
+const RANG_LATELY: Duration = Duration::from_micros(200);
 /// Datagrams a receive must find to be a stream's burst: a latency test's
 /// receives find a request and an ACK at most, and its programs keep both
 /// cores busy polling, which a looking thread would take turns with.
@@ -101,6 +104,10 @@ pub struct PortCounters {
     pub rx_left_to_polls: u64,
     /// Times a program arming a CQ called that thread back before its time.
     pub rx_called_back: u64,
+    /// Receives that found datagrams while the receive thread kept looking
+    /// after a stream's burst, instead of waiting in the kernel (decision
+    /// record 0064).
+    pub rx_looked: u64,
     /// Frames put into rings to NICs of this host (shared memory).
     pub shm_tx_frames: u64,
     /// Frames dropped because a peer's ring stayed full.
@@ -140,6 +147,7 @@ struct Stats {
     rx_datagrams: AtomicU64,
     rx_truncated: AtomicU64,
     rx_socket_drops: AtomicU64,
+    rx_looked: AtomicU64,
 }
 
 // Counters only: no other memory is published through them, so Relaxed.
@@ -151,6 +159,7 @@ impl Stats {
             rx_datagrams: self.rx_datagrams.load(Ordering::Relaxed),
             rx_truncated: self.rx_truncated.load(Ordering::Relaxed),
             rx_socket_drops: self.rx_socket_drops.load(Ordering::Relaxed),
+            rx_looked: self.rx_looked.load(Ordering::Relaxed),
             ..PortCounters::default()
         }
     }
@@ -328,10 +337,10 @@ impl Drop for UdpPort {
 /// spinning thread would ([`UdpPort::progress`]), and on a machine with
 /// few cores a spinning thread takes a core from the work. For the same
 /// reason it leaves the socket to such polls while they take a stream's
-/// ACKs (decision record 0052). Where no program polls, it keeps looking
-/// for `look` after each receive that found a stream's burst ([`looks_again`],
-/// decision record 0064); `look` is zero where the process may run on
-/// one CPU only.
+/// ACKs (decision record 0052). Where no program drives the NIC (polls
+/// its CQ, posts or arms), it keeps looking for `look` after each receive
+/// that found a stream's burst ([`looks_again`], decision record 0064);
+/// `look` is zero where the process may run on one CPU only.
 #[allow(clippy::too_many_arguments)]
 fn rx_loop(
     sock: &UdpSocket,
@@ -346,6 +355,7 @@ fn rx_loop(
     let mut seen = StreamsSeen::new();
     // When a receive last found a stream's burst.
     let mut found_at: Option<std::time::Instant> = None;
+    let mut rings = RingWatch::default();
     while !stop.load(Ordering::Relaxed) {
         // Wait without the lock, so that a caller may receive meanwhile;
         // then receive under it.
@@ -358,7 +368,9 @@ fn rx_loop(
             RxWait::Long => RECV_TIMEOUT,
         };
         let found_ago = found_at.map(|t| t.elapsed());
-        if !looks_again(look, found_ago, || to.polled_lately()) && !sys::wait_readable(sock, wait) {
+        let driven = || to.polled_lately() || rings.rang_lately(to.rings());
+        let looking = looks_again(look, found_ago, driven);
+        if !looking && !sys::wait_readable(sock, wait) {
             continue;
         }
         let got = {
@@ -372,6 +384,9 @@ fn rx_loop(
             n => {
                 to.run();
                 idle.store(0, Ordering::Relaxed);
+                if looking {
+                    stats.rx_looked.fetch_add(1, Ordering::Relaxed);
+                }
                 if n >= STREAM_BURST {
                     found_at = Some(std::time::Instant::now());
                 }
@@ -380,15 +395,41 @@ fn rx_loop(
     }
 }
 
+/// When the receive thread last saw the count of a program's rings of its
+/// NIC ([`Core::rings`]) move: the count is kept by the NIC's turns, and
+/// read here only when the thread would look, so that a doorbell costs no
+/// clock reading.
+#[derive(Default)]
+struct RingWatch {
+    seen: u64,
+    moved_at: Option<std::time::Instant>,
+}
+
+impl RingWatch {
+    /// Whether the count `rings` moved within [`RANG_LATELY`]: a program
+    /// that posts or arms drives its NIC, and is likely busy on a core
+    /// itself (a latency test polls memory between its posts).
+    fn rang_lately(&mut self, rings: u64) -> bool {
+        let now = std::time::Instant::now();
+        if rings != self.seen {
+            self.seen = rings;
+            self.moved_at = Some(now);
+        }
+        self.moved_at
+            .is_some_and(|t| now.duration_since(t) < RANG_LATELY)
+    }
+}
+
 /// Whether the receive thread receives again at once rather than wait in
 /// the kernel: within `look` of a receive that found a stream's burst
-/// ([`STREAM_BURST`], `found_ago`), where no program polls the NIC
-/// (`polled()`, asked only then). Such a thread is the only one that receives for its NIC; in a
+/// ([`STREAM_BURST`], `found_ago`), where no program drives the NIC
+/// (`driven()`, asked only then: it polled the CQ, posted or armed
+/// lately). Such a thread is the only one that receives for its NIC; in a
 /// stream, datagrams that come while it looks find no waiter to wake,
 /// where each wake-up is an interrupt between CPUs that the sender's
 /// kernel pays for in its send (on a VM, through the hypervisor).
-fn looks_again(look: Duration, found_ago: Option<Duration>, polled: impl FnOnce() -> bool) -> bool {
-    found_ago.is_some_and(|ago| ago < look) && !polled()
+fn looks_again(look: Duration, found_ago: Option<Duration>, driven: impl FnOnce() -> bool) -> bool {
+    found_ago.is_some_and(|ago| ago < look) && !driven()
 }
 
 /// One `recvmmsg` of what the socket holds, without waiting, rebuilt into
@@ -564,11 +605,11 @@ mod tests {
         );
         assert!(
             !looks_again(KEEP_LOOKING, Some(us(0)), polls),
-            "a program polls"
+            "a program drives the NIC"
         );
         // On one CPU the look is zero: never.
         assert!(!looks_again(Duration::ZERO, Some(us(0)), no_polls));
-        // Whether a program polls is asked only within the look.
+        // Whether a program drives the NIC is asked only within the look.
         assert!(!looks_again(KEEP_LOOKING, None, || unreachable!()));
     }
 

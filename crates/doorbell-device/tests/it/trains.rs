@@ -42,6 +42,28 @@ fn seven_writes(cfg: NicConfig) -> (Vec<Frame>, Rig) {
     (frames, rig)
 }
 
+/// A WRITE of three packets by pointer, sent one packet a burst: its
+/// first packet leaves, and its MR is destroyed. Then an inline WRITE and
+/// a WQE naming another QP, rung together: the first WRITE's next packet
+/// cannot be read. Returns the completions and the rig.
+fn gone_then_bad(mut cfg: NicConfig) -> (Vec<[u8; CQE_LEN]>, Rig) {
+    cfg.tx_burst = Some(1);
+    let mut rig = Rig::with_config_and_mtu(cfg, 256);
+    rig.write_sq(0, &rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 600));
+    rig.ring(0, u8::from(WqeOpcode::RdmaWrite), 3);
+    assert_eq!(rig.transmitted().len(), 1, "one packet a burst");
+    let mr = rig.mr;
+    rig.exec(Command::DestroyMkey(mr)).unwrap();
+    let w = inline_write(&rig, 1, 8, 2);
+    rig.write_sq(1, &w);
+    let mut bad = inline_write(&rig, 2, 8, 3);
+    ctrl(&mut bad, 2, WqeOpcode::RdmaWrite, rig.qpn.get() ^ 0x55, 3);
+    rig.write_sq(2, &bad);
+    rig.ring(2, u8::from(WqeOpcode::RdmaWrite), 3);
+    let cqes = rig.cqes();
+    (cqes, rig)
+}
+
 /// A NIC that hands on up to `max` packets as a train, leaving payloads in
 /// memory if `leave`.
 fn training(max: u32, leave: bool) -> NicConfig {
@@ -132,6 +154,31 @@ fn good_then_bad(cfg: NicConfig) -> (Vec<Frame>, Vec<[u8; CQE_LEN]>, Rig) {
     let frames = rig.transmitted();
     let cqes = rig.cqes();
     (frames, cqes, rig)
+}
+
+#[test]
+fn a_send_that_fails_before_a_bad_wqe_completes_both_in_order() {
+    // A NIC that sends as it executes meets the first WRITE's fault when it
+    // sends after the inline WRITE, and leaves the bad WQE on the ring, to
+    // be flushed. One that sends once the doorbell's WQEs are executed has
+    // taken the bad WQE off the ring by then, and must still complete it,
+    // flushed, in its turn.
+    let (whole_cqes, whole_rig) = gone_then_bad(NicConfig::new(LOCAL));
+    let qpn = whole_rig.qpn.get();
+    let fields: Vec<_> = whole_cqes.iter().map(cqe_fields).collect();
+    assert_eq!(fields.len(), 3, "{fields:?}");
+    assert_eq!((fields[0].0, fields[0].2), (CqeOpcode::ReqErr, 0));
+    assert_ne!(fields[0].1, Syndrome::WrFlushErr, "the WRITE's own error");
+    for (i, f) in fields.iter().enumerate().skip(1) {
+        assert_eq!(
+            *f,
+            (CqeOpcode::ReqErr, Syndrome::WrFlushErr, i as u16, 0x08, qpn)
+        );
+    }
+    let (cqes, rig) = gone_then_bad(training(32, false));
+    assert_eq!(cqes, whole_cqes);
+    assert_eq!(rig.state(), QpState::Err);
+    assert_eq!(rig.counters(), whole_rig.counters());
 }
 
 #[test]

@@ -1728,3 +1728,47 @@ fn a_bad_datagram_inside_a_coalesced_run_is_dropped_alone() {
     r.check_memory("the run resent");
     r.healthy("after a run with a bad datagram");
 }
+
+/// A stream of WRITEs to a NIC that no program drives: after a receive
+/// that found a burst, the port's receive thread keeps receiving rather
+/// than wait in the kernel for the next datagrams (decision record 0064).
+/// While the program rings its NIC (here, arms its CQ: a ring that takes
+/// no datagram from the socket) it does not.
+#[test]
+fn a_stream_nobody_drives_is_received_by_a_thread_that_keeps_looking() {
+    let r = rig(79);
+    let q = r.b.qp.qpn();
+    let rkey = r.rkey();
+    let data = pattern(64, 7);
+    let mut psn = Psn::new(PEER_PSN);
+    let mut burst = |ring: bool| {
+        for _ in 0..64 {
+            let w = Pkt::write(RcRdmaWriteOnly, r.va(WRITE_OFF), rkey, 64, data.clone());
+            r.peer.send(q, psn, &w);
+            psn = psn.add(1);
+            if ring {
+                r.b.cq.req_notify(false).unwrap();
+            }
+        }
+        // The ACKs, drained.
+        while r.peer.next(Duration::from_millis(5)).is_some() {}
+    };
+    for _ in 0..20 {
+        burst(true);
+    }
+    assert_eq!(
+        r.b.nic.port_counters().rx_looked,
+        0,
+        "a NIC its program rings"
+    );
+    // Nobody rings or polls (the arms' lease past): within a few bursts a
+    // receive finds 16 datagrams or more, and the thread looks for more.
+    std::thread::sleep(Duration::from_millis(1));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while r.b.nic.port_counters().rx_looked == 0 {
+        assert!(Instant::now() < deadline, "the thread never kept looking");
+        burst(false);
+    }
+    r.wrote(WRITE_OFF, &data);
+    r.healthy("after the stream");
+}
