@@ -104,9 +104,9 @@ pub struct PortCounters {
     pub rx_left_to_polls: u64,
     /// Times a program arming a CQ called that thread back before its time.
     pub rx_called_back: u64,
-    /// Receives that found datagrams while the receive thread kept looking
-    /// after a stream's burst, instead of waiting in the kernel (decision
-    /// record 0064).
+    /// Times the receive thread kept looking for datagrams after a
+    /// stream's burst, instead of waiting in the kernel (decision record
+    /// 0064).
     pub rx_looked: u64,
     /// Frames put into rings to NICs of this host (shared memory).
     pub shm_tx_frames: u64,
@@ -356,6 +356,7 @@ fn rx_loop(
     // When a receive last found a stream's burst.
     let mut found_at: Option<std::time::Instant> = None;
     let mut rings = RingWatch::default();
+    let mut was_looking = false;
     while !stop.load(Ordering::Relaxed) {
         // Wait without the lock, so that a caller may receive meanwhile;
         // then receive under it.
@@ -370,6 +371,10 @@ fn rx_loop(
         let found_ago = found_at.map(|t| t.elapsed());
         let driven = || to.polled_lately() || rings.rang_lately(to.rings());
         let looking = looks_again(look, found_ago, driven);
+        if looking && !was_looking {
+            stats.rx_looked.fetch_add(1, Ordering::Relaxed);
+        }
+        was_looking = looking;
         if !looking && !sys::wait_readable(sock, wait) {
             continue;
         }
@@ -384,9 +389,6 @@ fn rx_loop(
             n => {
                 to.run();
                 idle.store(0, Ordering::Relaxed);
-                if looking {
-                    stats.rx_looked.fetch_add(1, Ordering::Relaxed);
-                }
                 if n >= STREAM_BURST {
                     found_at = Some(std::time::Instant::now());
                 }

@@ -200,3 +200,24 @@ pub fn signaled<'a>(wr_id: u64, sg: &'a [Sge], opcode: WrOpcode) -> SendWr<'a> {
         ud: None,
     }
 }
+
+/// Restricts the calling thread to the first CPU it may run on, as
+/// `taskset -c` restricts a process; the threads it starts inherit that.
+#[allow(unsafe_code)]
+pub fn keep_to_one_cpu() {
+    // SAFETY: `cpu_set_t` is plain data, for which all zeroes is the
+    // empty set; the CPU_* helpers index within it (`cpu` is below
+    // CPU_SETSIZE); pid 0 names the calling thread, and the set outlives
+    // both calls, which only read or write it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let len = std::mem::size_of::<libc::cpu_set_t>();
+        assert_eq!(libc::sched_getaffinity(0, len, &mut set), 0);
+        let cpu = (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .expect("the thread may run on some CPU");
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        assert_eq!(libc::sched_setaffinity(0, len, &one), 0);
+    }
+}

@@ -32,7 +32,7 @@ use doorbell_wire::{
     ROCE_V2_UDP_PORT, RethRepr, RoceIp, RoceRepr, UdpHeader, UdpRepr, parse_roce,
 };
 
-use crate::common::{FULL, Side, pattern, post, post_recv, signaled, wait};
+use crate::common::{FULL, Side, keep_to_one_cpu, pattern, post, post_recv, signaled, wait};
 use crate::net::{Timers, bring_qp, caps, connect_qp, lo, side_on, sync, udp_only, wait_counters};
 
 use BthOpcode::*;
@@ -1729,46 +1729,69 @@ fn a_bad_datagram_inside_a_coalesced_run_is_dropped_alone() {
     r.healthy("after a run with a bad datagram");
 }
 
+/// Sends B's QP 64 WRITE ONLYs from the peer, PSNs from `psn` on; if
+/// `ring`, B's program arms its CQ after each (a ring of the NIC that
+/// takes no datagram from the socket). Drains the ACKs.
+fn write_burst(r: &Rig, psn: &mut Psn, ring: bool) {
+    let data = pattern(64, 7);
+    for _ in 0..64 {
+        let w = Pkt::write(RcRdmaWriteOnly, r.va(WRITE_OFF), r.rkey(), 64, data.clone());
+        r.peer.send(r.b.qp.qpn(), *psn, &w);
+        *psn = psn.add(1);
+        if ring {
+            r.b.cq.req_notify(false).unwrap();
+        }
+    }
+    while r.peer.next(Duration::from_millis(5)).is_some() {}
+}
+
 /// A stream of WRITEs to a NIC that no program drives: after a receive
 /// that found a burst, the port's receive thread keeps receiving rather
 /// than wait in the kernel for the next datagrams (decision record 0064).
-/// While the program rings its NIC (here, arms its CQ: a ring that takes
-/// no datagram from the socket) it does not.
+/// While the program rings its NIC it does not.
 #[test]
 fn a_stream_nobody_drives_is_received_by_a_thread_that_keeps_looking() {
     let r = rig(79);
-    let q = r.b.qp.qpn();
-    let rkey = r.rkey();
-    let data = pattern(64, 7);
     let mut psn = Psn::new(PEER_PSN);
-    let mut burst = |ring: bool| {
-        for _ in 0..64 {
-            let w = Pkt::write(RcRdmaWriteOnly, r.va(WRITE_OFF), rkey, 64, data.clone());
-            r.peer.send(q, psn, &w);
-            psn = psn.add(1);
-            if ring {
-                r.b.cq.req_notify(false).unwrap();
-            }
-        }
-        // The ACKs, drained.
-        while r.peer.next(Duration::from_millis(5)).is_some() {}
-    };
-    for _ in 0..20 {
-        burst(true);
+    // A thread that took no notice of the rings would look once a burst
+    // (20 here); one that does looks at most a few times, where a burst
+    // came while its program's last ring was already 200 µs old.
+    const BURSTS: u64 = 20;
+    for _ in 0..BURSTS {
+        write_burst(&r, &mut psn, true);
     }
-    assert_eq!(
-        r.b.nic.port_counters().rx_looked,
-        0,
-        "a NIC its program rings"
+    let looked = r.b.nic.port_counters().rx_looked;
+    assert!(
+        looked < BURSTS / 4,
+        "{looked} looks at a NIC its program rings"
     );
-    // Nobody rings or polls (the arms' lease past): within a few bursts a
+    // Nobody rings or polls (the arms' 200 µs past): within a few bursts a
     // receive finds 16 datagrams or more, and the thread looks for more.
     std::thread::sleep(Duration::from_millis(1));
     let deadline = Instant::now() + Duration::from_secs(5);
     while r.b.nic.port_counters().rx_looked == 0 {
         assert!(Instant::now() < deadline, "the thread never kept looking");
-        burst(false);
+        write_burst(&r, &mut psn, false);
     }
-    r.wrote(WRITE_OFF, &data);
+    r.wrote(WRITE_OFF, &pattern(64, 7));
     r.healthy("after the stream");
+}
+
+/// Where the process may run on one CPU only, the receive thread never
+/// looks: the peer it would look for runs only once it stops.
+#[test]
+fn on_one_cpu_the_receive_thread_never_keeps_looking() {
+    let looked = std::thread::spawn(|| {
+        keep_to_one_cpu();
+        let r = rig(80);
+        let mut psn = Psn::new(PEER_PSN);
+        for _ in 0..30 {
+            write_burst(&r, &mut psn, false);
+        }
+        r.wrote(WRITE_OFF, &pattern(64, 7));
+        r.b.nic.port_counters().rx_looked
+    })
+    .join()
+    .unwrap();
+    assert_eq!(looked, 0);
 }
