@@ -80,9 +80,7 @@ pub(crate) fn fault<D: Dma>(qp: &mut Qp, f: Fault, ctx: &mut Ctx<'_, D>) {
 /// still among the outstanding messages, completes only with the error.
 fn fail_wqe<D: Dma>(qp: &mut Qp, index: u16, opcode: WqeOpcode, s: Syndrome, ctx: &mut Ctx<'_, D>) {
     while let Some(m) = qp.sq.outstanding.front() {
-        // Posting order modulo the 16-bit WQEBB counter: a send queue holds
-        // at most 2^15 WQEBBs, so the distance fits an i16.
-        let before = index.wrapping_sub(m.wqe_index) as i16;
+        let before = crate::wq::posted_after(index, m.wqe_index);
         if before < 0 {
             break;
         }

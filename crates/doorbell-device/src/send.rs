@@ -122,9 +122,8 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         && let Err(sent) = send_window(qp, ctx)
     {
         if let Err(Fault::Wqe { index, opcode, .. }) = executed
-            // Posting order modulo the 16-bit WQEBB counter, as
-            // `complete::fail_wqe` reads it: taken if `ci` is past it.
-            && qp.sq.ci.wrapping_sub(index) as i16 > 0
+            // Taken off the ring: `ci` is past it.
+            && crate::wq::posted_after(qp.sq.ci, index) > 0
         {
             qp.sq.taken_unqueued = Some((index, opcode));
         }

@@ -262,6 +262,13 @@ impl SendQueue {
     }
 }
 
+/// How many WQEBBs WQE index `later` was posted after `earlier` (negative
+/// if before): posting order modulo the 16-bit WQEBB counter. A send
+/// queue holds at most 2^15 WQEBBs, so the distance fits an `i16`.
+pub(crate) fn posted_after(later: u16, earlier: u16) -> i16 {
+    later.wrapping_sub(earlier) as i16
+}
+
 /// The receive queue, in WQEs.
 pub(crate) struct RecvQueue {
     pub(crate) size: u32,
