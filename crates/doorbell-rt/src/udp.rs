@@ -23,7 +23,9 @@
 //! socket gave them. While a program polls the NIC's CQ and a stream
 //! waits for ACKs, the thread leaves the socket to the polls, 200 µs at a
 //! time, until an arm of a CQ calls it back ([`Core::rx_wait`], decision
-//! record 0052). The receiver puts the IPv4 and UDP headers back from
+//! record 0052). Where no program drives the NIC, the thread keeps
+//! receiving for a while after a stream's burst rather than wait in the
+//! kernel ([`looks_again`], decision record 0064). The receiver puts the IPv4 and UDP headers back from
 //! what the kernel tells: source address and port, destination address
 //! (`IP_PKTINFO`), length; identification 0 and DF, with TTL and TOS as
 //! anything (the ICRC masks them). The rebuilt frames go to the NIC (run
