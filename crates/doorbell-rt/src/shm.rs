@@ -26,11 +26,13 @@
 //! receiver moves again every frame for that ring is dropped at once, so
 //! a stopped or hung peer costs its senders [`FULL_WAIT`] once, not per
 //! frame.
-//! A sender looks whether its receiver hung up every [`LIVENESS`], and
-//! before the first frame after [`IDLE`] without one: a process that
-//! exits and another that takes its address (a restarted server, a
-//! server's child for its next client) get their frames from the first,
-//! not lost into the old ring.
+//! A receiver whose NIC stops marks its rings closed, and a sender that
+//! finds the mark asks the rendezvous again before its next frame; it also
+//! looks whether its receiver hung up every [`LIVENESS`], and before the
+//! first frame after [`IDLE`] without one (a process killed before its NIC
+//! stopped). So a process that exits and another that takes its address
+//! (a restarted server, a server's child for its next client) get their
+//! frames from the first, not lost into the old ring.
 //!
 //! The receiver's thread takes frames while they come, spins for
 //! [`crate::NicOptions::shm_spin`] after the last one, then parks: it marks every ring parked,
@@ -425,12 +427,21 @@ impl ShmPort {
         }
     }
 
-    /// Stops the receiver thread and closes the rendezvous.
+    /// Stops the receiver thread and closes the rendezvous and the rings:
+    /// each sender then asks the rendezvous again before its next frame,
+    /// for a NIC that may take the address at once (a restarted process),
+    /// instead of putting frames nobody takes into the old ring until it
+    /// finds its receiver hung up. A port whose thread was forgotten (a
+    /// child after `fork()`) leaves the parent's rings open.
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.rx.take() {
             ring(&self.bell);
             let _ = t.join();
+            let inb = self.inbound.lock().unwrap_or_else(|e| e.into_inner());
+            for r in &inb.rings {
+                r.ring.close();
+            }
         }
     }
 
@@ -1058,11 +1069,12 @@ impl HostSink {
 impl Peers {
     /// The peer's ring, connecting first if it is time to try.
     fn ring(&mut self, dst: [u8; 4], now: Instant) -> Option<&mut OutRing> {
-        // The common case, a ring in use lately: one look-up to see, one
-        // to lend it, and a comparison of two readings of the clock.
+        // The common case, a ring in use lately whose receiver still takes
+        // frames: one look-up to see, one to lend it, a comparison of two
+        // readings of the clock and a load from a line nobody writes.
         let fresh = matches!(
             self.map.get(&dst),
-            Some(Peer::Shm(r)) if now < r.fresh_until
+            Some(Peer::Shm(r)) if now < r.fresh_until && !r.ring.consumer_closed()
         );
         if !fresh {
             self.refresh(dst, now);
@@ -1099,10 +1111,11 @@ impl Peers {
         let Some(Peer::Shm(r)) = self.map.get_mut(&dst) else {
             return;
         };
+        let closed = r.ring.consumer_closed();
         let idle = now.duration_since(r.used) >= IDLE;
-        if idle || now.duration_since(r.checked) >= LIVENESS {
+        if closed || idle || now.duration_since(r.checked) >= LIVENESS {
             r.checked = now;
-            if os::hung_up(&r.conn) {
+            if closed || os::hung_up(&r.conn) {
                 // Gone, and perhaps back already (a restarted process):
                 // ask again at once.
                 self.map.insert(dst, Peer::Elsewhere { retry: now });
@@ -1465,6 +1478,53 @@ mod tests {
     use std::time::Duration;
 
     use super::{BELL_CREDIT, BELL_PROBE, CALLER_SPIN, WaitCredit, Waits, is_request};
+
+    #[test]
+    fn a_sender_asks_the_rendezvous_again_once_its_receiver_closed_the_ring() {
+        use std::collections::BTreeMap;
+        use std::os::unix::net::UnixStream;
+        use std::sync::Arc;
+        use std::time::Instant;
+
+        use memmap2::MmapOptions;
+
+        use super::{OutRing, Peer, Peers, RING_BYTES, Stats, Tracked, os, ring::Ring};
+
+        let f = os::memfd("closed-test", Ring::mapping_len(RING_BYTES)).unwrap();
+        let map = || MmapOptions::new().map_raw(&f).unwrap();
+        let (ring, consumer) = (Ring::create(map()).unwrap(), Ring::attach(map()).unwrap());
+        // The receiver's end of the connection stays open: it did not hang
+        // up, and the ring is fresh for a minute.
+        let (conn, _receiver) = UnixStream::pair().unwrap();
+        let now = Instant::now();
+        // No NIC listens at this address's rendezvous.
+        let dst = [127, 66, 0, 9];
+        let mut peers = Peers {
+            local: [127, 66, 0, 8],
+            map: BTreeMap::new(),
+            stats: Arc::new(Stats::default()),
+        };
+        peers.map.insert(
+            dst,
+            Peer::Shm(OutRing {
+                ring,
+                conn: Tracked::new(conn),
+                bell: os::eventfd().unwrap(),
+                checked: now,
+                used: now,
+                fresh_until: now + Duration::from_secs(60),
+                stuck_at: None,
+                credit: WaitCredit::default(),
+            }),
+        );
+        assert!(peers.ring(dst, now).is_some(), "an open ring in use");
+        consumer.close();
+        assert!(
+            peers.ring(dst, now).is_none(),
+            "a closed ring is asked about again at once, not used while fresh"
+        );
+        assert!(matches!(peers.map.get(&dst), Some(Peer::Elsewhere { .. })));
+    }
 
     #[test]
     fn a_peers_sends_writes_reads_and_atomics_are_requests_and_its_answers_are_not() {

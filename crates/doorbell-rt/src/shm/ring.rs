@@ -11,7 +11,11 @@
 //! and `head` count bytes since the ring was made; a record starts at a
 //! multiple of 8: a `u32` length, 4 bytes of zero, the frame, padding to
 //! 8. A record that would cross the end of the data area is not split: a
-//! length of `u32::MAX` there says "continue at the start".
+//! length of `u32::MAX` there says "continue at the start". Beside the
+//! magic and capacity, at offset 16, the consumer's `closed` word: written
+//! once, when the consumer stops taking frames, and read by the producer
+//! before each run of frames, from its own cache, since nothing else on
+//! that line is written after the ring is made.
 //!
 //! # Trust
 //! The producer made the mapping and the consumer mapped it from a
@@ -36,6 +40,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"DBRING01");
 const WRAP: u32 = u32::MAX;
 const OFF_MAGIC: usize = 0;
 const OFF_CAP: usize = 8;
+const OFF_CLOSED: usize = 16;
 const OFF_TAIL: usize = 64;
 const OFF_HEAD: usize = 128;
 const OFF_PARKED: usize = 192;
@@ -95,6 +100,7 @@ impl Ring {
         r.word(OFF_CAP).store(cap, Ordering::Relaxed);
         r.word(OFF_TAIL).store(0, Ordering::Relaxed);
         r.word(OFF_HEAD).store(0, Ordering::Relaxed);
+        r.word(OFF_CLOSED).store(0, Ordering::Relaxed);
         r.flag().store(0, Ordering::Relaxed);
         r.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
         Some(r)
@@ -310,6 +316,20 @@ impl Ring {
         prefetch(self.flag().as_ptr().cast());
     }
 
+    /// Consumer: says it takes no more frames (its NIC stopped), so that
+    /// the producer asks the rendezvous again before its next frame rather
+    /// than lose it here: a NIC that took the address meanwhile gets it.
+    pub(crate) fn close(&self) {
+        self.word(OFF_CLOSED).store(1, Ordering::Release);
+    }
+
+    /// Producer: whether the consumer said it takes no more frames
+    /// ([`Self::close`]). Untrusted like every word of the mapping: a
+    /// consumer that says so falsely only makes its sender connect again.
+    pub(crate) fn consumer_closed(&self) -> bool {
+        self.word(OFF_CLOSED).load(Ordering::Acquire) != 0
+    }
+
     /// Producer: whether the consumer asked to be woken.
     pub(crate) fn consumer_parked(&self) -> bool {
         self.flag().load(Ordering::SeqCst) != 0
@@ -351,6 +371,16 @@ mod tests {
             assert_eq!(out, f, "frame {i}");
             assert!(!rx.pop(&mut out).unwrap());
         }
+    }
+
+    #[test]
+    fn a_consumer_that_closes_is_seen_closed_by_its_producer() {
+        let (tx, rx) = pair(64 << 10);
+        assert!(!tx.consumer_closed());
+        rx.close();
+        assert!(tx.consumer_closed());
+        // Neither position moved: a close is no frame.
+        assert!(!rx.has_data());
     }
 
     #[test]
