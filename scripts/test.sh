@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need (scripts/setup.sh), then runs every check:
 # formatting, clippy, the docs' links, the module graph of each crate, the
-# whole test suite, the rc_pingpong example, and every fuzz target for a
-# short fixed time.
+# whole test suite (as a debug build, then as a release build), the
+# rc_pingpong example, and every fuzz target for a short fixed time.
 #
 #   scripts/test.sh
 #
@@ -26,6 +26,12 @@ echo "test.sh: no circle of modules"
 
 echo "test.sh: cargo test"
 cargo test --workspace --locked
+
+# Again as the release build that users run (decision record 0065): a race
+# that a debug build's slowness hides, or code the optimiser gets wrong,
+# shows only there.
+echo "test.sh: cargo test --release"
+cargo test --release --workspace --locked --lib --bins --tests
 
 echo "test.sh: rc_pingpong example"
 cargo run --locked -q -p doorbell-cli --example rc_pingpong -- 4096 200 100 1024

@@ -84,13 +84,24 @@ impl<'a> Input<'a> {
 }
 
 /// Writes an input that [`Input`] reads back value for value.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Seed(Vec<u8>);
 
+impl Default for Seed {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Seed {
-    /// An empty input.
+    /// An empty input, with room already allocated. Not a constant: rustc
+    /// 1.95's MIR GVN merges two equal constant temporaries passed by
+    /// value (rust-lang/rust#158830), so a function that starts two seeds
+    /// from an empty `Vec` each and grows them in place (`bytes` takes
+    /// `self`) wrote the second into the first one's freed buffer in a
+    /// release build. An allocation is never merged.
     pub fn new() -> Self {
-        Self::default()
+        Self(Vec::with_capacity(64))
     }
 
     /// The bytes written.

@@ -332,10 +332,17 @@ fn on_a_terminal(args: &str) -> String {
 #[test]
 fn long_runs_show_progress_on_a_terminal_only() {
     // Long enough to show the bar, whose threshold is a second of wall
-    // time: 100 000 iterations take about 3.5 s unoptimised here. (30 000
-    // took 1.1-1.25 s, and a quiet moment once made it less than a second
-    // and left the bar undrawn.)
-    let args = "sim --op write --size 8 --iters 100000";
+    // time: 100 000 iterations take about 3.5 s unoptimised here, and
+    // 2 000 000 about 3.7 s optimised (the suite also runs as a release
+    // build). (30 000 took 1.1-1.25 s unoptimised, and a quiet moment once
+    // made it less than a second and left the bar undrawn.)
+    let iters = if cfg!(debug_assertions) {
+        100_000
+    } else {
+        2_000_000
+    };
+    let args = format!("sim --op write --size 8 --iters {iters}");
+    let args = args.as_str();
     let tty = on_a_terminal(args);
     assert!(tty.contains("simulating ["), "{tty}");
     let piped = doorbell(&args.split(' ').collect::<Vec<_>>());
