@@ -18,7 +18,9 @@
 #     set), each an iperf3 run followed by an ib_write_bw run; the table
 #     gives the median of the rounds' ratios and their range (both sides
 #     run near a core each there, and one run moves by a tenth or more
-#     with the shared machine's load);
+#     with the shared machine's load); the veth keeps its default MTU
+#     (1500 bytes: RoCE MTU 1024) unless BENCH_VETH_MTU says another, as
+#     a RoCE fabric's jumbo frames (9000: RoCE MTU 4096), for both tools;
 #   - an idle open device: the CPU time all threads of `rping -s` (device
 #     open, a listening rdma_cm id, no client) take over BENCH_SECS;
 #   - message rate: `ib_write_bw -s 8 -I 8 -l 16` (8-byte inline WRITEs,
@@ -32,6 +34,7 @@
 #   BENCH_SECS=10 scripts/bench-tools.sh
 #   BENCH_NETNS=1 scripts/bench-tools.sh   # also the two-host figure (root)
 #   BENCH_NETNS=1 BENCH_VETH_ROUNDS=9 scripts/bench-tools.sh
+#   BENCH_NETNS=1 BENCH_VETH_MTU=9000 scripts/bench-tools.sh  # jumbo veth
 #   BENCH_CPUS=0 scripts/bench-tools.sh    # every process on CPU 0 only
 #
 # With BENCH_CPUS (a CPU list, as `taskset -c` takes it), every process of
@@ -55,6 +58,11 @@ if [[ -n $pin ]] && ! $pin true 2>/dev/null; then
 fi
 lat_n=20000
 [[ -n $pin ]] && lat_n=500
+veth_mtu=${BENCH_VETH_MTU:-}
+if [[ -n $veth_mtu ]] && ! [[ $veth_mtu =~ ^[0-9]+$ && $veth_mtu -ge 1280 && $veth_mtu -le 65535 ]]; then
+    echo "bench-tools: BENCH_VETH_MTU=$veth_mtu is no MTU a veth takes here: give bytes from 1280 to 65535 (9000 for jumbo frames)" >&2
+    exit 1
+fi
 for c in ib_write_lat ib_write_bw sockperf iperf3; do
     command -v "$c" >/dev/null || { echo "bench-tools: $c is missing: run scripts/setup.sh" >&2; exit 1; }
 done
@@ -177,6 +185,10 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
     trap 'cleanup; netns_cleanup' EXIT
     ip netns add "$na" && ip netns add "$nb"
     ip link add "$va" netns "$na" type veth peer name "$vb" netns "$nb"
+    if [[ -n $veth_mtu ]]; then
+        ip -n "$na" link set "$va" mtu "$veth_mtu"
+        ip -n "$nb" link set "$vb" mtu "$veth_mtu"
+    fi
     ip -n "$na" addr add 10.88.0.1/30 dev "$va"
     ip -n "$nb" addr add 10.88.0.2/30 dev "$vb"
     for ns in "$na" "$nb"; do ip -n "$ns" link set lo up; done
@@ -201,8 +213,9 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
 fi
 
 probe_end=$(probe)
-/usr/bin/python3 - "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" "$idle_share" $veth_rows <<'EOF'
+/usr/bin/python3 - "${veth_mtu:-1500}" "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" "$idle_share" $veth_rows <<'EOF'
 import sys
+veth_mtu = sys.argv.pop(1)
 tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate, idle = map(float, sys.argv[1:9])
 # perftest's MB is 2^20 bytes.
 db_bw_bytes = db_bw * 2**20
@@ -230,7 +243,7 @@ if veth:
         f"{b / 1e9:.3f}/{t / 1e9:.3f} GB/s = {b / t:.2f}x" for b, t in veth), file=sys.stderr)
     bws = sorted(b for b, _ in veth)
     tcps = sorted(t for _, t in veth)
-    rows.append((f"bandwidth over a veth, 64 KiB ({len(veth)} rounds)",
+    rows.append((f"bandwidth over a veth of MTU {veth_mtu}, 64 KiB ({len(veth)} rounds)",
                  f"ib_write_bw {bws[0] / 1e9:.3f}-{bws[-1] / 1e9:.3f} GB/s",
                  f"iperf3 {tcps[0] / 1e9:.3f}-{tcps[-1] / 1e9:.3f} GB/s",
                  f"median {median:.2f}x TCP, rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x (target >= 1)"))
