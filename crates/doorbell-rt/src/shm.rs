@@ -46,8 +46,10 @@
 //! untrusted, as one from the wire. A frame whose IPv4 addresses are not
 //! the ring's two ends is dropped and counted (a peer cannot speak for
 //! another address through its ring). A ring whose positions make no
-//! sense, or whose peer hangs up, ends that one connection. Only a process
-//! of the same user is admitted (`SO_PEERCRED`).
+//! sense, or whose peer hangs up, ends that one connection. A receiver's
+//! closed mark is believed without question: at worst its sender asks the
+//! rendezvous again. Only a process of the same user is admitted
+//! (`SO_PEERCRED`).
 
 #[allow(unsafe_code)]
 mod os;
@@ -225,7 +227,10 @@ struct InRing {
 /// share, one at a time.
 struct Inbound {
     local: [u8; 4],
-    listener: Tracked<UnixListener>,
+    /// The rendezvous; `None` once the port stopped, so that the name is
+    /// free at once and a sender that asks finds nobody, rather than a
+    /// listener that no longer answers.
+    listener: Option<Tracked<UnixListener>>,
     bell: File,
     rings: Vec<InRing>,
     /// The receiver thread has marked the rings parked and sleeps.
@@ -329,7 +334,7 @@ impl ShmPort {
         Some(Self {
             inbound: Arc::new(Mutex::new(Inbound {
                 local,
-                listener: Tracked::new(listener),
+                listener: Some(Tracked::new(listener)),
                 bell,
                 rings: Vec::new(),
                 parked: false,
@@ -427,18 +432,22 @@ impl ShmPort {
         }
     }
 
-    /// Stops the receiver thread and closes the rendezvous and the rings:
-    /// each sender then asks the rendezvous again before its next frame,
-    /// for a NIC that may take the address at once (a restarted process),
-    /// instead of putting frames nobody takes into the old ring until it
-    /// finds its receiver hung up. A port whose thread was forgotten (a
-    /// child after `fork()`) leaves the parent's rings open.
+    /// Stops the receiver thread, closes the rendezvous and marks the
+    /// rings closed: each sender then asks the rendezvous again before its
+    /// next frame, and finds a NIC that took the address meanwhile (a
+    /// restarted process) or nobody, instead of putting frames nobody takes
+    /// into the old ring until it finds its receiver hung up. A port whose
+    /// thread was forgotten (a child after `fork()`) leaves the parent's
+    /// rendezvous and rings as they are.
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.rx.take() {
             ring(&self.bell);
             let _ = t.join();
-            let inb = self.inbound.lock().unwrap_or_else(|e| e.into_inner());
+            let mut inb = self.inbound.lock().unwrap_or_else(|e| e.into_inner());
+            // The name first: a sender that sees a mark must not find the
+            // old listener, which would take its hello and never answer.
+            inb.listener = None;
             for r in &inb.rings {
                 r.ring.close();
             }
@@ -620,12 +629,12 @@ impl Inbound {
     /// over UDP.
     fn callers(&mut self, room: usize) -> Vec<Tracked<UnixStream>> {
         let mut got = Vec::new();
-        if !self.listening() {
+        let Some(listener) = self.listener.as_ref().filter(|_| self.listening()) else {
             return got;
-        }
+        };
         self.accept_after = None;
         while got.len() < room {
-            match self.listener.accept() {
+            match listener.accept() {
                 Ok((s, _)) => got.push(Tracked::new(s)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got,
@@ -806,10 +815,9 @@ fn rx_loop(
             // out during its backoff, and while as many handshakes as are
             // allowed wait (the connection stays queued meanwhile).
             let listening = inb.listening() && shaking.room() > 0;
-            fds.push(if listening {
-                inb.listener.as_raw_fd()
-            } else {
-                -1
+            fds.push(match &inb.listener {
+                Some(l) if listening => l.as_raw_fd(),
+                _ => -1,
             });
             fds.extend(inb.rings.iter().map(|r| r.conn.as_raw_fd()));
             rings = inb.rings.len();
@@ -1071,7 +1079,8 @@ impl Peers {
     fn ring(&mut self, dst: [u8; 4], now: Instant) -> Option<&mut OutRing> {
         // The common case, a ring in use lately whose receiver still takes
         // frames: one look-up to see, one to lend it, a comparison of two
-        // readings of the clock and a load from a line nobody writes.
+        // readings of the clock and a load from a line written only once
+        // the receiver stops (from this side's cache until then).
         let fresh = matches!(
             self.map.get(&dst),
             Some(Peer::Shm(r)) if now < r.fresh_until && !r.ring.consumer_closed()
@@ -1142,6 +1151,11 @@ fn push_into(r: &mut OutRing, frame: &[u8], stats: &Stats) -> Pushed {
                 return Pushed::In;
             }
             Err(Fault::Full) => {
+                // A receiver that stopped takes nothing more: no wait, and
+                // the next run asks the rendezvous again.
+                if r.ring.consumer_closed() {
+                    return Pushed::Dropped;
+                }
                 // Untrusted (the peer writes it): only a move forward
                 // counts, and the whole wait is bounded whatever it does.
                 let pos = r.ring.consumer_pos();
@@ -1328,12 +1342,12 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
 
 impl Sink for HostSink {
     fn send(&mut self, frames: &mut Vec<Frame>, now: Instant, spent: &mut Vec<Vec<u8>>) {
-        // A batch all to one NIC of another host (a stream between hosts)
-        // goes to the UDP port as it is, rather than frame by frame
-        // through `rest`.
+        // A batch all to a NIC of another host (a stream between hosts),
+        // known to be one until its next look at the rendezvous, goes to
+        // the UDP port as it is, rather than frame by frame through `rest`.
         if let Some(dst) = frames.first().map(|f| f.dst)
+            && matches!(self.peers.map.get(&dst), Some(Peer::Elsewhere { retry }) if now < *retry)
             && frames.iter().all(|f| f.dst == dst)
-            && self.peers.ring(dst, now).is_none()
         {
             self.udp.send(frames, now, spent);
             return;
@@ -1419,6 +1433,11 @@ impl RawPeer {
         ok
     }
 
+    /// Whether the NIC marked the ring closed (it stopped).
+    pub fn receiver_closed(&self) -> bool {
+        self.0.ring.consumer_closed()
+    }
+
     /// Writes `value` over the ring's producer position, as a peer that
     /// scribbles over the segment would, and wakes the NIC.
     pub fn scribble_tail(&mut self, value: u64) {
@@ -1498,7 +1517,7 @@ mod tests {
 
         use memmap2::MmapOptions;
 
-        use super::{OutRing, Peer, Peers, RING_BYTES, Stats, Tracked, os, ring::Ring};
+        use super::{OutRing, Peer, Peers, RETRY, RING_BYTES, Stats, Tracked, os, ring::Ring};
 
         let f = os::memfd("closed-test", Ring::mapping_len(RING_BYTES)).unwrap();
         let map = || MmapOptions::new().map_raw(&f).unwrap();
@@ -1533,7 +1552,10 @@ mod tests {
             peers.ring(dst, now).is_none(),
             "a closed ring is asked about again at once, not used while fresh"
         );
-        assert!(matches!(peers.map.get(&dst), Some(Peer::Elsewhere { .. })));
+        // Asked, and nobody answered: UDP until the next try.
+        assert!(
+            matches!(peers.map.get(&dst), Some(Peer::Elsewhere { retry }) if *retry == now + RETRY)
+        );
     }
 
     #[test]

@@ -24,8 +24,9 @@
 //! or out through raw pointers; every position and length read from the
 //! mapping is checked against the capacity before use, and a ring whose
 //! positions make no sense is reported [`Fault::Broken`], which ends that
-//! one connection. The four header words are accessed only atomically, by
-//! both sides.
+//! one connection. The header's words (magic, capacity, `closed`, `tail`,
+//! `head`) and the `parked` flag are accessed only atomically, by both
+//! sides.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -319,15 +320,17 @@ impl Ring {
     /// Consumer: says it takes no more frames (its NIC stopped), so that
     /// the producer asks the rendezvous again before its next frame rather
     /// than lose it here: a NIC that took the address meanwhile gets it.
+    /// Relaxed: the mark publishes nothing else, and a producer that sees
+    /// it late finds the same as before it (the hang-up check).
     pub(crate) fn close(&self) {
-        self.word(OFF_CLOSED).store(1, Ordering::Release);
+        self.word(OFF_CLOSED).store(1, Ordering::Relaxed);
     }
 
     /// Producer: whether the consumer said it takes no more frames
     /// ([`Self::close`]). Untrusted like every word of the mapping: a
     /// consumer that says so falsely only makes its sender connect again.
     pub(crate) fn consumer_closed(&self) -> bool {
-        self.word(OFF_CLOSED).load(Ordering::Acquire) != 0
+        self.word(OFF_CLOSED).load(Ordering::Relaxed) != 0
     }
 
     /// Producer: whether the consumer asked to be woken.

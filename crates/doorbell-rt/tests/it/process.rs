@@ -669,6 +669,7 @@ fn fork_role(first: [u8; 4]) {
     // The UDP socket, the shared-memory rendezvous, and the two ends of
     // the NIC's connection to itself.
     assert_eq!(sockets(), 4);
+    let rings = p.nic().port_counters().shm_peers_out;
     let mut held = Some((looped, p));
     // SAFETY: this process runs this one test on this thread; its other
     // threads (the harness's main thread, waiting, and the NIC's) hold no
@@ -716,6 +717,9 @@ fn fork_role(first: [u8; 4]) {
     // The parent's NIC and context go on.
     let (looped, p) = held.take().unwrap();
     looped.write(7000, 3);
+    // The child's copy of the port marked none of the parent's rings
+    // closed (they are shared memory): no new ring was needed.
+    assert_eq!(p.nic().port_counters().shm_peers_out, rings);
     drop(looped);
     drop(p);
     let again = ProcessNic::acquire_from(&cfg("forked"), first).unwrap();

@@ -171,8 +171,8 @@ fn a_peer_that_lies_or_scribbles_breaks_only_its_own_ring() {
 }
 
 /// A NIC that stops and starts again at its address (a process that
-/// restarts) is reached through a new ring: its peer sees the old one hang
-/// up and connects again.
+/// restarts) is reached through a new ring: its peer sees the old one
+/// closed and connects again before its next frame.
 #[test]
 fn a_peer_that_comes_back_is_reached_through_a_new_ring() {
     use doorbell_rt::{LiveNic, Port};
@@ -203,6 +203,30 @@ fn a_peer_that_comes_back_is_reached_through_a_new_ring() {
     // The first frame went to the new NIC, not into the old ring (where it
     // would have been lost and sent again after the ACK timeout).
     assert_eq!(nic_a.counters(None).1.tx_retransmits, resent);
+}
+
+/// A NIC that stops marks the rings to it closed, and its address's
+/// rendezvous is gone once it has: a sender that asks again is refused at
+/// once.
+#[test]
+fn a_nic_that_stops_closes_its_rings_and_its_rendezvous() {
+    use doorbell_rt::{LiveNic, Port, RawPeer};
+    let (ip, claim) = (lo(55, 2), lo(55, 9));
+    let nic = LiveNic::start_with("stops", ip, Port::Udp, NicOptions::default()).unwrap();
+    let peer = RawPeer::connect(claim, ip).expect("the NIC admits a peer");
+    assert!(!peer.receiver_closed());
+    drop(nic);
+    assert!(peer.receiver_closed(), "the NIC marked its ring closed");
+    let asked = std::time::Instant::now();
+    assert!(
+        RawPeer::connect(claim, ip).is_none(),
+        "nobody listens there"
+    );
+    assert!(
+        asked.elapsed() < std::time::Duration::from_millis(250),
+        "refused at once, not after the handshake's timeout: {:?}",
+        asked.elapsed()
+    );
 }
 
 /// What a peer put in its ring before it went away still reaches the NIC:
