@@ -1754,15 +1754,17 @@ fn a_stream_nobody_drives_is_received_by_a_thread_that_keeps_looking() {
     let r = rig(79);
     let mut psn = Psn::new(PEER_PSN);
     // A thread that took no notice of the rings would look once a burst
-    // (20 here); one that does looks at most a few times, where a burst
-    // came while its program's last ring was already 200 µs old.
+    // (20 here); one that does looks only where a receive came while its
+    // program's last ring was already 200 µs old: 3 times in a quiet run,
+    // 5 beside the rest of the suite on two cores, whose threads make the
+    // receive thread late.
     const BURSTS: u64 = 20;
     for _ in 0..BURSTS {
         write_burst(&r, &mut psn, true);
     }
     let looked = r.b.nic.port_counters().rx_looked;
     assert!(
-        looked < BURSTS / 4,
+        looked <= BURSTS / 2,
         "{looked} looks at a NIC its program rings"
     );
     // Nobody rings or polls (the arms' 200 µs past): within a few bursts a

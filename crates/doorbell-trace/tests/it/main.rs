@@ -154,3 +154,18 @@ fn appended_traces_keep_their_order_and_nesting() {
         assert_eq!(opened.len(), 2, "{id}");
     }
 }
+
+/// Two values built alike from `Args::new()` in one function keep their
+/// own entries. The shape rustc 1.95 compiled wrong when optimised (two
+/// equal constant temporaries passed by value to a method that grows them
+/// in place, merged into one: decision record 0065); the suite's release
+/// pass runs this where it would show.
+#[test]
+fn two_args_built_alike_in_one_function_keep_their_own_values() {
+    let n = std::hint::black_box(7u64);
+    let build = |a: Args| a.with("k", n).with("j", n + 1);
+    let a = build(Args::new());
+    let b = build(Args::new()).with("z", 3);
+    assert_eq!(a, Args::new().with("k", 7).with("j", 8));
+    assert_eq!(b, Args::new().with("k", 7).with("j", 8).with("z", 3));
+}
