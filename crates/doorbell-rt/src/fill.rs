@@ -9,7 +9,8 @@
 //! frame into the packets it stands for, each a whole frame: its headers
 //! as the run gives them ([`doorbell_device::Split`]; the run's with the
 //! packet's own PSN, but at a FIRST or LAST that a run of another NIC may
-//! hold), and its payload read from the NIC's memory. A port, a capture, a fault relay
+//! hold), and its payload read from the NIC's memory: the run's payloads,
+//! which lie back to back, in one read spread over its packets. A port, a capture, a fault relay
 //! and a timeline then see exactly the frames a NIC that reads its
 //! payloads builds.
 //!
@@ -24,7 +25,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use doorbell_device::Frame;
+use doorbell_device::{Frame, Unfilled};
 use doorbell_host::HostMemory;
 
 /// Most spare buffers a filler keeps: a window's packets (256 KiB) at a
@@ -45,6 +46,8 @@ pub(crate) struct Filler {
     /// a time, and come out of it emptied, their payload bytes zeroed again
     /// before they are overwritten.
     spare: Vec<Vec<u8>>,
+    /// Where each packet of the run being filled takes its payload, reused.
+    packets: Vec<Unfilled>,
     /// Packets lost because memory no longer held their payload
     /// ([`crate::PortCounters::tx_payload_lost`]).
     lost: Arc<AtomicU64>,
@@ -58,6 +61,7 @@ impl Filler {
             mem,
             filled: Vec::new(),
             spare: Vec::new(),
+            packets: Vec::new(),
             lost,
         }
     }
@@ -95,24 +99,32 @@ impl Filler {
                 self.spare.push(f.bytes);
                 continue;
             };
+            // Every packet's headers first, then the run's payloads, which
+            // lie back to back, in one read into the packets: one look at
+            // the memory for the run rather than one a packet. Where that
+            // read fails (memory gone under part of the run), each packet
+            // is read alone, and only those whose payload is gone are lost.
+            let first = self.filled.len();
+            self.packets.clear();
             for k in 0..u.segments {
                 let mut bytes = self.spare.pop().unwrap_or_default();
-                let filled = split
-                    .packet(k, &mut bytes)
-                    .is_some_and(|one| one.fill(&mut bytes, &*self.mem).is_ok());
-                if filled {
-                    self.filled.push(Frame {
-                        dst: f.dst,
-                        bytes,
-                        ready: f.ready,
-                        unfilled: None,
-                        train: 1,
-                        headers: Vec::new(),
-                    });
-                } else {
+                let Some(one) = split.packet(k, &mut bytes) else {
                     lost += 1;
                     self.spare.push(bytes);
-                }
+                    continue;
+                };
+                self.packets.push(one);
+                self.filled.push(Frame {
+                    dst: f.dst,
+                    bytes,
+                    ready: f.ready,
+                    unfilled: None,
+                    train: 1,
+                    headers: Vec::new(),
+                });
+            }
+            if !self.read_run(u, first) {
+                lost += self.fill_one_by_one(first);
             }
             self.spare.push(f.bytes);
         }
@@ -123,6 +135,47 @@ impl Filler {
             self.lost.fetch_add(lost, Ordering::Relaxed);
         }
         out.len().saturating_sub(before)
+    }
+
+    /// Reads the payloads of the run `u`, whose packets are the frames from
+    /// `first` on (where [`Self::packets`] says), in one read; false if
+    /// some packet of the run was not built, or the read failed.
+    fn read_run(&mut self, u: Unfilled, first: usize) -> bool {
+        let span = |p: &Unfilled| p.at as usize..p.at as usize + p.len as usize;
+        let built = &mut self.filled[first..];
+        if self.packets.len() != u.segments as usize
+            || built.len() != self.packets.len()
+            || built
+                .iter()
+                .zip(&self.packets)
+                .any(|(f, p)| span(p).end > f.bytes.len())
+        {
+            return false;
+        }
+        let len = self.packets.iter().map(|p| p.len as usize).sum();
+        let mut pieces = built
+            .iter_mut()
+            .zip(&self.packets)
+            .map(|(f, p)| &mut f.bytes[span(p)]);
+        self.mem.read_into(u.from, len, &mut pieces).is_ok()
+    }
+
+    /// Reads the payload of each frame from `first` on alone, as
+    /// [`Self::packets`] says; drops those whose payload memory no longer
+    /// holds, and returns how many.
+    fn fill_one_by_one(&mut self, first: usize) -> u64 {
+        let mut lost = 0;
+        let mut at = first;
+        for p in &self.packets {
+            if p.fill(&mut self.filled[at].bytes, &*self.mem).is_ok() {
+                at += 1;
+            } else {
+                lost += 1;
+                let gone = self.filled.remove(at);
+                self.spare.push(gone.bytes);
+            }
+        }
+        lost
     }
 
     /// Takes back `n` of the buffers the port handed back in `spent`, to
