@@ -194,7 +194,8 @@ pub(crate) struct Engine {
     /// turn takes, [`Core::turn`]), for the port.
     clock: std::time::Instant,
     /// Register stores and doorbell records taken: what a program's posts
-    /// and arms ring ([`Core::rings`]).
+    /// and arms ring, and the driver's EQ doorbells after the events such
+    /// arms ask for ([`Core::rings`]).
     rings: u64,
 }
 
@@ -986,7 +987,7 @@ impl Core {
     }
 
     /// Register stores and doorbell records this NIC took (a program's
-    /// posts and arms), as of its last turn.
+    /// posts and arms, the driver's EQ doorbells), as of its last turn.
     pub(crate) fn rings(&self) -> u64 {
         self.rings.load(Ordering::Relaxed)
     }
