@@ -335,7 +335,9 @@ impl Nic {
     /// Times a QP's sending stopped with packets left to send because its
     /// window was full: it goes on when ACKs come. A runtime that sees
     /// this grow knows a stream is waiting for ACKs (a count, not a
-    /// transport counter: nothing in hardware reports it).
+    /// transport counter: nothing in hardware reports it). Counted once a
+    /// pass of the window: once a doorbell where a NIC sends a doorbell's
+    /// messages together (decision record 0063).
     #[must_use]
     pub fn window_stops(&self) -> u64 {
         self.out.window_stops

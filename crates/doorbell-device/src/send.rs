@@ -135,13 +135,12 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
 /// Whether an RC message goes out as its WQE executes, rather than with
 /// the rest of the doorbell's once [`pump`] has executed them all. A NIC
 /// models a send engine that starts a message's first packet as soon as
-/// its WQE is parsed. One that makes trains
-/// ([`crate::NicConfig::max_train`]) gathers a doorbell's packets into
-/// frames anyway, and one pass of its send window for them all does less;
-/// where parsing a WQE takes no time ([`crate::NicTiming::wqe`]) its
-/// packets are then built at the same times as they would be one by one.
+/// its WQE is parsed; where parsing takes time ([`crate::NicTiming::wqe`])
+/// it does. Where it takes none, one pass of the send window for the
+/// whole doorbell builds the same packets at the same times, with the
+/// window's entry work done once rather than once a message.
 fn sends_as_executed<D: Dma>(ctx: &Ctx<'_, D>) -> bool {
-    ctx.cfg.max_train <= 1 || ctx.cfg.timing.wqe != Duration::ZERO
+    ctx.cfg.timing.wqe != Duration::ZERO
 }
 
 /// A malformed WQE at the consumer index.
