@@ -30,9 +30,10 @@ impl Timer {
 }
 
 /// The earliest deadline of every QP that has a timer running, in
-/// deadline order. One entry a QP, not one a timer: a message's ACK and
-/// adaptive timers start and stop together, and only the earlier of them
-/// decides when the QP is due.
+/// deadline order. One entry a QP, not one a timer: a QP that is due has
+/// each of its timers checked against the clock, so only the earliest
+/// decides when it is due (a message's ACK and adaptive timers, which
+/// start and stop together, then cost one change of the index, not two).
 #[derive(Default)]
 pub(crate) struct TimerIndex {
     by_deadline: BTreeSet<(Instant, Qpn)>,
@@ -48,11 +49,7 @@ impl TimerIndex {
         indexed: &mut Option<Instant>,
         now_at: [Option<Instant>; Timer::ALL.len()],
     ) {
-        let earliest = now_at.iter().fold(None, |e, &at| match (e, at) {
-            (Some(e), Some(at)) => Some(Instant::min(e, at)),
-            (e, None) => e,
-            (None, at) => at,
-        });
+        let earliest = now_at.into_iter().flatten().min();
         if *indexed == earliest {
             return;
         }
