@@ -42,11 +42,25 @@ fn seven_writes(cfg: NicConfig) -> (Vec<Frame>, Rig) {
     (frames, rig)
 }
 
+/// How the third WQE of [`gone_then_bad`] is bad.
+#[derive(Clone, Copy, Debug)]
+enum Bad {
+    /// It names another QP: refused before it is parsed, and stepped
+    /// over.
+    OtherQp,
+    /// A WRITE from the destroyed MR: refused once parsed and taken off
+    /// the ring, as its message is checked.
+    GoneMr,
+    /// Its size runs past the producer index: refused and left on the
+    /// ring, where no flush can tell where it ends.
+    PastProducer,
+}
+
 /// A WRITE of three packets by pointer, sent one packet a burst: its
 /// first packet leaves, and its MR is destroyed. Then an inline WRITE and
-/// a WQE naming another QP, rung together: the first WRITE's next packet
-/// cannot be read. Returns the completions and the rig.
-fn gone_then_bad(mut cfg: NicConfig) -> (Vec<[u8; CQE_LEN]>, Rig) {
+/// a `bad` WQE, rung together: the first WRITE's next packet cannot be
+/// read. Returns the completions and the rig.
+fn gone_then_bad(mut cfg: NicConfig, bad: Bad) -> (Vec<[u8; CQE_LEN]>, Rig) {
     cfg.tx_burst = Some(1);
     let mut rig = Rig::with_config_and_mtu(cfg, 256);
     rig.write_sq(0, &rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 600));
@@ -56,9 +70,20 @@ fn gone_then_bad(mut cfg: NicConfig) -> (Vec<[u8; CQE_LEN]>, Rig) {
     rig.exec(Command::DestroyMkey(mr)).unwrap();
     let w = inline_write(&rig, 1, 8, 2);
     rig.write_sq(1, &w);
-    let mut bad = inline_write(&rig, 2, 8, 3);
-    ctrl(&mut bad, 2, WqeOpcode::RdmaWrite, rig.qpn.get() ^ 0x55, 3);
-    rig.write_sq(2, &bad);
+    match bad {
+        Bad::OtherQp => {
+            let mut w = inline_write(&rig, 2, 8, 3);
+            ctrl(&mut w, 2, WqeOpcode::RdmaWrite, rig.qpn.get() ^ 0x55, 3);
+            rig.write_sq(2, &w);
+        }
+        Bad::GoneMr => rig.write_sq(2, &rdma_wqe(&rig, 2, WqeOpcode::RdmaWrite, 8)),
+        Bad::PastProducer => {
+            // Eight data segments: three WQEBBs, of which one is posted.
+            let mut w = rdma_wqe(&rig, 2, WqeOpcode::RdmaWrite, 8);
+            ctrl(&mut w, 2, WqeOpcode::RdmaWrite, rig.qpn.get(), 10);
+            rig.write_sq(2, &w);
+        }
+    }
     rig.ring(2, u8::from(WqeOpcode::RdmaWrite), 3);
     let cqes = rig.cqes();
     (cqes, rig)
@@ -160,25 +185,37 @@ fn good_then_bad(cfg: NicConfig) -> (Vec<Frame>, Vec<[u8; CQE_LEN]>, Rig) {
 fn a_send_that_fails_before_a_bad_wqe_completes_both_in_order() {
     // A NIC that sends as it executes meets the first WRITE's fault when it
     // sends after the inline WRITE, and leaves the bad WQE on the ring, to
-    // be flushed. One that sends once the doorbell's WQEs are executed has
-    // taken the bad WQE off the ring by then, and must still complete it,
-    // flushed, in its turn.
-    let (whole_cqes, whole_rig) = gone_then_bad(NicConfig::new(LOCAL));
-    let qpn = whole_rig.qpn.get();
-    let fields: Vec<_> = whole_cqes.iter().map(cqe_fields).collect();
-    assert_eq!(fields.len(), 3, "{fields:?}");
-    assert_eq!((fields[0].0, fields[0].2), (CqeOpcode::ReqErr, 0));
-    assert_ne!(fields[0].1, Syndrome::WrFlushErr, "the WRITE's own error");
-    for (i, f) in fields.iter().enumerate().skip(1) {
+    // be flushed. One that sends once the doorbell's WQEs are executed may
+    // have taken the bad WQE off the ring by then, and must still complete
+    // it, flushed, in its turn; one it left on the ring is flushed from
+    // there, as the other NIC flushes it.
+    for (bad, completions) in [(Bad::OtherQp, 3), (Bad::GoneMr, 3), (Bad::PastProducer, 2)] {
+        let (whole_cqes, whole_rig) = gone_then_bad(NicConfig::new(LOCAL), bad);
+        let qpn = whole_rig.qpn.get();
+        let fields: Vec<_> = whole_cqes.iter().map(cqe_fields).collect();
+        assert_eq!(fields.len(), completions, "{bad:?}: {fields:?}");
         assert_eq!(
-            *f,
-            (CqeOpcode::ReqErr, Syndrome::WrFlushErr, i as u16, 0x08, qpn)
+            (fields[0].0, fields[0].2),
+            (CqeOpcode::ReqErr, 0),
+            "{bad:?}"
         );
+        assert_ne!(
+            fields[0].1,
+            Syndrome::WrFlushErr,
+            "{bad:?}: the WRITE's own error"
+        );
+        for (i, f) in fields.iter().enumerate().skip(1) {
+            assert_eq!(
+                *f,
+                (CqeOpcode::ReqErr, Syndrome::WrFlushErr, i as u16, 0x08, qpn),
+                "{bad:?}"
+            );
+        }
+        let (cqes, rig) = gone_then_bad(training(32, false), bad);
+        assert_eq!(cqes, whole_cqes, "{bad:?}");
+        assert_eq!(rig.state(), QpState::Err, "{bad:?}");
+        assert_eq!(rig.counters(), whole_rig.counters(), "{bad:?}");
     }
-    let (cqes, rig) = gone_then_bad(training(32, false));
-    assert_eq!(cqes, whole_cqes);
-    assert_eq!(rig.state(), QpState::Err);
-    assert_eq!(rig.counters(), whole_rig.counters());
 }
 
 #[test]
