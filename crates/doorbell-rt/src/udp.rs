@@ -227,22 +227,23 @@ impl UdpPort {
     /// Starts the receive thread, feeding `to`: the thread runs the NIC
     /// on what it received when no other thread is.
     pub(crate) fn start_rx(&mut self, name: &str, to: Arc<Core>) -> io::Result<()> {
-        let (sock, stats, stop, addr, batch, idle) = (
-            self.sock.clone(),
-            self.stats.clone(),
-            self.stop.clone(),
-            self.addr,
-            self.batch.clone(),
-            self.idle.clone(),
-        );
-        let look = if doorbell_host::one_cpu() {
-            Duration::ZERO
-        } else {
-            KEEP_LOOKING
+        let rx = RxThread {
+            sock: self.sock.clone(),
+            local: self.addr,
+            stats: self.stats.clone(),
+            stop: self.stop.clone(),
+            batch: self.batch.clone(),
+            idle: self.idle.clone(),
+            to,
+            look: if doorbell_host::one_cpu() {
+                Duration::ZERO
+            } else {
+                KEEP_LOOKING
+            },
         };
         let t = std::thread::Builder::new()
             .name(format!("doorbell-{name}-rx"))
-            .spawn(move || rx_loop(&sock, addr, &stats, &stop, &batch, &idle, &to, look))?;
+            .spawn(move || rx.run())?;
         self.rx = Some(t);
         Ok(())
     }
@@ -332,67 +333,84 @@ impl Drop for UdpPort {
     }
 }
 
-/// The port's receive thread: waits in the kernel for the socket to be
-/// readable, takes what it holds and runs the NIC on it. Where a program
-/// polls the NIC it does not spin for the next datagram (decision record
-/// 0042): the program's empty CQ polls take datagrams as soon as a
-/// spinning thread would ([`UdpPort::progress`]), and on a machine with
-/// few cores a spinning thread takes a core from the work. For the same
-/// reason it leaves the socket to such polls while they take a stream's
-/// ACKs (decision record 0052). Where no program drives the NIC (polls
-/// its CQ, posts or arms), it keeps looking for `look` after each receive
-/// that found a stream's burst ([`looks_again`], decision record 0064);
-/// `look` is zero where the process may run on one CPU only.
-#[allow(clippy::too_many_arguments)]
-fn rx_loop(
-    sock: &UdpSocket,
+/// What the port's receive thread holds: the port's shared parts, the
+/// NIC it feeds (`to`) and how long it keeps looking after a stream's
+/// burst (`look`).
+struct RxThread {
+    sock: Arc<UdpSocket>,
     local: SocketAddrV4,
-    stats: &Stats,
-    stop: &AtomicBool,
-    batch: &Mutex<RecvBatch>,
-    idle: &AtomicU32,
-    to: &Core,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+    batch: Arc<Mutex<RecvBatch>>,
+    idle: Arc<AtomicU32>,
+    to: Arc<Core>,
     look: Duration,
-) {
-    let mut seen = StreamsSeen::new();
-    // When a receive last found a stream's burst.
-    let mut found_at: Option<std::time::Instant> = None;
-    let mut rings = RingWatch::default();
-    let mut was_looking = false;
-    while !stop.load(Ordering::Relaxed) {
-        // Wait without the lock, so that a caller may receive meanwhile;
-        // then receive under it.
-        let wait = match to.rx_wait(&mut seen) {
-            RxWait::LeaveToPolls => {
-                to.stay_away();
+}
+
+impl RxThread {
+    /// The port's receive thread: waits in the kernel for the socket to be
+    /// readable, takes what it holds and runs the NIC on it. Where a
+    /// program polls the NIC it does not spin for the next datagram
+    /// (decision record 0042): the program's empty CQ polls take datagrams
+    /// as soon as a spinning thread would ([`UdpPort::progress`]), and on a
+    /// machine with few cores a spinning thread takes a core from the
+    /// work. For the same reason it leaves the socket to such polls while
+    /// they take a stream's ACKs (decision record 0052). Where no program
+    /// drives the NIC (polls its CQ, posts or arms), it keeps looking for
+    /// `look` after each receive that found a stream's burst
+    /// ([`looks_again`], decision record 0064); `look` is zero where the
+    /// process may run on one CPU only.
+    fn run(self) {
+        let Self {
+            ref sock,
+            local,
+            ref stats,
+            ref stop,
+            ref batch,
+            ref idle,
+            ref to,
+            look,
+        } = self;
+        let mut seen = StreamsSeen::new();
+        // When a receive last found a stream's burst.
+        let mut found_at: Option<std::time::Instant> = None;
+        let mut rings = RingWatch::default();
+        let mut was_looking = false;
+        while !stop.load(Ordering::Relaxed) {
+            // Wait without the lock, so that a caller may receive meanwhile;
+            // then receive under it.
+            let wait = match to.rx_wait(&mut seen) {
+                RxWait::LeaveToPolls => {
+                    to.stay_away();
+                    continue;
+                }
+                RxWait::Soon => LOOK_AGAIN,
+                RxWait::Long => RECV_TIMEOUT,
+            };
+            let found_ago = found_at.map(|t| t.elapsed());
+            let driven = || to.polled_lately() || rings.rang_lately(to.rings());
+            let looking = looks_again(look, found_ago, driven);
+            if looking && !was_looking {
+                stats.rx_looked.fetch_add(1, Ordering::Relaxed);
+            }
+            was_looking = looking;
+            if !looking && !sys::wait_readable(sock, wait) {
                 continue;
             }
-            RxWait::Soon => LOOK_AGAIN,
-            RxWait::Long => RECV_TIMEOUT,
-        };
-        let found_ago = found_at.map(|t| t.elapsed());
-        let driven = || to.polled_lately() || rings.rang_lately(to.rings());
-        let looking = looks_again(look, found_ago, driven);
-        if looking && !was_looking {
-            stats.rx_looked.fetch_add(1, Ordering::Relaxed);
-        }
-        was_looking = looking;
-        if !looking && !sys::wait_readable(sock, wait) {
-            continue;
-        }
-        let got = {
-            let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
-            take(sock, local, stats, &mut b, to, true)
-        };
-        match got {
-            // The socket is gone: stop rather than spin.
-            usize::MAX => return,
-            0 => {}
-            n => {
-                to.run();
-                idle.store(0, Ordering::Relaxed);
-                if n >= STREAM_BURST {
-                    found_at = Some(std::time::Instant::now());
+            let got = {
+                let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
+                take(sock, local, stats, &mut b, to, true)
+            };
+            match got {
+                // The socket is gone: stop rather than spin.
+                usize::MAX => return,
+                0 => {}
+                n => {
+                    to.run();
+                    idle.store(0, Ordering::Relaxed);
+                    if n >= STREAM_BURST {
+                        found_at = Some(std::time::Instant::now());
+                    }
                 }
             }
         }
