@@ -1033,6 +1033,14 @@ enum Peer {
     },
 }
 
+impl Peer {
+    /// Whether it is a NIC of another host not to be asked about again
+    /// before `now`.
+    fn elsewhere_at(&self, now: Instant) -> bool {
+        matches!(self, Peer::Elsewhere { retry } if now < *retry)
+    }
+}
+
 /// The sending side of a NIC with a UDP port: frames to NICs of this host
 /// go into their rings, the rest to the socket.
 pub(crate) struct HostSink {
@@ -1102,7 +1110,7 @@ impl Peers {
     fn refresh(&mut self, dst: [u8; 4], now: Instant) {
         let again = match self.map.get(&dst) {
             None => true,
-            Some(Peer::Elsewhere { retry }) => now >= *retry,
+            Some(p @ Peer::Elsewhere { .. }) => !p.elsewhere_at(now),
             Some(Peer::Shm(_)) => false,
         };
         if again {
@@ -1346,7 +1354,11 @@ impl Sink for HostSink {
         // known to be one until its next look at the rendezvous, goes to
         // the UDP port as it is, rather than frame by frame through `rest`.
         if let Some(dst) = frames.first().map(|f| f.dst)
-            && matches!(self.peers.map.get(&dst), Some(Peer::Elsewhere { retry }) if now < *retry)
+            && self
+                .peers
+                .map
+                .get(&dst)
+                .is_some_and(|p| p.elsewhere_at(now))
             && frames.iter().all(|f| f.dst == dst)
         {
             self.udp.send(frames, now, spent);
@@ -1556,6 +1568,40 @@ mod tests {
         assert!(
             matches!(peers.map.get(&dst), Some(Peer::Elsewhere { retry }) if *retry == now + RETRY)
         );
+    }
+
+    #[test]
+    fn a_nic_found_elsewhere_goes_to_udp_until_its_retry_then_is_asked_about_again() {
+        use std::collections::BTreeMap;
+        use std::sync::Arc;
+        use std::time::Instant;
+
+        use super::{Peer, Peers, RETRY, Stats};
+
+        let now = Instant::now();
+        // No NIC listens at this address's rendezvous.
+        let dst = [127, 66, 0, 11];
+        let mut peers = Peers {
+            local: [127, 66, 0, 10],
+            map: BTreeMap::new(),
+            stats: Arc::new(Stats::default()),
+        };
+        let retry_of = |peers: &Peers| match peers.map.get(&dst) {
+            Some(Peer::Elsewhere { retry }) => Some(*retry),
+            _ => None,
+        };
+        assert!(peers.ring(dst, now).is_none(), "nobody answers");
+        assert_eq!(retry_of(&peers), Some(now + RETRY));
+        let p = peers.map.get(&dst).unwrap();
+        assert!(p.elsewhere_at(now) && p.elsewhere_at(now + RETRY / 2));
+        assert!(!p.elsewhere_at(now + RETRY), "due at its retry");
+        // Before its retry the rendezvous is not asked again...
+        assert!(peers.ring(dst, now + RETRY / 2).is_none());
+        assert_eq!(retry_of(&peers), Some(now + RETRY));
+        // ...at it, it is, and nobody answers again.
+        let later = now + RETRY;
+        assert!(peers.ring(dst, later).is_none());
+        assert_eq!(retry_of(&peers), Some(later + RETRY));
     }
 
     #[test]
