@@ -1237,8 +1237,14 @@ fn welcome(
     }
     let peer: [u8; 4] = hello[8..12].try_into().ok()?;
     let f = File::from(fd?);
+    // The seal first, then the size: a file measured before it was sealed
+    // could have been cut short in between, and a mapping past its end
+    // faults (SIGBUS) when touched.
+    if !os::cannot_shrink(&f) {
+        return None;
+    }
     let len = f.metadata().ok()?.len();
-    if !os::cannot_shrink(&f) || len > 2 * Ring::mapping_len(RING_BYTES) {
+    if len > 2 * Ring::mapping_len(RING_BYTES) {
         return None;
     }
     let map = MmapOptions::new().len(len as usize).map_raw(&f).ok()?;

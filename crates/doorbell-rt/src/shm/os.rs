@@ -107,28 +107,32 @@ pub(crate) fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize,
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut fd = None;
+    // Every descriptor received is ours now: the first is kept, any more
+    // (a peer that sent several) are closed as they are dropped.
+    let mut fds: Vec<OwnedFd> = Vec::new();
     // SAFETY: the CMSG_* macros walk the control buffer the kernel filled
-    // (its length is in msg_controllen); a data pointer read is inside a
-    // header of type SCM_RIGHTS whose length covers one fd or more.
+    // (its length is in msg_controllen). A header of type SCM_RIGHTS
+    // holds `(cmsg_len - CMSG_LEN(0)) / 4` descriptors after its data
+    // pointer, inside that header, each one the kernel just installed in
+    // this process and owned by no one else.
     unsafe {
+        let header = libc::CMSG_LEN(0) as usize;
         let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET
-                && (*c).cmsg_type == libc::SCM_RIGHTS
-                && (*c).cmsg_len >= libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize
-            {
-                let raw = libc::CMSG_DATA(c).cast::<RawFd>().read_unaligned();
-                // Only the first descriptor is kept; it is ours now. (A
-                // peer that sent more leaks them into this process until
-                // exit: they are closed on exec, and nothing uses them.)
-                if fd.is_none() && raw >= 0 {
-                    fd = Some(OwnedFd::from_raw_fd(raw));
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let count = (*c).cmsg_len.saturating_sub(header) / size_of::<RawFd>();
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..count {
+                    let raw = data.add(i).read_unaligned();
+                    if raw >= 0 {
+                        fds.push(OwnedFd::from_raw_fd(raw));
+                    }
                 }
             }
             c = libc::CMSG_NXTHDR(&raw const msg, c);
         }
     }
+    let fd = (!fds.is_empty()).then(|| fds.swap_remove(0));
     Ok((n as usize, fd))
 }
 
@@ -215,6 +219,56 @@ pub(crate) fn hung_up(s: &UnixStream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descriptors_sent_beyond_the_first_are_closed_not_leaked() {
+        // Three copies of a pipe's write end go over a socket in one
+        // message. Once ours and the one kept are closed, the read end
+        // sees the end of the pipe only if the two extra copies were
+        // closed too.
+        let mut p = [0; 2];
+        // SAFETY: `p` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        let (a, b) = UnixStream::pair().unwrap();
+        let fds = [p[1]; 3];
+        let byte = [7u8];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_ptr().cast_mut().cast(),
+            iov_len: 1,
+        };
+        let mut ctl = [0u64; 8];
+        // SAFETY: as in `send_with_fd`, with three descriptors (CMSG_SPACE
+        // of 12 bytes is 32, inside the 64-byte buffer).
+        let rc = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &raw mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = ctl.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(size_of_val(&fds) as u32) as usize;
+            let c = libc::CMSG_FIRSTHDR(&raw const msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(size_of_val(&fds) as u32) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), 3);
+            libc::sendmsg(a.as_raw_fd(), &raw const msg, 0)
+        };
+        assert_eq!(rc, 1);
+        // SAFETY: our own write end, closed once; the copies in flight
+        // keep the pipe open.
+        unsafe { libc::close(p[1]) };
+        let mut buf = [0u8; 4];
+        let (n, kept) = recv_with_fd(&b, &mut buf).unwrap();
+        assert_eq!((n, buf[0]), (1, 7));
+        assert!(kept.is_some(), "the first descriptor is kept");
+        let mut ready = Vec::new();
+        poll_readable(&[p[0]], Duration::from_millis(50), &mut ready);
+        assert_eq!(ready, [false], "the kept copy still holds the pipe open");
+        drop(kept);
+        poll_readable(&[p[0]], Duration::from_secs(5), &mut ready);
+        assert_eq!(ready, [true], "every copy closed: the pipe has ended");
+        // SAFETY: the read end is ours and closed once.
+        unsafe { libc::close(p[0]) };
+    }
 
     #[test]
     fn a_wait_shorter_than_a_millisecond_still_waits() {

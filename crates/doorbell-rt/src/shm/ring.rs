@@ -132,6 +132,11 @@ impl Ring {
             return None;
         }
         let tail = probe.word(OFF_TAIL).load(Ordering::Acquire);
+        // Records start at multiples of 8, and `pop` reads their lengths
+        // as aligned words.
+        if !tail.is_multiple_of(8) {
+            return None;
+        }
         let r = Self {
             map: probe.map,
             cap,
@@ -437,5 +442,14 @@ mod tests {
         let f = crate::shm::os::memfd("ring-test", Ring::mapping_len(64 << 10)).unwrap();
         let m = memmap2::MmapOptions::new().map_raw(&f).unwrap();
         assert!(Ring::attach(m).is_none());
+        // A tail off the records' 8-byte grid when the consumer attaches:
+        // its first length would be read unaligned.
+        let f = crate::shm::os::memfd("ring-test", Ring::mapping_len(64 << 10)).unwrap();
+        let map = || memmap2::MmapOptions::new().map_raw(&f).unwrap();
+        let tx = Ring::create(map()).unwrap();
+        tx.word(OFF_TAIL).store(3, Ordering::Release);
+        assert!(Ring::attach(map()).is_none());
+        tx.word(OFF_TAIL).store(8, Ordering::Release);
+        assert!(Ring::attach(map()).is_some(), "on the grid");
     }
 }
