@@ -806,13 +806,25 @@ impl Core {
         self.stalls.load(Ordering::Relaxed)
     }
 
+    /// Whether this is a forked child's copy of the NIC, whose threads and
+    /// peers are the parent's: it handles nothing, and touches nothing it
+    /// shares with the parent.
+    pub(crate) fn is_forked_copy(&self) -> bool {
+        self.forks != crate::forks::generation()
+    }
+
+    /// Whether the NIC handles nothing more: stopped, or a forked copy.
+    fn stopped_or_forked(&self) -> bool {
+        self.stop.load(Ordering::Acquire) || self.is_forked_copy()
+    }
+
     /// Queues `msg` and handles the inbox if no other thread is. With
     /// nothing queued and no turn running, `msg` is handled at once, in a
     /// turn of this thread's, without passing through the inbox: a
     /// doorbell rung by the program's thread (the common case) then costs
     /// no queue lock on either side.
     pub(crate) fn submit(&self, msg: Msg) {
-        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+        if self.stopped_or_forked() {
             return;
         }
         if self.inbox.is_empty() {
@@ -836,7 +848,7 @@ impl Core {
     /// its port's lock, so that frames enter the inbox in the port's
     /// order, and then lets the lock go before it calls [`Core::run`].
     pub(crate) fn enqueue(&self, msg: Msg) {
-        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+        if self.stopped_or_forked() {
             return;
         }
         self.inbox.push(msg);
@@ -844,7 +856,7 @@ impl Core {
 
     /// Handles the inbox if no other thread is (after [`Core::enqueue`]).
     pub(crate) fn run(&self) {
-        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+        if self.stopped_or_forked() {
             return;
         }
         // Pairs with the fence after a holder lets the lock go: either it
@@ -858,7 +870,7 @@ impl Core {
     /// it goes back to the socket while the worker handles this one (the
     /// two run on two cores).
     pub(crate) fn hand_over(&self, msg: Msg) {
-        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+        if self.stopped_or_forked() {
             return;
         }
         self.inbox.push(msg);
@@ -871,7 +883,7 @@ impl Core {
     /// (decision record 0049). The worker keeps looking for
     /// [`STREAM_SPIN`] after such frames before it parks.
     pub(crate) fn hand_to_worker(&self, msg: Msg) {
-        if self.stop.load(Ordering::Acquire) || self.forks != crate::forks::generation() {
+        if self.stopped_or_forked() {
             return;
         }
         self.inbox.push(msg);

@@ -472,8 +472,13 @@ pub(crate) struct Poster {
 impl Poster {
     /// Runs `f` (a doorbell, in the caller's thread) with the receiver's
     /// marks cleared if it sleeps; then puts them back and takes what came
-    /// meanwhile, unrung.
+    /// meanwhile, unrung. A forked child's copy only runs `f`: the marks
+    /// and the rings are the parent's, in memory both map, and taking
+    /// frames there would take the parent's.
     pub(crate) fn around(&self, core: &Core, f: impl FnOnce()) {
+        if core.is_forked_copy() {
+            return f();
+        }
         let held = match self.inbound.try_lock() {
             Ok(inb) if inb.parked && !inb.rings.is_empty() => {
                 inb.set_parked(false);
@@ -579,13 +584,18 @@ impl Inbound {
         self.rings.retain_mut(|r| {
             let mut frames = Vec::new();
             let mut alive = true;
+            // Records taken, dropped ones included: a peer that keeps its
+            // ring full of frames to be dropped still gets one batch a
+            // turn, and the other rings theirs.
+            let mut popped = 0;
             // A buffer only for a frame that is there (a poll that finds
             // nothing looks thousands of times a millisecond); a ring whose
             // positions broke has "data" too, and `pop` tells.
-            while frames.len() < BATCH && r.ring.has_data() {
+            while popped < BATCH && r.ring.has_data() {
                 let mut buf = crate::buffers::buffer(0);
                 match r.ring.pop(&mut buf) {
                     Ok(true) => {
+                        popped += 1;
                         // The ring's two ends, and nothing else, in the IPv4
                         // header (src at 12, dst at 16).
                         if buf.len() >= 20 && buf[12..16] == r.peer && buf[16..20] == local {

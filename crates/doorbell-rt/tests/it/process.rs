@@ -91,9 +91,9 @@ impl Looped {
         }
     }
 
-    /// RDMA WRITEs `len` bytes from the MR's start to its second half,
-    /// from QP A to QP B, and checks they arrived.
-    fn write(&self, len: usize, seed: u8) {
+    /// Posts an RDMA WRITE of `len` bytes of `seed`'s pattern from the
+    /// MR's start to its second half, from QP A to QP B; returns the data.
+    fn post_write(&self, len: usize, seed: u8) -> Vec<u8> {
         let data = pattern(len, seed);
         self.mr.write(0, &data).unwrap();
         let sge = [self.mr.sge(0, len as u32).unwrap()];
@@ -111,6 +111,13 @@ impl Looped {
                 ud: None,
             },
         );
+        data
+    }
+
+    /// RDMA WRITEs `len` bytes from the MR's start to its second half,
+    /// from QP A to QP B, and checks they arrived.
+    fn write(&self, len: usize, seed: u8) {
+        let data = self.post_write(len, seed);
         let w = wait(&self.cq, 1)[0];
         assert_eq!(
             (w.wr_id, w.status, w.opcode),
@@ -687,6 +694,9 @@ fn fork_role(first: [u8; 4]) {
             // The parent's socket is no longer the child's.
             assert_eq!(sockets(), 0);
             assert!(p.nic().is_forked_copy());
+            // A doorbell on the parent's context goes nowhere, and takes
+            // nothing from the rings the parent's NIC shares with it.
+            looped.post_write(64, 9);
             let q = ProcessNic::acquire_from(&cfg("child"), first).unwrap();
             assert!(!Arc::ptr_eq(q.nic(), p.nic()), "a fresh NIC");
             assert_eq!(q.name(), "child");
