@@ -220,11 +220,16 @@ fn atomic_ack<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) -> Out
         return Ok(());
     };
     let m = &qp.sq.outstanding[i];
+    let (index, opcode) = (m.wqe_index, m.opcode);
     let orig = orig.to_le_bytes();
     if let Err(syndrome) = place(qp, &m.payload, 0, PayloadIn::Frame(&orig), ctx) {
+        // What the response acknowledged before the atomic completes as
+        // it would have; the atomic, and what is still unacknowledged
+        // before it, then fail.
+        retire(qp, ctx);
         return Err(Fault::Wqe {
-            index: m.wqe_index,
-            opcode: m.opcode,
+            index,
+            opcode,
             syndrome,
         });
     }
@@ -288,12 +293,19 @@ fn read_response<D: Dma>(
     } else {
         payload.len() as u64 != mtu || end >= m.len
     };
+    // On a bad response, what it acknowledged before the READ completes
+    // as it would have; the READ, and what is still unacknowledged before
+    // it, then fail.
     if bad {
+        retire(qp, ctx);
         return Err(fail(Syndrome::BadRespErr));
     }
     let offset = m.done_bytes;
     let m = &qp.sq.outstanding[i];
-    place(qp, &m.payload, offset, payload, ctx).map_err(fail)?;
+    if let Err(s) = place(qp, &m.payload, offset, payload, ctx) {
+        retire(qp, ctx);
+        return Err(fail(s));
+    }
     let m = &mut qp.sq.outstanding[i];
     m.done_bytes = end;
     m.answered = last;

@@ -295,6 +295,13 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>, left: &mut bool
         }
         _ => return Err(fail(Syndrome::LocalQpOpErr)),
     };
+    // PSNs are told apart by their distance in a circle of 2^24, up to
+    // 2^23 either way: a message of 2^23 PSNs or more (2 GiB at a path MTU
+    // of 256 bytes) would read as acknowledged before it is sent. mlx5
+    // takes it; this NIC completes it with a length error instead.
+    if npsn >= MAX_MSG_PSNS {
+        return Err(fail(Syndrome::LocalLengthErr));
+    }
     let first = qp.req.alloc(npsn);
     qp.sq.push_outstanding(SentMsg {
         wqe_index: w.index,
@@ -324,6 +331,9 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>, left: &mut bool
     }
     send_window(qp, ctx)
 }
+
+/// The PSNs an RC message may span: less than half the PSN circle.
+const MAX_MSG_PSNS: u32 = 1 << 23;
 
 /// Most frames of a UC message built at once (each holds a spare buffer
 /// until it is queued).

@@ -1178,6 +1178,97 @@ fn a_short_read_response_is_a_bad_response_completed_once() {
 }
 
 #[test]
+fn a_failed_read_response_first_completes_what_it_acknowledged() {
+    // A WRITE, then a READ of 100 bytes. A response to the READ
+    // acknowledges the WRITE before it (its PSN is past the WRITE's), so
+    // the WRITE completes as sent even when the response itself fails: too
+    // short, or for a buffer that is gone.
+    for gone in [false, true] {
+        let mut rig = Rig::new();
+        let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
+        rig.write_sq(0, &w);
+        let r = rdma_wqe(&rig, 1, WqeOpcode::RdmaRead, 100);
+        rig.write_sq(1, &r);
+        rig.ring(1, u8::from(WqeOpcode::RdmaRead), 3);
+        assert_eq!(rig.transmitted().len(), 2, "WRITE and READ request");
+        let (payload, syndrome) = if gone {
+            let mr = rig.mr;
+            rig.exec(Command::DestroyMkey(mr)).unwrap();
+            (vec![0xab; 100], Syndrome::LocalProtErr)
+        } else {
+            (vec![0xab; 40], Syndrome::BadRespErr)
+        };
+        let f = peer_aeth(
+            &rig,
+            BthOpcode::RcRdmaReadResponseOnly,
+            SQ_PSN + 1,
+            2,
+            &payload,
+        );
+        assert!(rig.frame(&f).is_empty());
+        let qpn = rig.qpn.get();
+        let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+        assert_eq!(cqes.len(), 2, "gone {gone}: {cqes:?}");
+        assert_eq!(
+            (cqes[0].0, cqes[0].2, cqes[0].3),
+            (CqeOpcode::Req, 0, 0x08),
+            "gone {gone}: the WRITE succeeded"
+        );
+        assert_eq!(
+            cqes[1],
+            (CqeOpcode::ReqErr, syndrome, 1, 0x10, qpn),
+            "gone {gone}"
+        );
+        assert_eq!(rig.state(), QpState::Err);
+    }
+}
+
+#[test]
+fn a_message_of_half_the_psn_circle_is_a_length_error() {
+    // 2 GiB at a path MTU of 256 bytes is 2^23 packets: as many PSNs as
+    // their circle can tell apart one way. Then a NOP.
+    let mut rig = Rig::with_config_and_mtu(NicConfig::new(LOCAL), 256);
+    let pd = rig.pd;
+    let Ok(CmdOut::Mkey(big)) = rig.exec(Command::CreateMkey(MkeyParams {
+        pd,
+        access: Access(Access::LOCAL_WRITE),
+        start: rig.mr_buf.get(),
+        len: 1 << 31,
+        mtt: vec![rig.mr_buf; 1 << 19],
+    })) else {
+        panic!("a 2 GiB key");
+    };
+    let mut w = [0u8; WQEBB_LEN];
+    ctrl(&mut w, 0, WqeOpcode::RdmaWrite, rig.qpn.get(), 4);
+    let mut r = RaddrSeg::new_unchecked(&mut w[16..32]);
+    r.set_raddr(0x7000_0000);
+    r.set_rkey(0x4242);
+    for k in 0..2u64 {
+        let at = 32 + 16 * k as usize;
+        let mut d = DataSeg::new_unchecked(&mut w[at..at + 16]);
+        d.set_byte_count(1 << 30);
+        d.set_lkey(big.raw());
+        d.set_addr(rig.mr_buf.get() + (k << 30));
+    }
+    rig.write_sq(0, &w);
+    let mut nop = [0u8; WQEBB_LEN];
+    ctrl(&mut nop, 1, WqeOpcode::Nop, rig.qpn.get(), 1);
+    rig.write_sq(1, &nop);
+    rig.ring(1, u8::from(WqeOpcode::Nop), 1);
+    assert!(rig.transmitted().is_empty(), "nothing sent");
+    let qpn = rig.qpn.get();
+    let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+    assert_eq!(
+        cqes,
+        [
+            (CqeOpcode::ReqErr, Syndrome::LocalLengthErr, 0, 0x08, qpn),
+            (CqeOpcode::ReqErr, Syndrome::WrFlushErr, 1, 0x00, qpn),
+        ]
+    );
+    assert_eq!(rig.state(), QpState::Err);
+}
+
+#[test]
 fn a_retransmission_from_memory_gone_is_a_protection_error_completed_once() {
     let mut rig = Rig::new();
     // Two WRITEs go out; then their MR is destroyed.
