@@ -90,7 +90,31 @@ fn fail_wqe<D: Dma>(qp: &mut Qp, index: u16, opcode: WqeOpcode, s: Syndrome, ctx
         }
     }
     send_error(qp, index, opcode, s, ctx);
+    if index == qp.sq.ci {
+        // Failed where it lies on the ring (execution refused it without
+        // taking it off): completed once, not flushed again.
+        step_over_head(qp, ctx);
+    }
     to_error(qp, ctx);
+}
+
+/// Takes the WQE at the consumer index off the ring without completing
+/// it, as execution steps over a malformed one: its own size, at least one
+/// WQEBB, when that many are posted; false where it cannot (not fetched,
+/// or its size runs past the producer index), which leaves it in place.
+fn step_over_head<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> bool {
+    if qp.sq.ci == qp.sq.pi || (qp.sq.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq.pi, ctx)) {
+        return false;
+    }
+    let Some(head) = qp.sq.wqe_cache.front() else {
+        return false;
+    };
+    let n = wqebbs_for_ds(CtrlSeg::new_unchecked(&head[..]).ds()).max(1);
+    if n > qp.sq.posted() {
+        return false;
+    }
+    qp.sq.consume(n);
+    true
 }
 
 /// Moves a QP to ERR on its own and flushes both queues.
@@ -111,6 +135,10 @@ pub(crate) fn flush_sq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     if let Some((index, opcode)) = qp.sq.taken_unqueued.take() {
         send_error(qp, index, opcode, Syndrome::WrFlushErr, ctx);
     }
+    // Each WQE on the ring completes flushed at the consumer index, and is
+    // stepped over as execution steps over it, a malformed one included
+    // (a wrong index in its control segment, no size): a NIC that left it
+    // on the ring flushes what a NIC that took it off flushes.
     while qp.sq.ci != qp.sq.pi {
         if qp.sq.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq.pi, ctx) {
             break;
@@ -118,13 +146,11 @@ pub(crate) fn flush_sq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
         let Some(head) = qp.sq.wqe_cache.front() else {
             break;
         };
-        let ctrl = CtrlSeg::new_unchecked(&head[..]);
-        let (index, opcode, n) = (ctrl.wqe_index(), ctrl.opcode(), wqebbs_for_ds(ctrl.ds()));
-        if n == 0 || n > qp.sq.posted() || index != qp.sq.ci {
+        let (index, opcode) = (qp.sq.ci, CtrlSeg::new_unchecked(&head[..]).opcode());
+        if !step_over_head(qp, ctx) {
             break;
         }
         send_error(qp, index, opcode, Syndrome::WrFlushErr, ctx);
-        qp.sq.consume(n);
     }
     qp.sq.wqe_cache.clear();
     qp.sq.ci = qp.sq.pi;

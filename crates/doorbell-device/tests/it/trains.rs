@@ -45,9 +45,12 @@ fn seven_writes(cfg: NicConfig) -> (Vec<Frame>, Rig) {
 /// How the third WQE of [`gone_then_bad`] is bad.
 #[derive(Clone, Copy, Debug)]
 enum Bad {
-    /// It names another QP: refused before it is parsed, and stepped
-    /// over.
+    /// It names another QP: refused before it is parsed.
     OtherQp,
+    /// Its control segment gives another WQE index.
+    WrongIndex,
+    /// Its control segment gives it no size.
+    NoSize,
     /// A WRITE from the destroyed MR: refused once parsed and taken off
     /// the ring, as its message is checked.
     GoneMr,
@@ -57,9 +60,9 @@ enum Bad {
 }
 
 /// A WRITE of three packets by pointer, sent one packet a burst: its
-/// first packet leaves, and its MR is destroyed. Then an inline WRITE and
-/// a `bad` WQE, rung together: the first WRITE's next packet cannot be
-/// read. Returns the completions and the rig.
+/// first packet leaves, and its MR is destroyed. Then an inline WRITE, a
+/// `bad` WQE and another inline WRITE, rung together: the first WRITE's
+/// next packet cannot be read. Returns the completions and the rig.
 fn gone_then_bad(mut cfg: NicConfig, bad: Bad) -> (Vec<[u8; CQE_LEN]>, Rig) {
     cfg.tx_burst = Some(1);
     let mut rig = Rig::with_config_and_mtu(cfg, 256);
@@ -70,21 +73,23 @@ fn gone_then_bad(mut cfg: NicConfig, bad: Bad) -> (Vec<[u8; CQE_LEN]>, Rig) {
     rig.exec(Command::DestroyMkey(mr)).unwrap();
     let w = inline_write(&rig, 1, 8, 2);
     rig.write_sq(1, &w);
+    let qpn = rig.qpn.get();
+    let mut w = inline_write(&rig, 2, 8, 3);
     match bad {
-        Bad::OtherQp => {
-            let mut w = inline_write(&rig, 2, 8, 3);
-            ctrl(&mut w, 2, WqeOpcode::RdmaWrite, rig.qpn.get() ^ 0x55, 3);
-            rig.write_sq(2, &w);
-        }
-        Bad::GoneMr => rig.write_sq(2, &rdma_wqe(&rig, 2, WqeOpcode::RdmaWrite, 8)),
+        Bad::OtherQp => ctrl(&mut w, 2, WqeOpcode::RdmaWrite, qpn ^ 0x55, 3),
+        Bad::WrongIndex => ctrl(&mut w, 7, WqeOpcode::RdmaWrite, qpn, 3),
+        Bad::NoSize => ctrl(&mut w, 2, WqeOpcode::RdmaWrite, qpn, 0),
+        Bad::GoneMr => w = rdma_wqe(&rig, 2, WqeOpcode::RdmaWrite, 8).to_vec(),
+        // Eight data segments: three WQEBBs, of which two are posted.
         Bad::PastProducer => {
-            // Eight data segments: three WQEBBs, of which one is posted.
-            let mut w = rdma_wqe(&rig, 2, WqeOpcode::RdmaWrite, 8);
-            ctrl(&mut w, 2, WqeOpcode::RdmaWrite, rig.qpn.get(), 10);
-            rig.write_sq(2, &w);
+            w = rdma_wqe(&rig, 2, WqeOpcode::RdmaWrite, 8).to_vec();
+            ctrl(&mut w, 2, WqeOpcode::RdmaWrite, qpn, 10);
         }
     }
-    rig.ring(2, u8::from(WqeOpcode::RdmaWrite), 3);
+    rig.write_sq(2, &w);
+    let w = inline_write(&rig, 3, 8, 4);
+    rig.write_sq(3, &w);
+    rig.ring(3, u8::from(WqeOpcode::RdmaWrite), 3);
     let cqes = rig.cqes();
     (cqes, rig)
 }
@@ -183,14 +188,28 @@ fn good_then_bad(cfg: NicConfig) -> (Vec<Frame>, Vec<[u8; CQE_LEN]>, Rig) {
 
 #[test]
 fn a_send_that_fails_before_a_bad_wqe_completes_both_in_order() {
-    // A NIC that sends as it executes meets the first WRITE's fault when it
-    // sends after the inline WRITE, and leaves the bad WQE on the ring, to
-    // be flushed. One that sends once the doorbell's WQEs are executed may
+    // A NIC that sends each message as it executes it (here, one whose
+    // WQEs take time to parse) meets the first WRITE's fault when it sends
+    // after the inline WRITE, and leaves the bad WQE on the ring, to be
+    // flushed. One that sends once the doorbell's WQEs are executed may
     // have taken the bad WQE off the ring by then, and must still complete
     // it, flushed, in its turn; one it left on the ring is flushed from
-    // there, as the other NIC flushes it.
-    for (bad, completions) in [(Bad::OtherQp, 3), (Bad::GoneMr, 3), (Bad::PastProducer, 2)] {
-        let (whole_cqes, whole_rig) = gone_then_bad(NicConfig::new(LOCAL), bad);
+    // there. Either way every WQE the ring delimits completes once, in
+    // order, and the two NICs complete the same.
+    let sends_as_executed = || {
+        let mut cfg = NicConfig::new(LOCAL);
+        cfg.timing.wqe = doorbell_types::Duration::from_ns(1);
+        cfg
+    };
+    let cases = [
+        (Bad::OtherQp, 4),
+        (Bad::WrongIndex, 4),
+        (Bad::NoSize, 4),
+        (Bad::GoneMr, 4),
+        (Bad::PastProducer, 2),
+    ];
+    for (bad, completions) in cases {
+        let (whole_cqes, whole_rig) = gone_then_bad(sends_as_executed(), bad);
         let qpn = whole_rig.qpn.get();
         let fields: Vec<_> = whole_cqes.iter().map(cqe_fields).collect();
         assert_eq!(fields.len(), completions, "{bad:?}: {fields:?}");
@@ -211,10 +230,13 @@ fn a_send_that_fails_before_a_bad_wqe_completes_both_in_order() {
                 "{bad:?}"
             );
         }
-        let (cqes, rig) = gone_then_bad(training(32, false), bad);
-        assert_eq!(cqes, whole_cqes, "{bad:?}");
-        assert_eq!(rig.state(), QpState::Err, "{bad:?}");
-        assert_eq!(rig.counters(), whole_rig.counters(), "{bad:?}");
+        assert_eq!(whole_rig.state(), QpState::Err, "{bad:?}");
+        for cfg in [training(32, false), NicConfig::new(LOCAL)] {
+            let (cqes, rig) = gone_then_bad(cfg, bad);
+            let got: Vec<_> = cqes.iter().map(cqe_fields).collect();
+            assert_eq!(got, fields, "{bad:?}");
+            assert_eq!(rig.state(), QpState::Err, "{bad:?}");
+        }
     }
 }
 
