@@ -182,10 +182,15 @@ fn is_request(frame: &[u8]) -> bool {
         .is_some_and(|&op| !doorbell_wire::BthOpcode::from(op).is_response())
 }
 
-/// The rendezvous name of the NIC at `ipv4`.
-fn rendezvous(ipv4: [u8; 4]) -> io::Result<SocketAddr> {
+/// The rendezvous name of the NIC at `ipv4` (an abstract socket name).
+fn rendezvous_name(ipv4: [u8; 4]) -> String {
     let [a, b, c, d] = ipv4;
-    SocketAddr::from_abstract_name(format!("doorbell-roce/{a}.{b}.{c}.{d}"))
+    format!("doorbell-roce/{a}.{b}.{c}.{d}")
+}
+
+/// The rendezvous of the NIC at `ipv4`.
+fn rendezvous(ipv4: [u8; 4]) -> io::Result<SocketAddr> {
+    SocketAddr::from_abstract_name(rendezvous_name(ipv4))
 }
 
 /// What the shared-memory port counted.
@@ -1335,7 +1340,14 @@ fn wake_after_a_wait(r: &mut OutRing, stats: &Stats) {
 /// The handshake's sending side: a ring for `dst`, if a NIC of this host
 /// listens at its name and admits us.
 fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
-    let s = UnixStream::connect_addr(&rendezvous(dst).ok()?).ok()?;
+    // Abstract names have no owner: whoever binds one first holds it. A
+    // listener of another user (or a full backlog, which a plain connect
+    // would wait on) is nobody to talk to; UDP then.
+    let s = os::connect_abstract(rendezvous_name(dst).as_bytes()).ok()?;
+    if os::peer_uid(&s).ok() != Some(os::euid()) {
+        return None;
+    }
+    s.set_nonblocking(false).ok()?;
     s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
     s.set_write_timeout(Some(Duration::from_millis(500))).ok()?;
     let f = os::memfd("doorbell-ring", Ring::mapping_len(RING_BYTES)).ok()?;

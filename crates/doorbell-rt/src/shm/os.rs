@@ -1,6 +1,7 @@
 //! The only `unsafe` of the shared-memory port's plumbing: `memfd_create`,
-//! `eventfd`, passing a descriptor over a Unix socket (`SCM_RIGHTS`), the
-//! peer's credentials (`SO_PEERCRED`) and `poll`. Thin wrappers over
+//! `eventfd`, a connect that does not wait, passing a descriptor over a
+//! Unix socket (`SCM_RIGHTS`), the peer's credentials (`SO_PEERCRED`) and
+//! `poll`. Thin wrappers over
 //! `libc`; everything above is safe. (`unsafe_code` is allowed for this
 //! module alone, where `shm.rs` declares it.)
 
@@ -134,6 +135,50 @@ pub(crate) fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize,
     }
     let fd = (!fds.is_empty()).then(|| fds.swap_remove(0));
     Ok((n as usize, fd))
+}
+
+/// Connects to the abstract Unix socket `name` without waiting: a
+/// listener whose backlog is full refuses at once (`WouldBlock`) rather
+/// than hold the caller. The stream is left non-blocking.
+pub(crate) fn connect_abstract(name: &[u8]) -> io::Result<UnixStream> {
+    // SAFETY: sockaddr_un is a plain C struct; all-zero is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    // An abstract name: a NUL, then the name's bytes, not NUL-terminated.
+    if name.len() + 1 > addr.sun_path.len() {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, &b) in addr.sun_path[1..].iter_mut().zip(name) {
+        *d = b as libc::c_char;
+    }
+    let len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + 1 + name.len();
+    // SAFETY: plain syscall with flag arguments.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by no one
+    // else; the stream closes it on every path below.
+    let s = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    // SAFETY: `addr` lives across the call and `len` is within its size
+    // (checked above); the kernel only reads it.
+    let rc = unsafe {
+        libc::connect(
+            s.as_raw_fd(),
+            (&raw const addr).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(s)
 }
 
 /// The user id of the process at the other end of `s`.

@@ -582,6 +582,7 @@ fn child_role() {
             drop(p);
         }
         "fork" => fork_role(first),
+        "squat" => squat_role(first),
         "emfile" => emfile_role(first),
         other => panic!("unknown role {other}"),
     }
@@ -633,6 +634,71 @@ fn a_nic_out_of_descriptors_does_not_spin_on_its_rendezvous() {
         "the NIC's threads took {} ms of CPU in 500 ms",
         cpu / 1_000_000
     );
+}
+
+/// The rendezvous of an address is an abstract socket name, which
+/// whoever binds it first holds. A NIC must not talk to a listener of
+/// another user there: it would hand that user every frame, WRITE
+/// payloads included. Its sender asks the listener's credentials and
+/// goes to UDP at once, without a handshake that would wait for an answer
+/// that never comes. Needs root, to make the other user's listener; under
+/// CI, which runs as root, not being root is a failure.
+#[test]
+fn a_sender_refuses_a_rendezvous_held_by_another_user() {
+    let at = lo(73, 2);
+    let mut c = child("squat", at)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("squatting") && !line.contains("cannot squat") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
+    }
+    if line.contains("cannot squat") {
+        drop(c.stdin.take());
+        let _ = c.wait();
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+            "CI must run as root to test another user's rendezvous: {line}"
+        );
+        eprintln!("skipped: {}", line.trim());
+        return;
+    }
+    let asked = std::time::Instant::now();
+    let got = doorbell_rt::RawPeer::connect(lo(73, 9), at);
+    let took = asked.elapsed();
+    drop(c.stdin.take());
+    assert!(c.wait().unwrap().success());
+    assert!(
+        got.is_none(),
+        "a ring was made with another user's listener"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(250),
+        "refused at once, not after the handshake's timeout: {took:?}"
+    );
+}
+
+/// [`a_sender_refuses_a_rendezvous_held_by_another_user`]'s child: binds
+/// the rendezvous of `at` as user `nobody` and never accepts.
+#[allow(unsafe_code)]
+fn squat_role(at: [u8; 4]) {
+    use std::os::linux::net::SocketAddrExt;
+    // SAFETY: setuid changes only this process's credentials (every
+    // thread's, as glibc applies it).
+    if unsafe { libc::setuid(65534) } != 0 {
+        println!("cannot squat: setuid: {}", std::io::Error::last_os_error());
+        return;
+    }
+    let [a, b, c, d] = at;
+    let name = format!("doorbell-roce/{a}.{b}.{c}.{d}");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
+    let _l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    println!("squatting");
+    let _ = std::io::stdin().read_line(&mut String::new());
 }
 
 /// [`a_nic_out_of_descriptors_does_not_spin_on_its_rendezvous`]'s child.
