@@ -14,7 +14,8 @@
 //! that name (nobody listening: the address is another host's, and UDP
 //! carries the frame, asked again after [`RETRY`]). The sender makes a
 //! sealed memfd with an empty ring, sends it with its own address, and
-//! gets back the receiver's eventfd (its bell). From then on frames to
+//! gets back an eventfd the receiver made for that connection (its bell).
+//! From then on frames to
 //! that address go into the ring, the same bytes a UDP port would carry
 //! (IPv4, UDP, BTH ... ICRC), after the fault relay if there is one; the
 //! receiver takes them out and hands them to its NIC like any datagram, so
@@ -49,7 +50,14 @@
 //! sense, or whose peer hangs up, ends that one connection. A receiver's
 //! closed mark is believed without question: at worst its sender asks the
 //! rendezvous again. Only a process of the same user is admitted
-//! (`SO_PEERCRED`).
+//! (`SO_PEERCRED`), and a sender talks only to a rendezvous that a
+//! process of its own user listens at (whoever binds an abstract name
+//! first holds it). Each connection has its own bell, which the receiver
+//! empties with reads that cannot block: a peer that fills its bell or
+//! makes it blocking (the file is shared with it) reaches no other peer
+//! and cannot hold the receiver thread. A ring is measured only once its
+//! seal is checked, its first position must be on the records' grid, and
+//! every record taken counts toward a turn's batch, kept or dropped.
 
 #[allow(unsafe_code)]
 mod os;
@@ -58,7 +66,7 @@ mod ring;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Write as _};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt as _;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -226,6 +234,10 @@ struct InRing {
     ring: Ring,
     peer: [u8; 4],
     conn: Tracked<UnixStream>,
+    /// The eventfd this peer rings when the receiver thread parked: one
+    /// a connection, so that what a peer does to its bell (fill it, make
+    /// it blocking: the file is shared) touches no other peer's.
+    bell: File,
 }
 
 /// The receiving side's state: what the receiver thread and empty polls
@@ -791,7 +803,7 @@ fn rx_loop(
                 let (got, requests) = inb.drain_requests(core, stats);
                 drop(inb);
                 if look {
-                    shaking.go(callers, None, inbound, bell, stats);
+                    shaking.go(callers, None, inbound, stats);
                 }
                 (got, requests)
             }
@@ -835,6 +847,7 @@ fn rx_loop(
                 _ => -1,
             });
             fds.extend(inb.rings.iter().map(|r| r.conn.as_raw_fd()));
+            fds.extend(inb.rings.iter().map(|r| r.bell.as_raw_fd()));
             rings = inb.rings.len();
             fds.extend(shaking.fds());
             let park = match inb.listen_in() {
@@ -844,8 +857,7 @@ fn rx_loop(
             shaking.park_for(park)
         };
         os::poll_readable(&fds, park_for, &mut ready);
-        let mut b = [0u8; 8];
-        while (&*bell).read(&mut b).is_ok() {}
+        os::clear_bell(bell);
         // Rung while a caller may be at the rings: its last look may be
         // behind it already (the marks back up, nothing seen), and the
         // frame this bell is for pushed after it. Wait for the caller to
@@ -854,6 +866,15 @@ fn rx_loop(
         let mut inb = spin_lock(inbound);
         inb.parked = false;
         inb.set_parked(false);
+        // A peer rang its bell: every ring's is emptied (the rings may
+        // have changed since the poll, so not by its place in it), each
+        // read unable to block whatever the peer did to the file.
+        let bells = ready.get(2 + rings..2 + 2 * rings).unwrap_or_default();
+        if bells.iter().any(|&r| r) {
+            for r in &inb.rings {
+                os::clear_bell(&r.bell);
+            }
+        }
         // A connection waits at the rendezvous, or the rendezvous was left
         // out of the poll and its backoff may be over.
         let callers =
@@ -872,8 +893,8 @@ fn rx_loop(
             (0, false)
         };
         drop(inb);
-        let shaken = ready.get(2 + rings..).unwrap_or_default();
-        shaking.go(callers, Some(shaken), inbound, bell, stats);
+        let shaken = ready.get(2 + 2 * rings..).unwrap_or_default();
+        shaking.go(callers, Some(shaken), inbound, stats);
         if got > 0 {
             core.run();
         }
@@ -901,7 +922,6 @@ impl Handshakes {
         callers: Vec<Tracked<UnixStream>>,
         ready: Option<&[bool]>,
         inbound: &Mutex<Inbound>,
-        bell: &File,
         stats: &Stats,
     ) {
         if callers.is_empty() && self.0.is_empty() {
@@ -922,7 +942,7 @@ impl Handshakes {
                 }
                 continue;
             }
-            match handshake(s, bell) {
+            match handshake(s) {
                 Ok(Some(r)) => rings.push(r),
                 Ok(None) => {}
                 Err(s) if now < until => self.0.push((s, until)),
@@ -1220,13 +1240,13 @@ fn push_into(r: &mut OutRing, frame: &[u8], stats: &Stats) -> Pushed {
 /// `Err(s)` if the peer's hello has not come yet (try again once `s` is
 /// readable, until [`HANDSHAKE`] has passed), `Ok(None)` if the peer is
 /// refused or broke off, `Ok(Some(ring))` once it is admitted.
-fn handshake(s: Tracked<UnixStream>, bell: &File) -> Result<Option<InRing>, Tracked<UnixStream>> {
+fn handshake(s: Tracked<UnixStream>) -> Result<Option<InRing>, Tracked<UnixStream>> {
     if s.set_nonblocking(true).is_err() || os::peer_uid(&s).ok() != Some(os::euid()) {
         return Ok(None);
     }
     let mut hello = [0u8; 16];
     match os::recv_with_fd(&s, &mut hello) {
-        Ok((n, fd)) => Ok(welcome(s, &hello[..n], fd, bell)),
+        Ok((n, fd)) => Ok(welcome(s, &hello[..n], fd)),
         Err(e)
             if matches!(
                 e.kind(),
@@ -1241,12 +1261,7 @@ fn handshake(s: Tracked<UnixStream>, bell: &File) -> Result<Option<InRing>, Trac
 
 /// Checks a peer's hello and the ring it sent, and answers: the ring, or
 /// `None` if the peer is refused.
-fn welcome(
-    s: Tracked<UnixStream>,
-    hello: &[u8],
-    fd: Option<OwnedFd>,
-    bell: &File,
-) -> Option<InRing> {
+fn welcome(s: Tracked<UnixStream>, hello: &[u8], fd: Option<OwnedFd>) -> Option<InRing> {
     if hello.len() != 12 || &hello[..8] != HELLO {
         return None;
     }
@@ -1264,22 +1279,24 @@ fn welcome(
     }
     let map = MmapOptions::new().len(len as usize).map_raw(&f).ok()?;
     let ring = Ring::attach(map)?;
+    let bell = os::eventfd().ok()?;
     // A fresh socket's send buffer is empty: this does not block.
     os::send_with_fd(&s, WELCOME, bell.as_raw_fd()).ok()?;
     Some(InRing {
         ring,
         peer,
         conn: s,
+        bell,
     })
 }
 
 /// [`handshake`], waiting up to [`HANDSHAKE`] for the hello.
-fn admit(s: UnixStream, bell: &File) -> Option<InRing> {
+fn admit(s: UnixStream) -> Option<InRing> {
     let until = Instant::now() + HANDSHAKE;
     let mut s = Tracked::new(s);
     let mut ready = Vec::new();
     loop {
-        match handshake(s, bell) {
+        match handshake(s) {
             Ok(r) => return r,
             Err(back) => {
                 let left = until.checked_duration_since(Instant::now())?;
@@ -1478,6 +1495,12 @@ impl RawPeer {
         self.0.ring.consumer_closed()
     }
 
+    /// Makes the bell the NIC gave this peer blocking (the file is
+    /// shared, so for the NIC too), as a hostile peer may.
+    pub fn make_bell_blocking(&self) -> io::Result<()> {
+        os::set_blocking(&self.0.bell)
+    }
+
     /// Writes `value` over the ring's producer position, as a peer that
     /// scribbles over the segment would, and wakes the NIC.
     pub fn scribble_tail(&mut self, value: u64) {
@@ -1502,7 +1525,6 @@ impl RawListener {
     pub fn listen(addr: [u8; 4]) -> Option<Self> {
         let listener = UnixListener::bind_addr(&rendezvous(addr).ok()?).ok()?;
         listener.set_nonblocking(true).ok()?;
-        let bell = os::eventfd().ok()?;
         let (stop, admitted) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicU64::new(0)),
@@ -1512,7 +1534,7 @@ impl RawListener {
             let mut held = Vec::new();
             while !st.load(Ordering::Acquire) {
                 while let Ok((s, _)) = listener.accept() {
-                    if let Some(r) = admit(s, &bell) {
+                    if let Some(r) = admit(s) {
                         held.push(r);
                         ad.fetch_add(1, Ordering::Release);
                     }

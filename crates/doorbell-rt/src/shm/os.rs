@@ -51,6 +51,55 @@ pub(crate) fn eventfd() -> io::Result<File> {
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// Empties an eventfd bell without ever blocking: one read takes its
+/// whole count. The read asks not to wait (`RWF_NOWAIT`) rather than
+/// trust the file's own flag, which a peer holding the same file can
+/// clear; a kernel without that for eventfds gets the flag set again
+/// first.
+pub(crate) fn clear_bell(bell: &File) {
+    let mut count = 0u64;
+    let mut iov = libc::iovec {
+        iov_base: (&raw mut count).cast(),
+        iov_len: size_of::<u64>(),
+    };
+    // SAFETY: one iovec over `count`, which lives across the call; offset
+    // -1 reads at the file's position, as read() does.
+    let rc = unsafe { libc::preadv2(bell.as_raw_fd(), &raw mut iov, 1, -1, libc::RWF_NOWAIT) };
+    if rc >= 0 {
+        return;
+    }
+    if matches!(
+        io::Error::last_os_error().raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
+    ) {
+        // SAFETY: fcntl on a descriptor `bell` owns, with an integer
+        // argument; then a read into `count`, which lives across it.
+        unsafe {
+            let flags = libc::fcntl(bell.as_raw_fd(), libc::F_GETFL);
+            if flags >= 0 {
+                libc::fcntl(bell.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+            libc::read(bell.as_raw_fd(), (&raw mut count).cast(), size_of::<u64>());
+        }
+    }
+}
+
+/// Clears `O_NONBLOCK` on `f`'s file (for [`crate::RawPeer`], a peer
+/// that misbehaves).
+pub(crate) fn set_blocking(f: &File) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor `f` owns, with an integer argument.
+    let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Sends `bytes` over `s` with the descriptor `fd` attached.
 pub(crate) fn send_with_fd(s: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<()> {
     let mut iov = libc::iovec {

@@ -229,6 +229,35 @@ fn a_nic_that_stops_closes_its_rings_and_its_rendezvous() {
     );
 }
 
+/// A peer holds the bell the NIC gave it, a file it shares with the NIC:
+/// one that makes it blocking and rings it must not hold the NIC's
+/// receiver thread in a read, nor, through it, the NIC's stop.
+#[test]
+fn a_peer_that_makes_its_bell_blocking_holds_up_nothing() {
+    use doorbell_rt::{LiveNic, Port, RawPeer};
+    let (ip, claim) = (lo(74, 2), lo(74, 9));
+    let nic = LiveNic::start_with("bell", ip, Port::Udp, NicOptions::default()).unwrap();
+    let mut peer = RawPeer::connect(claim, ip).expect("the NIC admits a peer");
+    peer.make_bell_blocking().unwrap();
+    // Rung each time the receiver thread has parked again (it parks at
+    // once with nothing to take).
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(peer.send(&[0u8; 64]), "room in the ring");
+    }
+    let (done, stopped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(nic);
+        let _ = done.send(());
+    });
+    assert!(
+        stopped
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .is_ok(),
+        "the NIC did not stop: its receiver thread is stuck on the bell"
+    );
+}
+
 /// What a peer put in its ring before it went away still reaches the NIC:
 /// a process that sends its last frames (a DREQ at exit) and exits at once
 /// must not have them dropped with its ring.
