@@ -26,7 +26,8 @@
 //! Then the frame is dropped, as a congested link would, and until the
 //! receiver moves again every frame for that ring is dropped at once, so
 //! a stopped or hung peer costs its senders [`FULL_WAIT`] once, not per
-//! frame.
+//! frame; after a wait of [`FULL_WAIT_MAX`] (a receiver that moves, but
+//! never frees room for the frame), until it has taken half a ring.
 //! A receiver whose NIC stops marks its rings closed, and a sender that
 //! finds the mark asks the rendezvous again before its next frame; it also
 //! looks whether its receiver hung up every [`LIVENESS`], and before the
@@ -1223,8 +1224,18 @@ fn push_into(r: &mut OutRing, frame: &[u8], stats: &Stats) -> Pushed {
                     }
                 };
                 let started = *start.get_or_insert_with(Instant::now);
-                if stalled || started.elapsed() >= FULL_WAIT_MAX {
-                    r.stuck_at = Some(seen.map_or(pos, |(p, _)| p.max(pos)));
+                let furthest = seen.map_or(pos, |(p, _)| p.max(pos));
+                if stalled {
+                    r.stuck_at = Some(furthest);
+                    stats.tx_stalls.fetch_add(1, Ordering::Relaxed);
+                    return Pushed::Dropped;
+                }
+                if started.elapsed() >= FULL_WAIT_MAX {
+                    // Moving, but too slowly for one frame in all that
+                    // time (a receiver that frees a few bytes at a time
+                    // would cost every frame this wait): frames are
+                    // dropped at once until it has taken half a ring.
+                    r.stuck_at = Some(furthest.saturating_add(RING_BYTES / 2));
                     stats.tx_stalls.fetch_add(1, Ordering::Relaxed);
                     return Pushed::Dropped;
                 }
@@ -1652,6 +1663,68 @@ mod tests {
         let later = now + RETRY;
         assert!(peers.ring(dst, later).is_none());
         assert_eq!(retry_of(&peers), Some(later + RETRY));
+    }
+
+    #[test]
+    fn a_receiver_that_frees_room_a_few_bytes_at_a_time_costs_one_long_wait() {
+        use std::os::unix::net::UnixStream;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::Instant;
+
+        use memmap2::MmapOptions;
+
+        use super::{
+            FULL_WAIT_MAX, OutRing, Pushed, RING_BYTES, Stats, Tracked, os, push_into, ring::Ring,
+        };
+
+        let f = os::memfd("trickle-test", Ring::mapping_len(RING_BYTES)).unwrap();
+        let map = || MmapOptions::new().map_raw(&f).unwrap();
+        let (ring, consumer) = (Ring::create(map()).unwrap(), Ring::attach(map()).unwrap());
+        let (conn, _receiver) = UnixStream::pair().unwrap();
+        let now = Instant::now();
+        let mut r = OutRing {
+            ring,
+            conn: Tracked::new(conn),
+            bell: os::eventfd().unwrap(),
+            checked: now,
+            used: now,
+            fresh_until: now,
+            stuck_at: None,
+            credit: WaitCredit::default(),
+        };
+        let stats = Stats::default();
+        let frame = vec![7u8; 4000];
+        while r.ring.push(&frame).is_ok() {}
+        // The receiver moves its position on by 8 bytes every millisecond:
+        // never room for a frame, never still for long.
+        let stop = Arc::new(AtomicBool::new(false));
+        let trickle = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut head = consumer.consumer_pos();
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    head += 8;
+                    consumer.scribble_head(head);
+                }
+            })
+        };
+        let t = Instant::now();
+        assert!(matches!(push_into(&mut r, &frame, &stats), Pushed::Dropped));
+        assert!(t.elapsed() >= FULL_WAIT_MAX, "waited its whole bound");
+        // The next frames, each after the receiver moved again, are
+        // dropped at once, not after a wait each.
+        let mut took = Duration::ZERO;
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(5));
+            let t = Instant::now();
+            assert!(matches!(push_into(&mut r, &frame, &stats), Pushed::Dropped));
+            took += t.elapsed();
+        }
+        stop.store(true, Ordering::Relaxed);
+        trickle.join().unwrap();
+        assert!(took < FULL_WAIT_MAX / 2, "three frames took {took:?}");
     }
 
     #[test]

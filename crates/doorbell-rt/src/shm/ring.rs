@@ -276,6 +276,13 @@ impl Ring {
         self.word(OFF_TAIL).store(value, Ordering::Release);
     }
 
+    /// Consumer: overwrites the published head with `value` (a receiver
+    /// that frees room a few bytes at a time, for tests).
+    #[cfg(test)]
+    pub(crate) fn scribble_head(&self, value: u64) {
+        self.word(OFF_HEAD).store(value, Ordering::Release);
+    }
+
     /// Consumer: whether a frame is waiting.
     ///
     /// A ring found empty has the lines where the next record will start
