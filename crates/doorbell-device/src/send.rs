@@ -410,6 +410,13 @@ fn execute_ud<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>) -> Outcome {
         syndrome,
     };
     let signaled = w.fm_ce_se & wqe::ctrl_flags::CE_MASK == wqe::ctrl_flags::CQ_UPDATE;
+    if w.opcode == WqeOpcode::Nop {
+        // Completes in its turn, sending nothing (UD completes at once).
+        if signaled {
+            send_done(qp, w.index, w.opcode, 0, ctx);
+        }
+        return Ok(());
+    }
     let Some(dest) = w.ud else {
         return Err(fail(Syndrome::LocalQpOpErr));
     };

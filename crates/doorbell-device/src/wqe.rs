@@ -39,7 +39,8 @@ pub(crate) fn parse_wqe(b: &[u8], ty: QpType, spares: &mut Spares) -> Result<Wqe
     let (mut raddr, mut rkey, mut swap_add, mut compare, mut ud) = (0, 0, 0, 0, None);
     let mut off = wqe::field::CTRL_LEN;
     let seg = |off: usize, len: usize| b.get(off..off + len).ok_or(Syndrome::LocalQpOpErr);
-    if ty == QpType::Ud {
+    // A NOP needs no address, on UD as on the others; it carries none.
+    if ty == QpType::Ud && opcode != WqeOpcode::Nop {
         let av = DatagramSeg::new_unchecked(seg(off, wqe::field::AV_LEN)?);
         ud = Some(UdDest {
             qkey: av.qkey(),

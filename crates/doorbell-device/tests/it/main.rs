@@ -1178,6 +1178,27 @@ fn a_short_read_response_is_a_bad_response_completed_once() {
 }
 
 #[test]
+fn a_nop_on_a_ud_qp_completes_and_sends_nothing() {
+    // A NOP of its control segment alone, and one sized like a SEND with
+    // an address: neither is a datagram.
+    let mut rig = Rig::ud();
+    let mut w = [0u8; 2 * WQEBB_LEN];
+    ctrl(&mut w[..WQEBB_LEN], 0, WqeOpcode::Nop, rig.qpn.get(), 1);
+    ctrl(&mut w[WQEBB_LEN..], 1, WqeOpcode::Nop, rig.qpn.get(), 4);
+    rig.write_sq(0, &w[..WQEBB_LEN]);
+    rig.write_sq(1, &w[WQEBB_LEN..]);
+    rig.ring(1, u8::from(WqeOpcode::Nop), 4);
+    assert!(rig.transmitted().is_empty(), "no datagram");
+    let qpn = rig.qpn.get();
+    let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+    assert_eq!(cqes.len(), 2, "{cqes:?}");
+    for (i, c) in cqes.iter().enumerate() {
+        assert_eq!((c.0, c.2, c.3, c.4), (CqeOpcode::Req, i as u16, 0x00, qpn));
+    }
+    assert_eq!(rig.state(), QpState::Rts);
+}
+
+#[test]
 fn a_failed_read_response_first_completes_what_it_acknowledged() {
     // A WRITE, then a READ of 100 bytes. A response to the READ
     // acknowledges the WRITE before it (its PSN is past the WRITE's), so
