@@ -358,9 +358,13 @@ fn uc_write<D: Dma>(
     };
     let end = w.offset + payload.len() as u64;
     if end > w.len || (last && end != w.len) {
-        // More or less data than the RETH said: a length error (class D).
-        return Err(Fault::Qp);
+        // More or less data than the RETH said: UC has no NAK, and the
+        // message is dropped whole, the QP left as it is (class D1).
+        return uc_drop(qp, ctx);
     }
+    let Some(va) = w.va.checked_add(w.offset) else {
+        return uc_drop(qp, ctx);
+    };
     // An immediate needs a receive WQE: found before touching memory, so
     // that a message without one leaves its last packet unwritten.
     let recv = if last && with_imm {
@@ -373,9 +377,6 @@ fn uc_write<D: Dma>(
         }
     } else {
         None
-    };
-    let Some(va) = w.va.checked_add(w.offset) else {
-        return uc_drop(qp, ctx);
     };
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
     let mut ok = true;
@@ -547,6 +548,14 @@ fn rc_request<D: Dma>(
         | RcRdmaWriteLastWithImmediate
         | RcRdmaWriteOnly
         | RcRdmaWriteOnlyWithImmediate => inbound_write(qp, repr, payload, ctx),
+        // A READ or atomic inside a SEND or WRITE of several packets is
+        // out of the opcode sequence (IBTA §9.7.5.1.1; rxe's
+        // `check_op_seq`): an invalid request.
+        RcRdmaReadRequest | RcCompareSwap | RcFetchAdd
+            if qp.inbound.recv.is_some() || qp.inbound.write.is_some() =>
+        {
+            nak_fatal(qp, ctx, psn, NakCode::InvalidRequest)
+        }
         RcRdmaReadRequest => inbound_read(qp, repr, ctx, true),
         RcCompareSwap | RcFetchAdd => inbound_atomic(qp, repr, ctx),
         _ => nak_fatal(qp, ctx, psn, NakCode::InvalidRequest),
@@ -704,6 +713,11 @@ fn inbound_write<D: Dma>(
     if end > w.len || (last && end != w.len) {
         return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
     }
+    // The first packet's key check covered `va..va + len`: the sum cannot
+    // overflow, but the address came from the wire.
+    let Some(va) = w.va.checked_add(w.offset) else {
+        return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
+    };
     // An immediate needs a receive WQE: look for it before touching memory,
     // so that an RNR NAK leaves nothing half done.
     let recv = if last && with_imm {
@@ -725,11 +739,6 @@ fn inbound_write<D: Dma>(
         }
     } else {
         None
-    };
-    // The first packet's key check covered `va..va + len`: the sum cannot
-    // overflow, but the address came from the wire.
-    let Some(va) = w.va.checked_add(w.offset) else {
-        return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
     };
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
     let mut ok = true;
@@ -753,6 +762,11 @@ fn inbound_write<D: Dma>(
             .map(|_| ())
     };
     if translated.is_err() || !ok {
+        // The receive WQE taken for the immediate completes flushed, with
+        // the QP's error, rather than be lost with the message.
+        if let Some(r) = recv {
+            qp.inbound.spare = Some(r);
+        }
         return nak_fatal(qp, ctx, bth.psn, NakCode::RemoteAccessErr);
     }
     qp.resp.advance(1);
@@ -1000,6 +1014,12 @@ fn inbound_read<D: Dma>(
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
     let mtu = qp.mtu() as u64;
     let n = len.div_ceil(mtu).max(1) as u32;
+    // A duplicate is answered only where it repeats (all or the rest of) a
+    // READ this QP took: its responses were sent before, and are owed.
+    if !fresh && !qp.resp.read_taken(psn, n) {
+        ctx.out.counters.rx_dropped += 1;
+        return Ok(());
+    }
     let dst = peer_ip(qp);
     let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
     // Each response's MTU of data is read on its own, into the buffer of
@@ -1084,10 +1104,11 @@ fn inbound_read<D: Dma>(
             ctx.out.spare.give(f.bytes);
         }
         ctx.out.building = frames;
-        return nak_fatal(qp, ctx, psn, NakCode::RemoteAccessErr);
+        return refuse(qp, ctx, NakCode::RemoteAccessErr);
     }
     ctx.out.counters.rx_read_requests += 1;
     if fresh {
+        qp.resp.record_read(psn, n);
         qp.resp.complete_message();
         qp.resp.advance(n);
     }

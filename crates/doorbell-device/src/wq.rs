@@ -339,6 +339,8 @@ pub(crate) struct Inbound {
     pub(crate) write: Option<WriteInProgress>,
     /// UC: the receive WQE of a SEND that was aborted (a packet of it was
     /// lost); the next SEND uses it, from its first byte (IBTA §9.7.5.2.4).
+    /// RC: the receive WQE an RDMA WRITE with immediate took for a last
+    /// packet that failed, which the QP's flush completes.
     pub(crate) spare: Option<RecvWqe>,
     /// UC: the rest of the current message is dropped, up to the next
     /// First or Only packet.

@@ -54,7 +54,7 @@ pub use psn::PsnRange;
 pub use requester::{
     Ack, AckTimeout, AdaptiveTimeout, ImpliedNak, Requester, RequesterConfig, RnrNak, SeqNak,
 };
-pub use responder::{ATOMIC_REPLAY_DEPTH, RequestPsn, Responder};
+pub use responder::{ATOMIC_REPLAY_DEPTH, READ_REPLAY_DEPTH, RequestPsn, Responder};
 pub use rto::RttEstimator;
 pub use timer::{Timer, TimerTable};
 

@@ -7,6 +7,9 @@ use doorbell_types::Psn;
 
 /// Atomic results kept for replaying duplicates.
 pub const ATOMIC_REPLAY_DEPTH: usize = 16;
+/// READs remembered for answering their duplicates: as many as a QP may
+/// have outstanding (the device's largest `max_dest_rd_atomic`).
+pub const READ_REPLAY_DEPTH: usize = 16;
 
 /// Where a request's PSN falls against the one expected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +35,13 @@ struct AtomicReplay {
     orig: u64,
 }
 
+/// The PSNs one READ taken spans.
+#[derive(Debug, Clone, Copy)]
+struct ReadReplay {
+    first: Psn,
+    npsn: u32,
+}
+
 /// The responder of one RC QP.
 #[derive(Debug, Clone)]
 pub struct Responder {
@@ -42,6 +52,7 @@ pub struct Responder {
     /// A PSN-sequence NAK was sent for the current gap.
     nak_sent: bool,
     atomic_replay: VecDeque<AtomicReplay>,
+    read_replay: VecDeque<ReadReplay>,
 }
 
 impl Default for Responder {
@@ -58,6 +69,8 @@ impl Responder {
             msn: 0,
             nak_sent: false,
             atomic_replay: VecDeque::new(),
+            // Full size at once: a READ taken allocates nothing.
+            read_replay: VecDeque::with_capacity(READ_REPLAY_DEPTH),
         }
     }
 
@@ -117,6 +130,25 @@ impl Responder {
         self.atomic_replay.push_back(AtomicReplay { psn, orig });
     }
 
+    /// Remembers a READ taken at `first`, answered with `npsn` responses.
+    pub fn record_read(&mut self, first: Psn, npsn: u32) {
+        if self.read_replay.len() == READ_REPLAY_DEPTH {
+            self.read_replay.pop_front();
+        }
+        self.read_replay.push_back(ReadReplay { first, npsn });
+    }
+
+    /// Whether a duplicate READ request at `psn`, to be answered with
+    /// `npsn` responses, repeats (all or the rest of) a READ remembered:
+    /// its responses lie within that READ's. One that does not repeats no
+    /// READ this QP took, and is not answered (as mlx5 and rxe drop it).
+    pub fn read_taken(&self, psn: Psn, npsn: u32) -> bool {
+        self.read_replay.iter().any(|r| {
+            let from = psn.diff(r.first);
+            from >= 0 && u64::from(from.unsigned_abs()) + u64::from(npsn) <= u64::from(r.npsn)
+        })
+    }
+
     /// The original value of the atomic executed at `psn`, if remembered.
     pub fn replay_atomic(&self, psn: Psn) -> Option<u64> {
         self.atomic_replay
@@ -129,6 +161,22 @@ impl Responder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_taken_across_the_psn_wrap_is_known_by_each_of_its_responses() {
+        let mut r = Responder::new();
+        r.record_read(Psn::new(0xff_fffe), 4);
+        assert!(r.read_taken(Psn::new(0xff_fffe), 4), "the whole READ");
+        assert!(r.read_taken(Psn::new(0x00_0001), 1), "its last response");
+        assert!(!r.read_taken(Psn::new(0x00_0001), 2), "one past its end");
+        assert!(!r.read_taken(Psn::new(0xff_fffd), 1), "one before it");
+        // Only the last READ_REPLAY_DEPTH are kept.
+        for i in 0..READ_REPLAY_DEPTH as u32 {
+            r.record_read(Psn::new(100 + i), 1);
+        }
+        assert!(!r.read_taken(Psn::new(0xff_fffe), 1), "forgotten");
+        assert!(r.read_taken(Psn::new(100), 1));
+    }
 
     #[test]
     fn a_gap_is_naked_once_until_it_closes() {

@@ -187,7 +187,7 @@ impl Rig {
         (rig.uar, rig.pd, rig.qpn, rig.mr, rig.cq) = (uar, pd, qpn, mr, cq);
         match qp_type {
             QpType::Ud => rig.ready_ud(),
-            _ => rig.connect(mtu),
+            _ => rig.connect(mtu, qp_type),
         }
         rig
     }
@@ -218,7 +218,10 @@ impl Rig {
         self.exec(Command::ModifyQp { qpn, state, attrs }).unwrap();
     }
 
-    fn connect(&mut self, mtu: u32) {
+    /// Takes an RC or UC QP to RTS, connected to the peer (UC has no
+    /// READs, atomics, retries or RNR timer to set).
+    fn connect(&mut self, mtu: u32, qp_type: QpType) {
+        let rc = qp_type == QpType::Rc;
         self.modify(
             QpState::Init,
             QpAttrs {
@@ -243,8 +246,8 @@ impl Rig {
                 path_mtu: Some(mtu),
                 dest_qpn: Some(Qpn::new(PEER_QPN)),
                 rq_psn: Some(Psn::new(EPSN)),
-                max_dest_rd_atomic: Some(1),
-                min_rnr_timer: Some(MIN_RNR_TIMER),
+                max_dest_rd_atomic: rc.then_some(1),
+                min_rnr_timer: rc.then_some(MIN_RNR_TIMER),
                 ..Default::default()
             },
         );
@@ -252,10 +255,10 @@ impl Rig {
             QpState::Rts,
             QpAttrs {
                 sq_psn: Some(Psn::new(SQ_PSN)),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(1),
+                timeout: rc.then_some(14),
+                retry_cnt: rc.then_some(7),
+                rnr_retry: rc.then_some(7),
+                max_rd_atomic: rc.then_some(1),
                 ..Default::default()
             },
         );
@@ -1175,6 +1178,131 @@ fn a_short_read_response_is_a_bad_response_completed_once() {
         ]
     );
     assert_eq!(rig.state(), QpState::Err);
+}
+
+#[test]
+fn a_write_with_immediate_whose_last_packet_fails_completes_its_receive() {
+    // A WRITE of two packets with an immediate; its MR is destroyed
+    // between them. The last packet takes a receive WQE for the
+    // immediate, then cannot be written: the QP goes to ERR, and both
+    // receives complete, flushed, the one taken first.
+    let mut rig = Rig::new();
+    let (lkey, at) = (rig.mr.raw(), rig.mr_buf.get() + 4096);
+    rig.post_recv(lkey, at, 64);
+    rig.post_recv(lkey, at, 64);
+    let f = rig.request(
+        BthOpcode::RcRdmaWriteFirst,
+        EPSN,
+        rig.mr_reth(0, 2048),
+        &[1; 1024],
+    );
+    assert!(matches!(aeth_of(&rig.frame(&f)), AethSyndrome::Ack { .. }));
+    let mr = rig.mr;
+    rig.exec(Command::DestroyMkey(mr)).unwrap();
+    let ext = ExtHeaders {
+        immdt: Some(ImmDtRepr { imm: 7 }),
+        ..ExtHeaders::default()
+    };
+    let f = rig.request(
+        BthOpcode::RcRdmaWriteLastWithImmediate,
+        EPSN + 1,
+        ext,
+        &[2; 1024],
+    );
+    assert_eq!(
+        aeth_of(&rig.frame(&f)),
+        AethSyndrome::Nak(NakCode::RemoteAccessErr)
+    );
+    assert_eq!(rig.state(), QpState::Err);
+    let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+    let got: Vec<_> = cqes.iter().map(|c| (c.0, c.1, c.2)).collect();
+    assert_eq!(
+        got,
+        [
+            (CqeOpcode::RespErr, Syndrome::WrFlushErr, 0),
+            (CqeOpcode::RespErr, Syndrome::WrFlushErr, 1),
+        ]
+    );
+}
+
+#[test]
+fn a_read_or_atomic_inside_a_send_of_several_packets_is_an_invalid_request() {
+    for opcode in [BthOpcode::RcRdmaReadRequest, BthOpcode::RcFetchAdd] {
+        let mut rig = Rig::new();
+        rig.post_recv(rig.mr.raw(), rig.mr_buf.get() + 4096, 4096);
+        let f = rig.request(
+            BthOpcode::RcSendFirst,
+            EPSN,
+            ExtHeaders::default(),
+            &[1; 1024],
+        );
+        assert!(matches!(aeth_of(&rig.frame(&f)), AethSyndrome::Ack { .. }));
+        let ext = if opcode == BthOpcode::RcFetchAdd {
+            ExtHeaders {
+                atomic_eth: Some(AtomicEthRepr {
+                    va: rig.mr_buf.get(),
+                    rkey: rig.mr,
+                    swap_add: 1,
+                    compare: 0,
+                }),
+                ..ExtHeaders::default()
+            }
+        } else {
+            rig.mr_reth(0, 8)
+        };
+        let f = rig.request(opcode, EPSN + 1, ext, &[]);
+        assert_eq!(
+            aeth_of(&rig.frame(&f)),
+            AethSyndrome::Nak(NakCode::InvalidRequest),
+            "{opcode:?}"
+        );
+        assert_eq!(rig.state(), QpState::Err, "{opcode:?}");
+    }
+}
+
+#[test]
+fn a_duplicate_read_is_answered_only_where_it_repeats_a_read_taken() {
+    let mut rig = Rig::new();
+    let read = |rig: &Rig, psn: u32, len: u32| {
+        rig.request(BthOpcode::RcRdmaReadRequest, psn, rig.mr_reth(0, len), &[])
+    };
+    // A READ of two responses, taken.
+    let f = read(&rig, EPSN, 2048);
+    assert_eq!(rig.frame(&f).len(), 2);
+    // Its copy, and a request for its second response alone: answered.
+    assert_eq!(rig.frame(&f).len(), 2, "the whole READ again");
+    let f = read(&rig, EPSN + 1, 1024);
+    assert_eq!(rig.frame(&f).len(), 1, "the rest of it");
+    // Behind the window at a PSN no READ was taken at, or asking for
+    // more than the READ taken there: dropped, the QP left as it is.
+    for (psn, len) in [(EPSN - 100, 8), (EPSN, 4096), (EPSN + 1, 2048)] {
+        let f = read(&rig, psn, len);
+        assert!(rig.frame(&f).is_empty(), "PSN {psn}, {len} bytes");
+    }
+    assert_eq!(rig.state(), QpState::Rts);
+}
+
+#[test]
+fn a_uc_write_longer_than_its_reth_is_dropped_and_the_qp_goes_on() {
+    let mut rig = Rig::build(NicConfig::new(LOCAL), 1024, QpType::Uc);
+    let f = rig.request(
+        BthOpcode::UcRdmaWriteFirst,
+        EPSN,
+        rig.mr_reth(0, 100),
+        &[1; 1024],
+    );
+    assert!(rig.frame(&f).is_empty(), "UC answers nothing");
+    assert_eq!(rig.state(), QpState::Rts);
+    assert!(rig.events().is_empty(), "no fatal event");
+    // The next message lands.
+    let f = rig.request(
+        BthOpcode::UcRdmaWriteOnly,
+        EPSN + 1,
+        rig.mr_reth(0, 8),
+        &[9; 8],
+    );
+    assert!(rig.frame(&f).is_empty());
+    assert_eq!(rig.mr_bytes(0, 8), vec![9u8; 8]);
 }
 
 #[test]
