@@ -957,6 +957,10 @@ pub(crate) fn took_write_only<D: Dma>(qp: &mut Qp, bth: &BthRepr, ctx: &mut Ctx<
     }
 }
 
+// The responder remembers as many READs as a QP may have outstanding.
+const _: () = assert!(doorbell_roce::READ_REPLAY_DEPTH == doorbell_hif::MAX_RD_ATOMIC as usize);
+const _: () = assert!(doorbell_roce::ATOMIC_REPLAY_DEPTH == doorbell_hif::MAX_RD_ATOMIC as usize);
+
 /// Executes a READ request: `fresh` is false for a duplicate, which is
 /// answered again without moving the responder's state.
 fn inbound_read<D: Dma>(

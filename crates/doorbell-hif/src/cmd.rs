@@ -66,13 +66,17 @@ impl Default for DeviceCaps {
             log_uar_size: uar::LOG_UAR_SIZE as u8,
             num_uars_per_page: 1,
             cache_line_size: 64,
-            max_rd_atomic: 16,
+            max_rd_atomic: MAX_RD_ATOMIC,
             max_mtu: 4096,
             vendor_id: 0x02c9,
             vendor_part_id: 4115,
         }
     }
 }
+
+/// READs and atomics a QP may have outstanding, each direction (the
+/// device's `max_qp_rd_atom`); MODIFY_QP refuses more, as mlx5 does.
+pub const MAX_RD_ATOMIC: u8 = 16;
 
 /// The device's free-running clock, in kHz (the PRM's `device_frequency_khz`):
 /// 1 GHz, so a CQE's timestamp counts nanoseconds of the device's time line.

@@ -104,11 +104,17 @@ pub enum Param {
     QpType,
     /// CREATE_EQ: fewer pages than the EQE buffer needs.
     EqPasEntries,
+    /// MODIFY_QP: READs and atomics this QP may have outstanding, more
+    /// than the device takes ([`crate::MAX_RD_ATOMIC`]).
+    MaxRdAtomic,
+    /// MODIFY_QP: READs and atomics this QP may answer at once, more than
+    /// the device takes.
+    MaxDestRdAtomic,
 }
 
 impl Param {
     /// Every parameter, in code order.
-    pub const ALL: [Param; 23] = [
+    pub const ALL: [Param; 25] = [
         Param::MkeyLength,
         Param::MttEntries,
         Param::LogCqSize,
@@ -132,6 +138,8 @@ impl Param {
         Param::EqPasEntries,
         Param::QpType,
         Param::CqeSize,
+        Param::MaxRdAtomic,
+        Param::MaxDestRdAtomic,
     ];
 
     /// The parameter's name.
@@ -160,6 +168,8 @@ impl Param {
             Param::QpType => "qp type",
             Param::EqPasEntries => "eq pas entries",
             Param::CqeSize => "cqe_sz",
+            Param::MaxRdAtomic => "max_rd_atomic",
+            Param::MaxDestRdAtomic => "max_dest_rd_atomic",
         }
     }
 }

@@ -38,8 +38,8 @@ pub mod modify;
 pub mod qp;
 
 pub use cmd::{
-    CORE_CLOCK_KHZ, CmdOut, Command, CqParams, DeviceCaps, EqParams, MkeyParams, QpParams,
-    SrqParams,
+    CORE_CLOCK_KHZ, CmdOut, Command, CqParams, DeviceCaps, EqParams, MAX_RD_ATOMIC, MkeyParams,
+    QpParams, SrqParams,
 };
 pub use codec::DecodeError;
 pub use error::{CmdError, ObjKind, Param};

@@ -141,6 +141,18 @@ fn check_values(a: &QpAttrs) -> Result<(), CmdError> {
     {
         return bad(Param::RnrRetry, r.into());
     }
+    // The responder remembers as many READs and atomics as this, to answer
+    // their duplicates; more outstanding would outrun it.
+    if let Some(n) = a.max_rd_atomic
+        && n > crate::MAX_RD_ATOMIC
+    {
+        return bad(Param::MaxRdAtomic, n.into());
+    }
+    if let Some(n) = a.max_dest_rd_atomic
+        && n > crate::MAX_RD_ATOMIC
+    {
+        return bad(Param::MaxDestRdAtomic, n.into());
+    }
     Ok(())
 }
 
@@ -204,6 +216,34 @@ mod tests {
             ..Default::default()
         };
         (rtr, rts)
+    }
+
+    #[test]
+    fn more_reads_and_atomics_outstanding_than_the_device_takes_are_refused() {
+        use QpState::{Init, Rtr, Rts};
+        let q = Qpn::new(3);
+        let rc = |from, to, a: &QpAttrs| check_modify(q, QpType::Rc, from, to, a);
+        let (mut rtr, mut rts) = rc_rtr_rts();
+        rtr.max_dest_rd_atomic = Some(crate::MAX_RD_ATOMIC);
+        rts.max_rd_atomic = Some(crate::MAX_RD_ATOMIC);
+        assert_eq!(rc(Init, Rtr, &rtr), Ok(Transition::InitToRtr));
+        assert_eq!(rc(Rtr, Rts, &rts), Ok(Transition::RtrToRts));
+        rtr.max_dest_rd_atomic = Some(crate::MAX_RD_ATOMIC + 1);
+        rts.max_rd_atomic = Some(crate::MAX_RD_ATOMIC + 1);
+        assert_eq!(
+            rc(Init, Rtr, &rtr),
+            Err(CmdError::BadParam {
+                name: Param::MaxDestRdAtomic,
+                value: 17
+            })
+        );
+        assert_eq!(
+            rc(Rtr, Rts, &rts),
+            Err(CmdError::BadParam {
+                name: Param::MaxRdAtomic,
+                value: 17
+            })
+        );
     }
 
     #[test]
