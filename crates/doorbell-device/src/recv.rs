@@ -249,7 +249,15 @@ fn uc_send<D: Dma>(
     let Some(ip) = qp.inbound.recv.take() else {
         return uc_drop(qp, ctx);
     };
-    if let Err(e) = scatter(qp, &ip.sges, ip.offset, PayloadIn::Frame(payload), ctx) {
+    // A SEND longer than the largest message fails as one longer than its
+    // receive buffer does (its byte count would not fit the CQE).
+    let too_long = ip.offset + payload.len() as u64 > MAX_MSG_LEN;
+    let scattered = if too_long {
+        Err(ScatterError::Length)
+    } else {
+        scatter(qp, &ip.sges, ip.offset, PayloadIn::Frame(payload), ctx)
+    };
+    if let Err(e) = scattered {
         // A local error of the receiver (class D): the WQE completes in
         // error and the QP goes to ERR, as for UD.
         let s = if e == ScatterError::Length {
@@ -319,7 +327,12 @@ fn uc_write<D: Dma>(
         RcRdmaWriteLastWithImmediate | RcRdmaWriteOnlyWithImmediate
     );
     if first {
-        let Some(reth) = repr.ext.reth else {
+        // A WRITE longer than the largest message is dropped whole.
+        let Some(reth) = repr
+            .ext
+            .reth
+            .filter(|r| u64::from(r.dma_len) <= MAX_MSG_LEN)
+        else {
             return uc_drop(qp, ctx);
         };
         let allowed = qp
@@ -620,7 +633,15 @@ fn inbound_send<D: Dma>(
     let Some(ip) = qp.inbound.recv.take() else {
         return Ok(());
     };
-    if let Err(e) = scatter(qp, &ip.sges, ip.offset, payload, ctx) {
+    // A SEND longer than the largest message fails as one longer than its
+    // receive buffer does (its byte count would not fit the CQE).
+    let too_long = ip.offset + payload.len() as u64 > MAX_MSG_LEN;
+    let scattered = if too_long {
+        Err(ScatterError::Length)
+    } else {
+        scatter(qp, &ip.sges, ip.offset, payload, ctx)
+    };
+    if let Err(e) = scattered {
         let (s, code) = match e {
             ScatterError::Length => (Syndrome::LocalLengthErr, NakCode::InvalidRequest),
             ScatterError::Protection => (Syndrome::LocalProtErr, NakCode::RemoteOpErr),
@@ -665,7 +686,13 @@ fn inbound_write<D: Dma>(
         if qp.inbound.recv.is_some() || qp.inbound.write.is_some() {
             return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
         }
-        let Some(reth) = repr.ext.reth else {
+        // A WRITE longer than the largest message is an invalid request,
+        // as a READ is.
+        let Some(reth) = repr
+            .ext
+            .reth
+            .filter(|r| u64::from(r.dma_len) <= MAX_MSG_LEN)
+        else {
             return nak_fatal(qp, ctx, bth.psn, NakCode::InvalidRequest);
         };
         let allowed = qp

@@ -1283,6 +1283,27 @@ fn a_duplicate_read_is_answered_only_where_it_repeats_a_read_taken() {
 }
 
 #[test]
+fn a_write_longer_than_the_largest_message_is_an_invalid_request() {
+    // 2^31 bytes is the largest message: a WRITE of it is checked against
+    // its key (the rig's MR is 8 KiB: a remote access error); one byte
+    // more is an invalid request before any key is looked at.
+    for (len, code) in [
+        (1u32 << 31, NakCode::RemoteAccessErr),
+        ((1 << 31) + 1, NakCode::InvalidRequest),
+    ] {
+        let mut rig = Rig::new();
+        let f = rig.request(
+            BthOpcode::RcRdmaWriteFirst,
+            EPSN,
+            rig.mr_reth(0, len),
+            &[1; 1024],
+        );
+        assert_eq!(aeth_of(&rig.frame(&f)), AethSyndrome::Nak(code), "{len}");
+        assert_eq!(rig.state(), QpState::Err);
+    }
+}
+
+#[test]
 fn a_uc_write_longer_than_its_reth_is_dropped_and_the_qp_goes_on() {
     let mut rig = Rig::build(NicConfig::new(LOCAL), 1024, QpType::Uc);
     let f = rig.request(
