@@ -232,12 +232,16 @@ fn next_srq_wqe<D: Dma>(
     let sges = data_segs(&buf[wf::SRQ_NEXT_LEN..], ctx.out.payloads.sges());
     ctx.out.wqe_scratch = buf;
     srq.ci = srq.ci.wrapping_add(1);
-    if srq.limit > 0 && srq.posted() < srq.limit {
-        refresh_srq_pi(qpn, srq, ctx.dma, &mut ctx.t)?;
-        if srq.posted() < srq.limit {
-            srq.limit = 0;
-            ctx.raise(NicEvent::SrqLimit(srqn));
-        }
+    // The WQE is taken: a record that cannot be read again for the limit
+    // only leaves the limit unchecked until the next WQE, rather than
+    // lose this one.
+    if srq.limit > 0
+        && srq.posted() < srq.limit
+        && refresh_srq_pi(qpn, srq, ctx.dma, &mut ctx.t).is_ok()
+        && srq.posted() < srq.limit
+    {
+        srq.limit = 0;
+        ctx.raise(NicEvent::SrqLimit(srqn));
     }
     Ok(Some(RecvWqe {
         index: index as u16,
