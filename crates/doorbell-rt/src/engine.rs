@@ -70,6 +70,12 @@ use crate::inbox::{BusSnapshot, Inbox, Msg};
 /// a thread that posts is not kept long doing others' work. A message is
 /// one unit, a batch of frames one per frame.
 pub(crate) const BUDGET: usize = 256;
+/// Frames queued for a NIC beyond which its receivers stop taking more
+/// ([`Core::backlogged`]): sixteen turns' budget.
+pub(crate) const BACKLOG: usize = 16 * BUDGET;
+/// How long a receive thread that found its NIC backlogged waits before
+/// it looks again.
+pub(crate) const BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Packets taken in, at most, before what the NIC owes (ACKs, responses,
 /// the frames they let go) leaves for the port and its timers are looked
@@ -851,7 +857,39 @@ impl Core {
         if self.stopped_or_forked() {
             return;
         }
+        self.push(msg);
+    }
+
+    /// Queues `msg`. One that lands after the NIC stopped (the check
+    /// before it raced the stop's clearing) is dropped with the rest, its
+    /// reply channel closed, rather than left for a turn that never comes:
+    /// the stop's flag is set before its clearing takes the queue's lock,
+    /// so a push after the clearing sees it.
+    fn push(&self, msg: Msg) {
         self.inbox.push(msg);
+        if self.stop.load(Ordering::Acquire) {
+            self.inbox.clear();
+        }
+    }
+
+    /// Runs `f` holding the NIC's state, so that no turn runs meanwhile
+    /// (for [`crate::LiveNic::with_turns_held`]); then runs what was
+    /// queued.
+    pub(crate) fn with_turns_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        let held = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f();
+        drop(held);
+        self.run();
+        r
+    }
+
+    /// Whether the NIC has more frames queued than a few turns take
+    /// ([`BACKLOG`]): its receivers then leave frames where they are (a
+    /// socket's buffer, which drops and counts what overflows it; a ring,
+    /// which holds its sender back) until its turns have caught up,
+    /// rather than queue them here without bound.
+    pub(crate) fn backlogged(&self) -> bool {
+        self.inbox.backlog() >= BACKLOG
     }
 
     /// Handles the inbox if no other thread is (after [`Core::enqueue`]).
@@ -873,7 +911,7 @@ impl Core {
         if self.stopped_or_forked() {
             return;
         }
-        self.inbox.push(msg);
+        self.push(msg);
         self.unpark();
     }
 
@@ -886,7 +924,7 @@ impl Core {
         if self.stopped_or_forked() {
             return;
         }
-        self.inbox.push(msg);
+        self.push(msg);
         self.handed.store(true, Ordering::Relaxed);
         self.hand_offs.fetch_add(1, Ordering::Relaxed);
         self.unpark();

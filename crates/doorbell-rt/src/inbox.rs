@@ -49,6 +49,17 @@ pub(crate) enum Msg {
 }
 
 impl Msg {
+    /// Frames from a port or another NIC the message holds (0 for any
+    /// other message): what [`Inbox::backlog`] counts.
+    fn frames(&self) -> usize {
+        match self {
+            Msg::Frames(fs) => fs.len(),
+            Msg::PortRuns(_, frames) => *frames,
+            Msg::EmittedFrames(fs, _) => fs.len(),
+            _ => 0,
+        }
+    }
+
     /// How much work the message is, for a turn's budget: a frame is one
     /// unit, as is every other message.
     pub(crate) fn work(&self) -> usize {
@@ -82,6 +93,8 @@ pub(crate) struct Inbox {
     /// without taking the lock (a poll that finds nothing looks thousands
     /// of times a millisecond).
     len: AtomicUsize,
+    /// Frames queued ([`Msg::frames`]), written under the lock.
+    frames: AtomicUsize,
 }
 
 /// Room a drained inbox keeps; a burst's extra room beyond it is given
@@ -93,6 +106,7 @@ impl Inbox {
         Self {
             queue: Mutex::new(VecDeque::with_capacity(64)),
             len: AtomicUsize::new(0),
+            frames: AtomicUsize::new(0),
         }
     }
 
@@ -102,9 +116,13 @@ impl Inbox {
     }
 
     pub(crate) fn push(&self, msg: Msg) {
+        let frames = msg.frames();
         let mut q = self.queue();
         q.push_back(msg);
         self.len.store(q.len(), Ordering::Release);
+        if frames > 0 {
+            self.frames.fetch_add(frames, Ordering::Relaxed);
+        }
     }
 
     /// The oldest message, if any.
@@ -115,6 +133,9 @@ impl Inbox {
         let mut q = self.queue();
         let m = q.pop_front();
         self.len.store(q.len(), Ordering::Release);
+        if let Some(n) = m.as_ref().map(Msg::frames).filter(|&n| n > 0) {
+            self.frames.fetch_sub(n, Ordering::Relaxed);
+        }
         if q.is_empty() && q.capacity() > KEEP {
             q.shrink_to(KEEP);
         }
@@ -128,12 +149,19 @@ impl Inbox {
         self.len.load(Ordering::Acquire) == 0
     }
 
+    /// Frames queued and not yet taken: what the NIC's receivers have
+    /// handed it beyond what its turns took so far.
+    pub(crate) fn backlog(&self) -> usize {
+        self.frames.load(Ordering::Relaxed)
+    }
+
     /// Drops everything queued (a stopped NIC's messages), outside the
     /// lock: a command's reply channel closes as it drops.
     pub(crate) fn clear(&self) {
         let dropped = {
             let mut q = self.queue();
             self.len.store(0, Ordering::Release);
+            self.frames.store(0, Ordering::Relaxed);
             std::mem::take(&mut *q)
         };
         drop(dropped);
@@ -160,6 +188,22 @@ mod tests {
         let mut f = vec![fill; usize::from(len)];
         f[2..4].copy_from_slice(&len.to_be_bytes());
         f
+    }
+
+    #[test]
+    fn the_backlog_counts_the_frames_queued_and_not_taken() {
+        let inbox = Inbox::new();
+        inbox.push(Msg::PortRuns(vec![frame(60, 1)], 5));
+        inbox.push(Msg::Frames(vec![frame(60, 2); 3]));
+        inbox.push(Msg::RecordDoorbell(
+            UarIndex::new(0),
+            RecordDoorbell::Arm(doorbell_types::Cqn::new(1)),
+        ));
+        assert_eq!(inbox.backlog(), 8, "a doorbell is no frame");
+        assert!(matches!(inbox.pop(), Some(Msg::PortRuns(..))));
+        assert_eq!(inbox.backlog(), 3);
+        inbox.clear();
+        assert_eq!(inbox.backlog(), 0);
     }
 
     #[test]

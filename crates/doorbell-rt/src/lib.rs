@@ -782,6 +782,14 @@ impl LiveNic {
         }
     }
 
+    /// Runs `f` with the NIC's state locked, so that no turn runs
+    /// meanwhile: a NIC that has fallen behind, for tests of what its
+    /// receivers do then.
+    #[doc(hidden)]
+    pub fn with_turns_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.core.with_turns_held(f)
+    }
+
     /// What the fault relay did, if the NIC has one.
     pub fn fault_stats(&self) -> Option<FaultStats> {
         self.faults.as_ref().map(fault::StatsView::get)

@@ -596,6 +596,11 @@ impl Inbound {
     /// [`Core::run`], once it let the rings' lock go); returns how many.
     /// Drops the rings that broke.
     fn drain(&mut self, core: &Core, stats: &Stats) -> usize {
+        // A NIC behind on what it was given takes no more for now: the
+        // rings hold the frames, and their senders back.
+        if core.backlogged() {
+            return 0;
+        }
         let mut total = 0;
         let mut requests = false;
         let local = self.local;
@@ -792,6 +797,13 @@ fn rx_loop(
     let mut ready = Vec::new();
     let mut shaking = Handshakes::default();
     while !stop.load(Ordering::Acquire) {
+        if core.backlogged() {
+            // The rings keep their frames until the NIC caught up: run it
+            // if no other thread is, or let the thread that is go on.
+            core.run();
+            std::thread::sleep(crate::engine::BACKLOG_WAIT);
+            continue;
+        }
         turns = turns.wrapping_add(1);
         let (got, requests) = match inbound.try_lock() {
             Ok(mut inb) => {

@@ -387,6 +387,13 @@ impl RxThread {
                 RxWait::Soon => LOOK_AGAIN,
                 RxWait::Long => RECV_TIMEOUT,
             };
+            if to.backlogged() {
+                // Run what is queued, if no other thread is, or let the
+                // thread that is catch up.
+                to.run();
+                std::thread::sleep(crate::engine::BACKLOG_WAIT);
+                continue;
+            }
             let found_ago = found_at.map(|t| t.elapsed());
             let driven = || to.polled_lately() || rings.rang_lately(to.rings());
             let looking = looks_again(look, found_ago, driven);
@@ -468,6 +475,12 @@ fn take(
     to: &Core,
     thread: bool,
 ) -> usize {
+    // A NIC behind on what it was given takes no more for now: the
+    // socket's buffer holds what comes meanwhile, and drops (and counts)
+    // what overflows it, as a NIC's ring would.
+    if to.backlogged() {
+        return 0;
+    }
     let n = match batch.recv(sock) {
         Ok(n) => n,
         Err(e)

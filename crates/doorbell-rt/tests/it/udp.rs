@@ -543,3 +543,47 @@ fn segmented_sends_arrive_as_the_datagrams_they_carry() {
     assert_eq!(pb.tx_datagrams, pa.rx_datagrams, "{pa:?} {pb:?}");
     assert_eq!(a.tx_packets, pa.tx_datagrams);
 }
+
+/// Datagrams come faster than the NIC's turns take them (here, no turn
+/// runs at all): its receive thread stops taking them from the socket
+/// once a bounded backlog of frames waits for the NIC, so that a flood
+/// fills the kernel's buffer, which drops and counts, rather than this
+/// process's memory. Nothing that fits the socket's buffer is lost: once
+/// the turns resume, every datagram is taken.
+#[test]
+fn a_nic_that_falls_behind_leaves_datagrams_in_the_socket() {
+    use doorbell_rt::{LiveNic, NicOptions, Port};
+    let ip = lo(75, 2);
+    let nic = LiveNic::start_with("behind", ip, Port::Udp, NicOptions::default()).unwrap();
+    let to = std::net::SocketAddrV4::new(ip.into(), 4791);
+    let from = std::net::UdpSocket::bind((std::net::Ipv4Addr::from(lo(75, 9)), 0)).unwrap();
+    // Junk to the NIC: not RoCE (its ICRC is wrong), but a frame to take.
+    const SENT: u64 = 6000;
+    let received = nic.with_turns_held(|| {
+        for i in 0..SENT {
+            from.send_to(&i.to_be_bytes().repeat(8), to).unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut last = u64::MAX;
+        // Until the receive thread has stopped taking datagrams.
+        while std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let now = nic.port_counters().rx_datagrams;
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        nic.port_counters().rx_datagrams
+    });
+    assert!(
+        (4096..SENT).contains(&received),
+        "{received} of {SENT} datagrams taken while no turn ran"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while nic.port_counters().rx_datagrams < SENT && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let c = nic.port_counters();
+    assert_eq!((c.rx_datagrams, c.rx_socket_drops), (SENT, 0), "{c:?}");
+}
