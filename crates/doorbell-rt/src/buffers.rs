@@ -34,7 +34,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use doorbell_device::{Frame, Nic, PacketHeaders};
 
@@ -170,6 +170,34 @@ impl<T> Shared<T> {
             f(v);
         }
         self.len.store(items.len(), Ordering::Relaxed);
+    }
+}
+
+/// The process's spare stores, every one locked: held across a `fork()`
+/// by the forking thread (the process module's fork handlers), so that a
+/// child never finds a store held by a thread it does not have, which
+/// would hang its first NIC's first frame.
+pub(crate) struct StoresHeld {
+    _held: (
+        MutexGuard<'static, Vec<Vec<u8>>>,
+        MutexGuard<'static, Vec<Vec<Vec<u8>>>>,
+        MutexGuard<'static, Vec<Vec<u8>>>,
+        MutexGuard<'static, Vec<Vec<Frame>>>,
+        MutexGuard<'static, Vec<Vec<PacketHeaders>>>,
+    ),
+}
+
+/// Locks every spare store, in one order (nothing takes two of them
+/// otherwise).
+pub(crate) fn hold_stores() -> StoresHeld {
+    StoresHeld {
+        _held: (
+            shared_buffers().items(),
+            shared_lists().items(),
+            shared_runs().items(),
+            shared_emitted().items(),
+            shared_headers().items(),
+        ),
     }
 }
 
@@ -401,6 +429,76 @@ pub(crate) fn give_back(nic: &mut Nic, spent: &mut Vec<Vec<u8>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Set in the process [`a_child_forked_while_a_store_is_held_finds_it_free`]
+    /// starts for itself.
+    const FORK_ROLE: &str = "DOORBELL_BUFFERS_FORK_ROLE";
+
+    /// A thread holds the process's store of spare buffers when another
+    /// forks: the child, which has no copy of that thread, must find the
+    /// store free (the fork waits for it), not hang on its first buffer.
+    /// Runs in a process of its own, where no other test's thread holds a
+    /// lock of its own across the fork.
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_child_forked_while_a_store_is_held_finds_it_free() {
+        if std::env::var_os(FORK_ROLE).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "buffers::tests::a_child_forked_while_a_store_is_held_finds_it_free",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(FORK_ROLE, "1")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("fork role ok"),
+                "{}\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        crate::process::os::register_fork_handlers().unwrap();
+        // Spares in the store, so that taking one takes its lock.
+        shared_buffers().give_many((0..4).map(|_| Vec::with_capacity(64)));
+        let (held, is_held) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let g = shared_buffers().items();
+            held.send(()).unwrap();
+            // Long after the fork below has begun: its prepare handler
+            // waits for this lock meanwhile.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(g);
+        });
+        is_held.recv().unwrap();
+        // SAFETY: fork in a process of this one test; the child only takes
+        // a buffer from the store and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: alarm only sets a timer, whose default action ends a
+            // child that hangs; _exit runs none of the harness's exit
+            // paths a second time.
+            unsafe {
+                libc::alarm(5);
+                let took = shared_buffers().take().is_some();
+                libc::_exit(if took { 0 } else { 1 });
+            }
+        }
+        holder.join().unwrap();
+        let mut status = 0;
+        // SAFETY: `pid` is our child; `status` is a live local.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child hung or found no spare: status {status:#x}"
+        );
+        println!("fork role ok");
+    }
 
     /// `n` rounds of a ping-pong's thread: two spares taken, two given
     /// back (its own kept up to 16).

@@ -46,7 +46,7 @@
 //!   picked automatically moves on to the next free one.
 
 #[allow(unsafe_code)]
-mod os;
+pub(crate) mod os;
 
 use std::ffi::OsString;
 use std::fmt;

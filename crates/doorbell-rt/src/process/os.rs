@@ -4,29 +4,36 @@
 //! (`unsafe_code` is allowed for this module alone, where `process.rs`
 //! declares it.)
 //!
-//! Fork: the prepare handler takes the state lock in the forking thread
-//! and keeps its guard in that thread's thread-local; the parent handler
-//! drops it; the child handler (in the child's only thread, the copy of
-//! the forking one, with the same thread-locals) resets the state under
-//! it, then drops it. So the child never finds the lock held by a thread
-//! it does not have, and never sees a NIC half started.
+//! Fork: the prepare handler takes the state lock, then the process's
+//! spare-buffer stores ([`crate::buffers::hold_stores`]), in the forking
+//! thread and keeps their guards in that thread's thread-local; the parent
+//! handler drops them; the child handler (in the child's only thread, the
+//! copy of the forking one, with the same thread-locals) resets the state
+//! under its lock, then drops them all. So the child never finds a lock
+//! held by a thread it does not have, and never sees a NIC half started.
 
 use std::cell::Cell;
 use std::os::fd::RawFd;
 use std::sync::{MutexGuard, OnceLock};
 
 use super::{State, forget_in_child, lock_state};
+use crate::buffers::{StoresHeld, hold_stores};
+
+/// What the forking thread holds across a `fork()`.
+type Held = (MutexGuard<'static, State>, StoresHeld);
 
 thread_local! {
-    /// The state lock, held by this thread across a `fork()`.
-    static HELD: Cell<Option<MutexGuard<'static, State>>> = const { Cell::new(None) };
+    /// The state lock and the spare stores, held by this thread across a
+    /// `fork()`.
+    static HELD: Cell<Option<Held>> = const { Cell::new(None) };
 }
 
 extern "C" fn prepare() {
     let guard = lock_state();
+    let stores = hold_stores();
     // A thread that is exiting has no thread-locals left; it then forks
-    // without the lock, as if no handler were registered.
-    let _ = HELD.try_with(|h| h.set(Some(guard)));
+    // without the locks, as if no handler were registered.
+    let _ = HELD.try_with(|h| h.set(Some((guard, stores))));
 }
 
 extern "C" fn parent() {
@@ -35,8 +42,9 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     let _ = HELD.try_with(|h| {
-        if let Some(mut guard) = h.take() {
+        if let Some((mut guard, stores)) = h.take() {
             forget_in_child(&mut guard);
+            drop(stores);
         }
     });
 }
@@ -44,7 +52,7 @@ extern "C" fn child() {
 /// Registers the fork handlers, once per process (a child inherits them).
 /// `Err(errno)` if `pthread_atfork` refused (it fails only for want of
 /// memory); every later call reports the same.
-pub(super) fn register_fork_handlers() -> Result<(), i32> {
+pub(crate) fn register_fork_handlers() -> Result<(), i32> {
     static RC: OnceLock<i32> = OnceLock::new();
     // SAFETY: the handlers are `extern "C"` functions without arguments
     // that live as long as the process and never unwind (they only lock,
