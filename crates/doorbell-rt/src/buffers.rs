@@ -178,26 +178,25 @@ impl<T> Shared<T> {
 /// child never finds a store held by a thread it does not have, which
 /// would hang its first NIC's first frame.
 pub(crate) struct StoresHeld {
-    _held: (
-        MutexGuard<'static, Vec<Vec<u8>>>,
-        MutexGuard<'static, Vec<Vec<Vec<u8>>>>,
-        MutexGuard<'static, Vec<Vec<u8>>>,
-        MutexGuard<'static, Vec<Vec<Frame>>>,
-        MutexGuard<'static, Vec<Vec<PacketHeaders>>>,
-    ),
+    _buffers: Held<Vec<u8>>,
+    _lists: Held<Vec<Vec<u8>>>,
+    _runs: Held<Vec<u8>>,
+    _emitted: Held<Vec<Frame>>,
+    _headers: Held<Vec<PacketHeaders>>,
 }
+
+/// One store, locked.
+type Held<T> = MutexGuard<'static, Vec<T>>;
 
 /// Locks every spare store, in one order (nothing takes two of them
 /// otherwise).
 pub(crate) fn hold_stores() -> StoresHeld {
     StoresHeld {
-        _held: (
-            shared_buffers().items(),
-            shared_lists().items(),
-            shared_runs().items(),
-            shared_emitted().items(),
-            shared_headers().items(),
-        ),
+        _buffers: shared_buffers().items(),
+        _lists: shared_lists().items(),
+        _runs: shared_runs().items(),
+        _emitted: shared_emitted().items(),
+        _headers: shared_headers().items(),
     }
 }
 
