@@ -887,7 +887,7 @@ impl Core {
     /// ([`BACKLOG`]): its receivers then leave frames where they are (a
     /// socket's buffer, which drops and counts what overflows it; a ring,
     /// which holds its sender back) until its turns have caught up,
-    /// rather than queue them here without bound.
+    /// rather than queue them here without bound (decision record 0066).
     pub(crate) fn backlogged(&self) -> bool {
         self.inbox.backlog() >= BACKLOG
     }
