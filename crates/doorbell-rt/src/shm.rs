@@ -1593,44 +1593,58 @@ mod tests {
 
     use super::{BELL_CREDIT, BELL_PROBE, CALLER_SPIN, WaitCredit, Waits, is_request};
 
+    /// A ring of the port's size, from both ends: the sender's, made
+    /// `now` and fresh until `fresh_until`, with a connection whose other
+    /// end (returned) stays open, and the receiver's.
+    fn ring_pair(
+        now: std::time::Instant,
+        fresh_until: std::time::Instant,
+    ) -> (
+        super::OutRing,
+        super::ring::Ring,
+        std::os::unix::net::UnixStream,
+    ) {
+        use super::{OutRing, RING_BYTES, Tracked, os, ring::Ring};
+        let f = os::memfd("ring-test", Ring::mapping_len(RING_BYTES)).unwrap();
+        let map = || memmap2::MmapOptions::new().map_raw(&f).unwrap();
+        let (ring, consumer) = (Ring::create(map()).unwrap(), Ring::attach(map()).unwrap());
+        let (conn, receiver) = std::os::unix::net::UnixStream::pair().unwrap();
+        let out = OutRing {
+            ring,
+            conn: Tracked::new(conn),
+            bell: os::eventfd().unwrap(),
+            checked: now,
+            used: now,
+            fresh_until,
+            stuck_at: None,
+            credit: WaitCredit::default(),
+        };
+        (out, consumer, receiver)
+    }
+
+    /// A sender's peers, none met yet, for a NIC at `local`.
+    fn peers(local: [u8; 4]) -> super::Peers {
+        super::Peers {
+            local,
+            map: std::collections::BTreeMap::new(),
+            stats: std::sync::Arc::new(super::Stats::default()),
+        }
+    }
+
     #[test]
     fn a_sender_asks_the_rendezvous_again_once_its_receiver_closed_the_ring() {
-        use std::collections::BTreeMap;
-        use std::os::unix::net::UnixStream;
-        use std::sync::Arc;
         use std::time::Instant;
 
-        use memmap2::MmapOptions;
+        use super::{Peer, RETRY};
 
-        use super::{OutRing, Peer, Peers, RETRY, RING_BYTES, Stats, Tracked, os, ring::Ring};
-
-        let f = os::memfd("closed-test", Ring::mapping_len(RING_BYTES)).unwrap();
-        let map = || MmapOptions::new().map_raw(&f).unwrap();
-        let (ring, consumer) = (Ring::create(map()).unwrap(), Ring::attach(map()).unwrap());
+        let now = Instant::now();
         // The receiver's end of the connection stays open: it did not hang
         // up, and the ring is fresh for a minute.
-        let (conn, _receiver) = UnixStream::pair().unwrap();
-        let now = Instant::now();
+        let (out, consumer, _receiver) = ring_pair(now, now + Duration::from_secs(60));
         // No NIC listens at this address's rendezvous.
         let dst = [127, 66, 0, 9];
-        let mut peers = Peers {
-            local: [127, 66, 0, 8],
-            map: BTreeMap::new(),
-            stats: Arc::new(Stats::default()),
-        };
-        peers.map.insert(
-            dst,
-            Peer::Shm(OutRing {
-                ring,
-                conn: Tracked::new(conn),
-                bell: os::eventfd().unwrap(),
-                checked: now,
-                used: now,
-                fresh_until: now + Duration::from_secs(60),
-                stuck_at: None,
-                credit: WaitCredit::default(),
-            }),
-        );
+        let mut peers = peers([127, 66, 0, 8]);
+        peers.map.insert(dst, Peer::Shm(out));
         assert!(peers.ring(dst, now).is_some(), "an open ring in use");
         consumer.close();
         assert!(
@@ -1645,20 +1659,14 @@ mod tests {
 
     #[test]
     fn a_nic_found_elsewhere_goes_to_udp_until_its_retry_then_is_asked_about_again() {
-        use std::collections::BTreeMap;
-        use std::sync::Arc;
         use std::time::Instant;
 
-        use super::{Peer, Peers, RETRY, Stats};
+        use super::{Peer, Peers, RETRY};
 
         let now = Instant::now();
         // No NIC listens at this address's rendezvous.
         let dst = [127, 66, 0, 11];
-        let mut peers = Peers {
-            local: [127, 66, 0, 10],
-            map: BTreeMap::new(),
-            stats: Arc::new(Stats::default()),
-        };
+        let mut peers = peers([127, 66, 0, 10]);
         let retry_of = |peers: &Peers| match peers.map.get(&dst) {
             Some(Peer::Elsewhere { retry }) => Some(*retry),
             _ => None,
@@ -1679,32 +1687,14 @@ mod tests {
 
     #[test]
     fn a_receiver_that_frees_room_a_few_bytes_at_a_time_costs_one_long_wait() {
-        use std::os::unix::net::UnixStream;
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::time::Instant;
 
-        use memmap2::MmapOptions;
+        use super::{FULL_WAIT_MAX, Pushed, Stats, push_into};
 
-        use super::{
-            FULL_WAIT_MAX, OutRing, Pushed, RING_BYTES, Stats, Tracked, os, push_into, ring::Ring,
-        };
-
-        let f = os::memfd("trickle-test", Ring::mapping_len(RING_BYTES)).unwrap();
-        let map = || MmapOptions::new().map_raw(&f).unwrap();
-        let (ring, consumer) = (Ring::create(map()).unwrap(), Ring::attach(map()).unwrap());
-        let (conn, _receiver) = UnixStream::pair().unwrap();
         let now = Instant::now();
-        let mut r = OutRing {
-            ring,
-            conn: Tracked::new(conn),
-            bell: os::eventfd().unwrap(),
-            checked: now,
-            used: now,
-            fresh_until: now,
-            stuck_at: None,
-            credit: WaitCredit::default(),
-        };
+        let (mut r, consumer, _receiver) = ring_pair(now, now);
         let stats = Stats::default();
         let frame = vec![7u8; 4000];
         while r.ring.push(&frame).is_ok() {}

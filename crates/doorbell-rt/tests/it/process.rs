@@ -592,12 +592,19 @@ fn child_role() {
 /// connects to its rendezvous: the accept fails, the connection stays
 /// queued, and the listener stays readable. The NIC's receiver thread must
 /// not go round that at full speed.
-#[test]
-fn a_nic_out_of_descriptors_does_not_spin_on_its_rendezvous() {
-    use std::io::Write;
-    use std::os::linux::net::SocketAddrExt;
-    let at = lo(71, 2);
-    let mut c = child("emfile", at)
+/// Starts a child in `role` for address `at`, its stdin and stdout
+/// piped, and reads its stdout until a line holds one of `words`; returns
+/// the child, the rest of its stdout and that line.
+fn child_saying(
+    role: &str,
+    at: [u8; 4],
+    words: &[&str],
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStdout>,
+    String,
+) {
+    let mut c = child(role, at)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -605,15 +612,28 @@ fn a_nic_out_of_descriptors_does_not_spin_on_its_rendezvous() {
     let mut out = BufReader::new(c.stdout.take().unwrap());
     let mut line = String::new();
     // (The harness prints its "test ... " before the child's own words.)
-    while !line.contains("ready") {
+    while !words.iter().any(|w| line.contains(w)) {
         line.clear();
         assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
     }
+    (c, out, line)
+}
+
+/// The rendezvous of the NIC at `at` (an abstract socket name).
+fn rendezvous(at: [u8; 4]) -> std::os::unix::net::SocketAddr {
+    use std::os::linux::net::SocketAddrExt;
+    let [a, b, c, d] = at;
+    let name = format!("doorbell-roce/{a}.{b}.{c}.{d}");
+    std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap()
+}
+
+#[test]
+fn a_nic_out_of_descriptors_does_not_spin_on_its_rendezvous() {
+    use std::io::Write;
+    let at = lo(71, 2);
+    let (mut c, out, _) = child_saying("emfile", at, &["ready"]);
     // A peer at the rendezvous, which the child cannot accept.
-    let [a, b, cc, d] = at;
-    let name = format!("doorbell-roce/{a}.{b}.{cc}.{d}");
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
-    let _peer = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    let _peer = std::os::unix::net::UnixStream::connect_addr(&rendezvous(at)).unwrap();
     writeln!(c.stdin.as_mut().unwrap(), "measure").unwrap();
     let mut cpu = None;
     for l in out.lines() {
@@ -646,17 +666,7 @@ fn a_nic_out_of_descriptors_does_not_spin_on_its_rendezvous() {
 #[test]
 fn a_sender_refuses_a_rendezvous_held_by_another_user() {
     let at = lo(73, 2);
-    let mut c = child("squat", at)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(c.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("squatting") && !line.contains("cannot squat") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended");
-    }
+    let (mut c, _out, line) = child_saying("squat", at, &["squatting", "cannot squat"]);
     if line.contains("cannot squat") {
         drop(c.stdin.take());
         let _ = c.wait();
@@ -686,17 +696,13 @@ fn a_sender_refuses_a_rendezvous_held_by_another_user() {
 /// the rendezvous of `at` as user `nobody` and never accepts.
 #[allow(unsafe_code)]
 fn squat_role(at: [u8; 4]) {
-    use std::os::linux::net::SocketAddrExt;
     // SAFETY: setuid changes only this process's credentials (every
     // thread's, as glibc applies it).
     if unsafe { libc::setuid(65534) } != 0 {
         println!("cannot squat: setuid: {}", std::io::Error::last_os_error());
         return;
     }
-    let [a, b, c, d] = at;
-    let name = format!("doorbell-roce/{a}.{b}.{c}.{d}");
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
-    let _l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let _l = std::os::unix::net::UnixListener::bind_addr(&rendezvous(at)).unwrap();
     println!("squatting");
     let _ = std::io::stdin().read_line(&mut String::new());
 }
