@@ -276,7 +276,7 @@ impl UdpPort {
             };
             take(&self.sock, self.addr, &self.stats, &mut batch, core, false)
         };
-        if got > 0 && got != usize::MAX {
+        if let Took::Queued(_) | Took::HandedOver(_) = got {
             // The frames are in the inbox, in order; the NIC runs them with
             // the port's lock let go, so the receive thread is not held.
             core.run();
@@ -408,17 +408,21 @@ impl RxThread {
                 let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
                 take(sock, local, stats, &mut b, to, true)
             };
-            match got {
+            let n = match got {
                 // The socket is gone: stop rather than spin.
-                usize::MAX => return,
-                0 => {}
-                n => {
+                Took::Gone => return,
+                Took::Nothing => continue,
+                // The worker runs a full batch; this thread goes back to
+                // the socket for the next.
+                Took::HandedOver(n) => n,
+                Took::Queued(n) => {
                     to.run();
-                    idle.store(0, Ordering::Relaxed);
-                    if n >= STREAM_BURST {
-                        found_at = Some(std::time::Instant::now());
-                    }
+                    n
                 }
+            };
+            idle.store(0, Ordering::Relaxed);
+            if n >= STREAM_BURST {
+                found_at = Some(std::time::Instant::now());
             }
         }
     }
@@ -461,10 +465,23 @@ fn looks_again(look: Duration, found_ago: Option<Duration>, driven: impl FnOnce(
     found_ago.is_some_and(|ago| ago < look) && !driven()
 }
 
+/// What one [`take`] did with the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Took {
+    /// Nothing to take (or the NIC is backlogged).
+    Nothing,
+    /// Frames queued in the NIC's inbox, for the caller to run
+    /// ([`Core::run`]) once it let the port's lock go.
+    Queued(usize),
+    /// A full batch of frames handed to the NIC's worker, which runs them
+    /// while the receive thread goes back to the socket.
+    HandedOver(usize),
+    /// The socket failed for good.
+    Gone,
+}
+
 /// One `recvmmsg` of what the socket holds, without waiting, rebuilt into
-/// frames and queued in `to`'s inbox (the caller holds `batch`'s lock
-/// meanwhile, and calls [`Core::run`] once it let the lock go). Returns the
-/// number of frames, or `usize::MAX` if the socket failed for good.
+/// frames for `to`'s inbox (the caller holds `batch`'s lock meanwhile).
 /// `thread`: the port's own receive thread, which hands a full batch to
 /// the NIC's worker and goes back to the socket.
 fn take(
@@ -474,12 +491,12 @@ fn take(
     batch: &mut RecvBatch,
     to: &Core,
     thread: bool,
-) -> usize {
+) -> Took {
     // A NIC behind on what it was given takes no more for now: the
     // socket's buffer holds what comes meanwhile, and drops (and counts)
     // what overflows it, as a NIC's ring would.
     if to.backlogged() {
-        return 0;
+        return Took::Nothing;
     }
     let n = match batch.recv(sock) {
         Ok(n) => n,
@@ -489,9 +506,9 @@ fn take(
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
             ) =>
         {
-            return 0;
+            return Took::Nothing;
         }
-        Err(_) => return usize::MAX,
+        Err(_) => return Took::Gone,
     };
     let mut runs = crate::buffers::frame_list();
     runs.reserve(n);
@@ -518,17 +535,18 @@ fn take(
     }
     if got == 0 {
         crate::buffers::recycle_list(runs);
-        return 0;
+        return Took::Nothing;
     }
     stats.rx_datagrams.fetch_add(got as u64, Ordering::Relaxed);
     // A full batch: more are waiting in the socket, and the receive
     // thread is worth more there (the worker takes these).
     if thread && n == sys::RECV_BATCH {
         to.hand_over(Msg::PortRuns(runs, got));
+        Took::HandedOver(got)
     } else {
         to.enqueue(Msg::PortRuns(runs, got));
+        Took::Queued(got)
     }
-    got
 }
 
 /// The frames the sender's NIC built, from a run of datagrams the kernel
