@@ -1135,14 +1135,22 @@ impl Core {
         let now = device_time(self.start, clock);
         let mut done = 0;
         while done < budget {
-            match first.take().or_else(|| self.inbox.pop()) {
+            // A turn takes its first message whatever it costs; after
+            // that, none that would take it past its budget (a port's
+            // batch can hold thousands of frames): that one is left for
+            // the worker, or for the next turn.
+            let room = budget - done;
+            let next = first
+                .take()
+                .or_else(|| self.inbox.pop_if(|m| done == 0 || m.work() <= room));
+            match next {
                 Some(m) => {
                     g.busy = true;
                     done += m.work();
                     g.handle(now, m);
                 }
                 None => {
-                    emptied = true;
+                    emptied = self.inbox.is_empty();
                     break;
                 }
             }

@@ -126,11 +126,20 @@ impl Inbox {
     }
 
     /// The oldest message, if any.
+    #[cfg(test)]
     pub(crate) fn pop(&self) -> Option<Msg> {
+        self.pop_if(|_| true)
+    }
+
+    /// The oldest message, if there is one and `take` says so of it.
+    pub(crate) fn pop_if(&self, take: impl FnOnce(&Msg) -> bool) -> Option<Msg> {
         if self.is_empty() {
             return None;
         }
         let mut q = self.queue();
+        if !q.front().is_some_and(take) {
+            return None;
+        }
         let m = q.pop_front();
         self.len.store(q.len(), Ordering::Release);
         if let Some(n) = m.as_ref().map(Msg::frames).filter(|&n| n > 0) {
@@ -200,6 +209,11 @@ mod tests {
             RecordDoorbell::Arm(doorbell_types::Cqn::new(1)),
         ));
         assert_eq!(inbox.backlog(), 8, "a doorbell is no frame");
+        assert!(
+            inbox.pop_if(|m| m.work() <= 4).is_none(),
+            "a batch of five left where it is"
+        );
+        assert_eq!(inbox.backlog(), 8);
         assert!(matches!(inbox.pop(), Some(Msg::PortRuns(..))));
         assert_eq!(inbox.backlog(), 3);
         inbox.clear();
