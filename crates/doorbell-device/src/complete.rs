@@ -99,9 +99,10 @@ fn fail_wqe<D: Dma>(qp: &mut Qp, index: u16, opcode: WqeOpcode, s: Syndrome, ctx
 }
 
 /// Takes the WQE at the consumer index off the ring without completing
-/// it, as execution steps over a malformed one: its own size, at least one
-/// WQEBB, when that many are posted; false where it cannot (not fetched,
-/// or its size runs past the producer index), which leaves it in place.
+/// it, as execution steps over a malformed one
+/// ([`crate::wq::SendQueue::step_over`]); false where it cannot (not
+/// fetched, or its size runs past the producer index), which leaves it in
+/// place.
 fn step_over_head<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> bool {
     if qp.sq.ci == qp.sq.pi || (qp.sq.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq.pi, ctx)) {
         return false;
@@ -109,12 +110,8 @@ fn step_over_head<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> bool {
     let Some(head) = qp.sq.wqe_cache.front() else {
         return false;
     };
-    let n = wqebbs_for_ds(CtrlSeg::new_unchecked(&head[..]).ds()).max(1);
-    if n > qp.sq.posted() {
-        return false;
-    }
-    qp.sq.consume(n);
-    true
+    let n = wqebbs_for_ds(CtrlSeg::new_unchecked(&head[..]).ds());
+    qp.sq.step_over(n)
 }
 
 /// Moves a QP to ERR on its own and flushes both queues.
@@ -131,9 +128,6 @@ fn to_error<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
 pub(crate) fn flush_sq<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
     while let Some(m) = qp.sq.pop_outstanding() {
         send_error(qp, m.wqe_index, m.opcode, Syndrome::WrFlushErr, ctx);
-    }
-    if let Some((index, opcode)) = qp.sq.taken_unqueued.take() {
-        send_error(qp, index, opcode, Syndrome::WrFlushErr, ctx);
     }
     // Each WQE on the ring completes flushed at the consumer index, and is
     // stepped over as execution steps over it, a malformed one included

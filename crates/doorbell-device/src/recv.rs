@@ -249,15 +249,7 @@ fn uc_send<D: Dma>(
     let Some(ip) = qp.inbound.recv.take() else {
         return uc_drop(qp, ctx);
     };
-    // A SEND longer than the largest message fails as one longer than its
-    // receive buffer does (its byte count would not fit the CQE).
-    let too_long = ip.offset + payload.len() as u64 > MAX_MSG_LEN;
-    let scattered = if too_long {
-        Err(ScatterError::Length)
-    } else {
-        scatter(qp, &ip.sges, ip.offset, PayloadIn::Frame(payload), ctx)
-    };
-    if let Err(e) = scattered {
+    if let Err(e) = scatter(qp, &ip.sges, ip.offset, PayloadIn::Frame(payload), ctx) {
         // A local error of the receiver (class D): the WQE completes in
         // error and the QP goes to ERR, as for UD.
         let s = if e == ScatterError::Length {
@@ -633,15 +625,7 @@ fn inbound_send<D: Dma>(
     let Some(ip) = qp.inbound.recv.take() else {
         return Ok(());
     };
-    // A SEND longer than the largest message fails as one longer than its
-    // receive buffer does (its byte count would not fit the CQE).
-    let too_long = ip.offset + payload.len() as u64 > MAX_MSG_LEN;
-    let scattered = if too_long {
-        Err(ScatterError::Length)
-    } else {
-        scatter(qp, &ip.sges, ip.offset, payload, ctx)
-    };
-    if let Err(e) = scattered {
+    if let Err(e) = scatter(qp, &ip.sges, ip.offset, payload, ctx) {
         let (s, code) = match e {
             ScatterError::Length => (Syndrome::LocalLengthErr, NakCode::InvalidRequest),
             ScatterError::Protection => (Syndrome::LocalProtErr, NakCode::RemoteOpErr),

@@ -104,13 +104,12 @@ fn produce<D: Dma>(
 ///
 /// A NIC that leaves messages for this pass ([`sends_as_executed`])
 /// behaves as one that sends each message as it executes it, faults
-/// included. Where a WQE is malformed, the messages executed before it
-/// go first, as their own passes would have sent them; if that sending
+/// included. Where a WQE is refused, the messages executed before it go
+/// first, as their own passes would have sent them; if that sending
 /// fails, its fault is the one reported (the other NIC met it first), and
-/// the malformed WQE, which execution took off the ring, completes
-/// flushed in its turn ([`crate::wq::SendQueue::taken_unqueued`]). Where
-/// nothing was left for this pass, a fault ends it at once, as it ends
-/// execution on the other NIC.
+/// the refused WQE, which execution leaves on the ring, is flushed in its
+/// turn. Where nothing was left for this pass, a fault ends it at once, as
+/// it ends execution on the other NIC.
 pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
     let mut left = false;
     let executed = execute(qp, ctx, &mut left);
@@ -121,12 +120,6 @@ pub(crate) fn pump<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
         && qp.p.qp_type == QpType::Rc
         && let Err(sent) = send_window(qp, ctx)
     {
-        if let Err(Fault::Wqe { index, opcode, .. }) = executed
-            // Taken off the ring: `ci` is past it.
-            && crate::wq::posted_after(qp.sq.ci, index) > 0
-        {
-            qp.sq.taken_unqueued = Some((index, opcode));
-        }
         return Err(sent);
     }
     executed
@@ -169,9 +162,10 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, left: &mut bool) -> Outcom
         let n = wqebbs_for_ds(ds);
         let too_big = usize::from(ds) * wqe::DS_LEN > ctx.cfg.caps.max_sq_desc_sz as usize;
         if ds == 0 || n > avail || too_big || index != qp.sq.ci || ctrl.qpn() != qp.qpn.get() {
-            let f = bad_wqe(qp, opcode, Syndrome::LocalQpOpErr);
-            skip_head(qp, n);
-            return Err(f);
+            // Left on the ring, as every WQE execution refuses: the fault
+            // that completes it steps over it, and a flush before that
+            // completes it in its turn.
+            return Err(bad_wqe(qp, opcode, Syndrome::LocalQpOpErr));
         }
         if usize::from(n) > qp.sq.wqe_cache.len() && !fetch_upto(qp, qp.sq.pi, ctx) {
             return Err(bad_wqe(qp, opcode, Syndrome::LocalQpOpErr));
@@ -206,32 +200,22 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, left: &mut bool) -> Outcom
             &mut ctx.out.payloads,
         ) {
             Ok(w) => w,
-            Err(s) => {
-                let f = bad_wqe(qp, opcode, s);
-                skip_head(qp, n);
-                return Err(f);
-            }
+            Err(s) => return Err(bad_wqe(qp, opcode, s)),
         };
-        qp.sq.consume(n);
         ctx.charge(ctx.cfg.timing.wqe);
         match qp.p.qp_type {
-            QpType::Rc => execute_rc(qp, w, ctx, left)?,
-            QpType::Uc => execute_uc(qp, w, ctx)?,
-            QpType::Ud => execute_ud(qp, w, ctx)?,
+            QpType::Rc => execute_rc(qp, w, n, ctx, left)?,
+            QpType::Uc => {
+                qp.sq.consume(n);
+                execute_uc(qp, w, ctx)?;
+            }
+            QpType::Ud => {
+                qp.sq.consume(n);
+                execute_ud(qp, w, ctx)?;
+            }
         }
     }
     Ok(())
-}
-
-/// Steps over the malformed WQE at the consumer index, taken as `n`
-/// WQEBBs (at least one) when that many are posted, so that the flush after
-/// its error completion does not complete it a second time. A WQE whose
-/// size runs past the producer index is left for the flush to stop at.
-fn skip_head(qp: &mut Qp, n: u16) {
-    let n = n.max(1);
-    if n <= qp.sq.posted() {
-        qp.sq.consume(n);
-    }
 }
 
 /// Checks that the device may write the local buffers of a READ or atomic.
@@ -259,10 +243,17 @@ fn check_local_read<D: Dma>(
     check_keys(ctx.mkeys, qp.p.pd, 0, sges)
 }
 
-/// Executes the RC WQE `w`: queues its message and sends it, or, on a NIC
-/// that does not send as it executes, sets `left` and leaves it to
-/// [`pump`].
-fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>, left: &mut bool) -> Outcome {
+/// Executes the RC WQE `w` of `n` WQEBBs at the consumer index: takes it
+/// off the ring once its checks pass, queues its message and sends it,
+/// or, on a NIC that does not send as it executes, sets `left` and leaves
+/// it to [`pump`].
+fn execute_rc<D: Dma>(
+    qp: &mut Qp,
+    w: Wqe,
+    n: u16,
+    ctx: &mut Ctx<'_, D>,
+    left: &mut bool,
+) -> Outcome {
     let fail = |syndrome| Fault::Wqe {
         index: w.index,
         opcode: w.opcode,
@@ -302,6 +293,9 @@ fn execute_rc<D: Dma>(qp: &mut Qp, w: Wqe, ctx: &mut Ctx<'_, D>, left: &mut bool
     if npsn >= MAX_MSG_PSNS {
         return Err(fail(Syndrome::LocalLengthErr));
     }
+    // Its checks passed: the WQE, `n` WQEBBs, leaves the ring for the
+    // outstanding messages. (One refused above stays on the ring.)
+    qp.sq.consume(n);
     let first = qp.req.alloc(npsn);
     qp.sq.push_outstanding(SentMsg {
         wqe_index: w.index,

@@ -217,7 +217,9 @@ pub(crate) enum ScatterError {
 }
 
 /// Writes `data` at byte `offset` of the buffers `sges` names: receive
-/// scatter, READ responses and atomic results.
+/// scatter, READ responses and atomic results. Data past the largest
+/// message ([`MAX_MSG_LEN`]) is a length error, as data past the buffers
+/// is: a SEND that long could not have its byte count in a CQE.
 pub(crate) fn scatter<D: Dma>(
     qp: &Qp,
     sges: &[Sge],
@@ -225,6 +227,9 @@ pub(crate) fn scatter<D: Dma>(
     data: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Result<(), ScatterError> {
+    if offset.saturating_add(data.len() as u64) > MAX_MSG_LEN {
+        return Err(ScatterError::Length);
+    }
     let tag = DmaTag::new(qp.qpn, DmaPurpose::Scatter);
     let Ctx { dma, t, mkeys, .. } = ctx;
     walk(

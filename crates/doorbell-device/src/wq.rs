@@ -198,11 +198,6 @@ pub(crate) struct SendQueue {
     pub(crate) unsent_from: usize,
     /// READs and atomics among `outstanding`.
     pub(crate) reads: usize,
-    /// A WQE taken off the ring whose own fault gave way to an earlier
-    /// message's (its index and opcode): it completes flushed, after the
-    /// outstanding messages and before the WQEs still on the ring
-    /// ([`crate::complete::flush_sq`]).
-    pub(crate) taken_unqueued: Option<(u16, WqeOpcode)>,
 }
 
 impl SendQueue {
@@ -215,7 +210,6 @@ impl SendQueue {
             outstanding: VecDeque::new(),
             unsent_from: 0,
             reads: 0,
-            taken_unqueued: None,
         }
     }
 
@@ -251,6 +245,20 @@ impl SendQueue {
     /// WQEBBs posted and not yet consumed.
     pub(crate) fn posted(&self) -> u16 {
         self.pi.wrapping_sub(self.ci)
+    }
+
+    /// Steps over the WQE at the consumer index, taken as `n` WQEBBs (at
+    /// least one, for a control segment that gives no size), when that
+    /// many are posted: how execution and the flush pass a malformed WQE.
+    /// False, leaving it in place, where its size runs past the producer
+    /// index (nothing then tells where it ends).
+    pub(crate) fn step_over(&mut self, n: u16) -> bool {
+        let n = n.max(1);
+        if n > self.posted() {
+            return false;
+        }
+        self.consume(n);
+        true
     }
 
     /// Consumes `n` WQEBBs at the consumer index.
