@@ -75,7 +75,7 @@ pub(crate) const BUDGET: usize = 256;
 pub(crate) const BACKLOG: usize = 16 * BUDGET;
 /// How long a receive thread that found its NIC backlogged waits before
 /// it looks again.
-pub(crate) const BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_micros(100);
+const BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Packets taken in, at most, before what the NIC owes (ACKs, responses,
 /// the frames they let go) leaves for the port and its timers are looked
@@ -890,6 +890,19 @@ impl Core {
     /// rather than queue them here without bound (decision record 0066).
     pub(crate) fn backlogged(&self) -> bool {
         self.inbox.backlog() >= BACKLOG
+    }
+
+    /// For a port's receive thread: if the NIC is backlogged, runs it (if
+    /// no other thread is) or lets the thread that is catch up for
+    /// [`BACKLOG_WAIT`], and says so; the thread then looks again rather
+    /// than spin on a socket or ring that stays readable.
+    pub(crate) fn waited_out_backlog(&self) -> bool {
+        if !self.backlogged() {
+            return false;
+        }
+        self.run();
+        std::thread::sleep(BACKLOG_WAIT);
+        true
     }
 
     /// Handles the inbox if no other thread is (after [`Core::enqueue`]).

@@ -797,11 +797,8 @@ fn rx_loop(
     let mut ready = Vec::new();
     let mut shaking = Handshakes::default();
     while !stop.load(Ordering::Acquire) {
-        if core.backlogged() {
-            // The rings keep their frames until the NIC caught up: run it
-            // if no other thread is, or let the thread that is go on.
-            core.run();
-            std::thread::sleep(crate::engine::BACKLOG_WAIT);
+        // The rings keep their frames until the NIC caught up.
+        if core.waited_out_backlog() {
             continue;
         }
         turns = turns.wrapping_add(1);

@@ -387,11 +387,7 @@ impl RxThread {
                 RxWait::Soon => LOOK_AGAIN,
                 RxWait::Long => RECV_TIMEOUT,
             };
-            if to.backlogged() {
-                // Run what is queued, if no other thread is, or let the
-                // thread that is catch up.
-                to.run();
-                std::thread::sleep(crate::engine::BACKLOG_WAIT);
+            if to.waited_out_backlog() {
                 continue;
             }
             let found_ago = found_at.map(|t| t.elapsed());
