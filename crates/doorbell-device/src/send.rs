@@ -185,6 +185,11 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, left: &mut bool) -> Outcom
         {
             return Ok(());
         }
+        // A WQE posted over one not yet completed waits for completions
+        // (decision record 0067).
+        if qp.sq.overruns_completions(n) {
+            return Ok(());
+        }
         // The WQE is parsed where the cache holds it: its WQEBBs are one
         // slice once the cache is contiguous, which moves blocks only when
         // the cache's own buffer has wrapped (once per turn of it).

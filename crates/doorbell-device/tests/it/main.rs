@@ -886,6 +886,56 @@ fn malformed_wqes_complete_with_local_qp_operation_errors() {
 }
 
 #[test]
+fn a_wqe_posted_over_one_not_yet_completed_waits_for_completions() {
+    // The ring's eight WQEBBs hold eight WRITEs, all sent, none ACKed.
+    // The program then breaks the ring's contract: it writes a ninth WQE
+    // over the first, which has not completed, and rings. The ninth waits
+    // until the first completes, so that what is outstanding never spans
+    // more than the ring and completions keep their order.
+    let mut rig = Rig::new();
+    for i in 0..SQ_WQEBBS {
+        let w = rdma_wqe(&rig, i, WqeOpcode::RdmaWrite, 8);
+        rig.write_sq(i, &w);
+    }
+    rig.ring(SQ_WQEBBS - 1, u8::from(WqeOpcode::RdmaWrite), 3);
+    assert_eq!(rig.transmitted().len(), usize::from(SQ_WQEBBS));
+    let over = rdma_wqe(&rig, SQ_WQEBBS, WqeOpcode::RdmaWrite, 8);
+    rig.write_sq(SQ_WQEBBS, &over);
+    rig.ring(SQ_WQEBBS, u8::from(WqeOpcode::RdmaWrite), 3);
+    assert!(rig.transmitted().is_empty(), "the ninth waits");
+    assert_eq!(rig.state(), QpState::Rts);
+    // The first WRITE's ACK completes it and lets the ninth go.
+    let ack = peer_ack(&rig, SQ_PSN, 1);
+    let out = rig.frame(&ack);
+    let psns: Vec<u32> = out
+        .iter()
+        .map(|f| {
+            parse_roce(&f.bytes)
+                .expect("a RoCE frame")
+                .repr
+                .bth
+                .psn
+                .get()
+        })
+        .collect();
+    assert_eq!(psns, [SQ_PSN + u32::from(SQ_WQEBBS)], "the ninth, sent");
+    // Everything ACKed: nine completions, in posting order.
+    let ack = peer_ack(&rig, SQ_PSN + u32::from(SQ_WQEBBS), 9);
+    assert!(rig.frame(&ack).is_empty());
+    let qpn = rig.qpn.get();
+    let cqes: Vec<_> = rig
+        .cqes()
+        .iter()
+        .map(cqe_fields)
+        .map(|c| (c.0, c.2, c.3, c.4))
+        .collect();
+    let want: Vec<_> = (0..=SQ_WQEBBS)
+        .map(|i| (CqeOpcode::Req, i, 0x08, qpn))
+        .collect();
+    assert_eq!(cqes, want);
+}
+
+#[test]
 fn doorbells_the_device_cannot_use_are_ignored_and_counted() {
     let mut rig = Rig::new();
     let w = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
