@@ -116,6 +116,10 @@ fn step_over_head<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> bool {
 
 /// Moves a QP to ERR on its own and flushes both queues.
 fn to_error<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    // A QP in error answers nothing more: READ responses not built yet
+    // are not sent (`crate::owed`), as hardware stops a READ's responses
+    // when its QP fails.
+    qp.owed.clear();
     if qp.state != QpState::Err {
         qp.state = QpState::Err;
         ctx.raise(NicEvent::QpFatal(qp.qpn));

@@ -49,6 +49,16 @@ pub struct NicConfig {
     /// they are: the packets, their order and the ones that ask for an ACK
     /// (at the window's end, not a burst's).
     pub tx_burst: Option<u32>,
+    /// Most READ response packets a READ builds when its request arrives,
+    /// less the frames already waiting for the port (`None`, the default:
+    /// all of them, their reads issued at once, as the simulator models
+    /// a READ). The rest are built by [`crate::Nic::resume_transmit`] a
+    /// burst at a time, as the runtime takes the frames, and the QP's
+    /// later answers (ACKs, NAKs, atomic responses, other READs') wait
+    /// behind them: a long READ holds a burst of frames at a time, not all
+    /// of its responses. The frames are the same; when they are built,
+    /// and when their payloads are read, is not.
+    pub read_burst: Option<u32>,
     /// Whether an RC WRITE, SEND or READ response packet whose payload lies
     /// in one run of host memory leaves it there ([`Frame::unfilled`]) instead of reading
     /// it into the frame: `false` by default. For NICs of one process whose
@@ -128,6 +138,7 @@ impl NicConfig {
             adaptive_retransmit_floor: Some(ADAPTIVE_RETRANSMIT_FLOOR),
             icrc: Seal::Now,
             tx_burst: None,
+            read_burst: None,
             leave_payload: false,
             max_segments: 1,
             runs_with_ends: false,

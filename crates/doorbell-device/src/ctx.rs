@@ -97,7 +97,9 @@ pub(crate) struct Outputs {
     /// When frames get their ICRC ([`crate::NicConfig::icrc`]).
     pub(crate) seal: Seal,
     /// QPs whose send engine stopped at a burst
-    /// ([`crate::NicConfig::tx_burst`]) with more in its window.
+    /// ([`crate::NicConfig::tx_burst`]) with more in its window, or that
+    /// owe READ responses ([`crate::NicConfig::read_burst`]): the work of
+    /// [`crate::Nic::resume_transmit`].
     pub(crate) tx_pending: Vec<doorbell_types::Qpn>,
     /// Times a QP's send engine stopped with packets left to send because
     /// its window was full ([`crate::Nic::window_stops`]).

@@ -2,10 +2,11 @@
 //! spent its per-packet cost.
 
 use doorbell_pcie::Dma;
-use doorbell_wire::{BthRepr, ExtHeaders, RoceIp, RoceRepr, Seal};
+use doorbell_types::Psn;
+use doorbell_wire::{AethRepr, AethSyndrome, BthRepr, ExtHeaders, RoceIp, RoceRepr, Seal};
 
 use crate::config::{Frame, Unfilled};
-use crate::ctx::{Building, Ctx, hand_over};
+use crate::ctx::{AckHeaders, Building, Ctx, hand_over};
 use crate::qp::Qp;
 
 /// Builds a frame from `qp` to `dst` and queues it for the port, ready
@@ -213,6 +214,30 @@ pub(crate) fn src_port<D: Dma>(qp: &Qp, ctx: &Ctx<'_, D>) -> u16 {
     ctx.cfg
         .udp_src_port
         .unwrap_or(0xc000 | (qp.qpn.get() & 0x3fff) as u16)
+}
+
+/// The headers of an ACK or NAK of `psn` from `qp` to `dst`, with its
+/// MSN, ready now.
+pub(crate) fn aeth_headers<D: Dma>(
+    qp: &Qp,
+    ctx: &Ctx<'_, D>,
+    dst: [u8; 4],
+    psn: Psn,
+    syndrome: AethSyndrome,
+) -> AckHeaders {
+    AckHeaders {
+        qpn: qp.qpn,
+        src: ctx.cfg.ipv4,
+        dst,
+        src_port: src_port(qp, ctx),
+        dest_qp: qp.attrs.dest_qpn.unwrap_or_default(),
+        psn,
+        aeth: AethRepr {
+            syndrome,
+            msn: qp.resp.msn(),
+        },
+        ready: ctx.t,
+    }
 }
 
 /// Destination IPv4 address of an RC QP.

@@ -87,6 +87,7 @@ mod eq;
 mod fault;
 mod fetch;
 mod mkey;
+mod owed;
 mod pool;
 mod qp;
 mod recv;
@@ -1565,7 +1566,9 @@ impl Nic {
     }
 
     /// Builds the next burst of request packets of each QP whose send
-    /// engine stopped at [`NicConfig::tx_burst`] with more in its window;
+    /// engine stopped at [`NicConfig::tx_burst`] with more in its window,
+    /// and the next burst of READ responses of each QP that owes them
+    /// ([`NicConfig::read_burst`]), with the answers waiting behind them;
     /// tells whether there was any. A runtime that sets a burst calls it
     /// once it has taken the frames built so far ([`Nic::poll_transmit`]),
     /// until it answers `false`; without a burst it never has work.
@@ -1580,7 +1583,9 @@ impl Nic {
             };
             let (pu, start) = acquire_pu(&mut self.pus, now);
             let mut ctx = ctx!(self, now, start, &mut *dma);
-            let r = transmit::send_window(qp, &mut ctx).map(|()| Then::Done);
+            let r = transmit::send_window(qp, &mut ctx)
+                .and_then(|()| owed::resume(qp, &mut ctx))
+                .map(|()| Then::Done);
             settle(qp, r, &mut ctx);
             let busy = ctx.busy;
             sync_timers(&mut self.timers, qp);

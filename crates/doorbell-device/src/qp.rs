@@ -10,7 +10,7 @@ use doorbell_types::{Duration, HostAddr, Instant, Qpn};
 
 use crate::dma::page_runs;
 use crate::timer::Timer;
-use crate::wq::{Inbound, RecvQueue, SendQueue};
+use crate::wq::{Inbound, Owed, RecvQueue, SendQueue};
 use doorbell_hif::{CmdError, QpAttrs, QpParams, QpState, QpType, check_modify};
 use doorbell_wire::{Gid, RoceIp};
 
@@ -27,6 +27,9 @@ pub(crate) struct Qp {
     /// The RC responder: expected PSN, MSN, atomic replay.
     pub(crate) resp: Responder,
     pub(crate) inbound: Inbound,
+    /// The responder's answers waiting behind a READ's responses still to
+    /// be built (the `owed` module), in PSN order.
+    pub(crate) owed: std::collections::VecDeque<Owed>,
     /// The deadline the NIC's timer index holds for this QP, the earliest
     /// of its timers: the NIC brings it in line with [`Qp::timer`] after
     /// each input.
@@ -56,6 +59,7 @@ impl Qp {
             req: Requester::new(),
             resp: Responder::new(),
             inbound: Inbound::default(),
+            owed: std::collections::VecDeque::new(),
             indexed: None,
             last_wqe_reported: false,
             adaptive_floor,
@@ -101,6 +105,10 @@ impl Qp {
         self.state = to;
         if to == QpState::Reset {
             self.reset();
+        }
+        // In error it answers nothing more (the `owed` module).
+        if to == QpState::Err {
+            self.owed.clear();
         }
         if let Some(psn) = a.rq_psn {
             self.resp.set_psn(psn);

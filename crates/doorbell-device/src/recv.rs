@@ -18,16 +18,16 @@ use doorbell_wire::{
 };
 
 use crate::cqe::{RecvDone, recv_done, recv_error};
-use crate::ctx::{AckHeaders, Ctx};
-use crate::dma::{PayloadIn, dma_read, dma_read_left, dma_write, write_payload};
-use crate::emit::{self, emit, peer_ip};
+use crate::ctx::Ctx;
+use crate::dma::{PayloadIn, dma_write, write_payload};
+use crate::emit::{self, aeth_headers, emit, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
 use crate::mkey::MkeyTable;
+use crate::owed;
 use crate::qp::Qp;
 use crate::sge::{MAX_MSG_LEN, ScatterError, scatter};
-use crate::transmit;
-use crate::wq::{RecvInProgress, RecvWqe, WriteInProgress};
+use crate::wq::{Owed, ReadOwed, RecvInProgress, RecvWqe, WriteInProgress};
 
 /// Bytes of the GRH area a UD receive buffer starts with.
 const GRH_LEN: usize = 40;
@@ -47,9 +47,15 @@ fn roce_pkt_type(ip_header: &[u8]) -> u8 {
 /// The transport bits of a BTH opcode (reference A.2): 000 for RC.
 const RC_TRANSPORT_MASK: u8 = 0xe0;
 
-fn send_aeth<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
+/// Sends an ACK or NAK of `psn` with `syndrome` now, or behind the READ
+/// responses the QP still owes ([`crate::owed`]).
+fn send_aeth<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
     let Some(dst) = peer_ip(qp) else { return };
     let repr = aeth_headers(qp, ctx, dst, psn, syndrome).repr();
+    if !qp.owed.is_empty() {
+        qp.owed.push_back(Owed::Packet(repr));
+        return;
+    }
     emit::emit_repr(ctx, dst, repr, &[]);
 }
 
@@ -58,40 +64,34 @@ const ACK: AethSyndrome = AethSyndrome::Ack {
     credits: CREDITS_INVALID,
 };
 
-/// The headers of an ACK or NAK of `psn` from `qp` to `dst`, with its
-/// MSN, ready now.
-fn aeth_headers<D: Dma>(
-    qp: &Qp,
-    ctx: &Ctx<'_, D>,
-    dst: [u8; 4],
-    psn: Psn,
-    syndrome: AethSyndrome,
-) -> AckHeaders {
-    AckHeaders {
-        qpn: qp.qpn,
-        src: ctx.cfg.ipv4,
-        dst,
-        src_port: emit::src_port(qp, ctx),
-        dest_qp: qp.attrs.dest_qpn.unwrap_or_default(),
-        psn,
-        aeth: AethRepr {
-            syndrome,
-            msn: qp.resp.msn(),
-        },
-        ready: ctx.t,
-    }
-}
-
 /// ACKs `psn` for `qp`. The ACK is held, not built
 /// ([`crate::ctx::Outputs::held_ack`]): if the next frame for the port is
 /// another ACK of the same QP (packets of one burst, handled before any
 /// frame left), that one replaces it: ACKs are cumulative, so the later
 /// says all the earlier did, as a NIC that coalesces ACKs sends it.
-fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
+///
+/// Behind READ responses the QP still owes ([`crate::owed`]), the ACK
+/// waits in their queue, where a later ACK replaces it the same way.
+fn ack<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
     let Some(dst) = peer_ip(qp) else { return };
     ctx.charge(ctx.cfg.timing.tx_packet);
     let held = aeth_headers(qp, ctx, dst, psn, ACK);
     let out = &mut *ctx.out;
+    if !qp.owed.is_empty() {
+        let owed = Owed::Ack {
+            psn,
+            aeth: held.aeth,
+            ready: held.ready,
+        };
+        if let Some(last @ Owed::Ack { .. }) = qp.owed.back_mut() {
+            out.counters.acks_coalesced += 1;
+            *last = owed;
+        } else {
+            qp.owed.push_back(owed);
+            out.counters.tx_packets += 1;
+        }
+        return;
+    }
     if out.held_ack.as_ref().is_some_and(|h| h.qpn == qp.qpn) {
         out.counters.acks_coalesced += 1;
         out.held_ack = Some(held);
@@ -104,7 +104,8 @@ fn ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
 
 /// A class-C/D responder error: NAK the request, complete what the error
 /// consumed, and move the QP to ERR.
-fn nak_fatal<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) -> Outcome {
+fn nak_fatal<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) -> Outcome {
+    owed::send_all(qp, ctx)?;
     if code == NakCode::RemoteAccessErr {
         ctx.out.counters.resp_remote_access_errors += 1;
     }
@@ -985,7 +986,7 @@ fn inbound_read<D: Dma>(
     // checks: one that fails them is no copy of it (a forged or garbled
     // packet behind the window) and is dropped, leaving the QP as it is,
     // as mlx5 and rxe drop a duplicate READ that matches no READ they hold.
-    let refuse = |qp: &Qp, ctx: &mut Ctx<'_, D>, code| {
+    let refuse = |qp: &mut Qp, ctx: &mut Ctx<'_, D>, code| {
         if fresh {
             nak_fatal(qp, ctx, psn, code)
         } else {
@@ -1026,8 +1027,7 @@ fn inbound_read<D: Dma>(
     if !allowed || translated.is_err() {
         return refuse(qp, ctx, NakCode::RemoteAccessErr);
     }
-    let tag = DmaTag::new(qp.qpn, DmaPurpose::Payload);
-    let mtu = qp.mtu() as u64;
+    let mtu = u64::from(qp.mtu());
     let n = len.div_ceil(mtu).max(1) as u32;
     // A duplicate is answered only where it repeats (all or the rest of) a
     // READ this QP took: its responses were sent before, and are owed.
@@ -1035,90 +1035,25 @@ fn inbound_read<D: Dma>(
         ctx.out.counters.rx_dropped += 1;
         return Ok(());
     }
-    let dst = peer_ip(qp);
-    let dqpn = qp.attrs.dest_qpn.unwrap_or_default();
-    // Each response's MTU of data is read on its own, into the buffer of
-    // its frame, all issued at once: a response leaves when its data is
-    // in, not when the whole message is, as hardware streams a READ's
-    // responses.
-    let t0 = ctx.t;
-    let mut frames = std::mem::take(&mut ctx.out.building);
-    let mut ok = true;
-    for i in 0..n {
-        use BthOpcode::*;
-        let op = match (i == 0, i + 1 == n) {
-            (true, true) => RcRdmaReadResponseOnly,
-            (true, false) => RcRdmaReadResponseFirst,
-            (false, false) => RcRdmaReadResponseMiddle,
-            (false, true) => RcRdmaReadResponseLast,
-        };
-        let bth = BthRepr::new(op, dqpn, psn.add(i));
-        let with_aeth = !matches!(op, RcRdmaReadResponseMiddle);
-        let ext = ExtHeaders {
-            // The MSN is set once the READ is taken, below.
-            aeth: with_aeth.then_some(AethRepr {
-                syndrome: AethSyndrome::Ack {
-                    credits: CREDITS_INVALID,
-                },
-                msn: 0,
-            }),
-            ..ExtHeaders::default()
-        };
-        let repr = emit::repr(qp, ctx, dst.unwrap_or_default(), bth, ext);
-        let (cs, ce) = (u64::from(i) * mtu, (u64::from(i) + 1) * mtu);
-        let (cs, ce) = (cs.min(len), ce.min(len));
-        let data_len = (ce - cs) as usize;
-        // Never fails for a response of an MTU at most: stop there if so.
-        let Some(mut f) = emit::building(ctx, repr, data_len) else {
-            ok = false;
-            break;
-        };
-        let mut t = t0;
-        if data_len > 0 {
-            let leave = ctx.cfg.leave_payload;
-            let Ctx { dma, mkeys, .. } = &mut *ctx;
-            // One DMA per page of the range, as the key maps it; or, for a
-            // peer of this process, a payload in one run left where it is
-            // ([`crate::NicConfig::leave_payload`]).
-            let r = mkeys.translate(
-                reth.rkey,
-                qp.p.pd,
-                Access::REMOTE_READ,
-                reth.va + cs,
-                ce - cs,
-                |h, n, o| {
-                    if leave && o == 0 && n == data_len as u64 {
-                        f.left = Some(h);
-                        ok &= dma_read_left(*dma, &mut t, tag, h, data_len);
-                        return;
-                    }
-                    let at = f.payload.start + o as usize;
-                    ok &= dma_read(*dma, &mut t, tag, h, &mut f.bytes[at..at + n as usize]);
-                },
-            );
-            ok &= r.is_ok();
-        }
-        f.ready = t;
-        // A MIDDLE response whose payload follows the run before it in
-        // memory joins it ([`crate::NicConfig::max_segments`]); its read
-        // was counted above, as for any response.
-        if let Some(run) = frames.last_mut()
-            && let Some(last) = transmit::continues_run(run, &f, transmit::run_limits(ctx.cfg))
-        {
-            run.segments += 1;
-            // (None: no READ response's LAST ends a run.)
-            run.last = last;
-            run.ready = run.ready.max(f.ready);
-            ctx.out.spare.give(f.bytes);
-            continue;
-        }
-        frames.push(f);
-    }
-    if !ok {
-        for f in frames.drain(..) {
-            ctx.out.spare.give(f.bytes);
-        }
-        ctx.out.building = frames;
+    let mut r = ReadOwed {
+        psn,
+        n,
+        next: 0,
+        va: reth.va,
+        rkey: reth.rkey,
+        len,
+        msn: 0,
+        fresh,
+    };
+    // As many responses as the burst allows are built now, their reads
+    // checked before the READ is taken; none while the QP owes answers
+    // before this READ's.
+    let room = if qp.owed.is_empty() {
+        owed::read_room(ctx)
+    } else {
+        0
+    };
+    if !owed::build_read(qp, ctx, &mut r, room) {
         return refuse(qp, ctx, NakCode::RemoteAccessErr);
     }
     ctx.out.counters.rx_read_requests += 1;
@@ -1127,20 +1062,12 @@ fn inbound_read<D: Dma>(
         qp.resp.complete_message();
         qp.resp.advance(n);
     }
-    let msn = qp.resp.msn();
-    for f in &mut frames {
-        match dst {
-            Some(dst) => {
-                if let Some(a) = f.repr.ext.aeth.as_mut() {
-                    a.msn = msn;
-                }
-                emit::finish(ctx, dst, f);
-            }
-            None => ctx.out.spare.give(std::mem::take(&mut f.bytes)),
-        }
+    r.msn = qp.resp.msn();
+    owed::send_built(qp, ctx, r.msn);
+    if r.next < r.n {
+        qp.owed.push_back(Owed::Read(r));
+        owed::note_owing(qp, ctx);
     }
-    frames.clear();
-    ctx.out.building = frames;
     Ok(())
 }
 
@@ -1205,7 +1132,7 @@ fn inbound_atomic<D: Dma>(qp: &mut Qp, repr: &RoceRepr, ctx: &mut Ctx<'_, D>) ->
     Ok(())
 }
 
-fn atomic_ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, orig: u64) {
+fn atomic_ack<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, orig: u64) {
     let Some(dst) = peer_ip(qp) else { return };
     let bth = BthRepr::new(
         BthOpcode::RcAtomicAck,
@@ -1222,6 +1149,11 @@ fn atomic_ack<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, psn: Psn, orig: u64) {
         atomic_ack_eth: Some(AtomicAckEthRepr { orig }),
         ..ExtHeaders::default()
     };
+    if !qp.owed.is_empty() {
+        let repr = emit::repr(qp, ctx, dst, bth, ext);
+        qp.owed.push_back(Owed::Packet(repr));
+        return;
+    }
     emit(qp, ctx, dst, bth, ext, &[]);
 }
 

@@ -384,6 +384,40 @@ impl Inbound {
     }
 }
 
+/// An answer of the responder that waits behind a READ's responses
+/// (`Qp::owed`, built a burst at a time by the `owed` module).
+pub(crate) enum Owed {
+    /// The rest of a READ's responses.
+    Read(ReadOwed),
+    /// A plain ACK of `psn` with `aeth`, counted when it was owed and
+    /// ready at `ready`; a later one replaces it.
+    Ack {
+        psn: Psn,
+        aeth: doorbell_wire::AethRepr,
+        ready: Instant,
+    },
+    /// A NAK or an atomic's response, without payload.
+    Packet(doorbell_wire::RoceRepr),
+}
+
+/// A READ taken, whose responses from `next` on are still to be built.
+pub(crate) struct ReadOwed {
+    /// The PSN of the READ's (or its duplicate's) first response.
+    pub(crate) psn: Psn,
+    /// Its responses, all told.
+    pub(crate) n: u32,
+    /// The first response not built yet.
+    pub(crate) next: u32,
+    /// What it reads: the request's address, key and length.
+    pub(crate) va: u64,
+    pub(crate) rkey: doorbell_types::Mkey,
+    pub(crate) len: u64,
+    /// The MSN its responses carry: the responder's once it took the READ.
+    pub(crate) msn: u32,
+    /// False for a duplicate: one that fails is dropped, not NAKed.
+    pub(crate) fresh: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

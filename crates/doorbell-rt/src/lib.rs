@@ -502,6 +502,13 @@ impl LiveNic {
         if matches!(port, Port::Fabric(_)) {
             cfg.tx_burst = Some(FABRIC_TX_BURST);
         }
+        // A READ's responses are built a burst at a time too, as the port
+        // takes them, so that a long READ holds a burst of frames, not all
+        // of its responses (`NicConfig::read_burst`).
+        cfg.read_burst = Some(match port {
+            Port::Fabric(_) => FABRIC_TX_BURST,
+            Port::Udp => UDP_MAX_SEGMENTS,
+        });
         let mem = opts
             .memory
             .unwrap_or_else(|| Arc::new(HostRam::new()) as Arc<dyn HostMemory>);

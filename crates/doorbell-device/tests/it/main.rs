@@ -11,6 +11,7 @@ mod allocations;
 mod exhaust;
 mod left_payload;
 mod mkey;
+mod read_burst;
 mod records;
 mod trains;
 mod tx_burst;

@@ -1,0 +1,173 @@
+//! A NIC that builds a READ's responses a burst at a time
+//! (`NicConfig::read_burst`) sends the frames a NIC without a burst sends,
+//! with the QP's later answers behind them.
+
+use super::*;
+
+/// The peer's requests, one frame each: a READ of 5 000 bytes (five
+/// responses at the rig's MTU of 1024), a WRITE that asks for an ACK, a
+/// FETCH_ADD, a READ of 1 500 bytes, and a READ duplicate of the first
+/// one's last 2 000 bytes. Then, with `bad_write`, a WRITE with a key the
+/// rig does not have, which ends the QP with a NAK.
+fn requests(rig: &Rig, bad_write: bool) -> Vec<Vec<u8>> {
+    let mut out = vec![
+        rig.request(
+            BthOpcode::RcRdmaReadRequest,
+            EPSN,
+            rig.mr_reth(0, 5000),
+            &[],
+        ),
+        rig.write_only(EPSN + 5, 6000, &[7; 8]),
+        rig.request(
+            BthOpcode::RcFetchAdd,
+            EPSN + 6,
+            ExtHeaders {
+                atomic_eth: Some(AtomicEthRepr {
+                    va: rig.mr_buf.get() + 7000,
+                    rkey: rig.mr,
+                    swap_add: 5,
+                    compare: 0,
+                }),
+                ..ExtHeaders::default()
+            },
+            &[],
+        ),
+        rig.request(
+            BthOpcode::RcRdmaReadRequest,
+            EPSN + 7,
+            rig.mr_reth(100, 1500),
+            &[],
+        ),
+        rig.request(
+            BthOpcode::RcRdmaReadRequest,
+            EPSN + 3,
+            rig.mr_reth(3072, 2000),
+            &[],
+        ),
+    ];
+    if bad_write {
+        let mut ext = rig.mr_reth(0, 8);
+        if let Some(r) = ext.reth.as_mut() {
+            r.rkey = Mkey::from_raw(rig.mr.raw() ^ 0x100);
+        }
+        out.push(rig.request(BthOpcode::RcRdmaWriteOnly, EPSN + 9, ext, &[1; 8]));
+    }
+    out
+}
+
+/// What the rig sends for `requests`, each request handed to it once the
+/// frames before have been taken (and, with a burst, the responses owed
+/// built as far as `resumes` calls of `resume_transmit` go after each).
+/// Returns the frames' bytes in order, the CQEs, the QP's state and the
+/// device counters.
+fn run(
+    cfg: NicConfig,
+    bad_write: bool,
+    resumes: usize,
+) -> (Vec<Vec<u8>>, Vec<[u8; CQE_LEN]>, QpState, NicCounters) {
+    let mut rig = Rig::with_config(cfg);
+    let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 251) as u8).collect();
+    rig.mem.write(rig.mr_buf, &data).unwrap();
+    let mut frames = Vec::new();
+    let now = rig.now;
+    for req in requests(&rig, bad_write) {
+        frames.extend(rig.frame(&req).into_iter().map(|f| f.bytes));
+        for _ in 0..resumes {
+            rig.nic.resume_transmit(now, &mut rig.bus);
+            frames.extend(rig.transmitted().into_iter().map(|f| f.bytes));
+        }
+    }
+    let mut calls = 0;
+    while rig.nic.resume_transmit(now, &mut rig.bus) {
+        frames.extend(rig.transmitted().into_iter().map(|f| f.bytes));
+        calls += 1;
+        assert!(calls < 100, "resume_transmit keeps answering true");
+    }
+    let cqes = rig.cqes();
+    (frames, cqes, rig.state(), rig.counters())
+}
+
+#[test]
+fn a_read_burst_changes_when_responses_are_built_not_which() {
+    for bad_write in [false, true] {
+        let (whole, cqes, state, counters) = run(NicConfig::new(LOCAL), bad_write, 0);
+        // 5 + ACK + atomic ACK + 2 + the duplicate's 2, and the NAK.
+        assert_eq!(whole.len(), 11 + usize::from(bad_write));
+        let want_state = if bad_write {
+            QpState::Err
+        } else {
+            QpState::Rts
+        };
+        assert_eq!(state, want_state);
+        for burst in [1, 2, 3, 64] {
+            // Responses left owed across the later requests (no resume
+            // between them), and resumed after each.
+            for resumes in [0, 1] {
+                let mut cfg = NicConfig::new(LOCAL);
+                cfg.read_burst = Some(burst);
+                let (frames, c, s, n) = run(cfg, bad_write, resumes);
+                let what = format!("burst {burst}, resumes {resumes}, bad write {bad_write}");
+                assert!(frames == whole, "{what}: the same frames, in order");
+                assert_eq!(c, cqes, "{what}");
+                assert_eq!(s, state, "{what}");
+                assert_eq!(n, counters, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_burst_holds_only_its_responses() {
+    // A READ of the whole MR (8 responses) with a burst of 3: 3 built at
+    // the request, then 3 and 2 as the runtime takes them.
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.read_burst = Some(3);
+    let mut rig = Rig::with_config(cfg);
+    let req = rig.request(
+        BthOpcode::RcRdmaReadRequest,
+        EPSN,
+        rig.mr_reth(0, MR_LEN as u32),
+        &[],
+    );
+    let mut sizes = vec![rig.frame(&req).len()];
+    let now = rig.now;
+    while rig.nic.resume_transmit(now, &mut rig.bus) {
+        sizes.push(rig.transmitted().len());
+    }
+    assert_eq!(sizes, [3, 3, 2]);
+}
+
+#[test]
+fn memory_gone_while_a_read_is_answered_naks_where_the_responses_stop() {
+    // A READ of 5 responses with a burst of 2; the MR is destroyed once
+    // the first two left. The third NAKs (remote access error) and the QP
+    // fails, as for a READ whose memory was gone when it arrived.
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.read_burst = Some(2);
+    let mut rig = Rig::with_config(cfg);
+    let req = rig.request(
+        BthOpcode::RcRdmaReadRequest,
+        EPSN,
+        rig.mr_reth(0, 5000),
+        &[],
+    );
+    let first = rig.frame(&req);
+    assert_eq!(first.len(), 2);
+    let mr = rig.mr;
+    rig.exec(Command::DestroyMkey(mr)).unwrap();
+    let now = rig.now;
+    rig.nic.resume_transmit(now, &mut rig.bus);
+    let out = rig.transmitted();
+    assert_eq!(out.len(), 1, "the NAK alone");
+    let r = parse_roce(&out[0].bytes).unwrap().repr;
+    assert_eq!(r.bth.opcode, BthOpcode::RcAck);
+    assert_eq!(r.bth.psn, Psn::new(EPSN + 2));
+    assert_eq!(
+        r.ext.aeth.map(|a| a.syndrome),
+        Some(AethSyndrome::Nak(NakCode::RemoteAccessErr))
+    );
+    assert_eq!(rig.state(), QpState::Err);
+    assert_eq!(rig.events(), [NicEvent::QpFatal(rig.qpn)]);
+    assert_eq!(rig.counters().resp_remote_access_errors, 1);
+    assert!(!rig.nic.resume_transmit(now, &mut rig.bus), "nothing owed");
+}
