@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::{CmError, PortSpace};
 
@@ -16,13 +16,20 @@ struct Holder {
     reuse: bool,
 }
 
+/// The ports held, and where the next ephemeral search starts.
 #[derive(Default)]
-struct Table {
+pub(crate) struct Table {
     held: BTreeMap<(PortSpace, u16), Vec<Holder>>,
     next: u16,
 }
 
+/// A leaf lock: nothing is taken or waited for while it is held.
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+/// The lock of the port table, held (for [`crate::hold_for_fork`]).
+pub(crate) fn hold() -> MutexGuard<'static, Option<Table>> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn overlap(a: IpAddr, b: IpAddr) -> bool {
     a.is_unspecified() || b.is_unspecified() || a == b

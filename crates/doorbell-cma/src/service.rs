@@ -78,7 +78,14 @@ pub struct CmService {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Every started service. A leaf lock: nothing is taken, waited for or
+/// dropped but a `Weak` while it is held.
 static SERVICES: Mutex<Vec<Weak<CmService>>> = Mutex::new(Vec::new());
+
+/// The lock of the started services, held (for [`crate::hold_for_fork`]).
+pub(crate) fn hold_services() -> MutexGuard<'static, Vec<Weak<CmService>>> {
+    lock(&SERVICES)
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -181,10 +188,11 @@ impl CmService {
 
     /// The running CM of `ctx`'s device, if one was started.
     pub fn of(ctx: &Context) -> Option<Arc<Self>> {
-        lock(&SERVICES)
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|s| s.shared.ctx.same_as(ctx))
+        // Upgraded under the lock, dropped after it: the last drop of
+        // another device's service joins its thread, which must not happen
+        // with the lock held (a fork waits for it: [`crate::hold_for_fork`]).
+        let all: Vec<Arc<Self>> = lock(&SERVICES).iter().filter_map(Weak::upgrade).collect();
+        all.into_iter().find(|s| s.shared.ctx.same_as(ctx))
     }
 
     /// Runs `f` on the agent (and the owners of its connections), then

@@ -99,7 +99,8 @@ pub(crate) struct Router {
     pub(crate) contexts: BTreeSet<usize>,
 }
 
-/// The process's one router.
+/// The process's one router. A leaf lock (decision record 0068): nothing
+/// is taken, waited for or called while it is held.
 pub(crate) static ROUTER: Mutex<Router> = Mutex::new(Router {
     cqs: BTreeMap::new(),
     qps: BTreeMap::new(),

@@ -53,6 +53,8 @@ pub(crate) unsafe trait Handle: Sized + Send + Sync + 'static {
     const KIND: Kind;
 }
 
+/// The live handles. A leaf lock (decision record 0068): nothing is
+/// taken or waited for while it is held ([`with`]'s `f` included).
 static LIVE: Mutex<BTreeMap<usize, Kind>> = Mutex::new(BTreeMap::new());
 
 /// Bumped, under [`LIVE`]'s lock, each time a handle is unregistered.
@@ -102,6 +104,11 @@ fn live() -> std::sync::MutexGuard<'static, BTreeMap<usize, Kind>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The lock of the live handles, held (for `forks`).
+pub(crate) fn hold_for_fork() -> std::sync::MutexGuard<'static, BTreeMap<usize, Kind>> {
+    live()
+}
+
 /// Leaks `obj` and returns the C handle to it, registered as `T::KIND`.
 pub(crate) fn register<T: Handle>(obj: Box<T>) -> *mut T::C {
     let base = Box::into_raw(obj).cast::<u8>();
@@ -134,7 +141,8 @@ pub(crate) fn get<'a, T: Handle>(c: *mut T::C) -> Result<&'a T, i32> {
 /// it (the registry is held): for a call that takes what it needs (an
 /// `Arc` it clones) and then blocks, so that a destroy in another thread
 /// meanwhile frees nothing the blocked call still uses, as a read blocked
-/// on a descriptor keeps its file when another thread closes it.
+/// on a descriptor keeps its file when another thread closes it. `f` must
+/// take no lock and not wait: the registry is a leaf lock.
 pub(crate) fn with<T: Handle, R>(c: *mut T::C, f: impl FnOnce(&T) -> R) -> Result<R, i32> {
     let live = live();
     if c.is_null() || live.get(&(c as usize)) != Some(&T::KIND) {

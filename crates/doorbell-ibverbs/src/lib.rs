@@ -29,7 +29,8 @@
 //! reference is made from them; `unsafe` is allowed only in the FFI modules
 //! (`exports`, `boundary`, `handles`, `ctx`, `device`, `events`, `pd`, `cq`,
 //! `qp`, `qp_ex`, `stats`, and `fuzzing`, the fuzz harness of the `fuzzing`
-//! feature), each block with
+//! feature) and in `forks` (the `pthread_atfork` handlers that hold the
+//! library's locks across `fork()`), each block with
 //! its `// SAFETY:` reason.
 //!
 //! # Ownership, per handle
@@ -105,6 +106,7 @@ mod ctx;
 mod device;
 mod events;
 pub mod exports;
+mod forks;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod handles;

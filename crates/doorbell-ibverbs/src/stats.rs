@@ -28,7 +28,10 @@ pub(crate) const CAPTURE_VAR: &str = "DOORBELL_HIF_LOG";
 /// The variable naming the timeline's file.
 pub(crate) const TRACE_VAR: &str = doorbell_rt::ProcessNicConfig::TRACE_VAR;
 
-struct Watch {
+/// What the exit handler writes. Its lock is a leaf (decision record
+/// 0068): the NIC is asked for its counters, capture and trace with the
+/// lock released, since each is a round trip to the NIC's thread.
+pub(crate) struct Watch {
     nic: Weak<LiveNic>,
     last: Option<NicStats>,
     /// What was captured until a context closed.
@@ -49,6 +52,11 @@ fn lock() -> std::sync::MutexGuard<'static, Watch> {
     WATCH.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The lock of what the exit handler writes, held (for `forks`).
+pub(crate) fn hold_for_fork() -> std::sync::MutexGuard<'static, Watch> {
+    lock()
+}
+
 fn wanted() -> Option<String> {
     std::env::var(STATS_VAR).ok().filter(|v| !v.is_empty())
 }
@@ -66,14 +74,19 @@ pub(crate) fn opened(nic: &Arc<LiveNic>) {
     if wanted().is_none() && capture_wanted().is_none() && trace_wanted().is_none() {
         return;
     }
-    let mut w = lock();
-    let same = w.nic.upgrade().is_some_and(|n| Arc::ptr_eq(&n, nic));
+    let same = {
+        let mut w = lock();
+        // Compared without an upgrade, whose drop could be another NIC's
+        // last (its threads joined with the lock held). A `Weak` keeps its
+        // allocation, so an equal pointer is this NIC.
+        let same = std::ptr::eq(w.nic.as_ptr(), Arc::as_ptr(nic));
+        w.nic = Arc::downgrade(nic);
+        same
+    };
     if capture_wanted().is_some() && !same {
         // A capture runs from the first open on this NIC.
         let _ = nic.capture(true);
     }
-    w.nic = Arc::downgrade(nic);
-    drop(w);
     AT_EXIT.call_once(|| {
         // SAFETY: registers a function with no arguments that stays valid
         // for the life of the process (it is in this library, which the
@@ -108,43 +121,36 @@ extern "C" fn write_at_exit() {
     // No unwinding out of an exit handler: a failure only loses the file.
     let _ = std::panic::catch_unwind(|| {
         if let Some(dest) = capture_wanted() {
-            let c = {
+            let (nic, mut c) = {
                 let mut w = lock();
-                let rest = w
-                    .nic
-                    .upgrade()
-                    .map(|n| n.capture(false))
-                    .unwrap_or_default();
-                let mut all = std::mem::take(&mut w.captured);
-                all.extend(rest);
-                all
+                (w.nic.upgrade(), std::mem::take(&mut w.captured))
             };
+            c.extend(nic.map(|n| n.capture(false)).unwrap_or_default());
             let text = doorbell_rt::stats::capture_json_lines(&c);
             if let Err(e) = std::fs::write(&dest, text) {
                 eprintln!("libibverbs.so.1 (doorbell): cannot write {dest}: {e}");
             }
         }
         if let Some(dest) = trace_wanted() {
-            let t = {
+            let (nic, mut t) = {
                 let mut w = lock();
-                let rest = w.nic.upgrade().and_then(|n| n.take_trace());
-                let mut all = w.traced.take().unwrap_or_default();
-                if let Some(r) = rest {
-                    all.append(r);
-                }
-                all
+                (w.nic.upgrade(), w.traced.take().unwrap_or_default())
             };
+            if let Some(r) = nic.and_then(|n| n.take_trace()) {
+                t.append(r);
+            }
             if let Err(e) = std::fs::write(&dest, t.to_json()) {
                 eprintln!("libibverbs.so.1 (doorbell): cannot write {dest}: {e}");
             }
         }
         let Some(dest) = wanted() else { return };
-        let stats = {
+        let (nic, last) = {
             let w = lock();
-            match w.nic.upgrade() {
-                Some(nic) => Some(nic.snapshot()),
-                None => w.last.clone(),
-            }
+            (w.nic.upgrade(), w.last.clone())
+        };
+        let stats = match nic {
+            Some(nic) => Some(nic.snapshot()),
+            None => last,
         };
         let Some(stats) = stats else { return };
         if dest == "-" {

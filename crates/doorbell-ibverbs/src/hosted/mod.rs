@@ -88,7 +88,26 @@ struct Registered(*const verbs_device_ops);
 // SAFETY: a pointer to the provider's immutable static `verbs_device_ops`.
 unsafe impl Send for Registered {}
 
+/// The registered providers. A leaf lock (decision record 0068).
 static DRIVERS: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
+
+/// The hosting's process-wide locks (the providers, the contexts), held
+/// (for `forks`).
+pub(crate) struct ForkHeld {
+    _drivers: std::sync::MutexGuard<'static, Vec<Registered>>,
+    _contexts: std::sync::RwLockWriteGuard<
+        'static,
+        std::collections::BTreeMap<usize, std::sync::Arc<context::HostedCtx>>,
+    >,
+}
+
+/// Takes [`ForkHeld`]'s locks, in that order.
+pub(crate) fn hold_for_fork() -> ForkHeld {
+    ForkHeld {
+        _drivers: crate::events::lock(&DRIVERS),
+        _contexts: context::contexts_write(),
+    }
+}
 
 /// `verbs_register_driver_34`: records a provider of private ABI 34.
 pub(crate) fn register(ops: *const verbs_device_ops) {

@@ -65,8 +65,14 @@ pub extern "C" fn doorbell_rdma_destroy_event_channel(channel: *mut rdma_event_c
 }
 
 /// Channels destroyed, by address, until the address is handed out again.
+/// A leaf lock (decision record 0068).
 static DESTROYED: std::sync::Mutex<std::collections::BTreeSet<usize>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The lock of the destroyed channels, held (for `forks`).
+pub(super) fn hold_for_fork() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<usize>> {
+    crate::events::lock(&DESTROYED)
+}
 
 /// Whether `channel` is a channel this library made and then destroyed
 /// (and has not made again at that address).

@@ -8,23 +8,71 @@
 
 use core::ffi::c_int;
 use core::ptr::null_mut;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use doorbell_verbs::Context;
 
 use crate::abi::*;
 use crate::boundary::{Conv, guard};
 
-/// The opened contexts, as handles.
-static DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// The opened contexts, and whether a thread is opening them.
+pub(crate) struct Devices {
+    /// The opened contexts, as handles.
+    handles: Vec<usize>,
+    /// A thread is opening the devices, with no lock held.
+    opening: bool,
+}
+
+impl Devices {
+    /// In a forked child, with the lock held by the fork handlers: the
+    /// thread that was opening the devices, if any, is not in the child,
+    /// so the child's first call opens them again.
+    pub(crate) fn forget_opening(&mut self) {
+        self.opening = false;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_opening_for_test(&mut self, on: bool) {
+        self.opening = on;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn opening_for_test(&self) -> bool {
+        self.opening
+    }
+}
+
+/// A leaf lock (decision record 0068): the devices are opened with it
+/// released (the NIC starts then), and others wait for that on [`OPENED`].
+static DEVICES: Mutex<Devices> = Mutex::new(Devices {
+    handles: Vec::new(),
+    opening: false,
+});
+/// Signalled when a thread has finished opening the devices.
+static OPENED: Condvar = Condvar::new();
 /// The CM of each, started with it and kept while the library is loaded.
+/// A leaf lock.
 static SERVICES: Mutex<Vec<std::sync::Arc<doorbell_cma::CmService>>> = Mutex::new(Vec::new());
 
 static AT_EXIT: std::sync::Once = std::sync::Once::new();
-/// The process that started the services (a forked child has none).
-static OWNER_PID: Mutex<u32> = Mutex::new(0);
+/// The process that started the services (a forked child has none). Set
+/// once, before the exit handler that reads it is registered; `Relaxed`,
+/// as only this one value is read.
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 /// How long an exiting process waits for its last MADs to leave.
 const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The locks of the devices and of their services, held (for `forks`).
+pub(crate) fn hold_for_fork() -> (
+    MutexGuard<'static, Devices>,
+    MutexGuard<'static, Vec<std::sync::Arc<doorbell_cma::CmService>>>,
+) {
+    (
+        crate::events::lock(&DEVICES),
+        crate::events::lock(&SERVICES),
+    )
+}
 
 /// At the process's exit: every connection ends as the kernel ends them
 /// when a process's rdma_cm file closes (DREQ, or REJ while being set up),
@@ -35,7 +83,7 @@ const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 extern "C" fn close_connections() {
     guard("exit", Conv::Abort, || {
         // A forked child inherited the services' state, not their threads.
-        if *crate::events::lock(&OWNER_PID) != std::process::id() {
+        if OWNER_PID.load(Ordering::Relaxed) != std::process::id() {
             return Ok(());
         }
         let services: Vec<_> = crate::events::lock(&SERVICES).clone();
@@ -46,42 +94,75 @@ extern "C" fn close_connections() {
     })
 }
 
+/// Ends an opening of the devices, also one that panicked: the next
+/// caller may open them, and those waiting look again.
+struct Opening;
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        crate::events::lock(&DEVICES).opening = false;
+        OPENED.notify_all();
+    }
+}
+
 /// Every device, opened (on the first call), with its Rust context.
 pub(crate) fn open() -> Vec<(*mut ibv_context, Context)> {
-    let mut open = crate::events::lock(&DEVICES);
-    if open.is_empty() {
-        let mut n = 0;
-        let list = crate::device::ibv_get_device_list(&mut n);
-        for i in 0..usize::try_from(n).unwrap_or(0) {
-            // SAFETY: ibv_get_device_list gave `n` devices before its NULL.
-            let dev = unsafe { *list.add(i) };
-            let ctx = crate::device::ibv_open_device(dev);
-            if !ctx.is_null() {
-                open.push(ctx as usize);
-                if let Ok(c) = crate::ctx::context(ctx)
-                    && let Ok(svc) =
-                        crate::events::without_signals(|| doorbell_cma::CmService::start(&c.ctx))
-                {
-                    crate::events::lock(&SERVICES).push(svc);
-                    AT_EXIT.call_once(|| {
-                        *crate::events::lock(&OWNER_PID) = std::process::id();
-                        // SAFETY: registers a function that lives as long as
-                        // the library, which is never unloaded while a
-                        // program uses its devices (librdmacm keeps them
-                        // open for the life of the process).
-                        unsafe { libc::atexit(close_connections) };
-                    });
-                }
-            }
-        }
-        crate::device::ibv_free_device_list(list);
-    }
-    open.iter()
-        .filter_map(|&h| {
+    opened()
+        .into_iter()
+        .filter_map(|h| {
             let c = h as *mut ibv_context;
             crate::ctx::context(c).ok().map(|cc| (c, cc.ctx.clone()))
         })
         .collect()
+}
+
+/// The handles of the opened devices: those opened before, or opened now
+/// by this thread, or by another one this thread waits for.
+fn opened() -> Vec<usize> {
+    let mut d = crate::events::lock(&DEVICES);
+    while d.handles.is_empty() && d.opening {
+        d = OPENED.wait(d).unwrap_or_else(|e| e.into_inner());
+    }
+    if !d.handles.is_empty() {
+        return d.handles.clone();
+    }
+    d.opening = true;
+    drop(d);
+    let _opening = Opening;
+    let handles = open_all();
+    crate::events::lock(&DEVICES).handles = handles.clone();
+    handles
+}
+
+/// Opens every device and starts its CM; the contexts' handles.
+fn open_all() -> Vec<usize> {
+    let mut open = Vec::new();
+    let mut n = 0;
+    let list = crate::device::ibv_get_device_list(&mut n);
+    for i in 0..usize::try_from(n).unwrap_or(0) {
+        // SAFETY: ibv_get_device_list gave `n` devices before its NULL.
+        let dev = unsafe { *list.add(i) };
+        let ctx = crate::device::ibv_open_device(dev);
+        if !ctx.is_null() {
+            open.push(ctx as usize);
+            if let Ok(c) = crate::ctx::context(ctx)
+                && let Ok(svc) =
+                    crate::events::without_signals(|| doorbell_cma::CmService::start(&c.ctx))
+            {
+                crate::events::lock(&SERVICES).push(svc);
+                AT_EXIT.call_once(|| {
+                    OWNER_PID.store(std::process::id(), Ordering::Relaxed);
+                    // SAFETY: registers a function that lives as long as
+                    // the library, which is never unloaded while a
+                    // program uses its devices (librdmacm keeps them
+                    // open for the life of the process).
+                    unsafe { libc::atexit(close_connections) };
+                });
+            }
+        }
+    }
+    crate::device::ibv_free_device_list(list);
+    open
 }
 
 /// The C context of `ctx`, one of [`open`]'s.

@@ -11,7 +11,7 @@ use core::ffi::{c_char, c_int};
 use core::ptr::null_mut;
 use std::ffi::{CStr, CString};
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use doorbell_cma::{Family, Hints, LookupError, PortSpace};
 use libc::{
@@ -31,8 +31,14 @@ const RAI_NOROUTE: c_int = 0x4;
 const RAI_FAMILY: c_int = 0x8;
 const RAI_SA: c_int = 0x20;
 
-/// Answers handed out and not yet freed, by address.
+/// Answers handed out and not yet freed, by address. A leaf lock
+/// (decision record 0068).
 static OUT: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The lock of the answers handed out, held (for `forks`).
+pub(super) fn hold_for_fork() -> MutexGuard<'static, Vec<usize>> {
+    crate::events::lock(&OUT)
+}
 
 fn addr_len(a: &SocketAddr) -> socklen_t {
     (match a {

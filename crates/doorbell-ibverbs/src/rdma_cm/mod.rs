@@ -20,7 +20,7 @@
 #![allow(unsafe_code)]
 
 use core::ffi::{c_char, c_int, c_void};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use libc::{EINVAL, ENOSYS};
 
@@ -39,11 +39,56 @@ mod qp;
 use channel::CEventChannel;
 
 /// Events handed out by `rdma_get_cm_event` and not yet acknowledged, by
-/// address, with the private data each points to.
+/// address, with the private data each points to. A leaf lock (decision
+/// record 0068).
 static OUT: Mutex<Vec<Handed>> = Mutex::new(Vec::new());
 
 /// An event's address and the private data it points to.
 type Handed = (usize, Option<Box<[u8]>>);
+
+/// The process-wide locks of rdma_cm, held (for `forks`): every one a
+/// leaf, taken in this order.
+pub(crate) struct ForkHeld {
+    devices: MutexGuard<'static, devices::Devices>,
+    _services: MutexGuard<'static, Vec<std::sync::Arc<doorbell_cma::CmService>>>,
+    _default_pds: MutexGuard<'static, Vec<(usize, usize)>>,
+    _events_out: MutexGuard<'static, Vec<Handed>>,
+    _answers_out: MutexGuard<'static, Vec<usize>>,
+    _destroyed: MutexGuard<'static, std::collections::BTreeSet<usize>>,
+}
+
+impl ForkHeld {
+    /// In a forked child: forgets what threads the child does not have
+    /// were doing (an opening of the devices).
+    pub(crate) fn forget_in_child(&mut self) {
+        self.devices.forget_opening();
+    }
+
+    /// Marks the devices as being opened by a thread, or not.
+    #[cfg(test)]
+    pub(crate) fn set_opening_for_test(&mut self, on: bool) {
+        self.devices.set_opening_for_test(on);
+    }
+
+    /// Whether a thread is opening the devices.
+    #[cfg(test)]
+    pub(crate) fn opening_for_test(&self) -> bool {
+        self.devices.opening_for_test()
+    }
+}
+
+/// Takes [`ForkHeld`]'s locks.
+pub(crate) fn hold_for_fork() -> ForkHeld {
+    let (devices, services) = devices::hold_for_fork();
+    ForkHeld {
+        devices,
+        _services: services,
+        _default_pds: qp::hold_for_fork(),
+        _events_out: crate::events::lock(&OUT),
+        _answers_out: ep::hold_for_fork(),
+        _destroyed: channel::hold_for_fork(),
+    }
+}
 
 /// `rdma_get_cm_event`: the next event, waiting for one unless the
 /// channel's descriptor is non-blocking (EAGAIN then), taken as librdmacm

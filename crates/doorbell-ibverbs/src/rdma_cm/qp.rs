@@ -11,7 +11,7 @@
 
 use core::ffi::c_int;
 use core::ptr::null_mut;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use libc::EINVAL;
 
@@ -21,16 +21,34 @@ use crate::abi::*;
 use crate::boundary::{Conv, guard};
 
 /// Each device's default PD, allocated on first use, by context handle.
+/// A leaf lock (decision record 0068): the PD is allocated, a command to
+/// the device, with it released.
 static DEFAULT_PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
+/// The lock of the default PDs, held (for `forks`).
+pub(super) fn hold_for_fork() -> MutexGuard<'static, Vec<(usize, usize)>> {
+    crate::events::lock(&DEFAULT_PDS)
+}
+
 fn default_pd(ctx: *mut ibv_context) -> Result<*mut ibv_pd, c_int> {
-    let mut pds = crate::events::lock(&DEFAULT_PDS);
-    if let Some(&(_, pd)) = pds.iter().find(|(c, _)| *c == ctx as usize) {
-        return Ok(pd as *mut ibv_pd);
+    let known = |pds: &[(usize, usize)]| {
+        pds.iter()
+            .find(|(c, _)| *c == ctx as usize)
+            .map(|&(_, pd)| pd as *mut ibv_pd)
+    };
+    if let Some(pd) = known(&crate::events::lock(&DEFAULT_PDS)) {
+        return Ok(pd);
     }
     let pd = crate::pd::ibv_alloc_pd(ctx);
     if pd.is_null() {
         return Err(errno_now());
+    }
+    let mut pds = crate::events::lock(&DEFAULT_PDS);
+    if let Some(first) = known(&pds) {
+        drop(pds);
+        // Another thread made the default meanwhile: it stays the one.
+        crate::pd::ibv_dealloc_pd(pd);
+        return Ok(first);
     }
     pds.push((ctx as usize, pd as usize));
     Ok(pd)
