@@ -326,3 +326,83 @@ fn a_capture_shows_each_packet_of_a_train() {
     assert!(frames >= 9, "A's WRITEs and B's ACK: {a:?} {b:?}");
     scapy_icrc_agrees(&fb, frames);
 }
+
+/// A READ of 1 MiB (1 024 responses at MTU 1024) and a WRITE posted
+/// behind it in one list. B, which captures and so carries its payloads,
+/// builds the READ's responses a burst at a time (`NicConfig::read_burst`):
+/// its capture must show every response, in PSN order, then the WRITE's
+/// ACK, and A must get the data. (The device test `read_burst` covers a
+/// request taken while responses are still owed.)
+#[test]
+fn a_long_reads_responses_leave_in_order_before_the_ack_behind_them() {
+    const LEN: u32 = 1 << 20;
+    let (fa, fb) = (file("long-read-a"), file("long-read-b"));
+    let opts = |f: &PathBuf| NicOptions {
+        pcap: Some(f.clone()),
+        ..NicOptions::default()
+    };
+    let p = fabric_pair(
+        [opts(&fa), opts(&fb)],
+        default_caps(),
+        2 << 20,
+        Timers::default(),
+    );
+    let data = pattern(LEN as usize, 3);
+    p.b.mr.write(0, &data).unwrap();
+    let into = [p.a.mr.sge(0, LEN).unwrap()];
+    let small = [p.a.mr.sge(LEN.into(), 8).unwrap()];
+    let at_b = |off: u64| RemoteAddr {
+        addr: p.b.mr.addr() + off,
+        rkey: p.b.mr.rkey(),
+    };
+    p.a.qp
+        .post_send(&[
+            SendWr {
+                flags: SendFlags(0),
+                ..signaled(1, &into, WrOpcode::RdmaRead(at_b(0)))
+            },
+            signaled(2, &small, WrOpcode::RdmaWrite(at_b(LEN.into()))),
+        ])
+        .unwrap();
+    let wc = wait(&p.a.cq, 1)[0];
+    assert!(wc.is_ok() && wc.wr_id == 2, "{wc:?}");
+    let mut got = vec![0u8; LEN as usize];
+    p.a.mr.read(0, &mut got).unwrap();
+    assert!(got == data, "the READ brought B's bytes");
+    drop(p);
+    let _ = std::fs::remove_file(&fa);
+    let out: Vec<(u64, u64)> = tshark(
+        &fb,
+        &[
+            "frame.packet_flags",
+            "infiniband.bth.opcode",
+            "infiniband.bth.psn",
+        ],
+    )
+    .iter()
+    .filter_map(|l| {
+        let mut f = l.split('|');
+        let (dir, op, psn) = (f.next()?, f.next()?, f.next()?);
+        (dir == "0x00000002").then(|| Some((op.parse().ok()?, psn.parse().ok()?)))?
+    })
+    .collect();
+    let _ = std::fs::remove_file(&fb);
+    // READ RESPONSE FIRST, 1 022 MIDDLEs, LAST (opcodes 13, 14, 15),
+    // PSNs in a row; then the ACK (17) of the WRITE's PSN, the next.
+    let n = (LEN / 1024) as usize;
+    assert_eq!(out.len(), n + 1, "B sent the responses and one ACK");
+    let first = out[0].1;
+    for (k, &(op, psn)) in out.iter().enumerate() {
+        let want = match k {
+            0 => 13,
+            k if k + 1 < n => 14,
+            k if k + 1 == n => 15,
+            _ => 17,
+        };
+        assert_eq!(
+            (op, psn),
+            (want, (first + k as u64) & 0xff_ffff),
+            "packet {k}"
+        );
+    }
+}
