@@ -150,6 +150,13 @@ const FABRIC_MAX_SEGMENTS: u32 = FABRIC_TX_BURST;
 /// decision record 0055): a 64 KiB message's at a path MTU of 1024.
 const UDP_MAX_SEGMENTS: u32 = 64;
 
+/// READ responses a NIC on a UDP port builds at a time
+/// (`NicConfig::read_burst`): as many packets as a requester's send window
+/// holds at MTU 1024 (`doorbell_roce::window_psns`), so that a READ's
+/// responder holds no more than the requester would, and the port sends
+/// them in as few batches as it would a window of WRITEs.
+const UDP_READ_BURST: u32 = 256;
+
 /// An in-process network of NICs, addressed by IPv4.
 #[derive(Default, Clone)]
 pub struct Fabric {
@@ -507,7 +514,7 @@ impl LiveNic {
         // of its responses (`NicConfig::read_burst`).
         cfg.read_burst = Some(match port {
             Port::Fabric(_) => FABRIC_TX_BURST,
-            Port::Udp => UDP_MAX_SEGMENTS,
+            Port::Udp => UDP_READ_BURST,
         });
         let mem = opts
             .memory
