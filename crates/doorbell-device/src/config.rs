@@ -56,8 +56,10 @@ pub struct NicConfig {
     /// burst at a time, as the runtime takes the frames, and the QP's
     /// later answers (ACKs, NAKs, atomic responses, other READs') wait
     /// behind them: a long READ holds a burst of frames at a time, not all
-    /// of its responses. The frames are the same; when they are built,
-    /// and when their payloads are read, is not.
+    /// of its responses. The frames are the same, in the same order; when
+    /// they are built, and when their payloads are read, is not (so a
+    /// WRITE taken after the READ may show in responses built after it),
+    /// and a QP that goes to ERR does not send what it still owes.
     pub read_burst: Option<u32>,
     /// Whether an RC WRITE, SEND or READ response packet whose payload lies
     /// in one run of host memory leaves it there ([`Frame::unfilled`]) instead of reading

@@ -97,10 +97,18 @@ pub(crate) struct Outputs {
     /// When frames get their ICRC ([`crate::NicConfig::icrc`]).
     pub(crate) seal: Seal,
     /// QPs whose send engine stopped at a burst
-    /// ([`crate::NicConfig::tx_burst`]) with more in its window, or that
-    /// owe READ responses ([`crate::NicConfig::read_burst`]): the work of
-    /// [`crate::Nic::resume_transmit`].
+    /// ([`crate::NicConfig::tx_burst`]) with more in its window.
     pub(crate) tx_pending: Vec<doorbell_types::Qpn>,
+    /// QPs that owe READ responses ([`crate::NicConfig::read_burst`]).
+    /// With `tx_pending`, the work of [`crate::Nic::resume_transmit`].
+    pub(crate) owing: Vec<doorbell_types::Qpn>,
+    /// Times a held ACK would have been built or dropped by now: whenever
+    /// a frame was queued, the held ACK built or replaced by another QP's,
+    /// the port found nothing before it, or the queue was dropped. A plain
+    /// ACK owed behind a READ replaces the one before it only while this
+    /// stays what it was then, as a held ACK is replaced only while
+    /// nothing is queued behind it ([`crate::wq::Answer::Ack`]).
+    pub(crate) held_ends: u64,
     /// Times a QP's send engine stopped with packets left to send because
     /// its window was full ([`crate::Nic::window_stops`]).
     pub(crate) window_stops: u64,
@@ -128,6 +136,8 @@ impl Outputs {
             held_ack: None,
             seal,
             tx_pending: Vec::new(),
+            owing: Vec::new(),
+            held_ends: 0,
             window_stops: 0,
             max_train,
             train_to: None,
@@ -247,6 +257,8 @@ impl Outputs {
                     ..h
                 }));
             self.spare.give(frame.bytes);
+            // (With an ACK held it would not have joined, but been queued.)
+            self.held_ends += 1;
             return;
         }
         self.push(frame);
@@ -316,8 +328,20 @@ impl Outputs {
         self.tx.len() + self.tx_joined + usize::from(self.held_ack.is_some())
     }
 
+    /// Packets an engine stopped at `burst` may still build now: any
+    /// number without a burst; with one, the burst (at least one) less
+    /// what already waits for the port (a doorbell may run an engine more
+    /// than once before the runtime takes anything).
+    pub(crate) fn room(&self, burst: Option<u32>) -> u32 {
+        burst.map_or(u32::MAX, |b| {
+            b.max(1)
+                .saturating_sub(u32::try_from(self.queued()).unwrap_or(u32::MAX))
+        })
+    }
+
     /// Drops every frame queued for the port, the held ACK included.
     pub(crate) fn clear(&mut self) {
+        self.held_ends += 1;
         self.held_ack = None;
         self.train_to = None;
         self.tx_joined = 0;
@@ -328,6 +352,7 @@ impl Outputs {
 
     /// Builds the held ACK into `tx`, behind everything there.
     fn build_held_ack(&mut self) {
+        self.held_ends += 1;
         let Some(h) = self.held_ack.take() else {
             return;
         };

@@ -34,8 +34,11 @@
 //! # Driving it
 //! After any `handle_*` or [`Nic::exec`] call, drain the outputs in this
 //! order: [`Nic::poll_transmit`] until `None` (frames to the fabric);
-//! with a burst ([`NicConfig::tx_burst`]), [`Nic::resume_transmit`] and
-//! [`Nic::poll_transmit`] again, until `resume_transmit` answers `false`;
+//! with a burst ([`NicConfig::tx_burst`], [`NicConfig::read_burst`]),
+//! [`Nic::resume_transmit`] and [`Nic::poll_transmit`] again, until
+//! `resume_transmit` answers `false`, also where the first poll found
+//! nothing (a port whose link went down dropped the frames built, not
+//! what was still to build);
 //! [`Nic::poll_event`] until `None` (completion and error events to the
 //! host), then ask [`Nic::poll_timeout`] when to call
 //! [`Nic::handle_timeout`] next.
@@ -1573,31 +1576,50 @@ impl Nic {
     /// once it has taken the frames built so far ([`Nic::poll_transmit`]),
     /// until it answers `false`; without a burst it never has work.
     pub fn resume_transmit(&mut self, now: Instant, dma: &mut impl Dma) -> bool {
-        if self.out.tx_pending.is_empty() {
+        if self.out.tx_pending.is_empty() && self.out.owing.is_empty() {
             return false;
         }
+        // Requests first, then responses: each list as it stood, those
+        // stopped again waiting for the next call (the lists keep their
+        // memory).
         let mut pending = std::mem::take(&mut self.out.tx_pending);
         for &qpn in &pending {
-            let Some(qp) = self.qps.get_mut(&qpn) else {
-                continue;
-            };
-            let (pu, start) = acquire_pu(&mut self.pus, now);
-            let mut ctx = ctx!(self, now, start, &mut *dma);
-            let r = transmit::send_window(qp, &mut ctx)
-                .and_then(|()| owed::resume(qp, &mut ctx))
-                .map(|()| Then::Done);
-            settle(qp, r, &mut ctx);
-            let busy = ctx.busy;
-            sync_timers(&mut self.timers, qp);
-            self.occupy(pu, start, busy, qpn, PuTask::Doorbell);
+            self.resume_qp(now, dma, qpn, PuTask::Doorbell, transmit::send_window);
         }
-        // Those stopped again wait for the next call; the list keeps its
-        // memory.
         pending.clear();
         pending.append(&mut self.out.tx_pending);
         self.out.tx_pending = pending;
+        let mut owing = std::mem::take(&mut self.out.owing);
+        for &qpn in &owing {
+            self.resume_qp(now, dma, qpn, PuTask::Frame, owed::resume);
+        }
+        owing.clear();
+        owing.append(&mut self.out.owing);
+        self.out.owing = owing;
         self.deliver_events(dma);
         true
+    }
+
+    /// Runs `engine` for QP `qpn`, if it still exists, on a processing
+    /// unit, as `task`, and acts on what it returned.
+    fn resume_qp<D: Dma>(
+        &mut self,
+        now: Instant,
+        dma: &mut D,
+        qpn: Qpn,
+        task: PuTask,
+        engine: fn(&mut Qp, &mut Ctx<'_, D>) -> fault::Outcome,
+    ) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let (pu, start) = acquire_pu(&mut self.pus, now);
+        let mut ctx = ctx!(self, now, start, &mut *dma);
+        let r = engine(qp, &mut ctx).map(|()| Then::Done);
+        settle(qp, r, &mut ctx);
+        let busy = ctx.busy;
+        sync_timers(&mut self.timers, qp);
+        self.occupy(pu, start, busy, qpn, task);
     }
 
     /// The next frame for the fabric.

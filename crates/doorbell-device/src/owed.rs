@@ -19,7 +19,16 @@
 //!
 //! Without a burst, nothing is ever owed: every READ's responses are
 //! built, and their reads issued, when the request arrives, as the
-//! simulator models them.
+//! simulator models them. With one, the frames are those a NIC without
+//! it sends, in the same order, with the same counts (the device test
+//! `read_burst`), but for two things:
+//! - a response reads its payload when it is built, so a WRITE taken
+//!   after the READ, to bytes the READ reads, may show in responses built
+//!   after it, as IBA allows a responder (a requester that must read
+//!   first fences the WRITE);
+//! - a QP that goes to ERR sends nothing more, so what it owes is not
+//!   sent; only a NAK that ends the QP sends everything owed before it
+//!   ([`send_all`]), all at once, as a NIC without a burst would have.
 
 use doorbell_hif::Access;
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
@@ -32,15 +41,12 @@ use crate::emit;
 use crate::fault::{Fault, Outcome};
 use crate::qp::Qp;
 use crate::transmit;
-use crate::wq::{Owed, ReadOwed};
+use crate::wq::{Answer, Owed, ReadOwed};
 
 /// How many responses a READ may build now: all, without a burst; with
 /// one, the burst less what already waits for the port.
 pub(crate) fn read_room<D: Dma>(ctx: &Ctx<'_, D>) -> u32 {
-    ctx.cfg.read_burst.map_or(u32::MAX, |b| {
-        b.max(1)
-            .saturating_sub(u32::try_from(ctx.out.queued()).unwrap_or(u32::MAX))
-    })
+    ctx.out.room(ctx.cfg.read_burst)
 }
 
 /// Builds up to `room` more of `r`'s responses into
@@ -167,9 +173,31 @@ pub(crate) fn send_built<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, msn: u32) {
 
 /// Notes that `qp` owes answers, for [`crate::Nic::resume_transmit`].
 pub(crate) fn note_owing<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>) {
-    if !ctx.out.tx_pending.contains(&qp.qpn) {
-        ctx.out.tx_pending.push(qp.qpn);
+    if !ctx.out.owing.contains(&qp.qpn) {
+        ctx.out.owing.push(qp.qpn);
     }
+}
+
+/// Queues `answer` behind what `qp` owes, if it owes anything; gives it
+/// back to be sent now if not. A plain ACK replaces the one owed before
+/// it where a held ACK would have been replaced.
+pub(crate) fn behind<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, answer: Answer) -> Option<Answer> {
+    if qp.owed.is_empty() {
+        return Some(answer);
+    }
+    if let (
+        Answer::Ack { .. },
+        Some(Owed::Answer(Answer::Ack {
+            held_ends: before, ..
+        })),
+    ) = (&answer, qp.owed.back())
+        && *before == ctx.out.held_ends
+    {
+        ctx.out.counters.acks_coalesced += 1;
+        qp.owed.pop_back();
+    }
+    qp.owed.push_back(Owed::Answer(answer));
+    None
 }
 
 /// Sends what `qp` owes, in order, while the burst has room: the next
@@ -191,18 +219,15 @@ pub(crate) fn send_all<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
 /// [`resume`], or [`send_all`] if `all`.
 fn send_owed<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, all: bool) -> Outcome {
     // A QP that no longer answers (reset, or in error) owes nothing.
-    if !matches!(
-        qp.state,
-        doorbell_hif::QpState::Rtr | doorbell_hif::QpState::Rts | doorbell_hif::QpState::Sqd
-    ) {
+    if !qp.takes_requests() {
         qp.owed.clear();
         return Ok(());
     }
     while let Some(item) = qp.owed.pop_front() {
         let mut r = match item {
             Owed::Read(r) => r,
-            other @ (Owed::Ack { .. } | Owed::Packet(_)) => {
-                send_now(qp, ctx, other);
+            Owed::Answer(a) => {
+                send_now(qp, ctx, a);
                 continue;
             }
         };
@@ -234,24 +259,27 @@ fn send_owed<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, all: bool) -> Outcome {
     Ok(())
 }
 
-/// The NAK of `psn` with `code`, as an owed answer.
-fn nak<D: Dma>(qp: &Qp, ctx: &Ctx<'_, D>, psn: Psn, code: NakCode) -> Owed {
+/// The NAK of `psn` with `code`.
+fn nak<D: Dma>(qp: &Qp, ctx: &Ctx<'_, D>, psn: Psn, code: NakCode) -> Answer {
     let dst = emit::peer_ip(qp).unwrap_or_default();
-    Owed::Packet(emit::aeth_headers(qp, ctx, dst, psn, AethSyndrome::Nak(code)).repr())
+    Answer::Packet(emit::aeth_headers(qp, ctx, dst, psn, AethSyndrome::Nak(code)).repr())
 }
 
-/// Queues an ACK or packet owed for the port now.
-fn send_now<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, item: Owed) {
+/// Queues `answer` for the port now, counted as it leaves; an ACK held
+/// as [`crate::recv`]'s are, ready no earlier than the frames before it.
+fn send_now<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, answer: Answer) {
     let Some(dst) = emit::peer_ip(qp) else {
         return;
     };
-    match item {
-        Owed::Ack { psn, aeth, ready } => {
+    match answer {
+        Answer::Ack {
+            psn, aeth, ready, ..
+        } => {
             let mut h = emit::aeth_headers(qp, ctx, dst, psn, aeth.syndrome);
-            (h.aeth, h.ready) = (aeth, ready);
+            (h.aeth, h.ready) = (aeth, ready.max(h.ready));
             ctx.out.push_held(h);
+            ctx.out.counters.tx_packets += 1;
         }
-        Owed::Packet(repr) => emit::emit_repr(ctx, dst, repr, &[]),
-        Owed::Read(_) => {}
+        Answer::Packet(repr) => emit::emit_repr(ctx, dst, repr, &[]),
     }
 }

@@ -81,6 +81,12 @@ impl Qp {
         self.rq.bytes()
     }
 
+    /// Whether the QP is in a state that takes requests (RTR and after,
+    /// until an error or a reset).
+    pub(crate) fn takes_requests(&self) -> bool {
+        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+    }
+
     /// Path MTU in bytes.
     pub(crate) fn mtu(&self) -> u32 {
         self.attrs.path_mtu.unwrap_or(1024)

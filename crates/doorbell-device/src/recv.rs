@@ -20,14 +20,14 @@ use doorbell_wire::{
 use crate::cqe::{RecvDone, recv_done, recv_error};
 use crate::ctx::Ctx;
 use crate::dma::{PayloadIn, dma_write, write_payload};
-use crate::emit::{self, aeth_headers, emit, peer_ip};
+use crate::emit::{self, aeth_headers, peer_ip};
 use crate::fault::{Fault, Outcome};
 use crate::fetch::{RecvFetchError, next_recv_wqe};
 use crate::mkey::MkeyTable;
 use crate::owed;
 use crate::qp::Qp;
 use crate::sge::{MAX_MSG_LEN, ScatterError, scatter};
-use crate::wq::{Owed, ReadOwed, RecvInProgress, RecvWqe, WriteInProgress};
+use crate::wq::{Answer, Owed, ReadOwed, RecvInProgress, RecvWqe, WriteInProgress};
 
 /// Bytes of the GRH area a UD receive buffer starts with.
 const GRH_LEN: usize = 40;
@@ -48,15 +48,13 @@ fn roce_pkt_type(ip_header: &[u8]) -> u8 {
 const RC_TRANSPORT_MASK: u8 = 0xe0;
 
 /// Sends an ACK or NAK of `psn` with `syndrome` now, or behind the READ
-/// responses the QP still owes ([`crate::owed`]).
+/// responses the QP still owes (the `owed` module).
 fn send_aeth<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
     let Some(dst) = peer_ip(qp) else { return };
     let repr = aeth_headers(qp, ctx, dst, psn, syndrome).repr();
-    if !qp.owed.is_empty() {
-        qp.owed.push_back(Owed::Packet(repr));
-        return;
+    if owed::behind(qp, ctx, Answer::Packet(repr)).is_some() {
+        emit::emit_repr(ctx, dst, repr, &[]);
     }
-    emit::emit_repr(ctx, dst, repr, &[]);
 }
 
 /// A plain ACK's syndrome.
@@ -70,28 +68,22 @@ const ACK: AethSyndrome = AethSyndrome::Ack {
 /// frame left), that one replaces it: ACKs are cumulative, so the later
 /// says all the earlier did, as a NIC that coalesces ACKs sends it.
 ///
-/// Behind READ responses the QP still owes ([`crate::owed`]), the ACK
+/// Behind READ responses the QP still owes (the `owed` module), the ACK
 /// waits in their queue, where a later ACK replaces it the same way.
 fn ack<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
     let Some(dst) = peer_ip(qp) else { return };
     ctx.charge(ctx.cfg.timing.tx_packet);
     let held = aeth_headers(qp, ctx, dst, psn, ACK);
-    let out = &mut *ctx.out;
-    if !qp.owed.is_empty() {
-        let owed = Owed::Ack {
-            psn,
-            aeth: held.aeth,
-            ready: held.ready,
-        };
-        if let Some(last @ Owed::Ack { .. }) = qp.owed.back_mut() {
-            out.counters.acks_coalesced += 1;
-            *last = owed;
-        } else {
-            qp.owed.push_back(owed);
-            out.counters.tx_packets += 1;
-        }
+    let owed = Answer::Ack {
+        psn,
+        aeth: held.aeth,
+        ready: held.ready,
+        held_ends: ctx.out.held_ends,
+    };
+    if owed::behind(qp, ctx, owed).is_none() {
         return;
     }
+    let out = &mut *ctx.out;
     if out.held_ack.as_ref().is_some_and(|h| h.qpn == qp.qpn) {
         out.counters.acks_coalesced += 1;
         out.held_ack = Some(held);
@@ -142,12 +134,6 @@ pub(crate) fn handle_request<D: Dma>(
     }
 }
 
-/// Whether `qp` is in a state that takes requests (RTR and after, until
-/// an error or a reset).
-fn takes_requests(qp: &Qp) -> bool {
-    matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
-}
-
 /// Drops a UC packet and the rest of its message.
 fn uc_drop<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
     qp.inbound.abort();
@@ -165,7 +151,7 @@ fn uc_request<D: Dma>(
     use BthOpcode::*;
     let bth = repr.bth;
     let op = bth.opcode.uc_as_rc();
-    let (Some(op), true) = (op, takes_requests(qp)) else {
+    let (Some(op), true) = (op, qp.takes_requests()) else {
         ctx.out.counters.rx_dropped += 1;
         return Ok(());
     };
@@ -520,7 +506,7 @@ fn rc_request<D: Dma>(
     payload: PayloadIn<'_>,
     ctx: &mut Ctx<'_, D>,
 ) -> Outcome {
-    if !takes_requests(qp) {
+    if !qp.takes_requests() {
         ctx.out.counters.rx_dropped += 1;
         return Ok(());
     }
@@ -832,7 +818,7 @@ pub(crate) fn write_run_target(
     // What `handle_request`, `rc_request` and `inbound_write` check of
     // each packet, for all of them at once.
     let taken = qp.p.qp_type == QpType::Rc
-        && takes_requests(qp)
+        && qp.takes_requests()
         && bth.opcode == BthOpcode::RcRdmaWriteMiddle
         && !bth.ack_req
         && qp.is_from_peer(&repr.ip)
@@ -898,7 +884,7 @@ pub(crate) fn write_only_targets(
 ) {
     to.clear();
     let takes = qp.p.qp_type == QpType::Rc
-        && takes_requests(qp)
+        && qp.takes_requests()
         && qp.inbound.recv.is_none()
         && qp.inbound.write.is_none()
         && peer_ip(qp).is_some()
@@ -1149,12 +1135,10 @@ fn atomic_ack<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, orig: u64) {
         atomic_ack_eth: Some(AtomicAckEthRepr { orig }),
         ..ExtHeaders::default()
     };
-    if !qp.owed.is_empty() {
-        let repr = emit::repr(qp, ctx, dst, bth, ext);
-        qp.owed.push_back(Owed::Packet(repr));
-        return;
+    let repr = emit::repr(qp, ctx, dst, bth, ext);
+    if owed::behind(qp, ctx, Answer::Packet(repr)).is_some() {
+        emit::emit_repr(ctx, dst, repr, &[]);
     }
-    emit(qp, ctx, dst, bth, ext, &[]);
 }
 
 /// A request behind the expected PSN: answer it again, never re-execute

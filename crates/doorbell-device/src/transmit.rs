@@ -38,13 +38,7 @@ pub(crate) fn send_window<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome 
     let una = qp.req.una();
     let mtu = u64::from(qp.mtu());
     let mut sent_any = false;
-    // Packets this call may still build: a burst's worth, less the frames
-    // already waiting for the port (a doorbell may run this more than
-    // once before the runtime takes any).
-    let mut left = ctx.cfg.tx_burst.map_or(u32::MAX, |b| {
-        b.max(1)
-            .saturating_sub(u32::try_from(ctx.out.queued()).unwrap_or(u32::MAX))
-    });
+    let mut left = ctx.out.room(ctx.cfg.tx_burst);
     let mut stopped = false;
     for i in qp.sq.unsent_from..qp.sq.outstanding.len() {
         let m = &qp.sq.outstanding[i];

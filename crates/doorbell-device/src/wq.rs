@@ -384,19 +384,28 @@ impl Inbound {
     }
 }
 
-/// An answer of the responder that waits behind a READ's responses
-/// (`Qp::owed`, built a burst at a time by the `owed` module).
+/// What the responder owes a QP's peer behind a READ's responses still to
+/// be built (`Qp::owed`, sent by the `owed` module), in PSN order.
 pub(crate) enum Owed {
     /// The rest of a READ's responses.
     Read(ReadOwed),
-    /// A plain ACK of `psn` with `aeth`, counted when it was owed and
-    /// ready at `ready`; a later one replaces it.
+    /// An answer without payload.
+    Answer(Answer),
+}
+
+/// An answer of the responder waiting behind a READ's responses.
+pub(crate) enum Answer {
+    /// A plain ACK of `psn` with `aeth`, ready at `ready`. A later one
+    /// replaces it while `held_ends` is what the NIC's outputs count
+    /// (`Outputs::held_ends`): as a held ACK is replaced while nothing has
+    /// been queued behind it.
     Ack {
         psn: Psn,
         aeth: doorbell_wire::AethRepr,
         ready: Instant,
+        held_ends: u64,
     },
-    /// A NAK or an atomic's response, without payload.
+    /// A NAK or an atomic's response.
     Packet(doorbell_wire::RoceRepr),
 }
 
@@ -408,9 +417,11 @@ pub(crate) struct ReadOwed {
     pub(crate) n: u32,
     /// The first response not built yet.
     pub(crate) next: u32,
-    /// What it reads: the request's address, key and length.
+    /// The request's address.
     pub(crate) va: u64,
+    /// The request's key.
     pub(crate) rkey: doorbell_types::Mkey,
+    /// The request's length in bytes.
     pub(crate) len: u64,
     /// The MSN its responses carry: the responder's once it took the READ.
     pub(crate) msn: u32,

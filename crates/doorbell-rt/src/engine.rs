@@ -596,7 +596,12 @@ impl Engine {
                 }
             }
             if self.out.is_empty() {
-                break;
+                // Nothing built (or a port whose link is down dropped
+                // it): a READ may still owe responses to build.
+                if !self.nic.resume_transmit(now, &mut self.bus) {
+                    break;
+                }
+                continue;
             }
             self.egress.send(&mut self.out, self.clock, &mut self.spent);
             if let Some(f) = &mut self.fill {

@@ -171,3 +171,165 @@ fn memory_gone_while_a_read_is_answered_naks_where_the_responses_stop() {
     assert_eq!(rig.counters().resp_remote_access_errors, 1);
     assert!(!rig.nic.resume_transmit(now, &mut rig.bus), "nothing owed");
 }
+
+/// The rig with `cfg` and its MR filled with a pattern, after each of
+/// `requests` is handed to it, the frames taken after each (and, with
+/// `resume`, one `resume_transmit` more), then what it still owes: the
+/// frames' bytes in order, and the counters.
+fn drive(
+    cfg: NicConfig,
+    requests: &dyn Fn(&Rig) -> Vec<Vec<u8>>,
+    resume: bool,
+) -> (Vec<Vec<u8>>, NicCounters) {
+    let mut rig = Rig::with_config(cfg);
+    let data: Vec<u8> = (0..MR_LEN).map(|i| (i % 251) as u8).collect();
+    rig.mem.write(rig.mr_buf, &data).unwrap();
+    let now = rig.now;
+    let mut frames = Vec::new();
+    for req in requests(&rig) {
+        frames.extend(rig.frame(&req).into_iter().map(|f| f.bytes));
+        if resume {
+            rig.nic.resume_transmit(now, &mut rig.bus);
+            frames.extend(rig.transmitted().into_iter().map(|f| f.bytes));
+        }
+    }
+    while rig.nic.resume_transmit(now, &mut rig.bus) {
+        frames.extend(rig.transmitted().into_iter().map(|f| f.bytes));
+    }
+    (frames, rig.counters())
+}
+
+fn burst(b: u32) -> NicConfig {
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.read_burst = Some(b);
+    cfg
+}
+
+#[test]
+fn acks_owed_behind_a_read_merge_where_held_acks_would() {
+    // A READ of 5 responses, then two WRITEs that ask for an ACK, the
+    // frames taken after each: a NIC without a burst sends both ACKs (the
+    // first left before the second came), and so must one that owed them.
+    let requests = |rig: &Rig| {
+        vec![
+            rig.request(
+                BthOpcode::RcRdmaReadRequest,
+                EPSN,
+                rig.mr_reth(0, 5000),
+                &[],
+            ),
+            rig.write_only(EPSN + 5, 6000, &[7; 8]),
+            rig.write_only(EPSN + 6, 6100, &[8; 8]),
+        ]
+    };
+    for resume in [true, false] {
+        let (whole, c0) = drive(NicConfig::new(LOCAL), &requests, resume);
+        assert_eq!(whole.len(), 7);
+        for b in [1, 2, 4] {
+            let (frames, c) = drive(burst(b), &requests, resume);
+            assert!(
+                frames == whole,
+                "burst {b}, resume {resume}: the same frames"
+            );
+            assert_eq!(c, c0, "burst {b}, resume {resume}");
+        }
+    }
+}
+
+#[test]
+fn a_write_after_a_read_may_show_in_its_responses_built_later() {
+    // The READ reads bytes 0..5000; the WRITE after it writes 8 bytes at
+    // 4500, which its LAST response carries. Without a burst every
+    // response was read when the READ came, before the WRITE; with a
+    // burst of 1, the LAST is read after the WRITE took place, as IBA
+    // allows a responder (a requester that must read first fences).
+    let requests = |rig: &Rig| {
+        vec![
+            rig.request(
+                BthOpcode::RcRdmaReadRequest,
+                EPSN,
+                rig.mr_reth(0, 5000),
+                &[],
+            ),
+            rig.write_only(EPSN + 5, 4500, &[0xee; 8]),
+        ]
+    };
+    let (whole, _) = drive(NicConfig::new(LOCAL), &requests, false);
+    let (later, _) = drive(burst(1), &requests, false);
+    let payload = |f: &[u8]| f[parse_roce(f).unwrap().payload].to_vec();
+    let at = 4500 - 4 * 1024;
+    assert_eq!(whole.len(), later.len());
+    assert!(whole[..4] == later[..4], "the first four responses");
+    let before: Vec<u8> = (4500..4508).map(|i| (i % 251) as u8).collect();
+    assert_eq!(payload(&whole[4])[at..at + 8], before[..]);
+    assert_eq!(payload(&later[4])[at..at + 8], [0xee; 8]);
+    assert!(whole[5..] == later[5..], "the ACK");
+}
+
+#[test]
+fn answers_a_qp_in_error_drops_are_not_counted_as_sent() {
+    // A READ (burst 1: four responses owed), a WRITE whose ACK waits
+    // behind them; then a malformed send WQE sends the QP to ERR, which
+    // sends nothing more. The counters show what left.
+    let mut rig = Rig::with_config(burst(1));
+    let now = rig.now;
+    let read = rig.request(
+        BthOpcode::RcRdmaReadRequest,
+        EPSN,
+        rig.mr_reth(0, 5000),
+        &[],
+    );
+    let mut sent = rig.frame(&read).len();
+    let w = rig.write_only(EPSN + 5, 6000, &[7; 8]);
+    sent += rig.frame(&w).len();
+    let mut bad = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
+    ctrl(&mut bad, 0, WqeOpcode::RdmaWrite, rig.qpn.get(), 0);
+    rig.write_sq(0, &bad);
+    rig.ring(0, u8::from(WqeOpcode::RdmaWrite), 3);
+    assert_eq!(rig.state(), QpState::Err);
+    while rig.nic.resume_transmit(now, &mut rig.bus) {
+        sent += rig.transmitted().len();
+    }
+    sent += rig.transmitted().len();
+    assert_eq!(sent, 1, "the first response alone");
+    assert_eq!(rig.counters().tx_packets, 1);
+}
+
+#[test]
+fn what_a_read_owes_outlives_a_link_that_went_down() {
+    // The link goes down before the runtime takes a READ's first
+    // responses, and comes back. The peer asks for the READ again, then
+    // sends a WRITE: both are answered, as by a NIC without a burst,
+    // by a runtime that resumes also when it found nothing to send.
+    fn flush(rig: &mut Rig) -> usize {
+        let now = rig.now;
+        let mut n = 0;
+        loop {
+            let out = rig.transmitted();
+            n += out.len();
+            if !rig.nic.resume_transmit(now, &mut rig.bus) {
+                return n;
+            }
+        }
+    }
+    for cfg in [NicConfig::new(LOCAL), burst(2)] {
+        let what = format!("read_burst {:?}", cfg.read_burst);
+        let mut rig = Rig::with_config(cfg);
+        let read = rig.request(
+            BthOpcode::RcRdmaReadRequest,
+            EPSN,
+            rig.mr_reth(0, 5000),
+            &[],
+        );
+        let now = rig.now;
+        rig.nic.handle_frame(now, &read, &mut rig.bus);
+        rig.exec(Command::AccessPaos(Some(false))).unwrap();
+        assert_eq!(flush(&mut rig), 0, "{what}: the link is down");
+        rig.exec(Command::AccessPaos(Some(true))).unwrap();
+        rig.nic.handle_frame(now, &read, &mut rig.bus);
+        assert_eq!(flush(&mut rig), 5, "{what}: the READ asked again");
+        let w = rig.write_only(EPSN + 5, 6000, &[7; 8]);
+        rig.nic.handle_frame(now, &w, &mut rig.bus);
+        assert_eq!(flush(&mut rig), 1, "{what}: the WRITE's ACK");
+    }
+}
