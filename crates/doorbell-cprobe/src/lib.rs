@@ -18,6 +18,7 @@
 //! Test support only (a dev-dependency); it panics on every failure, as a
 //! test harness should.
 
+pub mod alone;
 pub mod capture;
 pub mod program;
 

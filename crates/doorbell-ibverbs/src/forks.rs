@@ -122,10 +122,6 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
-    /// Set in the process [`a_child_forked_while_the_locks_are_held_finds_them_free`]
-    /// starts for itself.
-    const FORK_ROLE: &str = "DOORBELL_IBVERBS_FORK_ROLE";
-
     /// How long the parent waits for its child before calling it hung.
     const CHILD_WAIT: Duration = Duration::from_secs(10);
 
@@ -137,24 +133,9 @@ mod tests {
     /// lock across the fork.
     #[test]
     fn a_child_forked_while_the_locks_are_held_finds_them_free() {
-        if std::env::var_os(FORK_ROLE).is_none() {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "forks::tests::a_child_forked_while_the_locks_are_held_finds_them_free",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(FORK_ROLE, "1")
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && stdout.contains("fork role ok"),
-                "{}\n{stdout}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
+        if !doorbell_cprobe::alone::in_own_process(
+            "forks::tests::a_child_forked_while_the_locks_are_held_finds_them_free",
+        ) {
             return;
         }
         // The handlers were registered when the binary was loaded
@@ -195,7 +176,7 @@ mod tests {
             status.is_some_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0),
             "the child hung or failed: status {status:?}"
         );
-        println!("fork role ok");
+        doorbell_cprobe::alone::passed();
     }
 
     /// In the child: C calls that take the live handles, the destroyed

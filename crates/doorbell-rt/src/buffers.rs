@@ -429,10 +429,6 @@ pub(crate) fn give_back(nic: &mut Nic, spent: &mut Vec<Vec<u8>>) {
 mod tests {
     use super::*;
 
-    /// Set in the process [`a_child_forked_while_a_store_is_held_finds_it_free`]
-    /// starts for itself.
-    const FORK_ROLE: &str = "DOORBELL_BUFFERS_FORK_ROLE";
-
     /// A thread holds the process's store of spare buffers when another
     /// forks: the child, which has no copy of that thread, must find the
     /// store free (the fork waits for it), not hang on its first buffer.
@@ -441,24 +437,9 @@ mod tests {
     #[test]
     #[allow(unsafe_code)]
     fn a_child_forked_while_a_store_is_held_finds_it_free() {
-        if std::env::var_os(FORK_ROLE).is_none() {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "buffers::tests::a_child_forked_while_a_store_is_held_finds_it_free",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(FORK_ROLE, "1")
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && stdout.contains("fork role ok"),
-                "{}\n{stdout}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
+        if !doorbell_cprobe::alone::in_own_process(
+            "buffers::tests::a_child_forked_while_a_store_is_held_finds_it_free",
+        ) {
             return;
         }
         crate::process::os::register_fork_handlers().unwrap();
@@ -496,7 +477,7 @@ mod tests {
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "the child hung or found no spare: status {status:#x}"
         );
-        println!("fork role ok");
+        doorbell_cprobe::alone::passed();
     }
 
     /// `n` rounds of a ping-pong's thread: two spares taken, two given
