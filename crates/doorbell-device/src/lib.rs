@@ -1579,47 +1579,47 @@ impl Nic {
         if self.out.tx_pending.is_empty() && self.out.owing.is_empty() {
             return false;
         }
-        // Requests first, then responses: each list as it stood, those
-        // stopped again waiting for the next call (the lists keep their
-        // memory).
-        let mut pending = std::mem::take(&mut self.out.tx_pending);
-        for &qpn in &pending {
-            self.resume_qp(now, dma, qpn, PuTask::Doorbell, transmit::send_window);
-        }
-        pending.clear();
-        pending.append(&mut self.out.tx_pending);
-        self.out.tx_pending = pending;
-        let mut owing = std::mem::take(&mut self.out.owing);
-        for &qpn in &owing {
-            self.resume_qp(now, dma, qpn, PuTask::Frame, owed::resume);
-        }
-        owing.clear();
-        owing.append(&mut self.out.owing);
-        self.out.owing = owing;
+        // Requests first, then responses.
+        self.resume_list(
+            now,
+            dma,
+            |o| &mut o.tx_pending,
+            PuTask::Doorbell,
+            transmit::send_window,
+        );
+        self.resume_list(now, dma, |o| &mut o.owing, PuTask::Frame, owed::resume);
         self.deliver_events(dma);
         true
     }
 
-    /// Runs `engine` for QP `qpn`, if it still exists, on a processing
-    /// unit, as `task`, and acts on what it returned.
-    fn resume_qp<D: Dma>(
+    /// Runs `engine` for each QP of the list `list` picks, as it stood, on
+    /// a processing unit, as `task`, and acts on what it returned; those
+    /// it puts on the list again wait for the next call (the list keeps
+    /// its memory).
+    fn resume_list<D: Dma>(
         &mut self,
         now: Instant,
         dma: &mut D,
-        qpn: Qpn,
+        list: fn(&mut ctx::Outputs) -> &mut Vec<Qpn>,
         task: PuTask,
         engine: fn(&mut Qp, &mut Ctx<'_, D>) -> fault::Outcome,
     ) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        let (pu, start) = acquire_pu(&mut self.pus, now);
-        let mut ctx = ctx!(self, now, start, &mut *dma);
-        let r = engine(qp, &mut ctx).map(|()| Then::Done);
-        settle(qp, r, &mut ctx);
-        let busy = ctx.busy;
-        sync_timers(&mut self.timers, qp);
-        self.occupy(pu, start, busy, qpn, task);
+        let mut qpns = std::mem::take(list(&mut self.out));
+        for &qpn in &qpns {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let (pu, start) = acquire_pu(&mut self.pus, now);
+            let mut ctx = ctx!(self, now, start, &mut *dma);
+            let r = engine(qp, &mut ctx).map(|()| Then::Done);
+            settle(qp, r, &mut ctx);
+            let busy = ctx.busy;
+            sync_timers(&mut self.timers, qp);
+            self.occupy(pu, start, busy, qpn, task);
+        }
+        qpns.clear();
+        qpns.append(list(&mut self.out));
+        *list(&mut self.out) = qpns;
     }
 
     /// The next frame for the fabric.

@@ -4,6 +4,24 @@
 
 use super::*;
 
+/// A NIC that builds `b` READ responses at a time.
+fn burst(b: u32) -> NicConfig {
+    let mut cfg = NicConfig::new(LOCAL);
+    cfg.read_burst = Some(b);
+    cfg
+}
+
+/// The peer's READ request at `psn` of `len` bytes from byte `offset` of
+/// the rig's MR.
+fn read(rig: &Rig, psn: u32, offset: u64, len: u32) -> Vec<u8> {
+    rig.request(
+        BthOpcode::RcRdmaReadRequest,
+        psn,
+        rig.mr_reth(offset, len),
+        &[],
+    )
+}
+
 /// The peer's requests, one frame each: a READ of 5 000 bytes (five
 /// responses at the rig's MTU of 1024), a WRITE that asks for an ACK, a
 /// FETCH_ADD, a READ of 1 500 bytes, and a READ duplicate of the first
@@ -11,12 +29,7 @@ use super::*;
 /// rig does not have, which ends the QP with a NAK.
 fn requests(rig: &Rig, bad_write: bool) -> Vec<Vec<u8>> {
     let mut out = vec![
-        rig.request(
-            BthOpcode::RcRdmaReadRequest,
-            EPSN,
-            rig.mr_reth(0, 5000),
-            &[],
-        ),
+        read(rig, EPSN, 0, 5000),
         rig.write_only(EPSN + 5, 6000, &[7; 8]),
         rig.request(
             BthOpcode::RcFetchAdd,
@@ -32,18 +45,8 @@ fn requests(rig: &Rig, bad_write: bool) -> Vec<Vec<u8>> {
             },
             &[],
         ),
-        rig.request(
-            BthOpcode::RcRdmaReadRequest,
-            EPSN + 7,
-            rig.mr_reth(100, 1500),
-            &[],
-        ),
-        rig.request(
-            BthOpcode::RcRdmaReadRequest,
-            EPSN + 3,
-            rig.mr_reth(3072, 2000),
-            &[],
-        ),
+        read(rig, EPSN + 7, 100, 1500),
+        read(rig, EPSN + 3, 3072, 2000),
     ];
     if bad_write {
         let mut ext = rig.mr_reth(0, 8);
@@ -99,14 +102,12 @@ fn a_read_burst_changes_when_responses_are_built_not_which() {
             QpState::Rts
         };
         assert_eq!(state, want_state);
-        for burst in [1, 2, 3, 64] {
+        for b in [1, 2, 3, 64] {
             // Responses left owed across the later requests (no resume
             // between them), and resumed after each.
             for resumes in [0, 1] {
-                let mut cfg = NicConfig::new(LOCAL);
-                cfg.read_burst = Some(burst);
-                let (frames, c, s, n) = run(cfg, bad_write, resumes);
-                let what = format!("burst {burst}, resumes {resumes}, bad write {bad_write}");
+                let (frames, c, s, n) = run(burst(b), bad_write, resumes);
+                let what = format!("burst {b}, resumes {resumes}, bad write {bad_write}");
                 assert!(frames == whole, "{what}: the same frames, in order");
                 assert_eq!(c, cqes, "{what}");
                 assert_eq!(s, state, "{what}");
@@ -120,15 +121,8 @@ fn a_read_burst_changes_when_responses_are_built_not_which() {
 fn a_burst_holds_only_its_responses() {
     // A READ of the whole MR (8 responses) with a burst of 3: 3 built at
     // the request, then 3 and 2 as the runtime takes them.
-    let mut cfg = NicConfig::new(LOCAL);
-    cfg.read_burst = Some(3);
-    let mut rig = Rig::with_config(cfg);
-    let req = rig.request(
-        BthOpcode::RcRdmaReadRequest,
-        EPSN,
-        rig.mr_reth(0, MR_LEN as u32),
-        &[],
-    );
+    let mut rig = Rig::with_config(burst(3));
+    let req = read(&rig, EPSN, 0, MR_LEN as u32);
     let mut sizes = vec![rig.frame(&req).len()];
     let now = rig.now;
     while rig.nic.resume_transmit(now, &mut rig.bus) {
@@ -142,15 +136,8 @@ fn memory_gone_while_a_read_is_answered_naks_where_the_responses_stop() {
     // A READ of 5 responses with a burst of 2; the MR is destroyed once
     // the first two left. The third NAKs (remote access error) and the QP
     // fails, as for a READ whose memory was gone when it arrived.
-    let mut cfg = NicConfig::new(LOCAL);
-    cfg.read_burst = Some(2);
-    let mut rig = Rig::with_config(cfg);
-    let req = rig.request(
-        BthOpcode::RcRdmaReadRequest,
-        EPSN,
-        rig.mr_reth(0, 5000),
-        &[],
-    );
+    let mut rig = Rig::with_config(burst(2));
+    let req = read(&rig, EPSN, 0, 5000);
     let first = rig.frame(&req);
     assert_eq!(first.len(), 2);
     let mr = rig.mr;
@@ -199,12 +186,6 @@ fn drive(
     (frames, rig.counters())
 }
 
-fn burst(b: u32) -> NicConfig {
-    let mut cfg = NicConfig::new(LOCAL);
-    cfg.read_burst = Some(b);
-    cfg
-}
-
 #[test]
 fn acks_owed_behind_a_read_merge_where_held_acks_would() {
     // A READ of 5 responses, then two WRITEs that ask for an ACK, the
@@ -212,12 +193,7 @@ fn acks_owed_behind_a_read_merge_where_held_acks_would() {
     // first left before the second came), and so must one that owed them.
     let requests = |rig: &Rig| {
         vec![
-            rig.request(
-                BthOpcode::RcRdmaReadRequest,
-                EPSN,
-                rig.mr_reth(0, 5000),
-                &[],
-            ),
+            read(rig, EPSN, 0, 5000),
             rig.write_only(EPSN + 5, 6000, &[7; 8]),
             rig.write_only(EPSN + 6, 6100, &[8; 8]),
         ]
@@ -245,12 +221,7 @@ fn a_write_after_a_read_may_show_in_its_responses_built_later() {
     // allows a responder (a requester that must read first fences).
     let requests = |rig: &Rig| {
         vec![
-            rig.request(
-                BthOpcode::RcRdmaReadRequest,
-                EPSN,
-                rig.mr_reth(0, 5000),
-                &[],
-            ),
+            read(rig, EPSN, 0, 5000),
             rig.write_only(EPSN + 5, 4500, &[0xee; 8]),
         ]
     };
@@ -273,13 +244,8 @@ fn answers_a_qp_in_error_drops_are_not_counted_as_sent() {
     // sends nothing more. The counters show what left.
     let mut rig = Rig::with_config(burst(1));
     let now = rig.now;
-    let read = rig.request(
-        BthOpcode::RcRdmaReadRequest,
-        EPSN,
-        rig.mr_reth(0, 5000),
-        &[],
-    );
-    let mut sent = rig.frame(&read).len();
+    let req = read(&rig, EPSN, 0, 5000);
+    let mut sent = rig.frame(&req).len();
     let w = rig.write_only(EPSN + 5, 6000, &[7; 8]);
     sent += rig.frame(&w).len();
     let mut bad = rdma_wqe(&rig, 0, WqeOpcode::RdmaWrite, 8);
@@ -315,18 +281,13 @@ fn what_a_read_owes_outlives_a_link_that_went_down() {
     for cfg in [NicConfig::new(LOCAL), burst(2)] {
         let what = format!("read_burst {:?}", cfg.read_burst);
         let mut rig = Rig::with_config(cfg);
-        let read = rig.request(
-            BthOpcode::RcRdmaReadRequest,
-            EPSN,
-            rig.mr_reth(0, 5000),
-            &[],
-        );
+        let req = read(&rig, EPSN, 0, 5000);
         let now = rig.now;
-        rig.nic.handle_frame(now, &read, &mut rig.bus);
+        rig.nic.handle_frame(now, &req, &mut rig.bus);
         rig.exec(Command::AccessPaos(Some(false))).unwrap();
         assert_eq!(flush(&mut rig), 0, "{what}: the link is down");
         rig.exec(Command::AccessPaos(Some(true))).unwrap();
-        rig.nic.handle_frame(now, &read, &mut rig.bus);
+        rig.nic.handle_frame(now, &req, &mut rig.bus);
         assert_eq!(flush(&mut rig), 5, "{what}: the READ asked again");
         let w = rig.write_only(EPSN + 5, 6000, &[7; 8]);
         rig.nic.handle_frame(now, &w, &mut rig.bus);
