@@ -1575,10 +1575,19 @@ impl Nic {
     /// tells whether there was any. A runtime that sets a burst calls it
     /// once it has taken the frames built so far ([`Nic::poll_transmit`]),
     /// until it answers `false`; without a burst it never has work.
+    #[inline]
     pub fn resume_transmit(&mut self, now: Instant, dma: &mut impl Dma) -> bool {
         if self.out.tx_pending.is_empty() && self.out.owing.is_empty() {
             return false;
         }
+        self.resume_lists(now, dma);
+        true
+    }
+
+    /// [`Nic::resume_transmit`] where there is work: out of line, as the
+    /// runtime asks after every batch it sends.
+    #[inline(never)]
+    fn resume_lists(&mut self, now: Instant, dma: &mut impl Dma) {
         // Requests first, then responses.
         self.resume_list(
             now,
@@ -1589,7 +1598,6 @@ impl Nic {
         );
         self.resume_list(now, dma, |o| &mut o.owing, PuTask::Frame, owed::resume);
         self.deliver_events(dma);
-        true
     }
 
     /// Runs `engine` for each QP of the list `list` picks, as it stood, on

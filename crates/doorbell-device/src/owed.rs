@@ -178,13 +178,13 @@ pub(crate) fn note_owing<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>) {
     }
 }
 
-/// Queues `answer` behind what `qp` owes, if it owes anything; gives it
-/// back to be sent now if not. A plain ACK replaces the one owed before
-/// it where a held ACK would have been replaced.
-pub(crate) fn behind<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, answer: Answer) -> Option<Answer> {
-    if qp.owed.is_empty() {
-        return Some(answer);
-    }
+/// Queues `answer` behind what `qp` owes (the caller has seen that it
+/// owes something). A plain ACK replaces the one owed before it where a
+/// held ACK would have been replaced. Out of line: the path of every
+/// answer looks only at whether anything is owed.
+#[cold]
+#[inline(never)]
+pub(crate) fn behind<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, answer: Answer) {
     if let (
         Answer::Ack { .. },
         Some(Owed::Answer(Answer::Ack {
@@ -197,7 +197,6 @@ pub(crate) fn behind<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, answer: Answer) 
         qp.owed.pop_back();
     }
     qp.owed.push_back(Owed::Answer(answer));
-    None
 }
 
 /// Sends what `qp` owes, in order, while the burst has room: the next

@@ -52,8 +52,10 @@ const RC_TRANSPORT_MASK: u8 = 0xe0;
 fn send_aeth<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, syndrome: AethSyndrome) {
     let Some(dst) = peer_ip(qp) else { return };
     let repr = aeth_headers(qp, ctx, dst, psn, syndrome).repr();
-    if owed::behind(qp, ctx, Answer::Packet(repr)).is_some() {
+    if qp.owed.is_empty() {
         emit::emit_repr(ctx, dst, repr, &[]);
+    } else {
+        owed::behind(qp, ctx, Answer::Packet(repr));
     }
 }
 
@@ -70,17 +72,19 @@ const ACK: AethSyndrome = AethSyndrome::Ack {
 ///
 /// Behind READ responses the QP still owes (the `owed` module), the ACK
 /// waits in their queue, where a later ACK replaces it the same way.
+#[inline]
 fn ack<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
     let Some(dst) = peer_ip(qp) else { return };
     ctx.charge(ctx.cfg.timing.tx_packet);
     let held = aeth_headers(qp, ctx, dst, psn, ACK);
-    let owed = Answer::Ack {
-        psn,
-        aeth: held.aeth,
-        ready: held.ready,
-        held_ends: ctx.out.held_ends,
-    };
-    if owed::behind(qp, ctx, owed).is_none() {
+    if !qp.owed.is_empty() {
+        let owed = Answer::Ack {
+            psn,
+            aeth: held.aeth,
+            ready: held.ready,
+            held_ends: ctx.out.held_ends,
+        };
+        owed::behind(qp, ctx, owed);
         return;
     }
     let out = &mut *ctx.out;
@@ -1136,8 +1140,10 @@ fn atomic_ack<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, orig: u64) {
         ..ExtHeaders::default()
     };
     let repr = emit::repr(qp, ctx, dst, bth, ext);
-    if owed::behind(qp, ctx, Answer::Packet(repr)).is_some() {
+    if qp.owed.is_empty() {
         emit::emit_repr(ctx, dst, repr, &[]);
+    } else {
+        owed::behind(qp, ctx, Answer::Packet(repr));
     }
 }
 

@@ -148,6 +148,10 @@ fn bad_wqe(qp: &Qp, opcode: WqeOpcode, syndrome: Syndrome) -> Fault {
 /// Executes WQEs from the consumer index while the QP may send; sets
 /// `left` if it left an RC message for [`pump`] to send.
 fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, left: &mut bool) -> Outcome {
+    // Looked up once: the oldest outstanding message stays the oldest
+    // while WQEs execute (only completions retire it), and one executed
+    // now becomes it if none was.
+    let mut room = qp.sq.room_before_completions();
     while qp.state == QpState::Rts && qp.sq.ci != qp.sq.pi && !qp.req.is_rnr_waiting() {
         if qp.sq.wqe_cache.is_empty() && !fetch_upto(qp, qp.sq.pi, ctx) {
             return Err(bad_wqe(qp, WqeOpcode::Nop, Syndrome::LocalQpOpErr));
@@ -187,9 +191,10 @@ fn execute<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, left: &mut bool) -> Outcom
         }
         // A WQE posted over one not yet completed waits for completions
         // (decision record 0067).
-        if qp.sq.overruns_completions(n) {
+        if n > room {
             return Ok(());
         }
+        room -= n;
         // The WQE is parsed where the cache holds it: its WQEBBs are one
         // slice once the cache is contiguous, which moves blocks only when
         // the cache's own buffer has wrapped (once per turn of it).

@@ -242,16 +242,17 @@ impl SendQueue {
         self.reads -= usize::from(read_or_atomic);
     }
 
-    /// Whether `n` more WQEBBs at the consumer index would put more than
-    /// the ring holds between the oldest message not yet completed and
-    /// the end of them. Only a program that posts into slots whose WQEs
-    /// have not completed (the ring's contract broken) gets there; its
-    /// WQE waits for completions, so that the outstanding messages always
-    /// lie within one turn of the ring and [`posted_after`] tells their
-    /// order.
-    pub(crate) fn overruns_completions(&self, n: u16) -> bool {
-        self.outstanding.front().is_some_and(|oldest| {
-            u32::from(self.ci.wrapping_sub(oldest.wqe_index)) + u32::from(n) > u32::from(self.size)
+    /// WQEBBs from the consumer index on that may be executed before what
+    /// is outstanding would span more than the ring holds, from the first
+    /// WQEBB of the oldest message not yet completed. Only a program that
+    /// posts into slots whose WQEs have not completed (the ring's contract
+    /// broken) runs out; its WQEs wait for completions, so that the
+    /// outstanding messages always lie within one turn of the ring and
+    /// [`posted_after`] tells their order.
+    pub(crate) fn room_before_completions(&self) -> u16 {
+        self.outstanding.front().map_or(self.size, |oldest| {
+            self.size
+                .saturating_sub(self.ci.wrapping_sub(oldest.wqe_index))
         })
     }
 
@@ -286,7 +287,7 @@ impl SendQueue {
 /// How many WQEBBs WQE index `later` was posted after `earlier` (negative
 /// if before): posting order modulo the 16-bit WQEBB counter. A send
 /// queue holds at most 2^15 WQEBBs, and its outstanding messages never
-/// span more than it holds ([`SendQueue::overruns_completions`]), so the
+/// span more than it holds ([`SendQueue::room_before_completions`]), so the
 /// distance fits an `i16`.
 pub(crate) fn posted_after(later: u16, earlier: u16) -> i16 {
     later.wrapping_sub(earlier) as i16
