@@ -1630,6 +1630,12 @@ impl Nic {
         *list(&mut self.out) = qpns;
     }
 
+    /// Whether [`Nic::resume_transmit`] has work: a window stopped at its
+    /// burst, or READ responses owed.
+    pub fn transmit_pending(&self) -> bool {
+        !self.out.tx_pending.is_empty() || !self.out.owing.is_empty()
+    }
+
     /// The next frame for the fabric.
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Frame> {

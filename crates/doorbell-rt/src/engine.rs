@@ -41,6 +41,11 @@
 //!   taken in, however much the inbox holds and however many packets a
 //!   frame carries: a burst's answers go out while the burst is taken in,
 //!   not after all of it.
+//! - No turn sends more than about [`FLUSH_LIMIT`] packets of what the
+//!   NIC builds a burst at a time (a long READ's responses): the rest
+//!   goes on in a later turn ([`Msg::Resume`], queued behind the inputs
+//!   that came meanwhile), so other QPs' inputs are taken in between and
+//!   a program's post that started a long READ gets its thread back.
 //! - No thread blocks on another NIC's lock: a delivery to a NIC that is
 //!   busy only queues, so two NICs that send to each other inside one
 //!   another's turns cannot deadlock.
@@ -86,6 +91,15 @@ const BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_micros(100);
 /// frame of up to 32 packets, and 64 of them held a stream's ACKs for
 /// longer than its window (decision record 0050).
 pub(crate) const FLUSH_PACKETS: usize = 64;
+
+/// Packets one flush sends, at most, before it leaves the rest of what the
+/// NIC has to build (a long READ's responses, every QP's windows) for a
+/// later turn ([`Msg::Resume`]): inputs queued meanwhile, other QPs'
+/// requests and ACKs among them, are taken in between, as a NIC
+/// interleaves its QPs rather than finishing one READ of a gigabyte
+/// first, and a program whose post started a long READ gets its thread
+/// back. 4 MiB at MTU 4096.
+const FLUSH_LIMIT: usize = 1024;
 
 /// How long a worker with no timer sleeps while its NIC is in use. A turn
 /// wakes a sleeping worker only for a timer due before the worker wakes
@@ -194,6 +208,10 @@ pub(crate) struct Engine {
     spent: Vec<Vec<u8>>,
     /// Packets taken in since the last flush.
     unflushed: usize,
+    /// A [`Msg::Resume`] waits in the inbox.
+    resume_queued: bool,
+    /// Flushes that stopped at [`FLUSH_LIMIT`] ([`Core::flushes_cut`]).
+    flushes_cut: u64,
     /// Whether a turn handled a message since the worker last looked.
     busy: bool,
     /// The clock's reading at the start of the turn running (the one a
@@ -284,6 +302,8 @@ impl Engine {
             spent: Vec::new(),
             unflushed: 0,
             busy: false,
+            resume_queued: false,
+            flushes_cut: 0,
             clock: std::time::Instant::now(),
             rings: 0,
         }
@@ -454,7 +474,8 @@ impl Engine {
     fn count_in(&mut self, now: Instant, packets: usize) {
         self.unflushed += packets;
         if self.unflushed >= FLUSH_PACKETS {
-            self.flush(now);
+            // (What a cut flush left, the turn's own flush goes on with.)
+            let _ = self.flush(now);
         }
     }
 
@@ -565,13 +586,20 @@ impl Engine {
                 let t = timeline.as_mut().map(|tl| tl.rec.take(&tl.name));
                 let _ = reply.send(t);
             }
+            // The turn's flush goes on with what the last one left.
+            Msg::Resume => self.resume_queued = false,
         }
     }
 
     /// Fires due timers and hands every output on: frames to the port,
-    /// interrupts to the handler, unrouted events to the host.
-    fn flush(&mut self, now: Instant) {
+    /// interrupts to the handler, unrouted events to the host. Builds what
+    /// the NIC's bursts left ([`Nic::resume_transmit`]) up to
+    /// [`FLUSH_LIMIT`] packets; true if it stopped there with more to
+    /// build.
+    fn flush(&mut self, now: Instant) -> bool {
         self.unflushed = 0;
+        let mut sent = 0;
+        let mut cut = false;
         if self.nic.poll_timeout().is_some_and(|t| t <= now) {
             self.nic.handle_timeout(now, &mut self.bus);
             if let Some(tl) = &mut self.timeline {
@@ -603,6 +631,7 @@ impl Engine {
                 }
                 continue;
             }
+            sent += self.out.iter().map(|f| f.packets() as usize).sum::<usize>();
             self.egress.send(&mut self.out, self.clock, &mut self.spent);
             if let Some(f) = &mut self.fill {
                 f.keep(&mut self.spent, more);
@@ -616,6 +645,13 @@ impl Engine {
             crate::buffers::give_back(&mut self.nic, &mut self.spent);
             crate::buffers::lend(&mut self.nic, LEND);
             crate::buffers::lend_headers(&mut self.nic, LEND_HEADERS);
+            // A long READ's responses go on in a later turn, other inputs
+            // taken in between.
+            if sent >= FLUSH_LIMIT && self.nic.transmit_pending() {
+                self.flushes_cut += 1;
+                cut = true;
+                break;
+            }
             // The next burst of a window (a NIC with a burst,
             // `NicConfig::tx_burst`), once this one is on its way.
             if !self.nic.resume_transmit(now, &mut self.bus) {
@@ -633,6 +669,7 @@ impl Engine {
         while let Some(e) = self.nic.poll_event() {
             let _ = self.events.send(e);
         }
+        cut
     }
 }
 
@@ -738,6 +775,9 @@ pub(crate) struct Core {
     armed_at_ns: AtomicU64,
     /// [`Nic::window_stops`] after the last turn.
     window_stops: AtomicU64,
+    /// Flushes that stopped at [`FLUSH_LIMIT`] with more to build, after
+    /// the last turn.
+    flushes_cut: AtomicU64,
     /// [`Engine::rings`] after the last turn.
     rings: AtomicU64,
     /// The UDP port's receive thread stays off its socket
@@ -776,6 +816,7 @@ impl Core {
             polled_at_ns: AtomicU64::new(0),
             armed_at_ns: AtomicU64::new(0),
             window_stops: AtomicU64::new(0),
+            flushes_cut: AtomicU64::new(0),
             rings: AtomicU64::new(0),
             away: AtomicBool::new(false),
             away_thread: OnceLock::new(),
@@ -796,6 +837,10 @@ impl Core {
 
     /// Deliveries of frames that another NIC of the process handed to the
     /// worker ([`Core::hand_to_worker`]).
+    pub(crate) fn flushes_cut(&self) -> u64 {
+        self.flushes_cut.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn hand_offs(&self) -> u64 {
         self.hand_offs.load(Ordering::Relaxed)
     }
@@ -1173,7 +1218,16 @@ impl Core {
                 }
             }
         }
-        g.flush(now);
+        if g.flush(now) {
+            // The rest of what the NIC builds goes on in a later turn, this
+            // thread's or the worker's, behind what is queued now.
+            if !g.resume_queued {
+                g.resume_queued = true;
+                self.push(Msg::Resume);
+            }
+            emptied = false;
+        }
+        self.flushes_cut.store(g.flushes_cut, Ordering::Relaxed);
         self.window_stops
             .store(g.nic.window_stops(), Ordering::Relaxed);
         self.rings.store(g.rings, Ordering::Relaxed);

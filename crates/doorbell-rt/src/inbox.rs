@@ -46,6 +46,9 @@ pub(crate) enum Msg {
     Snapshot(Sender<BusSnapshot>),
     /// What the NIC's timeline recorded so far, if it records one.
     Trace(Sender<Option<doorbell_trace::Trace>>),
+    /// A flush stopped at its limit with more for the NIC to build (a
+    /// long READ's responses): the turn that takes this goes on with it.
+    Resume,
 }
 
 impl Msg {

@@ -736,6 +736,13 @@ impl LiveNic {
         self.core.hand_offs()
     }
 
+    /// Flushes that stopped after 1 024 packets with more for the NIC to
+    /// build (a long READ's responses), leaving the rest for a later turn,
+    /// other inputs taken in between. A count for tests and reports.
+    pub fn flushes_cut(&self) -> u64 {
+        self.core.flushes_cut()
+    }
+
     /// Times the NIC's own thread woke at its timeout, nobody having woken
     /// it, to find inputs that no other thread took within 100 µs and no
     /// turn was running for: a stall, which no path of the runtime should

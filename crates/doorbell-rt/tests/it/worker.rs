@@ -242,3 +242,50 @@ fn yields_in_empty_polls() -> u64 {
     }
     p.a.cq.polls_that_yielded()
 }
+
+/// A READ of 8 MiB (8 192 responses at MTU 1024) is built and sent over
+/// several turns: each flush stops after 1 024 packets and leaves the rest
+/// to a later turn, other inputs taken in between, rather than one turn
+/// (and, between NICs of one process, the program's post that started it)
+/// sending all of it. Its data all arrives, and nothing waits for a
+/// worker's timeout on the way.
+#[test]
+fn a_long_read_is_sent_over_several_turns() {
+    const LEN: u32 = 8 << 20;
+    let p = pair_with(
+        doorbell_verbs::ProviderConfig::default(),
+        default_caps(),
+        LEN as usize,
+        256,
+        1024,
+    );
+    let data = pattern(LEN as usize, 21);
+    p.b.mr.write(0, &data).unwrap();
+    let before = p.b.nic.flushes_cut();
+    let into = [p.a.mr.sge(0, LEN).unwrap()];
+    post(
+        &p.a.qp,
+        signaled(
+            1,
+            &into,
+            WrOpcode::RdmaRead(RemoteAddr {
+                addr: p.b.mr.addr(),
+                rkey: p.b.mr.rkey(),
+            }),
+        ),
+    );
+    assert!(wait(&p.a.cq, 1)[0].is_ok());
+    let mut got = vec![0u8; LEN as usize];
+    p.a.mr.read(0, &mut got).unwrap();
+    assert!(got == data, "the READ brought B's bytes");
+    let cut = p.b.nic.flushes_cut() - before;
+    assert!(
+        (7..=8).contains(&cut),
+        "8 192 responses in flushes of 1 024: {cut} cut"
+    );
+    let (a, b) = stalls(&p);
+    assert!(
+        a <= FEW_STALLS && b <= FEW_STALLS,
+        "A stalled {a} times, B {b}"
+    );
+}
