@@ -7,7 +7,7 @@
 
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use doorbell_rt::{ProcessNic, ProcessNicConfig};
 use doorbell_verbs::{Context, ProviderConfig};
@@ -27,7 +27,7 @@ use crate::route::{Handles, any_context};
 
 /// The one device of this process, allocated once and never freed (C may
 /// keep a device pointer after freeing the list, as with rdma-core).
-struct Device {
+pub(crate) struct Device {
     dev: verbs_device,
     config: ProcessNicConfig,
     /// Which provider drives it (`DOORBELL_PROVIDER`).
@@ -40,43 +40,55 @@ unsafe impl Send for Device {}
 // SAFETY: as above.
 unsafe impl Sync for Device {}
 
-static DEVICE: OnceLock<Result<Box<Device>, c_int>> = OnceLock::new();
+/// The one device, described on the first call (from the environment)
+/// and kept for the life of the process, or why it could not be. A lock,
+/// not a `OnceLock`: a fork while another thread describes it waits for it
+/// (decision record 0068), where a `OnceLock` would leave the child waiting
+/// for a thread it does not have. A leaf lock.
+static DEVICE: Mutex<Option<Result<&'static Device, c_int>>> = Mutex::new(None);
+
+/// [`DEVICE`]'s lock, held (for `forks`).
+pub(crate) fn hold_for_fork() -> MutexGuard<'static, Option<Result<&'static Device, c_int>>> {
+    crate::events::lock(&DEVICE)
+}
 
 fn device() -> Result<&'static Device, c_int> {
-    DEVICE
-        .get_or_init(|| {
-            let config = ProcessNicConfig::from_env().map_err(|e| {
-                eprintln!("libibverbs.so.1 (doorbell): {e}");
-                e.errno()
-            })?;
-            let provider = Provider::from_env().map_err(|e| {
-                eprintln!("libibverbs.so.1 (doorbell): {e}");
-                EINVAL
-            })?;
-            // SAFETY: verbs_device is plain data (integers, arrays, NULL
-            // pointers); all-zero is its empty state, as rdma-core callocs it.
-            let mut dev: verbs_device = unsafe { core::mem::zeroed() };
-            dev.device.node_type = IBV_NODE_CA;
-            dev.device.transport_type = IBV_TRANSPORT_IB;
-            crate::tables::copy_str(&mut dev.device.name, &config.name);
-            crate::tables::copy_str(&mut dev.device.dev_name, "uverbs0");
-            crate::tables::copy_str(
-                &mut dev.device.dev_path,
-                "/sys/class/infiniband_verbs/uverbs0",
-            );
-            crate::tables::copy_str(
-                &mut dev.device.ibdev_path,
-                &format!("/sys/class/infiniband/{}", config.name),
-            );
-            Ok(Box::new(Device {
-                dev,
-                config,
-                provider,
-            }))
-        })
-        .as_ref()
-        .map(|d| &**d)
-        .map_err(|&e| e)
+    *crate::events::lock(&DEVICE).get_or_insert_with(describe)
+}
+
+/// The device as the environment describes it, kept for the life of the
+/// process.
+fn describe() -> Result<&'static Device, c_int> {
+    {
+        let config = ProcessNicConfig::from_env().map_err(|e| {
+            eprintln!("libibverbs.so.1 (doorbell): {e}");
+            e.errno()
+        })?;
+        let provider = Provider::from_env().map_err(|e| {
+            eprintln!("libibverbs.so.1 (doorbell): {e}");
+            EINVAL
+        })?;
+        // SAFETY: verbs_device is plain data (integers, arrays, NULL
+        // pointers); all-zero is its empty state, as rdma-core callocs it.
+        let mut dev: verbs_device = unsafe { core::mem::zeroed() };
+        dev.device.node_type = IBV_NODE_CA;
+        dev.device.transport_type = IBV_TRANSPORT_IB;
+        crate::tables::copy_str(&mut dev.device.name, &config.name);
+        crate::tables::copy_str(&mut dev.device.dev_name, "uverbs0");
+        crate::tables::copy_str(
+            &mut dev.device.dev_path,
+            "/sys/class/infiniband_verbs/uverbs0",
+        );
+        crate::tables::copy_str(
+            &mut dev.device.ibdev_path,
+            &format!("/sys/class/infiniband/{}", config.name),
+        );
+        Ok(&*Box::leak(Box::new(Device {
+            dev,
+            config,
+            provider,
+        })))
+    }
 }
 
 fn device_ptr(d: &'static Device) -> *mut ibv_device {

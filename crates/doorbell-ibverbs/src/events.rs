@@ -99,6 +99,11 @@ pub(crate) struct Router {
     pub(crate) contexts: BTreeSet<usize>,
 }
 
+/// A process-wide lock by name, and how to take it alone: for the fork
+/// test that holds one at a time (`forks`).
+#[cfg(test)]
+pub(crate) type OneLock = (&'static str, fn() -> Box<dyn std::any::Any>);
+
 /// The process's one router. A leaf lock (decision record 0068): nothing
 /// is taken, waited for or called while it is held.
 pub(crate) static ROUTER: Mutex<Router> = Mutex::new(Router {

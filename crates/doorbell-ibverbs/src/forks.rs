@@ -6,9 +6,12 @@
 //! them; the child handler (in the child's only thread, the copy of the
 //! forking one, with the same thread-locals) forgets what threads it does
 //! not have were doing, then drops them. So a child never finds a lock held
-//! by a thread it does not have, and its first call into the library (a
-//! device list, a CM id, an event) does not hang. The process's NIC does the
-//! same for its own locks (`doorbell_rt`'s `process/os.rs`).
+//! by a thread it does not have: its calls into the library (a device
+//! list, a CM id, an event) do not hang, though objects the parent made
+//! belong to threads the child does not have and fail there (a fresh
+//! `ibv_open_device` works). The process's NIC does the same for its own
+//! locks (`doorbell_rt`'s `process/os.rs`), whose handlers the
+//! constructor here registers too.
 //!
 //! Every one of these locks is a leaf: while one is held, no other lock is
 //! taken, nothing is waited for (no device command, no round trip to the
@@ -18,8 +21,10 @@
 //! (this one is registered first, when the library is loaded, and
 //! prepare handlers run in reverse order of registration).
 //!
-//! The only `unsafe` here is registering the handlers (`unsafe_code` is
-//! allowed for this module alone, as for the FFI modules).
+//! The `unsafe` here is registering the handlers, placing their
+//! registration among the library's constructors, and the test's fork
+//! (`unsafe_code` is allowed for this module alone, as for the FFI
+//! modules).
 
 #![allow(unsafe_code)]
 
@@ -34,20 +39,23 @@ use crate::handles::Kind;
 /// the order they are taken (fields drop in the same order).
 pub(crate) struct Held {
     rdma_cm: crate::rdma_cm::ForkHeld,
+    _device: MutexGuard<'static, Option<Result<&'static crate::device::Device, core::ffi::c_int>>>,
     _watch: MutexGuard<'static, crate::stats::Watch>,
     _hosted: crate::hosted::ForkHeld,
     _router: MutexGuard<'static, Router>,
     _live: MutexGuard<'static, BTreeMap<usize, Kind>>,
-    _cma: doorbell_cma::ForkHold,
+    _cma: doorbell_cma::ForkHeld,
 }
 
 /// Takes every lock, in one order: rdma_cm's (devices, their CM services,
 /// default PDs, events and answers handed out, destroyed channels), the
-/// statistics, the hosting's (providers, contexts), the event router, the
-/// live handles, then doorbell-cma's (services, ports).
+/// device's description, the statistics, the hosting's (providers,
+/// contexts), the event router, the live handles, then doorbell-cma's
+/// (services, ports).
 pub(crate) fn hold() -> Held {
     Held {
         rdma_cm: crate::rdma_cm::hold_for_fork(),
+        _device: crate::device::hold_for_fork(),
         _watch: crate::stats::hold_for_fork(),
         _hosted: crate::hosted::hold_for_fork(),
         _router: crate::events::lock(&ROUTER),
@@ -70,9 +78,15 @@ extern "C" fn prepare() {
     // Relaxed: a flag alone, nothing is published with it.
     #[cfg(test)]
     PREPARING.store(true, std::sync::atomic::Ordering::Relaxed);
-    let held = hold();
+    // The thread-local first: its first use registers its destructor,
+    // which takes the loader's lock; a thread loading libmlx5 holds that
+    // lock while its constructor registers with the hosting (`DRIVERS`).
     // A thread that is exiting has no thread-locals left; it then forks
     // without the locks, as if no handler were registered.
+    if HELD.try_with(|_| ()).is_err() {
+        return;
+    }
+    let held = hold();
     let _ = HELD.try_with(|h| h.set(Some(held)));
 }
 
@@ -95,12 +109,20 @@ extern "C" fn child() {
 /// exports instead, this module would sit in a circle with them: the
 /// exports' boundary would call it, and it takes the locks of the modules
 /// whose exports go through that boundary.)
+// SAFETY: `.init_array` holds pointers to functions the loader calls
+// with no arguments it needs (glibc passes argc, argv and envp, which an
+// `extern "C" fn()` ignores), once, before any other code of the library
+// runs; `register_at_load` only registers handlers and never unwinds.
+// `#[used]` keeps the entry where nothing names it.
 #[used]
 #[unsafe(link_section = ".init_array")]
 static REGISTER_AT_LOAD: extern "C" fn() = register_at_load;
 
 extern "C" fn register_at_load() {
     register();
+    // The runtime's after the library's, so that their prepare runs first
+    // (decision record 0068); a failure leaves them to its first NIC.
+    let _ = doorbell_rt::register_fork_handlers();
 }
 
 /// Registers the fork handlers, once per process (a child inherits them).
@@ -125,57 +147,119 @@ mod tests {
     /// How long the parent waits for its child before calling it hung.
     const CHILD_WAIT: Duration = Duration::from_secs(10);
 
-    /// A thread holds every lock of the library when another forks (as a
-    /// call that opens the devices, allocates a PD or hands out an event
-    /// holds one): the child, which has no copy of that thread, must find
-    /// them free (the fork waits for them), not hang on its first call.
-    /// Runs in a process of its own, where no other test's thread holds a
-    /// lock across the fork.
+    /// Every process-wide lock of the library and of doorbell-cma, each
+    /// taken alone through its own module, not through [`hold`] (whose
+    /// list is what is tested).
+    fn each_lock() -> Vec<crate::events::OneLock> {
+        let mut all = crate::rdma_cm::each_lock_for_test();
+        all.extend(crate::hosted::each_lock_for_test());
+        all.extend([
+            (
+                "device",
+                (|| Box::new(crate::device::hold_for_fork())) as fn() -> Box<dyn std::any::Any>,
+            ),
+            ("statistics", || Box::new(crate::stats::hold_for_fork())),
+            ("event router", || Box::new(crate::events::lock(&ROUTER))),
+            ("live handles", || Box::new(crate::handles::hold_for_fork())),
+            ("cma services", || {
+                doorbell_cma::hold_one_for_fork(0).expect("the services' lock")
+            }),
+            ("cma ports", || {
+                doorbell_cma::hold_one_for_fork(1).expect("the ports' lock")
+            }),
+        ]);
+        all
+    }
+
+    /// The test's list holds every lock there is: as many as the two
+    /// crates' sources declare (`static NAME: Mutex<..>` or `RwLock<..>`).
+    /// A lock added to them without a place in the list fails here.
     #[test]
-    fn a_child_forked_while_the_locks_are_held_finds_them_free() {
+    fn the_test_knows_every_lock() {
+        fn statics(dir: &std::path::Path) -> usize {
+            let mut n = 0;
+            for e in std::fs::read_dir(dir).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    n += statics(&path);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    n += text
+                        .lines()
+                        .filter(|l| {
+                            let l = l.trim_start().trim_start_matches("pub(crate) ");
+                            l.starts_with("static ")
+                                && (l.contains(": Mutex<")
+                                    || l.contains(": std::sync::Mutex<")
+                                    || l.contains(": RwLock<"))
+                        })
+                        .count();
+                }
+            }
+            n
+        }
+        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let declared = statics(&here.join("src")) + statics(&here.join("../doorbell-cma/src"));
+        assert_eq!(each_lock().len(), declared);
+    }
+
+    /// For each lock of the library in turn, a thread holds it alone when
+    /// another forks (as a call that opens the devices, allocates a PD or
+    /// hands out an event holds one): the child, which has no copy of that
+    /// thread, must find it free (the fork waits for it), not hang when it
+    /// takes every lock. A lock the handlers leave out is held at the fork,
+    /// and its child hangs. Runs in a process of its own, where no other
+    /// test's thread holds a lock across the fork.
+    #[test]
+    fn a_child_forked_while_a_lock_is_held_finds_it_free() {
         if !doorbell_cprobe::alone::in_own_process(
-            "forks::tests::a_child_forked_while_the_locks_are_held_finds_them_free",
+            "forks::tests::a_child_forked_while_a_lock_is_held_finds_it_free",
         ) {
             return;
         }
         // The handlers were registered when the binary was loaded
         // (`REGISTER_AT_LOAD`): nothing here registers them.
-        // A thread opening the devices when the process forks: the child
-        // must not wait for it.
-        crate::rdma_cm::hold_for_fork().set_opening_for_test(true);
-        let (held, is_held) = std::sync::mpsc::channel();
-        let holder = std::thread::spawn(move || {
-            let all = hold();
-            held.send(()).unwrap();
-            // Until the fork below waits for the locks (or, without the
-            // handlers, long after it has happened).
-            let start = Instant::now();
-            while !PREPARING.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(2) {
-                std::thread::sleep(Duration::from_millis(1));
+        for (name, take) in each_lock() {
+            // A thread opening the devices when the process forks: the
+            // child must not wait for it.
+            crate::rdma_cm::hold_for_fork().set_opening_for_test(true);
+            PREPARING.store(false, Ordering::Relaxed);
+            let (held, is_held) = std::sync::mpsc::channel();
+            let holder = std::thread::spawn(move || {
+                let one = take();
+                held.send(()).unwrap();
+                // Until the fork below waits for the lock (or, where the
+                // handlers leave it out, long after it has happened).
+                let start = Instant::now();
+                while !PREPARING.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(2)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                drop(one);
+            });
+            is_held.recv().unwrap();
+            // SAFETY: fork in a process of this one test; the child only
+            // makes library calls that take the locks and leaves with
+            // _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                let ok = child_takes_the_locks();
+                // SAFETY: _exit runs none of the harness's exit paths a
+                // second time.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
             }
-            std::thread::sleep(Duration::from_millis(50));
-            drop(all);
-        });
-        is_held.recv().unwrap();
-        // SAFETY: fork in a process of this one test; the child only makes
-        // library calls that take the locks and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            let ok = child_takes_the_locks();
-            // SAFETY: _exit runs none of the harness's exit paths a second
-            // time.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            holder.join().unwrap();
+            let status = wait_for(pid);
+            // The parent handler released them too.
+            drop(hold());
+            crate::rdma_cm::hold_for_fork().set_opening_for_test(false);
+            assert!(
+                status.is_some_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0),
+                "{name}: the child hung or failed: status {status:?}"
+            );
         }
-        holder.join().unwrap();
-        let status = wait_for(pid);
-        // The parent handler released them too.
-        drop(hold());
-        crate::rdma_cm::hold_for_fork().set_opening_for_test(false);
-        assert!(
-            status.is_some_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0),
-            "the child hung or failed: status {status:?}"
-        );
         doorbell_cprobe::alone::passed();
     }
 

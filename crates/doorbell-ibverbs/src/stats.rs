@@ -15,7 +15,8 @@
 
 #![allow(unsafe_code)]
 
-use std::sync::{Arc, Mutex, Once, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use doorbell_pcie::Carried;
 use doorbell_rt::LiveNic;
@@ -46,7 +47,9 @@ static WATCH: Mutex<Watch> = Mutex::new(Watch {
     captured: Vec::new(),
     traced: None,
 });
-static AT_EXIT: Once = Once::new();
+/// Whether the exit handler is registered: a flag, not a `Once`, whose
+/// guard a fork could leave half run for the child to wait on.
+static AT_EXIT: AtomicBool = AtomicBool::new(false);
 
 fn lock() -> std::sync::MutexGuard<'static, Watch> {
     WATCH.lock().unwrap_or_else(|e| e.into_inner())
@@ -87,12 +90,12 @@ pub(crate) fn opened(nic: &Arc<LiveNic>) {
         // A capture runs from the first open on this NIC.
         let _ = nic.capture(true);
     }
-    AT_EXIT.call_once(|| {
+    if !AT_EXIT.swap(true, Ordering::Relaxed) {
         // SAFETY: registers a function with no arguments that stays valid
         // for the life of the process (it is in this library, which the
         // loader keeps mapped until exit handlers have run).
         unsafe { libc::atexit(write_at_exit) };
-    });
+    }
 }
 
 /// A context on `nic` is closing: keep its counters as they are now, and

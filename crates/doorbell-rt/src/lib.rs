@@ -101,7 +101,9 @@ use doorbell_types::{Qpn, UarIndex};
 use engine::{Core, Egress, Engine};
 use inbox::Msg;
 pub use loopback::LoopbackLink;
-pub use process::{LinkDown, ProcessNic, ProcessNicConfig, ProcessNicError};
+pub use process::{
+    LinkDown, ProcessNic, ProcessNicConfig, ProcessNicError, register_fork_handlers,
+};
 pub use procmem::ProcessMemory;
 
 /// Errors of the live runtime.

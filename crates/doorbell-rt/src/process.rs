@@ -782,6 +782,19 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
     Err(ProcessNicError::NoFreeAddress { first, last })
 }
 
+/// Registers the runtime's fork handlers now, rather than when its first
+/// process NIC starts (they hold its state and spare stores across a
+/// `fork()`, and count forks for its NICs). For a library with handlers
+/// of its own, from its load-time constructor: prepare handlers run in
+/// the reverse order of their registration, so the runtime's, registered
+/// after the library's, take their locks first; and no once-only guard of
+/// the registration is left half run by a fork in another thread.
+/// `Err(errno)` if `pthread_atfork` refused (for want of memory).
+pub fn register_fork_handlers() -> Result<(), i32> {
+    let _ = crate::forks::generation();
+    os::register_fork_handlers()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,6 +101,16 @@ pub(crate) struct ForkHeld {
     >,
 }
 
+/// Each of [`ForkHeld`]'s locks alone, by name: for the test that holds
+/// one at a time.
+#[cfg(test)]
+pub(crate) fn each_lock_for_test() -> Vec<crate::events::OneLock> {
+    vec![
+        ("hosted drivers", || Box::new(crate::events::lock(&DRIVERS))),
+        ("hosted contexts", || Box::new(context::contexts_write())),
+    ]
+}
+
 /// Takes [`ForkHeld`]'s locks, in that order.
 pub(crate) fn hold_for_fork() -> ForkHeld {
     ForkHeld {

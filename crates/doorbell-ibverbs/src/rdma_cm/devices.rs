@@ -8,7 +8,7 @@
 
 use core::ffi::c_int;
 use core::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use doorbell_verbs::Context;
@@ -51,27 +51,34 @@ static DEVICES: Mutex<Devices> = Mutex::new(Devices {
 });
 /// Signalled when a thread has finished opening the devices.
 static OPENED: Condvar = Condvar::new();
-/// The CM of each, started with it and kept while the library is loaded.
-/// A leaf lock.
-static SERVICES: Mutex<Vec<std::sync::Arc<doorbell_cma::CmService>>> = Mutex::new(Vec::new());
+/// The CM of each, started with it and kept while the library is loaded,
+/// with the process that started it: a forked child inherits the
+/// parent's services' state, not their threads, and starts its own if it
+/// opens the devices again. A leaf lock.
+static SERVICES: Mutex<Services> = Mutex::new(Vec::new());
 
-static AT_EXIT: std::sync::Once = std::sync::Once::new();
-/// The process that started the services (a forked child has none). Set
-/// once, before the exit handler that reads it is registered; `Relaxed`,
-/// as only this one value is read.
-static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+/// What [`SERVICES`] holds.
+pub(crate) type Services = Vec<(u32, std::sync::Arc<doorbell_cma::CmService>)>;
+
+/// Whether the exit handler is registered: a flag, not a `Once`, whose
+/// guard a fork could leave half run for the child to wait on.
+static AT_EXIT: AtomicBool = AtomicBool::new(false);
 /// How long an exiting process waits for its last MADs to leave.
 const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The locks of the devices and of their services, held (for `forks`).
-pub(crate) fn hold_for_fork() -> (
-    MutexGuard<'static, Devices>,
-    MutexGuard<'static, Vec<std::sync::Arc<doorbell_cma::CmService>>>,
-) {
-    (
-        crate::events::lock(&DEVICES),
-        crate::events::lock(&SERVICES),
-    )
+pub(crate) fn hold_for_fork() -> (MutexGuard<'static, Devices>, MutexGuard<'static, Services>) {
+    (hold_devices(), hold_services())
+}
+
+/// The devices' lock, held.
+pub(crate) fn hold_devices() -> MutexGuard<'static, Devices> {
+    crate::events::lock(&DEVICES)
+}
+
+/// The services' lock, held.
+pub(crate) fn hold_services() -> MutexGuard<'static, Services> {
+    crate::events::lock(&SERVICES)
 }
 
 /// At the process's exit: every connection ends as the kernel ends them
@@ -82,11 +89,14 @@ pub(crate) fn hold_for_fork() -> (
 /// DREQs time out into DISCONNECTED).
 extern "C" fn close_connections() {
     guard("exit", Conv::Abort, || {
-        // A forked child inherited the services' state, not their threads.
-        if OWNER_PID.load(Ordering::Relaxed) != std::process::id() {
-            return Ok(());
-        }
-        let services: Vec<_> = crate::events::lock(&SERVICES).clone();
+        // A forked child inherited its parent's services' state, not their
+        // threads: it closes only those it started.
+        let me = std::process::id();
+        let services: Vec<_> = crate::events::lock(&SERVICES)
+            .iter()
+            .filter(|(pid, _)| *pid == me)
+            .map(|(_, svc)| svc.clone())
+            .collect();
         for svc in services {
             svc.close_all(EXIT_WAIT);
         }
@@ -149,15 +159,14 @@ fn open_all() -> Vec<usize> {
                 && let Ok(svc) =
                     crate::events::without_signals(|| doorbell_cma::CmService::start(&c.ctx))
             {
-                crate::events::lock(&SERVICES).push(svc);
-                AT_EXIT.call_once(|| {
-                    OWNER_PID.store(std::process::id(), Ordering::Relaxed);
+                crate::events::lock(&SERVICES).push((std::process::id(), svc));
+                if !AT_EXIT.swap(true, Ordering::Relaxed) {
                     // SAFETY: registers a function that lives as long as
                     // the library, which is never unloaded while a
                     // program uses its devices (librdmacm keeps them
                     // open for the life of the process).
                     unsafe { libc::atexit(close_connections) };
-                });
+                }
             }
         }
     }

@@ -50,7 +50,7 @@ type Handed = (usize, Option<Box<[u8]>>);
 /// leaf, taken in this order.
 pub(crate) struct ForkHeld {
     devices: MutexGuard<'static, devices::Devices>,
-    _services: MutexGuard<'static, Vec<std::sync::Arc<doorbell_cma::CmService>>>,
+    _services: MutexGuard<'static, devices::Services>,
     _default_pds: MutexGuard<'static, Vec<(usize, usize)>>,
     _events_out: MutexGuard<'static, Vec<Handed>>,
     _answers_out: MutexGuard<'static, Vec<usize>>,
@@ -75,6 +75,22 @@ impl ForkHeld {
     pub(crate) fn opening_for_test(&self) -> bool {
         self.devices.opening_for_test()
     }
+}
+
+/// Each of [`ForkHeld`]'s locks alone, by name: for the test that holds
+/// one at a time.
+#[cfg(test)]
+pub(crate) fn each_lock_for_test() -> Vec<crate::events::OneLock> {
+    vec![
+        ("rdma_cm devices", || Box::new(devices::hold_devices())),
+        ("rdma_cm services", || Box::new(devices::hold_services())),
+        ("rdma_cm default PDs", || Box::new(qp::hold_for_fork())),
+        ("rdma_cm events out", || Box::new(crate::events::lock(&OUT))),
+        ("rdma_cm answers out", || Box::new(ep::hold_for_fork())),
+        ("rdma_cm destroyed channels", || {
+            Box::new(channel::hold_for_fork())
+        }),
+    ]
 }
 
 /// Takes [`ForkHeld`]'s locks.

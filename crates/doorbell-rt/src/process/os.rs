@@ -29,10 +29,16 @@ thread_local! {
 }
 
 extern "C" fn prepare() {
+    // The thread-local first: its first use registers its destructor,
+    // which takes the loader's lock, and a thread loading a library holds
+    // that lock while the library's constructors run, which may take these
+    // locks. A thread that is exiting has no thread-locals left; it then
+    // forks without the locks, as if no handler were registered.
+    if HELD.try_with(|_| ()).is_err() {
+        return;
+    }
     let guard = lock_state();
     let stores = hold_stores();
-    // A thread that is exiting has no thread-locals left; it then forks
-    // without the locks, as if no handler were registered.
     let _ = HELD.try_with(|h| h.set(Some((guard, stores))));
 }
 
