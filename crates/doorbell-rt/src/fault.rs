@@ -7,7 +7,10 @@
 //! when it is due (re-exported here: [`Fate`], [`FaultPolicy`], [`Faults`],
 //! [`RandomFaults`], [`FaultStats`]). This module only drives one on real
 //! time. A NIC started with a [`FaultPolicy`] hands every frame it sends to
-//! a relay thread of its own instead of to the port. The relay maps the
+//! a relay thread of its own instead of to the port, and waits while the
+//! relay has 4 096 frames it has not taken yet, as a NIC whose port is
+//! busy holds back what it builds: a stream through a relay holds a bounded
+//! number of frames, and none is lost at the hand-over. The relay maps the
 //! wall clock, from its start, to an [`Instant`], feeds the stage, sends
 //! what is due to the port, and sleeps until the stage's
 //! [`FaultStage::poll_timeout`] or the next frame. Give both NICs of a pair
@@ -29,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use doorbell_device::Frame;
 pub use doorbell_fault::{
     DEFAULT_QUEUE_LIMIT, Fate, FaultPolicy, FaultStage, FaultStats, Faults, Packet, ROCE_AT,
@@ -37,8 +40,65 @@ pub use doorbell_fault::{
 };
 use doorbell_types::Instant;
 
-/// Batches of frames the device thread may hand the relay before it drops.
-const HANDOFF_BATCHES: usize = 4096;
+/// Frames the device thread may have handed the relay and the relay not
+/// yet taken, beyond which the device thread waits for it, as a NIC whose
+/// port is busy holds back what it builds: 16 MiB at MTU 4096. A batch
+/// larger than this goes alone.
+const HANDOFF_FRAMES: usize = 4096;
+
+/// How long a device thread waits for the relay before it looks whether
+/// the relay is still there.
+const HANDOFF_RECHECK: Duration = Duration::from_millis(10);
+
+/// The frames handed to a relay and not yet taken, and the relay's
+/// signal that it took some.
+#[derive(Default)]
+struct Handoff {
+    queued: Mutex<usize>,
+    taken: std::sync::Condvar,
+    /// The relay's thread has ended: nothing will take more.
+    gone: std::sync::atomic::AtomicBool,
+}
+
+impl Handoff {
+    /// Waits until `n` more frames fit ([`HANDOFF_FRAMES`]; any number
+    /// when none are queued) and counts them in; false, counting nothing,
+    /// if the relay is gone.
+    fn reserve(&self, n: usize) -> bool {
+        let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        while *q > 0 && *q + n > HANDOFF_FRAMES {
+            if self.gone.load(std::sync::atomic::Ordering::Acquire) {
+                return false;
+            }
+            q = self
+                .taken
+                .wait_timeout(q, HANDOFF_RECHECK)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *q += n;
+        true
+    }
+
+    /// The relay took `n` frames.
+    fn release(&self, n: usize) {
+        let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        *q = q.saturating_sub(n);
+        self.taken.notify_all();
+    }
+}
+
+/// Marks the relay gone when its thread ends, however it ends.
+struct Gone(Arc<Handoff>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.0
+            .gone
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.0.taken.notify_all();
+    }
+}
 
 /// A device frame as the stage sees it: its bytes, with the destination
 /// and readiness carried along.
@@ -67,7 +127,7 @@ pub(crate) trait Sink: Send {
 }
 
 /// What a relay counted: its stage's counts, and the frames the device
-/// thread could not hand over because the relay was backed up.
+/// thread could not hand over because the relay was gone.
 #[derive(Default)]
 struct Counts {
     stage: FaultStats,
@@ -94,6 +154,7 @@ impl StatsView {
 /// The relay: its thread, and the end the device thread sends to.
 pub(crate) struct Relay {
     tx: Option<Sender<Vec<Frame>>>,
+    handoff: Arc<Handoff>,
     stats: StatsView,
     thread: Option<JoinHandle<()>>,
 }
@@ -107,35 +168,43 @@ impl Relay {
         sink: Box<dyn Sink>,
         queue_limit: usize,
     ) -> std::io::Result<Self> {
-        let (tx, rx) = bounded(HANDOFF_BATCHES);
+        let (tx, rx) = unbounded();
         let stats = StatsView(Arc::default());
         let st = stats.clone();
+        let handoff = Arc::new(Handoff::default());
+        let gone = Gone(handoff.clone());
         let stage = FaultStage::new(policy, queue_limit);
         let thread = std::thread::Builder::new()
             .name(format!("doorbell-{name}-relay"))
-            .spawn(move || relay_loop(rx, stage, sink, st))?;
+            .spawn(move || relay_loop(rx, stage, sink, st, gone))?;
         Ok(Self {
             tx: Some(tx),
+            handoff,
             stats,
             thread: Some(thread),
         })
     }
 
-    /// Hands frames to the relay; drops (and counts) them if it is backed
-    /// up.
+    /// Hands frames to the relay, waiting while it has [`HANDOFF_FRAMES`]
+    /// not yet taken (the relay never waits for this NIC, so the wait
+    /// ends); drops (and counts) them if the relay is gone.
     pub(crate) fn send(&mut self, frames: &mut Vec<Frame>) {
         if frames.is_empty() {
             return;
         }
         let batch = std::mem::take(frames);
-        let n = batch.len() as u64;
-        let full = match self.tx.as_ref().map(|t| t.try_send(batch)) {
-            Some(Ok(())) => false,
-            Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) | None => true,
-        };
-        if full {
+        let n = batch.len();
+        let sent = self.handoff.reserve(n)
+            && match self.tx.as_ref().map(|t| t.send(batch)) {
+                Some(Ok(())) => true,
+                Some(Err(_)) | None => {
+                    self.handoff.release(n);
+                    false
+                }
+            };
+        if !sent {
             let mut c = self.stats.0.lock().unwrap_or_else(|e| e.into_inner());
-            c.handoff_lost += n;
+            c.handoff_lost += n as u64;
         }
     }
 
@@ -175,6 +244,7 @@ fn relay_loop(
     mut stage: FaultStage<Out>,
     mut sink: Box<dyn Sink>,
     stats: StatsView,
+    gone: Gone,
 ) {
     let clock = WallClock(std::time::Instant::now());
     let mut out: Vec<Frame> = Vec::new();
@@ -187,6 +257,7 @@ fn relay_loop(
         match rx.recv_timeout(wait) {
             Ok(batch) => {
                 let now = clock.now();
+                gone.0.release(batch.len());
                 for f in batch {
                     stage.handle_frame(now, Out(f));
                 }
@@ -283,6 +354,66 @@ mod tests {
                 overflowed: 0
             }
         );
+        drop(relay);
+    }
+
+    /// A sink that takes nothing until it is let go.
+    struct Stuck {
+        go: Arc<(Mutex<bool>, std::sync::Condvar)>,
+        got: Arc<Mutex<usize>>,
+    }
+
+    impl Sink for Stuck {
+        fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant, _: &mut Vec<Vec<u8>>) {
+            let (lock, cv) = &*self.go;
+            let mut go = lock.lock().unwrap();
+            while !*go {
+                go = cv.wait(go).unwrap();
+            }
+            *self.got.lock().unwrap() += frames.len();
+            frames.clear();
+        }
+    }
+
+    #[test]
+    fn a_device_thread_waits_for_a_relay_that_falls_behind_and_loses_nothing() {
+        // The sink takes nothing: the relay takes one batch and waits in
+        // the sink; the next HANDOFF_FRAMES frames fill the hand-over, and
+        // the sender of the batch after them waits until the sink goes on.
+        let go = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let got = Arc::new(Mutex::new(0));
+        let sink = Stuck {
+            go: go.clone(),
+            got: got.clone(),
+        };
+        let relay =
+            Relay::start("t", Box::new(|_: &[u8]| Fate::Deliver), Box::new(sink), 16).unwrap();
+        let stats = relay.stats();
+        let batches = HANDOFF_FRAMES / 64 + 3;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (d, mut relay) = (done.clone(), relay);
+        let sender = std::thread::spawn(move || {
+            for _ in 0..batches {
+                let mut batch: Vec<Frame> = (0..64).map(|i| tagged(i as u8)).collect();
+                relay.send(&mut batch);
+            }
+            d.store(true, std::sync::atomic::Ordering::Release);
+            relay
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let waited = !done.load(std::sync::atomic::Ordering::Acquire);
+        // The sink goes on before anything is asserted: a failed assertion
+        // then does not leave the relay waiting in it for ever.
+        *go.0.lock().unwrap() = true;
+        go.1.notify_all();
+        let relay = sender.join().unwrap();
+        assert!(waited, "the sender went on past a full hand-over");
+        let t0 = Instant::now();
+        while *got.lock().unwrap() < batches * 64 {
+            assert!(t0.elapsed() < Duration::from_secs(5), "frames lost");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(stats.get().overflowed, 0, "none dropped at the hand-over");
         drop(relay);
     }
 }
