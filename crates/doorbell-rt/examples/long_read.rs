@@ -30,10 +30,16 @@ struct Side {
     mr: Mr,
 }
 
-fn side(nic: Arc<LiveNic>, len: usize) -> Side {
-    let ctx = Context::with_config(nic, ProviderConfig::default()).expect("context");
-    let pd = ctx.alloc_pd().expect("PD");
-    let cq = ctx.create_cq(16).expect("CQ");
+/// `what` failed with `e`, as the example reports it.
+fn failed(what: &str) -> impl FnOnce(doorbell_verbs::VerbsError) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+fn side(nic: Arc<LiveNic>, len: usize) -> Result<Side, String> {
+    let ctx =
+        Context::with_config(nic, ProviderConfig::default()).map_err(failed("open a context"))?;
+    let pd = ctx.alloc_pd().map_err(failed("allocate a PD"))?;
+    let cq = ctx.create_cq(16).map_err(failed("create a CQ"))?;
     let qp = pd
         .create_qp(&QpInitAttr {
             qp_type: QpType::Rc,
@@ -49,11 +55,11 @@ fn side(nic: Arc<LiveNic>, len: usize) -> Side {
             sq_sig_all: false,
             srq: None,
         })
-        .expect("QP");
+        .map_err(failed("create a QP"))?;
     let mr = pd
         .reg_mr(len, Access(Access::LOCAL_WRITE | Access::REMOTE_READ))
-        .expect("MR");
-    Side { ctx, cq, qp, mr }
+        .map_err(failed("register the MR (a smaller MIB needs less memory)"))?;
+    Ok(Side { ctx, cq, qp, mr })
 }
 
 /// The process's peak resident memory so far, in MiB.
@@ -88,6 +94,18 @@ fn main() {
             std::process::exit(2);
         }
     };
+    match run(mib, relay) {
+        Ok(line) => println!("{line}"),
+        Err(e) => {
+            eprintln!("long_read: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Times one READ of `mib` MiB, through a fault relay if `relay`; the
+/// line to print, or what failed.
+fn run(mib: u32, relay: bool) -> Result<String, String> {
     let len = mib as usize * 1024 * 1024;
     let fabric = Fabric::new();
     let start = |name, ip| {
@@ -96,10 +114,12 @@ fn main() {
         } else {
             NicOptions::default()
         };
-        Arc::new(LiveNic::start_with(name, ip, Port::Fabric(&fabric), opts).expect("NIC"))
+        LiveNic::start_with(name, ip, Port::Fabric(&fabric), opts)
+            .map(Arc::new)
+            .map_err(|e| format!("start a NIC: {e}"))
     };
-    let a = side(start("nic-a", [127, 0, 0, 2]), len);
-    let b = side(start("nic-b", [127, 0, 0, 3]), len);
+    let a = side(start("nic-a", [127, 0, 0, 2])?, len)?;
+    let b = side(start("nic-b", [127, 0, 0, 3])?, len)?;
     let ea = RcEndpoint {
         gid: a.ctx.gid(),
         qpn: a.qp.qpn(),
@@ -110,13 +130,19 @@ fn main() {
         qpn: b.qp.qpn(),
         psn: Psn::new(2),
     };
-    a.qp.connect_rc(&ea, &eb, 4096).expect("connect A");
-    b.qp.connect_rc(&eb, &ea, 4096).expect("connect B");
+    a.qp.connect_rc(&ea, &eb, 4096)
+        .map_err(failed("connect A"))?;
+    b.qp.connect_rc(&eb, &ea, 4096)
+        .map_err(failed("connect B"))?;
     let last = len as u64 - 8;
-    b.mr.write(last, &[7; 8]).expect("mark B's last bytes");
+    b.mr.write(last, &[7; 8])
+        .map_err(failed("mark B's last bytes"))?;
     let before = peak_mib();
     let t0 = Instant::now();
-    let sge = [a.mr.sge(0, len as u32).expect("SGE")];
+    let sge = [a
+        .mr
+        .sge(0, len as u32)
+        .map_err(failed("describe A's buffer"))?];
     a.qp.post_send(&[SendWr {
         wr_id: 1,
         sg_list: &sge,
@@ -127,23 +153,30 @@ fn main() {
         flags: SendFlags::SIGNALED,
         ud: None,
     }])
-    .expect("post the READ");
+    .map_err(failed("post the READ"))?;
     let mut wc = [Wc::default()];
     let deadline = t0 + Duration::from_secs(60);
-    while a.cq.poll(&mut wc).expect("poll") == 0 {
-        assert!(Instant::now() < deadline, "the READ did not complete");
+    while a.cq.poll(&mut wc).map_err(failed("poll A's CQ"))? == 0 {
+        if Instant::now() > deadline {
+            return Err("the READ did not complete within 60 s".into());
+        }
         std::thread::yield_now();
     }
     let took = t0.elapsed();
-    assert_eq!(wc[0].status, WcStatus::Success, "{:?}", wc[0]);
+    if wc[0].status != WcStatus::Success {
+        return Err(format!("the READ completed in error: {:?}", wc[0]));
+    }
     let mut end = [0u8; 8];
-    a.mr.read(last, &mut end).expect("read A's last bytes");
-    assert_eq!(end, [7; 8], "the READ brought B's last bytes");
-    println!(
+    a.mr.read(last, &mut end)
+        .map_err(failed("read A's last bytes"))?;
+    if end != [7; 8] {
+        return Err(format!("the READ brought {end:?} where B holds [7; 8]"));
+    }
+    Ok(format!(
         "long_read: {mib} MiB{}: {:.1} ms, {:.2} GB/s; peak resident memory {before} MiB before, {} MiB after",
         if relay { " through a fault relay" } else { "" },
         took.as_secs_f64() * 1e3,
         len as f64 / took.as_secs_f64() / 1e9,
         peak_mib()
-    );
+    ))
 }
