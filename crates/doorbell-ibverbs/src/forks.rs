@@ -13,13 +13,16 @@
 //! locks (`doorbell_rt`'s `process/os.rs`), whose handlers the
 //! constructor here registers too.
 //!
-//! Every one of these locks is a leaf: while one is held, no other lock is
-//! taken, nothing is waited for (no device command, no round trip to the
-//! NIC's thread, no event) and nothing is dropped that would. So the order
-//! below cannot deadlock against any thread, and neither can the runtime's
-//! handler, which takes its state and spare stores before this one runs
-//! (this one is registered first, when the library is loaded, and
-//! prepare handlers run in reverse order of registration).
+//! Every one of these locks but the first is a leaf: while one is held, no
+//! other lock is taken, nothing is waited for (no device command, no round
+//! trip to the NIC's thread, no event) and nothing is dropped that would.
+//! The first, the hosting's loading lock, is held while libmlx5 loads,
+//! whose constructor takes the hosting's providers lock; it is taken with
+//! no other lock held, by the handler as by the thread that loads. So the
+//! order below cannot deadlock against any thread, and neither can the
+//! runtime's handler, which takes its state and spare stores before this
+//! one runs (this one is registered first, when the library is loaded,
+//! and prepare handlers run in reverse order of registration).
 //!
 //! The `unsafe` here is registering the handlers, placing their
 //! registration among the library's constructors, and the test's fork
@@ -38,6 +41,7 @@ use crate::handles::Kind;
 /// Every process-wide lock of the library and of doorbell-cma, held, in
 /// the order they are taken (fields drop in the same order).
 pub(crate) struct Held {
+    _loading: MutexGuard<'static, ()>,
     rdma_cm: crate::rdma_cm::ForkHeld,
     _device: MutexGuard<'static, Option<Result<&'static crate::device::Device, core::ffi::c_int>>>,
     _watch: MutexGuard<'static, crate::stats::Watch>,
@@ -47,13 +51,16 @@ pub(crate) struct Held {
     _cma: doorbell_cma::ForkHeld,
 }
 
-/// Takes every lock, in one order: rdma_cm's (devices, their CM services,
-/// default PDs, events and answers handed out, destroyed channels), the
-/// device's description, the statistics, the hosting's (providers,
+/// Takes every lock, in one order: the hosting's loading lock (which waits
+/// for a thread loading libmlx5, whose constructor takes the hosting's
+/// providers lock), rdma_cm's (devices, their CM services, default PDs,
+/// events and answers handed out, destroyed channels), the device's
+/// description, the statistics, the hosting's (providers,
 /// contexts), the event router, the live handles, then doorbell-cma's
 /// (services, ports).
 pub(crate) fn hold() -> Held {
     Held {
+        _loading: crate::hosted::hold_loading_for_fork(),
         rdma_cm: crate::rdma_cm::hold_for_fork(),
         _device: crate::device::hold_for_fork(),
         _watch: crate::stats::hold_for_fork(),
@@ -265,7 +272,9 @@ mod tests {
 
     /// In the child: C calls that take the live handles, the destroyed
     /// channels and the events handed out (each refusing a NULL), then
-    /// every lock at once; and no opening of the devices to wait for.
+    /// each lock alone through its own module (so one that [`hold`] leaves
+    /// out is still taken), then every lock at once; and no opening of the
+    /// devices to wait for.
     fn child_takes_the_locks() -> bool {
         let mut event = core::ptr::null_mut();
         // SAFETY: `event` is a live local to write an event pointer to;
@@ -274,6 +283,9 @@ mod tests {
             crate::rdma_cm::doorbell_rdma_get_cm_event(core::ptr::null_mut(), &mut event) == -1
                 && crate::rdma_cm::doorbell_rdma_ack_cm_event(core::ptr::null_mut()) == -1
         };
+        for (_, take) in each_lock() {
+            drop(take());
+        }
         let all = hold();
         let opening = all.rdma_cm.opening_for_test();
         drop(all);

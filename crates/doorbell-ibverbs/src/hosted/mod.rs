@@ -92,7 +92,8 @@ unsafe impl Send for Registered {}
 static DRIVERS: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
 
 /// The hosting's process-wide locks (the providers, the contexts), held
-/// (for `forks`).
+/// (for `forks`). The loading lock is not among them: it is no leaf, and
+/// the fork handlers take it before any other ([`hold_loading_for_fork`]).
 pub(crate) struct ForkHeld {
     _drivers: std::sync::MutexGuard<'static, Vec<Registered>>,
     _contexts: std::sync::RwLockWriteGuard<
@@ -106,9 +107,16 @@ pub(crate) struct ForkHeld {
 #[cfg(test)]
 pub(crate) fn each_lock_for_test() -> Vec<crate::events::OneLock> {
     vec![
+        ("hosted loading", || Box::new(hold_loading_for_fork())),
         ("hosted drivers", || Box::new(crate::events::lock(&DRIVERS))),
         ("hosted contexts", || Box::new(context::contexts_write())),
     ]
+}
+
+/// Takes [`LOADING`], which waits for a thread that loads libmlx5 (for
+/// `forks`, before any other lock).
+pub(crate) fn hold_loading_for_fork() -> std::sync::MutexGuard<'static, ()> {
+    crate::events::lock(&LOADING)
 }
 
 /// Takes [`ForkHeld`]'s locks, in that order.
@@ -163,6 +171,16 @@ impl HostedDevice {
 }
 
 static DEVICE: OnceLock<Result<HostedDevice, c_int>> = OnceLock::new();
+
+/// Held while [`DEVICE`] is made, which loads libmlx5: so a `fork()`
+/// while another thread loads it waits until the device is made or has
+/// failed (the fork handlers take this lock first, decision record 0068),
+/// where the `OnceLock` alone would be left running in the child, which
+/// would wait for ever for a thread it does not have. Not a leaf: the
+/// provider's constructor takes [`DRIVERS`] while it is held. No other
+/// lock is held when it is taken.
+static LOADING: Mutex<()> = Mutex::new(());
+
 /// Set once a hosted device exists: only then are objects' `context`
 /// fields read to find hosted ones.
 pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -170,15 +188,19 @@ pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// The hosted device for `config`, made on first use: loads libmlx5 if no
 /// one has, and has its `alloc_device` make the device.
 pub(crate) fn device(config: &ProcessNicConfig, guid: u64) -> Result<&'static HostedDevice, c_int> {
-    DEVICE
-        .get_or_init(|| {
-            make_device(config, guid).map_err(|e| {
-                eprintln!("libibverbs.so.1 (doorbell): {e}");
-                EINVAL
+    let made = match DEVICE.get() {
+        Some(made) => made,
+        None => {
+            let _loading = crate::events::lock(&LOADING);
+            DEVICE.get_or_init(|| {
+                make_device(config, guid).map_err(|e| {
+                    eprintln!("libibverbs.so.1 (doorbell): {e}");
+                    EINVAL
+                })
             })
-        })
-        .as_ref()
-        .map_err(|&e| e)
+        }
+    };
+    made.as_ref().map_err(|&e| e)
 }
 
 fn make_device(config: &ProcessNicConfig, guid: u64) -> Result<HostedDevice, String> {
