@@ -38,8 +38,13 @@ pub fn in_own_process(test: &str) -> bool {
     }
     let exe = std::env::current_exe().expect("the test binary's path");
     // Its output goes to files, which never fill as a pipe would while
-    // this process only waits.
-    let dir = std::env::temp_dir().join(format!("doorbell-alone-{}", std::process::id()));
+    // this process only waits: a directory per test, as the harness runs
+    // several such tests of one binary at once.
+    let name: String = test
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("doorbell-alone-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a directory for the output");
     let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
     let file = |p: &std::path::Path| File::create(p).expect("an output file");

@@ -270,6 +270,65 @@ mod tests {
         doorbell_cprobe::alone::passed();
     }
 
+    /// A child forked after rdma_cm opened the devices opens devices of
+    /// its own. The parent's are contexts of the parent's NIC, of whose
+    /// threads the child has none: a PD asked of one is refused there.
+    /// The child's `rdma_get_devices` must give another context, of a NIC
+    /// the child starts, that makes a PD. Runs in a process of its own,
+    /// whose NIC no other test shares.
+    #[test]
+    fn a_child_forked_after_rdma_cm_opened_the_devices_opens_its_own() {
+        if !doorbell_cprobe::alone::in_own_process(
+            "forks::tests::a_child_forked_after_rdma_cm_opened_the_devices_opens_its_own",
+        ) {
+            return;
+        }
+        let parents = first_cm_device();
+        assert!(!parents.is_null(), "rdma_get_devices in the parent");
+        assert!(makes_a_pd(parents), "a PD on the parent's device");
+        // SAFETY: fork in a process of this one test; the child only makes
+        // library calls and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let refused = !makes_a_pd(parents);
+            let mine = first_cm_device();
+            let ok = refused && !mine.is_null() && mine != parents && makes_a_pd(mine);
+            // SAFETY: _exit runs none of the harness's exit paths a
+            // second time.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let status = wait_for(pid);
+        assert!(
+            status.is_some_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0),
+            "the child's rdma_cm device: status {status:?}"
+        );
+        assert!(makes_a_pd(parents), "the parent's device after the fork");
+        doorbell_cprobe::alone::passed();
+    }
+
+    /// rdma_cm's first device, or NULL.
+    fn first_cm_device() -> *mut crate::abi::ibv_context {
+        let mut n = 0;
+        // SAFETY: `n` is a live local to write the count to; the list is
+        // read within its count and freed once.
+        unsafe {
+            let list = crate::rdma_cm::doorbell_rdma_get_devices(&mut n);
+            if list.is_null() {
+                return core::ptr::null_mut();
+            }
+            let first = if n > 0 { *list } else { core::ptr::null_mut() };
+            crate::rdma_cm::doorbell_rdma_free_devices(list);
+            first
+        }
+    }
+
+    /// Whether `ctx` makes a PD (which is then freed).
+    fn makes_a_pd(ctx: *mut crate::abi::ibv_context) -> bool {
+        let pd = crate::pd::ibv_alloc_pd(ctx);
+        !pd.is_null() && crate::pd::ibv_dealloc_pd(pd) == 0
+    }
+
     /// In the child: C calls that take the live handles, the destroyed
     /// channels and the events handed out (each refusing a NULL), then
     /// each lock alone through its own module (so one that [`hold`] leaves

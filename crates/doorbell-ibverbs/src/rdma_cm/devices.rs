@@ -26,9 +26,14 @@ pub(crate) struct Devices {
 
 impl Devices {
     /// In a forked child, with the lock held by the fork handlers: the
-    /// thread that was opening the devices, if any, is not in the child,
-    /// so the child's first call opens them again.
-    pub(crate) fn forget_opening(&mut self) {
+    /// devices the parent opened are contexts of the parent's NIC, whose
+    /// threads the child does not have, and the thread that was opening
+    /// them, if any, is not in the child either. The child forgets both
+    /// (the parent's contexts stay allocated, never freed, so no new one
+    /// takes their addresses), and its first call opens devices of its
+    /// own: a NIC of its own and its CM.
+    pub(crate) fn forget_in_child(&mut self) {
+        self.handles.clear();
         self.opening = false;
     }
 

@@ -36,6 +36,10 @@ mod id;
 mod process;
 mod qp;
 
+/// The device list's exports, for the fork test.
+#[cfg(test)]
+pub(crate) use devices::{doorbell_rdma_free_devices, doorbell_rdma_get_devices};
+
 use channel::CEventChannel;
 
 /// Events handed out by `rdma_get_cm_event` and not yet acknowledged, by
@@ -58,10 +62,10 @@ pub(crate) struct ForkHeld {
 }
 
 impl ForkHeld {
-    /// In a forked child: forgets what threads the child does not have
-    /// were doing (an opening of the devices).
+    /// In a forked child: forgets the parent's devices and what threads
+    /// the child does not have were doing (an opening of the devices).
     pub(crate) fn forget_in_child(&mut self) {
-        self.devices.forget_opening();
+        self.devices.forget_in_child();
     }
 
     /// Marks the devices as being opened by a thread, or not.
