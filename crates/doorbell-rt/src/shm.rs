@@ -56,7 +56,10 @@
 //! first holds it). Each connection has its own bell, which the receiver
 //! empties with reads that cannot block: a peer that fills its bell or
 //! makes it blocking (the file is shared with it) reaches no other peer
-//! and cannot hold the receiver thread. A ring is measured only once its
+//! and cannot hold the receiver thread. The sender makes the bell, a pipe
+//! whose write end it keeps to itself, non-blocking: a receiver can
+//! neither fill it nor make it blocking, so it cannot hold a sender in a
+//! ring (a bell full of rings not emptied is rung already). A ring is measured only once its
 //! seal is checked, its first position must be on the records' grid, and
 //! every record taken counts toward a turn's batch, kept or dropped.
 
@@ -129,8 +132,11 @@ const BELL_CREDIT: u8 = 8;
 /// A ring without credit has its sender wait once every this many bells,
 /// to see whether the receiver has begun to poll.
 const BELL_PROBE: u32 = 64;
-const HELLO: &[u8; 8] = b"DBHELLO1";
-const WELCOME: &[u8; 8] = b"DBWELCOM";
+/// A sender's hello, with its ring and its bell's read end: a NIC of an
+/// earlier build (whose receiver made the bell) refuses it, and its
+/// sender goes through UDP.
+const HELLO: &[u8; 8] = b"DBHELLO2";
+const WELCOME: &[u8; 8] = b"DBWELCO2";
 
 /// The sockets of every shared-memory port of the process (the
 /// rendezvous listeners and the connections), for a child after `fork()`
@@ -235,9 +241,10 @@ struct InRing {
     ring: Ring,
     peer: [u8; 4],
     conn: Tracked<UnixStream>,
-    /// The eventfd this peer rings when the receiver thread parked: one
-    /// a connection, so that what a peer does to its bell (fill it, make
-    /// it blocking: the file is shared) touches no other peer's.
+    /// The read end of the pipe this peer rings when the receiver thread
+    /// parked, made and sent by the peer: one a connection, so that what
+    /// a peer does to its bell (fill it, make it blocking: it may keep a
+    /// copy of this end) touches no other peer's.
     bell: File,
 }
 
@@ -1222,7 +1229,7 @@ fn push_into(r: &mut OutRing, frame: &[u8], stats: &Stats) -> Pushed {
                     // receiver thread, asleep, could take these frames.
                     // (Not counted in `shm_bells`: those are the bells
                     // for frames, this one for room.)
-                    ring(&r.bell);
+                    ring_peer(&r.bell);
                 }
                 let stalled = match seen {
                     Some((p, since)) if pos <= p => since.elapsed() >= FULL_WAIT,
@@ -1265,8 +1272,8 @@ fn handshake(s: Tracked<UnixStream>) -> Result<Option<InRing>, Tracked<UnixStrea
         return Ok(None);
     }
     let mut hello = [0u8; 16];
-    match os::recv_with_fd(&s, &mut hello) {
-        Ok((n, fd)) => Ok(welcome(s, &hello[..n], fd)),
+    match os::recv_with_fds(&s, &mut hello) {
+        Ok((n, fds)) => Ok(welcome(s, &hello[..n], fds)),
         Err(e)
             if matches!(
                 e.kind(),
@@ -1279,14 +1286,15 @@ fn handshake(s: Tracked<UnixStream>) -> Result<Option<InRing>, Tracked<UnixStrea
     }
 }
 
-/// Checks a peer's hello and the ring it sent, and answers: the ring, or
-/// `None` if the peer is refused.
-fn welcome(s: Tracked<UnixStream>, hello: &[u8], fd: Option<OwnedFd>) -> Option<InRing> {
+/// Checks a peer's hello and the ring and bell it sent, and answers: the
+/// ring, or `None` if the peer is refused.
+fn welcome(s: Tracked<UnixStream>, hello: &[u8], fds: Vec<OwnedFd>) -> Option<InRing> {
     if hello.len() != 12 || &hello[..8] != HELLO {
         return None;
     }
     let peer: [u8; 4] = hello[8..12].try_into().ok()?;
-    let f = File::from(fd?);
+    let [ring_fd, bell]: [OwnedFd; 2] = fds.try_into().ok()?;
+    let f = File::from(ring_fd);
     // The seal first, then the size: a file measured before it was sealed
     // could have been cut short in between, and a mapping past its end
     // faults (SIGBUS) when touched.
@@ -1299,14 +1307,13 @@ fn welcome(s: Tracked<UnixStream>, hello: &[u8], fd: Option<OwnedFd>) -> Option<
     }
     let map = MmapOptions::new().len(len as usize).map_raw(&f).ok()?;
     let ring = Ring::attach(map)?;
-    let bell = os::eventfd().ok()?;
     // A fresh socket's send buffer is empty: this does not block.
-    os::send_with_fd(&s, WELCOME, bell.as_raw_fd()).ok()?;
+    os::send_with_fds(&s, WELCOME, &[]).ok()?;
     Some(InRing {
         ring,
         peer,
         conn: s,
-        bell,
+        bell: File::from(bell),
     })
 }
 
@@ -1327,18 +1334,24 @@ fn admit(s: UnixStream) -> Option<InRing> {
     }
 }
 
-/// Rings an eventfd bell (a write of 1; a full counter cannot happen with
-/// readers that empty it, and a failed ring is one the receiver's own
-/// timeout covers).
+/// Rings the NIC's own eventfd bell (a write of 1; a full counter cannot
+/// happen with a reader that empties it).
 fn ring(bell: &File) {
     let _ = (&*bell).write_all(&1u64.to_ne_bytes());
+}
+
+/// Rings a peer's bell: a byte into the pipe whose write end is this
+/// sender's alone ([`os::bell_pipe`]), so it never waits. A bell full
+/// of rings its receiver has not emptied is rung already.
+fn ring_peer(bell: &File) {
+    let _ = (&*bell).write(&[1]);
 }
 
 /// Rings `r`'s bell if its receiver parked.
 fn wake(r: &OutRing) {
     fence(Ordering::SeqCst);
     if r.ring.consumer_parked() {
-        ring(&r.bell);
+        ring_peer(&r.bell);
     }
 }
 
@@ -1371,12 +1384,18 @@ fn wake_after_a_wait(r: &mut OutRing, stats: &Stats) {
         }
     }
     stats.bells.fetch_add(1, Ordering::Relaxed);
-    ring(&r.bell);
+    ring_peer(&r.bell);
 }
 
 /// The handshake's sending side: a ring for `dst`, if a NIC of this host
 /// listens at its name and admits us.
 fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
+    connect_keeping_bell(local, dst).map(|(out, _)| out)
+}
+
+/// [`connect`], also giving the bell's read end that went to the receiver
+/// (which a hostile peer may keep: [`RawPeer`]).
+fn connect_keeping_bell(local: [u8; 4], dst: [u8; 4]) -> Option<(OutRing, File)> {
     // Abstract names have no owner: whoever binds one first holds it. A
     // listener of another user (or a full backlog, which a plain connect
     // would wait on) is nobody to talk to; UDP then.
@@ -1390,27 +1409,29 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
     let f = os::memfd("doorbell-ring", Ring::mapping_len(RING_BYTES)).ok()?;
     let map: MmapRaw = MmapOptions::new().map_raw(&f).ok()?;
     let ring = Ring::create(map)?;
+    let (bell_read, bell) = os::bell_pipe().ok()?;
     let mut hello = [0u8; 12];
     hello[..8].copy_from_slice(HELLO);
     hello[8..].copy_from_slice(&local);
-    os::send_with_fd(&s, &hello, f.as_raw_fd()).ok()?;
+    os::send_with_fds(&s, &hello, &[f.as_raw_fd(), bell_read.as_raw_fd()]).ok()?;
     let mut answer = [0u8; 16];
-    let (n, fd) = os::recv_with_fd(&s, &mut answer).ok()?;
+    let (n, _) = os::recv_with_fds(&s, &mut answer).ok()?;
     if n != WELCOME.len() || &answer[..n] != WELCOME {
         return None;
     }
     s.set_nonblocking(true).ok()?;
     let now = Instant::now();
-    Some(OutRing {
+    let out = OutRing {
         ring,
         conn: Tracked::new(s),
-        bell: File::from(fd?),
+        bell,
         checked: now,
         used: now,
         fresh_until: now + IDLE.min(LIVENESS),
         stuck_at: None,
         credit: WaitCredit::default(),
-    })
+    };
+    Some((out, bell_read))
 }
 
 impl Sink for HostSink {
@@ -1494,13 +1515,14 @@ impl Sink for HostSink {
 /// A process of this host that speaks the rendezvous protocol itself and
 /// puts whatever it likes into its ring: what a hostile or broken peer can
 /// do to a NIC through shared memory, for tests of what the NIC does then.
+/// It keeps a copy of the bell's read end it sent the NIC.
 #[doc(hidden)]
-pub struct RawPeer(OutRing);
+pub struct RawPeer(OutRing, File);
 
 impl RawPeer {
     /// Connects to the NIC at `dst`, claiming to be `claim`.
     pub fn connect(claim: [u8; 4], dst: [u8; 4]) -> Option<Self> {
-        connect(claim, dst).map(Self)
+        connect_keeping_bell(claim, dst).map(|(out, bell)| Self(out, bell))
     }
 
     /// Puts `frame` into the ring and wakes the NIC; false if it is full.
@@ -1515,10 +1537,10 @@ impl RawPeer {
         self.0.ring.consumer_closed()
     }
 
-    /// Makes the bell the NIC gave this peer blocking (the file is
-    /// shared, so for the NIC too), as a hostile peer may.
+    /// Makes the bell's read end it kept blocking (the file is shared, so
+    /// for the NIC too), as a hostile peer may.
     pub fn make_bell_blocking(&self) -> io::Result<()> {
-        os::set_blocking(&self.0.bell)
+        os::set_blocking(&self.1)
     }
 
     /// Writes `value` over the ring's producer position, as a peer that
@@ -1609,7 +1631,7 @@ mod tests {
         let out = OutRing {
             ring,
             conn: Tracked::new(conn),
-            bell: os::eventfd().unwrap(),
+            bell: os::bell_pipe().unwrap().1,
             checked: now,
             used: now,
             fresh_until,

@@ -1,5 +1,5 @@
 //! The only `unsafe` of the shared-memory port's plumbing: `memfd_create`,
-//! `eventfd`, a connect that does not wait, passing a descriptor over a
+//! `eventfd`, `pipe2`, a connect that does not wait, passing descriptors over a
 //! Unix socket (`SCM_RIGHTS`), the peer's credentials (`SO_PEERCRED`) and
 //! `poll`. Thin wrappers over
 //! `libc`; everything above is safe. (`unsafe_code` is allowed for this
@@ -40,7 +40,11 @@ pub(crate) fn cannot_shrink(f: &File) -> bool {
     seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
 }
 
-/// A non-blocking eventfd: what wakes a parked receiver.
+/// Rings a peer's bell takes at most in one [`clear_bell`] (an eventfd's
+/// read needs 8 bytes of room).
+const BELL_READ: usize = 512;
+
+/// A non-blocking eventfd: what wakes a NIC's own parked receiver.
 pub(crate) fn eventfd() -> io::Result<File> {
     // SAFETY: plain syscall with flag arguments.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -51,18 +55,37 @@ pub(crate) fn eventfd() -> io::Result<File> {
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-/// Empties an eventfd bell without ever blocking: one read takes its
-/// whole count. The read asks not to wait (`RWF_NOWAIT`) rather than
-/// trust the file's own flag, which a peer holding the same file can
-/// clear; a kernel without that for eventfds gets the flag set again
-/// first.
+/// A peer's bell: a pipe whose write end (the second) its sender keeps,
+/// both ends non-blocking. The sender makes it and sends the read end:
+/// so the write end's file, and its non-blocking flag, is the sender's
+/// alone, and no receiver can make a ring wait (an eventfd's one file,
+/// shared, could be made blocking and filled by either side).
+pub(crate) fn bell_pipe() -> io::Result<(File, File)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just returned by the kernel and are owned by no
+    // one else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((File::from(read), File::from(write)))
+}
+
+/// Empties a bell without ever blocking: the NIC's own eventfd (one read
+/// takes its whole count) or a peer's pipe (one read takes up to
+/// [`BELL_READ`] rings; a bell rung more often than that stays readable,
+/// and the next poll returns at once). The read asks not to wait
+/// (`RWF_NOWAIT`) rather than trust the file's own flag, which a peer
+/// holding the same file can clear; a kernel without that gets the flag
+/// set again first.
 pub(crate) fn clear_bell(bell: &File) {
-    let mut count = 0u64;
+    let mut rung = [0u8; BELL_READ];
     let mut iov = libc::iovec {
-        iov_base: (&raw mut count).cast(),
-        iov_len: size_of::<u64>(),
+        iov_base: rung.as_mut_ptr().cast(),
+        iov_len: rung.len(),
     };
-    // SAFETY: one iovec over `count`, which lives across the call; offset
+    // SAFETY: one iovec over `rung`, which lives across the call; offset
     // -1 reads at the file's position, as read() does.
     let rc = unsafe { libc::preadv2(bell.as_raw_fd(), &raw mut iov, 1, -1, libc::RWF_NOWAIT) };
     if rc >= 0 {
@@ -73,13 +96,13 @@ pub(crate) fn clear_bell(bell: &File) {
         Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
     ) {
         // SAFETY: fcntl on a descriptor `bell` owns, with an integer
-        // argument; then a read into `count`, which lives across it.
+        // argument; then a read into `rung`, which lives across it.
         unsafe {
             let flags = libc::fcntl(bell.as_raw_fd(), libc::F_GETFL);
             if flags >= 0 {
                 libc::fcntl(bell.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
             }
-            libc::read(bell.as_raw_fd(), (&raw mut count).cast(), size_of::<u64>());
+            libc::read(bell.as_raw_fd(), rung.as_mut_ptr().cast(), rung.len());
         }
     }
 }
@@ -100,31 +123,47 @@ pub(crate) fn set_blocking(f: &File) -> io::Result<()> {
     Ok(())
 }
 
-/// Sends `bytes` over `s` with the descriptor `fd` attached.
-pub(crate) fn send_with_fd(s: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Result<()> {
+/// Most descriptors one message of the handshake carries.
+pub(crate) const MAX_FDS: usize = 2;
+
+/// Sends `bytes` over `s` with the descriptors `fds` attached (at most
+/// [`MAX_FDS`]; none: `bytes` alone).
+pub(crate) fn send_with_fds(s: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr().cast_mut().cast(),
         iov_len: bytes.len(),
     };
     // u64 words keep the control buffer aligned for `cmsghdr`.
     let mut ctl = [0u64; 8];
+    let data_len = size_of_val(fds) as u32;
     // SAFETY: msghdr is a plain C struct; all-zero is valid.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &raw mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = ctl.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
-    // SAFETY: the control buffer (64 bytes) holds one cmsghdr with one fd
-    // (CMSG_SPACE of 4 bytes is 24), so CMSG_FIRSTHDR is non-null and the
-    // data pointer lies inside `ctl`; `msg`, `iov`, `ctl` and `bytes` live
-    // until sendmsg returns, and the kernel only reads them.
+    if !fds.is_empty() {
+        msg.msg_control = ctl.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a size.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(data_len) } as usize;
+    }
+    // SAFETY: the control buffer (64 bytes) holds one cmsghdr with up to
+    // MAX_FDS descriptors (CMSG_SPACE of 8 bytes is 24), so CMSG_FIRSTHDR
+    // is non-null when descriptors go and the data lies inside `ctl`;
+    // `msg`, `iov`, `ctl`, `fds` and `bytes` live until sendmsg returns,
+    // and the kernel only reads them.
     let rc = unsafe {
-        let c = libc::CMSG_FIRSTHDR(&raw const msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
-        libc::CMSG_DATA(c).cast::<RawFd>().write_unaligned(fd);
+        if !fds.is_empty() {
+            let c = libc::CMSG_FIRSTHDR(&raw const msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(data_len) as usize;
+            let data = libc::CMSG_DATA(c).cast::<RawFd>();
+            for (i, &fd) in fds.iter().enumerate() {
+                data.add(i).write_unaligned(fd);
+            }
+        }
         libc::sendmsg(s.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL)
     };
     if rc < 0 {
@@ -136,9 +175,10 @@ pub(crate) fn send_with_fd(s: &UnixStream, bytes: &[u8], fd: RawFd) -> io::Resul
     Ok(())
 }
 
-/// Receives up to `buf.len()` bytes from `s` and the descriptor sent with
-/// them, if any; returns the byte count (0: the peer closed).
-pub(crate) fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+/// Receives up to `buf.len()` bytes from `s` and the descriptors sent
+/// with them (the first [`MAX_FDS`]); returns the byte count (0: the peer
+/// closed).
+pub(crate) fn recv_with_fds(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -157,8 +197,8 @@ pub(crate) fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize,
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    // Every descriptor received is ours now: the first is kept, any more
-    // (a peer that sent several) are closed as they are dropped.
+    // Every descriptor received is ours now: the first MAX_FDS are kept,
+    // any more (a peer that sent too many) are closed as they are dropped.
     let mut fds: Vec<OwnedFd> = Vec::new();
     // SAFETY: the CMSG_* macros walk the control buffer the kernel filled
     // (its length is in msg_controllen). A header of type SCM_RIGHTS
@@ -182,8 +222,8 @@ pub(crate) fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize,
             c = libc::CMSG_NXTHDR(&raw const msg, c);
         }
     }
-    let fd = (!fds.is_empty()).then(|| fds.swap_remove(0));
-    Ok((n as usize, fd))
+    fds.truncate(MAX_FDS);
+    Ok((n as usize, fds))
 }
 
 /// Connects to the abstract Unix socket `name` without waiting: a
@@ -313,26 +353,27 @@ pub(crate) fn hung_up(s: &UnixStream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
-    fn descriptors_sent_beyond_the_first_are_closed_not_leaked() {
-        // Three copies of a pipe's write end go over a socket in one
-        // message. Once ours and the one kept are closed, the read end
+    fn descriptors_sent_beyond_the_first_two_are_closed_not_leaked() {
+        // Four copies of a pipe's write end go over a socket in one
+        // message. Once ours and the two kept are closed, the read end
         // sees the end of the pipe only if the two extra copies were
         // closed too.
         let mut p = [0; 2];
         // SAFETY: `p` has room for the two descriptors.
         assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
         let (a, b) = UnixStream::pair().unwrap();
-        let fds = [p[1]; 3];
+        let fds = [p[1]; 4];
         let byte = [7u8];
         let mut iov = libc::iovec {
             iov_base: byte.as_ptr().cast_mut().cast(),
             iov_len: 1,
         };
         let mut ctl = [0u64; 8];
-        // SAFETY: as in `send_with_fd`, with three descriptors (CMSG_SPACE
-        // of 12 bytes is 32, inside the 64-byte buffer).
+        // SAFETY: as in `send_with_fds`, with four descriptors (CMSG_SPACE
+        // of 16 bytes is 32, inside the 64-byte buffer).
         let rc = unsafe {
             let mut msg: libc::msghdr = std::mem::zeroed();
             msg.msg_iov = &raw mut iov;
@@ -343,7 +384,7 @@ mod tests {
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
             (*c).cmsg_len = libc::CMSG_LEN(size_of_val(&fds) as u32) as usize;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), 3);
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), 4);
             libc::sendmsg(a.as_raw_fd(), &raw const msg, 0)
         };
         assert_eq!(rc, 1);
@@ -351,17 +392,66 @@ mod tests {
         // keep the pipe open.
         unsafe { libc::close(p[1]) };
         let mut buf = [0u8; 4];
-        let (n, kept) = recv_with_fd(&b, &mut buf).unwrap();
+        let (n, kept) = recv_with_fds(&b, &mut buf).unwrap();
         assert_eq!((n, buf[0]), (1, 7));
-        assert!(kept.is_some(), "the first descriptor is kept");
+        assert_eq!(kept.len(), MAX_FDS, "the first two descriptors are kept");
         let mut ready = Vec::new();
         poll_readable(&[p[0]], Duration::from_millis(50), &mut ready);
-        assert_eq!(ready, [false], "the kept copy still holds the pipe open");
+        assert_eq!(ready, [false], "the kept copies still hold the pipe open");
         drop(kept);
         poll_readable(&[p[0]], Duration::from_secs(5), &mut ready);
         assert_eq!(ready, [true], "every copy closed: the pipe has ended");
         // SAFETY: the read end is ours and closed once.
         unsafe { libc::close(p[0]) };
+    }
+
+    /// A receiver holds its bell's read end and may do what it likes with
+    /// it: make it blocking, never empty it. Its sender's rings must still
+    /// never wait: past a pipe's capacity (64 KiB of rings) they fail at
+    /// once, and the write end stays non-blocking. (With an eventfd, whose
+    /// one file both sides hold, the receiver's blocking flag was the
+    /// sender's too.)
+    #[test]
+    fn a_receiver_cannot_make_its_senders_bell_wait() {
+        let (read, write) = bell_pipe().unwrap();
+        set_blocking(&read).unwrap();
+        // SAFETY: fcntl on a descriptor `write` owns, no argument.
+        let flags = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETFL) };
+        assert!(
+            flags & libc::O_NONBLOCK != 0,
+            "the write end stays non-blocking"
+        );
+        let (done, finished) = std::sync::mpsc::channel();
+        let ringer = std::thread::spawn(move || {
+            let (mut rung, mut refused) = (0u32, 0u32);
+            for _ in 0..(1 << 17) {
+                match (&write).write(&[1]) {
+                    Ok(n) => rung += n as u32,
+                    Err(_) => refused += 1,
+                }
+            }
+            // The write end goes back, open: a closed one would leave the
+            // read end readable for good (its end of file).
+            let _ = done.send((rung, refused, write));
+        });
+        let (rung, refused, _write) = finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a ring waited for its receiver");
+        ringer.join().unwrap();
+        assert!(
+            rung >= 4096 && refused > 0,
+            "{rung} rung, {refused} refused"
+        );
+        // Emptied a read at a time, however it was made.
+        clear_bell(&read);
+        let mut ready = Vec::new();
+        poll_readable(&[read.as_raw_fd()], Duration::ZERO, &mut ready);
+        assert_eq!(ready, [true], "more rings than one read takes");
+        for _ in 0..(1 << 17) / BELL_READ {
+            clear_bell(&read);
+        }
+        poll_readable(&[read.as_raw_fd()], Duration::ZERO, &mut ready);
+        assert_eq!(ready, [false], "every ring taken");
     }
 
     #[test]
