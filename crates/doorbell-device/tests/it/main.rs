@@ -13,6 +13,7 @@ mod left_payload;
 mod mkey;
 mod read_burst;
 mod records;
+mod srq;
 mod trains;
 mod tx_burst;
 mod zero_length;
