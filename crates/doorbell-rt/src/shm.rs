@@ -13,8 +13,9 @@
 //! the first frame a NIC sends to an address it has not met connects to
 //! that name (nobody listening: the address is another host's, and UDP
 //! carries the frame, asked again after [`RETRY`]). The sender makes a
-//! sealed memfd with an empty ring, sends it with its own address, and
-//! gets back an eventfd the receiver made for that connection (its bell).
+//! sealed memfd with an empty ring and a pipe for that connection (its
+//! bell, whose write end the sender keeps), and sends the ring and the
+//! bell's read end with its own address.
 //! From then on frames to
 //! that address go into the ring, the same bytes a UDP port would carry
 //! (IPv4, UDP, BTH ... ICRC), after the fault relay if there is one; the
@@ -53,15 +54,23 @@
 //! rendezvous again. Only a process of the same user is admitted
 //! (`SO_PEERCRED`), and a sender talks only to a rendezvous that a
 //! process of its own user listens at (whoever binds an abstract name
-//! first holds it). Each connection has its own bell, which the receiver
-//! empties with reads that cannot block: a peer that fills its bell or
-//! makes it blocking (the file is shared with it) reaches no other peer
-//! and cannot hold the receiver thread. The sender makes the bell, a pipe
-//! whose write end it keeps to itself, non-blocking: a receiver can
-//! neither fill it nor make it blocking, so it cannot hold a sender in a
-//! ring (a bell full of rings not emptied is rung already). A ring is measured only once its
-//! seal is checked, its first position must be on the records' grid, and
-//! every record taken counts toward a turn's batch, kept or dropped.
+//! first holds it). Each connection has its own bell, a pipe the sender
+//! makes:
+//! - the sender keeps the write end to itself, non-blocking, and a copy
+//!   of the read end: a receiver can make it neither blocking nor
+//!   readerless, so a ring never holds its sender nor raises SIGPIPE in
+//!   it (a bell full of rings not emptied is rung already);
+//! - the receiver takes only the read end of a pipe with a writer whose
+//!   reads honour `RWF_NOWAIT` (not a file, socket or eventfd, which
+//!   poll as always ready or may block), and empties it with reads that
+//!   cannot block, a bounded number a turn: a peer that fills its bell or
+//!   makes it blocking (it may keep the file) reaches no other peer and
+//!   cannot hold the receiver thread. A bell whose writer is gone ends
+//!   its ring, which would otherwise poll ready for ever.
+//!
+//! A ring is measured only once its seal is checked, its first position
+//! must be on the records' grid, and every record taken counts toward a
+//! turn's batch, kept or dropped.
 
 #[allow(unsafe_code)]
 mod os;
@@ -70,7 +79,7 @@ mod ring;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Write as _};
+use std::io::{self, Read as _, Write as _};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt as _;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -246,6 +255,10 @@ struct InRing {
     /// a peer does to its bell (fill it, make it blocking: it may keep a
     /// copy of this end) touches no other peer's.
     bell: File,
+    /// The bell has no writer left, or failed: the ring goes once it is
+    /// empty, as one whose peer hung up (a dead pipe polls readable for
+    /// ever).
+    bell_gone: bool,
 }
 
 /// The receiving side's state: what the receiver thread and empty polls
@@ -699,12 +712,12 @@ impl Inbound {
         self.accept_after.is_none_or(|t| Instant::now() >= t)
     }
 
-    /// Drops the rings whose peers hung up, once they are empty: what a
-    /// peer sent just before it went away (a DREQ from its exit handler)
-    /// is still taken.
+    /// Drops the rings whose peers hung up (or whose bells died), once
+    /// they are empty: what a peer sent just before it went away (a DREQ
+    /// from its exit handler) is still taken.
     fn reap(&mut self) {
         self.rings
-            .retain(|r| r.ring.has_data() || !os::hung_up(&r.conn));
+            .retain(|r| r.ring.has_data() || !(r.bell_gone || os::hung_up(&r.conn)));
     }
 
     /// Waits, marks down, up to [`Waits::linger`] for a frame, and
@@ -874,7 +887,7 @@ fn rx_loop(
             shaking.park_for(park)
         };
         os::poll_readable(&fds, park_for, &mut ready);
-        os::clear_bell(bell);
+        os::clear_own_bell(bell);
         // Rung while a caller may be at the rings: its last look may be
         // behind it already (the marks back up, nothing seen), and the
         // frame this bell is for pushed after it. Wait for the caller to
@@ -885,11 +898,19 @@ fn rx_loop(
         inb.set_parked(false);
         // A peer rang its bell: every ring's is emptied (the rings may
         // have changed since the poll, so not by its place in it), each
-        // read unable to block whatever the peer did to the file.
+        // read unable to block whatever the peer did to the file. A dead
+        // bell ends its ring.
         let bells = ready.get(2 + rings..2 + 2 * rings).unwrap_or_default();
         if bells.iter().any(|&r| r) {
-            for r in &inb.rings {
-                os::clear_bell(&r.bell);
+            let mut gone = false;
+            for r in &mut inb.rings {
+                if !os::clear_peer_bell(&r.bell) {
+                    r.bell_gone = true;
+                    gone = true;
+                }
+            }
+            if gone {
+                inb.reap();
             }
         }
         // A connection waits at the rendezvous, or the rendezvous was left
@@ -1025,7 +1046,11 @@ fn spin_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct OutRing {
     ring: Ring,
     conn: Tracked<UnixStream>,
+    /// The bell's write end, the sender's alone ([`os::bell_pipe`]).
     bell: File,
+    /// The sender's copy of the bell's read end, kept so that the pipe
+    /// never loses its last reader (a ring would then raise SIGPIPE).
+    bell_read: File,
     checked: Instant,
     /// When a frame last went in.
     used: Instant,
@@ -1229,7 +1254,7 @@ fn push_into(r: &mut OutRing, frame: &[u8], stats: &Stats) -> Pushed {
                     // receiver thread, asleep, could take these frames.
                     // (Not counted in `shm_bells`: those are the bells
                     // for frames, this one for room.)
-                    ring_peer(&r.bell);
+                    let _ = ring_peer(r);
                 }
                 let stalled = match seen {
                     Some((p, since)) if pos <= p => since.elapsed() >= FULL_WAIT,
@@ -1294,6 +1319,10 @@ fn welcome(s: Tracked<UnixStream>, hello: &[u8], fds: Vec<OwnedFd>) -> Option<In
     }
     let peer: [u8; 4] = hello[8..12].try_into().ok()?;
     let [ring_fd, bell]: [OwnedFd; 2] = fds.try_into().ok()?;
+    let bell = File::from(bell);
+    if !os::is_peer_bell(&bell) {
+        return None;
+    }
     let f = File::from(ring_fd);
     // The seal first, then the size: a file measured before it was sealed
     // could have been cut short in between, and a mapping past its end
@@ -1313,7 +1342,8 @@ fn welcome(s: Tracked<UnixStream>, hello: &[u8], fds: Vec<OwnedFd>) -> Option<In
         ring,
         peer,
         conn: s,
-        bell: File::from(bell),
+        bell,
+        bell_gone: false,
     })
 }
 
@@ -1341,17 +1371,18 @@ fn ring(bell: &File) {
 }
 
 /// Rings a peer's bell: a byte into the pipe whose write end is this
-/// sender's alone ([`os::bell_pipe`]), so it never waits. A bell full
-/// of rings its receiver has not emptied is rung already.
-fn ring_peer(bell: &File) {
-    let _ = (&*bell).write(&[1]);
+/// sender's alone ([`os::bell_pipe`]), so it never waits, and whose read
+/// end it keeps, so it never raises SIGPIPE. A bell full of rings its
+/// receiver has not emptied is rung already (`WouldBlock`).
+fn ring_peer(r: &OutRing) -> io::Result<usize> {
+    (&r.bell).write(&[1])
 }
 
 /// Rings `r`'s bell if its receiver parked.
 fn wake(r: &OutRing) {
     fence(Ordering::SeqCst);
     if r.ring.consumer_parked() {
-        ring_peer(&r.bell);
+        let _ = ring_peer(r);
     }
 }
 
@@ -1384,18 +1415,12 @@ fn wake_after_a_wait(r: &mut OutRing, stats: &Stats) {
         }
     }
     stats.bells.fetch_add(1, Ordering::Relaxed);
-    ring_peer(&r.bell);
+    let _ = ring_peer(r);
 }
 
 /// The handshake's sending side: a ring for `dst`, if a NIC of this host
 /// listens at its name and admits us.
 fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
-    connect_keeping_bell(local, dst).map(|(out, _)| out)
-}
-
-/// [`connect`], also giving the bell's read end that went to the receiver
-/// (which a hostile peer may keep: [`RawPeer`]).
-fn connect_keeping_bell(local: [u8; 4], dst: [u8; 4]) -> Option<(OutRing, File)> {
     // Abstract names have no owner: whoever binds one first holds it. A
     // listener of another user (or a full backlog, which a plain connect
     // would wait on) is nobody to talk to; UDP then.
@@ -1414,24 +1439,26 @@ fn connect_keeping_bell(local: [u8; 4], dst: [u8; 4]) -> Option<(OutRing, File)>
     hello[..8].copy_from_slice(HELLO);
     hello[8..].copy_from_slice(&local);
     os::send_with_fds(&s, &hello, &[f.as_raw_fd(), bell_read.as_raw_fd()]).ok()?;
+    // A plain read: descriptors a receiver sent with its welcome are
+    // never let into this process.
     let mut answer = [0u8; 16];
-    let (n, _) = os::recv_with_fds(&s, &mut answer).ok()?;
+    let n = (&s).read(&mut answer).ok()?;
     if n != WELCOME.len() || &answer[..n] != WELCOME {
         return None;
     }
     s.set_nonblocking(true).ok()?;
     let now = Instant::now();
-    let out = OutRing {
+    Some(OutRing {
         ring,
         conn: Tracked::new(s),
         bell,
+        bell_read,
         checked: now,
         used: now,
         fresh_until: now + IDLE.min(LIVENESS),
         stuck_at: None,
         credit: WaitCredit::default(),
-    };
-    Some((out, bell_read))
+    })
 }
 
 impl Sink for HostSink {
@@ -1515,14 +1542,13 @@ impl Sink for HostSink {
 /// A process of this host that speaks the rendezvous protocol itself and
 /// puts whatever it likes into its ring: what a hostile or broken peer can
 /// do to a NIC through shared memory, for tests of what the NIC does then.
-/// It keeps a copy of the bell's read end it sent the NIC.
 #[doc(hidden)]
-pub struct RawPeer(OutRing, File);
+pub struct RawPeer(OutRing);
 
 impl RawPeer {
     /// Connects to the NIC at `dst`, claiming to be `claim`.
     pub fn connect(claim: [u8; 4], dst: [u8; 4]) -> Option<Self> {
-        connect_keeping_bell(claim, dst).map(|(out, bell)| Self(out, bell))
+        connect(claim, dst).map(Self)
     }
 
     /// Puts `frame` into the ring and wakes the NIC; false if it is full.
@@ -1537,10 +1563,10 @@ impl RawPeer {
         self.0.ring.consumer_closed()
     }
 
-    /// Makes the bell's read end it kept blocking (the file is shared, so
-    /// for the NIC too), as a hostile peer may.
+    /// Makes the bell's read end blocking (the sender keeps a copy of the
+    /// file the NIC reads, so for the NIC too), as a hostile peer may.
     pub fn make_bell_blocking(&self) -> io::Result<()> {
-        os::set_blocking(&self.1)
+        os::set_blocking(&self.0.bell_read)
     }
 
     /// Writes `value` over the ring's producer position, as a peer that
@@ -1628,10 +1654,12 @@ mod tests {
         let map = || memmap2::MmapOptions::new().map_raw(&f).unwrap();
         let (ring, consumer) = (Ring::create(map()).unwrap(), Ring::attach(map()).unwrap());
         let (conn, receiver) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (bell_read, bell) = os::bell_pipe().unwrap();
         let out = OutRing {
             ring,
             conn: Tracked::new(conn),
-            bell: os::bell_pipe().unwrap().1,
+            bell,
+            bell_read,
             checked: now,
             used: now,
             fresh_until,
@@ -1647,6 +1675,30 @@ mod tests {
             local,
             map: std::collections::BTreeMap::new(),
             stats: std::sync::Arc::new(super::Stats::default()),
+        }
+    }
+
+    /// A receiver that closed its copy of the bell (or died) leaves the
+    /// pipe a reader: the sender keeps one. A ring into a pipe without a
+    /// reader fails with EPIPE and raises SIGPIPE, which ends a C program
+    /// that has not set it aside (the test harness has).
+    #[test]
+    fn a_sender_rings_a_receiver_that_closed_its_bell_without_a_broken_pipe() {
+        use std::os::unix::net::UnixListener;
+
+        let addr = [127, 66, 0, 21];
+        let listener = UnixListener::bind_addr(&super::rendezvous(addr).unwrap()).unwrap();
+        let receiver = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            // Admitted, then gone: its bell and connection closed.
+            drop(super::admit(s).expect("the sender admitted"));
+        });
+        let out = super::connect([127, 66, 0, 22], addr).expect("a ring");
+        receiver.join().unwrap();
+        for _ in 0..(1 << 17) {
+            if let Err(e) = super::ring_peer(&out) {
+                assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+            }
         }
     }
 

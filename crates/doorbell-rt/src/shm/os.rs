@@ -6,8 +6,9 @@
 //! module alone, where `shm.rs` declares it.)
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -40,11 +41,15 @@ pub(crate) fn cannot_shrink(f: &File) -> bool {
     seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
 }
 
-/// Rings a peer's bell takes at most in one [`clear_bell`] (an eventfd's
-/// read needs 8 bytes of room).
+/// Rings a peer's bell takes in one read.
 const BELL_READ: usize = 512;
+/// Reads [`clear_peer_bell`] makes at most: a whole pipe's worth of
+/// rings (64 KiB), so one rung while its receiver was awake is emptied at
+/// once, and a peer that keeps ringing costs the thread a bounded turn.
+const BELL_READS: usize = 128;
 
-/// A non-blocking eventfd: what wakes a NIC's own parked receiver.
+/// A non-blocking eventfd: what wakes a NIC's own parked receiver. Its
+/// file is the NIC's alone.
 pub(crate) fn eventfd() -> io::Result<File> {
     // SAFETY: plain syscall with flag arguments.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -55,11 +60,21 @@ pub(crate) fn eventfd() -> io::Result<File> {
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-/// A peer's bell: a pipe whose write end (the second) its sender keeps,
-/// both ends non-blocking. The sender makes it and sends the read end:
-/// so the write end's file, and its non-blocking flag, is the sender's
-/// alone, and no receiver can make a ring wait (an eventfd's one file,
-/// shared, could be made blocking and filled by either side).
+/// Empties the NIC's own eventfd bell: one read takes its whole count,
+/// and cannot block (the file is non-blocking, and nobody else holds it).
+pub(crate) fn clear_own_bell(bell: &File) {
+    let mut count = [0u8; 8];
+    let _ = (&*bell).read(&mut count);
+}
+
+/// A peer's bell: a pipe (read end, write end), both ends non-blocking.
+/// The sender makes it and sends the read end: so the write end's file,
+/// and its non-blocking flag, is the sender's alone, and no receiver can
+/// make a ring wait (an eventfd's one file, shared, could be made blocking
+/// and filled by either side). The sender keeps its copy of the read end
+/// too, so that the pipe never loses its last reader: a write to a pipe
+/// without one raises SIGPIPE, which would end a program that has not
+/// set it aside.
 pub(crate) fn bell_pipe() -> io::Result<(File, File)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`.
@@ -72,39 +87,68 @@ pub(crate) fn bell_pipe() -> io::Result<(File, File)> {
     Ok((File::from(read), File::from(write)))
 }
 
-/// Empties a bell without ever blocking: the NIC's own eventfd (one read
-/// takes its whole count) or a peer's pipe (one read takes up to
-/// [`BELL_READ`] rings; a bell rung more often than that stays readable,
-/// and the next poll returns at once). The read asks not to wait
-/// (`RWF_NOWAIT`) rather than trust the file's own flag, which a peer
-/// holding the same file can clear; a kernel without that gets the flag
-/// set again first.
-pub(crate) fn clear_bell(bell: &File) {
-    let mut rung = [0u8; BELL_READ];
+/// Reads what a peer's bell holds, up to `buf.len()` bytes, without ever
+/// waiting: the read asks not to (`RWF_NOWAIT`) rather than trust the
+/// file's own flag, which the peer, who holds the same file, can clear.
+/// `Ok(0)`: no writer is left.
+fn read_peer_bell(bell: &File, buf: &mut [u8]) -> io::Result<usize> {
     let mut iov = libc::iovec {
-        iov_base: rung.as_mut_ptr().cast(),
-        iov_len: rung.len(),
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
     };
-    // SAFETY: one iovec over `rung`, which lives across the call; offset
+    // SAFETY: one iovec over `buf`, which lives across the call; offset
     // -1 reads at the file's position, as read() does.
     let rc = unsafe { libc::preadv2(bell.as_raw_fd(), &raw mut iov, 1, -1, libc::RWF_NOWAIT) };
-    if rc >= 0 {
-        return;
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
     }
-    if matches!(
-        io::Error::last_os_error().raw_os_error(),
-        Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
-    ) {
-        // SAFETY: fcntl on a descriptor `bell` owns, with an integer
-        // argument; then a read into `rung`, which lives across it.
-        unsafe {
-            let flags = libc::fcntl(bell.as_raw_fd(), libc::F_GETFL);
-            if flags >= 0 {
-                libc::fcntl(bell.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    Ok(rc as usize)
+}
+
+/// Whether `f`, sent by a peer as its bell, is one the receiver thread can
+/// poll and empty without ever waiting or spinning: the read end of a
+/// pipe (not a regular file, device, socket or eventfd, which poll as
+/// always ready or may block), opened for reading only, with a writer,
+/// whose reads honour `RWF_NOWAIT` (a named FIFO on some kernels does
+/// not, and its flag is the peer's to clear). The probe may take a ring,
+/// which only spares the thread a wake.
+pub(crate) fn is_peer_bell(f: &File) -> bool {
+    let Ok(meta) = f.metadata() else {
+        return false;
+    };
+    // SAFETY: fcntl on a descriptor `f` owns; F_GETFL takes no argument.
+    let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    if !meta.file_type().is_fifo() || flags < 0 || flags & libc::O_ACCMODE != libc::O_RDONLY {
+        return false;
+    }
+    let mut one = [0u8; 1];
+    match read_peer_bell(f, &mut one) {
+        Ok(n) => n > 0,
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+    }
+}
+
+/// Empties a peer's bell (one taken by [`is_peer_bell`]) without ever
+/// waiting, [`BELL_READ`] rings a read, at most [`BELL_READS`] reads; a
+/// bell rung more often than that stays readable, and the next poll
+/// returns at once. False if the bell is dead: no writer is left (the
+/// peer closed it, and it would poll readable for ever) or it fails.
+pub(crate) fn clear_peer_bell(bell: &File) -> bool {
+    let mut rung = [0u8; BELL_READ];
+    for _ in 0..BELL_READS {
+        match read_peer_bell(bell, &mut rung) {
+            Ok(0) => return false,
+            Ok(n) if n < BELL_READ => return true,
+            Ok(_) => {}
+            Err(e) => {
+                return matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                );
             }
-            libc::read(bell.as_raw_fd(), rung.as_mut_ptr().cast(), rung.len());
         }
     }
+    true
 }
 
 /// Clears `O_NONBLOCK` on `f`'s file (for [`crate::RawPeer`], a peer
@@ -442,16 +486,49 @@ mod tests {
             rung >= 4096 && refused > 0,
             "{rung} rung, {refused} refused"
         );
-        // Emptied a read at a time, however it was made.
-        clear_bell(&read);
+        // Emptied in one turn, whatever the reader's own flag says.
+        assert!(clear_peer_bell(&read), "the bell lives");
         let mut ready = Vec::new();
         poll_readable(&[read.as_raw_fd()], Duration::ZERO, &mut ready);
-        assert_eq!(ready, [true], "more rings than one read takes");
-        for _ in 0..(1 << 17) / BELL_READ {
-            clear_bell(&read);
-        }
-        poll_readable(&[read.as_raw_fd()], Duration::ZERO, &mut ready);
         assert_eq!(ready, [false], "every ring taken");
+    }
+
+    /// What a peer sends as its bell is polled and emptied by the receiver
+    /// thread, so only a pipe's read end with a writer is taken: anything
+    /// else polls as always ready (a spinning thread), or may block.
+    #[test]
+    fn only_a_pipes_read_end_with_a_writer_is_taken_as_a_bell() {
+        let (read, write) = bell_pipe().unwrap();
+        assert!(is_peer_bell(&read), "a pipe's read end");
+        assert!(!is_peer_bell(&write), "a pipe's write end");
+        (&write).write_all(&[1; 3]).unwrap();
+        assert!(is_peer_bell(&read), "a bell rung already");
+        let file = memfd("not-a-bell", 4096).unwrap();
+        assert!(!is_peer_bell(&file), "a memory file (always readable)");
+        assert!(!is_peer_bell(&eventfd().unwrap()), "an eventfd");
+        let (sock, _other) = UnixStream::pair().unwrap();
+        assert!(!is_peer_bell(&File::from(OwnedFd::from(sock))), "a socket");
+        let (read, write) = bell_pipe().unwrap();
+        drop(write);
+        assert!(!is_peer_bell(&read), "a pipe without a writer");
+    }
+
+    /// A bell whose writer is gone polls readable for ever: it is dead, so
+    /// that its ring is ended rather than spun on. What it held is taken
+    /// first, and the next look finds it dead.
+    #[test]
+    fn a_bell_whose_writer_left_is_dead() {
+        let (read, write) = bell_pipe().unwrap();
+        (&write).write_all(&[1]).unwrap();
+        assert!(clear_peer_bell(&read), "rung, and still written to");
+        assert!(clear_peer_bell(&read), "empty, and still written to");
+        (&write).write_all(&[1; 700]).unwrap();
+        drop(write);
+        assert!(clear_peer_bell(&read), "what it held is taken");
+        assert!(!clear_peer_bell(&read), "no writer left");
+        let mut ready = Vec::new();
+        poll_readable(&[read.as_raw_fd()], Duration::ZERO, &mut ready);
+        assert_eq!(ready, [true], "a dead pipe polls readable");
     }
 
     #[test]

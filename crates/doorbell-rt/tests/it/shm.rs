@@ -229,9 +229,10 @@ fn a_nic_that_stops_closes_its_rings_and_its_rendezvous() {
     );
 }
 
-/// A peer holds the bell the NIC gave it, a file it shares with the NIC:
-/// one that makes it blocking and rings it must not hold the NIC's
-/// receiver thread in a read, nor, through it, the NIC's stop.
+/// A peer makes its bell and may keep a copy of the read end it sends the
+/// NIC, a file it then shares with the NIC: one that makes it blocking
+/// and rings it must not hold the NIC's receiver thread in a read, nor,
+/// through it, the NIC's stop.
 #[test]
 fn a_peer_that_makes_its_bell_blocking_holds_up_nothing() {
     use doorbell_rt::{LiveNic, Port, RawPeer};
