@@ -137,12 +137,23 @@ const STREAM_QUIET: Duration = Duration::from_millis(10);
 /// queued them and is about to run them does so well within it.
 const STALL_CHECK: Duration = Duration::from_micros(100);
 
+/// Where [`since_epoch_ns`] counts from: set by the first call, which
+/// [`start_clock`] makes as early as it can.
+static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+
 /// Nanoseconds since the first call in this process: when a program last
 /// polled ([`Core::poll_inbox`]).
 fn since_epoch_ns() -> u64 {
-    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
     let epoch = *EPOCH.get_or_init(std::time::Instant::now);
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Sets [`EPOCH`] now, where the fork handlers are registered (a C
+/// library's load-time constructor, or the first process NIC): a fork in
+/// the instant another thread set it would leave it running in the
+/// child, so it is set before a program's threads come to it.
+pub(crate) fn start_clock() {
+    let _ = since_epoch_ns();
 }
 
 /// NICs a worker left frames for, for their programs' polls to take

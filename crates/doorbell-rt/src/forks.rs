@@ -5,11 +5,13 @@
 //! (`unsafe_code` is allowed for this module alone, where `lib.rs`
 //! declares it).
 
-use std::sync::Once;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 static GENERATION: AtomicU32 = AtomicU32::new(0);
-static REGISTER: Once = Once::new();
+/// Whether the handler is registered (or being): a flag, not a `Once`,
+/// which a fork while another thread ran it would leave running in the
+/// child.
+static REGISTERED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn child() {
     // Async-signal-safe: one atomic add.
@@ -19,11 +21,11 @@ extern "C" fn child() {
 /// Forks from the first call's process to this one: a value read when a
 /// NIC starts differs from a later one only in a child.
 pub(crate) fn generation() -> u32 {
-    REGISTER.call_once(|| {
+    if !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a child handler that only adds to an atomic;
         // pthread_atfork copies the function pointer. A failure (ENOMEM)
         // leaves forks uncounted, as before the first NIC.
         let _ = unsafe { libc::pthread_atfork(None, None, Some(child)) };
-    });
+    }
     GENERATION.load(Ordering::Relaxed)
 }

@@ -645,7 +645,7 @@ impl ProcessNic {
         first: [u8; 4],
     ) -> Result<ProcessNic, ProcessNicError> {
         cfg.validate()?;
-        os::register_fork_handlers().map_err(|errno| ProcessNicError::AtFork { errno })?;
+        register_fork_handlers().map_err(|errno| ProcessNicError::AtFork { errno })?;
         let mut st = lock_state();
         loop {
             if let Some(shared) = st.live.upgrade() {
@@ -792,6 +792,7 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
 /// `Err(errno)` if `pthread_atfork` refused (for want of memory).
 pub fn register_fork_handlers() -> Result<(), i32> {
     let _ = crate::forks::generation();
+    crate::engine::start_clock();
     os::register_fork_handlers()
 }
 

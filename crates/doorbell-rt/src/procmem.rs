@@ -54,6 +54,28 @@ mod vm;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+/// The lock the guarded copy's handlers are installed under, held (for
+/// the runtime's fork handlers); nothing where there is no guarded copy.
+pub(crate) fn hold_for_fork() -> ForkHeld {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    return ForkHeld {
+        _held: guard::hold_for_fork(),
+    };
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    ForkHeld { _held: () }
+}
+
+/// What [`hold_for_fork`] holds.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) struct ForkHeld {
+    _held: std::sync::MutexGuard<'static, ()>,
+}
+/// What [`hold_for_fork`] holds.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+pub(crate) struct ForkHeld {
+    _held: (),
+}
+
 use doorbell_host::{
     Allocation, CowMap, HostMemory, MemError, NotFreed, PAGE_SIZE, Recent, page_list,
 };

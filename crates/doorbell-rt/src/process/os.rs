@@ -5,7 +5,9 @@
 //! declares it.)
 //!
 //! Fork: the prepare handler takes the state lock, then the process's
-//! spare-buffer stores ([`crate::buffers::hold_stores`]), in the forking
+//! spare-buffer stores ([`crate::buffers::hold_stores`]), then the lock
+//! the guarded copy's signal handlers are installed under
+//! ([`crate::procmem::hold_for_fork`]), in the forking
 //! thread and keeps their guards in that thread's thread-local; the parent
 //! handler drops them; the child handler (in the child's only thread, the
 //! copy of the forking one, with the same thread-locals) resets the state
@@ -14,13 +16,18 @@
 
 use std::cell::Cell;
 use std::os::fd::RawFd;
-use std::sync::{MutexGuard, OnceLock};
+use std::sync::MutexGuard;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use super::{State, forget_in_child, lock_state};
 use crate::buffers::{StoresHeld, hold_stores};
 
 /// What the forking thread holds across a `fork()`.
-type Held = (MutexGuard<'static, State>, StoresHeld);
+type Held = (
+    MutexGuard<'static, State>,
+    StoresHeld,
+    crate::procmem::ForkHeld,
+);
 
 thread_local! {
     /// The state lock and the spare stores, held by this thread across a
@@ -39,7 +46,8 @@ extern "C" fn prepare() {
     }
     let guard = lock_state();
     let stores = hold_stores();
-    let _ = HELD.try_with(|h| h.set(Some((guard, stores))));
+    let installing = crate::procmem::hold_for_fork();
+    let _ = HELD.try_with(|h| h.set(Some((guard, stores, installing))));
 }
 
 extern "C" fn parent() {
@@ -48,24 +56,36 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     let _ = HELD.try_with(|h| {
-        if let Some((mut guard, stores)) = h.take() {
+        if let Some((mut guard, stores, installing)) = h.take() {
             forget_in_child(&mut guard);
             drop(stores);
+            drop(installing);
         }
     });
 }
 
 /// Registers the fork handlers, once per process (a child inherits them).
 /// `Err(errno)` if `pthread_atfork` refused (it fails only for want of
-/// memory); every later call reports the same.
+/// memory); every later call reports the same, and a call while another
+/// thread registers them reports success. Flags, not a `Once`: a fork
+/// while another thread ran a `Once` would leave it running in the child,
+/// whose first NIC would wait for ever for a thread it does not have.
 pub(crate) fn register_fork_handlers() -> Result<(), i32> {
-    static RC: OnceLock<i32> = OnceLock::new();
-    // SAFETY: the handlers are `extern "C"` functions without arguments
-    // that live as long as the process and never unwind (they only lock,
-    // move a guard and make the calls of `forget_in_child`).
-    let rc = *RC
-        .get_or_init(|| unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) });
-    if rc == 0 { Ok(()) } else { Err(rc) }
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    /// `pthread_atfork`'s answer, or [`PENDING`] until it came.
+    static RC: AtomicI32 = AtomicI32::new(PENDING);
+    const PENDING: i32 = -1;
+    if !STARTED.swap(true, Ordering::AcqRel) {
+        // SAFETY: the handlers are `extern "C"` functions without arguments
+        // that live as long as the process and never unwind (they only
+        // lock, move a guard and make the calls of `forget_in_child`).
+        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+        RC.store(rc, Ordering::Release);
+    }
+    match RC.load(Ordering::Acquire) {
+        0 | PENDING => Ok(()),
+        errno => Err(errno),
+    }
 }
 
 /// In a forked child: makes `fd`, the child's copy of the parent NIC's

@@ -30,8 +30,8 @@
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 // Two copies, `doorbell_guarded_read(dst, src, len)` (from the
 // application's memory at `src`) and `doorbell_guarded_write(dst, src,
@@ -185,19 +185,46 @@ pub(super) fn write(addr: u64, data: &[u8]) -> Result<(), ()> {
     if left == 0 { Ok(()) } else { Err(()) }
 }
 
+/// Whether the handlers are in: [`NOT_YET`], [`IN`] or [`REFUSED`].
+static INSTALLED: AtomicU8 = AtomicU8::new(NOT_YET);
+const NOT_YET: u8 = 0;
+const IN: u8 = 1;
+const REFUSED: u8 = 2;
+
+/// Held while the handlers go in. A lock, not a `OnceLock`: the runtime's
+/// fork handlers hold it across a `fork()` (decision record 0068), so a
+/// fork while another thread installs them waits for it, where a
+/// `OnceLock` would be left running in the child, whose first copy would
+/// then wait for ever for a thread it does not have. A leaf lock: only
+/// `sigaction` and an allocation run under it.
+static INSTALLING: Mutex<()> = Mutex::new(());
+
+/// [`INSTALLING`], held (for the runtime's fork handlers).
+pub(super) fn hold_for_fork() -> MutexGuard<'static, ()> {
+    INSTALLING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Installs the handlers, once per process; tells whether they are in.
 fn installed() -> bool {
-    static DONE: OnceLock<bool> = OnceLock::new();
-    *DONE.get_or_init(|| {
-        let ok = SIGNALS
-            .iter()
-            .zip(&PREVIOUS)
-            .all(|(&sig, prev)| install(sig, prev));
-        if !ok {
-            ACTIVE.store(false, Ordering::Relaxed);
-        }
-        ok
-    })
+    match INSTALLED.load(Ordering::Acquire) {
+        NOT_YET => {}
+        state => return state == IN,
+    }
+    let _installing = hold_for_fork();
+    match INSTALLED.load(Ordering::Acquire) {
+        NOT_YET => {}
+        state => return state == IN,
+    }
+    let ok = SIGNALS
+        .iter()
+        .zip(&PREVIOUS)
+        .all(|(&sig, prev)| install(sig, prev));
+    if !ok {
+        ACTIVE.store(false, Ordering::Relaxed);
+    }
+    // Release: a thread that sees IN sees the handlers' slots filled.
+    INSTALLED.store(if ok { IN } else { REFUSED }, Ordering::Release);
+    ok
 }
 
 /// Keeps `a` for the handler to read for ever.
@@ -381,6 +408,54 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
 mod tests {
     use super::*;
     use memmap2::MmapMut;
+
+    /// A thread installs the handlers when another forks: the child, which
+    /// has no copy of that thread, must find their lock free (the fork
+    /// waits for it), not wait for ever on its first copy. Runs in a
+    /// process of its own, where no other test's thread holds a lock of
+    /// its own across the fork.
+    #[test]
+    fn a_child_forked_while_the_handlers_go_in_finds_their_lock_free() {
+        if !doorbell_cprobe::alone::in_own_process(
+            "procmem::guard::tests::a_child_forked_while_the_handlers_go_in_finds_their_lock_free",
+        ) {
+            return;
+        }
+        crate::process::os::register_fork_handlers().unwrap();
+        let (held, is_held) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let g = hold_for_fork();
+            held.send(()).unwrap();
+            // Long after the fork below has begun: its prepare handler
+            // waits for this lock meanwhile.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(g);
+        });
+        is_held.recv().unwrap();
+        // SAFETY: fork in a process of this one test; the child only takes
+        // the lock and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: alarm only sets a timer, whose default action ends a
+            // child that hangs; _exit runs none of the harness's exit
+            // paths a second time.
+            unsafe {
+                libc::alarm(5);
+                drop(hold_for_fork());
+                libc::_exit(i32::from(!installed()));
+            }
+        }
+        holder.join().unwrap();
+        let mut status = 0;
+        // SAFETY: `pid` is our child; `status` is a live local.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child hung or has no handlers: status {status:#x}"
+        );
+        doorbell_cprobe::alone::passed();
+    }
 
     /// Sets the protection of the `i`th page of `map`.
     fn protect(map: &MmapMut, i: usize, prot: libc::c_int) {
