@@ -82,14 +82,15 @@ impl Drop for Inner {
         }
         // The kernel's rdma_destroy_id: leave the CM's state behind cleanly
         // (a REJ or DREQ where the exchange is still open).
+        // (Nothing, in a forked child: the CM is the parent's.)
         if let Some((svc, l)) = st.listen.take() {
-            svc.with(|s, _| {
+            let _ = svc.with(|s, _| {
                 let _ = s.agent.unlisten(l);
                 s.disown(l);
             });
         }
         if let Some((svc, c)) = st.conn.take() {
-            svc.with(|s, now| {
+            let _ = svc.with(|s, now| {
                 let _ = s.agent.destroy(now, c);
                 s.disown(c);
             });
@@ -212,7 +213,7 @@ impl CmId {
         let st = self.st();
         for (svc, c) in st.listen.iter().chain(st.conn.iter()) {
             let owner = self.owner();
-            svc.with(|s, _| s.own(*c, owner));
+            let _ = svc.with(|s, _| s.own(*c, owner));
         }
     }
 
@@ -427,7 +428,7 @@ impl CmId {
             let l = s.agent.listen(sid).map_err(|_| CmError::AddrInUse)?;
             s.own(l, owner);
             Ok(l)
-        })?;
+        })??;
         st.listen = Some((svc, l));
         st.state = IdState::Listen;
         Ok(())
@@ -491,7 +492,7 @@ impl CmId {
                 .map_err(|_| CmError::Invalid)?;
             s.own(c, owner);
             Ok(c)
-        })?;
+        })??;
         st.conn = Some((svc, c));
         st.local_psn = psn;
         st.state = IdState::Connecting;
@@ -523,7 +524,7 @@ impl CmId {
         if st.remote.is_none() {
             return Err(CmError::Invalid);
         }
-        svc.with(|s, _| s.agent.establish(c, &[]))
+        svc.with(|s, _| s.agent.establish(c, &[]))?
             .map_err(|_| CmError::Invalid)?;
         st.state = IdState::Connected;
         Ok(())
@@ -630,7 +631,7 @@ impl CmId {
             st.state = IdState::Requested;
         }
         let owner = id.owner();
-        svc.with(|s, _| s.own(conn, owner));
+        svc.with(|s, _| s.own(conn, owner))?;
         Ok(id)
     }
 
@@ -660,7 +661,7 @@ impl CmId {
             flow_control: p.flow_control,
             srq: p.srq,
         };
-        svc.with(|s, now| s.agent.accept(now, c, &rep, &p.private_data))
+        svc.with(|s, now| s.agent.accept(now, c, &rep, &p.private_data))?
             .map_err(|_| CmError::Invalid)?;
         st.state = IdState::Connected;
         Ok(())
@@ -685,7 +686,7 @@ impl CmId {
             );
             s.disown(c);
             r
-        })
+        })?
         .map_err(|_| CmError::Invalid)?;
         st.state = IdState::Disconnected;
         Ok(())
@@ -695,7 +696,7 @@ impl CmId {
     pub fn disconnect(&self) -> Result<(), CmError> {
         let mut st = self.st();
         let (svc, c) = st.conn.clone().ok_or(CmError::Invalid)?;
-        svc.with(|s, now| s.agent.disconnect(now, c, &[]))
+        svc.with(|s, now| s.agent.disconnect(now, c, &[]))?
             .map_err(|_| CmError::Invalid)?;
         st.state = IdState::Disconnected;
         Ok(())

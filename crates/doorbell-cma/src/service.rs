@@ -76,6 +76,9 @@ struct Shared {
 pub struct CmService {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The process that started it: a forked child has its state, not
+    /// its thread.
+    pid: u32,
 }
 
 /// Every started service. A leaf lock: nothing is taken, waited for or
@@ -179,6 +182,7 @@ impl CmService {
         let svc = Arc::new(Self {
             shared,
             thread: Some(thread),
+            pid: std::process::id(),
         });
         let mut all = lock(&SERVICES);
         all.retain(|w| w.strong_count() > 0);
@@ -186,22 +190,34 @@ impl CmService {
         Ok(svc)
     }
 
-    /// The running CM of `ctx`'s device, if one was started.
+    /// The running CM of `ctx`'s device, if this process started one.
     pub fn of(ctx: &Context) -> Option<Arc<Self>> {
         // Upgraded under the lock, dropped after it: the last drop of
         // another device's service joins its thread, which must not happen
         // with the lock held (a fork waits for it: [`crate::hold_for_fork`]).
         let all: Vec<Arc<Self>> = lock(&SERVICES).iter().filter_map(Weak::upgrade).collect();
-        all.into_iter().find(|s| s.shared.ctx.same_as(ctx))
+        all.into_iter()
+            .find(|s| s.shared.ctx.same_as(ctx) && s.is_ours())
+    }
+
+    /// Whether this process started it: in a forked child, the parent's
+    /// service has no thread, and its state's lock may have been held by
+    /// that thread at the fork.
+    fn is_ours(&self) -> bool {
+        self.pid == std::process::id()
     }
 
     /// Runs `f` on the agent (and the owners of its connections), then
-    /// wakes the thread to send what `f` queued.
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+    /// wakes the thread to send what `f` queued. In a forked child, on the
+    /// parent's service, runs nothing: [`CmError::NoDevice`].
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> Result<R, CmError> {
+        if !self.is_ours() {
+            return Err(CmError::NoDevice);
+        }
         let now = self.shared.now();
         let r = f(&mut lock(&self.shared.state), now);
         self.shared.wake.notify_one();
-        r
+        Ok(r)
     }
 
     /// Ends every connection and listen of the device as the kernel does
@@ -212,7 +228,10 @@ impl CmService {
     /// not delivered any more. For a process's exit: the ids stay, their
     /// connections gone.
     pub fn close_all(&self, wait: std::time::Duration) {
-        self.with(|s, now| {
+        if !self.is_ours() {
+            return;
+        }
+        let _ = self.with(|s, now| {
             let conns: Vec<ConnId> = s.owners.keys().copied().collect();
             for c in conns {
                 let _ = s.agent.destroy(now, c);
@@ -231,8 +250,12 @@ impl CmService {
         }
     }
 
-    /// What the agent counted.
+    /// What the agent counted (nothing, in a forked child, of the
+    /// parent's service).
     pub fn stats(&self) -> doorbell_cmsm::CmStats {
+        if !self.is_ours() {
+            return doorbell_cmsm::CmStats::default();
+        }
         lock(&self.shared.state).agent.stats()
     }
 }
@@ -251,6 +274,13 @@ impl State {
 
 impl Drop for CmService {
     fn drop(&mut self) {
+        // A forked child's copy has no thread to stop or join.
+        if !self.is_ours() {
+            if let Some(t) = self.thread.take() {
+                std::mem::forget(t);
+            }
+            return;
+        }
         self.shared.stop.store(true, Ordering::Release);
         self.shared.wake.notify_one();
         if let Some(t) = self.thread.take() {

@@ -17,12 +17,13 @@
 //! other lock is taken, nothing is waited for (no device command, no round
 //! trip to the NIC's thread, no event) and nothing is dropped that would.
 //! The first, the hosting's loading lock, is held while libmlx5 loads,
-//! whose constructor takes the hosting's providers lock; it is taken with
-//! no other lock held, by the handler as by the thread that loads. So the
-//! order below cannot deadlock against any thread, and neither can the
-//! runtime's handler, which takes its state and spare stores before this
-//! one runs (this one is registered first, when the library is loaded,
-//! and prepare handlers run in reverse order of registration).
+//! whose constructor takes the hosting's providers lock; the thread that
+//! loads takes it with no lock held, and nothing under it takes the
+//! runtime's locks (`hosted::LOADING`). So the order below cannot
+//! deadlock against any thread, and neither can the runtime's handler,
+//! which takes its state, spare stores and signal handlers' lock before
+//! this one runs (this one is registered first, when the library is
+//! loaded, and prepare handlers run in reverse order of registration).
 //!
 //! The `unsafe` here is registering the handlers, placing their
 //! registration among the library's constructors, and the test's fork
@@ -33,7 +34,8 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::{MutexGuard, Once};
+use std::sync::MutexGuard;
+use std::sync::atomic::AtomicBool;
 
 use crate::events::{ROUTER, Router};
 use crate::handles::Kind;
@@ -133,16 +135,18 @@ extern "C" fn register_at_load() {
 }
 
 /// Registers the fork handlers, once per process (a child inherits them).
-/// A failure (ENOMEM) leaves forks as they were without the handlers.
+/// A failure (ENOMEM) leaves forks as they were without the handlers. A
+/// flag, not a `Once`, which a fork while another thread ran it would
+/// leave running in the child.
 fn register() {
-    static REGISTER: Once = Once::new();
-    REGISTER.call_once(|| {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    if !REGISTERED.swap(true, std::sync::atomic::Ordering::AcqRel) {
         // SAFETY: the handlers are `extern "C"` functions without arguments
         // that live as long as the library (pthread_atfork unregisters them
         // if it is unloaded) and never unwind: they only lock, move guards
         // and reset a flag.
         let _ = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-    });
+    }
 }
 
 #[cfg(test)]
@@ -304,6 +308,109 @@ mod tests {
             "the child's rdma_cm device: status {status:?}"
         );
         assert!(makes_a_pd(parents), "the parent's device after the fork");
+        doorbell_cprobe::alone::passed();
+    }
+
+    /// A thread is making the hosted device (inside its `OnceLock`, where
+    /// libmlx5 is loaded) when another forks: the fork must wait for it,
+    /// so that the child finds the device made (or failed), not a making
+    /// left running by a thread it does not have, on which its first
+    /// hosted call would wait for ever. Runs in a process of its own.
+    #[test]
+    fn a_child_forked_while_the_hosted_device_is_made_finds_it_made() {
+        use crate::hosted::tests::{LOADING_BEGAN, PAUSE_MS};
+        if !doorbell_cprobe::alone::in_own_process(
+            "forks::tests::a_child_forked_while_the_hosted_device_is_made_finds_it_made",
+        ) {
+            return;
+        }
+        let config = doorbell_rt::ProcessNicConfig::from_env().expect("the default NIC");
+        PAUSE_MS.store(300, Ordering::Relaxed);
+        let maker = {
+            let config = config.clone();
+            std::thread::spawn(move || {
+                let _ = crate::hosted::device(&config, 1);
+            })
+        };
+        while !LOADING_BEGAN.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: fork in a process of this one test; the child only asks
+        // for the hosted device and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let _ = crate::hosted::device(&config, 1);
+            // SAFETY: _exit runs none of the harness's exit paths a
+            // second time.
+            unsafe { libc::_exit(0) };
+        }
+        maker.join().unwrap();
+        let status = wait_for(pid);
+        assert!(
+            status.is_some_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0),
+            "the child hung on the hosted device: status {status:?}"
+        );
+        doorbell_cprobe::alone::passed();
+    }
+
+    /// A CM id the parent made is the parent's CM's, which has no thread
+    /// in a child (and whose lock that thread may have held at the fork):
+    /// in the child, a listen on it fails with ENODEV, rather than
+    /// succeed and never hear a request, and destroying it takes nothing
+    /// of the parent's CM. The parent's id still listens.
+    #[test]
+    fn a_child_forked_after_making_a_cm_id_cannot_use_it_and_can_destroy_it() {
+        if !doorbell_cprobe::alone::in_own_process(
+            "forks::tests::a_child_forked_after_making_a_cm_id_cannot_use_it_and_can_destroy_it",
+        ) {
+            return;
+        }
+        const RDMA_PS_TCP: crate::abi::rdma_port_space = 0x0106;
+        assert!(!first_cm_device().is_null(), "the parent's device");
+        let mut id = core::ptr::null_mut();
+        // SAFETY: `id` is a live local to write the new id to; a NULL
+        // channel asks for a synchronous id.
+        let rc = unsafe {
+            crate::rdma_cm::doorbell_rdma_create_id(
+                core::ptr::null_mut(),
+                &mut id,
+                core::ptr::null_mut(),
+                RDMA_PS_TCP,
+            )
+        };
+        assert_eq!(rc, 0, "rdma_create_id");
+        // SAFETY: sockaddr_in is plain data; all-zero is the wildcard
+        // address, port 0 (an ephemeral one).
+        let mut any: libc::sockaddr_in = unsafe { core::mem::zeroed() };
+        any.sin_family = libc::AF_INET as libc::sa_family_t;
+        // SAFETY: `id` is live, `any` a sockaddr_in read through the
+        // generic pointer, as C callers pass it.
+        let rc = unsafe { crate::rdma_cm::doorbell_rdma_bind_addr(id, (&raw mut any).cast()) };
+        assert_eq!(rc, 0, "rdma_bind_addr");
+        // SAFETY: fork in a process of this one test; the child only makes
+        // library calls and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let refused = crate::rdma_cm::doorbell_rdma_listen(id, 1) == -1
+                && crate::boundary::errno() == libc::ENODEV;
+            let destroyed = crate::rdma_cm::doorbell_rdma_destroy_id(id) == 0;
+            // SAFETY: _exit runs none of the harness's exit paths a
+            // second time.
+            unsafe { libc::_exit(if refused && destroyed { 0 } else { 1 }) };
+        }
+        let status = wait_for(pid);
+        assert!(
+            status.is_some_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0),
+            "the child's listen on the parent's id: status {status:?}"
+        );
+        assert_eq!(
+            crate::rdma_cm::doorbell_rdma_listen(id, 1),
+            0,
+            "the parent listens"
+        );
+        assert_eq!(crate::rdma_cm::doorbell_rdma_destroy_id(id), 0);
         doorbell_cprobe::alone::passed();
     }
 

@@ -55,7 +55,7 @@ impl CmId {
                 .map_err(|_| CmError::Invalid)?;
             s.own(c, owner);
             Ok(c)
-        })?;
+        })??;
         st.conn = Some((svc, c));
         st.state = IdState::Connecting;
         Ok(())
@@ -113,7 +113,7 @@ impl CmId {
                     .sidr_reply(c, status, doorbell_types::Qpn::new(qpn), qkey, private_data);
             s.disown(c);
             r
-        })
+        })?
         .map_err(|_| CmError::Invalid)
     }
 }

@@ -177,8 +177,11 @@ static DEVICE: OnceLock<Result<HostedDevice, c_int>> = OnceLock::new();
 /// failed (the fork handlers take this lock first, decision record 0068),
 /// where the `OnceLock` alone would be left running in the child, which
 /// would wait for ever for a thread it does not have. Not a leaf: the
-/// provider's constructor takes [`DRIVERS`] while it is held. No other
-/// lock is held when it is taken.
+/// provider's constructor takes [`DRIVERS`] while it is held. The loading
+/// thread takes it with no lock held; the forking thread takes it before
+/// the library's others, though after the runtime's state lock and stores,
+/// which nothing under it takes: no NIC exists before the hosted device,
+/// and neither libmlx5's constructor nor its `alloc_device` starts one.
 static LOADING: Mutex<()> = Mutex::new(());
 
 /// Set once a hosted device exists: only then are objects' `context`
@@ -193,6 +196,8 @@ pub(crate) fn device(config: &ProcessNicConfig, guid: u64) -> Result<&'static Ho
         None => {
             let _loading = crate::events::lock(&LOADING);
             DEVICE.get_or_init(|| {
+                #[cfg(test)]
+                tests::pause_while_loading();
                 make_device(config, guid).map_err(|e| {
                     eprintln!("libibverbs.so.1 (doorbell): {e}");
                     EINVAL
@@ -321,4 +326,22 @@ fn first_driver_id_entry(ops: &verbs_device_ops) -> *const verbs_match_ent {
 pub(crate) fn is_device(dev: *mut ibv_device) -> Option<&'static HostedDevice> {
     let d = DEVICE.get()?.as_ref().ok()?;
     (d.ibv_device() == dev).then_some(d)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::Duration;
+
+    /// How long the making of the hosted device pauses before it loads
+    /// libmlx5, in milliseconds (for the fork test).
+    pub(crate) static PAUSE_MS: AtomicU64 = AtomicU64::new(0);
+    /// Set once a making of the hosted device has begun.
+    pub(crate) static LOADING_BEGAN: AtomicBool = AtomicBool::new(false);
+
+    /// Inside the device's `OnceLock`: says so, then pauses.
+    pub(super) fn pause_while_loading() {
+        LOADING_BEGAN.store(true, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(PAUSE_MS.load(Ordering::Relaxed)));
+    }
 }

@@ -36,9 +36,13 @@ mod id;
 mod process;
 mod qp;
 
-/// The device list's exports, for the fork test.
+/// Exports the fork tests call.
+#[cfg(test)]
+pub(crate) use conn::doorbell_rdma_listen;
 #[cfg(test)]
 pub(crate) use devices::{doorbell_rdma_free_devices, doorbell_rdma_get_devices};
+#[cfg(test)]
+pub(crate) use id::{doorbell_rdma_bind_addr, doorbell_rdma_create_id, doorbell_rdma_destroy_id};
 
 use channel::CEventChannel;
 
