@@ -435,47 +435,18 @@ mod tests {
     /// Runs in a process of its own, where no other test's thread holds a
     /// lock of its own across the fork.
     #[test]
-    #[allow(unsafe_code)]
     fn a_child_forked_while_a_store_is_held_finds_it_free() {
         if !doorbell_cprobe::alone::in_own_process(
             "buffers::tests::a_child_forked_while_a_store_is_held_finds_it_free",
         ) {
             return;
         }
-        crate::process::os::register_fork_handlers().unwrap();
         // Spares in the store, so that taking one takes its lock.
         shared_buffers().give_many((0..4).map(|_| Vec::with_capacity(64)));
-        let (held, is_held) = std::sync::mpsc::channel();
-        let holder = std::thread::spawn(move || {
-            let g = shared_buffers().items();
-            held.send(()).unwrap();
-            // Long after the fork below has begun: its prepare handler
-            // waits for this lock meanwhile.
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            drop(g);
-        });
-        is_held.recv().unwrap();
-        // SAFETY: fork in a process of this one test; the child only takes
-        // a buffer from the store and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            // SAFETY: alarm only sets a timer, whose default action ends a
-            // child that hangs; _exit runs none of the harness's exit
-            // paths a second time.
-            unsafe {
-                libc::alarm(5);
-                let took = shared_buffers().take().is_some();
-                libc::_exit(if took { 0 } else { 1 });
-            }
-        }
-        holder.join().unwrap();
-        let mut status = 0;
-        // SAFETY: `pid` is our child; `status` is a live local.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "the child hung or found no spare: status {status:#x}"
+        crate::process::os::tests::a_child_forked_while_held_finds_it_free(
+            || shared_buffers().items(),
+            || shared_buffers().take().is_some(),
+            "the spare buffers' store",
         );
         doorbell_cprobe::alone::passed();
     }

@@ -143,3 +143,52 @@ impl Drop for SignalsBlocked {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    /// Forks while another thread holds what `take` takes (for 200 ms,
+    /// long after the fork has begun: its prepare handler waits for it
+    /// meanwhile), then checks that the child, which has no copy of that
+    /// thread, gets through `child` (true) within 5 s. For a test in a
+    /// process of its own, where no other test's thread holds a lock
+    /// across the fork; `what` names the lock in the failure.
+    pub(crate) fn a_child_forked_while_held_finds_it_free<G>(
+        take: impl FnOnce() -> G + Send + 'static,
+        child: impl FnOnce() -> bool,
+        what: &str,
+    ) {
+        super::register_fork_handlers().unwrap();
+        let (held, is_held) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let g = take();
+            held.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            drop(g);
+        });
+        is_held.recv().unwrap();
+        // SAFETY: fork in a process of this one test; the child runs
+        // `child` and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: alarm only sets a timer, whose default action ends a
+            // child that hangs; _exit runs none of the harness's exit
+            // paths a second time.
+            unsafe {
+                libc::alarm(5);
+                let ok = child();
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+        }
+        holder.join().unwrap();
+        let mut status = 0;
+        // SAFETY: `pid` is our child; `status` is a live local.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{what}: the child hung or failed: status {status:#x}"
+        );
+    }
+}

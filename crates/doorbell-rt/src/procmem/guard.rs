@@ -421,38 +421,13 @@ mod tests {
         ) {
             return;
         }
-        crate::process::os::register_fork_handlers().unwrap();
-        let (held, is_held) = std::sync::mpsc::channel();
-        let holder = std::thread::spawn(move || {
-            let g = hold_for_fork();
-            held.send(()).unwrap();
-            // Long after the fork below has begun: its prepare handler
-            // waits for this lock meanwhile.
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            drop(g);
-        });
-        is_held.recv().unwrap();
-        // SAFETY: fork in a process of this one test; the child only takes
-        // the lock and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            // SAFETY: alarm only sets a timer, whose default action ends a
-            // child that hangs; _exit runs none of the harness's exit
-            // paths a second time.
-            unsafe {
-                libc::alarm(5);
+        crate::process::os::tests::a_child_forked_while_held_finds_it_free(
+            hold_for_fork,
+            || {
                 drop(hold_for_fork());
-                libc::_exit(i32::from(!installed()));
-            }
-        }
-        holder.join().unwrap();
-        let mut status = 0;
-        // SAFETY: `pid` is our child; `status` is a live local.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "the child hung or has no handlers: status {status:#x}"
+                installed()
+            },
+            "the signal handlers' lock",
         );
         doorbell_cprobe::alone::passed();
     }
