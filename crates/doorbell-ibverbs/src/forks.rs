@@ -238,11 +238,6 @@ mod tests {
                 "SHARED",
                 "the spare stores: the runtime's prepare handler gets each, waiting for its making",
             ),
-            (
-                "doorbell-rt/src/engine.rs",
-                "EPOCH",
-                "set where the fork handlers are registered, before a program's threads",
-            ),
         ];
         fn scan(dir: &std::path::Path, crates: &std::path::Path, out: &mut Vec<(String, String)>) {
             for e in std::fs::read_dir(dir).unwrap() {

@@ -137,25 +137,6 @@ const STREAM_QUIET: Duration = Duration::from_millis(10);
 /// queued them and is about to run them does so well within it.
 const STALL_CHECK: Duration = Duration::from_micros(100);
 
-/// Where [`since_epoch_ns`] counts from: set by the first call, which
-/// [`start_clock`] makes as early as it can.
-static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-
-/// Nanoseconds since the first call in this process: when a program last
-/// polled ([`Core::poll_inbox`]).
-fn since_epoch_ns() -> u64 {
-    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
-    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Sets [`EPOCH`] now, where the fork handlers are registered (a C
-/// library's load-time constructor, or the first process NIC): a fork in
-/// the instant another thread set it would leave it running in the
-/// child, so it is set before a program's threads come to it.
-pub(crate) fn start_clock() {
-    let _ = since_epoch_ns();
-}
-
 /// NICs a worker left frames for, for their programs' polls to take
 /// ([`Core::deliver`]), each with when it first did.
 type Left = Vec<(Arc<Core>, std::time::Instant)>;
@@ -778,10 +759,10 @@ pub(crate) struct Core {
     /// The worker was unparked since it last parked.
     rung: AtomicBool,
     /// When a program last polled this NIC's CQ and found it empty
-    /// ([`since_epoch_ns`]; 0: never).
+    /// ([`Self::since_start_ns`]; 0: never).
     polled_at_ns: AtomicU64,
     /// When a program last armed one of this NIC's CQs
-    /// ([`since_epoch_ns`]; 0: never): it is about to wait for an event,
+    /// ([`Self::since_start_ns`]; 0: never): it is about to wait for an event,
     /// not to poll.
     armed_at_ns: AtomicU64,
     /// [`Nic::window_stops`] after the last turn.
@@ -839,6 +820,16 @@ impl Core {
             stop: AtomicBool::new(false),
             forks: crate::forks::generation(),
         }
+    }
+
+    /// Nanoseconds since the NIC started, at least 1 (0 stands for
+    /// never): when a program last polled or armed ([`Self::note_poll`],
+    /// [`Self::note_arm`]). Per NIC, not a process-wide epoch made on
+    /// first use, which a fork in another thread could leave half made.
+    fn since_start_ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 
     /// The device clock's reading now.
@@ -1015,7 +1006,7 @@ impl Core {
         let leave = LEFT.with_borrow_mut(|left| {
             let Some(left) = left else { return false };
             let polled_at_ns = self.polled_at_ns.load(Ordering::Relaxed);
-            let since_ns = since_epoch_ns().saturating_sub(polled_at_ns);
+            let since_ns = self.since_start_ns().saturating_sub(polled_at_ns);
             if polled_at_ns == 0 || since_ns >= POLLING.as_nanos() as u64 {
                 return false;
             }
@@ -1051,14 +1042,16 @@ impl Core {
 
     /// Notes that a program polled this NIC's CQ and found it empty.
     pub(crate) fn note_poll(&self) {
-        self.polled_at_ns.store(since_epoch_ns(), Ordering::Relaxed);
+        self.polled_at_ns
+            .store(self.since_start_ns(), Ordering::Relaxed);
     }
 
     /// Notes that a program armed one of this NIC's CQs: it is about to
     /// wait for an event, so a receive thread that stayed off its socket
     /// for its polls goes back now.
     pub(crate) fn note_arm(&self) {
-        self.armed_at_ns.store(since_epoch_ns(), Ordering::Relaxed);
+        self.armed_at_ns
+            .store(self.since_start_ns(), Ordering::Relaxed);
         // Pairs with the fence in `stay_away`: either that thread sees the
         // arm, or this one sees it away.
         fence(Ordering::SeqCst);
@@ -1101,7 +1094,7 @@ impl Core {
     /// Whether a program polled this NIC's CQ within [`LEASE`] and armed
     /// none within it.
     pub(crate) fn polled_lately(&self) -> bool {
-        let now = since_epoch_ns();
+        let now = self.since_start_ns();
         let lease = LEASE.as_nanos() as u64;
         let polled = self.polled_at_ns.load(Ordering::Relaxed);
         let armed = self.armed_at_ns.load(Ordering::Relaxed);
@@ -1125,11 +1118,11 @@ impl Core {
         fence(Ordering::SeqCst);
         let armed = self.armed_at_ns.load(Ordering::Relaxed);
         let lease = LEASE.as_nanos() as u64;
-        if (armed == 0 || since_epoch_ns().saturating_sub(armed) >= lease)
+        if (armed == 0 || self.since_start_ns().saturating_sub(armed) >= lease)
             && !self.stop.load(Ordering::Acquire)
         {
             self.left_to_polls.fetch_add(1, Ordering::Relaxed);
-            let (from, from_ns) = (std::time::Instant::now(), since_epoch_ns());
+            let (from, from_ns) = (std::time::Instant::now(), self.since_start_ns());
             std::thread::park_timeout(LEASE);
             if from.elapsed() < LEASE && self.armed_at_ns.load(Ordering::Relaxed) >= from_ns {
                 self.called_back.fetch_add(1, Ordering::Relaxed);

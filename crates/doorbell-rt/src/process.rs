@@ -792,7 +792,6 @@ fn start(cfg: &ProcessNicConfig, first: [u8; 4]) -> Result<Started, ProcessNicEr
 /// `Err(errno)` if `pthread_atfork` refused (for want of memory).
 pub fn register_fork_handlers() -> Result<(), i32> {
     let _ = crate::forks::generation();
-    crate::engine::start_clock();
     os::register_fork_handlers()
 }
 
