@@ -837,12 +837,14 @@ impl Core {
         device_time(self.start, std::time::Instant::now())
     }
 
-    /// Deliveries of frames that another NIC of the process handed to the
-    /// worker ([`Core::hand_to_worker`]).
+    /// Flushes that stopped at [`FLUSH_LIMIT`] with more to build
+    /// ([`crate::LiveNic::flushes_cut`]).
     pub(crate) fn flushes_cut(&self) -> u64 {
         self.flushes_cut.load(Ordering::Relaxed)
     }
 
+    /// Deliveries of frames that another NIC of the process handed to the
+    /// worker ([`Core::hand_to_worker`]).
     pub(crate) fn hand_offs(&self) -> u64 {
         self.hand_offs.load(Ordering::Relaxed)
     }
