@@ -48,9 +48,7 @@ fn side(nic: Arc<LiveNic>, len: usize) -> Result<Side, String> {
             cap: QpCaps {
                 max_send_wr: 4,
                 max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
+                ..QpCaps::default()
             },
             sq_sig_all: false,
             srq: None,
