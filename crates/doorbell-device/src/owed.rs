@@ -156,8 +156,9 @@ pub(crate) fn build_read<D: Dma>(
 /// address, they are dropped.
 pub(crate) fn send_built<D: Dma>(qp: &Qp, ctx: &mut Ctx<'_, D>, msn: u32) {
     let mut frames = std::mem::take(&mut ctx.out.building);
+    let dst = emit::peer_ip(qp);
     for f in &mut frames {
-        match emit::peer_ip(qp) {
+        match dst {
             Some(dst) => {
                 if let Some(a) = f.repr.ext.aeth.as_mut() {
                     a.msn = msn;
