@@ -198,7 +198,10 @@ mod tests {
                     n += text
                         .lines()
                         .filter(|l| {
-                            let l = l.trim_start().trim_start_matches("pub(crate) ");
+                            let l = l
+                                .trim_start()
+                                .trim_start_matches("pub(crate) ")
+                                .trim_start_matches("pub ");
                             l.starts_with("static ")
                                 && (l.contains(": Mutex<")
                                     || l.contains(": std::sync::Mutex<")
@@ -247,7 +250,10 @@ mod tests {
                 } else if path.extension().is_some_and(|x| x == "rs") {
                     let file = path.strip_prefix(crates).unwrap().display().to_string();
                     for l in std::fs::read_to_string(&path).unwrap().lines() {
-                        let l = l.trim_start().trim_start_matches("pub(crate) ");
+                        let l = l
+                            .trim_start()
+                            .trim_start_matches("pub(crate) ")
+                            .trim_start_matches("pub ");
                         let Some(rest) = l.strip_prefix("static ") else {
                             continue;
                         };
