@@ -27,8 +27,11 @@
 //!   after it, as IBA allows a responder (a requester that must read
 //!   first fences the WRITE);
 //! - a QP that goes to ERR sends nothing more, so what it owes is not
-//!   sent; only a NAK that ends the QP sends everything owed before it
-//!   ([`send_all`]), all at once, as a NIC without a burst would have.
+//!   sent. A NAK that ends the QP is the exception: it waits behind what
+//!   the QP owes, like any answer, and the QP goes to ERR once it has left
+//!   ([`end_after`]). Meanwhile the QP takes no more requests (a NIC
+//!   without a burst would be in ERR already and drop them too); only its
+//!   own send queue goes on a while longer.
 
 use doorbell_hif::Access;
 use doorbell_pcie::{Dma, DmaPurpose, DmaTag};
@@ -200,26 +203,26 @@ pub(crate) fn behind<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, answer: Answer) 
     qp.owed.push_back(Owed::Answer(answer));
 }
 
+/// Marks `qp`, which owes answers and has just queued a NAK behind them
+/// that ends it, to go to ERR once that NAK has been sent
+/// ([`Qp::responder_ended`]). The requester sees the answers before the
+/// NAK first, as from a NIC without a burst, and the responses are still
+/// built a burst at a time: a request that fails behind a READ of 2 GiB
+/// does not make the NIC build the READ's responses all at once.
+pub(crate) fn end_after<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
+    qp.owed.push_back(Owed::End);
+    note_owing(qp, ctx);
+}
+
 /// Sends what `qp` owes, in order, while the burst has room: the next
 /// responses of the READ at its head, then what waits behind it. A READ
 /// whose memory is gone by then (its key destroyed, its pages unmapped)
 /// NAKs at its first response not sent, a remote access error, and the
-/// QP goes to the error state; a duplicate's is dropped.
+/// QP goes to the error state; a duplicate's is dropped. Past a NAK that
+/// ended the QP ([`end_after`]), the QP goes to the error state.
 pub(crate) fn resume<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
-    send_owed(qp, ctx, false)
-}
-
-/// Sends everything `qp` owes now, whatever the burst: before a NAK that
-/// ends the QP, which the requester must see after the answers before it,
-/// as a NIC without a burst sends them.
-pub(crate) fn send_all<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
-    send_owed(qp, ctx, true)
-}
-
-/// [`resume`], or [`send_all`] if `all`.
-fn send_owed<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, all: bool) -> Outcome {
     // A QP that no longer answers (reset, or in error) owes nothing.
-    if !qp.takes_requests() {
+    if !qp.answers() {
         qp.owed.clear();
         return Ok(());
     }
@@ -230,8 +233,12 @@ fn send_owed<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, all: bool) -> Outcome {
                 send_now(qp, ctx, a);
                 continue;
             }
+            Owed::End => {
+                qp.owed.clear();
+                return Err(Fault::Qp);
+            }
         };
-        let room = if all { u32::MAX } else { read_room(ctx) };
+        let room = read_room(ctx);
         if room == 0 {
             qp.owed.push_front(Owed::Read(r));
             break;

@@ -81,10 +81,26 @@ impl Qp {
         self.rq.bytes()
     }
 
-    /// Whether the QP is in a state that takes requests (RTR and after,
-    /// until an error or a reset).
+    /// Whether the QP takes requests: it is in RTR or after, until an
+    /// error or a reset, and its responder has not ended it
+    /// ([`Qp::responder_ended`]).
+    #[inline]
     pub(crate) fn takes_requests(&self) -> bool {
+        self.answers() && !self.responder_ended()
+    }
+
+    /// Whether the QP is in a state that answers its peer's requests (RTR
+    /// and after, until an error or a reset): whether what it owes is
+    /// still sent (the `owed` module).
+    pub(crate) fn answers(&self) -> bool {
         matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+    }
+
+    /// Whether the responder NAKed a request in a way that ends the QP
+    /// while it still owed answers (the `owed` module): it takes no more
+    /// requests, and goes to ERR once the NAK has followed them out.
+    pub(crate) fn responder_ended(&self) -> bool {
+        matches!(self.owed.back(), Some(Owed::End))
     }
 
     /// Path MTU in bytes.

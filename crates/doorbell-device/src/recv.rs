@@ -99,14 +99,19 @@ fn ack<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
 }
 
 /// A class-C/D responder error: NAK the request, complete what the error
-/// consumed, and move the QP to ERR.
+/// consumed, and move the QP to ERR. Behind the READ responses the QP
+/// still owes, the NAK waits its turn, the QP takes no more requests, and
+/// it goes to ERR once the NAK has left (the `owed` module).
 fn nak_fatal<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) -> Outcome {
-    owed::send_all(qp, ctx)?;
     if code == NakCode::RemoteAccessErr {
         ctx.out.counters.resp_remote_access_errors += 1;
     }
     send_aeth(qp, ctx, psn, AethSyndrome::Nak(code));
-    Err(Fault::Qp)
+    if qp.owed.is_empty() {
+        return Err(Fault::Qp);
+    }
+    owed::end_after(qp, ctx);
+    Ok(())
 }
 
 /// Handles a request packet for `qp`.

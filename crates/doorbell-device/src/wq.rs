@@ -392,6 +392,9 @@ pub(crate) enum Owed {
     Read(ReadOwed),
     /// An answer without payload.
     Answer(Answer),
+    /// The last item: the NAK before it ends the QP, which goes to ERR
+    /// once everything before it has been sent.
+    End,
 }
 
 /// An answer of the responder waiting behind a READ's responses.

@@ -26,7 +26,8 @@ fn read(rig: &Rig, psn: u32, offset: u64, len: u32) -> Vec<u8> {
 /// responses at the rig's MTU of 1024), a WRITE that asks for an ACK, a
 /// FETCH_ADD, a READ of 1 500 bytes, and a READ duplicate of the first
 /// one's last 2 000 bytes. Then, with `bad_write`, a WRITE with a key the
-/// rig does not have, which ends the QP with a NAK.
+/// rig does not have, which ends the QP with a NAK, and a good WRITE after
+/// it, which the QP drops.
 fn requests(rig: &Rig, bad_write: bool) -> Vec<Vec<u8>> {
     let mut out = vec![
         read(rig, EPSN, 0, 5000),
@@ -54,6 +55,7 @@ fn requests(rig: &Rig, bad_write: bool) -> Vec<Vec<u8>> {
             r.rkey = Mkey::from_raw(rig.mr.raw() ^ 0x100);
         }
         out.push(rig.request(BthOpcode::RcRdmaWriteOnly, EPSN + 9, ext, &[1; 8]));
+        out.push(rig.write_only(EPSN + 10, 6000, &[2; 8]));
     }
     out
 }
@@ -129,6 +131,62 @@ fn a_burst_holds_only_its_responses() {
         sizes.push(rig.transmitted().len());
     }
     assert_eq!(sizes, [3, 3, 2]);
+}
+
+#[test]
+fn a_request_that_ends_the_qp_behind_a_read_waits_for_its_responses() {
+    // A READ of the whole MR (8 responses) with a burst of 3, then a WRITE
+    // with a key the rig does not have. The NAK waits behind the five
+    // responses still owed, which are still built three at a time, and
+    // the QP goes to ERR once the NAK has left. A good WRITE that comes
+    // meanwhile is dropped, as a QP in ERR drops it.
+    let mut rig = Rig::with_config(burst(3));
+    let now = rig.now;
+    let req = read(&rig, EPSN, 0, MR_LEN as u32);
+    assert_eq!(rig.frame(&req).len(), 3);
+    let mut ext = rig.mr_reth(0, 8);
+    if let Some(r) = ext.reth.as_mut() {
+        r.rkey = Mkey::from_raw(rig.mr.raw() ^ 0x100);
+    }
+    let bad = rig.request(BthOpcode::RcRdmaWriteOnly, EPSN + 8, ext, &[1; 8]);
+    assert!(rig.frame(&bad).is_empty(), "nothing built for the NAK yet");
+    assert_eq!(rig.state(), QpState::Rts, "ERR once the NAK has left");
+    let dropped = rig.counters().rx_dropped;
+    let good = rig.write_only(EPSN + 9, 6000, &[2; 8]);
+    assert!(rig.frame(&good).is_empty());
+    assert_eq!(rig.counters().rx_dropped, dropped + 1, "the good WRITE");
+    let mut sent = Vec::new();
+    while rig.nic.resume_transmit(now, &mut rig.bus) {
+        sent.push(rig.transmitted());
+    }
+    sent.push(rig.transmitted());
+    let ops: Vec<Vec<BthOpcode>> = sent
+        .iter()
+        .map(|fs| {
+            let op = |f: &Frame| parse_roce(&f.bytes).unwrap().repr.bth.opcode;
+            fs.iter().map(op).collect()
+        })
+        .collect();
+    use BthOpcode::*;
+    let middle = RcRdmaReadResponseMiddle;
+    assert_eq!(
+        ops,
+        [
+            vec![middle, middle, middle],
+            vec![middle, RcRdmaReadResponseLast, RcAck],
+            vec![],
+        ],
+        "a burst at a time, then the NAK"
+    );
+    let nak = parse_roce(&sent[1][2].bytes).unwrap().repr;
+    assert_eq!(nak.bth.psn, Psn::new(EPSN + 8));
+    assert_eq!(
+        nak.ext.aeth.map(|a| a.syndrome),
+        Some(AethSyndrome::Nak(NakCode::RemoteAccessErr))
+    );
+    assert_eq!(rig.state(), QpState::Err);
+    assert_eq!(rig.events(), [NicEvent::QpFatal(rig.qpn)]);
+    assert_eq!(rig.counters().resp_remote_access_errors, 1);
 }
 
 #[test]
