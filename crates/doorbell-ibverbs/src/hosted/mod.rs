@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use doorbell_rt::ProcessNicConfig;
-use libc::EINVAL;
+use libc::{EDEADLK, EINVAL};
 
 use crate::abi::consts::*;
 use crate::abi::private34::{RDMA_DRIVER_MLX5, VERBS_MATCH_DRIVER_ID, verbs_match_ent};
@@ -184,6 +184,30 @@ static DEVICE: OnceLock<Result<HostedDevice, c_int>> = OnceLock::new();
 /// and neither libmlx5's constructor nor its `alloc_device` starts one.
 static LOADING: Mutex<()> = Mutex::new(());
 
+thread_local! {
+    /// This thread holds [`LOADING`] and is making the hosted device: a
+    /// call back into the library from the provider's constructor (or its
+    /// `alloc_device`) is refused rather than waiting for ever on the
+    /// lock its own thread holds.
+    static MAKING: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// [`MAKING`] set while it lives (cleared however the making ends).
+struct Making;
+
+impl Making {
+    fn begin() -> Self {
+        MAKING.set(true);
+        Self
+    }
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        MAKING.set(false);
+    }
+}
+
 /// Set once a hosted device exists: only then are objects' `context`
 /// fields read to find hosted ones.
 pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -193,8 +217,17 @@ pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
 pub(crate) fn device(config: &ProcessNicConfig, guid: u64) -> Result<&'static HostedDevice, c_int> {
     let made = match DEVICE.get() {
         Some(made) => made,
+        None if MAKING.get() => {
+            eprintln!(
+                "libibverbs.so.1 (doorbell): the provider called back into libibverbs while \
+                 it was being loaded (from its constructor or alloc_device); that call \
+                 finds no device"
+            );
+            return Err(EDEADLK);
+        }
         None => {
             let _loading = crate::events::lock(&LOADING);
+            let _making = Making::begin();
             DEVICE.get_or_init(|| {
                 #[cfg(test)]
                 tests::pause_while_loading();

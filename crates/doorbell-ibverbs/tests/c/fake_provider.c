@@ -1,9 +1,12 @@
 /* A provider library that registers itself as a provider of another
  * private ABI version (PABI, given at build time) or, with PABI 34, with
  * kernel ABI versions doorbell's driver does not speak. Loaded by
- * DOORBELL_PROVIDER_LIB, it must be refused with a message that says why. */
+ * DOORBELL_PROVIDER_LIB, it must be refused with a message that says why.
+ * Built with REENTER, its constructor first asks libibverbs for the
+ * device list, while libibverbs is loading it, and prints what it got. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct fake_ops {
 	const char *name;
@@ -18,7 +21,19 @@ static const struct fake_ops ops = {.name = "mlx5", .min_abi = 7, .max_abi = 7};
 #define CAT(a, b) CAT2(a, b)
 void CAT(verbs_register_driver_, PABI)(const struct fake_ops *ops);
 
+#ifdef REENTER
+void **ibv_get_device_list(int *num_devices);
+void ibv_free_device_list(void **list);
+#endif
+
 __attribute__((constructor)) static void fake_register(void)
 {
+#ifdef REENTER
+	int n = -1;
+	void **list = ibv_get_device_list(&n);
+	fprintf(stderr, "fake provider: nested device list of %d\n", n);
+	if (list)
+		ibv_free_device_list(list);
+#endif
 	CAT(verbs_register_driver_, PABI)(&ops);
 }

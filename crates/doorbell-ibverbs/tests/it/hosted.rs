@@ -221,13 +221,19 @@ fn perftest_runs_on_libmlx5() {
 }
 
 /// Builds `c/fake_provider.c` as a shared library registering through
-/// `verbs_register_driver_<pabi>`.
-fn fake_provider(pabi: u32) -> std::path::PathBuf {
+/// `verbs_register_driver_<pabi>`, with `defines` (`-DNAME`) too.
+fn fake_provider(pabi: u32, defines: &[&str]) -> std::path::PathBuf {
     let dir = lib_dir().parent().expect("lib dir has a parent");
-    let out = dir.join(format!("libfake-provider-{pabi}-{}.so", std::process::id()));
+    let tag: String = defines.iter().map(|d| format!("-{d}")).collect();
+    let out = dir.join(format!(
+        "libfake-provider-{pabi}{tag}-{}.so",
+        std::process::id()
+    ));
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fake_provider.c");
     let st = Command::new("cc")
-        .args(["-shared", "-fPIC", &format!("-DPABI={pabi}"), "-o"])
+        .args(["-shared", "-fPIC", &format!("-DPABI={pabi}")])
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg("-o")
         .arg(&out)
         .arg(&src)
         .status()
@@ -240,7 +246,7 @@ fn fake_provider(pabi: u32) -> std::path::PathBuf {
 fn a_provider_of_an_unknown_private_abi_is_refused_with_the_reason() {
     // rdma-core v57 renamed the registration: the library does not define
     // it, so the provider cannot even load.
-    let v57 = fake_provider(57);
+    let v57 = fake_provider(57, &[]);
     let mut c = hosted("ibv_devinfo", &addr(46, 2));
     c.env("DOORBELL_PROVIDER_LIB", &v57);
     let out = run(&mut c);
@@ -253,7 +259,7 @@ fn a_provider_of_an_unknown_private_abi_is_refused_with_the_reason() {
         "{all}"
     );
     // A provider of ABI 34 for a kernel ABI doorbell's driver does not speak.
-    let v34 = fake_provider(34);
+    let v34 = fake_provider(34, &[]);
     let mut c = hosted("ibv_devinfo", &addr(46, 3));
     c.env("DOORBELL_PROVIDER_LIB", &v34);
     let out = run(&mut c);
@@ -261,6 +267,27 @@ fn a_provider_of_an_unknown_private_abi_is_refused_with_the_reason() {
     let _ = std::fs::remove_file(&v34);
     assert!(all.contains("No IB devices found"), "{all}");
     assert!(all.contains("kernel ABI versions 7..7"), "{all}");
+}
+
+#[test]
+fn a_provider_that_calls_back_while_it_loads_is_answered_not_waited_for() {
+    // Its constructor asks for the device list while the library holds
+    // the lock under which it loads the provider: the nested call finds
+    // no device, and says why, rather than waiting for ever on a lock its
+    // own thread holds. (`timeout` ends a run that hangs.)
+    let lib = fake_provider(34, &["REENTER"]);
+    let mut c = hosted("timeout", &addr(46, 4));
+    c.args(["20", "ibv_devinfo"])
+        .env("DOORBELL_PROVIDER_LIB", &lib);
+    let out = run(&mut c);
+    let all = text(&out);
+    let _ = std::fs::remove_file(&lib);
+    assert_ne!(out.status.code(), Some(124), "ibv_devinfo hung: {all}");
+    assert!(all.contains("nested device list of 0"), "{all}");
+    assert!(all.contains("called back into libibverbs"), "{all}");
+    // The load itself goes on, and refuses the provider for its ABI.
+    assert!(all.contains("kernel ABI versions 7..7"), "{all}");
+    assert!(all.contains("No IB devices found"), "{all}");
 }
 
 /// `/dev/infiniband/uverbs0` while it lives: UCX lists an IB device only if
