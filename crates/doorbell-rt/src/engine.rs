@@ -1379,3 +1379,36 @@ fn run_left(all: bool) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crossbeam_channel::RecvTimeoutError;
+
+    use super::Msg;
+    use crate::{Fabric, LiveNic, NicOptions, Port};
+
+    /// A message whose stop check passed just before the NIC stopped lands
+    /// after the stop cleared the inbox: it is dropped with its reply
+    /// channel, so its caller hears that the NIC is gone, rather than left
+    /// for a turn that never comes, its caller waiting for ever.
+    #[test]
+    fn a_message_queued_as_the_nic_stops_is_dropped_not_stranded() {
+        let fabric = Fabric::new();
+        let port = Port::Fabric(&fabric);
+        let nic = LiveNic::start_with("stop-race", [10, 77, 0, 1], port, NicOptions::default())
+            .expect("a NIC");
+        let core = nic.core.clone();
+        core.stop();
+        // Where the race leaves it: past the check, queued after the stop.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        core.push(Msg::Counters(None, tx));
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).map(|_| ()),
+            Err(RecvTimeoutError::Disconnected),
+            "the caller hears the NIC is gone"
+        );
+        assert!(core.inbox.is_empty());
+    }
+}
