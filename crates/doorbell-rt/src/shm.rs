@@ -1678,6 +1678,63 @@ mod tests {
         }
     }
 
+    /// A peer that keeps its ring full of frames the NIC drops (not
+    /// addressed between the ring's two ends) gets one batch a drain, its
+    /// dropped records counted: a drain that counted only the frames it
+    /// kept would take as long as the peer pushed, holding the rings'
+    /// lock, and with it a program's CQ poll, all the while.
+    #[test]
+    fn a_drain_takes_one_batch_of_a_ring_whatever_it_drops() {
+        use std::sync::atomic::Ordering;
+
+        use super::{BATCH, InRing, Inbound, Stats, Tracked, Waits, os};
+        let (local, peer) = ([10, 78, 0, 1], [10, 78, 0, 2]);
+        let now = std::time::Instant::now();
+        let (mut out, ring, conn) = ring_pair(now, now);
+        // Each from a stranger, to this NIC: dropped by the ring's check.
+        let mut frame = vec![0u8; 64];
+        frame[0] = 0x45;
+        frame[12..16].copy_from_slice(&[10, 78, 0, 9]);
+        frame[16..20].copy_from_slice(&local);
+        for _ in 0..2 * BATCH {
+            out.ring.push(&frame).expect("room in the ring");
+        }
+        let (bell, _bell_writer) = os::bell_pipe().unwrap();
+        let (own_bell, _) = os::bell_pipe().unwrap();
+        let mut inbound = Inbound {
+            local,
+            listener: None,
+            bell: own_bell,
+            rings: vec![InRing {
+                ring,
+                peer,
+                conn: Tracked::new(conn),
+                bell,
+                bell_gone: false,
+            }],
+            parked: false,
+            linger: WaitCredit::default(),
+            waits: Waits::new(false, Duration::ZERO, Duration::ZERO),
+            took_requests: false,
+            accept_after: None,
+        };
+        let fabric = crate::Fabric::new();
+        let nic = crate::LiveNic::start_with(
+            "drain",
+            local,
+            crate::Port::Fabric(&fabric),
+            crate::NicOptions::default(),
+        )
+        .expect("a NIC");
+        let stats = Stats::default();
+        assert_eq!(inbound.drain(&nic.core, &stats), 0, "nothing kept");
+        assert_eq!(stats.rx_dropped.load(Ordering::Relaxed), BATCH as u64);
+        assert!(inbound.rings[0].ring.has_data(), "a batch left for later");
+        assert_eq!(inbound.drain(&nic.core, &stats), 0);
+        assert_eq!(stats.rx_dropped.load(Ordering::Relaxed), 2 * BATCH as u64);
+        assert!(!inbound.rings[0].ring.has_data());
+    }
+
     /// A receiver that closed its copy of the bell (or died) leaves the
     /// pipe a reader: the sender keeps one. A ring into a pipe without a
     /// reader fails with EPIPE and raises SIGPIPE, which ends a C program
