@@ -178,10 +178,17 @@ fn a_request_that_ends_the_qp_behind_a_read_waits_for_its_responses() {
         ],
         "a burst at a time, then the NAK"
     );
-    let nak = parse_roce(&sent[1][2].bytes).unwrap().repr;
-    assert_eq!(nak.bth.psn, Psn::new(EPSN + 8));
+    assert_ended_by_access_nak(&mut rig, &sent[1][2], EPSN + 8);
+}
+
+/// Checks that `nak` NAKs `psn` with a remote access error, and that the
+/// rig's QP went to ERR for it: its event raised, the error counted.
+fn assert_ended_by_access_nak(rig: &mut Rig, nak: &Frame, psn: u32) {
+    let r = parse_roce(&nak.bytes).unwrap().repr;
+    assert_eq!(r.bth.opcode, BthOpcode::RcAck);
+    assert_eq!(r.bth.psn, Psn::new(psn));
     assert_eq!(
-        nak.ext.aeth.map(|a| a.syndrome),
+        r.ext.aeth.map(|a| a.syndrome),
         Some(AethSyndrome::Nak(NakCode::RemoteAccessErr))
     );
     assert_eq!(rig.state(), QpState::Err);
@@ -204,16 +211,7 @@ fn memory_gone_while_a_read_is_answered_naks_where_the_responses_stop() {
     rig.nic.resume_transmit(now, &mut rig.bus);
     let out = rig.transmitted();
     assert_eq!(out.len(), 1, "the NAK alone");
-    let r = parse_roce(&out[0].bytes).unwrap().repr;
-    assert_eq!(r.bth.opcode, BthOpcode::RcAck);
-    assert_eq!(r.bth.psn, Psn::new(EPSN + 2));
-    assert_eq!(
-        r.ext.aeth.map(|a| a.syndrome),
-        Some(AethSyndrome::Nak(NakCode::RemoteAccessErr))
-    );
-    assert_eq!(rig.state(), QpState::Err);
-    assert_eq!(rig.events(), [NicEvent::QpFatal(rig.qpn)]);
-    assert_eq!(rig.counters().resp_remote_access_errors, 1);
+    assert_ended_by_access_nak(&mut rig, &out[0], EPSN + 2);
     assert!(!rig.nic.resume_transmit(now, &mut rig.bus), "nothing owed");
 }
 
