@@ -205,12 +205,14 @@ pub(crate) fn behind<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, answer: Answer) 
 
 /// Marks `qp`, which owes answers and has just queued a NAK behind them
 /// that ends it, to go to ERR once that NAK has been sent
-/// ([`Qp::responder_ended`]). The requester sees the answers before the
+/// ([`Qp::responder_ended`]), and the NAK's remote access error, if it is
+/// one, to be counted then (not if the QP goes to ERR before, another
+/// way: the counters count what left). The requester sees the answers before the
 /// NAK first, as from a NIC without a burst, and the responses are still
 /// built a burst at a time: a request that fails behind a READ of 2 GiB
 /// does not make the NIC build the READ's responses all at once.
-pub(crate) fn end_after<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) {
-    qp.owed.push_back(Owed::End);
+pub(crate) fn end_after<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, access_error: bool) {
+    qp.owed.push_back(Owed::End { access_error });
     note_owing(qp, ctx);
 }
 
@@ -233,7 +235,10 @@ pub(crate) fn resume<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>) -> Outcome {
                 send_now(qp, ctx, a);
                 continue;
             }
-            Owed::End => {
+            Owed::End { access_error } => {
+                if access_error {
+                    ctx.out.counters.resp_remote_access_errors += 1;
+                }
                 qp.owed.clear();
                 return Err(Fault::Qp);
             }

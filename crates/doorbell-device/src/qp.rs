@@ -92,6 +92,7 @@ impl Qp {
     /// Whether the QP is in a state that answers its peer's requests (RTR
     /// and after, until an error or a reset): whether what it owes is
     /// still sent (the `owed` module).
+    #[inline]
     pub(crate) fn answers(&self) -> bool {
         matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
     }
@@ -99,8 +100,9 @@ impl Qp {
     /// Whether the responder NAKed a request in a way that ends the QP
     /// while it still owed answers (the `owed` module): it takes no more
     /// requests, and goes to ERR once the NAK has followed them out.
+    #[inline]
     pub(crate) fn responder_ended(&self) -> bool {
-        matches!(self.owed.back(), Some(Owed::End))
+        matches!(self.owed.back(), Some(Owed::End { .. }))
     }
 
     /// Path MTU in bytes.

@@ -103,15 +103,17 @@ fn ack<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn) {
 /// still owes, the NAK waits its turn, the QP takes no more requests, and
 /// it goes to ERR once the NAK has left (the `owed` module).
 fn nak_fatal<D: Dma>(qp: &mut Qp, ctx: &mut Ctx<'_, D>, psn: Psn, code: NakCode) -> Outcome {
-    if code == NakCode::RemoteAccessErr {
+    let access_error = code == NakCode::RemoteAccessErr;
+    send_aeth(qp, ctx, psn, AethSyndrome::Nak(code));
+    if !qp.owed.is_empty() {
+        // Counted when it leaves: the QP may yet go to ERR another way.
+        owed::end_after(qp, ctx, access_error);
+        return Ok(());
+    }
+    if access_error {
         ctx.out.counters.resp_remote_access_errors += 1;
     }
-    send_aeth(qp, ctx, psn, AethSyndrome::Nak(code));
-    if qp.owed.is_empty() {
-        return Err(Fault::Qp);
-    }
-    owed::end_after(qp, ctx);
-    Ok(())
+    Err(Fault::Qp)
 }
 
 /// Handles a request packet for `qp`.

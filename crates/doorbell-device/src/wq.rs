@@ -392,9 +392,11 @@ pub(crate) enum Owed {
     Read(ReadOwed),
     /// An answer without payload.
     Answer(Answer),
-    /// The last item: the NAK before it ends the QP, which goes to ERR
-    /// once everything before it has been sent.
-    End,
+    /// The last item, after the NAK that ends the QP (if the QP has a
+    /// peer to send it to): the QP goes to ERR once everything before it
+    /// has been sent. `access_error`: that NAK's is a remote access error,
+    /// counted when it leaves.
+    End { access_error: bool },
 }
 
 /// An answer of the responder waiting behind a READ's responses.

@@ -55,7 +55,7 @@ fn requests(rig: &Rig, bad_write: bool) -> Vec<Vec<u8>> {
             r.rkey = Mkey::from_raw(rig.mr.raw() ^ 0x100);
         }
         out.push(rig.request(BthOpcode::RcRdmaWriteOnly, EPSN + 9, ext, &[1; 8]));
-        out.push(rig.write_only(EPSN + 10, 6000, &[2; 8]));
+        out.push(rig.write_only(EPSN + 9, 6000, &[2; 8]));
     }
     out
 }
@@ -152,7 +152,7 @@ fn a_request_that_ends_the_qp_behind_a_read_waits_for_its_responses() {
     assert!(rig.frame(&bad).is_empty(), "nothing built for the NAK yet");
     assert_eq!(rig.state(), QpState::Rts, "ERR once the NAK has left");
     let dropped = rig.counters().rx_dropped;
-    let good = rig.write_only(EPSN + 9, 6000, &[2; 8]);
+    let good = rig.write_only(EPSN + 8, 6000, &[2; 8]);
     assert!(rig.frame(&good).is_empty());
     assert_eq!(rig.counters().rx_dropped, dropped + 1, "the good WRITE");
     let mut sent = Vec::new();
@@ -194,6 +194,26 @@ fn assert_ended_by_access_nak(rig: &mut Rig, nak: &Frame, psn: u32) {
     assert_eq!(rig.state(), QpState::Err);
     assert_eq!(rig.events(), [NicEvent::QpFatal(rig.qpn)]);
     assert_eq!(rig.counters().resp_remote_access_errors, 1);
+}
+
+#[test]
+fn a_nak_that_never_left_is_not_counted() {
+    // A READ of 5 responses with a burst of 2, its MR destroyed once the
+    // first two left, and a WRITE to the destroyed key behind it: the
+    // WRITE's NAK waits behind the READ, whose next response NAKs first
+    // and ends the QP. One NAK left, one error counted.
+    let mut rig = Rig::with_config(burst(2));
+    let now = rig.now;
+    let req = read(&rig, EPSN, 0, 5000);
+    assert_eq!(rig.frame(&req).len(), 2);
+    let mr = rig.mr;
+    rig.exec(Command::DestroyMkey(mr)).unwrap();
+    let w = rig.write_only(EPSN + 5, 6000, &[7; 8]);
+    assert!(rig.frame(&w).is_empty(), "the WRITE's NAK waits");
+    rig.nic.resume_transmit(now, &mut rig.bus);
+    let out = rig.transmitted();
+    assert_eq!(out.len(), 1, "the READ's NAK alone");
+    assert_ended_by_access_nak(&mut rig, &out[0], EPSN + 2);
 }
 
 #[test]
