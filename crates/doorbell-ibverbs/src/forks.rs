@@ -43,7 +43,7 @@ use crate::handles::Kind;
 /// Every process-wide lock of the library and of doorbell-cma, held, in
 /// the order they are taken (fields drop in the same order).
 pub(crate) struct Held {
-    _loading: MutexGuard<'static, ()>,
+    _loading: Option<MutexGuard<'static, ()>>,
     rdma_cm: crate::rdma_cm::ForkHeld,
     _device: MutexGuard<'static, Option<Result<&'static crate::device::Device, core::ffi::c_int>>>,
     _watch: MutexGuard<'static, crate::stats::Watch>,

@@ -114,9 +114,15 @@ pub(crate) fn each_lock_for_test() -> Vec<crate::events::OneLock> {
 }
 
 /// Takes [`LOADING`], which waits for a thread that loads libmlx5 (for
-/// `forks`, before any other lock).
-pub(crate) fn hold_loading_for_fork() -> std::sync::MutexGuard<'static, ()> {
-    crate::events::lock(&LOADING)
+/// `forks`, before any other lock). `None` in the thread that holds it,
+/// making the device: a provider's constructor that forks. Its child,
+/// the copy of that thread, lets the lock go as the parent does, once
+/// the device is made.
+pub(crate) fn hold_loading_for_fork() -> Option<std::sync::MutexGuard<'static, ()>> {
+    if MAKING.get() {
+        return None;
+    }
+    Some(crate::events::lock(&LOADING))
 }
 
 /// Takes [`ForkHeld`]'s locks, in that order.

@@ -3,10 +3,13 @@
  * kernel ABI versions doorbell's driver does not speak. Loaded by
  * DOORBELL_PROVIDER_LIB, it must be refused with a message that says why.
  * Built with REENTER, its constructor first asks libibverbs for the
- * device list, while libibverbs is loading it, and prints what it got. */
+ * device list, while libibverbs is loading it, and prints what it got;
+ * built with FORK, it forks, and prints how its child ended. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 struct fake_ops {
 	const char *name;
@@ -34,6 +37,14 @@ __attribute__((constructor)) static void fake_register(void)
 	fprintf(stderr, "fake provider: nested device list of %d\n", n);
 	if (list)
 		ibv_free_device_list(list);
+#endif
+#ifdef FORK
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(7);
+	int status = 0;
+	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+		fprintf(stderr, "fake provider: forked child exited %d\n", WEXITSTATUS(status));
 #endif
 	CAT(verbs_register_driver_, PABI)(&ops);
 }

@@ -290,6 +290,25 @@ fn a_provider_that_calls_back_while_it_loads_is_answered_not_waited_for() {
     assert!(all.contains("No IB devices found"), "{all}");
 }
 
+#[test]
+fn a_provider_that_forks_while_it_loads_is_not_held_up_by_the_fork_handlers() {
+    // Its constructor forks while the library holds the lock under which
+    // it loads the provider, which the fork handlers take: they must not
+    // wait for it in the thread that holds it. (`timeout` ends a run that
+    // hangs.)
+    let lib = fake_provider(34, &["FORK"]);
+    let mut c = hosted("timeout", &addr(46, 5));
+    c.args(["20", "ibv_devinfo"])
+        .env("DOORBELL_PROVIDER_LIB", &lib);
+    let out = run(&mut c);
+    let all = text(&out);
+    let _ = std::fs::remove_file(&lib);
+    assert_ne!(out.status.code(), Some(124), "ibv_devinfo hung: {all}");
+    assert!(all.contains("forked child exited 7"), "{all}");
+    assert!(all.contains("kernel ABI versions 7..7"), "{all}");
+    assert!(all.contains("No IB devices found"), "{all}");
+}
+
 /// `/dev/infiniband/uverbs0` while it lives: UCX lists an IB device only if
 /// its node is a character device it may read and write
 /// (`uct_ib_device_is_accessible`). Made (as root) only if missing, and
