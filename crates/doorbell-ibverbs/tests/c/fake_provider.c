@@ -4,10 +4,13 @@
  * DOORBELL_PROVIDER_LIB, it must be refused with a message that says why.
  * Built with REENTER, its constructor first asks libibverbs for the
  * device list, while libibverbs is loading it, and prints what it got;
- * built with FORK, it forks, and prints how its child ended. */
+ * built with FORK, it forks, and prints how its child ended; built with
+ * LOAD_MLX5, it then loads Debian's libmlx5 in its place, which registers
+ * itself, instead of registering. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,5 +49,10 @@ __attribute__((constructor)) static void fake_register(void)
 	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
 		fprintf(stderr, "fake provider: forked child exited %d\n", WEXITSTATUS(status));
 #endif
+#ifdef LOAD_MLX5
+	if (!dlopen("libmlx5.so.1", RTLD_NOW))
+		fprintf(stderr, "fake provider: %s\n", dlerror());
+#else
 	CAT(verbs_register_driver_, PABI)(&ops);
+#endif
 }
