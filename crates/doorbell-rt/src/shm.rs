@@ -1330,6 +1330,8 @@ fn welcome(s: Tracked<UnixStream>, hello: &[u8], fds: Vec<OwnedFd>) -> Option<In
     if !os::cannot_shrink(&f) {
         return None;
     }
+    #[cfg(test)]
+    tests::between_seal_and_size(&f);
     let len = f.metadata().ok()?.len();
     if len > 2 * Ring::mapping_len(RING_BYTES) {
         return None;
@@ -1637,6 +1639,56 @@ mod tests {
     use std::time::Duration;
 
     use super::{BELL_CREDIT, BELL_PROBE, CALLER_SPIN, WaitCredit, Waits, is_request};
+
+    /// What a test's peer does between the receiver's check of its ring's
+    /// seal and the ring's measure ([`super::welcome`]).
+    type Between = Box<dyn Fn(&std::fs::File)>;
+
+    thread_local! {
+        static BETWEEN: std::cell::RefCell<Option<Between>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// Called by [`super::welcome`] between its two checks of a ring.
+    pub(super) fn between_seal_and_size(f: &std::fs::File) {
+        BETWEEN.with_borrow(|h| {
+            if let Some(h) = h {
+                h(f);
+            }
+        });
+    }
+
+    /// A peer sends its ring unsealed, and cuts it short and seals it
+    /// while the receiver checks it. A receiver that measured the file
+    /// before it looked at the seal would map the first length and fault
+    /// (SIGBUS) on its first frame past the new end; one that looks at
+    /// the seal first refuses the ring.
+    #[test]
+    fn a_ring_is_measured_only_once_it_cannot_shrink() {
+        use std::os::fd::OwnedFd;
+
+        use super::{HELLO, RING_BYTES, Tracked, os, ring::Ring};
+        let full = Ring::mapping_len(RING_BYTES);
+        let f = os::tests::unsealed_memfd(full);
+        let map = memmap2::MmapOptions::new().map_raw(&f).unwrap();
+        let _ring = Ring::create(map).expect("a ring");
+        BETWEEN.set(Some(Box::new(|f| {
+            f.set_len(4096).unwrap();
+            os::tests::seal_at_size(f);
+        })));
+        let (s, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (bell, _bell_writer) = os::bell_pipe().unwrap();
+        let hello = [&HELLO[..], &[10, 79, 0, 2]].concat();
+        let fds = vec![OwnedFd::from(f.try_clone().unwrap()), OwnedFd::from(bell)];
+        let admitted = super::welcome(Tracked::new(s), &hello, fds);
+        BETWEEN.set(None);
+        if admitted.is_some() {
+            let now = f.metadata().unwrap().len();
+            assert!(
+                now >= full,
+                "a ring mapped past its end ({now} of {full} bytes)"
+            );
+        }
+    }
 
     /// A ring of the port's size, from both ends: the sender's, made
     /// `now` and fresh until `fresh_until`, with a connection whose other

@@ -395,9 +395,31 @@ pub(crate) fn hung_up(s: &UnixStream) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Write;
+
+    /// A memfd of `len` bytes that may still be sealed (as a peer's ring
+    /// before its maker sealed it): for the test of the order of the
+    /// receiver's checks (`shm::tests`).
+    pub(crate) fn unsealed_memfd(len: u64) -> File {
+        // SAFETY: a NUL-terminated name; the flags are plain integers.
+        let fd = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_ALLOW_SEALING) };
+        assert!(fd >= 0, "{}", io::Error::last_os_error());
+        // SAFETY: `fd` was just returned by the kernel and is owned by no
+        // one else.
+        let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        f.set_len(len).unwrap();
+        f
+    }
+
+    /// Seals `f` at its size, as [`memfd`] does.
+    pub(crate) fn seal_at_size(f: &File) {
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor `f` owns, with an integer argument.
+        let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+    }
 
     #[test]
     fn descriptors_sent_beyond_the_first_two_are_closed_not_leaked() {
