@@ -21,7 +21,10 @@ extern "C" fn child() {
 /// Forks from the first call's process to this one: a value read when a
 /// NIC starts differs from a later one only in a child.
 pub(crate) fn generation() -> u32 {
-    if !REGISTERED.swap(true, Ordering::AcqRel) {
+    // A load before the swap: every NIC's hot path asks, from every thread,
+    // and a swap would write the flag's line each time, for the threads to
+    // take from each other.
+    if !REGISTERED.load(Ordering::Acquire) && !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a child handler that only adds to an atomic;
         // pthread_atfork copies the function pointer. A failure (ENOMEM)
         // leaves forks uncounted, as before the first NIC.
