@@ -155,21 +155,12 @@ impl Rig {
         })) else {
             panic!("no CQ")
         };
-        let Ok(CmdOut::Qp(qpn)) = rig.exec(Command::CreateQp(QpParams {
+        (rig.uar, rig.pd, rig.cq) = (uar, pd, cq);
+        let params = QpParams {
             qp_type,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            uar,
-            log_sq_size: LOG_SQ,
-            log_rq_size: LOG_RQ,
-            log_rq_stride: 0,
-            dbr_addr: qp_dbr,
-            pas: qp_pas,
-            srq: None,
-            gsi: false,
-            user_index: USER_INDEX,
-        })) else {
+            ..rig.qp_params(qp_dbr, qp_pas)
+        };
+        let Ok(CmdOut::Qp(qpn)) = rig.exec(Command::CreateQp(params)) else {
             panic!("no QP")
         };
         let Ok(CmdOut::Mkey(mr)) = rig.exec(Command::CreateMkey(MkeyParams {
@@ -186,12 +177,33 @@ impl Rig {
         })) else {
             panic!("no mkey")
         };
-        (rig.uar, rig.pd, rig.qpn, rig.mr, rig.cq) = (uar, pd, qpn, mr, cq);
+        (rig.qpn, rig.mr) = (qpn, mr);
         match qp_type {
             QpType::Ud => rig.ready_ud(),
             _ => rig.connect(mtu, qp_type),
         }
         rig
+    }
+
+    /// The parameters of an RC QP like the rig's: its PD, CQ and UAR, a
+    /// send queue of [`LOG_SQ`] and a receive queue of [`LOG_RQ`], with its
+    /// record at `dbr_addr` and its buffer at `pas`.
+    fn qp_params(&self, dbr_addr: HostAddr, pas: Vec<HostAddr>) -> QpParams {
+        QpParams {
+            qp_type: QpType::Rc,
+            pd: self.pd,
+            send_cq: self.cq,
+            recv_cq: self.cq,
+            uar: self.uar,
+            log_sq_size: LOG_SQ,
+            log_rq_size: LOG_RQ,
+            log_rq_stride: 0,
+            dbr_addr,
+            pas,
+            srq: None,
+            gsi: false,
+            user_index: USER_INDEX,
+        }
     }
 
     /// Takes a UD QP to RTS with Q_Key [`QKEY`].

@@ -9,7 +9,7 @@ use doorbell_layout::wqe::{DataSeg, SrqNextSeg, field};
 use doorbell_types::{HostAddr, Srqn};
 use doorbell_wire::{BthOpcode, ExtHeaders};
 
-use crate::{EPSN, LOG_SQ, Rig, USER_INDEX};
+use crate::{EPSN, Rig};
 
 /// log2 of the SRQ's WQEs, and of its stride less 4 (32 bytes: the next
 /// segment and one data segment).
@@ -40,21 +40,12 @@ fn srq_rig() -> (Rig, Srqn, HostAddr, HostAddr) {
     })) else {
         panic!("no SRQ")
     };
-    let Ok(CmdOut::Qp(qpn)) = rig.exec(Command::CreateQp(QpParams {
-        qp_type: QpType::Rc,
-        pd: rig.pd,
-        send_cq: rig.cq,
-        recv_cq: rig.cq,
-        uar: rig.uar,
-        log_sq_size: LOG_SQ,
+    let params = QpParams {
         log_rq_size: 0,
-        log_rq_stride: 0,
-        dbr_addr: qp_dbr,
-        pas: qp_pas,
         srq: Some(srqn),
-        gsi: false,
-        user_index: USER_INDEX,
-    })) else {
+        ..rig.qp_params(qp_dbr, qp_pas)
+    };
+    let Ok(CmdOut::Qp(qpn)) = rig.exec(Command::CreateQp(params)) else {
         panic!("no QP")
     };
     (rig.qpn, rig.qp_buf, rig.qp_dbr) = (qpn, qp_buf, qp_dbr);
