@@ -47,14 +47,20 @@
 //! A peer reaches this process only through rings: it can put frames in
 //! them, never bytes into registered memory, and every frame is parsed as
 //! untrusted, as one from the wire. A frame whose IPv4 addresses are not
-//! the ring's two ends is dropped and counted (a peer cannot speak for
-//! another address through its ring). A ring whose positions make no
-//! sense, or whose peer hangs up, ends that one connection. A receiver's
+//! the ring's two ends is dropped and counted: a ring carries frames from
+//! the one address its hello claimed, and to this NIC only. (Nothing
+//! checks that claim, as nothing checks a datagram's source address on
+//! the host's loopback: a process of the same user may claim any.) A ring
+//! whose positions make no sense, or whose peer hangs up, ends that one
+//! connection. A receiver's
 //! closed mark is believed without question: at worst its sender asks the
 //! rendezvous again. Only a process of the same user is admitted
 //! (`SO_PEERCRED`), and a sender talks only to a rendezvous that a
 //! process of its own user listens at (whoever binds an abstract name
-//! first holds it). Each connection has its own bell, a pipe the sender
+//! first holds it), and waits [`WELCOME_WAIT`] at most for its answer. A
+//! NIC takes frames from [`MAX_RINGS`] rings at most, and only a ring in
+//! a tmpfs file sealed against shrinking (a memfd): no peer can make the
+//! mapping fault. Each connection has its own bell, a pipe the sender
 //! makes:
 //! - the sender keeps the write end to itself, non-blocking, and a copy
 //!   of the read end: a receiver can make it neither blocking nor
@@ -119,6 +125,19 @@ const PARK: Duration = Duration::from_millis(200);
 const HANDSHAKE: Duration = Duration::from_millis(100);
 /// Most connections that wait for their hello at once.
 const MAX_HANDSHAKES: usize = 16;
+/// Most rings a NIC takes frames from at once. A peer that connects again
+/// and again holds at most this many pairs of the process's descriptors
+/// (a ring's connection and bell) and mappings; past it a sender is
+/// refused and keeps to UDP.
+const MAX_RINGS: usize = 64;
+/// How long a sender waits for the welcome of the rendezvous it connected
+/// to. The sender waits in the NIC's turn, with the NIC held: a NIC of
+/// this host answers within microseconds (its receiver thread polls the
+/// rendezvous), a scheduler's tick or two on a busy machine; a listener
+/// that does not answer (a process stopped in a debugger, or one that
+/// holds the name and stays silent) costs each try this long, once every
+/// [`RETRY`].
+const WELCOME_WAIT: Duration = Duration::from_millis(20);
 /// How long a rendezvous whose accept failed for want of a descriptor or
 /// memory is left alone before the next try.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -968,6 +987,8 @@ impl Handshakes {
         let now = Instant::now();
         let waiting = std::mem::take(&mut self.0);
         let mut rings = Vec::new();
+        // Only this thread adds rings: the room can only grow meanwhile.
+        let mut room = MAX_RINGS.saturating_sub(spin_lock(inbound).rings.len());
         let fresh = callers.into_iter().map(|s| (s, now + HANDSHAKE, true));
         let again = waiting.into_iter().enumerate().map(|(i, (s, until))| {
             let look = ready.is_none_or(|r| r.get(i).copied().unwrap_or(false));
@@ -980,8 +1001,16 @@ impl Handshakes {
                 }
                 continue;
             }
+            // No room: the connection closes unanswered, and its sender
+            // keeps to UDP.
+            if room == 0 {
+                continue;
+            }
             match handshake(s) {
-                Ok(Some(r)) => rings.push(r),
+                Ok(Some(r)) => {
+                    rings.push(r);
+                    room -= 1;
+                }
                 Ok(None) => {}
                 Err(s) if now < until => self.0.push((s, until)),
                 Err(_) => {}
@@ -1327,7 +1356,9 @@ fn welcome(s: Tracked<UnixStream>, hello: &[u8], fds: Vec<OwnedFd>) -> Option<In
     // The seal first, then the size: a file measured before it was sealed
     // could have been cut short in between, and a mapping past its end
     // faults (SIGBUS) when touched.
-    if !os::cannot_shrink(&f) {
+    // And in tmpfs: a page of a hugetlbfs file that its maker punches
+    // out faults (SIGBUS) when touched if the huge-page pool is empty.
+    if !os::cannot_shrink(&f) || !os::on_tmpfs(&f) {
         return None;
     }
     #[cfg(test)]
@@ -1431,8 +1462,8 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
         return None;
     }
     s.set_nonblocking(false).ok()?;
-    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
-    s.set_write_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.set_read_timeout(Some(WELCOME_WAIT)).ok()?;
+    s.set_write_timeout(Some(WELCOME_WAIT)).ok()?;
     let f = os::memfd("doorbell-ring", Ring::mapping_len(RING_BYTES)).ok()?;
     let map: MmapRaw = MmapOptions::new().map_raw(&f).ok()?;
     let ring = Ring::create(map)?;
@@ -1681,13 +1712,106 @@ mod tests {
         let fds = vec![OwnedFd::from(f.try_clone().unwrap()), OwnedFd::from(bell)];
         let admitted = super::welcome(Tracked::new(s), &hello, fds);
         BETWEEN.set(None);
-        if admitted.is_some() {
-            let now = f.metadata().unwrap().len();
-            assert!(
-                now >= full,
-                "a ring mapped past its end ({now} of {full} bytes)"
-            );
+        let now = f.metadata().unwrap().len();
+        // A receiver that measured first admits a ring mapped past the
+        // file's end; one that looks at the seal first finds none.
+        assert!(
+            admitted.is_none(),
+            "an unsealed ring admitted, mapped for {full} bytes of {now}"
+        );
+    }
+
+    /// A sender's side of a handshake, up to its hello (claiming `claim`,
+    /// with a fresh ring and bell): the receiver's end of the connection,
+    /// and what the sender keeps for as long as the ring should live (its
+    /// end, and its bell's write end).
+    fn hello_sent(
+        claim: [u8; 4],
+    ) -> (
+        super::Tracked<std::os::unix::net::UnixStream>,
+        (std::os::unix::net::UnixStream, std::fs::File),
+    ) {
+        use std::os::fd::AsRawFd;
+
+        use super::{HELLO, RING_BYTES, Tracked, os, ring::Ring};
+        let f = os::memfd("ring-test", Ring::mapping_len(RING_BYTES)).unwrap();
+        Ring::create(memmap2::MmapOptions::new().map_raw(&f).unwrap()).expect("a ring");
+        let (bell_read, bell) = os::bell_pipe().unwrap();
+        let (sender, receiver) = std::os::unix::net::UnixStream::pair().unwrap();
+        let hello = [&HELLO[..], &claim].concat();
+        os::send_with_fds(&sender, &hello, &[f.as_raw_fd(), bell_read.as_raw_fd()]).unwrap();
+        (Tracked::new(receiver), (sender, bell))
+    }
+
+    /// What a sender reads back from its rendezvous: the welcome, or
+    /// nothing (the connection closed unanswered; with its hello unread,
+    /// which the sender sees as a reset).
+    fn answer(sender: &std::os::unix::net::UnixStream) -> Vec<u8> {
+        use std::io::Read as _;
+
+        sender
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut answer = [0u8; 16];
+        match (&*sender).read(&mut answer) {
+            Ok(n) => answer[..n].to_vec(),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Vec::new(),
+            Err(e) => panic!("neither an answer nor a close: {e}"),
         }
+    }
+
+    /// A peer that connects again and again holds at most MAX_RINGS
+    /// rings, each a connection, a bell and a mapping: past it, a sender
+    /// is refused (its connection closed unanswered: it keeps to UDP),
+    /// and a ring that goes makes room for another.
+    #[test]
+    fn a_nic_takes_frames_from_so_many_rings_and_refuses_more() {
+        use std::sync::atomic::Ordering;
+
+        use super::{Handshakes, MAX_RINGS, Stats, WELCOME};
+        let inbound = std::sync::Mutex::new(inbound([10, 76, 0, 1], Vec::new()));
+        let stats = Stats::default();
+        let mut shaking = Handshakes::default();
+        let claim = |i: usize| [10, 76, 1 + (i >> 8) as u8, i as u8];
+        let (callers, mut kept): (Vec<_>, Vec<_>) =
+            (0..=MAX_RINGS).map(|i| hello_sent(claim(i))).unzip();
+        shaking.go(callers, None, &inbound, &stats);
+        assert_eq!(inbound.lock().unwrap().rings.len(), MAX_RINGS);
+        assert_eq!(stats.peers_in.load(Ordering::Relaxed), MAX_RINGS as u64);
+        let (refused, _) = kept.pop().expect("one past the limit");
+        assert!(answer(&refused).is_empty(), "refused: closed unanswered");
+        assert!(kept.iter().all(|(s, _)| answer(s) == WELCOME));
+        inbound.lock().unwrap().rings.pop();
+        let (caller, (sender, _bell)) = hello_sent(claim(MAX_RINGS + 1));
+        shaking.go(vec![caller], None, &inbound, &stats);
+        assert_eq!(answer(&sender), WELCOME, "room again once a ring went");
+        assert_eq!(inbound.lock().unwrap().rings.len(), MAX_RINGS);
+    }
+
+    /// A rendezvous that takes the connection and never answers (a
+    /// process stopped in a debugger, or one that holds the name and
+    /// stays silent) holds its sender, and the NIC whose turn the sender
+    /// runs in, for the welcome's wait: not for the half second it once
+    /// did.
+    #[test]
+    fn a_rendezvous_that_never_answers_holds_its_sender_briefly() {
+        use std::os::unix::net::UnixListener;
+
+        use super::WELCOME_WAIT;
+        let addr = [127, 66, 0, 41];
+        // Never accepted: the kernel completes the connection all the same.
+        let _listener = UnixListener::bind_addr(&super::rendezvous(addr).unwrap()).unwrap();
+        let start = std::time::Instant::now();
+        assert!(super::connect([127, 66, 0, 40], addr).is_none(), "no ring");
+        let waited = start.elapsed();
+        assert!(
+            waited >= WELCOME_WAIT,
+            "{waited:?}: it waited for the welcome"
+        );
+        assert!(
+            waited < Duration::from_millis(250),
+            "{waited:?}: held for longer than the welcome's wait"
+        );
     }
 
     /// A ring of the port's size, from both ends: the sender's, made
@@ -1730,6 +1854,23 @@ mod tests {
         }
     }
 
+    /// A receiver's rings at `local`, holding `rings`, its thread awake.
+    fn inbound(local: [u8; 4], rings: Vec<super::InRing>) -> super::Inbound {
+        use super::{Inbound, Waits, os};
+        let (own_bell, _) = os::bell_pipe().unwrap();
+        Inbound {
+            local,
+            listener: None,
+            bell: own_bell,
+            rings,
+            parked: false,
+            linger: WaitCredit::default(),
+            waits: Waits::new(false, Duration::ZERO, Duration::ZERO),
+            took_requests: false,
+            accept_after: None,
+        }
+    }
+
     /// A peer that keeps its ring full of frames the NIC drops (not
     /// addressed between the ring's two ends) gets one batch a drain, its
     /// dropped records counted: a drain that counted only the frames it
@@ -1739,7 +1880,7 @@ mod tests {
     fn a_drain_takes_one_batch_of_a_ring_whatever_it_drops() {
         use std::sync::atomic::Ordering;
 
-        use super::{BATCH, InRing, Inbound, Stats, Tracked, Waits, os};
+        use super::{BATCH, InRing, Stats, Tracked, os};
         let (local, peer) = ([10, 78, 0, 1], [10, 78, 0, 2]);
         let now = std::time::Instant::now();
         let (mut out, ring, conn) = ring_pair(now, now);
@@ -1752,24 +1893,16 @@ mod tests {
             out.ring.push(&frame).expect("room in the ring");
         }
         let (bell, _bell_writer) = os::bell_pipe().unwrap();
-        let (own_bell, _) = os::bell_pipe().unwrap();
-        let mut inbound = Inbound {
+        let mut inbound = inbound(
             local,
-            listener: None,
-            bell: own_bell,
-            rings: vec![InRing {
+            vec![InRing {
                 ring,
                 peer,
                 conn: Tracked::new(conn),
                 bell,
                 bell_gone: false,
             }],
-            parked: false,
-            linger: WaitCredit::default(),
-            waits: Waits::new(false, Duration::ZERO, Duration::ZERO),
-            took_requests: false,
-            accept_after: None,
-        };
+        );
         let fabric = crate::Fabric::new();
         let nic = crate::LiveNic::start_with(
             "drain",

@@ -41,6 +41,19 @@ pub(crate) fn cannot_shrink(f: &File) -> bool {
     seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
 }
 
+/// Whether `f` lives in tmpfs, as every memfd made without
+/// `MFD_HUGETLB` does. A page of such a file that its maker punches out
+/// comes back as a fresh zero page when touched; one of a hugetlbfs file
+/// needs a page from the huge-page pool, and a mapping touched while
+/// the pool is empty faults (SIGBUS).
+pub(crate) fn on_tmpfs(f: &File) -> bool {
+    // SAFETY: an all-zero statfs is a valid value of the plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on a descriptor `f` owns, writing into `st`.
+    let rc = unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type == libc::TMPFS_MAGIC
+}
+
 /// Rings a peer's bell takes in one read.
 const BELL_READ: usize = 512;
 /// Reads [`clear_peer_bell`] makes at most: a whole pipe's worth of
@@ -419,6 +432,26 @@ pub(crate) mod tests {
         // SAFETY: fcntl on a descriptor `f` owns, with an integer argument.
         let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
         assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+    }
+
+    #[test]
+    fn a_memfd_is_on_tmpfs_and_other_files_are_not() {
+        assert!(on_tmpfs(&memfd("tmpfs-test", 4096).unwrap()));
+        assert!(!on_tmpfs(&File::open("/proc/self/status").unwrap()));
+        // SAFETY: a NUL-terminated name; the flags are plain integers.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"huge".as_ptr(),
+                libc::MFD_HUGETLB | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        // (Made only where the kernel has hugetlbfs.)
+        if fd >= 0 {
+            // SAFETY: `fd` was just returned by the kernel and is owned by
+            // no one else.
+            let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            assert!(!on_tmpfs(&f), "a hugetlbfs memfd");
+        }
     }
 
     #[test]

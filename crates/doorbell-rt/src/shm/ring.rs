@@ -162,11 +162,14 @@ impl Ring {
         unsafe { &*self.map.as_mut_ptr().add(OFF_PARKED).cast::<AtomicU32>() }
     }
 
-    /// Pointer to byte `at` (below `cap`) of the data area.
+    /// Pointer to byte `at` of the data area. Every caller passes a
+    /// position reduced modulo `cap`; the check makes that a guarantee of
+    /// this function, not of its callers (a compare the branch predictor
+    /// never misses).
     fn data(&self, at: u64) -> *mut u8 {
-        debug_assert!(at < self.cap);
-        // SAFETY: `at < cap` and the mapping holds HEADER_LEN + cap bytes,
-        // so the result is inside it.
+        assert!(at < self.cap, "a ring position past its data area");
+        // SAFETY: `at < cap` and the mapping holds HEADER_LEN + cap bytes
+        // (checked by create and attach), so the result is inside it.
         unsafe { self.map.as_mut_ptr().add(HEADER_LEN + at as usize) }
     }
 
@@ -234,8 +237,11 @@ impl Ring {
             // of 8) and below cap.
             let len = unsafe { self.data(at).cast::<u32>().read_volatile() };
             if len == WRAP {
+                // A record always fits at the start of the data area, so
+                // a producer never writes the marker there: one that does
+                // could keep this loop skipping whole capacities.
                 let skip = self.cap - at;
-                if skip > avail {
+                if at == 0 || skip > avail {
                     return Err(Fault::Broken);
                 }
                 self.pos += skip;
@@ -251,9 +257,16 @@ impl Ring {
             // SAFETY: `len` bytes from `at + 8` lie inside the data area
             // (checked above); they are copied into `out`'s spare capacity
             // (reserved), which the mapping cannot overlap, and only then
-            // is `out`'s length set. The producer may be writing them
-            // meanwhile only if it misbehaves: the copy is then garbage,
-            // which the NIC parses as untrusted input anyway.
+            // is `out`'s length set. A producer that keeps to the protocol
+            // wrote them before its Release store of `tail`, which the
+            // Acquire load above saw: the copy races with nothing. One
+            // that writes them during the copy is another process, outside
+            // what Rust's memory model describes; the mapping is no Rust
+            // allocation and is reached only through raw pointers, so the
+            // race can give only arbitrary bytes, copied once into a
+            // private buffer that the NIC parses as untrusted input. (A
+            // copy by atomic words would make the race benign in the
+            // model too, at the cost of the vector copy on every frame.)
             unsafe {
                 std::ptr::copy_nonoverlapping(self.data(at).add(8), out.as_mut_ptr(), len);
                 out.set_len(len);
@@ -458,5 +471,80 @@ mod tests {
         assert!(Ring::attach(map()).is_none());
         tx.word(OFF_TAIL).store(8, Ordering::Release);
         assert!(Ring::attach(map()).is_some(), "on the grid");
+    }
+
+    #[test]
+    fn a_layout_a_peer_made_up_is_refused_at_attach() {
+        // Too short for the header.
+        let f = crate::shm::os::memfd("ring-test", 128).unwrap();
+        let m = memmap2::MmapOptions::new().map_raw(&f).unwrap();
+        assert!(Ring::attach(m).is_none(), "shorter than the header");
+        // A capacity that is no power of two, one too small for two of
+        // the longest records, and one the mapping does not hold.
+        let cap = 64 << 10;
+        let f = crate::shm::os::memfd("ring-test", Ring::mapping_len(cap)).unwrap();
+        let map = || memmap2::MmapOptions::new().map_raw(&f).unwrap();
+        let tx = Ring::create(map()).unwrap();
+        for (bad, why) in [
+            (cap - 8, "not a power of two"),
+            (1024, "too small"),
+            (2 * cap, "past the mapping"),
+        ] {
+            tx.word(OFF_CAP).store(bad, Ordering::Release);
+            assert!(Ring::attach(map()).is_none(), "a capacity {why}");
+        }
+        tx.word(OFF_CAP).store(cap, Ordering::Release);
+        assert!(
+            Ring::attach(map()).is_some(),
+            "the capacity it was made with"
+        );
+    }
+
+    #[test]
+    fn records_a_peer_made_up_break_the_ring() {
+        let mut out = Vec::new();
+        // A wrap marker at the start of the data area, where a record
+        // always fits (a consumer that believed it would skip a whole
+        // capacity, and could be kept doing so).
+        // Published with a whole capacity behind it, the most a skip may
+        // pass.
+        let (tx, mut rx) = pair(64 << 10);
+        // SAFETY: a test's write to the first record's length word.
+        unsafe { rx.data(0).cast::<u32>().write_volatile(WRAP) };
+        tx.word(OFF_TAIL).store(rx.cap, Ordering::Release);
+        assert_eq!(rx.pop(&mut out), Err(Fault::Broken), "a wrap at 0");
+        // A wrap marker whose skip passes what the producer published.
+        let (mut tx, mut rx) = pair(64 << 10);
+        tx.push(b"first").unwrap();
+        assert!(rx.pop(&mut out).unwrap());
+        tx.push(b"second").unwrap();
+        // SAFETY: as above, the second record's length word (at 16).
+        unsafe { rx.data(16).cast::<u32>().write_volatile(WRAP) };
+        assert_eq!(rx.pop(&mut out), Err(Fault::Broken), "a wrap past tail");
+        // A length short of the longest frame, but past what was
+        // published.
+        let (mut tx, mut rx) = pair(64 << 10);
+        tx.push(b"hello").unwrap();
+        // SAFETY: as above.
+        unsafe { rx.data(0).cast::<u32>().write_volatile(100) };
+        assert_eq!(rx.pop(&mut out), Err(Fault::Broken), "a record past tail");
+        // A record that would cross the end of the data area, with room
+        // published for it.
+        let (tx, mut rx) = pair(64 << 10);
+        let near_end = rx.cap - 16;
+        (rx.pos, rx.seen) = (near_end, near_end);
+        tx.word(OFF_TAIL).store(near_end + 4096, Ordering::Release);
+        // SAFETY: as above, the length word 16 bytes before the end.
+        unsafe { rx.data(near_end).cast::<u32>().write_volatile(4000) };
+        assert_eq!(rx.pop(&mut out), Err(Fault::Broken), "across the end");
+        // A producer's position that moved back.
+        let (mut tx, mut rx) = pair(64 << 10);
+        tx.push(b"hello").unwrap();
+        assert!(rx.pop(&mut out).unwrap());
+        tx.word(OFF_TAIL).store(8, Ordering::Release);
+        assert_eq!(rx.pop(&mut out), Err(Fault::Broken), "tail moved back");
+        // Nothing was taken from a broken ring: `out` holds the last
+        // good frame.
+        assert_eq!(out, b"hello");
     }
 }
