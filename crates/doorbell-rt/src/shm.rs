@@ -1721,6 +1721,101 @@ mod tests {
         );
     }
 
+    /// Every hello a peer can get wrong, and every ring or bell it can
+    /// send that the receiver must not map or poll, is refused (the
+    /// connection then closes unanswered, and the peer keeps to UDP); the
+    /// same hello done right is admitted.
+    #[test]
+    fn a_hello_a_peer_got_wrong_is_refused() {
+        use std::fs::File;
+        use std::os::fd::{AsRawFd, OwnedFd};
+
+        use super::{HELLO, RING_BYTES, Tracked, os, ring::Ring};
+        let full = Ring::mapping_len(RING_BYTES);
+        let map = |f: &File| memmap2::MmapOptions::new().map_raw(f).unwrap();
+        // A sealed memfd of `len` bytes holding a fresh ring.
+        let ring = |len: u64| {
+            let f = os::memfd("ring-test", len).unwrap();
+            Ring::create(map(&f)).expect("a ring");
+            f
+        };
+        let sealed_against_writes = || {
+            let f = os::tests::unsealed_memfd(full);
+            // The mapping goes before the seal, which a writable one
+            // would refuse.
+            Ring::create(map(&f)).expect("a ring");
+            os::tests::seal_against_writes(&f);
+            f
+        };
+        let read_only = || {
+            let f = ring(full);
+            File::open(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap()
+        };
+        let good = [&HELLO[..], &[10, 75, 0, 2]].concat();
+        let mut other_magic = good.clone();
+        other_magic[..8].copy_from_slice(b"DBHELLO1");
+        // Each bell's write end, kept so that its read end has a writer.
+        let mut writers = Vec::new();
+        let mut bell = || {
+            let (read, write) = os::bell_pipe().unwrap();
+            writers.push(write);
+            OwnedFd::from(read)
+        };
+        let cases: Vec<(&str, Vec<u8>, Vec<OwnedFd>)> = vec![
+            (
+                "a short hello",
+                good[..11].to_vec(),
+                vec![ring(full).into(), bell()],
+            ),
+            (
+                "another magic",
+                other_magic,
+                vec![ring(full).into(), bell()],
+            ),
+            ("nothing sent with it", good.clone(), vec![]),
+            ("a ring and no bell", good.clone(), vec![ring(full).into()]),
+            (
+                "a bell that is no pipe",
+                good.clone(),
+                vec![ring(full).into(), ring(full).into()],
+            ),
+            (
+                "a ring sealed against writes",
+                good.clone(),
+                vec![sealed_against_writes().into(), bell()],
+            ),
+            (
+                "a ring sent read-only",
+                good.clone(),
+                vec![read_only().into(), bell()],
+            ),
+            (
+                "a ring past twice the mapping",
+                good.clone(),
+                vec![ring(2 * full + 4096).into(), bell()],
+            ),
+            (
+                "a file with no ring in it",
+                good.clone(),
+                vec![os::memfd("ring-test", full).unwrap().into(), bell()],
+            ),
+        ];
+        for (why, hello, fds) in cases {
+            let (s, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+            assert!(
+                super::welcome(Tracked::new(s), &hello, fds).is_none(),
+                "admitted: {why}"
+            );
+        }
+        let (s, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (bell_read, _bell_writer) = os::bell_pipe().unwrap();
+        let fds = vec![OwnedFd::from(ring(full)), OwnedFd::from(bell_read)];
+        assert!(
+            super::welcome(Tracked::new(s), &good, fds).is_some(),
+            "the same hello, done right"
+        );
+    }
+
     /// A sender's side of a handshake, up to its hello (claiming `claim`,
     /// with a fresh ring and bell): the receiver's end of the connection,
     /// and what the sender keeps for as long as the ring should live (its
@@ -1786,6 +1881,28 @@ mod tests {
         shaking.go(vec![caller], None, &inbound, &stats);
         assert_eq!(answer(&sender), WELCOME, "room again once a ring went");
         assert_eq!(inbound.lock().unwrap().rings.len(), MAX_RINGS);
+    }
+
+    /// A rendezvous that answers the hello with anything but the welcome
+    /// gives its sender no ring: the sender keeps to UDP.
+    #[test]
+    fn a_rendezvous_that_answers_otherwise_gives_no_ring() {
+        use std::io::Write as _;
+        use std::os::unix::net::UnixListener;
+
+        let addr = [127, 66, 0, 43];
+        let listener = UnixListener::bind_addr(&super::rendezvous(addr).unwrap()).unwrap();
+        let answerer = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut hello = [0u8; 16];
+            let _ = super::os::recv_with_fds(&s, &mut hello).unwrap();
+            (&s).write_all(b"DBWELCO1").unwrap();
+            // Held open until the sender has read the answer.
+            let mut rest = [0u8; 1];
+            let _ = std::io::Read::read(&mut &s, &mut rest);
+        });
+        assert!(super::connect([127, 66, 0, 42], addr).is_none(), "no ring");
+        answerer.join().unwrap();
     }
 
     /// A rendezvous that takes the connection and never answers (a

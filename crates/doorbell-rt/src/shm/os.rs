@@ -426,6 +426,15 @@ pub(crate) mod tests {
         f
     }
 
+    /// Seals `f` against shrinking and against writes, as a peer may
+    /// before it sends its ring (`f` must have no writable mapping left).
+    pub(crate) fn seal_against_writes(f: &File) {
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_WRITE;
+        // SAFETY: fcntl on a descriptor `f` owns, with an integer argument.
+        let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+    }
+
     /// Seals `f` at its size, as [`memfd`] does.
     pub(crate) fn seal_at_size(f: &File) {
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
