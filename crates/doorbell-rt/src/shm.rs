@@ -1883,15 +1883,19 @@ mod tests {
         assert_eq!(inbound.lock().unwrap().rings.len(), MAX_RINGS);
     }
 
+    /// A listener at the rendezvous of `addr`, as a NIC there would hold.
+    fn listen_at(addr: [u8; 4]) -> std::os::unix::net::UnixListener {
+        std::os::unix::net::UnixListener::bind_addr(&super::rendezvous(addr).unwrap()).unwrap()
+    }
+
     /// A rendezvous that answers the hello with anything but the welcome
     /// gives its sender no ring: the sender keeps to UDP.
     #[test]
     fn a_rendezvous_that_answers_otherwise_gives_no_ring() {
         use std::io::Write as _;
-        use std::os::unix::net::UnixListener;
 
         let addr = [127, 66, 0, 43];
-        let listener = UnixListener::bind_addr(&super::rendezvous(addr).unwrap()).unwrap();
+        let listener = listen_at(addr);
         let answerer = std::thread::spawn(move || {
             let (s, _) = listener.accept().unwrap();
             let mut hello = [0u8; 16];
@@ -1912,12 +1916,10 @@ mod tests {
     /// did.
     #[test]
     fn a_rendezvous_that_never_answers_holds_its_sender_briefly() {
-        use std::os::unix::net::UnixListener;
-
         use super::WELCOME_WAIT;
         let addr = [127, 66, 0, 41];
         // Never accepted: the kernel completes the connection all the same.
-        let _listener = UnixListener::bind_addr(&super::rendezvous(addr).unwrap()).unwrap();
+        let _listener = listen_at(addr);
         let start = std::time::Instant::now();
         assert!(super::connect([127, 66, 0, 40], addr).is_none(), "no ring");
         let waited = start.elapsed();
@@ -2043,10 +2045,8 @@ mod tests {
     /// that has not set it aside (the test harness has).
     #[test]
     fn a_sender_rings_a_receiver_that_closed_its_bell_without_a_broken_pipe() {
-        use std::os::unix::net::UnixListener;
-
         let addr = [127, 66, 0, 21];
-        let listener = UnixListener::bind_addr(&super::rendezvous(addr).unwrap()).unwrap();
+        let listener = listen_at(addr);
         let receiver = std::thread::spawn(move || {
             let (s, _) = listener.accept().unwrap();
             // Admitted, then gone: its bell and connection closed.
