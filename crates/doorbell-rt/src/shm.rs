@@ -133,11 +133,16 @@ const MAX_RINGS: usize = 64;
 /// How long a sender waits for the welcome of the rendezvous it connected
 /// to. The sender waits in the NIC's turn, with the NIC held: a NIC of
 /// this host answers within microseconds (its receiver thread polls the
-/// rendezvous), a scheduler's tick or two on a busy machine; a listener
+/// rendezvous), a few scheduler ticks on a loaded machine; a listener
 /// that does not answer (a process stopped in a debugger, or one that
-/// holds the name and stays silent) costs each try this long, once every
-/// [`RETRY`].
-const WELCOME_WAIT: Duration = Duration::from_millis(20);
+/// holds the name and stays silent) costs each try this long, and is
+/// tried again after [`RETRY`], then twice as long each time it stays
+/// silent, up to [`SILENT_RETRY_MAX`].
+const WELCOME_WAIT: Duration = Duration::from_millis(100);
+/// The longest a sender leaves a silent rendezvous before it tries it
+/// again (for UDP meanwhile): its waits then cost the NIC a few parts in
+/// a thousand.
+const SILENT_RETRY_MAX: Duration = Duration::from_secs(64);
 /// How long a rendezvous whose accept failed for want of a descriptor or
 /// memory is left alone before the next try.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -1134,8 +1139,11 @@ impl WaitCredit {
 enum Peer {
     Shm(OutRing),
     /// Not a NIC of this host (or it would not talk): UDP, until `retry`.
+    /// `silent`: how many tries in a row found a rendezvous that took the
+    /// connection and did not answer ([`WELCOME_WAIT`]).
     Elsewhere {
         retry: Instant,
+        silent: u32,
     },
 }
 
@@ -1143,8 +1151,28 @@ impl Peer {
     /// Whether it is a NIC of another host not to be asked about again
     /// before `now`.
     fn elsewhere_at(&self, now: Instant) -> bool {
-        matches!(self, Peer::Elsewhere { retry } if now < *retry)
+        matches!(self, Peer::Elsewhere { retry, .. } if now < *retry)
     }
+
+    /// Not to be asked about again until [`RETRY`] after `now`.
+    fn elsewhere(now: Instant) -> Self {
+        Peer::Elsewhere {
+            retry: now + RETRY,
+            silent: 0,
+        }
+    }
+}
+
+/// Why [`connect`] made no ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoRing {
+    /// Nobody to talk to: no listener, one of another user, a full
+    /// backlog, a refusal or an answer that is no welcome, or no room for
+    /// a ring here.
+    Refused,
+    /// The rendezvous took the connection and sent nothing back within
+    /// [`WELCOME_WAIT`].
+    Silent,
 }
 
 /// The sending side of a NIC with a UDP port: frames to NICs of this host
@@ -1220,12 +1248,27 @@ impl Peers {
             Some(Peer::Shm(_)) => false,
         };
         if again {
+            let silent_before = match self.map.get(&dst) {
+                Some(Peer::Elsewhere { silent, .. }) => *silent,
+                _ => 0,
+            };
             let p = match connect(self.local, dst) {
-                Some(r) => {
+                Ok(r) => {
                     self.stats.peers_out.fetch_add(1, Ordering::Relaxed);
                     Peer::Shm(r)
                 }
-                None => Peer::Elsewhere { retry: now + RETRY },
+                Err(NoRing::Refused) => Peer::elsewhere(now),
+                Err(NoRing::Silent) => {
+                    // A silent rendezvous held this NIC for WELCOME_WAIT:
+                    // asked again twice as late each time it stays so.
+                    let wait = RETRY
+                        .saturating_mul(1 << silent_before.min(6))
+                        .min(SILENT_RETRY_MAX);
+                    Peer::Elsewhere {
+                        retry: now + wait,
+                        silent: silent_before.saturating_add(1),
+                    }
+                }
             };
             self.map.insert(dst, p);
             // A fresh ring is not checked again.
@@ -1241,7 +1284,13 @@ impl Peers {
             if closed || os::hung_up(&r.conn) {
                 // Gone, and perhaps back already (a restarted process):
                 // ask again at once.
-                self.map.insert(dst, Peer::Elsewhere { retry: now });
+                self.map.insert(
+                    dst,
+                    Peer::Elsewhere {
+                        retry: now,
+                        silent: 0,
+                    },
+                );
                 self.refresh(dst, now);
                 return;
             }
@@ -1453,35 +1502,39 @@ fn wake_after_a_wait(r: &mut OutRing, stats: &Stats) {
 
 /// The handshake's sending side: a ring for `dst`, if a NIC of this host
 /// listens at its name and admits us.
-fn connect(local: [u8; 4], dst: [u8; 4]) -> Option<OutRing> {
+fn connect(local: [u8; 4], dst: [u8; 4]) -> Result<OutRing, NoRing> {
+    let refused = |_| NoRing::Refused;
     // Abstract names have no owner: whoever binds one first holds it. A
     // listener of another user (or a full backlog, which a plain connect
     // would wait on) is nobody to talk to; UDP then.
-    let s = os::connect_abstract(rendezvous_name(dst).as_bytes()).ok()?;
+    let s = os::connect_abstract(rendezvous_name(dst).as_bytes()).map_err(refused)?;
     if os::peer_uid(&s).ok() != Some(os::euid()) {
-        return None;
+        return Err(NoRing::Refused);
     }
-    s.set_nonblocking(false).ok()?;
-    s.set_read_timeout(Some(WELCOME_WAIT)).ok()?;
-    s.set_write_timeout(Some(WELCOME_WAIT)).ok()?;
-    let f = os::memfd("doorbell-ring", Ring::mapping_len(RING_BYTES)).ok()?;
-    let map: MmapRaw = MmapOptions::new().map_raw(&f).ok()?;
-    let ring = Ring::create(map)?;
-    let (bell_read, bell) = os::bell_pipe().ok()?;
+    s.set_nonblocking(false).map_err(refused)?;
+    s.set_read_timeout(Some(WELCOME_WAIT)).map_err(refused)?;
+    s.set_write_timeout(Some(WELCOME_WAIT)).map_err(refused)?;
+    let f = os::memfd("doorbell-ring", Ring::mapping_len(RING_BYTES)).map_err(refused)?;
+    let map: MmapRaw = MmapOptions::new().map_raw(&f).map_err(refused)?;
+    let ring = Ring::create(map).ok_or(NoRing::Refused)?;
+    let (bell_read, bell) = os::bell_pipe().map_err(refused)?;
     let mut hello = [0u8; 12];
     hello[..8].copy_from_slice(HELLO);
     hello[8..].copy_from_slice(&local);
-    os::send_with_fds(&s, &hello, &[f.as_raw_fd(), bell_read.as_raw_fd()]).ok()?;
+    os::send_with_fds(&s, &hello, &[f.as_raw_fd(), bell_read.as_raw_fd()]).map_err(refused)?;
     // A plain read: descriptors a receiver sent with its welcome are
     // never let into this process.
     let mut answer = [0u8; 16];
-    let n = (&s).read(&mut answer).ok()?;
+    let n = (&s).read(&mut answer).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => NoRing::Silent,
+        _ => NoRing::Refused,
+    })?;
     if n != WELCOME.len() || &answer[..n] != WELCOME {
-        return None;
+        return Err(NoRing::Refused);
     }
-    s.set_nonblocking(true).ok()?;
+    s.set_nonblocking(true).map_err(refused)?;
     let now = Instant::now();
-    Some(OutRing {
+    Ok(OutRing {
         ring,
         conn: Tracked::new(s),
         bell,
@@ -1550,12 +1603,7 @@ impl Sink for HostSink {
                 wake_after_a_wait(r, &self.stats);
             }
             if broken {
-                self.peers.map.insert(
-                    dst,
-                    Peer::Elsewhere {
-                        retry: Instant::now() + RETRY,
-                    },
-                );
+                self.peers.map.insert(dst, Peer::elsewhere(Instant::now()));
             }
         }
         // (This sink is the only writer of both.)
@@ -1581,7 +1629,7 @@ pub struct RawPeer(OutRing);
 impl RawPeer {
     /// Connects to the NIC at `dst`, claiming to be `claim`.
     pub fn connect(claim: [u8; 4], dst: [u8; 4]) -> Option<Self> {
-        connect(claim, dst).map(Self)
+        connect(claim, dst).ok().map(Self)
     }
 
     /// Puts `frame` into the ring and wakes the NIC; false if it is full.
@@ -1905,7 +1953,8 @@ mod tests {
             let mut rest = [0u8; 1];
             let _ = std::io::Read::read(&mut &s, &mut rest);
         });
-        assert!(super::connect([127, 66, 0, 42], addr).is_none(), "no ring");
+        let got = super::connect([127, 66, 0, 42], addr).err();
+        assert_eq!(got, Some(super::NoRing::Refused), "no ring");
         answerer.join().unwrap();
     }
 
@@ -1921,14 +1970,15 @@ mod tests {
         // Never accepted: the kernel completes the connection all the same.
         let _listener = listen_at(addr);
         let start = std::time::Instant::now();
-        assert!(super::connect([127, 66, 0, 40], addr).is_none(), "no ring");
+        let got = super::connect([127, 66, 0, 40], addr).err();
         let waited = start.elapsed();
+        assert_eq!(got, Some(super::NoRing::Silent), "no ring");
         assert!(
             waited >= WELCOME_WAIT,
             "{waited:?}: it waited for the welcome"
         );
         assert!(
-            waited < Duration::from_millis(250),
+            waited < Duration::from_millis(400),
             "{waited:?}: held for longer than the welcome's wait"
         );
     }
@@ -2083,7 +2133,7 @@ mod tests {
         );
         // Asked, and nobody answered: UDP until the next try.
         assert!(
-            matches!(peers.map.get(&dst), Some(Peer::Elsewhere { retry }) if *retry == now + RETRY)
+            matches!(peers.map.get(&dst), Some(Peer::Elsewhere { retry, .. }) if *retry == now + RETRY)
         );
     }
 
@@ -2098,7 +2148,7 @@ mod tests {
         let dst = [127, 66, 0, 11];
         let mut peers = peers([127, 66, 0, 10]);
         let retry_of = |peers: &Peers| match peers.map.get(&dst) {
-            Some(Peer::Elsewhere { retry }) => Some(*retry),
+            Some(Peer::Elsewhere { retry, .. }) => Some(*retry),
             _ => None,
         };
         assert!(peers.ring(dst, now).is_none(), "nobody answers");
@@ -2113,6 +2163,39 @@ mod tests {
         let later = now + RETRY;
         assert!(peers.ring(dst, later).is_none());
         assert_eq!(retry_of(&peers), Some(later + RETRY));
+    }
+
+    /// A rendezvous that stays silent costs its sender the welcome's wait
+    /// each try: tried again after RETRY, then twice as late each time it
+    /// is silent again (UDP meanwhile); once nobody holds the name, the
+    /// tries are a second apart again.
+    #[test]
+    fn a_silent_rendezvous_is_tried_again_less_and_less_often() {
+        use std::time::Instant;
+
+        use super::{Peer, Peers, RETRY};
+        let dst = [127, 66, 0, 45];
+        let mut peers = peers([127, 66, 0, 44]);
+        let state = |peers: &Peers| match peers.map.get(&dst) {
+            Some(Peer::Elsewhere { retry, silent }) => Some((*retry, *silent)),
+            _ => None,
+        };
+        let listener = listen_at(dst);
+        let mut at = Instant::now();
+        for (k, later) in [1u32, 2, 4].into_iter().enumerate() {
+            assert!(peers.ring(dst, at).is_none(), "try {k}: no ring");
+            assert_eq!(state(&peers), Some((at + RETRY * later, k as u32 + 1)));
+            assert!(peers.ring(dst, at + RETRY * later / 2).is_none());
+            assert_eq!(
+                state(&peers),
+                Some((at + RETRY * later, k as u32 + 1)),
+                "not tried"
+            );
+            at += RETRY * later;
+        }
+        drop(listener);
+        assert!(peers.ring(dst, at).is_none(), "nobody there now");
+        assert_eq!(state(&peers), Some((at + RETRY, 0)));
     }
 
     #[test]
