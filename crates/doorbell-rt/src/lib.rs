@@ -788,6 +788,7 @@ impl LiveNic {
                     shm_rx_dropped: get(&st.rx_dropped),
                     shm_peers_out: get(&st.peers_out),
                     shm_peers_in: get(&st.peers_in),
+                    shm_peers_refused: get(&st.peers_refused),
                     shm_rings_broken: get(&st.rings_broken),
                     shm_bells: get(&st.bells),
                     shm_bells_spared: get(&st.bells_spared),

@@ -128,17 +128,20 @@ const MAX_HANDSHAKES: usize = 16;
 /// Most rings a NIC takes frames from at once. A peer that connects again
 /// and again holds at most this many pairs of the process's descriptors
 /// (a ring's connection and bell) and mappings; past it a sender is
-/// refused and keeps to UDP.
+/// refused (counted) and keeps to UDP, unless it claims the address of a
+/// ring held already, which its ring replaces.
 const MAX_RINGS: usize = 64;
 /// How long a sender waits for the welcome of the rendezvous it connected
 /// to. The sender waits in the NIC's turn, with the NIC held: a NIC of
 /// this host answers within microseconds (its receiver thread polls the
-/// rendezvous), a few scheduler ticks on a loaded machine; a listener
-/// that does not answer (a process stopped in a debugger, or one that
-/// holds the name and stays silent) costs each try this long, and is
-/// tried again after [`RETRY`], then twice as long each time it stays
-/// silent, up to [`SILENT_RETRY_MAX`].
-const WELCOME_WAIT: Duration = Duration::from_millis(100);
+/// rendezvous) when that thread is free, but the thread also runs its
+/// NIC's turns, which may wait up to [`FULL_WAIT_MAX`] for room in a
+/// full ring, or in a connect of their own. A listener that does not
+/// answer (a process stopped in a debugger, or one that holds the name
+/// and stays silent) costs each try this long, and is tried again after
+/// [`RETRY`], then twice as late each time it stays silent, up to
+/// [`SILENT_RETRY_MAX`].
+const WELCOME_WAIT: Duration = Duration::from_millis(500);
 /// The longest a sender leaves a silent rendezvous before it tries it
 /// again (for UDP meanwhile): its waits then cost the NIC a few parts in
 /// a thousand.
@@ -251,6 +254,7 @@ pub(crate) struct Stats {
     pub(crate) rx_dropped: AtomicU64,
     pub(crate) peers_out: AtomicU64,
     pub(crate) peers_in: AtomicU64,
+    pub(crate) peers_refused: AtomicU64,
     pub(crate) rings_broken: AtomicU64,
     pub(crate) bells: AtomicU64,
     pub(crate) bells_spared: AtomicU64,
@@ -992,8 +996,6 @@ impl Handshakes {
         let now = Instant::now();
         let waiting = std::mem::take(&mut self.0);
         let mut rings = Vec::new();
-        // Only this thread adds rings: the room can only grow meanwhile.
-        let mut room = MAX_RINGS.saturating_sub(spin_lock(inbound).rings.len());
         let fresh = callers.into_iter().map(|s| (s, now + HANDSHAKE, true));
         let again = waiting.into_iter().enumerate().map(|(i, (s, until))| {
             let look = ready.is_none_or(|r| r.get(i).copied().unwrap_or(false));
@@ -1006,16 +1008,8 @@ impl Handshakes {
                 }
                 continue;
             }
-            // No room: the connection closes unanswered, and its sender
-            // keeps to UDP.
-            if room == 0 {
-                continue;
-            }
             match handshake(s) {
-                Ok(Some(r)) => {
-                    rings.push(r);
-                    room -= 1;
-                }
+                Ok(Some(r)) => rings.push(r),
                 Ok(None) => {}
                 Err(s) if now < until => self.0.push((s, until)),
                 Err(_) => {}
@@ -1024,10 +1018,29 @@ impl Handshakes {
         if rings.is_empty() {
             return;
         }
-        stats
-            .peers_in
-            .fetch_add(rings.len() as u64, Ordering::Relaxed);
-        spin_lock(inbound).rings.extend(rings);
+        let mut inb = spin_lock(inbound);
+        for r in rings {
+            // A ring from an address that has one already replaces it: its
+            // sender made a new one because it found the old one gone (a
+            // restarted process, a ring it found broken), and the old one's
+            // slot would otherwise be held until this thread parks. Else
+            // a ring past the limit is refused: its connection closes
+            // unanswered, and its sender keeps to UDP.
+            let old = inb.rings.iter().position(|o| o.peer == r.peer);
+            if old.is_none() && inb.rings.len() >= MAX_RINGS {
+                stats.peers_refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            // A fresh socket's send buffer is empty: this does not block.
+            if os::send_with_fds(&r.conn, WELCOME, &[]).is_err() {
+                continue;
+            }
+            if let Some(i) = old {
+                inb.rings.swap_remove(i);
+            }
+            inb.rings.push(r);
+            stats.peers_in.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// How many more connections may wait for their hello: a peer that
@@ -1166,9 +1179,12 @@ impl Peer {
 /// Why [`connect`] made no ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NoRing {
-    /// Nobody to talk to: no listener, one of another user, a full
-    /// backlog, a refusal or an answer that is no welcome, or no room for
-    /// a ring here.
+    /// Nobody listens at the rendezvous (or a process of another user
+    /// does, or its backlog is full): a NIC of another host.
+    Nobody,
+    /// The rendezvous took the connection and refused it: closed it, or
+    /// answered with something other than the welcome; or no ring could
+    /// be made here.
     Refused,
     /// The rendezvous took the connection and sent nothing back within
     /// [`WELCOME_WAIT`].
@@ -1257,16 +1273,19 @@ impl Peers {
                     self.stats.peers_out.fetch_add(1, Ordering::Relaxed);
                     Peer::Shm(r)
                 }
-                Err(NoRing::Refused) => Peer::elsewhere(now),
-                Err(NoRing::Silent) => {
+                Err(NoRing::Nobody) => Peer::elsewhere(now),
+                Err(why) => {
                     // A silent rendezvous held this NIC for WELCOME_WAIT:
-                    // asked again twice as late each time it stays so.
+                    // asked again twice as late each time it stays so. A
+                    // refusal keeps that count, so that a listener that
+                    // takes turns at both is not asked every second.
+                    let silent = silent_before + u32::from(why == NoRing::Silent);
                     let wait = RETRY
-                        .saturating_mul(1 << silent_before.min(6))
+                        .saturating_mul(1 << silent.saturating_sub(1).min(6))
                         .min(SILENT_RETRY_MAX);
                     Peer::Elsewhere {
                         retry: now + wait,
-                        silent: silent_before.saturating_add(1),
+                        silent,
                     }
                 }
             };
@@ -1389,8 +1408,9 @@ fn handshake(s: Tracked<UnixStream>) -> Result<Option<InRing>, Tracked<UnixStrea
     }
 }
 
-/// Checks a peer's hello and the ring and bell it sent, and answers: the
-/// ring, or `None` if the peer is refused.
+/// Checks a peer's hello and the ring and bell it sent: the ring, mapped,
+/// or `None` if the peer is refused. The welcome is sent once there is
+/// room for the ring ([`Handshakes::go`]).
 fn welcome(s: Tracked<UnixStream>, hello: &[u8], fds: Vec<OwnedFd>) -> Option<InRing> {
     if hello.len() != 12 || &hello[..8] != HELLO {
         return None;
@@ -1418,8 +1438,6 @@ fn welcome(s: Tracked<UnixStream>, hello: &[u8], fds: Vec<OwnedFd>) -> Option<In
     }
     let map = MmapOptions::new().len(len as usize).map_raw(&f).ok()?;
     let ring = Ring::attach(map)?;
-    // A fresh socket's send buffer is empty: this does not block.
-    os::send_with_fds(&s, WELCOME, &[]).ok()?;
     Some(InRing {
         ring,
         peer,
@@ -1429,14 +1447,15 @@ fn welcome(s: Tracked<UnixStream>, hello: &[u8], fds: Vec<OwnedFd>) -> Option<In
     })
 }
 
-/// [`handshake`], waiting up to [`HANDSHAKE`] for the hello.
+/// [`handshake`], waiting up to [`HANDSHAKE`] for the hello, and the
+/// welcome sent.
 fn admit(s: UnixStream) -> Option<InRing> {
     let until = Instant::now() + HANDSHAKE;
     let mut s = Tracked::new(s);
     let mut ready = Vec::new();
     loop {
         match handshake(s) {
-            Ok(r) => return r,
+            Ok(r) => return r.filter(|r| os::send_with_fds(&r.conn, WELCOME, &[]).is_ok()),
             Err(back) => {
                 let left = until.checked_duration_since(Instant::now())?;
                 os::poll_readable(&[back.as_raw_fd()], left, &mut ready);
@@ -1507,9 +1526,9 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Result<OutRing, NoRing> {
     // Abstract names have no owner: whoever binds one first holds it. A
     // listener of another user (or a full backlog, which a plain connect
     // would wait on) is nobody to talk to; UDP then.
-    let s = os::connect_abstract(rendezvous_name(dst).as_bytes()).map_err(refused)?;
+    let s = os::connect_abstract(rendezvous_name(dst).as_bytes()).map_err(|_| NoRing::Nobody)?;
     if os::peer_uid(&s).ok() != Some(os::euid()) {
-        return Err(NoRing::Refused);
+        return Err(NoRing::Nobody);
     }
     s.set_nonblocking(false).map_err(refused)?;
     s.set_read_timeout(Some(WELCOME_WAIT)).map_err(refused)?;
@@ -1905,8 +1924,10 @@ mod tests {
 
     /// A peer that connects again and again holds at most MAX_RINGS
     /// rings, each a connection, a bell and a mapping: past it, a sender
-    /// is refused (its connection closed unanswered: it keeps to UDP),
-    /// and a ring that goes makes room for another.
+    /// is refused (its connection closed unanswered: it keeps to UDP, and
+    /// the refusal is counted) unless it claims an address that has a
+    /// ring, which its own replaces; a ring that goes makes room for
+    /// another.
     #[test]
     fn a_nic_takes_frames_from_so_many_rings_and_refuses_more() {
         use std::sync::atomic::Ordering;
@@ -1923,12 +1944,23 @@ mod tests {
         assert_eq!(stats.peers_in.load(Ordering::Relaxed), MAX_RINGS as u64);
         let (refused, _) = kept.pop().expect("one past the limit");
         assert!(answer(&refused).is_empty(), "refused: closed unanswered");
+        assert_eq!(stats.peers_refused.load(Ordering::Relaxed), 1);
         assert!(kept.iter().all(|(s, _)| answer(s) == WELCOME));
+        // Full, a ring from an address that has one replaces it: the
+        // old one's connection closes.
+        let (caller, (sender, _bell)) = hello_sent(claim(0));
+        shaking.go(vec![caller], None, &inbound, &stats);
+        assert_eq!(answer(&sender), WELCOME, "the address's new ring");
+        assert!(answer(&kept[0].0).is_empty(), "its old ring let go");
+        assert_eq!(inbound.lock().unwrap().rings.len(), MAX_RINGS);
+        assert_eq!(stats.peers_in.load(Ordering::Relaxed), MAX_RINGS as u64 + 1);
+        // A ring that goes makes room for another address's.
         inbound.lock().unwrap().rings.pop();
         let (caller, (sender, _bell)) = hello_sent(claim(MAX_RINGS + 1));
         shaking.go(vec![caller], None, &inbound, &stats);
         assert_eq!(answer(&sender), WELCOME, "room again once a ring went");
         assert_eq!(inbound.lock().unwrap().rings.len(), MAX_RINGS);
+        assert_eq!(stats.peers_refused.load(Ordering::Relaxed), 1);
     }
 
     /// A listener at the rendezvous of `addr`, as a NIC there would hold.
@@ -1961,10 +1993,9 @@ mod tests {
     /// A rendezvous that takes the connection and never answers (a
     /// process stopped in a debugger, or one that holds the name and
     /// stays silent) holds its sender, and the NIC whose turn the sender
-    /// runs in, for the welcome's wait: not for the half second it once
-    /// did.
+    /// runs in, for the welcome's wait, and is found silent.
     #[test]
-    fn a_rendezvous_that_never_answers_holds_its_sender_briefly() {
+    fn a_rendezvous_that_never_answers_is_found_silent_after_the_welcomes_wait() {
         use super::WELCOME_WAIT;
         let addr = [127, 66, 0, 41];
         // Never accepted: the kernel completes the connection all the same.
@@ -1978,7 +2009,7 @@ mod tests {
             "{waited:?}: it waited for the welcome"
         );
         assert!(
-            waited < Duration::from_millis(400),
+            waited < WELCOME_WAIT * 4,
             "{waited:?}: held for longer than the welcome's wait"
         );
     }

@@ -114,6 +114,7 @@ impl NicStats {
                 "shm_rings_broken": p.shm_rings_broken,
                 "shm_peers_out": p.shm_peers_out,
                 "shm_peers_in": p.shm_peers_in,
+                "shm_peers_refused": p.shm_peers_refused,
                 "shm_bells": p.shm_bells,
                 "shm_bells_spared": p.shm_bells_spared,
                 "shm_lingers_paid": p.shm_lingers_paid,

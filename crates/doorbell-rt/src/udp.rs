@@ -127,6 +127,9 @@ pub struct PortCounters {
     pub shm_peers_out: u64,
     /// Rings of NICs of this host admitted.
     pub shm_peers_in: u64,
+    /// Rings of NICs of this host refused because the NIC held as many as
+    /// it takes (64), none from the same address.
+    pub shm_peers_refused: u64,
     /// Rings dropped because their positions or a length made no sense
     /// (the peer broke them).
     pub shm_rings_broken: u64,

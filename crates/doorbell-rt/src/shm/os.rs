@@ -435,6 +435,23 @@ pub(crate) mod tests {
         assert_eq!(rc, 0, "{}", io::Error::last_os_error());
     }
 
+    /// An empty memfd in hugetlbfs, sealed against shrinking, where the
+    /// kernel has hugetlbfs.
+    pub(crate) fn sealed_hugetlb_memfd() -> Option<File> {
+        let flags = libc::MFD_HUGETLB | libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC;
+        // SAFETY: a NUL-terminated name; the flags are plain integers.
+        let fd = unsafe { libc::memfd_create(c"huge".as_ptr(), flags) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` was just returned by the kernel and is owned by no
+        // one else.
+        let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        // SAFETY: fcntl on a descriptor `f` owns, with an integer argument.
+        let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
+        (rc == 0).then_some(f)
+    }
+
     /// Seals `f` at its size, as [`memfd`] does.
     pub(crate) fn seal_at_size(f: &File) {
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
@@ -447,18 +464,8 @@ pub(crate) mod tests {
     fn a_memfd_is_on_tmpfs_and_other_files_are_not() {
         assert!(on_tmpfs(&memfd("tmpfs-test", 4096).unwrap()));
         assert!(!on_tmpfs(&File::open("/proc/self/status").unwrap()));
-        // SAFETY: a NUL-terminated name; the flags are plain integers.
-        let fd = unsafe {
-            libc::memfd_create(
-                c"huge".as_ptr(),
-                libc::MFD_HUGETLB | libc::MFD_ALLOW_SEALING,
-            )
-        };
         // (Made only where the kernel has hugetlbfs.)
-        if fd >= 0 {
-            // SAFETY: `fd` was just returned by the kernel and is owned by
-            // no one else.
-            let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        if let Some(f) = sealed_hugetlb_memfd() {
             assert!(!on_tmpfs(&f), "a hugetlbfs memfd");
         }
     }
