@@ -129,7 +129,7 @@ const MAX_HANDSHAKES: usize = 16;
 /// and again holds at most this many pairs of the process's descriptors
 /// (a ring's connection and bell) and mappings; past it a sender is
 /// refused (counted) and keeps to UDP, unless it claims the address of a
-/// ring held already, which its ring replaces.
+/// ring held already, which its ring then replaces.
 const MAX_RINGS: usize = 64;
 /// How long a sender waits for the welcome of the rendezvous it connected
 /// to. The sender waits in the NIC's turn, with the NIC held: a NIC of
@@ -1020,14 +1020,19 @@ impl Handshakes {
         }
         let mut inb = spin_lock(inbound);
         for r in rings {
-            // A ring from an address that has one already replaces it: its
-            // sender made a new one because it found the old one gone (a
-            // restarted process, a ring it found broken), and the old one's
-            // slot would otherwise be held until this thread parks. Else
-            // a ring past the limit is refused: its connection closes
-            // unanswered, and its sender keeps to UDP.
-            let old = inb.rings.iter().position(|o| o.peer == r.peer);
-            if old.is_none() && inb.rings.len() >= MAX_RINGS {
+            // At the limit, a ring from an address that has one already
+            // replaces it: its sender made a new one because it found the
+            // old one gone (a restarted process, a ring it found broken),
+            // and the old one's slot would otherwise be held until this
+            // thread parks. Any other is refused: its connection closes
+            // unanswered, and its sender keeps to UDP. (Below the limit
+            // nothing is replaced: an address is only what a hello
+            // claims.)
+            let full = inb.rings.len() >= MAX_RINGS;
+            let old = full
+                .then(|| inb.rings.iter().position(|o| o.peer == r.peer))
+                .flatten();
+            if full && old.is_none() {
                 stats.peers_refused.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
