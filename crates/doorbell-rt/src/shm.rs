@@ -1284,7 +1284,7 @@ impl Peers {
                     // asked again twice as late each time it stays so. A
                     // refusal keeps that count, so that a listener that
                     // takes turns at both is not asked every second.
-                    let silent = silent_before + u32::from(why == NoRing::Silent);
+                    let silent = silent_before.saturating_add(u32::from(why == NoRing::Silent));
                     let wait = RETRY
                         .saturating_mul(1 << silent.saturating_sub(1).min(6))
                         .min(SILENT_RETRY_MAX);
