@@ -1116,6 +1116,10 @@ struct OutRing {
     stuck_at: Option<u64>,
     /// Whether to wait for the receiver before its bell.
     credit: WaitCredit,
+    /// The tries before this ring that gave no working one
+    /// ([`Peer::Elsewhere`]'s `strikes`): kept until the receiver takes a
+    /// frame.
+    strikes: u32,
 }
 
 /// Whether to wait, where a wait pays off only when the other side acts
@@ -1157,11 +1161,13 @@ impl WaitCredit {
 enum Peer {
     Shm(OutRing),
     /// Not a NIC of this host (or it would not talk): UDP, until `retry`.
-    /// `silent`: how many tries in a row found a rendezvous that took the
-    /// connection and did not answer ([`WELCOME_WAIT`]).
+    /// `strikes`: how many tries in a row found a rendezvous that took the
+    /// connection and gave no working ring: that did not answer
+    /// ([`WELCOME_WAIT`]), or whose ring was closed before its receiver
+    /// took a frame. A refusal between them keeps the count.
     Elsewhere {
         retry: Instant,
-        silent: u32,
+        strikes: u32,
     },
 }
 
@@ -1176,7 +1182,20 @@ impl Peer {
     fn elsewhere(now: Instant) -> Self {
         Peer::Elsewhere {
             retry: now + RETRY,
-            silent: 0,
+            strikes: 0,
+        }
+    }
+
+    /// Not to be asked about again until later the more `strikes` there
+    /// are: [`RETRY`] after `now` for one, twice as late for each more, up
+    /// to [`SILENT_RETRY_MAX`].
+    fn struck(now: Instant, strikes: u32) -> Self {
+        let wait = RETRY
+            .saturating_mul(1 << strikes.saturating_sub(1).min(6))
+            .min(SILENT_RETRY_MAX);
+        Peer::Elsewhere {
+            retry: now + wait,
+            strikes,
         }
     }
 }
@@ -1269,13 +1288,14 @@ impl Peers {
             Some(Peer::Shm(_)) => false,
         };
         if again {
-            let silent_before = match self.map.get(&dst) {
-                Some(Peer::Elsewhere { silent, .. }) => *silent,
+            let strikes_before = match self.map.get(&dst) {
+                Some(Peer::Elsewhere { strikes, .. }) => *strikes,
                 _ => 0,
             };
             let p = match connect(self.local, dst) {
-                Ok(r) => {
+                Ok(mut r) => {
                     self.stats.peers_out.fetch_add(1, Ordering::Relaxed);
+                    r.strikes = strikes_before;
                     Peer::Shm(r)
                 }
                 Err(NoRing::Nobody) => Peer::elsewhere(now),
@@ -1284,14 +1304,8 @@ impl Peers {
                     // asked again twice as late each time it stays so. A
                     // refusal keeps that count, so that a listener that
                     // takes turns at both is not asked every second.
-                    let silent = silent_before.saturating_add(u32::from(why == NoRing::Silent));
-                    let wait = RETRY
-                        .saturating_mul(1 << silent.saturating_sub(1).min(6))
-                        .min(SILENT_RETRY_MAX);
-                    Peer::Elsewhere {
-                        retry: now + wait,
-                        silent,
-                    }
+                    let strikes = strikes_before.saturating_add(u32::from(why == NoRing::Silent));
+                    Peer::struck(now, strikes)
                 }
             };
             self.map.insert(dst, p);
@@ -1306,13 +1320,24 @@ impl Peers {
         if closed || idle || now.duration_since(r.checked) >= LIVENESS {
             r.checked = now;
             if closed || os::hung_up(&r.conn) {
-                // Gone, and perhaps back already (a restarted process):
+                if !r.ring.taken_any() {
+                    // Closed before its receiver took a frame: a ring that
+                    // never worked, as a silent rendezvous's welcome. A
+                    // peer that welcomes and closes each ring would
+                    // otherwise have this NIC make one (tens of
+                    // microseconds in its turn) for every batch of frames.
+                    let strikes = r.strikes.saturating_add(1);
+                    self.map.insert(dst, Peer::struck(now, strikes));
+                    return;
+                }
+                // Gone after it worked, and perhaps back already (a
+                // restarted process, a server's child for the next test):
                 // ask again at once.
                 self.map.insert(
                     dst,
                     Peer::Elsewhere {
                         retry: now,
-                        silent: 0,
+                        strikes: 0,
                     },
                 );
                 self.refresh(dst, now);
@@ -1568,6 +1593,7 @@ fn connect(local: [u8; 4], dst: [u8; 4]) -> Result<OutRing, NoRing> {
         fresh_until: now + IDLE.min(LIVENESS),
         stuck_at: None,
         credit: WaitCredit::default(),
+        strikes: 0,
     })
 }
 
@@ -2046,6 +2072,7 @@ mod tests {
             fresh_until,
             stuck_at: None,
             credit: WaitCredit::default(),
+            strikes: 0,
         };
         (out, consumer, receiver)
     }
@@ -2213,7 +2240,7 @@ mod tests {
         let dst = [127, 66, 0, 45];
         let mut peers = peers([127, 66, 0, 44]);
         let state = |peers: &Peers| match peers.map.get(&dst) {
-            Some(Peer::Elsewhere { retry, silent }) => Some((*retry, *silent)),
+            Some(Peer::Elsewhere { retry, strikes }) => Some((*retry, *strikes)),
             _ => None,
         };
         let listener = listen_at(dst);
@@ -2232,6 +2259,59 @@ mod tests {
         drop(listener);
         assert!(peers.ring(dst, at).is_none(), "nobody there now");
         assert_eq!(state(&peers), Some((at + RETRY, 0)));
+    }
+
+    /// A ring closed before its receiver took a frame counts as a silent
+    /// rendezvous does: the sender does not make another at once (a peer
+    /// that welcomes and closes each ring would have it make one for every
+    /// batch of frames), and waits longer each time in a row. A ring closed
+    /// after it worked (its process restarted, or gone for the next test's)
+    /// is made again at once, and the count starts over.
+    #[test]
+    fn a_ring_closed_before_it_carried_a_frame_is_not_made_again_at_once() {
+        use std::time::Instant;
+
+        use super::{Peer, Peers, RETRY};
+        let dst = [127, 66, 0, 47];
+        let mut peers = peers([127, 66, 0, 46]);
+        let state = |peers: &Peers| match peers.map.get(&dst) {
+            Some(Peer::Elsewhere { retry, strikes }) => Some((*retry, *strikes)),
+            _ => None,
+        };
+        let listener = listen_at(dst);
+        listener.set_nonblocking(true).unwrap();
+        let now = Instant::now();
+        for (strikes, later) in [(0u32, 1u32), (1, 2), (5, 32)] {
+            let (mut r, consumer, _receiver) = ring_pair(now, now);
+            r.strikes = strikes;
+            r.ring.push(&[7u8; 64]).unwrap();
+            consumer.close();
+            peers.map.insert(dst, Peer::Shm(r));
+            assert!(peers.ring(dst, now).is_none(), "no ring");
+            assert_eq!(state(&peers), Some((now + RETRY * later, strikes + 1)));
+            assert_eq!(
+                listener.accept().map_err(|e| e.kind()).err(),
+                Some(std::io::ErrorKind::WouldBlock),
+                "not asked again"
+            );
+        }
+        // One that carried a frame: asked again at once (here refused: the
+        // rendezvous takes the connection and closes it).
+        let (mut r, mut consumer, _receiver) = ring_pair(now, now);
+        r.strikes = 3;
+        r.ring.push(&[7u8; 64]).unwrap();
+        assert!(consumer.pop(&mut Vec::new()).unwrap());
+        consumer.close();
+        peers.map.insert(dst, Peer::Shm(r));
+        listener.set_nonblocking(false).unwrap();
+        let refuser = std::thread::spawn(move || drop(listener.accept().unwrap()));
+        assert!(peers.ring(dst, now).is_none(), "refused");
+        refuser.join().unwrap();
+        assert_eq!(
+            state(&peers),
+            Some((now + RETRY, 0)),
+            "the count starts over"
+        );
     }
 
     #[test]

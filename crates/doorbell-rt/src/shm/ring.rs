@@ -283,6 +283,14 @@ impl Ring {
         self.word(OFF_HEAD).load(Ordering::Acquire)
     }
 
+    /// Producer: whether the consumer took any of what this side put in:
+    /// its published position (untrusted) is past the start and not past
+    /// this side's own.
+    pub(crate) fn taken_any(&self) -> bool {
+        let head = self.consumer_pos();
+        head > 0 && head <= self.pos
+    }
+
     /// Producer: overwrites the published tail with `value` (a peer
     /// breaking the ring, for tests).
     pub(crate) fn scribble_tail(&self, value: u64) {
@@ -409,6 +417,23 @@ mod tests {
         assert!(tx.consumer_closed());
         // Neither position moved: a close is no frame.
         assert!(!rx.has_data());
+    }
+
+    /// The producer sees that its consumer took something only once the
+    /// consumer's position moved within what was put in: not before, and
+    /// not for a position a peer made up.
+    #[test]
+    fn a_producer_sees_its_frames_taken_only_within_what_it_put_in() {
+        let (mut tx, mut rx) = pair(64 << 10);
+        assert!(!tx.taken_any(), "nothing put in");
+        rx.scribble_head(8);
+        assert!(!tx.taken_any(), "a position past what was put in");
+        rx.scribble_head(0);
+        tx.push(&[1u8; 100]).unwrap();
+        assert!(!tx.taken_any(), "put in, not taken");
+        let mut out = Vec::new();
+        assert!(rx.pop(&mut out).unwrap());
+        assert!(tx.taken_any());
     }
 
     #[test]
