@@ -996,3 +996,94 @@ fn a_run_that_no_sender_makes_is_dropped_and_touches_nothing() {
         dropped_untouched(&mut rig, &frame, &u, &src, name);
     }
 }
+
+/// A SEND longer than the largest message (2^31 bytes) is an invalid
+/// request where it passes the limit, though its receive buffer holds
+/// more: the receive WQE completes with a local length error, the peer is
+/// NAKed and the QP goes to ERR; up to the limit every byte is taken.
+/// (Its 2^19 + 1 packets of 4 KiB come as runs of 64 whose payloads are
+/// left in the sender's memory, each run from the same 256 KiB, into a
+/// key whose pages all map one page: 2 GiB moved, none held, in about
+/// two seconds of a debug build.)
+#[test]
+fn a_send_past_the_largest_message_is_an_invalid_request() {
+    const MTU: u32 = 4096;
+    const RUN: u32 = 64;
+    let mut rig = Rig::with_config_and_mtu(NicConfig::new(LOCAL), MTU);
+    // The receive buffer: 2^31 + 4 KiB, every page of it the MR's first.
+    let room = (1u64 << 31) + u64::from(MTU);
+    let pd = rig.pd;
+    let Ok(CmdOut::Mkey(big)) = rig.exec(Command::CreateMkey(MkeyParams {
+        pd,
+        access: Access(Access::LOCAL_WRITE),
+        start: rig.mr_buf.get(),
+        len: room,
+        mtt: vec![rig.mr_buf; (room / PAGE_SIZE) as usize],
+    })) else {
+        panic!("a key of 2 GiB and a page");
+    };
+    rig.post_recv(big.raw(), rig.mr_buf.get(), room as u32);
+    let src = HostRam::new();
+    let from = src.alloc(u64::from(RUN * MTU)).unwrap();
+    src.write(from, &vec![0x5a; (RUN * MTU) as usize]).unwrap();
+    let payload = vec![0x5a; MTU as usize];
+    let syndromes = |out: &[Frame]| -> Vec<AethSyndrome> {
+        out.iter()
+            .filter_map(|f| Some(parse_roce(&f.bytes).ok()?.repr.ext.aeth?.syndrome))
+            .collect()
+    };
+    // SEND FIRST, carried.
+    let first = rig.request(
+        BthOpcode::RcSendFirst,
+        EPSN,
+        ExtHeaders::default(),
+        &payload,
+    );
+    assert!(matches!(take(&mut rig, &first, None), Received::Taken));
+    // Then 2^19 MIDDLEs, in runs: the last packet passes the limit.
+    let runs = (1u32 << 19) / RUN;
+    for r in 0..runs {
+        let mut bth = BthRepr::new(
+            BthOpcode::RcSendMiddle,
+            rig.qpn,
+            Psn::new(EPSN + 1 + r * RUN),
+        );
+        bth.ack_req = false;
+        let bytes = rig.request_bth(bth, ExtHeaders::default(), &payload);
+        let u = Unfilled {
+            segments: RUN,
+            ..left_at(&bytes, from)
+        };
+        if r + 1 == runs {
+            assert_eq!(rig.cqes().len(), 0, "nothing completed before the last run");
+            assert_eq!(rig.state(), QpState::Rts, "2^31 - 4 KiB taken");
+        }
+        let _ = take(&mut rig, &bytes, Some((&u, &src)));
+        let out = rig.transmitted();
+        let naks: Vec<_> = syndromes(&out)
+            .into_iter()
+            .filter(|s| matches!(s, AethSyndrome::Nak(_)))
+            .collect();
+        if r + 1 < runs {
+            assert_eq!(naks, [], "run {r}");
+        } else {
+            assert_eq!(
+                naks,
+                [AethSyndrome::Nak(NakCode::InvalidRequest)],
+                "the last run"
+            );
+        }
+    }
+    let qpn = rig.qpn.get();
+    let cqes: Vec<_> = rig.cqes().iter().map(cqe_fields).collect();
+    assert_eq!(
+        cqes,
+        [(CqeOpcode::RespErr, Syndrome::LocalLengthErr, 0, 0, qpn)]
+    );
+    assert_eq!(rig.state(), QpState::Err);
+    assert_eq!(
+        rig.mr_bytes(0, 16),
+        vec![0x5a; 16],
+        "the bytes up to the limit landed"
+    );
+}
