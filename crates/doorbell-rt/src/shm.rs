@@ -2086,6 +2086,15 @@ mod tests {
         }
     }
 
+    /// When `peers` will ask about `dst` again, and how many strikes it
+    /// holds against it, if it keeps `dst` to UDP.
+    fn strikes_at(peers: &super::Peers, dst: [u8; 4]) -> Option<(std::time::Instant, u32)> {
+        match peers.map.get(&dst) {
+            Some(super::Peer::Elsewhere { retry, strikes }) => Some((*retry, *strikes)),
+            _ => None,
+        }
+    }
+
     /// A receiver's rings at `local`, holding `rings`, its thread awake.
     fn inbound(local: [u8; 4], rings: Vec<super::InRing>) -> super::Inbound {
         use super::{Inbound, Waits, os};
@@ -2236,13 +2245,10 @@ mod tests {
     fn a_silent_rendezvous_is_tried_again_less_and_less_often() {
         use std::time::Instant;
 
-        use super::{Peer, Peers, RETRY};
+        use super::RETRY;
         let dst = [127, 66, 0, 45];
         let mut peers = peers([127, 66, 0, 44]);
-        let state = |peers: &Peers| match peers.map.get(&dst) {
-            Some(Peer::Elsewhere { retry, strikes }) => Some((*retry, *strikes)),
-            _ => None,
-        };
+        let state = |peers: &super::Peers| strikes_at(peers, dst);
         let listener = listen_at(dst);
         let mut at = Instant::now();
         for (k, later) in [1u32, 2, 4].into_iter().enumerate() {
@@ -2271,13 +2277,10 @@ mod tests {
     fn a_ring_closed_before_it_carried_a_frame_is_not_made_again_at_once() {
         use std::time::Instant;
 
-        use super::{Peer, Peers, RETRY};
+        use super::{Peer, RETRY};
         let dst = [127, 66, 0, 47];
         let mut peers = peers([127, 66, 0, 46]);
-        let state = |peers: &Peers| match peers.map.get(&dst) {
-            Some(Peer::Elsewhere { retry, strikes }) => Some((*retry, *strikes)),
-            _ => None,
-        };
+        let state = |peers: &super::Peers| strikes_at(peers, dst);
         let listener = listen_at(dst);
         listener.set_nonblocking(true).unwrap();
         let now = Instant::now();
