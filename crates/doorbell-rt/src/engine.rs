@@ -101,6 +101,14 @@ pub(crate) const FLUSH_PACKETS: usize = 64;
 /// back. 4 MiB at MTU 4096.
 const FLUSH_LIMIT: usize = 1024;
 
+/// The longest a NIC holds back transport timers that are due while its
+/// inbox still holds messages ([`Engine::flush`]): what has arrived is
+/// taken before a timer can call it lost, as a NIC takes what is on its
+/// wire, unless the inbox never empties for this long (a flood, while a
+/// packet of its own was lost). Longer than any backlog a NIC that keeps
+/// up with its peers drains.
+const TIMERS_HELD_MAX: doorbell_types::Duration = doorbell_types::Duration::from_us(1_000_000);
+
 /// How long a worker with no timer sleeps while its NIC is in use. A turn
 /// wakes a sleeping worker only for a timer due before the worker wakes
 /// anyway; had the worker slept indefinitely, every message that armed the
@@ -202,6 +210,9 @@ pub(crate) struct Engine {
     unflushed: usize,
     /// A [`Msg::Resume`] waits in the inbox.
     resume_queued: bool,
+    /// Until when due timers wait for the inbox to empty, once one has
+    /// waited ([`TIMERS_HELD_MAX`]).
+    timers_held_until: Option<Instant>,
     /// Flushes that stopped at [`FLUSH_LIMIT`] ([`Core::flushes_cut`]).
     flushes_cut: u64,
     /// Whether a turn handled a message since the worker last looked.
@@ -295,6 +306,7 @@ impl Engine {
             unflushed: 0,
             busy: false,
             resume_queued: false,
+            timers_held_until: None,
             flushes_cut: 0,
             clock: std::time::Instant::now(),
             rings: 0,
@@ -466,8 +478,9 @@ impl Engine {
     fn count_in(&mut self, now: Instant, packets: usize) {
         self.unflushed += packets;
         if self.unflushed >= FLUSH_PACKETS {
-            // (What a cut flush left, the turn's own flush goes on with.)
-            let _ = self.flush(now);
+            // (What a cut flush left, the turn's own flush goes on with.
+            // The message being taken is not all in: no timer yet.)
+            let _ = self.flush(now, false);
         }
     }
 
@@ -588,15 +601,29 @@ impl Engine {
     /// the NIC's bursts left ([`Nic::resume_transmit`]) up to
     /// [`FLUSH_LIMIT`] packets; true if it stopped there with more to
     /// build.
-    fn flush(&mut self, now: Instant) -> bool {
+    fn flush(&mut self, now: Instant, inbox_empty: bool) -> bool {
         self.unflushed = 0;
         let mut sent = 0;
         let mut cut = false;
         if self.nic.poll_timeout().is_some_and(|t| t <= now) {
-            self.nic.handle_timeout(now, &mut self.bus);
-            if let Some(tl) = &mut self.timeline {
-                tl.after(&mut self.bus, Some("timers".into()), now);
+            // Only once everything that has arrived is taken: an ACK
+            // waiting in the inbox behind others is not lost. Thousands of
+            // QPs' ACKs taken more slowly than their timeout (a debug
+            // build) otherwise had the NIC send each request again, its
+            // peer answer each duplicate, and the backlog grow until
+            // requests ran out of retries, on a fabric that loses nothing.
+            let held = *self
+                .timers_held_until
+                .get_or_insert(now.add(TIMERS_HELD_MAX));
+            if inbox_empty || held <= now {
+                self.timers_held_until = None;
+                self.nic.handle_timeout(now, &mut self.bus);
+                if let Some(tl) = &mut self.timeline {
+                    tl.after(&mut self.bus, Some("timers".into()), now);
+                }
             }
+        } else {
+            self.timers_held_until = None;
         }
         loop {
             self.nic.transmit_into(&mut self.out);
@@ -1224,7 +1251,7 @@ impl Core {
                 }
             }
         }
-        if g.flush(now) {
+        if g.flush(now, emptied) {
             // The rest of what the NIC builds goes on in a later turn, this
             // thread's or the worker's, behind what is queued now.
             if !g.resume_queued {

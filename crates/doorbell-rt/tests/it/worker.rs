@@ -289,3 +289,112 @@ fn a_long_read_is_sent_over_several_turns() {
         "A stalled {a} times, B {b}"
     );
 }
+
+/// ACKs that come while their NIC is busy wait in its inbox, here for
+/// longer than their ACK timeout and more of them than one turn takes:
+/// the NIC takes them all before it looks at its timers, so none of their
+/// requests is taken for lost. (Before, a turn that left messages queued
+/// fired the timers due: a debug build's NIC that took four thousand QPs'
+/// ACKs more slowly than their timeout sent each request again, its peer
+/// answered each duplicate, and the backlog grew until requests ran out of
+/// retries, on a fabric that loses nothing.)
+#[test]
+fn acks_queued_past_their_timeout_are_taken_before_the_timers() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use doorbell_types::Psn;
+    use doorbell_verbs::{QpInitAttr, QpType, RcEndpoint, WcStatus};
+
+    use crate::net::{Timers, caps, connect_qp, fabric_pair};
+
+    // More ACKs than a turn takes (`BUDGET`, 256).
+    const QPS: usize = 600;
+    // 4.096 µs × 2^12, about 17 ms; no retry: a timeout fails its WRITE.
+    let t = Timers {
+        timeout: 12,
+        retry_cnt: 0,
+        ..Timers::default()
+    };
+    let opts = || doorbell_rt::NicOptions::default();
+    let p = fabric_pair([opts(), opts()], caps(1), QPS * 8, t);
+    let attr = |s: &Side| QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: s.cq.clone(),
+        recv_cq: s.cq.clone(),
+        cap: caps(1),
+        sq_sig_all: false,
+        srq: None,
+    };
+    let end = |s: &Side, qp: &doorbell_verbs::Qp| RcEndpoint {
+        gid: s.ctx.gid(),
+        qpn: qp.qpn(),
+        psn: Psn::new(0x100),
+    };
+    let qps: Vec<_> = (0..QPS)
+        .map(|_| {
+            let qa = p.a.pd.create_qp(&attr(&p.a)).unwrap();
+            let qb = p.b.pd.create_qp(&attr(&p.b)).unwrap();
+            let (ea, eb) = (end(&p.a, &qa), end(&p.b, &qb));
+            connect_qp(&qa, &ea, &eb, t);
+            connect_qp(&qb, &eb, &ea, t);
+            (qa, qb)
+        })
+        .collect();
+    // B is held by another thread while A sends every WRITE: they wait in
+    // B's inbox.
+    let (release, released) = mpsc::channel::<()>();
+    let (held_tx, held) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let b = &p.b.nic;
+        s.spawn(move || {
+            b.with_turns_held(|| {
+                held_tx.send(()).unwrap();
+                released.recv().unwrap();
+            });
+        });
+        held.recv().unwrap();
+        for (i, (qa, _)) in qps.iter().enumerate() {
+            qa.post_send(&[SendWr {
+                wr_id: i as u64,
+                sg_list: &[p.a.mr.sge((i * 8) as u64, 8).unwrap()],
+                opcode: WrOpcode::RdmaWrite(RemoteAddr {
+                    addr: p.b.mr.addr() + (i * 8) as u64,
+                    rkey: p.b.mr.rkey(),
+                }),
+                flags: SendFlags::SIGNALED | SendFlags::INLINE,
+                ud: None,
+            }])
+            .unwrap();
+        }
+        // Now A is held: B, let go, takes the WRITEs in the other thread,
+        // and its ACKs wait in A's inbox until every timer is past due.
+        p.a.nic.with_turns_held(|| {
+            release.send(()).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while p.b.nic.counters(None).1.tx_packets < QPS as u64 {
+                assert!(Instant::now() < deadline, "B never ACKed them all");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        });
+    });
+    let wcs = wait(&p.a.cq, QPS);
+    let failed: Vec<_> = wcs
+        .iter()
+        .filter(|w| w.status != WcStatus::Success)
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} WRITEs failed, the first {:?}",
+        failed.len(),
+        failed.first()
+    );
+    let a = p.a.nic.counters(None).1;
+    assert_eq!(
+        (a.local_ack_timeout_err, a.tx_retransmits),
+        (0, 0),
+        "no request taken for lost"
+    );
+}
