@@ -83,8 +83,8 @@ pub(crate) const BACKLOG: usize = 16 * BUDGET;
 const BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Packets taken in, at most, before what the NIC owes (ACKs, responses,
-/// the frames they let go) leaves for the port and its timers are looked
-/// at. Without a bound, a turn's sends waited for everything the inbox
+/// the frames they let go) leaves for the port (its timers wait for the
+/// end of the turn, [`TIMERS_HELD_MAX`]). Without a bound, a turn's sends waited for everything the inbox
 /// held: after a go-back-N, thousands of duplicates, while the peer's ACK
 /// timer ran out again and sent it a window more (decision record 0033).
 /// Packets, not frames: a run or a train from a NIC of this process is one
@@ -102,11 +102,13 @@ pub(crate) const FLUSH_PACKETS: usize = 64;
 const FLUSH_LIMIT: usize = 1024;
 
 /// The longest a NIC holds back transport timers that are due while its
-/// inbox still holds messages ([`Engine::flush`]): what has arrived is
-/// taken before a timer can call it lost, as a NIC takes what is on its
-/// wire, unless the inbox never empties for this long (a flood, while a
-/// packet of its own was lost). Longer than any backlog a NIC that keeps
-/// up with its peers drains.
+/// inbox still holds messages ([`Engine::flush`]): what is queued there
+/// is taken before a timer can call it lost, unless the inbox stays
+/// non-empty this long (a flood, while a packet of its own was lost).
+/// Every kind of timer waits (ACK, adaptive retransmission, RNR wait, an
+/// error-state QP's flush poll), and all that are due fire together when
+/// the bound runs out. Frames a port's receivers left in their socket or
+/// ring ([`BACKLOG`]) are not in the inbox, and do not hold timers.
 const TIMERS_HELD_MAX: doorbell_types::Duration = doorbell_types::Duration::from_us(1_000_000);
 
 /// How long a worker with no timer sleeps while its NIC is in use. A turn
@@ -596,7 +598,9 @@ impl Engine {
         }
     }
 
-    /// Fires due timers and hands every output on: frames to the port,
+    /// Fires due timers if `inbox_empty` (the turn took everything queued)
+    /// or they have waited [`TIMERS_HELD_MAX`], and hands every output on:
+    /// frames to the port,
     /// interrupts to the handler, unrouted events to the host. Builds what
     /// the NIC's bursts left ([`Nic::resume_transmit`]) up to
     /// [`FLUSH_LIMIT`] packets; true if it stopped there with more to
@@ -1215,8 +1219,8 @@ impl Core {
     }
 
     /// Handles up to `budget` messages (`first`, if any, before the
-    /// inbox's), then fires timers and flushes; tells whether the inbox was
-    /// emptied. Unparks the worker if this turn armed a timer due before it
+    /// inbox's), then flushes, firing due timers if it emptied the inbox;
+    /// tells whether it did. Unparks the worker if this turn armed a timer due before it
     /// wakes.
     fn turn(&self, g: &mut MutexGuard<'_, Engine>, budget: usize, mut first: Option<Msg>) -> bool {
         if self.stop.load(Ordering::Acquire) {
@@ -1250,6 +1254,10 @@ impl Core {
                     break;
                 }
             }
+        }
+        if done >= budget {
+            // The budget ran out, perhaps with nothing left.
+            emptied = self.inbox.is_empty();
         }
         if g.flush(now, emptied) {
             // The rest of what the NIC builds goes on in a later turn, this

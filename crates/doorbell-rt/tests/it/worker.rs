@@ -291,7 +291,8 @@ fn a_long_read_is_sent_over_several_turns() {
 }
 
 /// ACKs that come while their NIC is busy wait in its inbox, here for
-/// longer than their ACK timeout and more of them than one turn takes:
+/// longer than their ACK timeout and more of them than one turn takes
+/// (and than a turn's mid-way flush, after 64 packets, lets by):
 /// the NIC takes them all before it looks at its timers, so none of their
 /// requests is taken for lost. (Before, a turn that left messages queued
 /// fired the timers due: a debug build's NIC that took four thousand QPs'
@@ -310,9 +311,10 @@ fn acks_queued_past_their_timeout_are_taken_before_the_timers() {
 
     // More ACKs than a turn takes (`BUDGET`, 256).
     const QPS: usize = 600;
-    // 4.096 µs × 2^12, about 17 ms; no retry: a timeout fails its WRITE.
+    // 4.096 µs × 2^16, about 270 ms (the 600 posts, all sent before A is
+    // held, must fit in it); no retry: a timeout fails its WRITE.
     let t = Timers {
-        timeout: 12,
+        timeout: 16,
         retry_cnt: 0,
         ..Timers::default()
     };
@@ -376,7 +378,7 @@ fn acks_queued_past_their_timeout_are_taken_before_the_timers() {
                 assert!(Instant::now() < deadline, "B never ACKed them all");
                 std::thread::sleep(Duration::from_millis(1));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(400));
         });
     });
     let wcs = wait(&p.a.cq, QPS);
