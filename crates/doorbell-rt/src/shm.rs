@@ -2315,6 +2315,48 @@ mod tests {
             Some((now + RETRY, 0)),
             "the count starts over"
         );
+        // A receiver killed before it took a frame (its connection hung
+        // up, its ring never marked closed) counts the same, once the
+        // sender looks (its ring idle a millisecond).
+        let other = [127, 66, 0, 50];
+        let (r, _consumer, receiver) = ring_pair(now, now);
+        drop(receiver);
+        peers.map.insert(other, Peer::Shm(r));
+        let later = now + std::time::Duration::from_millis(2);
+        assert!(peers.ring(other, later).is_none(), "hung up");
+        assert_eq!(strikes_at(&peers, other), Some((later + RETRY, 1)));
+    }
+
+    /// The count of rings that never worked carries through a ring made
+    /// in between: a NIC that welcomes its sender and stops before it
+    /// takes a frame, again and again, is asked again a second later, then
+    /// two, as a silent rendezvous is.
+    #[test]
+    fn the_strikes_carry_through_a_ring_made_in_between() {
+        use std::time::Instant;
+
+        use super::RETRY;
+        use crate::{LiveNic, NicOptions, Port};
+        let dst = [127, 66, 0, 49];
+        let mut peers = peers([127, 66, 0, 48]);
+        let start =
+            || LiveNic::start_with("strikes", dst, Port::Udp, NicOptions::default()).unwrap();
+        let now = Instant::now();
+        let mut at = now;
+        for (k, later) in [1u32, 2].into_iter().enumerate() {
+            let nic = start();
+            assert!(peers.ring(dst, at).is_some(), "try {k}: a ring");
+            drop(nic);
+            assert!(
+                peers.ring(dst, at).is_none(),
+                "try {k}: closed, nothing taken"
+            );
+            assert_eq!(
+                strikes_at(&peers, dst),
+                Some((at + RETRY * later, k as u32 + 1))
+            );
+            at += RETRY * later;
+        }
     }
 
     #[test]
