@@ -220,6 +220,14 @@ pub struct Frame {
     /// until [`Self::write_headers`] writes the rest. Empty: every byte is
     /// written (but a payload left in memory, [`Self::unfilled`]).
     pub headers: Vec<PacketHeaders>,
+    /// Zero, but for a run of datagrams for a UDP port, made only by the
+    /// runtime that sends it (the NIC never makes one): then the length
+    /// of each datagram's UDP payload (BTH to ICRC) but the last, which
+    /// may be shorter, and `bytes` are the IPv4 and UDP headers of the
+    /// first packet followed by the [`Self::train`] datagrams' UDP
+    /// payloads back to back. Such a frame has no
+    /// [`Self::packet_ranges`]: its packets are not whole in its bytes.
+    pub segment: u32,
 }
 
 /// A packet's headers, handed over parsed ([`Frame::headers`]).
@@ -268,13 +276,20 @@ impl Frame {
     /// IP headers give their lengths, up to the first whose length does
     /// not fit (none, in a train a NIC built). For a frame whose headers
     /// were handed over parsed ([`Self::headers`]), where they say, up to
-    /// the first that is no range within the bytes.
+    /// the first that is no range within the bytes. None for a run of
+    /// datagrams ([`Self::segment`]).
     pub fn packet_ranges(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
         let headers = !self.headers.is_empty();
         let train = self.train > 1 && self.unfilled.is_none() && !headers;
         let mut given = self.headers.iter().map(|h| h.packet.clone());
         let mut at = 0;
-        let mut left = if train { self.train } else { 1 };
+        let mut left = if self.segment > 0 {
+            0
+        } else if train {
+            self.train
+        } else {
+            1
+        };
         std::iter::from_fn(move || {
             if headers {
                 return given

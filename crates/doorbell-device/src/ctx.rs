@@ -378,6 +378,7 @@ impl Outputs {
             ready: h.ready,
             unfilled: None,
             train: 1,
+            segment: 0,
             headers,
         });
     }
@@ -414,6 +415,7 @@ mod tests {
                 last: None,
             }),
             train: 1,
+            segment: 0,
             headers: Vec::new(),
         }
     }
@@ -459,6 +461,7 @@ mod tests {
             ready: Instant::from_ps(u64::from(b)),
             unfilled: None,
             train: 1,
+            segment: 0,
             headers: Vec::new(),
         };
         let (q1, q2) = (Qpn::new(0x101), Qpn::new(0x102));

@@ -109,6 +109,7 @@ pub(crate) fn finish<D: Dma>(ctx: &mut Ctx<'_, D>, dst: [u8; 4], f: &mut Buildin
         ready: ctx.t,
         unfilled,
         train: 1,
+        segment: 0,
         headers,
     };
     match unfilled {
@@ -175,6 +176,7 @@ pub(crate) fn onto_train<D: Dma>(
             ready: t,
             unfilled: None,
             train: 1,
+            segment: 0,
             headers,
         };
         ctx.out.push_packet(frame, to);

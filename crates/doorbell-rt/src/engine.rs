@@ -705,20 +705,83 @@ fn pair_hash(p: [&[u8]; 2]) -> [u32; 2] {
 /// Writes the ICRC of each of `frames`, which their NIC left unwritten,
 /// two frames at a time: two packets' CRCs interleaved cost little more
 /// than one's ([`crate::crc`]). Bytes that are no frame stay as they are.
-fn seal_frames(frames: &mut [Frame]) {
-    let mut pairs = frames.chunks_exact_mut(2);
-    for pair in &mut pairs {
-        let [a, b] = pair else { continue };
+pub(crate) fn seal_frames(frames: &mut [Frame]) {
+    let mut alone: Option<&mut Frame> = None;
+    for f in frames.iter_mut() {
+        if f.segment > 0 {
+            seal_datagrams(f);
+            continue;
+        }
         // A frame to a port is one packet, never a train.
-        debug_assert!(a.train == 1 && b.train == 1);
-        if doorbell_wire::seal_roce_pair(&mut a.bytes, &mut b.bytes, pair_hash).is_err() {
+        debug_assert!(f.train == 1);
+        let Some(a) = alone.take() else {
+            alone = Some(f);
+            continue;
+        };
+        if doorbell_wire::seal_roce_pair(&mut a.bytes, &mut f.bytes, pair_hash).is_err() {
             let _ = doorbell_wire::seal_roce(&mut a.bytes);
-            let _ = doorbell_wire::seal_roce(&mut b.bytes);
+            let _ = doorbell_wire::seal_roce(&mut f.bytes);
         }
     }
-    for f in pairs.into_remainder() {
+    if let Some(f) = alone {
         let _ = doorbell_wire::seal_roce(&mut f.bytes);
     }
+}
+
+/// Writes the ICRC of each datagram of a run ([`Frame::segment`]): the
+/// run's IPv4 and UDP headers hashed once (again for a shorter last
+/// datagram, whose lengths differ), each datagram's bytes continued from
+/// them, two at a time.
+fn seal_datagrams(f: &mut Frame) {
+    use doorbell_wire::icrc::ICRC_LEN;
+    const HEADERS: usize = crate::datagrams::HEADERS_LEN;
+    let seg = f.segment as usize;
+    if f.bytes.len() <= HEADERS || seg <= doorbell_wire::BTH_MASKED + ICRC_LEN {
+        return;
+    }
+    let (headers, body) = f.bytes.split_at_mut(HEADERS);
+    let full = doorbell_wire::icrc_ipv4_headers(headers);
+    let seal = |d: &mut [u8], crc: u32| {
+        let at = d.len() - ICRC_LEN;
+        d[at..].copy_from_slice(&crc.to_le_bytes());
+    };
+    // The whole-length datagrams two at a time, then the one left, if
+    // any; then a shorter last one, whose lengths differ.
+    let (whole, short) = body.split_at_mut(body.len() / seg * seg);
+    let mut pairs = whole.chunks_exact_mut(2 * seg);
+    for pair in &mut pairs {
+        let (a, b) = pair.split_at_mut(seg);
+        let at = doorbell_wire::BTH_MASKED;
+        let kept = (a[at], b[at]);
+        (a[at], b[at]) = (0xff, 0xff);
+        let [ca, cb] = crate::crc::crc32_pair(full, [&a[..seg - ICRC_LEN], &b[..seg - ICRC_LEN]]);
+        (a[at], b[at]) = kept;
+        seal(a, ca);
+        seal(b, cb);
+    }
+    for a in pairs.into_remainder().chunks_mut(seg) {
+        let crc = masked_one(full, a);
+        seal(a, crc);
+    }
+    if short.len() > doorbell_wire::BTH_MASKED + ICRC_LEN {
+        let mut h = [0u8; HEADERS];
+        h.copy_from_slice(headers);
+        crate::datagrams::set_lengths(&mut h, short.len());
+        let crc = masked_one(doorbell_wire::icrc_ipv4_headers(&h), short);
+        seal(short, crc);
+    }
+}
+
+/// The ICRC of datagram `d` (ICRC field last), continued from its
+/// headers' CRC `from`.
+fn masked_one(from: u32, d: &mut [u8]) -> u32 {
+    use doorbell_wire::icrc::ICRC_LEN;
+    let kept = d[doorbell_wire::BTH_MASKED];
+    d[doorbell_wire::BTH_MASKED] = 0xff;
+    let mut h = crc32fast::Hasher::new_with_initial(from);
+    h.update(&d[..d.len() - ICRC_LEN]);
+    d[doorbell_wire::BTH_MASKED] = kept;
+    h.finalize()
 }
 
 /// How a frame reached a NIC.

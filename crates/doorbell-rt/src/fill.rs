@@ -32,6 +32,28 @@ use doorbell_host::HostMemory;
 /// path MTU of 1024 bytes.
 const KEEP: usize = 256;
 
+/// Buffers at least this large are taken for runs of datagrams.
+const RUN_BUFFER: usize = 16 * 1024;
+/// Most run buffers a filler keeps: a window's (256 KiB) runs.
+const KEEP_RUNS: usize = 8;
+
+/// The ranges `ranges` of `buf`, in order and apart, as slices.
+fn disjoint<'a>(
+    buf: &'a mut [u8],
+    ranges: &'a [std::ops::Range<usize>],
+) -> impl Iterator<Item = &'a mut [u8]> + 'a {
+    let mut rest = buf;
+    let mut done = 0;
+    ranges.iter().map(move |r| {
+        let tail = std::mem::take(&mut rest);
+        let (_, from) = tail.split_at_mut(r.start - done);
+        let (piece, after) = from.split_at_mut(r.len());
+        rest = after;
+        done = r.end;
+        piece
+    })
+}
+
 /// Fills in a NIC's frames whose payload it left in memory.
 pub(crate) struct Filler {
     mem: Arc<dyn HostMemory>,
@@ -51,6 +73,17 @@ pub(crate) struct Filler {
     /// Packets lost because memory no longer held their payload
     /// ([`crate::PortCounters::tx_payload_lost`]).
     lost: Arc<AtomicU64>,
+    /// Whether a run's packets after its first are made one frame of
+    /// datagrams ([`Frame::segment`]): for a UDP port that nothing else
+    /// sees the frames of (no capture, timeline or fault relay).
+    runs_whole: bool,
+    /// Buffers for runs of datagrams, kept apart from the packets' so that
+    /// a run does not grow a packet's buffer.
+    run_spare: Vec<Vec<u8>>,
+    /// A packet's bytes, built before its datagram is copied into a run.
+    scratch: Vec<u8>,
+    /// Where each packet's payload goes in a run of datagrams, reused.
+    pieces: Vec<std::ops::Range<usize>>,
 }
 
 impl Filler {
@@ -63,7 +96,18 @@ impl Filler {
             spare: Vec::new(),
             packets: Vec::new(),
             lost,
+            runs_whole: false,
+            run_spare: Vec::new(),
+            scratch: Vec::new(),
+            pieces: Vec::new(),
         }
+    }
+
+    /// Makes each run's packets after its first one frame of datagrams
+    /// ([`Frame::segment`]) from now on: for a UDP port that nothing else
+    /// sees the frames of.
+    pub(crate) fn runs_whole(&mut self) {
+        self.runs_whole = true;
     }
 
     /// Replaces `out`, the frames a NIC built, with each packet they stand
@@ -104,6 +148,10 @@ impl Filler {
             // the memory for the run rather than one a packet. Where that
             // read fails (memory gone under part of the run), each packet
             // is read alone, and only those whose payload is gone are lost.
+            if self.runs_whole && u.segments > 2 && self.fill_whole(&f, u, &split) {
+                self.spare.push(f.bytes);
+                continue;
+            }
             let first = self.filled.len();
             self.packets.clear();
             for k in 0..u.segments {
@@ -120,6 +168,7 @@ impl Filler {
                     ready: f.ready,
                     unfilled: None,
                     train: 1,
+                    segment: 0,
                     headers: Vec::new(),
                 });
             }
@@ -135,6 +184,87 @@ impl Filler {
             self.lost.fetch_add(lost, Ordering::Relaxed);
         }
         out.len().saturating_sub(before)
+    }
+
+    /// Fills in the run `u` of `f` as two frames: its first packet alone,
+    /// and the rest as one frame of datagrams ([`Frame::segment`]), their
+    /// payloads read in one read. False, having pushed nothing, where the
+    /// run's datagrams after its first are not all as long as the first of
+    /// them but the last, or the read fails: the run is then filled packet
+    /// by packet.
+    fn fill_whole(&mut self, f: &Frame, u: Unfilled, split: &doorbell_device::Split<'_>) -> bool {
+        const HEADERS: usize = crate::datagrams::HEADERS_LEN;
+        let mut first = self.spare.pop().unwrap_or_default();
+        let mut run = self.run_spare.pop().unwrap_or_default();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.pieces.clear();
+        let mut ok = true;
+        let (mut at, mut seg, mut short) = (HEADERS, 0usize, false);
+        let mut head = None;
+        for k in 0..u.segments {
+            let into = if k == 0 { &mut first } else { &mut scratch };
+            let Some(one) = split.packet(k, into) else {
+                ok = false;
+                break;
+            };
+            let (pay, pay_end) = (one.at as usize, one.at as usize + one.len as usize);
+            if k == 0 {
+                self.pieces.push(pay..pay_end);
+                head = Some(one);
+                continue;
+            }
+            let p = &scratch;
+            let len = p.len().saturating_sub(HEADERS);
+            if p.first() != Some(&0x45) || len == 0 || pay < HEADERS || pay_end > p.len() {
+                ok = false;
+                break;
+            }
+            if k == 1 {
+                seg = len;
+                if run.len() < HEADERS {
+                    run.resize(HEADERS, 0);
+                }
+                run[..HEADERS].copy_from_slice(&p[..HEADERS]);
+            } else if short || len > seg {
+                ok = false;
+                break;
+            }
+            short = len < seg;
+            if run.len() < at + len {
+                run.resize(at + len, 0);
+            }
+            let d = &mut run[at..at + len];
+            d[..pay - HEADERS].copy_from_slice(&p[HEADERS..pay]);
+            d[pay_end - HEADERS..].copy_from_slice(&p[pay_end..]);
+            self.pieces.push(at + pay - HEADERS..at + pay_end - HEADERS);
+            at += len;
+        }
+        self.scratch = scratch;
+        let read = ok && head.is_some() && {
+            run.truncate(at);
+            let total = self.pieces.iter().map(|r| r.len()).sum();
+            let (p0, rest) = self.pieces.split_first().expect("the first packet's");
+            let mut pieces =
+                std::iter::once(&mut first[p0.clone()]).chain(disjoint(&mut run, rest));
+            self.mem.read_into(u.from, total, &mut pieces).is_ok()
+        };
+        if !read {
+            self.spare.push(first);
+            self.run_spare.push(run);
+            return false;
+        }
+        let frame = |bytes, train, segment| Frame {
+            dst: f.dst,
+            bytes,
+            ready: f.ready,
+            unfilled: None,
+            train,
+            segment,
+            headers: Vec::new(),
+        };
+        self.filled.push(frame(first, 1, 0));
+        self.filled.push(frame(run, u.segments - 1, seg as u32));
+        true
     }
 
     /// Reads the payloads of the run `u`, whose packets are the frames from
@@ -181,6 +311,16 @@ impl Filler {
     /// Takes back `n` of the buffers the port handed back in `spent`, to
     /// carry the next runs' packets; the rest go back to the NIC.
     pub(crate) fn keep(&mut self, spent: &mut Vec<Vec<u8>>, n: usize) {
+        if self.runs_whole {
+            let mut k = 0;
+            while k < spent.len() {
+                if spent[k].capacity() >= RUN_BUFFER && self.run_spare.len() < KEEP_RUNS {
+                    self.run_spare.push(spent.swap_remove(k));
+                } else {
+                    k += 1;
+                }
+            }
+        }
         let n = n
             .min(spent.len())
             .min(KEEP.saturating_sub(self.spare.len()));
@@ -246,8 +386,30 @@ mod tests {
                 last: None,
             }),
             train: 1,
+            segment: 0,
             headers: Vec::new(),
         }
+    }
+
+    /// A run from a FIRST to a shorter LAST, five packets, its payloads
+    /// from `at` (as [`payloads`] writes them); and the packets a reading
+    /// NIC sends for it.
+    fn first_to_last(at: HostAddr) -> (Frame, Vec<Vec<u8>>) {
+        let mut run = left(BthOpcode::RcRdmaWriteFirst, 100, at, 5);
+        if let Some(u) = &mut run.unfilled {
+            u.last = Some(doorbell_device::RunLast {
+                len: 100,
+                ack_req: false,
+            });
+        }
+        let want = vec![
+            whole(BthOpcode::RcRdmaWriteFirst, 100, &[1; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 101, &[2; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 102, &[3; LEN]),
+            whole(BthOpcode::RcRdmaWriteMiddle, 103, &[4; LEN]),
+            whole(BthOpcode::RcRdmaWriteLast, 104, &[5; 100]),
+        ];
+        (run, want)
     }
 
     fn sealed(frames: &[Frame]) -> Vec<Vec<u8>> {
@@ -298,6 +460,7 @@ mod tests {
                 unfilled: None,
                 headers: Vec::new(),
                 train: 1,
+                segment: 0,
             },
             left(
                 BthOpcode::RcRdmaWriteLast,
@@ -338,24 +501,66 @@ mod tests {
         let (mem, at) = payloads(5);
         let lost = Arc::new(AtomicU64::new(0));
         let mut filler = Filler::new(mem.clone(), lost.clone());
-        let mut run = left(BthOpcode::RcRdmaWriteFirst, 100, at, 5);
-        if let Some(u) = &mut run.unfilled {
-            u.last = Some(doorbell_device::RunLast {
-                len: 100,
-                ack_req: false,
-            });
-        }
+        let (run, want) = first_to_last(at);
         let mut out = vec![run];
         assert_eq!(filler.fill(&mut out), 4, "five packets for one frame");
-        let want: Vec<Vec<u8>> = vec![
-            whole(BthOpcode::RcRdmaWriteFirst, 100, &[1; LEN]),
-            whole(BthOpcode::RcRdmaWriteMiddle, 101, &[2; LEN]),
-            whole(BthOpcode::RcRdmaWriteMiddle, 102, &[3; LEN]),
-            whole(BthOpcode::RcRdmaWriteMiddle, 103, &[4; LEN]),
-            whole(BthOpcode::RcRdmaWriteLast, 104, &[5; 100]),
-        ];
         assert_eq!(sealed(&out), want);
         assert_eq!(lost.load(Ordering::Relaxed), 0);
+    }
+
+    /// Each frame's packets, whole: a run of datagrams
+    /// ([`Frame::segment`]) cut into the packets it carries.
+    fn packets_of(frames: &[Frame]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for f in frames {
+            if f.segment > 0 {
+                crate::datagrams::datagrams_of(f, &mut out);
+            } else {
+                out.push(f.bytes.clone());
+            }
+        }
+        out
+    }
+
+    /// A filler that makes runs of datagrams fills the same packets, byte
+    /// for byte once sealed, as one that makes a frame of each: a run's
+    /// first packet alone, the rest in one buffer, a shorter LAST with its
+    /// own lengths; a run of two stays packet by packet; and again over
+    /// the buffers the port hands back.
+    #[test]
+    fn runs_of_datagrams_carry_the_packets_a_reading_nic_sends() {
+        let (mem, at) = payloads(5);
+        let lost = Arc::new(AtomicU64::new(0));
+        let mut filler = Filler::new(mem.clone(), lost.clone());
+        filler.runs_whole();
+        let frames = || {
+            let two = left(
+                BthOpcode::RcRdmaWriteMiddle,
+                200,
+                at.checked_add(LEN as u64).unwrap(),
+                2,
+            );
+            vec![first_to_last(at).0, two]
+        };
+        let mut want = first_to_last(at).1;
+        want.push(whole(BthOpcode::RcRdmaWriteMiddle, 200, &[2; LEN]));
+        want.push(whole(BthOpcode::RcRdmaWriteMiddle, 201, &[3; LEN]));
+        for round in 0..2 {
+            let mut out = frames();
+            let more = filler.fill(&mut out);
+            assert_eq!(
+                out.iter().map(|f| (f.train, f.segment)).collect::<Vec<_>>(),
+                [(1, 0), (4, 12 + LEN as u32 + 4), (1, 0), (1, 0)],
+                "round {round}: the FIRST, one run of four, the run of two as packets"
+            );
+            assert_eq!(out.iter().map(Frame::packets).sum::<u32>(), 7);
+            assert_eq!(out[1].packet_ranges().count(), 0, "no whole packet in it");
+            crate::engine::seal_frames(&mut out);
+            assert_eq!(packets_of(&out), want, "round {round}");
+            assert_eq!(lost.load(Ordering::Relaxed), 0);
+            let mut spent: Vec<Vec<u8>> = out.drain(..).map(|f| f.bytes).collect();
+            filler.keep(&mut spent, more);
+        }
     }
 
     #[test]

@@ -259,6 +259,7 @@ mod tests {
             ready: doorbell_types::Instant::ZERO,
             unfilled: None,
             train: 1,
+            segment: 0,
             headers: Vec::new(),
         }
     }

@@ -60,6 +60,7 @@
 mod buffers;
 #[allow(unsafe_code)]
 pub mod crc;
+mod datagrams;
 mod engine;
 pub mod fault;
 mod fill;
@@ -627,7 +628,13 @@ impl LiveNic {
         let payload_lost =
             matches!(handle, PortHandle::Udp(..)).then(|| Arc::new(AtomicU64::new(0)));
         if let Some(lost) = &payload_lost {
-            engine.fill = Some(fill::Filler::new(mem.clone(), lost.clone()));
+            let mut filler = fill::Filler::new(mem.clone(), lost.clone());
+            // A run's datagrams go as one frame where only the port sees
+            // them.
+            if engine.capture.is_none() && faults.is_none() && !opts.trace {
+                filler.runs_whole();
+            }
+            engine.fill = Some(filler);
         }
         if opts.trace {
             engine.bus.set_recording(true);

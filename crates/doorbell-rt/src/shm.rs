@@ -1633,6 +1633,23 @@ impl Sink for HostSink {
             let mut broken = false;
             let mut took = false;
             while let Some(f) = run.take().or_else(|| frames.next_if(|f| f.dst == dst)) {
+                if f.segment > 0 && !broken {
+                    // A run of datagrams goes into the ring packet by
+                    // packet, as the NIC would have built them.
+                    let mut each = Vec::new();
+                    crate::datagrams::datagrams_of(&f, &mut each);
+                    for bytes in each {
+                        match push_into(r, &bytes, &self.stats) {
+                            Pushed::In => pushed += 1,
+                            Pushed::Dropped => dropped += 1,
+                            Pushed::Broken => broken = true,
+                        }
+                        crate::buffers::recycle(bytes);
+                    }
+                    took = true;
+                    spent.push(f.bytes);
+                    continue;
+                }
                 if broken || f.bytes.len() > ring::MAX_FRAME {
                     rest.push(f);
                     continue;

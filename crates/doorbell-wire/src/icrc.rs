@@ -212,6 +212,23 @@ pub fn icrc_ipv4_in_place_pair(
     with_masks(a, pa, &ma, |a| with_masks(b, pb, &mb, |b| hash([a, b])))
 }
 
+/// The CRC an IPv4 RoCEv2 packet's ICRC starts from before its UDP
+/// payload: [`LRH_SEED`] continued over `headers`, its IPv4 header (`IHL`
+/// × 4 bytes) and UDP header, masked as the ICRC masks them. A packet's
+/// [`icrc_ipv4`] is this continued over its UDP payload (BTH on, ICRC
+/// excluded) with the byte at [`BTH_MASKED`] set to ones, as
+/// `crc32fast::Hasher::new_with_initial` continues a CRC: packets whose
+/// headers differ in no byte the ICRC reads share this part (the
+/// datagrams of one segmented send).
+pub fn icrc_ipv4_headers(headers: &[u8]) -> u32 {
+    let (_, masks) = ipv4_masks(headers);
+    masked_crc(headers, headers.len(), &masks)
+}
+
+/// Where in a RoCEv2 packet's UDP payload the byte lies that its ICRC
+/// reads as all ones (the BTH's FECN, BECN and reserved bits).
+pub const BTH_MASKED: usize = bth::field::FECN_BECN;
+
 /// Each packet's CRC, one after the other: what the hash given to
 /// [`icrc_ipv4_in_place_pair`] must answer, for tests.
 #[cfg(test)]

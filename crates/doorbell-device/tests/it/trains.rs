@@ -891,6 +891,7 @@ proptest! {
             ready: rig.now,
             unfilled: None,
             train: headers.len() as u32,
+            segment: 0,
             headers,
         };
         for r in frame.packet_ranges() {
