@@ -21,9 +21,10 @@ pub(crate) fn set_lengths(h: &mut [u8; HEADERS_LEN], len: usize) {
 }
 
 /// Each datagram of a run ([`Frame::segment`]) as the whole packet a NIC
-/// builds: the run's IPv4 and UDP headers, with the datagram's lengths,
-/// then its bytes; appended to `out` as a buffer each.
-pub(crate) fn datagrams_of(f: &Frame, out: &mut Vec<Vec<u8>>) {
+/// builds, given to `each` in turn: the run's IPv4 and UDP headers, with
+/// the datagram's lengths, then its bytes, made in `scratch` (reused, so
+/// that a warm caller allocates nothing).
+pub(crate) fn each_packet(f: &Frame, scratch: &mut Vec<u8>, mut each: impl FnMut(&[u8])) {
     let seg = f.segment as usize;
     let Some((h, body)) = f.bytes.split_first_chunk::<HEADERS_LEN>() else {
         return;
@@ -32,13 +33,13 @@ pub(crate) fn datagrams_of(f: &Frame, out: &mut Vec<Vec<u8>>) {
         return;
     }
     for d in body.chunks(seg) {
-        let mut b = crate::buffers::buffer(HEADERS_LEN + d.len());
         let mut head = *h;
         if d.len() != seg {
             set_lengths(&mut head, d.len());
         }
-        b.extend_from_slice(&head);
-        b.extend_from_slice(d);
-        out.push(b);
+        scratch.clear();
+        scratch.extend_from_slice(&head);
+        scratch.extend_from_slice(d);
+        each(scratch);
     }
 }

@@ -1223,6 +1223,8 @@ pub(crate) struct HostSink {
     stats: Arc<Stats>,
     /// Frames for UDP, reused.
     rest: Vec<Frame>,
+    /// A packet of a run of datagrams on its way into a ring, reused.
+    packet: Vec<u8>,
 }
 
 /// Where each destination a NIC sent to is reached: its ring, or UDP.
@@ -1252,6 +1254,7 @@ impl HostSink {
             },
             stats,
             rest: Vec::new(),
+            packet: Vec::new(),
         }
     }
 }
@@ -1636,16 +1639,20 @@ impl Sink for HostSink {
                 if f.segment > 0 && !broken {
                     // A run of datagrams goes into the ring packet by
                     // packet, as the NIC would have built them.
-                    let mut each = Vec::new();
-                    crate::datagrams::datagrams_of(&f, &mut each);
-                    for bytes in each {
-                        match push_into(r, &bytes, &self.stats) {
+                    let stats = &self.stats;
+                    crate::datagrams::each_packet(&f, &mut self.packet, |bytes| {
+                        if broken {
+                            // Behind a break: lost, and sent again by the
+                            // transport.
+                            dropped += 1;
+                            return;
+                        }
+                        match push_into(r, bytes, stats) {
                             Pushed::In => pushed += 1,
                             Pushed::Dropped => dropped += 1,
                             Pushed::Broken => broken = true,
                         }
-                        crate::buffers::recycle(bytes);
-                    }
+                    });
                     took = true;
                     spent.push(f.bytes);
                     continue;
