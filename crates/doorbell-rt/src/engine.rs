@@ -736,14 +736,15 @@ fn seal_datagrams(f: &mut Frame) {
     use doorbell_wire::icrc::ICRC_LEN;
     const HEADERS: usize = crate::datagrams::HEADERS_LEN;
     let seg = f.segment as usize;
-    if f.bytes.len() <= HEADERS || seg <= doorbell_wire::BTH_MASKED + ICRC_LEN {
+    if f.bytes.len() <= HEADERS || seg == 0 {
         return;
     }
     let (headers, body) = f.bytes.split_at_mut(HEADERS);
     let full = doorbell_wire::icrc_ipv4_headers(headers);
     let seal = |d: &mut [u8], crc: u32| {
-        let at = d.len() - ICRC_LEN;
-        d[at..].copy_from_slice(&crc.to_le_bytes());
+        if let Some(at) = d.len().checked_sub(ICRC_LEN) {
+            d[at..].copy_from_slice(&crc.to_le_bytes());
+        }
     };
     // The whole-length datagrams two at a time, then the one left, if
     // any; then a shorter last one, whose lengths differ.
@@ -751,37 +752,21 @@ fn seal_datagrams(f: &mut Frame) {
     let mut pairs = whole.chunks_exact_mut(2 * seg);
     for pair in &mut pairs {
         let (a, b) = pair.split_at_mut(seg);
-        let at = doorbell_wire::BTH_MASKED;
-        let kept = (a[at], b[at]);
-        (a[at], b[at]) = (0xff, 0xff);
-        let [ca, cb] = crate::crc::crc32_pair(full, [&a[..seg - ICRC_LEN], &b[..seg - ICRC_LEN]]);
-        (a[at], b[at]) = kept;
+        let [ca, cb] = doorbell_wire::icrc_datagram_pair(full, a, b, crate::crc::crc32_pair);
         seal(a, ca);
         seal(b, cb);
     }
     for a in pairs.into_remainder().chunks_mut(seg) {
-        let crc = masked_one(full, a);
+        let crc = doorbell_wire::icrc_datagram(full, a);
         seal(a, crc);
     }
-    if short.len() > doorbell_wire::BTH_MASKED + ICRC_LEN {
+    if !short.is_empty() {
         let mut h = [0u8; HEADERS];
         h.copy_from_slice(headers);
         crate::datagrams::set_lengths(&mut h, short.len());
-        let crc = masked_one(doorbell_wire::icrc_ipv4_headers(&h), short);
+        let crc = doorbell_wire::icrc_datagram(doorbell_wire::icrc_ipv4_headers(&h), short);
         seal(short, crc);
     }
-}
-
-/// The ICRC of datagram `d` (ICRC field last), continued from its
-/// headers' CRC `from`.
-fn masked_one(from: u32, d: &mut [u8]) -> u32 {
-    use doorbell_wire::icrc::ICRC_LEN;
-    let kept = d[doorbell_wire::BTH_MASKED];
-    d[doorbell_wire::BTH_MASKED] = 0xff;
-    let mut h = crc32fast::Hasher::new_with_initial(from);
-    h.update(&d[..d.len() - ICRC_LEN]);
-    d[doorbell_wire::BTH_MASKED] = kept;
-    h.finalize()
 }
 
 /// How a frame reached a NIC.

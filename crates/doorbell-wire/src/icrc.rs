@@ -216,10 +216,10 @@ pub fn icrc_ipv4_in_place_pair(
 /// payload: [`LRH_SEED`] continued over `headers`, its IPv4 header (`IHL`
 /// × 4 bytes) and UDP header, masked as the ICRC masks them. A packet's
 /// [`icrc_ipv4`] is this continued over its UDP payload (BTH on, ICRC
-/// excluded) with the byte at [`BTH_MASKED`] set to ones, as
-/// `crc32fast::Hasher::new_with_initial` continues a CRC: packets whose
-/// headers differ in no byte the ICRC reads share this part (the
-/// datagrams of one segmented send).
+/// excluded) with its BTH masked, as `crc32fast::Hasher::new_with_initial`
+/// continues a CRC ([`icrc_datagram`]): packets whose headers differ in
+/// no byte the ICRC reads share this part (the datagrams of one segmented
+/// send).
 pub fn icrc_ipv4_headers(headers: &[u8]) -> u32 {
     let (_, masks) = ipv4_masks(headers);
     masked_crc(headers, headers.len(), &masks)
@@ -227,7 +227,54 @@ pub fn icrc_ipv4_headers(headers: &[u8]) -> u32 {
 
 /// Where in a RoCEv2 packet's UDP payload the byte lies that its ICRC
 /// reads as all ones (the BTH's FECN, BECN and reserved bits).
-pub const BTH_MASKED: usize = bth::field::FECN_BECN;
+const BTH_MASKED: usize = bth::field::FECN_BECN;
+
+/// Runs `f` on `datagram` without its ICRC field (its last
+/// [`ICRC_LEN`] bytes), the BTH byte the ICRC masks set to ones, and puts
+/// that byte back.
+fn datagram_masked<R>(datagram: &mut [u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    let covered = datagram.len().saturating_sub(ICRC_LEN);
+    with_masks(
+        &mut datagram[..covered],
+        BTH_MASKED + 1,
+        &[(BTH_MASKED, 0xff)],
+        f,
+    )
+}
+
+/// The ICRC of an IPv4 RoCEv2 packet given as the CRC of its IPv4 and UDP
+/// headers (`headers`, from [`icrc_ipv4_headers`]) and its UDP payload
+/// `datagram`, BTH first and ICRC field last (not read): the packet's
+/// [`icrc_ipv4`], hashed where it lies as [`icrc_ipv4_in_place`]. The
+/// datagrams of one segmented send share their headers' CRC, so it is
+/// hashed once for all of them. `datagram` is as it was when this
+/// returns.
+///
+/// Never panics; a datagram too short for a BTH and an ICRC gets a CRC
+/// that matches no valid packet.
+pub fn icrc_datagram(headers: u32, datagram: &mut [u8]) -> u32 {
+    datagram_masked(datagram, |d| {
+        let mut h = Hasher::new_with_initial(headers);
+        h.update(d);
+        h.finalize()
+    })
+}
+
+/// [`icrc_datagram`] of two datagrams behind headers whose CRC is
+/// `headers`, hashed together by `hash`: given that CRC and the two
+/// masked datagrams without their ICRC fields, it answers each one's
+/// CRC-32 continued from it, as
+/// `crc32fast::Hasher::new_with_initial(headers)` would (see
+/// [`icrc_ipv4_in_place_pair`] for why a caller hashes two together).
+/// Both datagrams are as they were when this returns.
+pub fn icrc_datagram_pair(
+    headers: u32,
+    a: &mut [u8],
+    b: &mut [u8],
+    hash: impl FnOnce(u32, [&[u8]; 2]) -> [u32; 2],
+) -> [u32; 2] {
+    datagram_masked(a, |a| datagram_masked(b, |b| hash(headers, [a, b])))
+}
 
 /// Each packet's CRC, one after the other: what the hash given to
 /// [`icrc_ipv4_in_place_pair`] must answer, for tests.
@@ -284,6 +331,45 @@ mod tests {
             prop_assert_eq!(got, [icrc_ipv4(&a0), icrc_ipv4(&b0)]);
             prop_assert_eq!(a, a0, "the first packet is as it was");
             prop_assert_eq!(b, b0, "the second packet is as it was");
+        }
+
+        #[test]
+        fn a_datagram_behind_its_headers_crc_is_hashed_as_its_packet(
+            headers in proptest::collection::vec(any::<u8>(), 28),
+            a in proptest::collection::vec(any::<u8>(), 0..1200),
+            b in proptest::collection::vec(any::<u8>(), 0..1200),
+        ) {
+            let mut headers = headers;
+            headers[0] = 0x45;
+            let from = icrc_ipv4_headers(&headers);
+            // The packet as `icrc_ipv4` takes it: its ICRC field left out.
+            let packet = |d: &[u8]| {
+                let mut p = headers.clone();
+                p.extend_from_slice(&d[..d.len().saturating_sub(ICRC_LEN)]);
+                icrc_ipv4(&p)
+            };
+            let (mut a, mut b) = (a, b);
+            let (a0, b0) = (a.clone(), b.clone());
+            // Short datagrams (no whole BTH) are hashed, not checked: they
+            // must only not panic.
+            let long = |d: &[u8]| d.len() >= bth::HEADER_LEN + ICRC_LEN;
+            let one = icrc_datagram(from, &mut a);
+            if long(&a0) {
+                prop_assert_eq!(one, packet(&a0));
+            }
+            let pair = icrc_datagram_pair(from, &mut a, &mut b, |from, p| {
+                p.map(|d| {
+                    let mut h = Hasher::new_with_initial(from);
+                    h.update(d);
+                    h.finalize()
+                })
+            });
+            prop_assert_eq!(pair[0], one, "a pair's first is hashed as alone");
+            if long(&b0) {
+                prop_assert_eq!(pair[1], packet(&b0));
+            }
+            prop_assert_eq!(a, a0, "the first datagram is as it was");
+            prop_assert_eq!(b, b0, "the second datagram is as it was");
         }
 
         #[test]

@@ -102,8 +102,8 @@ pub use ethernet::{EtherType, EthernetHeader, EthernetRepr};
 pub use ext::ExtHeaders;
 pub use gid::Gid;
 pub use icrc::{
-    BTH_MASKED, icrc, icrc_ipv4, icrc_ipv4_headers, icrc_ipv4_in_place, icrc_ipv4_in_place_pair,
-    icrc_ipv6, icrc_ipv6_in_place,
+    icrc, icrc_datagram, icrc_datagram_pair, icrc_ipv4, icrc_ipv4_headers, icrc_ipv4_in_place,
+    icrc_ipv4_in_place_pair, icrc_ipv6, icrc_ipv6_in_place,
 };
 pub use ieth::{IethHeader, IethRepr};
 pub use immdt::{ImmDtHeader, ImmDtRepr};
