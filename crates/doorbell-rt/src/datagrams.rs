@@ -21,10 +21,10 @@ pub(crate) fn set_lengths(h: &mut [u8; HEADERS_LEN], len: usize) {
 }
 
 /// Each datagram of a run ([`Frame::segment`]) as the whole packet a NIC
-/// builds, given to `each` in turn: the run's IPv4 and UDP headers, with
-/// the datagram's lengths, then its bytes, made in `scratch` (reused, so
-/// that a warm caller allocates nothing).
-pub(crate) fn each_packet(f: &Frame, scratch: &mut Vec<u8>, mut each: impl FnMut(&[u8])) {
+/// builds, given to `each` in turn as its two parts: the run's IPv4 and
+/// UDP headers, with the datagram's lengths, then the datagram's bytes,
+/// where they lie in the run.
+pub(crate) fn each_packet(f: &Frame, mut each: impl FnMut(&[u8; HEADERS_LEN], &[u8])) {
     let seg = f.segment as usize;
     let Some((h, body)) = f.bytes.split_first_chunk::<HEADERS_LEN>() else {
         return;
@@ -33,13 +33,12 @@ pub(crate) fn each_packet(f: &Frame, scratch: &mut Vec<u8>, mut each: impl FnMut
         return;
     }
     for d in body.chunks(seg) {
-        let mut head = *h;
-        if d.len() != seg {
+        if d.len() == seg {
+            each(h, d);
+        } else {
+            let mut head = *h;
             set_lengths(&mut head, d.len());
+            each(&head, d);
         }
-        scratch.clear();
-        scratch.extend_from_slice(&head);
-        scratch.extend_from_slice(d);
-        each(scratch);
     }
 }

@@ -514,7 +514,7 @@ mod tests {
         let mut out = Vec::new();
         for f in frames {
             if f.segment > 0 {
-                crate::datagrams::each_packet(f, &mut Vec::new(), |p| out.push(p.to_vec()));
+                crate::datagrams::each_packet(f, |h, d| out.push([&h[..], d].concat()));
             } else {
                 out.push(f.bytes.clone());
             }

@@ -1223,8 +1223,6 @@ pub(crate) struct HostSink {
     stats: Arc<Stats>,
     /// Frames for UDP, reused.
     rest: Vec<Frame>,
-    /// A packet of a run of datagrams on its way into a ring, reused.
-    packet: Vec<u8>,
 }
 
 /// Where each destination a NIC sent to is reached: its ring, or UDP.
@@ -1254,7 +1252,6 @@ impl HostSink {
             },
             stats,
             rest: Vec::new(),
-            packet: Vec::new(),
         }
     }
 }
@@ -1352,15 +1349,16 @@ impl Peers {
     }
 }
 
-/// Puts `frame` (at most [`ring::MAX_FRAME`] bytes) into `r`, waiting a
+/// Puts `frame`, its two parts one after the other (at most
+/// [`ring::MAX_FRAME`] bytes in all), into `r`, waiting a
 /// bounded time for room if it is full.
-fn push_into(r: &mut OutRing, frame: &[u8], stats: &Stats) -> Pushed {
+fn push_into(r: &mut OutRing, frame: [&[u8]; 2], stats: &Stats) -> Pushed {
     // The furthest the receiver's position was seen, and when; and when
     // this frame started to wait.
     let mut seen: Option<(u64, Instant)> = None;
     let mut start: Option<Instant> = None;
     loop {
-        match r.ring.push(frame) {
+        match r.ring.push_parts(frame) {
             Ok(()) => {
                 r.stuck_at = None;
                 return Pushed::In;
@@ -1640,14 +1638,14 @@ impl Sink for HostSink {
                     // A run of datagrams goes into the ring packet by
                     // packet, as the NIC would have built them.
                     let stats = &self.stats;
-                    crate::datagrams::each_packet(&f, &mut self.packet, |bytes| {
+                    crate::datagrams::each_packet(&f, |head, datagram| {
                         if broken {
                             // Behind a break: lost, and sent again by the
                             // transport.
                             dropped += 1;
                             return;
                         }
-                        match push_into(r, bytes, stats) {
+                        match push_into(r, [head, datagram], stats) {
                             Pushed::In => pushed += 1,
                             Pushed::Dropped => dropped += 1,
                             Pushed::Broken => broken = true,
@@ -1661,7 +1659,7 @@ impl Sink for HostSink {
                     rest.push(f);
                     continue;
                 }
-                match push_into(r, &f.bytes, &self.stats) {
+                match push_into(r, [&f.bytes, &[]], &self.stats) {
                     Pushed::In => pushed += 1,
                     Pushed::Dropped => dropped += 1,
                     Pushed::Broken => {
@@ -2411,7 +2409,10 @@ mod tests {
             })
         };
         let t = Instant::now();
-        assert!(matches!(push_into(&mut r, &frame, &stats), Pushed::Dropped));
+        assert!(matches!(
+            push_into(&mut r, [&frame, &[]], &stats),
+            Pushed::Dropped
+        ));
         assert!(t.elapsed() >= FULL_WAIT_MAX, "waited its whole bound");
         // The next frames, each after the receiver moved again, are
         // dropped at once, not after a wait each.
@@ -2419,7 +2420,10 @@ mod tests {
         for _ in 0..3 {
             std::thread::sleep(Duration::from_millis(5));
             let t = Instant::now();
-            assert!(matches!(push_into(&mut r, &frame, &stats), Pushed::Dropped));
+            assert!(matches!(
+                push_into(&mut r, [&frame, &[]], &stats),
+                Pushed::Dropped
+            ));
             took += t.elapsed();
         }
         stop.store(true, Ordering::Relaxed);

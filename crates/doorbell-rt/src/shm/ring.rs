@@ -175,8 +175,17 @@ impl Ring {
 
     /// Producer: appends `frame` (at most [`MAX_FRAME`] bytes).
     pub(crate) fn push(&mut self, frame: &[u8]) -> Result<(), Fault> {
-        debug_assert!(frame.len() <= MAX_FRAME);
-        let need = record_len(frame.len());
+        self.push_parts([frame, &[]])
+    }
+
+    /// Producer: appends one frame made of `parts`, the second after the
+    /// first (together at most [`MAX_FRAME`] bytes): a packet whose
+    /// headers and payload lie apart goes in without being put together
+    /// first.
+    pub(crate) fn push_parts(&mut self, parts: [&[u8]; 2]) -> Result<(), Fault> {
+        let len = parts[0].len() + parts[1].len();
+        debug_assert!(len <= MAX_FRAME);
+        let need = record_len(len);
         let at = self.pos % self.cap;
         let to_end = self.cap - at;
         let skip = if to_end < need { to_end } else { 0 };
@@ -198,13 +207,16 @@ impl Ring {
             unsafe { self.data(at).cast::<u32>().write_volatile(WRAP) };
         }
         let at = (self.pos + skip) % self.cap;
-        // SAFETY: the record (8 + frame, padded) fits between `at` and the
-        // end of the data area (`skip` moved it to the start otherwise);
-        // `frame` is a private slice that cannot overlap the mapping.
+        let [first, second] = parts;
+        // SAFETY: the record (8 + both parts, padded) fits between `at`
+        // and the end of the data area (`skip` moved it to the start
+        // otherwise); the parts are private slices that cannot overlap
+        // the mapping.
         unsafe {
             let p = self.data(at);
-            p.cast::<u32>().write_volatile(frame.len() as u32);
-            std::ptr::copy_nonoverlapping(frame.as_ptr(), p.add(8), frame.len());
+            p.cast::<u32>().write_volatile(len as u32);
+            std::ptr::copy_nonoverlapping(first.as_ptr(), p.add(8), first.len());
+            std::ptr::copy_nonoverlapping(second.as_ptr(), p.add(8 + first.len()), second.len());
         }
         self.pos += skip + need;
         self.word(OFF_TAIL).store(self.pos, Ordering::Release);
@@ -393,6 +405,19 @@ mod tests {
         let a = memmap2::MmapOptions::new().map_raw(&f).unwrap();
         let b = memmap2::MmapOptions::new().map_raw(&f).unwrap();
         (Ring::create(a).unwrap(), Ring::attach(b).unwrap())
+    }
+
+    #[test]
+    fn a_frame_pushed_in_two_parts_comes_out_whole_across_the_wrap() {
+        let (mut tx, mut rx) = pair(64 << 10);
+        let mut out = Vec::new();
+        for i in 0..2000usize {
+            let f: Vec<u8> = (0..(i * 37) % 4200).map(|b| (b ^ i) as u8).collect();
+            let (head, tail) = f.split_at(i % 29 % (f.len() + 1));
+            tx.push_parts([head, tail]).unwrap();
+            assert!(rx.pop(&mut out).unwrap());
+            assert_eq!(out, f, "frame {i}, split after {}", head.len());
+        }
     }
 
     #[test]
