@@ -418,27 +418,28 @@ impl Engine {
     /// each as [`Self::take_frames`] takes a frame; a run short enough for
     /// a frame buffer (a datagram alone) gives it back as a frame's.
     fn take_runs(&mut self, now: Instant, mut runs: Vec<Vec<u8>>) {
+        // Where no capture or timeline records each frame, a run whose
+        // ICRCs all match is one train.
+        let trains = self.capture.is_none() && self.timeline.is_none();
         for mut run in runs.drain(..) {
-            let mut at = 0;
-            // Two frames at a time, their ICRCs checked together.
-            while let Some(f) = crate::inbox::next_frame(&run, at) {
-                let Some(g) = crate::inbox::next_frame(&run, f.end) else {
-                    self.take_in(now, &mut run[f], Arrival::Port);
+            let checked = check_run(&mut run);
+            if trains && checked.count > 1 && checked.all_match() {
+                let Self { nic, bus, .. } = self;
+                let _ = nic.handle_emitted_train(now, &run[..checked.end], checked.count, bus);
+                self.count_in(now, checked.count as usize);
+            } else {
+                let mut at = 0;
+                let mut k = 0;
+                while let Some(f) = crate::inbox::next_frame(&run, at) {
+                    at = f.end;
+                    let how = match checked.matched(k) {
+                        Some(ok) => Arrival::Checked(ok),
+                        None => Arrival::Port,
+                    };
+                    self.take_in(now, &mut run[f], how);
                     self.count_in(now, 1);
-                    break;
-                };
-                at = g.end;
-                let (head, tail) = run.split_at_mut(f.end);
-                let g = g.start - f.end..g.end - f.end;
-                let [f_ok, g_ok] = doorbell_wire::icrc_matches_in_place_pair(
-                    &mut head[f.clone()],
-                    &mut tail[g.clone()],
-                    pair_hash,
-                );
-                self.take_in(now, &mut head[f], Arrival::Checked(f_ok));
-                self.count_in(now, 1);
-                self.take_in(now, &mut tail[g], Arrival::Checked(g_ok));
-                self.count_in(now, 1);
+                    k += 1;
+                }
             }
             if crate::buffers::holds_a_frame(&run) {
                 // A datagram alone, or a few small ones: a frame buffer.
@@ -700,6 +701,70 @@ impl Engine {
 /// ([`doorbell_wire::icrc_ipv4_in_place_pair`]).
 fn pair_hash(p: [&[u8]; 2]) -> [u32; 2] {
     crate::crc::crc32_pair(doorbell_wire::icrc::LRH_SEED, p)
+}
+
+/// What [`check_run`] found of a run's frames.
+struct RunChecked {
+    /// Frames the run holds, up to the first bytes that hold none.
+    count: u32,
+    /// Where the last of them ends.
+    end: usize,
+    /// Bit `k` set: frame `k`'s ICRC matched (frames past the first
+    /// [`RunChecked::CHECKED`] are not checked).
+    matched: u64,
+}
+
+impl RunChecked {
+    /// Frames whose ICRCs a check answers for.
+    const CHECKED: u32 = u64::BITS;
+
+    /// Whether frame `k`'s ICRC matched; `None` if it was not checked.
+    fn matched(&self, k: u32) -> Option<bool> {
+        (k < Self::CHECKED.min(self.count)).then(|| self.matched >> k & 1 == 1)
+    }
+
+    /// Whether every frame was checked and matched.
+    fn all_match(&self) -> bool {
+        self.count <= Self::CHECKED && self.matched == u64::MAX >> (u64::BITS - self.count)
+    }
+}
+
+/// Checks the ICRCs of the frames of a port run ([`Msg::PortRuns`]), two
+/// at a time where they lie (the first [`RunChecked::CHECKED`]; a
+/// coalesced receive holds at most 64 datagrams).
+fn check_run(run: &mut [u8]) -> RunChecked {
+    let mut c = RunChecked {
+        count: 0,
+        end: 0,
+        matched: 0,
+    };
+    let mut at = 0;
+    while let Some(f) = crate::inbox::next_frame(run, at) {
+        let k = c.count;
+        c.count += 1;
+        at = f.end;
+        c.end = f.end;
+        if k >= RunChecked::CHECKED {
+            continue;
+        }
+        let pair = (k + 1 < RunChecked::CHECKED)
+            .then(|| crate::inbox::next_frame(run, f.end))
+            .flatten();
+        let Some(g) = pair else {
+            let ok = doorbell_wire::icrc_matches_in_place(&mut run[f]);
+            c.matched |= u64::from(ok) << k;
+            continue;
+        };
+        c.count += 1;
+        at = g.end;
+        c.end = g.end;
+        let (head, tail) = run.split_at_mut(f.end);
+        let g = g.start - f.end..g.end - f.end;
+        let [f_ok, g_ok] =
+            doorbell_wire::icrc_matches_in_place_pair(&mut head[f], &mut tail[g], pair_hash);
+        c.matched |= u64::from(f_ok) << k | u64::from(g_ok) << (k + 1);
+    }
+    c
 }
 
 /// Writes the ICRC of each of `frames`, which their NIC left unwritten,
@@ -1471,6 +1536,61 @@ mod tests {
 
     use super::Msg;
     use crate::{Fabric, LiveNic, NicOptions, Port};
+
+    /// `n` RoCEv2 frames back to back, as a port run holds them.
+    fn run_of(n: u32) -> Vec<u8> {
+        use doorbell_types::{Psn, Qpn};
+        use doorbell_wire::{BthOpcode, BthRepr, ExtHeaders, RoceIp, RoceRepr};
+        let mut run = Vec::new();
+        for k in 0..n {
+            let repr = RoceRepr {
+                ip: RoceIp::v4([10, 0, 0, 1], [10, 0, 0, 2]),
+                src_port: 49152,
+                bth: BthRepr::new(BthOpcode::RcSendMiddle, Qpn::new(7), Psn::new(k)),
+                ext: ExtHeaders::default(),
+            };
+            let mut f = Vec::new();
+            repr.emit_to_vec(&[k as u8; 256], &mut f).unwrap();
+            run.extend_from_slice(&f);
+        }
+        run
+    }
+
+    #[test]
+    fn a_runs_check_says_which_frames_matched() {
+        let whole = run_of(5);
+        let len = whole.len();
+        let c = super::check_run(&mut whole.clone());
+        assert_eq!((c.count, c.end), (5, len));
+        assert!(c.all_match());
+        assert_eq!(
+            (0..5).map(|k| c.matched(k)).collect::<Vec<_>>(),
+            [Some(true); 5]
+        );
+        assert_eq!(c.matched(5), None);
+        // A payload byte of the third frame changed, and bytes after the
+        // last frame that hold none.
+        let mut bad = whole.clone();
+        bad[2 * len / 5 + 100] ^= 1;
+        bad.extend_from_slice(&[0u8; 10]);
+        let before = bad.clone();
+        let c = super::check_run(&mut bad);
+        assert_eq!((c.count, c.end), (5, len));
+        assert!(!c.all_match());
+        let matched: Vec<_> = (0..5).map(|k| c.matched(k)).collect();
+        assert_eq!(
+            matched,
+            [Some(true), Some(true), Some(false), Some(true), Some(true)]
+        );
+        assert_eq!(bad, before, "the frames are as they came");
+        // Past the frames a check answers for: checked the long way.
+        let mut long = run_of(66);
+        let c = super::check_run(&mut long);
+        assert_eq!(c.count, 66);
+        assert!(!c.all_match());
+        assert_eq!(c.matched(63), Some(true));
+        assert_eq!(c.matched(64), None);
+    }
 
     /// A message whose stop check passed just before the NIC stopped lands
     /// after the stop cleared the inbox: it is dropped with its reply
