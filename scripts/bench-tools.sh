@@ -9,6 +9,10 @@
 #     polling, as ib_write_lat does; sockperf reports half the round trip,
 #     and its smallest message is 14 bytes, its own header);
 #   - round trip: `doorbell pingpong -s 8` against twice sockperf's figure;
+#     both latency figures in BENCH_LAT_ROUNDS rounds (3 unless set), each
+#     a sockperf run followed by the two doorbell runs; the table gives the
+#     median of the rounds' ratios and their range (a run's latency moves
+#     by half or more with where the machine puts its CPUs);
 #   - bandwidth: unmodified `ib_write_bw -s 65536` against one iperf3 TCP
 #     stream;
 #   - between two hosts (BENCH_NETNS=1, as root): two network namespaces
@@ -34,6 +38,7 @@
 #   BENCH_SECS=10 scripts/bench-tools.sh
 #   BENCH_NETNS=1 scripts/bench-tools.sh   # also the two-host figure (root)
 #   BENCH_NETNS=1 BENCH_VETH_ROUNDS=9 scripts/bench-tools.sh
+#   BENCH_LAT_ROUNDS=5 scripts/bench-tools.sh
 #   BENCH_NETNS=1 BENCH_VETH_MTU=9000 scripts/bench-tools.sh  # jumbo veth
 #   BENCH_CPUS=0 scripts/bench-tools.sh    # every process on CPU 0 only
 #
@@ -58,6 +63,12 @@ if [[ -n $pin ]] && ! $pin true 2>/dev/null; then
 fi
 lat_n=20000
 [[ -n $pin ]] && lat_n=500
+for v in BENCH_LAT_ROUNDS BENCH_VETH_ROUNDS; do
+    if [[ -n ${!v:-} ]] && ! [[ ${!v} =~ ^[1-9][0-9]?$ ]]; then
+        echo "bench-tools: $v=${!v} is no count of rounds: give 1 to 99" >&2
+        exit 1
+    fi
+done
 veth_mtu=${BENCH_VETH_MTU:-}
 if [[ -n $veth_mtu ]]; then
     if ! [[ $veth_mtu =~ ^[1-9][0-9]{0,4}$ ]] || ((veth_mtu < 1280 || veth_mtu > 65535)); then
@@ -119,11 +130,41 @@ pair() {
 probe_start=$(probe)
 say "hand-off probe: $probe_start M/s"
 
-say "TCP ping-pong, 14 B, polling (sockperf)"
-sp=$(pair 1 "timeout $((secs + 30)) sockperf server --tcp --nonblocked -i 127.0.0.1 -p 11111" \
-    "sockperf ping-pong --tcp --nonblocked -i 127.0.0.1 -p 11111 -m 14 -t $secs")
-grep -E 'Summary' <<<"$sp" >&2
-tcp_lat=$(grep -oP 'Summary: Latency is\s*\K[0-9.]+' <<<"$sp" | head -1)
+lat_rounds=${BENCH_LAT_ROUNDS:-3}
+lat_rows=""
+lat_probes=""
+for ((r = 1; r <= lat_rounds; r++)); do
+    p=$(probe)
+    lat_probes+="${lat_probes:+, }$p"
+    say "latency round $r of $lat_rounds (hand-off probe $p M/s)"
+    say "TCP ping-pong, 14 B, polling (sockperf)"
+    sp=$(pair 1 "timeout $((secs + 30)) sockperf server --tcp --nonblocked -i 127.0.0.1 -p 11111" \
+        "sockperf ping-pong --tcp --nonblocked -i 127.0.0.1 -p 11111 -m 14 -t $secs")
+    grep -E 'Summary' <<<"$sp" >&2
+    tcp_lat=$(grep -oP 'Summary: Latency is\s*\K[0-9.]+' <<<"$sp" | head -1)
+
+    say "ib_write_lat -s 8 on doorbell"
+    lat=$(pair 1.5 "$db run --addr $srv -- ib_write_lat -s 8 -n $lat_n -p 18601" \
+        "$db run --addr $cli -- ib_write_lat -s 8 -n $lat_n -p 18601 $srv")
+    lat_row=$(awk '$1 == 8 && NF >= 7' <<<"$lat" | tail -1)
+    echo "$lat" | grep -E 't_typical|^ 8 ' >&2
+    db_lat=$(awk '{print $5}' <<<"$lat_row")
+
+    # 300 000 round trips a second of BENCH_SECS: a run about as long as
+    # sockperf's (a round trip takes about 3 us), so that neither its
+    # start (connecting, the first rings, a cold cache) nor a moment of
+    # the shared machine's noise is a large part of it. (It was 30 000,
+    # set when a round trip took ten times as long; runs had shrunk to a
+    # tenth of a second.)
+    say "doorbell pingpong -s 8"
+    pp_n=$((secs * 300000))
+    [[ -n $pin ]] && pp_n=$((secs * 30000))
+    pp=$(pair 1 "$db pingpong --addr $srv -s 8 -n $pp_n -p 18602" \
+        "$db pingpong --addr $cli -s 8 -n $pp_n -p 18602 $srv")
+    echo "$pp" | grep 'usec/iter' >&2
+    db_rtt=$(grep -oP '=\s*\K[0-9.]+(?= usec/iter)' <<<"$pp" | head -1)
+    lat_rows+="${lat_rows:+ }$tcp_lat $db_lat $db_rtt"
+done
 
 say "TCP_NODELAY 14 B writes (sockperf throughput)"
 st=$(pair 1 "timeout $((secs + 30)) sockperf server --tcp -i 127.0.0.1 -p 11112" \
@@ -134,26 +175,6 @@ tcp_rate=$(grep -oP 'Message Rate is\s*\K[0-9.]+' <<<"$st" | head -1)
 say "one TCP stream (iperf3)"
 ip=$(pair 1 "iperf3 -s -1 -B 127.0.0.1 -p 5301" "iperf3 -c 127.0.0.1 -p 5301 -t $secs -J")
 tcp_bw=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8)' <<<"$ip")
-
-say "ib_write_lat -s 8 on doorbell"
-lat=$(pair 1.5 "$db run --addr $srv -- ib_write_lat -s 8 -n $lat_n -p 18601" \
-    "$db run --addr $cli -- ib_write_lat -s 8 -n $lat_n -p 18601 $srv")
-lat_row=$(awk '$1 == 8 && NF >= 7' <<<"$lat" | tail -1)
-echo "$lat" | grep -E 't_typical|^ 8 ' >&2
-db_lat=$(awk '{print $5}' <<<"$lat_row")
-
-# 300 000 round trips a second of BENCH_SECS: a run about as long as
-# sockperf's (a round trip takes about 3 us), so that neither its start
-# (connecting, the first rings, a cold cache) nor a moment of the shared
-# machine's noise is a large part of it. (It was 30 000, set when a round
-# trip took ten times as long; runs had shrunk to a tenth of a second.)
-say "doorbell pingpong -s 8"
-pp_n=$((secs * 300000))
-[[ -n $pin ]] && pp_n=$((secs * 30000))
-pp=$(pair 1 "$db pingpong --addr $srv -s 8 -n $pp_n -p 18602" \
-    "$db pingpong --addr $cli -s 8 -n $pp_n -p 18602 $srv")
-echo "$pp" | grep 'usec/iter' >&2
-db_rtt=$(grep -oP '=\s*\K[0-9.]+(?= usec/iter)' <<<"$pp" | head -1)
 
 say "ib_write_bw -s 65536 on doorbell"
 bw=$(pair 1.5 "$db run --addr $srv -- ib_write_bw -s 65536 -D $secs -p 18603" \
@@ -219,20 +240,44 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
 fi
 
 probe_end=$(probe)
-/usr/bin/python3 - "${veth_mtu:-1500}" "$tcp_lat" "$tcp_rate" "$tcp_bw" "$db_lat" "$db_rtt" "$db_bw" "$db_rate" "$idle_share" $veth_rows <<'EOF'
+BT_LAT="$lat_rows" /usr/bin/python3 - "${veth_mtu:-1500}" "$tcp_rate" "$tcp_bw" "$db_bw" "$db_rate" "$idle_share" $veth_rows <<'EOF'
+import os
 import sys
 veth_mtu = sys.argv.pop(1)
-tcp_lat, tcp_rate, tcp_bw, db_lat, db_rtt, db_bw, db_rate, idle = map(float, sys.argv[1:9])
+tcp_rate, tcp_bw, db_bw, db_rate, idle = map(float, sys.argv[1:6])
+# The latency rounds: (sockperf's one way, ib_write_lat's, pingpong's round trip) in us.
+lat = [float(x) for x in os.environ["BT_LAT"].split()]
+lat = list(zip(lat[0::3], lat[1::3], lat[2::3]))
 # perftest's MB is 2^20 bytes.
 db_bw_bytes = db_bw * 2**20
 def times(r):
     """A ratio of times, with the digits a ratio far below one needs."""
     return f"{r:.2f}x" if r >= 0.1 else f"{r:.4f}x"
+def median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+def span(xs, unit):
+    """A figure of each round: the one, or the range."""
+    lo, hi = min(xs), max(xs)
+    return f"{lo:.2f} {unit}" if len(xs) == 1 else f"{lo:.2f}-{hi:.2f} {unit}"
+def ratio(rs, what):
+    """The rounds' ratios: the one, or their median and range."""
+    if len(rs) == 1:
+        return f"{times(rs[0])} {what}"
+    return f"median {times(median(rs))} {what}, rounds {times(min(rs))}-{times(max(rs))}"
+if len(lat) > 1:
+    print("latency, round by round: " + ", ".join(
+        f"{d:.2f}/{t:.2f} us = {d / t:.2f}x and {p:.2f}/{2 * t:.2f} us = {p / (2 * t):.2f}x"
+        for t, d, p in lat), file=sys.stderr)
+rounds = f" ({len(lat)} rounds)" if len(lat) > 1 else ""
 rows = [
-    ("one-way latency, 8 B", f"ib_write_lat t_typical {db_lat:.2f} us", f"sockperf (14 B) {tcp_lat:.2f} us",
-     f"{times(db_lat / tcp_lat)} TCP's time (target <= 0.5)"),
-    ("round trip, 8 B", f"doorbell pingpong {db_rtt:.2f} us", f"sockperf (14 B) x2 {2 * tcp_lat:.2f} us",
-     f"{times(db_rtt / (2 * tcp_lat))} TCP's time (target <= 0.5)"),
+    (f"one-way latency, 8 B{rounds}", f"ib_write_lat t_typical {span([d for _, d, _ in lat], 'us')}",
+     f"sockperf (14 B) {span([t for t, _, _ in lat], 'us')}",
+     ratio([d / t for t, d, _ in lat], "TCP's time") + " (target <= 0.5)"),
+    (f"round trip, 8 B{rounds}", f"doorbell pingpong {span([p for _, _, p in lat], 'us')}",
+     f"sockperf (14 B) x2 {span([2 * t for t, _, _ in lat], 'us')}",
+     ratio([p / (2 * t) for t, _, p in lat], "TCP's time") + " (target <= 0.5)"),
     ("bandwidth, 64 KiB", f"ib_write_bw {db_bw_bytes / 1e9:.3f} GB/s", f"iperf3 {tcp_bw / 1e9:.3f} GB/s",
      f"{db_bw_bytes / tcp_bw:.2f}x TCP (target >= 1)"),
     ("message rate, 8 B", f"ib_write_bw {db_rate:.3f} Mpps", f"sockperf (14 B) {tcp_rate / 1e6:.3f} Mmsg/s",
@@ -243,8 +288,6 @@ rows.append(("idle open device (rping -s)", f"{idle:.2f}% of a core", "", "(targ
 veth = [(float(b) * 2**20, float(t)) for b, t in zip(sys.argv[9::2], sys.argv[10::2])]
 if veth:
     ratios = sorted(b / t for b, t in veth)
-    mid = len(ratios) // 2
-    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
     print("over the veth, round by round: " + ", ".join(
         f"{b / 1e9:.3f}/{t / 1e9:.3f} GB/s = {b / t:.2f}x" for b, t in veth), file=sys.stderr)
     bws = sorted(b for b, _ in veth)
@@ -252,7 +295,7 @@ if veth:
     rows.append((f"bandwidth over a veth of MTU {veth_mtu}, 64 KiB ({len(veth)} rounds)",
                  f"ib_write_bw {bws[0] / 1e9:.3f}-{bws[-1] / 1e9:.3f} GB/s",
                  f"iperf3 {tcps[0] / 1e9:.3f}-{tcps[-1] / 1e9:.3f} GB/s",
-                 f"median {median:.2f}x TCP, rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x "
+                 f"median {median(ratios):.2f}x TCP, rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x "
                  + ("(target >= 1)" if veth_mtu == "1500" else "(the target is at MTU 1500)")))
 print("| figure | doorbell | TCP baseline (same run) | ratio |")
 print("|---|---|---|---|")
@@ -260,4 +303,4 @@ for r in rows:
     print("| " + " | ".join(r) + " |")
 EOF
 echo
-echo "hand-off probe (M/s, where the machine put its CPUs): ${probe_start} before the first figure, ${probe_end} after the last${veth_probes:+; before each veth round: $veth_probes}"
+echo "hand-off probe (M/s, where the machine put its CPUs): ${probe_start} before the first figure, ${probe_end} after the last; before each latency round: $lat_probes${veth_probes:+; before each veth round: $veth_probes}"
