@@ -725,7 +725,8 @@ impl RunChecked {
 
     /// Whether every frame was checked and matched.
     fn all_match(&self) -> bool {
-        self.count <= Self::CHECKED && self.matched == u64::MAX >> (u64::BITS - self.count)
+        let unchecked = u64::BITS.checked_sub(self.count);
+        unchecked.is_some_and(|n| self.matched == u64::MAX.checked_shr(n).unwrap_or(0))
     }
 }
 
@@ -1590,6 +1591,10 @@ mod tests {
         assert!(!c.all_match());
         assert_eq!(c.matched(63), Some(true));
         assert_eq!(c.matched(64), None);
+        // No frame at all.
+        let c = super::check_run(&mut [0u8; 10]);
+        assert_eq!((c.count, c.end, c.matched(0)), (0, 0, None));
+        assert!(c.all_match());
     }
 
     /// A message whose stop check passed just before the NIC stopped lands
