@@ -163,6 +163,12 @@ for ((r = 1; r <= lat_rounds; r++)); do
         "$db pingpong --addr $cli -s 8 -n $pp_n -p 18602 $srv")
     echo "$pp" | grep 'usec/iter' >&2
     db_rtt=$(grep -oP '=\s*\K[0-9.]+(?= usec/iter)' <<<"$pp" | head -1)
+    for v in tcp_lat db_lat db_rtt; do
+        if ! [[ ${!v} =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+            say "latency round $r: no figure in the tool's output for $v (got '${!v}'); its lines are above"
+            exit 1
+        fi
+    done
     lat_rows+="${lat_rows:+ }$tcp_lat $db_lat $db_rtt"
 done
 
@@ -233,6 +239,11 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
         vbw=$(pair 1.5 "ip netns exec $na $db run --addr 10.88.0.1 -- ib_write_bw -s 65536 -D $secs -p 18605" \
             "ip netns exec $nb $db run --addr 10.88.0.2 -- ib_write_bw -s 65536 -D $secs -p 18605 10.88.0.1")
         veth_bw=$(awk '$1 == 65536 {print $4}' <<<"$vbw" | tail -1)
+        if ! [[ $veth_bw =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+            say "round $r over the veth: ib_write_bw printed no bandwidth:"
+            echo "$vbw" >&2
+            exit 1
+        fi
         echo "round $r: iperf3 $(awk -v b="$veth_tcp" 'BEGIN { printf "%.3f", b / 1e9 }') GB/s received; ib_write_bw:" >&2
         echo "$vbw" | grep -E 'BW average|^ 65536 ' >&2
         veth_rows+=" $veth_bw $veth_tcp"
@@ -240,14 +251,18 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
 fi
 
 probe_end=$(probe)
-BT_LAT="$lat_rows" /usr/bin/python3 - "${veth_mtu:-1500}" "$tcp_rate" "$tcp_bw" "$db_bw" "$db_rate" "$idle_share" $veth_rows <<'EOF'
+BT_LAT="$lat_rows" BT_VETH="$veth_rows" /usr/bin/python3 - "${veth_mtu:-1500}" "$tcp_rate" "$tcp_bw" "$db_bw" "$db_rate" "$idle_share" <<'EOF'
 import os
 import sys
 veth_mtu = sys.argv.pop(1)
 tcp_rate, tcp_bw, db_bw, db_rate, idle = map(float, sys.argv[1:6])
 # The latency rounds: (sockperf's one way, ib_write_lat's, pingpong's round trip) in us.
 lat = [float(x) for x in os.environ["BT_LAT"].split()]
+assert lat and len(lat) % 3 == 0, f"latency rounds: {lat}"
 lat = list(zip(lat[0::3], lat[1::3], lat[2::3]))
+# Over the veth: ib_write_bw MiB/s and iperf3 bytes/s, round by round.
+veth_rows = [float(x) for x in os.environ["BT_VETH"].split()]
+assert len(veth_rows) % 2 == 0, f"veth rounds: {veth_rows}"
 # perftest's MB is 2^20 bytes.
 db_bw_bytes = db_bw * 2**20
 def times(r):
@@ -285,7 +300,7 @@ rows = [
 ]
 rows.append(("idle open device (rping -s)", f"{idle:.2f}% of a core", "", "(target < 1%)"))
 # Over the veth: (ib_write_bw MiB/s, iperf3 bytes/s) per round.
-veth = [(float(b) * 2**20, float(t)) for b, t in zip(sys.argv[9::2], sys.argv[10::2])]
+veth = [(b * 2**20, t) for b, t in zip(veth_rows[0::2], veth_rows[1::2])]
 if veth:
     ratios = sorted(b / t for b, t in veth)
     print("over the veth, round by round: " + ", ".join(

@@ -1089,8 +1089,9 @@ impl Nic {
     }
 
     /// [`Nic::handle_emitted_frame`] for a train another NIC of this
-    /// process built ([`Frame::train`]): `packets` whole packets back to
-    /// back in `bytes`. Each is taken as [`Nic::handle_emitted_frame`]
+    /// process built ([`Frame::train`]), or for packets from a port whose
+    /// ICRCs the runtime checked: `packets` whole packets back to back in
+    /// `bytes`. Each is taken as [`Nic::handle_emitted_frame`]
     /// would have taken it alone, checked and counted, its events
     /// delivered; but the IP and UDP headers it shares with the packet
     /// before are not parsed again

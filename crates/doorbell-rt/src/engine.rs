@@ -414,9 +414,11 @@ impl Engine {
         crate::buffers::recycle(bytes);
     }
 
-    /// Takes in the frames of port runs ([`Msg::PortRuns`]) where they lie,
-    /// each as [`Self::take_frames`] takes a frame; a run short enough for
-    /// a frame buffer (a datagram alone) gives it back as a frame's.
+    /// Takes in the frames of port runs ([`Msg::PortRuns`]) where they lie:
+    /// a run whose ICRCs all match as one train, where no capture or
+    /// timeline records each frame; otherwise each frame as
+    /// [`Self::take_frames`] takes one. A run short enough for a frame
+    /// buffer (a datagram alone) gives it back as a frame's.
     fn take_runs(&mut self, now: Instant, mut runs: Vec<Vec<u8>>) {
         // Where no capture or timeline records each frame, a run whose
         // ICRCs all match is one train.
@@ -424,6 +426,11 @@ impl Engine {
         for mut run in runs.drain(..) {
             let checked = check_run(&mut run);
             if trains && checked.count > 1 && checked.all_match() {
+                // What the NIC owes leaves before a train would take it
+                // past FLUSH_PACKETS (a run is at most 64 packets).
+                if self.unflushed > 0 && self.unflushed + checked.count as usize > FLUSH_PACKETS {
+                    let _ = self.flush(now, false);
+                }
                 let Self { nic, bus, .. } = self;
                 let _ = nic.handle_emitted_train(now, &run[..checked.end], checked.count, bus);
                 self.count_in(now, checked.count as usize);

@@ -1565,9 +1565,11 @@ fn a_flood_is_absorbed_counted_and_leaves_the_nic_working() {
 #[test]
 fn a_polled_stream_held_at_its_window_is_left_to_the_polls_until_an_arm() {
     const LEN: u32 = 1 << 16;
-    // 256 packets a WRITE at MTU 256: four fill the window of 1024.
+    // 256 packets a WRITE at MTU 256: four fill the window of 1024, so
+    // ten keep it full through the six rounds below, and leave the SQ
+    // (16) room for the WRITEs that keep the stream fresh.
     const PER_WRITE: u32 = LEN / MTU;
-    const WRITES: u32 = 12;
+    const WRITES: u32 = 10;
     let r = rig(77);
     let q = r.b.qp.qpn();
     let sge = [r.b.mr.sge(0, LEN).unwrap()];
@@ -1626,7 +1628,7 @@ fn a_polled_stream_held_at_its_window_is_left_to_the_polls_until_an_arm() {
         },
         ..Pkt::ack()
     };
-    const ROUNDS: u32 = WRITES / 2;
+    const ROUNDS: u32 = WRITES - 4;
     let mut called_back = 0;
     for acked in 1..=ROUNDS {
         // The program has polled within the last 200 µs and the window is
