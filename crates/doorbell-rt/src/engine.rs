@@ -217,6 +217,8 @@ pub(crate) struct Engine {
     timers_held_until: Option<Instant>,
     /// Flushes that stopped at [`FLUSH_LIMIT`] ([`Core::flushes_cut`]).
     flushes_cut: u64,
+    /// Port runs taken as one train ([`Core::port_trains`]).
+    port_trains: u64,
     /// Whether a turn handled a message since the worker last looked.
     busy: bool,
     /// The clock's reading at the start of the turn running (the one a
@@ -310,6 +312,7 @@ impl Engine {
             resume_queued: false,
             timers_held_until: None,
             flushes_cut: 0,
+            port_trains: 0,
             clock: std::time::Instant::now(),
             rings: 0,
         }
@@ -431,6 +434,7 @@ impl Engine {
                 if self.unflushed > 0 && self.unflushed + checked.count as usize > FLUSH_PACKETS {
                     let _ = self.flush(now, false);
                 }
+                self.port_trains += 1;
                 let Self { nic, bus, .. } = self;
                 let _ = nic.handle_emitted_train(now, &run[..checked.end], checked.count, bus);
                 self.count_in(now, checked.count as usize);
@@ -922,6 +926,8 @@ pub(crate) struct Core {
     /// Flushes that stopped at [`FLUSH_LIMIT`] with more to build, after
     /// the last turn.
     flushes_cut: AtomicU64,
+    /// [`Engine::port_trains`] after the last turn.
+    port_trains: AtomicU64,
     /// [`Engine::rings`] after the last turn.
     rings: AtomicU64,
     /// The UDP port's receive thread stays off its socket
@@ -961,6 +967,7 @@ impl Core {
             armed_at_ns: AtomicU64::new(0),
             window_stops: AtomicU64::new(0),
             flushes_cut: AtomicU64::new(0),
+            port_trains: AtomicU64::new(0),
             rings: AtomicU64::new(0),
             away: AtomicBool::new(false),
             away_thread: OnceLock::new(),
@@ -993,6 +1000,12 @@ impl Core {
     /// ([`crate::LiveNic::flushes_cut`]).
     pub(crate) fn flushes_cut(&self) -> u64 {
         self.flushes_cut.load(Ordering::Relaxed)
+    }
+
+    /// Port runs whose ICRCs all matched, taken as one train, as of the
+    /// last turn ([`crate::PortCounters::rx_trains`]).
+    pub(crate) fn port_trains(&self) -> u64 {
+        self.port_trains.load(Ordering::Relaxed)
     }
 
     /// Deliveries of frames that another NIC of the process handed to the
@@ -1390,6 +1403,7 @@ impl Core {
             emptied = false;
         }
         self.flushes_cut.store(g.flushes_cut, Ordering::Relaxed);
+        self.port_trains.store(g.port_trains, Ordering::Relaxed);
         self.window_stops
             .store(g.nic.window_stops(), Ordering::Relaxed);
         self.rings.store(g.rings, Ordering::Relaxed);

@@ -106,6 +106,7 @@ impl NicStats {
                 "rx_left_to_polls": p.rx_left_to_polls,
                 "rx_called_back": p.rx_called_back,
                 "rx_looked": p.rx_looked,
+                "rx_trains": p.rx_trains,
                 "shm_tx_frames": p.shm_tx_frames,
                 "shm_rx_frames": p.shm_rx_frames,
                 "shm_tx_full_drops": p.shm_tx_full_drops,

@@ -109,6 +109,10 @@ pub struct PortCounters {
     /// stream's burst, instead of waiting in the kernel (decision record
     /// 0064).
     pub rx_looked: u64,
+    /// Coalesced receives of more than one datagram whose ICRCs all
+    /// matched, taken by the NIC as one train (decision record 0054);
+    /// none where a capture or a timeline records each frame.
+    pub rx_trains: u64,
     /// Frames put into rings to NICs of this host (shared memory).
     pub shm_tx_frames: u64,
     /// Frames dropped because a peer's ring stayed full.

@@ -544,6 +544,67 @@ fn segmented_sends_arrive_as_the_datagrams_they_carry() {
     assert_eq!(a.tx_packets, pa.tx_datagrams);
 }
 
+/// A coalesced receive whose ICRCs all match goes to the NIC as one train
+/// where nothing records each frame, and frame by frame where a timeline
+/// does: the receiving NIC takes and counts the same packets either way.
+#[test]
+fn a_run_taken_as_a_train_is_counted_as_its_frames_taken_one_by_one() {
+    const WRITES: u64 = 4;
+    let len = 1 << 20;
+    let run = |net: u8, trace: bool| {
+        let opts = |trace| {
+            exact(NicOptions {
+                shm: false,
+                trace,
+                ..NicOptions::default()
+            })
+        };
+        let t = Timers {
+            mtu: 1024,
+            ..Timers::default()
+        };
+        let ips = [lo(net, 2), lo(net, 3)];
+        let p = udp_pair(ips, [opts(false), opts(trace)], caps(8), 4 << 20, t);
+        let data = pattern(len, net);
+        p.a.mr.write(0, &data).unwrap();
+        let remote = RemoteAddr {
+            addr: p.b.mr.addr(),
+            rkey: p.b.mr.rkey(),
+        };
+        let sge = [p.a.mr.sge(0, len as u32).unwrap()];
+        for i in 0..WRITES {
+            post(&p.a.qp, signaled(i, &sge, WrOpcode::RdmaWrite(remote)));
+        }
+        assert!(wait(&p.a.cq, WRITES as usize).iter().all(|w| w.is_ok()));
+        let mut got = vec![0u8; len];
+        p.b.mr.read(0, &mut got).unwrap();
+        assert!(got == data, "WRITE data differ");
+        let (_, b) = settled(&p);
+        (b, p.b.nic.port_counters())
+    };
+    let (trains, trains_port) = run(61, false);
+    let (one_by_one, one_by_one_port) = run(62, true);
+    assert!(trains_port.rx_trains > 0, "{trains_port:?}");
+    assert_eq!(one_by_one_port.rx_trains, 0, "{one_by_one_port:?}");
+    let taken = |c: &doorbell_device::NicCounters| {
+        (
+            c.rx_packets,
+            c.rx_write_requests,
+            c.rx_dropped,
+            c.out_of_sequence,
+            c.duplicate_request,
+            c.rx_icrc_errors,
+        )
+    };
+    assert_eq!(taken(&trains), taken(&one_by_one));
+    assert_eq!(
+        trains.rx_packets,
+        WRITES * (len as u64 / 1024),
+        "{trains:?}"
+    );
+    assert_eq!(trains_port.rx_datagrams, one_by_one_port.rx_datagrams);
+}
+
 /// Datagrams come faster than the NIC's turns take them (here, no turn
 /// runs at all): its receive thread stops taking them from the socket
 /// once a bounded backlog of frames waits for the NIC, so that a flood
