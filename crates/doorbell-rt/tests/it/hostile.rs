@@ -1750,6 +1750,61 @@ fn a_bad_datagram_inside_a_coalesced_run_is_dropped_alone() {
     r.healthy("after a run with a bad datagram");
 }
 
+/// What a NIC owes leaves after at most 64 packets taken in
+/// (`FLUSH_PACKETS`), a coalesced run taken as one train included: 40
+/// WRITEs that came one by one, then a run of 40 that came as one
+/// segmented send, all queued while the NIC was held, are answered by an
+/// ACK for the first 40 before the run is taken, and one for the run. (A
+/// flush only after the run would answer all 80 with one ACK.)
+#[test]
+fn what_a_nic_owes_leaves_before_a_train_takes_it_past_its_flush() {
+    const ALONE: u32 = 40;
+    const RUN: u32 = 40;
+    let r = rig(81);
+    let q = r.b.qp.qpn();
+    let e = Psn::new(PEER_PSN);
+    let data = pattern(48, 9);
+    let write = |i: u32| {
+        let w = Pkt::write(RcRdmaWriteOnly, r.va(WRITE_OFF), r.rkey(), 48, data.clone());
+        r.peer.datagram(q, e.add(i), &w)
+    };
+    let alone: Vec<Vec<u8>> = (0..ALONE).map(write).collect();
+    let run: Vec<Vec<u8>> = (ALONE..ALONE + RUN).map(write).collect();
+    let p0 = r.b.nic.port_counters();
+    let c0 = r.counters();
+    r.b.nic.with_turns_held(|| {
+        for d in &alone {
+            r.peer.send_raw(d);
+        }
+        send_segmented(&r.peer, &run);
+        // The port's receive thread queues them for the NIC meanwhile.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while r.b.nic.port_counters().rx_datagrams - p0.rx_datagrams < u64::from(ALONE + RUN) {
+            assert!(Instant::now() < deadline, "the datagrams were not received");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    assert_eq!(
+        head(&r.peer.answer()),
+        ack_of(e.add(ALONE - 1), ALONE),
+        "the WRITEs that came alone, answered before the run is taken"
+    );
+    assert_eq!(
+        head(&r.peer.answer()),
+        ack_of(e.add(ALONE + RUN - 1), ALONE + RUN)
+    );
+    let c1 = r.seen(&c0, u64::from(ALONE + RUN));
+    assert_eq!(
+        c1.rx_write_requests - c0.rx_write_requests,
+        u64::from(ALONE + RUN)
+    );
+    assert_eq!(r.b.nic.port_counters().rx_trains - p0.rx_trains, 1);
+    r.peer.assert_quiet("after the two ACKs");
+    r.wrote(WRITE_OFF, &data);
+    r.check_memory("the WRITEs");
+    r.healthy("after a run taken as a train");
+}
+
 /// Sends B's QP 64 WRITE ONLYs from the peer, PSNs from `psn` on; if
 /// `ring`, B's program arms its CQ after each (a ring of the NIC that
 /// takes no datagram from the socket). Drains the ACKs.
