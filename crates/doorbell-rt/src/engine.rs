@@ -429,11 +429,7 @@ impl Engine {
         for mut run in runs.drain(..) {
             let checked = check_run(&mut run);
             if trains && checked.count > 1 && checked.all_match() {
-                // What the NIC owes leaves before a train would take it
-                // past FLUSH_PACKETS (a run is at most 64 packets).
-                if self.unflushed > 0 && self.unflushed + checked.count as usize > FLUSH_PACKETS {
-                    let _ = self.flush(now, false);
-                }
+                self.room_for(now, checked.count as usize);
                 self.port_trains += 1;
                 let Self { nic, bus, .. } = self;
                 let _ = nic.handle_emitted_train(now, &run[..checked.end], checked.count, bus);
@@ -469,6 +465,7 @@ impl Engine {
             Arrival::Parsed(headers) => headers.len().max(1),
             Arrival::Port | Arrival::Checked(_) | Arrival::Emitted => 1,
         };
+        self.room_for(now, packets);
         self.take_in(now, &mut f, how);
         self.give_taken(f);
         self.count_in(now, packets);
@@ -484,6 +481,16 @@ impl Engine {
             self.nic.recycle(f);
         } else {
             crate::buffers::recycle(f);
+        }
+    }
+
+    /// Flushes what the NIC owes before a frame of `packets` packets would
+    /// take the count past [`FLUSH_PACKETS`]: a train or a run (at most 64
+    /// packets) does not hold it back for up to twice as many.
+    fn room_for(&mut self, now: Instant, packets: usize) {
+        if self.unflushed > 0 && self.unflushed + packets > FLUSH_PACKETS {
+            // The message being taken is not all in: no timer yet.
+            let _ = self.flush(now, false);
         }
     }
 
