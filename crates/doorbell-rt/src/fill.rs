@@ -215,7 +215,12 @@ impl Filler {
             }
             let p = &scratch;
             let len = p.len().saturating_sub(HEADERS);
-            if p.first() != Some(&0x45) || len == 0 || pay < HEADERS || pay_end > p.len() {
+            // An IPv4 header without options, as a run's shared headers
+            // must be.
+            let plain = doorbell_wire::Ipv4Header::new_checked(&p[..]).is_ok_and(|h| {
+                h.version() == 4 && h.header_len() == doorbell_wire::ipv4::HEADER_LEN
+            });
+            if !plain || len == 0 || pay < HEADERS || pay_end > p.len() {
                 ok = false;
                 break;
             }

@@ -48,6 +48,7 @@ use doorbell_wire::{
     IpProtocol, Ipv4Header, Ipv4Repr, ROCE_V2_UDP_PORT, UdpHeader, UdpRepr, ipv4, udp,
 };
 
+use crate::datagrams::HEADERS_LEN;
 use crate::engine::{Core, RxWait, StreamsSeen};
 use crate::fault::Sink;
 use crate::inbox::Msg;
@@ -78,7 +79,6 @@ const STREAM_BURST: usize = 16;
 /// After this many empty receives in a row, a caller tries the socket
 /// only every this many times ([`UdpPort::progress`]).
 const IDLE_EVERY: u32 = 64;
-use crate::datagrams::HEADERS_LEN;
 
 /// What a UDP port counted, beside the NIC's own counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
