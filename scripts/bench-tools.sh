@@ -127,6 +127,17 @@ pair() {
     echo "$out"
 }
 
+# Runs sockperf's TCP server on 127.0.0.1 port $1 and a client against it,
+# 14-byte messages for BENCH_SECS; prints the client's output. $2: the
+# server's options beyond --tcp; $3: the client's mode and its options.
+sockperf_pair() {
+    pair 1 "timeout $((secs + 30)) sockperf server --tcp $2 -i 127.0.0.1 -p $1" \
+        "sockperf $3 --tcp -i 127.0.0.1 -p $1 -m 14 -t $secs"
+}
+
+# True if $1 is a figure as the tools print them (digits, maybe a point).
+is_figure() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+
 probe_start=$(probe)
 say "hand-off probe: $probe_start M/s"
 
@@ -138,8 +149,7 @@ for ((r = 1; r <= lat_rounds; r++)); do
     lat_probes+="${lat_probes:+, }$p"
     say "latency round $r of $lat_rounds (hand-off probe $p M/s)"
     say "TCP ping-pong, 14 B, polling (sockperf)"
-    sp=$(pair 1 "timeout $((secs + 30)) sockperf server --tcp --nonblocked -i 127.0.0.1 -p 11111" \
-        "sockperf ping-pong --tcp --nonblocked -i 127.0.0.1 -p 11111 -m 14 -t $secs")
+    sp=$(sockperf_pair 11111 --nonblocked "ping-pong --nonblocked")
     grep -E 'Summary' <<<"$sp" >&2
     tcp_lat=$(grep -oP 'Summary: Latency is\s*\K[0-9.]+' <<<"$sp" | head -1)
 
@@ -164,7 +174,7 @@ for ((r = 1; r <= lat_rounds; r++)); do
     echo "$pp" | grep 'usec/iter' >&2
     db_rtt=$(grep -oP '=\s*\K[0-9.]+(?= usec/iter)' <<<"$pp" | head -1)
     for v in tcp_lat db_lat db_rtt; do
-        if ! [[ ${!v} =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+        if ! is_figure "${!v}"; then
             say "latency round $r: no figure in the tool's output for $v (got '${!v}'); its lines are above"
             exit 1
         fi
@@ -173,8 +183,7 @@ for ((r = 1; r <= lat_rounds; r++)); do
 done
 
 say "TCP_NODELAY 14 B writes (sockperf throughput)"
-st=$(pair 1 "timeout $((secs + 30)) sockperf server --tcp -i 127.0.0.1 -p 11112" \
-    "sockperf throughput --tcp --tcp-avoid-nodelay -i 127.0.0.1 -p 11112 -m 14 -t $secs")
+st=$(sockperf_pair 11112 "" "throughput --tcp-avoid-nodelay")
 grep -E 'Message Rate' <<<"$st" >&2
 tcp_rate=$(grep -oP 'Message Rate is\s*\K[0-9.]+' <<<"$st" | head -1)
 
@@ -239,7 +248,7 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
         vbw=$(pair 1.5 "ip netns exec $na $db run --addr 10.88.0.1 -- ib_write_bw -s 65536 -D $secs -p 18605" \
             "ip netns exec $nb $db run --addr 10.88.0.2 -- ib_write_bw -s 65536 -D $secs -p 18605 10.88.0.1")
         veth_bw=$(awk '$1 == 65536 {print $4}' <<<"$vbw" | tail -1)
-        if ! [[ $veth_bw =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+        if ! is_figure "$veth_bw"; then
             say "round $r over the veth: ib_write_bw printed no bandwidth:"
             echo "$vbw" >&2
             exit 1
