@@ -133,9 +133,15 @@ const LEFT_WAIT: Duration = Duration::from_micros(20);
 /// it still ([`Core::deliver`]).
 const POLLING: Duration = Duration::from_micros(100);
 
-/// How long a UDP port's receive thread stays off its socket, at most,
-/// while the program's CQ polls receive for it ([`Core::rx_wait`]).
-const LEASE: Duration = Duration::from_micros(200);
+/// How long a UDP port's receive thread stays off its socket at first
+/// while the program's CQ polls receive for it ([`Core::rx_wait`]), and
+/// how recent a poll must be for the program to count as polling.
+pub(crate) const LEASE: Duration = Duration::from_micros(200);
+
+/// The longest a receive thread stays off its socket at a time: each stay
+/// that the polls outlast is twice the one before, up to this
+/// ([`Core::stay_away`], decision record 0074).
+const AWAY_MAX: Duration = Duration::from_millis(2);
 
 /// A stream whose window has not filled for this long no longer counts as
 /// one ([`Core::rx_wait`]).
@@ -748,6 +754,17 @@ impl RunChecked {
     }
 }
 
+/// How long a receive thread stays off its socket after a stay of
+/// `park`: [`LEASE`] after an arm called it back, else twice `park`, from
+/// [`LEASE`] up to [`AWAY_MAX`].
+pub(crate) fn next_stay(park: Duration, called_back: bool) -> Duration {
+    if called_back {
+        LEASE
+    } else {
+        (park * 2).clamp(LEASE, AWAY_MAX)
+    }
+}
+
 /// Checks the ICRCs of the frames of a port run ([`Msg::PortRuns`]), two
 /// at a time where they lie (the first [`RunChecked::CHECKED`]; a
 /// coalesced receive holds at most 64 datagrams).
@@ -1283,26 +1300,37 @@ impl Core {
         self.rings.load(Ordering::Relaxed)
     }
 
-    /// Parks the calling receive thread for up to [`LEASE`], or until a
-    /// program arms a CQ ([`Self::note_arm`]) or the NIC stops.
-    pub(crate) fn stay_away(&self) {
+    /// Parks the calling receive thread for up to `park`, or until a
+    /// program arms a CQ ([`Self::note_arm`]) or the NIC stops; returns
+    /// how long it stays away next time, if the polls still receive for
+    /// it then: twice `park`, up to [`AWAY_MAX`], or [`LEASE`] again
+    /// after an arm called it back. A stream that the polls keep taking
+    /// wakes the thread a few hundred times a second rather than
+    /// thousands, each wake-up a switch on a busy core.
+    pub(crate) fn stay_away(&self, park: Duration) -> Duration {
         let _ = self.away_thread.get_or_init(std::thread::current);
         self.away.store(true, Ordering::Relaxed);
         // Pairs with the fence in `note_arm`.
         fence(Ordering::SeqCst);
         let armed = self.armed_at_ns.load(Ordering::Relaxed);
         let lease = LEASE.as_nanos() as u64;
+        let mut called_back = false;
         if (armed == 0 || self.since_start_ns().saturating_sub(armed) >= lease)
             && !self.stop.load(Ordering::Acquire)
         {
-            self.left_to_polls.fetch_add(1, Ordering::Relaxed);
+            // Read before the stay is counted: an arm that a program makes
+            // once it sees the count move comes after them.
             let (from, from_ns) = (std::time::Instant::now(), self.since_start_ns());
-            std::thread::park_timeout(LEASE);
-            if from.elapsed() < LEASE && self.armed_at_ns.load(Ordering::Relaxed) >= from_ns {
+            self.left_to_polls.fetch_add(1, Ordering::Relaxed);
+            std::thread::park_timeout(park);
+            called_back =
+                from.elapsed() < park && self.armed_at_ns.load(Ordering::Relaxed) >= from_ns;
+            if called_back {
                 self.called_back.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.away.store(false, Ordering::Relaxed);
+        next_stay(park, called_back)
     }
 
     /// Whether the UDP port's receive thread is off its socket: the
@@ -1583,6 +1611,36 @@ mod tests {
             run.extend_from_slice(&f);
         }
         run
+    }
+
+    #[test]
+    fn stays_off_the_socket_double_to_their_cap_and_an_arm_starts_them_over() {
+        use super::{AWAY_MAX, LEASE, next_stay};
+        let mut stay = LEASE;
+        let mut stays = vec![stay];
+        while stays.len() < 8 {
+            stay = next_stay(stay, false);
+            stays.push(stay);
+        }
+        let us = Duration::from_micros;
+        assert_eq!(
+            stays,
+            [
+                us(200),
+                us(400),
+                us(800),
+                us(1600),
+                us(2000),
+                us(2000),
+                us(2000),
+                us(2000)
+            ]
+        );
+        assert_eq!(AWAY_MAX, us(2000));
+        assert_eq!(next_stay(AWAY_MAX, true), LEASE);
+        assert_eq!(next_stay(us(400), true), LEASE);
+        // Whatever it is given, a stay is never shorter than the first.
+        assert_eq!(next_stay(Duration::ZERO, false), LEASE);
     }
 
     #[test]

@@ -21,9 +21,10 @@
 //! ([`UdpPort::progress`]), one at a time under a lock held until the
 //! batch is in the NIC's inbox, so frames reach the NIC in the order the
 //! socket gave them. While a program polls the NIC's CQ and a stream
-//! waits for ACKs, the thread leaves the socket to the polls, 200 µs at a
-//! time, until an arm of a CQ calls it back ([`Core::rx_wait`], decision
-//! record 0052). Where no program drives the NIC, the thread keeps
+//! waits for ACKs, the thread leaves the socket to the polls, 200 µs at
+//! first and twice as long each time the polls outlast it, up to 2 ms,
+//! until an arm of a CQ calls it back ([`Core::rx_wait`], decision
+//! records 0052 and 0074). Where no program drives the NIC, the thread keeps
 //! receiving for a while after a stream's burst rather than wait in the
 //! kernel ([`looks_again`], decision record 0064). The receiver puts the IPv4 and UDP headers back from
 //! what the kernel tells: source address and port, destination address
@@ -49,7 +50,7 @@ use doorbell_wire::{
 };
 
 use crate::datagrams::HEADERS_LEN;
-use crate::engine::{Core, RxWait, StreamsSeen};
+use crate::engine::{Core, LEASE, RxWait, StreamsSeen};
 use crate::fault::Sink;
 use crate::inbox::Msg;
 use crate::sys::{self, RecvBatch};
@@ -100,8 +101,8 @@ pub struct PortCounters {
     /// last reported it (`SO_RXQ_OVFL`).
     pub rx_socket_drops: u64,
     /// Times the receive thread left the socket to the program's CQ polls
-    /// for a while (up to 200 µs each), while a stream waited for the
-    /// ACKs those polls take (decision record 0052).
+    /// for a while (200 µs to 2 ms each), while a stream waited for the
+    /// ACKs those polls take (decision records 0052, 0074).
     pub rx_left_to_polls: u64,
     /// Times a program arming a CQ called that thread back before its time.
     pub rx_called_back: u64,
@@ -382,17 +383,21 @@ impl RxThread {
         let mut found_at: Option<std::time::Instant> = None;
         let mut rings = RingWatch::default();
         let mut was_looking = false;
+        // How long the next stay off the socket lasts, while the polls
+        // keep receiving for the thread.
+        let mut stay = LEASE;
         while !stop.load(Ordering::Relaxed) {
             // Wait without the lock, so that a caller may receive meanwhile;
             // then receive under it.
             let wait = match to.rx_wait(&mut seen) {
                 RxWait::LeaveToPolls => {
-                    to.stay_away();
+                    stay = to.stay_away(stay);
                     continue;
                 }
                 RxWait::Soon => LOOK_AGAIN,
                 RxWait::Long => RECV_TIMEOUT,
             };
+            stay = LEASE;
             if to.waited_out_backlog() {
                 continue;
             }
