@@ -2,7 +2,9 @@
 //! [`doorbell_rt::crc::crc32_pair`] saves a port (decision record 0054).
 //!
 //! For packets of the lengths a 64 KiB stream's MIDDLE packets hash over
-//! IPv4 at each RoCE MTU (1 064, 2 088 and 4 136 bytes), cut from one
+//! IPv4 at each RoCE MTU (1 064, 2 088 and 4 136 bytes), and for the
+//! 1 036 bytes of such a packet's datagram that a UDP port hashes on from
+//! its headers' CRC at MTU 1 024 (decision record 0073), cut from one
 //! buffer as a window's frames lie, the time a packet of:
 //!
 //! - `crc32fast`, one packet after the other (the single-packet path);
@@ -28,7 +30,7 @@ fn main() {
     let packets = if full { 4_000_000 } else { 1_000 };
     println!("packet bytes | crc32fast, one at a time | crc32_pair, two at a time | ratio");
     println!("---|---|---|---");
-    for len in [1064usize, 2088, 4136] {
+    for len in [1036usize, 1064, 2088, 4136] {
         let buf: Vec<u8> = (0..len * FRAMES).map(|i| (i * 7 + 3) as u8).collect();
         let frame = |k: usize| &buf[(k % FRAMES) * len..][..len];
         // Per slice, the ns a packet; packets / len keeps slices alike in

@@ -19,11 +19,12 @@
 //! (`VPCLMULQDQ` on AVX-512), the two buffers' registers side by side;
 //! the lanes collapse into one as a tree (four lanes 512 bits on, two
 //! 256, one 128: three dependent folds where one lane after another
-//! would take seven), the whole 16-byte blocks left are folded in, and
-//! the Barrett reduction gives 32 bits. The rest goes through
-//! `crc32fast`: the bytes after the last whole block (fewer than 16), or,
-//! where one buffer is longer than the other by a fold or more, all of
-//! its bytes past the shorter one's last fold. A CPU without those
+//! would take seven), and the whole 16-byte blocks left are folded in.
+//! The bytes after the last whole block (fewer than 16) take one more
+//! fold: two byte shuffles make them and the last lane into two whole
+//! lanes. The Barrett reduction then gives 32 bits. Where one buffer is
+//! longer than the other by a fold or more, all of its bytes past the
+//! shorter one's last fold go through `crc32fast`. A CPU without those
 //! instructions, or a buffer shorter than one fold's 128 bytes, is hashed
 //! by `crc32fast`, one buffer after the other.
 //!
@@ -65,12 +66,13 @@ fn one(init: u32, buf: &[u8]) -> u32 {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m128i, __m256i, __m512i, _mm_and_si128, _mm_clmulepi64_si128, _mm_cvtsi32_si128,
-        _mm_extract_epi32, _mm_loadu_si128, _mm_set_epi64x, _mm_setr_epi32, _mm_srli_si128,
-        _mm_xor_si128, _mm256_castsi256_si128, _mm256_clmulepi64_epi128, _mm256_extracti128_si256,
-        _mm256_set_epi64x, _mm256_xor_si256, _mm512_castsi128_si512, _mm512_castsi512_si256,
-        _mm512_clmulepi64_epi128, _mm512_extracti64x4_epi64, _mm512_loadu_si512, _mm512_set_epi64,
-        _mm512_ternarylogic_epi64, _mm512_xor_si512,
+        __m128i, __m256i, __m512i, _mm_and_si128, _mm_blendv_epi8, _mm_clmulepi64_si128,
+        _mm_cvtsi32_si128, _mm_extract_epi32, _mm_loadu_si128, _mm_set_epi64x, _mm_setr_epi32,
+        _mm_shuffle_epi8, _mm_srli_si128, _mm_xor_si128, _mm256_castsi256_si128,
+        _mm256_clmulepi64_epi128, _mm256_extracti128_si256, _mm256_set_epi64x, _mm256_xor_si256,
+        _mm512_castsi128_si512, _mm512_castsi512_si256, _mm512_clmulepi64_epi128,
+        _mm512_extracti64x4_epi64, _mm512_loadu_si512, _mm512_set_epi64, _mm512_ternarylogic_epi64,
+        _mm512_xor_si512,
     };
 
     /// Bytes folded per step: two 512-bit registers of four lanes each.
@@ -100,9 +102,9 @@ mod x86 {
 
     /// The CRC of the first bytes of each of two buffers of at least
     /// [`BLOCK`] bytes, continued from `init`, and how many bytes it
-    /// covers: all of a buffer, or all but a rest that `crc32fast`
-    /// hashes faster (fewer than 16 bytes, or the longer buffer's bytes
-    /// past the shorter one's last fold).
+    /// covers: all of a buffer, or all but the longer buffer's bytes past
+    /// the shorter one's last fold, which `crc32fast` hashes faster, where
+    /// they are a fold or more.
     ///
     /// # Safety
     /// The CPU must have AVX-512F, VPCLMULQDQ, PCLMULQDQ and SSE4.1
@@ -157,13 +159,18 @@ mod x86 {
             _mm256_extracti128_si256::<1>(two),
             k128,
         );
-        // A short rest block by block; a long one (the longer buffer of a
-        // pair whose lengths differ by more than a fold) through
-        // `crc32fast`, whose own fold is faster there than one lane's.
+        // A short rest block by block, and its last few bytes in one more
+        // fold; a long one (the longer buffer of a pair whose lengths
+        // differ by more than a fold) through `crc32fast`, whose own fold
+        // is faster there than one lane's.
         if buf.len() - at < BLOCK {
             while buf.len() - at >= 16 {
                 x = fold128(x, load128(buf, at), k128);
                 at += 16;
+            }
+            if at < buf.len() {
+                x = fold_tail(x, buf, buf.len() - at, k128);
+                at = buf.len();
             }
         }
         // 128 bits to 64: the high half folded onto the low, then the low
@@ -183,6 +190,37 @@ mod x86 {
         let q = _mm_clmulepi64_si128::<0x10>(_mm_and_si128(x, low32), pmu);
         let qp = _mm_clmulepi64_si128::<0x00>(_mm_and_si128(q, low32), pmu);
         (!(_mm_extract_epi32::<1>(_mm_xor_si128(x, qp)) as u32), at)
+    }
+
+    /// Folds in the last `rest` bytes of `buf` (1 to 15; `buf` holds at
+    /// least 16), `x` being the lane of the 16 bytes before them. The
+    /// bytes are `x` then the rest; with zeros before them, which add
+    /// nothing, they are two whole lanes: the zeros and `x`'s first
+    /// `rest` bytes, folded 128 bits on onto `x`'s other bytes followed by
+    /// the rest.
+    #[target_feature(enable = "pclmulqdq,sse4.1")]
+    fn fold_tail(x: __m128i, buf: &[u8], rest: usize, k128: __m128i) -> __m128i {
+        // Byte shuffles, by offset into this: from `rest`, one that moves
+        // a lane's bytes `16 - rest` up (zeros below); from `16 + rest`,
+        // one that moves them `rest` down (zeros above). A shuffle index
+        // with its top bit set gives a zero byte.
+        const SHIFTS: [u8; 48] = {
+            let mut t = [0x80; 48];
+            let mut i = 0;
+            while i < 16 {
+                t[16 + i] = i as u8;
+                i += 1;
+            }
+            t
+        };
+        let up = load128(&SHIFTS, rest);
+        let down = load128(&SHIFTS, 16 + rest);
+        let first = _mm_shuffle_epi8(x, up);
+        // `x`'s last `16 - rest` bytes, then the buffer's last `rest`: the
+        // top bit of `up` is set below `16 - rest`, where it takes `x`'s.
+        let last = load128(buf, buf.len() - 16);
+        let second = _mm_blendv_epi8(last, _mm_shuffle_epi8(x, down), up);
+        fold128(first, second, k128)
     }
 
     /// Carries each 128-bit lane of `x` forward by `k` and adds `data`.
@@ -326,9 +364,12 @@ mod tests {
             one(crc, &[a, b][i][at..])
         });
         assert_eq!(finished, [one(0x1234, a), one(0x1234, b)]);
-        assert!(
-            folded.iter().all(|&(_, at)| at > 1000),
-            "the fold did the work"
+        // Both lengths end 8 bytes past a whole 16-byte block: the fold
+        // took those too.
+        assert_eq!(
+            folded.map(|(_, at)| at),
+            [a.len(), b.len()],
+            "the fold did all the work"
         );
     }
 }
