@@ -338,13 +338,15 @@ impl HostMemory for ProcessMemory {
             }
             self.in_pinned(addr, len)?;
         }
+        // The way each piece is copied, settled once for them all.
+        let path = vm::settle(self.path());
         let mut done = 0usize;
         for p in pieces {
             let end = done.checked_add(p.len()).filter(|&e| e <= len);
             let (Some(end), Some(at)) = (end, addr.get().checked_add(done as u64)) else {
                 return Err(uneven());
             };
-            vm::read(at, p, self.path()).map_err(|_| unmapped(addr, len))?;
+            vm::read(at, p, path).map_err(|_| unmapped(addr, len))?;
             done = end;
         }
         if done == len { Ok(()) } else { Err(uneven()) }
@@ -542,6 +544,34 @@ mod tests {
     /// Both ways of reaching granted memory.
     fn both() -> [ProcessMemory; 2] {
         [ProcessMemory::new(), ProcessMemory::through_kernel()]
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_path_settled_for_many_copies_is_guarded_only_where_faults_are_caught() {
+        use vm::{Path, settle};
+        assert_eq!(settle(Path::Kernel), Path::Kernel);
+        assert_eq!(settle(Path::Guarded), Path::Guarded);
+        // The test's thread takes SIGSEGV and SIGBUS.
+        assert_eq!(settle(Path::Direct), Path::Guarded);
+        // A thread that blocks them cannot have a fault caught: its copies
+        // go through the kernel.
+        let blocked = std::thread::spawn(|| {
+            let mut set = std::mem::MaybeUninit::<libc::sigset_t>::zeroed();
+            // SAFETY: a signal set built in a local and handed to
+            // pthread_sigmask, which changes only this thread's mask.
+            unsafe {
+                libc::sigemptyset(set.as_mut_ptr());
+                libc::sigaddset(set.as_mut_ptr(), libc::SIGSEGV);
+                assert_eq!(
+                    libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut()),
+                    0
+                );
+            }
+            settle(Path::Direct)
+        });
+        assert_eq!(blocked.join().unwrap(), Path::Kernel);
     }
 
     #[test]

@@ -68,6 +68,20 @@ pub(super) enum Path {
     Direct,
     /// Always through the kernel.
     Kernel,
+    /// A plain copy whose faults are caught, [`settle`]d for this thread:
+    /// the `guard` module was found usable, and is not asked again.
+    Guarded,
+}
+
+/// The path copies in this thread take now, asked once for many copies
+/// (a run's payloads, a packet at a time): [`Path::Guarded`] where a
+/// [`Path::Direct`] copy may go the guarded way, else [`Path::Kernel`].
+pub(super) fn settle(path: Path) -> Path {
+    if path == Path::Guarded || guarded(path) {
+        Path::Guarded
+    } else {
+        Path::Kernel
+    }
 }
 
 fn efault() -> io::Error {
@@ -100,7 +114,7 @@ pub(super) fn read(addr: u64, buf: &mut [u8], path: Path) -> io::Result<()> {
     if buf.is_empty() {
         return Ok(());
     }
-    if guarded(path) {
+    if path == Path::Guarded || guarded(path) {
         return guard_read(addr, buf);
     }
     let local = libc::iovec {
@@ -127,7 +141,7 @@ pub(super) fn write(addr: u64, data: &[u8], path: Path) -> io::Result<()> {
     if data.is_empty() {
         return Ok(());
     }
-    if guarded(path) {
+    if path == Path::Guarded || guarded(path) {
         return guard_write(addr, data);
     }
     let local = libc::iovec {
