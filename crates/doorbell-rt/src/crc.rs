@@ -22,9 +22,9 @@
 //! would take seven), and the whole 16-byte blocks left are folded in.
 //! The bytes after the last whole block (fewer than 16) take one more
 //! fold: two byte shuffles make them and the last lane into two whole
-//! lanes. The Barrett reduction then gives 32 bits. Where one buffer is
-//! longer than the other by a fold or more, all of its bytes past the
-//! shorter one's last fold go through `crc32fast`. A CPU without those
+//! lanes. The Barrett reduction then gives 32 bits. Where the longer
+//! buffer has a fold's worth of bytes or more past the shorter one's last
+//! fold, all of those go through `crc32fast`. A CPU without those
 //! instructions, or a buffer shorter than one fold's 128 bytes, is hashed
 //! by `crc32fast`, one buffer after the other.
 //!
@@ -160,9 +160,9 @@ mod x86 {
             k128,
         );
         // A short rest block by block, and its last few bytes in one more
-        // fold; a long one (the longer buffer of a pair whose lengths
-        // differ by more than a fold) through `crc32fast`, whose own fold
-        // is faster there than one lane's.
+        // fold; a long one (a fold's worth or more, in the longer buffer of
+        // a pair) through `crc32fast`, whose own fold is faster there than
+        // one lane's.
         if buf.len() - at < BLOCK {
             while buf.len() - at >= 16 {
                 x = fold128(x, load128(buf, at), k128);

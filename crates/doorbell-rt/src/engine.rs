@@ -963,6 +963,8 @@ pub(crate) struct Core {
     /// back ([`crate::PortCounters::rx_left_to_polls`]).
     left_to_polls: AtomicU64,
     called_back: AtomicU64,
+    /// The stays the receive thread meant to make, in µs, summed.
+    away_us: AtomicU64,
     /// A worker left frames for that program's next poll.
     left: AtomicBool,
     /// Another NIC handed the worker frames since the worker last looked
@@ -997,6 +999,7 @@ impl Core {
             away_thread: OnceLock::new(),
             left_to_polls: AtomicU64::new(0),
             called_back: AtomicU64::new(0),
+            away_us: AtomicU64::new(0),
             left: AtomicBool::new(false),
             handed: AtomicBool::new(false),
             hand_offs: AtomicU64::new(0),
@@ -1303,10 +1306,11 @@ impl Core {
     /// Parks the calling receive thread for up to `park`, or until a
     /// program arms a CQ ([`Self::note_arm`]) or the NIC stops; returns
     /// how long it stays away next time, if the polls still receive for
-    /// it then: twice `park`, up to [`AWAY_MAX`], or [`LEASE`] again
-    /// after an arm called it back. A stream that the polls keep taking
-    /// wakes the thread a few hundred times a second rather than
-    /// thousands, each wake-up a switch on a busy core.
+    /// it then ([`next_stay`]): twice `park`, up to [`AWAY_MAX`], or
+    /// [`LEASE`] again after an arm during the stay or where it did not
+    /// park at all. A stream that the polls keep taking wakes the thread
+    /// a few hundred times a second rather than thousands, each wake-up a
+    /// switch on a busy core.
     pub(crate) fn stay_away(&self, park: Duration) -> Duration {
         let _ = self.away_thread.get_or_init(std::thread::current);
         self.away.store(true, Ordering::Relaxed);
@@ -1314,23 +1318,31 @@ impl Core {
         fence(Ordering::SeqCst);
         let armed = self.armed_at_ns.load(Ordering::Relaxed);
         let lease = LEASE.as_nanos() as u64;
-        let mut called_back = false;
+        let mut next = LEASE;
         if (armed == 0 || self.since_start_ns().saturating_sub(armed) >= lease)
             && !self.stop.load(Ordering::Acquire)
         {
-            // Read before the stay is counted: an arm that a program makes
-            // once it sees the count move comes after them.
+            // The stay's start is read before the stay is counted, and the
+            // count is published with Release (read with Acquire in
+            // `left_to_polls`): a program that sees the count move and
+            // then arms reads the clock after this did, so its arm is
+            // seen as made during the stay.
             let (from, from_ns) = (std::time::Instant::now(), self.since_start_ns());
-            self.left_to_polls.fetch_add(1, Ordering::Relaxed);
+            self.away_us
+                .fetch_add(park.as_micros() as u64, Ordering::Relaxed);
+            self.left_to_polls.fetch_add(1, Ordering::Release);
             std::thread::park_timeout(park);
-            called_back =
-                from.elapsed() < park && self.armed_at_ns.load(Ordering::Relaxed) >= from_ns;
-            if called_back {
+            // An arm during the stay starts the stays over, whenever the
+            // scheduler let this thread run; the count is of arms that
+            // woke it before its time.
+            let armed_since = self.armed_at_ns.load(Ordering::Relaxed) >= from_ns;
+            if armed_since && from.elapsed() < park {
                 self.called_back.fetch_add(1, Ordering::Relaxed);
             }
+            next = next_stay(park, armed_since);
         }
         self.away.store(false, Ordering::Relaxed);
-        next_stay(park, called_back)
+        next
     }
 
     /// Whether the UDP port's receive thread is off its socket: the
@@ -1343,9 +1355,15 @@ impl Core {
     /// program's polls, and times an arm called it back.
     pub(crate) fn left_to_polls(&self) -> (u64, u64) {
         (
-            self.left_to_polls.load(Ordering::Relaxed),
+            self.left_to_polls.load(Ordering::Acquire),
             self.called_back.load(Ordering::Relaxed),
         )
+    }
+
+    /// The stays off the socket that the receive thread meant to make, in
+    /// microseconds, summed (arms and the NIC's stop cut some short).
+    pub(crate) fn away_us(&self) -> u64 {
+        self.away_us.load(Ordering::Relaxed)
     }
 
     /// Takes turns at the inbox while it has messages and the lock is free.

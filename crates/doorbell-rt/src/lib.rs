@@ -801,6 +801,7 @@ impl LiveNic {
                     shm_bells_spared: get(&st.bells_spared),
                     shm_lingers_paid: get(&st.lingers_paid),
                     rx_left_to_polls: self.core.left_to_polls().0,
+                    rx_left_to_polls_us: self.core.away_us(),
                     rx_called_back: self.core.left_to_polls().1,
                     rx_trains: self.core.port_trains(),
                     tx_payload_lost: self

@@ -104,6 +104,7 @@ impl NicStats {
                 "rx_truncated": p.rx_truncated,
                 "rx_socket_drops": p.rx_socket_drops,
                 "rx_left_to_polls": p.rx_left_to_polls,
+                "rx_left_to_polls_us": p.rx_left_to_polls_us,
                 "rx_called_back": p.rx_called_back,
                 "rx_looked": p.rx_looked,
                 "rx_trains": p.rx_trains,

@@ -101,9 +101,13 @@ pub struct PortCounters {
     /// last reported it (`SO_RXQ_OVFL`).
     pub rx_socket_drops: u64,
     /// Times the receive thread left the socket to the program's CQ polls
-    /// for a while (200 µs to 2 ms each), while a stream waited for the
-    /// ACKs those polls take (decision records 0052, 0074).
+    /// for a while (up to 2 ms each), while a stream waited for the ACKs
+    /// those polls take (decision records 0052, 0074).
     pub rx_left_to_polls: u64,
+    /// How long those stays were meant to last, in microseconds, summed:
+    /// 200 µs at first, twice as long each time the polls outlast one, up
+    /// to 2 ms (an arm cuts a stay short, and counts in full here).
+    pub rx_left_to_polls_us: u64,
     /// Times a program arming a CQ called that thread back before its time.
     pub rx_called_back: u64,
     /// Times the receive thread kept looking for datagrams after a
@@ -312,11 +316,15 @@ impl UdpPort {
 
     /// Stops the receive thread: sets the flag, then wakes the thread by
     /// shutting the socket's receiving side (nothing goes on the wire; the
-    /// receive timeout is the fallback).
+    /// receive timeout is the fallback), or by unparking it where it stays
+    /// off the socket for the program's polls.
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.rx.take() {
             sys::shut_rd(&self.sock);
+            // A thread off the socket for the program's polls is parked
+            // for up to 2 ms: woken, it sees the flag.
+            t.thread().unpark();
             let _ = t.join();
         }
     }
