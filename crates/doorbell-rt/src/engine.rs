@@ -755,10 +755,10 @@ impl RunChecked {
 }
 
 /// How long a receive thread stays off its socket after a stay of
-/// `park`: [`LEASE`] after an arm called it back, else twice `park`, from
+/// `park`: [`LEASE`] after an arm during it, else twice `park`, from
 /// [`LEASE`] up to [`AWAY_MAX`].
-pub(crate) fn next_stay(park: Duration, called_back: bool) -> Duration {
-    if called_back {
+pub(crate) fn next_stay(park: Duration, armed: bool) -> Duration {
+    if armed {
         LEASE
     } else {
         (park * 2).clamp(LEASE, AWAY_MAX)
@@ -1304,7 +1304,8 @@ impl Core {
     }
 
     /// Parks the calling receive thread for up to `park`, or until a
-    /// program arms a CQ ([`Self::note_arm`]) or the NIC stops; returns
+    /// program arms a CQ ([`Self::note_arm`]) or the port stops (which
+    /// unparks it; a NIC that stopped first is not parked for); returns
     /// how long it stays away next time, if the polls still receive for
     /// it then ([`next_stay`]): twice `park`, up to [`AWAY_MAX`], or
     /// [`LEASE`] again after an arm during the stay or where it did not
@@ -1352,18 +1353,17 @@ impl Core {
     }
 
     /// Times the UDP port's receive thread stayed off its socket for the
-    /// program's polls, and times an arm called it back.
-    pub(crate) fn left_to_polls(&self) -> (u64, u64) {
+    /// program's polls, times an arm called it back, and how long the
+    /// stays were meant to last, in microseconds, summed (arms cut some
+    /// short). The count is read first: the sum then holds
+    /// every stay counted, and perhaps the next.
+    pub(crate) fn left_to_polls(&self) -> (u64, u64, u64) {
+        let stays = self.left_to_polls.load(Ordering::Acquire);
         (
-            self.left_to_polls.load(Ordering::Acquire),
+            stays,
             self.called_back.load(Ordering::Relaxed),
+            self.away_us.load(Ordering::Relaxed),
         )
-    }
-
-    /// The stays off the socket that the receive thread meant to make, in
-    /// microseconds, summed (arms and the NIC's stop cut some short).
-    pub(crate) fn away_us(&self) -> u64 {
-        self.away_us.load(Ordering::Relaxed)
     }
 
     /// Takes turns at the inbox while it has messages and the lock is free.

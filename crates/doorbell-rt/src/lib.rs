@@ -787,6 +787,7 @@ impl LiveNic {
             PortHandle::Udp(p, _, st) => {
                 let get =
                     |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+                let (stays, called_back, stays_us) = self.core.left_to_polls();
                 PortCounters {
                     shm_tx_frames: get(&st.tx_frames),
                     shm_tx_full_drops: get(&st.tx_full_drops),
@@ -800,9 +801,9 @@ impl LiveNic {
                     shm_bells: get(&st.bells),
                     shm_bells_spared: get(&st.bells_spared),
                     shm_lingers_paid: get(&st.lingers_paid),
-                    rx_left_to_polls: self.core.left_to_polls().0,
-                    rx_left_to_polls_us: self.core.away_us(),
-                    rx_called_back: self.core.left_to_polls().1,
+                    rx_left_to_polls: stays,
+                    rx_left_to_polls_us: stays_us,
+                    rx_called_back: called_back,
                     rx_trains: self.core.port_trains(),
                     tx_payload_lost: self
                         .payload_lost

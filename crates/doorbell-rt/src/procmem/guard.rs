@@ -23,7 +23,9 @@
 //!   next registration), and ours has not put a previous one back;
 //! - the calling thread does not block SIGSEGV or SIGBUS (a synchronous
 //!   fault with its signal blocked kills the process whatever the handler),
-//!   looked at on its first copy and again every [`RECHECK_EVERY`] copies.
+//!   looked at on its first copy and again every [`RECHECK_EVERY`] times
+//!   the thread asks ([`usable`]: once a copy, or once for a read of many
+//!   pieces).
 //!
 //! (`unsafe_code` is allowed for this module alone, where `procmem.rs`
 //! declares it.)
@@ -117,6 +119,13 @@ thread_local! {
     /// This thread's verdict on its signal mask (true: neither signal
     /// blocked), and the copies left before it is looked at again.
     static THREAD_OK: Cell<(bool, u32)> = const { Cell::new((false, 0)) };
+}
+
+/// True if the handlers are in and still the process's, as far as the
+/// last look found: what [`usable`] asks first, without the thread's
+/// mask, for each copy of a read whose thread was found fit once.
+pub(super) fn active() -> bool {
+    installed() && ACTIVE.load(Ordering::Relaxed)
 }
 
 /// True if a guarded copy may be used in this thread now (module docs).

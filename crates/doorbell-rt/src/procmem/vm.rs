@@ -69,7 +69,8 @@ pub(super) enum Path {
     /// Always through the kernel.
     Kernel,
     /// A plain copy whose faults are caught, [`settle`]d for this thread:
-    /// the `guard` module was found usable, and is not asked again.
+    /// its signal mask was found fit, and is not looked at again; each
+    /// copy still checks that the handlers are in.
     Guarded,
 }
 
@@ -77,7 +78,7 @@ pub(super) enum Path {
 /// (a run's payloads, a packet at a time): [`Path::Guarded`] where a
 /// [`Path::Direct`] copy may go the guarded way, else [`Path::Kernel`].
 pub(super) fn settle(path: Path) -> Path {
-    if path == Path::Guarded || guarded(path) {
+    if guarded(path) {
         Path::Guarded
     } else {
         Path::Kernel
@@ -91,7 +92,11 @@ fn efault() -> io::Error {
 /// True if a copy on `path` may go the guarded way in this thread now.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn guarded(path: Path) -> bool {
-    path == Path::Direct && super::guard::usable()
+    match path {
+        Path::Direct => super::guard::usable(),
+        Path::Guarded => super::guard::active(),
+        Path::Kernel => false,
+    }
 }
 
 /// No guarded way on other targets.
@@ -114,7 +119,7 @@ pub(super) fn read(addr: u64, buf: &mut [u8], path: Path) -> io::Result<()> {
     if buf.is_empty() {
         return Ok(());
     }
-    if path == Path::Guarded || guarded(path) {
+    if guarded(path) {
         return guard_read(addr, buf);
     }
     let local = libc::iovec {
@@ -141,7 +146,7 @@ pub(super) fn write(addr: u64, data: &[u8], path: Path) -> io::Result<()> {
     if data.is_empty() {
         return Ok(());
     }
-    if path == Path::Guarded || guarded(path) {
+    if guarded(path) {
         return guard_write(addr, data);
     }
     let local = libc::iovec {
