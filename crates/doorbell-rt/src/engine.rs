@@ -136,12 +136,23 @@ const POLLING: Duration = Duration::from_micros(100);
 /// How long a UDP port's receive thread stays off its socket at first
 /// while the program's CQ polls receive for it ([`Core::rx_wait`]), and
 /// how recent a poll must be for the program to count as polling.
-pub(crate) const LEASE: Duration = Duration::from_micros(200);
+const LEASE: Duration = Duration::from_micros(200);
 
 /// The longest a receive thread stays off its socket at a time: each stay
 /// that the polls outlast is twice the one before, up to this
 /// ([`Core::stay_away`], decision record 0074).
 const AWAY_MAX: Duration = Duration::from_millis(2);
+
+/// How long a receive thread stays off its socket after a stay of
+/// `park`: [`LEASE`] after an arm during it, else twice `park`, from
+/// [`LEASE`] up to [`AWAY_MAX`].
+fn next_stay(park: Duration, armed: bool) -> Duration {
+    if armed {
+        LEASE
+    } else {
+        (park * 2).clamp(LEASE, AWAY_MAX)
+    }
+}
 
 /// A stream whose window has not filled for this long no longer counts as
 /// one ([`Core::rx_wait`]).
@@ -754,17 +765,6 @@ impl RunChecked {
     }
 }
 
-/// How long a receive thread stays off its socket after a stay of
-/// `park`: [`LEASE`] after an arm during it, else twice `park`, from
-/// [`LEASE`] up to [`AWAY_MAX`].
-pub(crate) fn next_stay(park: Duration, armed: bool) -> Duration {
-    if armed {
-        LEASE
-    } else {
-        (park * 2).clamp(LEASE, AWAY_MAX)
-    }
-}
-
 /// Checks the ICRCs of the frames of a port run ([`Msg::PortRuns`]), two
 /// at a time where they lie (the first [`RunChecked::CHECKED`]; a
 /// coalesced receive holds at most 64 datagrams).
@@ -893,12 +893,16 @@ enum Arrival<'a> {
 }
 
 /// What a UDP port's receive thread saw of its NIC's streams
-/// ([`Core::rx_wait`]).
+/// ([`Core::rx_wait`]), and how long it stays off its socket next.
 pub(crate) struct StreamsSeen {
     /// [`Nic::window_stops`] as last seen.
     stops: u64,
     /// When it last changed.
     at: std::time::Instant,
+    /// The next stay off the socket, while the polls keep receiving for
+    /// the thread ([`Core::stay_away`]); [`LEASE`] again whenever the
+    /// thread goes back to its socket.
+    stay: Duration,
 }
 
 impl StreamsSeen {
@@ -906,6 +910,7 @@ impl StreamsSeen {
         Self {
             stops: 0,
             at: std::time::Instant::now(),
+            stay: LEASE,
         }
     }
 }
@@ -1272,17 +1277,19 @@ impl Core {
     pub(crate) fn rx_wait(&self, seen: &mut StreamsSeen) -> RxWait {
         let stops = self.window_stops.load(Ordering::Relaxed);
         if stops != seen.stops {
-            *seen = StreamsSeen {
-                stops,
-                at: std::time::Instant::now(),
-            };
+            seen.stops = stops;
+            seen.at = std::time::Instant::now();
         }
         let streaming = seen.stops != 0 && seen.at.elapsed() < STREAM_QUIET;
-        match (streaming, self.polled_lately()) {
+        let wait = match (streaming, self.polled_lately()) {
             (true, true) => RxWait::LeaveToPolls,
             (true, false) => RxWait::Soon,
             (false, _) => RxWait::Long,
+        };
+        if wait != RxWait::LeaveToPolls {
+            seen.stay = LEASE;
         }
+        wait
     }
 
     /// Whether a program polled this NIC's CQ within [`LEASE`] and armed
@@ -1303,16 +1310,17 @@ impl Core {
         self.rings.load(Ordering::Relaxed)
     }
 
-    /// Parks the calling receive thread for up to `park`, or until a
-    /// program arms a CQ ([`Self::note_arm`]) or the port stops (which
-    /// unparks it; a NIC that stopped first is not parked for); returns
-    /// how long it stays away next time, if the polls still receive for
-    /// it then ([`next_stay`]): twice `park`, up to [`AWAY_MAX`], or
+    /// Parks the calling receive thread for its next stay (`seen`'s), or
+    /// until a program arms a CQ ([`Self::note_arm`]) or the port stops
+    /// (which unparks it; a NIC that stopped first is not parked for),
+    /// and sets the stay after it, should the polls still receive for the
+    /// thread then ([`next_stay`]): twice this one, up to [`AWAY_MAX`], or
     /// [`LEASE`] again after an arm during the stay or where it did not
-    /// park at all. A stream that the polls keep taking wakes the thread
-    /// a few hundred times a second rather than thousands, each wake-up a
+    /// park at all. A stream that the polls keep taking wakes the thread a
+    /// few hundred times a second rather than thousands, each wake-up a
     /// switch on a busy core.
-    pub(crate) fn stay_away(&self, park: Duration) -> Duration {
+    pub(crate) fn stay_away(&self, seen: &mut StreamsSeen) {
+        let park = seen.stay;
         let _ = self.away_thread.get_or_init(std::thread::current);
         self.away.store(true, Ordering::Relaxed);
         // Pairs with the fence in `note_arm`.
@@ -1343,7 +1351,7 @@ impl Core {
             next = next_stay(park, armed_since);
         }
         self.away.store(false, Ordering::Relaxed);
-        next
+        seen.stay = next;
     }
 
     /// Whether the UDP port's receive thread is off its socket: the

@@ -50,7 +50,7 @@ use doorbell_wire::{
 };
 
 use crate::datagrams::HEADERS_LEN;
-use crate::engine::{Core, LEASE, RxWait, StreamsSeen};
+use crate::engine::{Core, RxWait, StreamsSeen};
 use crate::fault::Sink;
 use crate::inbox::Msg;
 use crate::sys::{self, RecvBatch};
@@ -391,21 +391,17 @@ impl RxThread {
         let mut found_at: Option<std::time::Instant> = None;
         let mut rings = RingWatch::default();
         let mut was_looking = false;
-        // How long the next stay off the socket lasts, while the polls
-        // keep receiving for the thread.
-        let mut stay = LEASE;
         while !stop.load(Ordering::Relaxed) {
             // Wait without the lock, so that a caller may receive meanwhile;
             // then receive under it.
             let wait = match to.rx_wait(&mut seen) {
                 RxWait::LeaveToPolls => {
-                    stay = to.stay_away(stay);
+                    to.stay_away(&mut seen);
                     continue;
                 }
                 RxWait::Soon => LOOK_AGAIN,
                 RxWait::Long => RECV_TIMEOUT,
             };
-            stay = LEASE;
             if to.waited_out_backlog() {
                 continue;
             }
