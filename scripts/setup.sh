@@ -89,6 +89,8 @@ need_file /usr/lib/x86_64-linux-gnu/libefa.so.1 ibverbs-providers
 need_cmd objdump binutils
 need_cmd readelf binutils
 need_cmd ld.bfd binutils
+# A test whose tool hangs prints the hung process's stacks with it.
+need_cmd gdb gdb
 # Optional: only where the archive has UCX (Debian 12 does).
 ucx_wanted=()
 [[ -e /usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0 ]] || ucx_wanted+=(libucx0)

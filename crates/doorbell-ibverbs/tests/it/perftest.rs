@@ -70,12 +70,45 @@ fn finish(mut child: Child, what: &str) -> Output {
             Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             _ => {
+                let threads = threads_of(child.id());
                 let _ = child.kill();
                 let out = child.wait_with_output().expect("collect output");
-                panic!("{what} did not finish in 60 s:\n{}", text(&out));
+                panic!("{what} did not finish in 60 s:\n{}\n{threads}", text(&out));
             }
         }
     }
+}
+
+/// What each thread of a hung process is doing, for the failure message:
+/// its name, state and kernel wait channel from /proc, and the stacks gdb
+/// prints where gdb is installed (it is not required; the stacks only help
+/// whoever reads the failure).
+fn threads_of(pid: u32) -> String {
+    let mut s = String::from("--- threads\n");
+    let dir = format!("/proc/{pid}/task");
+    for t in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let p = t.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        let state = read("status")
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .unwrap_or_default()
+            .to_string();
+        s += &format!(
+            "{} {} {state} wchan {}\n",
+            t.file_name().to_string_lossy(),
+            read("comm").trim(),
+            read("wchan")
+        );
+    }
+    let gdb = Command::new("timeout")
+        .args(["30", "gdb", "-p", &pid.to_string(), "-batch", "-nx"])
+        .args(["-ex", "thread apply all bt"])
+        .output();
+    if let Ok(o) = gdb {
+        s += &String::from_utf8_lossy(&o.stdout);
+    }
+    s
 }
 
 /// Runs `tool args` as server and client; returns the client's result
