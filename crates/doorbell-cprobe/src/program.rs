@@ -87,7 +87,7 @@ pub fn text(out: &std::process::Output) -> String {
 }
 
 /// Waits for `child` at most `secs`, killing it (and failing, with what it
-/// printed) after that. Its piped output is read as it comes, so that a
+/// printed and what its threads were doing) after that. Its piped output is read as it comes, so that a
 /// talkative program never blocks on a full pipe.
 pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::process::Output {
     use std::io::Read;
@@ -104,13 +104,14 @@ pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::pro
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     let timed_out = loop {
         match child.try_wait() {
-            Ok(Some(_)) => break false,
+            Ok(Some(_)) => break None,
             Ok(None) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             _ => {
+                let threads = threads_of(child.id());
                 let _ = child.kill();
-                break true;
+                break Some(threads);
             }
         }
     };
@@ -120,10 +121,47 @@ pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::pro
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
     };
-    if timed_out {
-        panic!("{what} did not finish in {secs} s:\n{}", text(&output));
+    if let Some(threads) = timed_out {
+        panic!(
+            "{what} did not finish in {secs} s:\n{}{threads}",
+            text(&output)
+        );
     }
     output
+}
+
+/// What each thread of a hung process `pid` is doing, for the failure
+/// message: its name, state and kernel wait channel from /proc, and the
+/// stacks gdb prints (`scripts/setup.sh` installs it; without it the
+/// stacks are left out, as they only help whoever reads the failure).
+fn threads_of(pid: u32) -> String {
+    let mut s = String::from("--- threads\n");
+    let dir = format!("/proc/{pid}/task");
+    for t in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = t.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        let status = read("status");
+        let state = status
+            .lines()
+            .find_map(|l| l.strip_prefix("State:"))
+            .unwrap_or_default()
+            .trim();
+        s += &format!(
+            "{} {} {state} wchan {}\n",
+            t.file_name().to_string_lossy(),
+            read("comm").trim(),
+            read("wchan")
+        );
+    }
+    let gdb = Command::new("timeout")
+        .args(["30", "gdb", "-p", &pid.to_string(), "-batch", "-nx"])
+        .args(["-ex", "thread apply all bt 30"])
+        .stdin(Stdio::null())
+        .output();
+    if let Ok(o) = gdb {
+        s += &String::from_utf8_lossy(&o.stdout);
+    }
+    s
 }
 
 /// The interpreter of the Python venv `scripts/setup.sh` makes at the

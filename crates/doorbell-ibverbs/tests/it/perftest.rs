@@ -6,9 +6,11 @@
 //! iterations (`-n`) or duration (`-D`), postlists (`-l`), inline (`-I`), CQ
 //! moderation (`-Q`), several QPs (`-q`), GID index (`-x`).
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use doorbell_cprobe::program::{finish, text};
 
 use crate::library::lib_dir;
 
@@ -54,63 +56,6 @@ fn spawn(
         .unwrap_or_else(|e| panic!("cannot run {tool} ({e}); scripts/setup.sh installs perftest"))
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let threads = threads_of(child.id());
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("collect output");
-                panic!("{what} did not finish in 60 s:\n{}\n{threads}", text(&out));
-            }
-        }
-    }
-}
-
-/// What each thread of a hung process is doing, for the failure message:
-/// its name, state and kernel wait channel from /proc, and the stacks gdb
-/// prints where gdb is installed (it is not required; the stacks only help
-/// whoever reads the failure).
-fn threads_of(pid: u32) -> String {
-    let mut s = String::from("--- threads\n");
-    let dir = format!("/proc/{pid}/task");
-    for t in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        let p = t.path();
-        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
-        let state = read("status")
-            .lines()
-            .find(|l| l.starts_with("State:"))
-            .unwrap_or_default()
-            .to_string();
-        s += &format!(
-            "{} {} {state} wchan {}\n",
-            t.file_name().to_string_lossy(),
-            read("comm").trim(),
-            read("wchan")
-        );
-    }
-    let gdb = Command::new("timeout")
-        .args(["30", "gdb", "-p", &pid.to_string(), "-batch", "-nx"])
-        .args(["-ex", "thread apply all bt"])
-        .output();
-    if let Ok(o) = gdb {
-        s += &String::from_utf8_lossy(&o.stdout);
-    }
-    s
-}
-
 /// Runs `tool args` as server and client; returns the client's result
 /// rows: (bytes, iterations) of each line of the result table.
 fn run(tool: &str, args: &[&str]) -> Vec<(u64, u64)> {
@@ -125,8 +70,8 @@ pub(crate) fn run_env(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Vec<(u
     std::thread::sleep(Duration::from_millis(200));
     let client = spawn(tool, &addr(k, 3), &port, args, Some("127.0.0.1"), env);
     let what = format!("{tool} {}", args.join(" "));
-    let c = finish(client, &format!("client of {what}"));
-    let s = finish(server, &format!("server of {what}"));
+    let c = finish(client, 60, &format!("client of {what}"));
+    let s = finish(server, 60, &format!("server of {what}"));
     for (who, out) in [("server", &s), ("client", &c)] {
         assert!(out.status.success(), "{who} of {what}:\n{}", text(out));
     }
@@ -244,8 +189,8 @@ fn write_lat_bells(iters: u64, linger: &str) -> (u64, u64) {
         Some("127.0.0.1"),
         &cenv,
     );
-    let c = finish(client, "client of ib_write_lat");
-    let s = finish(server, "server of ib_write_lat");
+    let c = finish(client, 60, "client of ib_write_lat");
+    let s = finish(server, 60, "server of ib_write_lat");
     for (who, out) in [("server", &s), ("client", &c)] {
         assert!(
             out.status.success(),
