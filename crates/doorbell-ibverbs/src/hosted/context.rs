@@ -61,7 +61,6 @@ pub(crate) struct CqEvents {
 /// What this library keeps for one hosted context.
 pub(crate) struct HostedCtx {
     pub(crate) device: &'static HostedDevice,
-    pub(crate) nic: ProcessNic,
     ctx: OnceLock<Context>,
     dispatcher: Mutex<Option<Dispatcher>>,
     pub(crate) async_events: Queue<AsyncEvent>,
@@ -85,6 +84,11 @@ pub(crate) struct HostedCtx {
     /// Each SRQ's size as the kernel reports it: WRs and SGEs.
     pub(crate) srq_sizes: Mutex<BTreeMap<Srqn, (u32, u32)>>,
     pub(crate) cq_acked: Condvar,
+    /// Last: the context's hold on the NIC and the watch's thread go
+    /// first, so that this, the last hold, stops the NIC before its port
+    /// is said to be free (a process that opens the device again meanwhile
+    /// waits for that).
+    pub(crate) nic: ProcessNic,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
