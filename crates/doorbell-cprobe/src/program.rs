@@ -87,8 +87,9 @@ pub fn text(out: &std::process::Output) -> String {
 }
 
 /// Waits for `child` at most `secs`, killing it (and failing, with what it
-/// printed and what its threads were doing) after that. Its piped output is read as it comes, so that a
-/// talkative program never blocks on a full pipe.
+/// printed and what its threads were doing) after that. Its piped output
+/// is read as it comes, so that a talkative program never blocks on a
+/// full pipe.
 pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::process::Output {
     use std::io::Read;
     fn drain<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
