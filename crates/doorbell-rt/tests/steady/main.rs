@@ -148,7 +148,7 @@ const WARM: usize = 3000;
 const COUNTED: usize = 3000;
 /// Messages (round trips, packets) per allocation allowed, at least.
 const PER_ALLOCATION: u64 = 100;
-/// Warm-up runs at most, each of [`WARM`] messages.
+/// Warm-up runs at most ([`warm`]).
 const WARM_RUNS: usize = 5;
 
 /// Polls `s`'s CQ until a receive completes; every completion must be
