@@ -135,7 +135,8 @@ pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::pro
 /// message: its name, state and kernel wait channel from /proc, and the
 /// stacks gdb prints (`scripts/setup.sh` installs it; without it the
 /// stacks are left out, as they only help whoever reads the failure).
-fn threads_of(pid: u32) -> String {
+/// Call it before killing the process.
+pub fn threads_of(pid: u32) -> String {
     let mut s = String::from("--- threads\n");
     let dir = format!("/proc/{pid}/task");
     for t in std::fs::read_dir(dir).into_iter().flatten().flatten() {

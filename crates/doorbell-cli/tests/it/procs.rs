@@ -19,6 +19,9 @@ pub(crate) struct Finished {
     pub(crate) status: Option<ExitStatus>,
     pub(crate) stdout: String,
     pub(crate) stderr: String,
+    /// What its threads were doing when the deadline passed (names,
+    /// states, wait channels and stacks); empty if it exited.
+    pub(crate) threads: String,
 }
 
 impl Finished {
@@ -30,10 +33,11 @@ impl Finished {
     pub(crate) fn assert_ok(&self, what: &str) {
         assert!(
             self.success(),
-            "{what} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
+            "{what} failed ({:?}):\nstdout:\n{}\nstderr:\n{}{}",
             self.status,
             self.stdout,
-            self.stderr
+            self.stderr,
+            self.threads
         );
     }
 
@@ -42,9 +46,10 @@ impl Finished {
         assert_eq!(
             self.status.and_then(|s| s.code()),
             Some(1),
-            "{what}: expected exit code 1\nstdout:\n{}\nstderr:\n{}",
+            "{what}: expected exit code 1\nstdout:\n{}\nstderr:\n{}{}",
             self.stdout,
-            self.stderr
+            self.stderr,
+            self.threads
         );
         assert!(
             self.stderr.contains("error: ") && self.stderr.contains(needle),
@@ -94,10 +99,12 @@ impl Proc {
         }
     }
 
-    /// Waits until the child exits or `timeout` passes (then kills it).
+    /// Waits until the child exits or `timeout` passes (then notes what
+    /// its threads are doing, and kills it).
     pub(crate) fn finish(mut self, timeout: Duration) -> Finished {
         let mut child = self.child.take().expect("not yet finished");
         let deadline = Instant::now() + timeout;
+        let mut threads = String::new();
         let status = loop {
             match child.try_wait() {
                 Ok(Some(st)) => break Some(st),
@@ -105,6 +112,7 @@ impl Proc {
                     std::thread::sleep(Duration::from_millis(10))
                 }
                 _ => {
+                    threads = doorbell_cprobe::program::threads_of(child.id());
                     let _ = child.kill();
                     let _ = child.wait();
                     break None;
@@ -117,6 +125,7 @@ impl Proc {
             status,
             stdout: take(self.out.take()),
             stderr: take(self.err.take()),
+            threads,
         }
     }
 }
