@@ -926,6 +926,10 @@ pub(crate) enum RxWait {
     Long,
 }
 
+/// Takes what a UDP port's socket holds into a NIC's inbox without running
+/// it (for the worker, whose turn follows); tells whether it took any.
+pub(crate) type PortReader = Box<dyn Fn(&Core) -> bool + Send + Sync>;
+
 /// A NIC's engine, its inbox, and the worker that runs what no caller does.
 pub(crate) struct Core {
     engine: Mutex<Engine>,
@@ -964,6 +968,11 @@ pub(crate) struct Core {
     away: AtomicBool,
     /// That thread, once it first did.
     away_thread: OnceLock<Thread>,
+    /// Takes what the UDP port's socket holds into the inbox, for the
+    /// worker while the receive thread is away ([`Core::set_port_reader`]).
+    port_reader: OnceLock<PortReader>,
+    /// A test holds the receive thread off its socket ([`Core::hold_away`]).
+    held_away: AtomicBool,
     /// Times that thread stayed off its socket, and times an arm called it
     /// back ([`crate::PortCounters::rx_left_to_polls`]).
     left_to_polls: AtomicU64,
@@ -1002,6 +1011,8 @@ impl Core {
             rings: AtomicU64::new(0),
             away: AtomicBool::new(false),
             away_thread: OnceLock::new(),
+            port_reader: OnceLock::new(),
+            held_away: AtomicBool::new(false),
             left_to_polls: AtomicU64::new(0),
             called_back: AtomicU64::new(0),
             away_us: AtomicU64::new(0),
@@ -1281,6 +1292,9 @@ impl Core {
             seen.at = std::time::Instant::now();
         }
         let streaming = seen.stops != 0 && seen.at.elapsed() < STREAM_QUIET;
+        if self.held_away() {
+            return RxWait::LeaveToPolls;
+        }
         let wait = match (streaming, self.polled_lately()) {
             (true, true) => RxWait::LeaveToPolls,
             (true, false) => RxWait::Soon,
@@ -1355,9 +1369,32 @@ impl Core {
     }
 
     /// Whether the UDP port's receive thread is off its socket: the
-    /// program's polls are then the only receives.
+    /// program's polls, and the worker when it wakes, are then the only
+    /// receives.
     pub(crate) fn rx_away(&self) -> bool {
-        self.away.load(Ordering::Relaxed)
+        self.away.load(Ordering::Relaxed) || self.held_away.load(Ordering::Relaxed)
+    }
+
+    /// Whether a test holds the receive thread off its socket
+    /// ([`Self::hold_away`]).
+    pub(crate) fn held_away(&self) -> bool {
+        self.held_away.load(Ordering::Relaxed)
+    }
+
+    /// Gives the worker the UDP port's socket to read while the receive
+    /// thread is away (decision record 0075). Set once, by the port.
+    pub(crate) fn set_port_reader(&self, read: PortReader) {
+        let _ = self.port_reader.set(read);
+    }
+
+    /// Holds the UDP port's receive thread off its socket, as if the
+    /// program's polls kept it away, until called with `false`: for tests
+    /// of what the NIC does with what waits there meanwhile.
+    pub(crate) fn hold_away(&self, on: bool) {
+        self.held_away.store(on, Ordering::Relaxed);
+        if !on && let Some(t) = self.away_thread.get() {
+            t.unpark();
+        }
     }
 
     /// Times the UDP port's receive thread stayed off its socket for the
@@ -1509,6 +1546,16 @@ impl Core {
         loop {
             if self.stop.load(Ordering::Acquire) {
                 return;
+            }
+            // With the UDP port's receive thread away for the program's
+            // polls, nothing else reads its socket: what waits there has
+            // arrived, and is taken before the turn below fires a timer
+            // for it (an ACK is not late because no poll came; decision
+            // record 0075).
+            if self.rx_away()
+                && let Some(read) = self.port_reader.get()
+            {
+                read(self);
             }
             let until = {
                 let mut g = match self.engine.lock() {

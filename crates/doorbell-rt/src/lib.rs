@@ -824,6 +824,15 @@ impl LiveNic {
         self.core.with_turns_held(f)
     }
 
+    /// Holds the UDP port's receive thread off its socket, as the
+    /// program's CQ polls keep it away in a stream, until called with
+    /// `false`: for tests of what the NIC does with datagrams that wait
+    /// there meanwhile. Nothing on the fabric.
+    #[doc(hidden)]
+    pub fn hold_rx_away(&self, on: bool) {
+        self.core.hold_away(on);
+    }
+
     /// What the fault relay did, if the NIC has one.
     pub fn fault_stats(&self) -> Option<FaultStats> {
         self.faults.as_ref().map(fault::StatsView::get)

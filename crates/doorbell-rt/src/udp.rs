@@ -252,6 +252,26 @@ impl UdpPort {
                 KEEP_LOOKING
             },
         };
+        // The worker's receive, while this thread is away (decision record
+        // 0075): it runs the frames in its own turn.
+        let (sock, addr, stats, batch, idle) = (
+            self.sock.clone(),
+            self.addr,
+            self.stats.clone(),
+            self.batch.clone(),
+            self.idle.clone(),
+        );
+        rx.to.set_port_reader(Box::new(move |core| {
+            let got = match try_batch(&batch) {
+                Some(mut b) => take(&sock, addr, &stats, &mut b, core, false),
+                None => return false,
+            };
+            let took = matches!(got, Took::Queued(_) | Took::HandedOver(_));
+            if took {
+                idle.store(0, Ordering::Relaxed);
+            }
+            took
+        }));
         let t = std::thread::Builder::new()
             .name(format!("doorbell-{name}-rx"))
             .spawn(move || rx.run())?;
@@ -279,13 +299,9 @@ impl UdpPort {
             self.idle.store(n.wrapping_add(1), Ordering::Relaxed);
             return false;
         }
-        let got = {
-            let mut batch = match self.batch.try_lock() {
-                Ok(b) => b,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return false,
-            };
-            take(&self.sock, self.addr, &self.stats, &mut batch, core, false)
+        let got = match try_batch(&self.batch) {
+            Some(mut batch) => take(&self.sock, self.addr, &self.stats, &mut batch, core, false),
+            None => return false,
         };
         if let Took::Queued(_) | Took::HandedOver(_) = got {
             // The frames are in the inbox, in order; the NIC runs them with
@@ -415,6 +431,10 @@ impl RxThread {
             if !looking && !sys::wait_readable(sock, wait) {
                 continue;
             }
+            // A test's hold, made while the thread waited in the kernel.
+            if to.held_away() {
+                continue;
+            }
             let got = {
                 let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
                 take(sock, local, stats, &mut b, to, true)
@@ -495,6 +515,16 @@ enum Took {
 /// frames for `to`'s inbox (the caller holds `batch`'s lock meanwhile).
 /// `thread`: the port's own receive thread, which hands a full batch to
 /// the NIC's worker and goes back to the socket.
+/// The receive buffers, for a thread other than the receive thread: `None`
+/// if another thread is receiving with them.
+fn try_batch(batch: &Mutex<RecvBatch>) -> Option<std::sync::MutexGuard<'_, RecvBatch>> {
+    match batch.try_lock() {
+        Ok(b) => Some(b),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 fn take(
     sock: &UdpSocket,
     local: SocketAddrV4,

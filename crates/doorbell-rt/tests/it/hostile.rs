@@ -1815,6 +1815,58 @@ fn a_receive_thread_left_to_long_polls_looks_back_less_often_and_returns_when_th
     );
 }
 
+/// An ACK that waits in the socket while the port's receive thread is
+/// away for the program's polls, and no poll comes, is taken by the NIC's
+/// worker when it wakes for its timers, before it fires them (decision
+/// record 0075): the request is not sent again, and it completes. Without
+/// that, the timer took the ACK that had arrived for lost.
+#[test]
+fn an_ack_waiting_while_the_receive_thread_is_away_is_taken_before_the_timer() {
+    let r = rig(83);
+    let cq = r.b.ctx.create_cq(64).unwrap();
+    let qp = qp_on(&r.b, &cq, QpType::Rc);
+    // An ACK timeout of 4.096 µs × 2^12, about 17 ms.
+    let short = Timers {
+        timeout: 12,
+        ..timers()
+    };
+    bring_qp(
+        &qp,
+        QpState::Rts,
+        Psn::new(NIC_PSN),
+        &peer_end(r.peer_ip, 1),
+        short,
+    );
+    r.b.nic.hold_rx_away(true);
+    let before = r.counters();
+    let sge = [r.b.mr.sge(READ_OFF, 100).unwrap()];
+    let remote = RemoteAddr {
+        addr: 0x10_0000,
+        rkey: Mkey::from_raw(0x4242),
+    };
+    post(&qp, signaled(1, &sge, WrOpcode::RdmaWrite(remote)));
+    let w = r.peer.answer();
+    assert_eq!((w.op, w.psn), (RcRdmaWriteOnly, NIC_PSN));
+    r.peer.send(qp.qpn(), Psn::new(NIC_PSN), &Pkt::ack());
+    // Six ACK timeouts with nobody polling.
+    if let Some(a) = r.peer.next(Duration::from_millis(100)) {
+        panic!("the WRITE went again though its ACK had arrived: {a:?}");
+    }
+    let c = r.counters();
+    assert_eq!(
+        (
+            c.local_ack_timeout_err - before.local_ack_timeout_err,
+            c.tx_retransmits - before.tx_retransmits
+        ),
+        (0, 0),
+        "no timeout, nothing sent again"
+    );
+    r.b.nic.hold_rx_away(false);
+    let c = wait(&cq, 1)[0];
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+    r.healthy("after an ACK taken by the worker");
+}
+
 /// Sends `datagrams`, all of one length, to the NIC as one segmented send
 /// (`UDP_SEGMENT`): the kernel carries them as one buffer, which the
 /// NIC's socket (`UDP_GRO`) takes in whole, as it takes a peer NIC's
