@@ -25,6 +25,9 @@
 #     with the shared machine's load); the veth keeps its default MTU
 #     (1500 bytes: RoCE MTU 1024) unless BENCH_VETH_MTU says another, as
 #     a RoCE fabric's jumbo frames (9000: RoCE MTU 4096), for both tools;
+#     each round's line also says how many packets the sending NIC sent
+#     again (its statistics file's count: nonzero only where a stalled
+#     thread let a timer run out, since a veth loses nothing);
 #   - an idle open device: the CPU time all threads of `rping -s` (device
 #     open, a listening rdma_cm id, no client) take over BENCH_SECS;
 #   - message rate: `ib_write_bw -s 8 -I 8 -l 16` (8-byte inline WRITEs,
@@ -91,7 +94,10 @@ srv=127.0.88.2
 cli=127.0.88.3
 
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -f "/tmp/bench-tools-server.$$" "/tmp/bench-tools-stats.$$.json"
+}
 trap cleanup EXIT
 
 say() { echo "bench-tools: $*" >&2; }
@@ -245,15 +251,21 @@ if [[ ${BENCH_NETNS:-0} == 1 ]]; then
         vip=$(pair 1 "ip netns exec $na iperf3 -s -1 -B 10.88.0.1 -p 5302" \
             "ip netns exec $nb iperf3 -c 10.88.0.1 -p 5302 -t $secs -J")
         veth_tcp=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8)' <<<"$vip")
+        # The sender's statistics say whether its NIC sent anything again
+        # (nothing is lost on a veth: a retransmission there is a timer
+        # that a stalled thread let run out).
+        vstats=/tmp/bench-tools-stats.$$.json
+        rm -f "$vstats"
         vbw=$(pair 1.5 "ip netns exec $na $db run --addr 10.88.0.1 -- ib_write_bw -s 65536 -D $secs -p 18605" \
-            "ip netns exec $nb $db run --addr 10.88.0.2 -- ib_write_bw -s 65536 -D $secs -p 18605 10.88.0.1")
+            "ip netns exec $nb env DOORBELL_STATS=$vstats $db run --addr 10.88.0.2 -- ib_write_bw -s 65536 -D $secs -p 18605 10.88.0.1")
         veth_bw=$(awk '$1 == 65536 {print $4}' <<<"$vbw" | tail -1)
         if ! is_figure "$veth_bw"; then
             say "round $r over the veth: ib_write_bw printed no bandwidth:"
             echo "$vbw" >&2
             exit 1
         fi
-        echo "round $r: iperf3 $(awk -v b="$veth_tcp" 'BEGIN { printf "%.3f", b / 1e9 }') GB/s received; ib_write_bw:" >&2
+        again=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["packets"]["retransmits"])' "$vstats" 2>/dev/null || echo "?")
+        echo "round $r: iperf3 $(awk -v b="$veth_tcp" 'BEGIN { printf "%.3f", b / 1e9 }') GB/s received; ib_write_bw (packets its NIC sent again: $again):" >&2
         echo "$vbw" | grep -E 'BW average|^ 65536 ' >&2
         veth_rows+=" $veth_bw $veth_tcp"
     done
