@@ -511,10 +511,6 @@ enum Took {
     Gone,
 }
 
-/// One `recvmmsg` of what the socket holds, without waiting, rebuilt into
-/// frames for `to`'s inbox (the caller holds `batch`'s lock meanwhile).
-/// `thread`: the port's own receive thread, which hands a full batch to
-/// the NIC's worker and goes back to the socket.
 /// The receive buffers, for a thread other than the receive thread: `None`
 /// if another thread is receiving with them.
 fn try_batch(batch: &Mutex<RecvBatch>) -> Option<std::sync::MutexGuard<'_, RecvBatch>> {
@@ -525,6 +521,10 @@ fn try_batch(batch: &Mutex<RecvBatch>) -> Option<std::sync::MutexGuard<'_, RecvB
     }
 }
 
+/// One `recvmmsg` of what the socket holds, without waiting, rebuilt into
+/// frames for `to`'s inbox (the caller holds `batch`'s lock meanwhile).
+/// `thread`: the port's own receive thread, which hands a full batch to
+/// the NIC's worker and goes back to the socket.
 fn take(
     sock: &UdpSocket,
     local: SocketAddrV4,
