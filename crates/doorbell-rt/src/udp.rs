@@ -185,11 +185,41 @@ pub(crate) struct UdpPort {
     stats: Arc<Stats>,
     stop: Arc<AtomicBool>,
     rx: Option<JoinHandle<()>>,
+    /// The socket as the other threads that receive read it.
+    taker: Arc<Taker>,
+}
+
+/// The socket as a thread other than the port's receive thread reads it:
+/// a program's CQ poll ([`UdpPort::progress`]), or the NIC's worker while
+/// the receive thread stays away (decision record 0075).
+struct Taker {
+    sock: Arc<UdpSocket>,
+    addr: SocketAddrV4,
+    stats: Arc<Stats>,
     /// The receive buffers, and the lock whoever receives holds.
     batch: Arc<Mutex<RecvBatch>>,
-    /// Callers' receives in a row that found nothing ([`Self::progress`]);
+    /// Callers' receives in a row that found nothing ([`UdpPort::progress`]);
     /// 0 again whenever a receive finds datagrams.
     idle: Arc<AtomicU32>,
+}
+
+impl Taker {
+    /// Takes what the socket holds into `core`'s inbox without running
+    /// it: `None` if another thread is receiving, else whether it took any
+    /// (then callers try every time again).
+    fn take(&self, core: &Core) -> Option<bool> {
+        let mut batch = match self.batch.try_lock() {
+            Ok(b) => b,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        let got = take(&self.sock, self.addr, &self.stats, &mut batch, core, false);
+        let took = matches!(got, Took::Queued(_) | Took::HandedOver(_));
+        if took {
+            self.idle.store(0, Ordering::Relaxed);
+        }
+        Some(took)
+    }
 }
 
 /// The largest RoCE path MTU that fits an Ethernet interface of `if_mtu`
@@ -219,14 +249,20 @@ impl UdpPort {
         let sock = UdpSocket::bind(addr)?;
         sys::configure(&sock, RCVBUF_BYTES)?;
         sock.set_read_timeout(Some(RECV_TIMEOUT))?;
+        let (sock, stats) = (Arc::new(sock), Arc::<Stats>::default());
         Ok(Self {
-            sock: Arc::new(sock),
+            sock: sock.clone(),
             addr,
-            stats: Arc::default(),
+            stats: stats.clone(),
             stop: Arc::default(),
             rx: None,
-            batch: Arc::new(Mutex::new(RecvBatch::new())),
-            idle: Arc::default(),
+            taker: Arc::new(Taker {
+                sock,
+                addr,
+                stats,
+                batch: Arc::new(Mutex::new(RecvBatch::new())),
+                idle: Arc::default(),
+            }),
         })
     }
 
@@ -243,8 +279,8 @@ impl UdpPort {
             local: self.addr,
             stats: self.stats.clone(),
             stop: self.stop.clone(),
-            batch: self.batch.clone(),
-            idle: self.idle.clone(),
+            batch: self.taker.batch.clone(),
+            idle: self.taker.idle.clone(),
             to,
             look: if doorbell_host::one_cpu() {
                 Duration::ZERO
@@ -254,24 +290,9 @@ impl UdpPort {
         };
         // The worker's receive, while this thread is away (decision record
         // 0075): it runs the frames in its own turn.
-        let (sock, addr, stats, batch, idle) = (
-            self.sock.clone(),
-            self.addr,
-            self.stats.clone(),
-            self.batch.clone(),
-            self.idle.clone(),
-        );
-        rx.to.set_port_reader(Box::new(move |core| {
-            let got = match try_batch(&batch) {
-                Some(mut b) => take(&sock, addr, &stats, &mut b, core, false),
-                None => return false,
-            };
-            let took = matches!(got, Took::Queued(_) | Took::HandedOver(_));
-            if took {
-                idle.store(0, Ordering::Relaxed);
-            }
-            took
-        }));
+        let taker = self.taker.clone();
+        rx.to
+            .set_port_reader(Box::new(move |core| taker.take(core) == Some(true)));
         let t = std::thread::Builder::new()
             .name(format!("doorbell-{name}-rx"))
             .spawn(move || rx.run())?;
@@ -292,26 +313,27 @@ impl UdpPort {
     /// receive thread's included, has callers try every time again.
     pub(crate) fn progress(&self, core: &Core) -> bool {
         core.note_poll();
-        let n = self.idle.load(Ordering::Relaxed);
+        let idle = &self.taker.idle;
+        let n = idle.load(Ordering::Relaxed);
         // While the receive thread is away, the polls are the socket's only
         // readers: each tries it.
         if n >= IDLE_EVERY && !n.is_multiple_of(IDLE_EVERY) && !core.rx_away() {
-            self.idle.store(n.wrapping_add(1), Ordering::Relaxed);
+            idle.store(n.wrapping_add(1), Ordering::Relaxed);
             return false;
         }
-        let got = match try_batch(&self.batch) {
-            Some(mut batch) => take(&self.sock, self.addr, &self.stats, &mut batch, core, false),
-            None => return false,
-        };
-        if let Took::Queued(_) | Took::HandedOver(_) = got {
-            // The frames are in the inbox, in order; the NIC runs them with
-            // the port's lock let go, so the receive thread is not held.
-            core.run();
-            self.idle.store(0, Ordering::Relaxed);
-            true
-        } else {
-            self.idle.store(n.wrapping_add(1).max(1), Ordering::Relaxed);
-            false
+        match self.taker.take(core) {
+            Some(true) => {
+                // The frames are in the inbox, in order; the NIC runs them
+                // with the port's lock let go, so the receive thread is not
+                // held.
+                core.run();
+                true
+            }
+            Some(false) => {
+                idle.store(n.wrapping_add(1).max(1), Ordering::Relaxed);
+                false
+            }
+            None => false,
         }
     }
 
@@ -509,16 +531,6 @@ enum Took {
     HandedOver(usize),
     /// The socket failed for good.
     Gone,
-}
-
-/// The receive buffers, for a thread other than the receive thread: `None`
-/// if another thread is receiving with them.
-fn try_batch(batch: &Mutex<RecvBatch>) -> Option<std::sync::MutexGuard<'_, RecvBatch>> {
-    match batch.try_lock() {
-        Ok(b) => Some(b),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
 }
 
 /// One `recvmmsg` of what the socket holds, without waiting, rebuilt into
