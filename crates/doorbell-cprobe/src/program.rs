@@ -102,20 +102,7 @@ pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::pro
         })
     }
     let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    let timed_out = loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break None,
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            _ => {
-                let threads = threads_of(child.id());
-                let _ = child.kill();
-                break Some(threads);
-            }
-        }
-    };
+    let timed_out = wait_or_kill(&mut child, std::time::Duration::from_secs(secs));
     let status = child.wait().expect("reap the child");
     let output = std::process::Output {
         status,
@@ -129,6 +116,29 @@ pub fn finish(mut child: std::process::Child, secs: u64, what: &str) -> std::pro
         );
     }
     output
+}
+
+/// Waits for `child` to exit, at most `timeout`; if it still runs then,
+/// notes what its threads are doing ([`threads_of`]), kills it and returns
+/// that. The caller reaps it either way.
+pub fn wait_or_kill(
+    child: &mut std::process::Child,
+    timeout: std::time::Duration,
+) -> Option<String> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return None,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => {
+                let threads = threads_of(child.id());
+                let _ = child.kill();
+                return Some(threads);
+            }
+        }
+    }
 }
 
 /// What each thread of a hung process `pid` is doing, for the failure

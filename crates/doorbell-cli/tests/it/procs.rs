@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The `doorbell` binary under test.
 pub(crate) fn doorbell() -> Command {
@@ -103,22 +103,10 @@ impl Proc {
     /// its threads are doing, and kills it).
     pub(crate) fn finish(mut self, timeout: Duration) -> Finished {
         let mut child = self.child.take().expect("not yet finished");
-        let deadline = Instant::now() + timeout;
-        let mut threads = String::new();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(st)) => break Some(st),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => {
-                    threads = doorbell_cprobe::program::threads_of(child.id());
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-            }
-        };
+        let killed = doorbell_cprobe::program::wait_or_kill(&mut child, timeout);
+        let reaped = child.wait().ok();
+        let status = if killed.is_none() { reaped } else { None };
+        let threads = killed.unwrap_or_default();
         let take =
             |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
         Finished {
