@@ -177,7 +177,14 @@ impl Fabric {
     /// it: inside this call if that NIC is idle ([`engine`]), or to its
     /// worker if `to_worker` (frames whose payloads the receiver copies in,
     /// decision record 0049).
-    fn deliver(&self, dst: [u8; 4], frames: Msg, n: usize, to_worker: bool) {
+    fn deliver(
+        &self,
+        dst: [u8; 4],
+        frames: Msg,
+        n: usize,
+        to_worker: bool,
+        clock: std::time::Instant,
+    ) {
         // The route is cloned out so that no lock is held while the peer
         // runs (its answer may come back here).
         let route = self
@@ -188,7 +195,7 @@ impl Fabric {
             .cloned();
         match route {
             Some(core) if to_worker => core.hand_to_worker(frames),
-            Some(core) => core.deliver(frames),
+            Some(core) => core.deliver(frames, clock),
             None => *self.dropped.lock().unwrap_or_else(|e| e.into_inner()) += n as u64,
         }
     }
@@ -219,7 +226,7 @@ struct FabricSink {
 }
 
 impl fault::Sink for FabricSink {
-    fn send(&mut self, frames: &mut Vec<Frame>, _: std::time::Instant, _: &mut Vec<Vec<u8>>) {
+    fn send(&mut self, frames: &mut Vec<Frame>, clock: std::time::Instant, _: &mut Vec<Vec<u8>>) {
         // One delivery per run of frames to the same address.
         while let Some(first) = frames.first() {
             let dst = first.dst;
@@ -248,7 +255,7 @@ impl fault::Sink for FabricSink {
                 run.extend(frames.drain(..n).map(|f| f.bytes));
                 Msg::Frames(run)
             };
-            self.fabric.deliver(dst, run, packets, to_worker);
+            self.fabric.deliver(dst, run, packets, to_worker, clock);
         }
     }
 }
