@@ -43,6 +43,10 @@
 //! - `DOORBELL_BENCH_ONLY=small`: only the paired rounds of the 8-byte
 //!   postlist figure and the SPSC hand-off (also to profile the cost per
 //!   packet);
+//! - `DOORBELL_BENCH_ONLY=list`: only the 8-byte postlist figure, once,
+//!   with no hand-off beside it: a run whose every instruction is the
+//!   WRITEs' or their set-up's, to count them per WRITE (`valgrind
+//!   --tool=callgrind`);
 //! - `DOORBELL_BENCH_ONLY=single`: only the 8-byte figure posted one WR at
 //!   a time (BlueFlame), to profile a post's fixed cost;
 //! - the provider's `MLX5_*` variables (e.g. `MLX5_SHUT_UP_BF=1`).
@@ -100,6 +104,7 @@ environment:
   DOORBELL_BENCH_ONLY=big      only the 64 KiB figure and memcpy
   DOORBELL_BENCH_ONLY=read     only the 64 KiB READ figure and memcpy
   DOORBELL_BENCH_ONLY=small    only the 8-byte postlist figure, in rounds paired with the SPSC hand-off
+  DOORBELL_BENCH_ONLY=list     only the 8-byte postlist figure, once, with no hand-off
   DOORBELL_BENCH_ONLY=single   only the 8-byte figure posted one WR at a time (BlueFlame)
   MLX5_*                       provider settings, as rdma-core reads them
 ";
@@ -958,6 +963,11 @@ fn main() {
     }
     if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "small") {
         print_paired(&small_paired(&s));
+        return;
+    }
+    if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "list") {
+        let r = small_writes(&s, Post::List).median();
+        println!("8 B WRITEs, postlist: {:.3} Mops", r / 1e6);
         return;
     }
     if std::env::var("DOORBELL_BENCH_ONLY").is_ok_and(|v| v == "single") {
