@@ -180,28 +180,84 @@ pub(crate) struct RecvMeta {
     pub(crate) segment: Option<usize>,
 }
 
-/// Buffers for one `recvmmsg` of up to [`RECV_BATCH`] datagrams.
+/// Bytes a UDP port writes before each datagram it hands its NIC as a
+/// frame: the IPv4 and UDP headers ([`crate::datagrams::HEADERS_LEN`]).
+pub(crate) const HEADROOM: usize = crate::datagrams::HEADERS_LEN;
+
+/// Most datagrams the kernel coalesces into one receive (`UDP_GRO`; its
+/// `UDP_GRO_CNT_MAX`).
+const GRO_MAX: usize = 64;
+
+/// Pieces a receive buffer is cut into: one per datagram of a run, and one
+/// for the rest of [`RECV_BUF_LEN`].
+const PIECES: usize = GRO_MAX + 1;
+
+/// Bytes of a run long enough that the receive buffers are cut to its
+/// segment size.
+const LONG_RUN: usize = RECV_BUF_LEN / 4;
+
+/// Bytes of one receive buffer: [`RECV_BUF_LEN`] of datagrams, with
+/// [`HEADROOM`] before each piece.
+pub(crate) const RECV_SPAN: usize = RECV_BUF_LEN + HEADROOM * PIECES;
+
+/// What [`RecvBatch::take`] gives for one received datagram or run.
+pub(crate) enum Taken<'a> {
+    /// A run the kernel coalesced, each datagram where a frame's bytes
+    /// after its headers go (datagram `k` at `HEADROOM + k * (HEADROOM +
+    /// seg)`, `seg` the run's segment size), the headers before each
+    /// written: the frames back to back, with nothing copied.
+    Frames { buf: Vec<u8>, count: usize },
+    /// The datagram's bytes, or a run's back to back: a datagram alone
+    /// where the kernel put it, a run of another segment size than the
+    /// batch expected gathered into a buffer of the batch's.
+    Bytes(&'a [u8]),
+}
+
+/// Buffers for one `recvmmsg` of up to [`RECV_BATCH`] datagrams or runs.
 ///
-/// The headers and iovecs point into the batch's own heap buffers, set up
-/// once by [`RecvBatch::new`]: the vectors are never resized, so their
-/// heap buffers stay put for the batch's life, when the batch moves too.
-/// After each call the fields the kernel wrote are reset, for the headers
-/// it used only (a receive that finds nothing costs no setup).
+/// Each entry's buffer is cut into pieces of the segment size the batch
+/// expects (`stride`: the last run's), [`HEADROOM`] bytes apart, and
+/// the kernel fills one piece after another: a run of that segment size
+/// lands with each datagram where its frame's headers end, so the frames
+/// are made by writing headers between them, not by copying the run
+/// ([`RecvBatch::take`]). A run taken so leaves with its buffer, and a
+/// spare takes its place. Runs of another size are copied out, and the
+/// batch expects their size from the next receive on.
+///
+/// The headers and iovecs point into the batch's own heap buffers (the
+/// entries' buffers' spare capacity), set before a receive for every
+/// entry whose buffer or stride changed: a buffer is never grown, only
+/// replaced whole, and the vectors of headers and iovecs are never
+/// resized, so nothing they point at moves when the batch does. After
+/// each call the fields the kernel wrote are reset, for the headers it
+/// used only (a receive that finds nothing costs no setup).
 pub(crate) struct RecvBatch {
-    bufs: Vec<u8>,
+    /// One buffer per entry, of [`RECV_SPAN`] bytes' capacity and no
+    /// length: the kernel writes its spare capacity.
+    bufs: Vec<Vec<u8>>,
+    /// Datagram bytes per piece: the segment size of the last run.
+    stride: usize,
+    /// The stride the next receive cuts the buffers by.
+    next_stride: usize,
+    /// Entries whose iovecs point at their buffer, cut by `stride`.
+    laid: Vec<bool>,
     /// u64 elements keep each control buffer aligned for `cmsghdr`.
     cmsgs: Vec<[u64; CMSG_LEN / 8]>,
     names: Vec<libc::sockaddr_in>,
+    /// [`PIECES`] per entry.
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
     metas: Vec<RecvMeta>,
+    /// Bytes the pieces split, copied back together.
+    gathered: Vec<u8>,
 }
 
 // SAFETY: the raw pointers in the headers and iovecs point only into the
 // batch's own heap buffers, which stay put when the batch moves (the
-// vectors are never resized); no pointer is dereferenced by Rust code.
-// Moving the batch to another thread, or using it from one thread at a
-// time under a lock, is then like moving its `Vec`s.
+// vectors are never resized, the entries' buffers never grown); no
+// pointer is dereferenced by Rust code. Moving the batch to another
+// thread, or using it from one thread at a time under a lock, is then
+// like moving its `Vec`s.
 unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
@@ -216,26 +272,61 @@ impl RecvBatch {
             )
         };
         let mut b = Self {
-            bufs: vec![0u8; RECV_BUF_LEN * RECV_BATCH],
+            bufs: (0..RECV_BATCH)
+                .map(|_| Vec::with_capacity(RECV_SPAN))
+                .collect(),
+            // Until a run says otherwise, a datagram alone fills a buffer.
+            stride: RECV_BUF_LEN,
+            next_stride: RECV_BUF_LEN,
+            laid: vec![false; RECV_BATCH],
             cmsgs: vec![[0u64; CMSG_LEN / 8]; RECV_BATCH],
             names: vec![name; RECV_BATCH],
-            iovs: vec![iov; RECV_BATCH],
+            iovs: vec![iov; RECV_BATCH * PIECES],
             hdrs: vec![hdr; RECV_BATCH],
             metas: Vec::with_capacity(RECV_BATCH),
+            gathered: Vec::with_capacity(RECV_BUF_LEN),
         };
         for i in 0..RECV_BATCH {
-            b.iovs[i] = libc::iovec {
-                iov_base: b.bufs[i * RECV_BUF_LEN..].as_mut_ptr().cast(),
-                iov_len: RECV_BUF_LEN,
-            };
             let h = &mut b.hdrs[i].msg_hdr;
             h.msg_name = std::ptr::from_mut(&mut b.names[i]).cast();
-            h.msg_iov = std::ptr::from_mut(&mut b.iovs[i]);
-            h.msg_iovlen = 1;
             h.msg_control = b.cmsgs[i].as_mut_ptr().cast();
         }
         b.reset(RECV_BATCH);
         b
+    }
+
+    /// The pieces of a buffer cut by `stride`: (offset, length) of each
+    /// in the buffer, in the order the kernel fills them. Whole pieces of
+    /// `stride` bytes as many as a run may hold, then the rest of
+    /// [`RECV_BUF_LEN`]; each after [`HEADROOM`] bytes.
+    fn pieces(stride: usize) -> impl Iterator<Item = (usize, usize)> {
+        let whole = (RECV_BUF_LEN / stride).min(GRO_MAX);
+        let rest = RECV_BUF_LEN - whole * stride;
+        (0..whole)
+            .map(move |k| (HEADROOM + k * (HEADROOM + stride), stride))
+            .chain((rest > 0).then_some((HEADROOM + whole * (HEADROOM + stride), rest)))
+    }
+
+    /// Points entry `i`'s iovecs at its buffer's pieces.
+    fn lay(&mut self, i: usize) {
+        let buf = &mut self.bufs[i];
+        debug_assert!(buf.capacity() >= RECV_SPAN && buf.is_empty());
+        let base = buf.as_mut_ptr();
+        let iovs = &mut self.iovs[i * PIECES..(i + 1) * PIECES];
+        let mut n = 0;
+        for (iov, (at, len)) in iovs.iter_mut().zip(Self::pieces(self.stride)) {
+            // (Offsets within the capacity: at most HEADROOM * PIECES +
+            // RECV_BUF_LEN = RECV_SPAN, asserted above.)
+            *iov = libc::iovec {
+                iov_base: base.wrapping_add(at).cast(),
+                iov_len: len,
+            };
+            n += 1;
+        }
+        let h = &mut self.hdrs[i].msg_hdr;
+        h.msg_iov = iovs.as_mut_ptr();
+        h.msg_iovlen = n as _;
+        self.laid[i] = true;
     }
 
     /// Resets what the kernel writes in the first `n` headers: the
@@ -254,11 +345,23 @@ impl RecvBatch {
     pub(crate) fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
         self.reset(self.metas.len());
         self.metas.clear();
-        // SAFETY: every header points at a name, one iovec and a control
-        // buffer of the sizes it states (set by `new`, the lengths reset
-        // since the kernel last wrote them), all in heap buffers owned by
-        // `self` that never move; the kernel writes within those sizes
-        // only.
+        if self.next_stride != self.stride {
+            self.stride = self.next_stride;
+            self.laid.fill(false);
+        }
+        for i in 0..RECV_BATCH {
+            if !self.laid[i] {
+                self.lay(i);
+            }
+        }
+        // SAFETY: every header points at a name, its entry's iovecs and a
+        // control buffer of the sizes it states (names and control
+        // buffers set by `new`, the iovecs by `lay` just now or since,
+        // each within its buffer's capacity, which `lay` checked and
+        // which no one has grown or freed since: a buffer taken away was
+        // replaced and laid again above; the lengths reset since the
+        // kernel last wrote them), all in heap buffers owned by `self`;
+        // the kernel writes within those sizes only.
         let n = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
@@ -323,17 +426,100 @@ impl RecvBatch {
                     c = libc::CMSG_NXTHDR(h, c);
                 }
             }
+            // A long run of another size: the next receive expects its
+            // size. Not a short one: a stream's runs are long ones of its
+            // middle packets between short ones (a message's first
+            // packet, longer by its RETH, and the next packet, sent with
+            // it as a run of two), whose copy costs little, and which
+            // would otherwise have the long ones copied too.
+            if let Some(seg) = meta.segment
+                && seg != self.stride
+                && seg <= RECV_BUF_LEN
+                && meta.len >= LONG_RUN
+            {
+                self.next_stride = seg;
+            }
             self.metas.push(meta);
         }
         Ok(n)
     }
 
-    /// Datagram `i` of the last [`RecvBatch::recv`]: what the kernel told,
-    /// and its bytes.
-    pub(crate) fn get(&self, i: usize) -> Option<(RecvMeta, &[u8])> {
+    /// What the kernel told of datagram (or run) `i` of the last
+    /// [`RecvBatch::recv`].
+    pub(crate) fn meta(&self, i: usize) -> Option<RecvMeta> {
+        self.metas.get(i).copied()
+    }
+
+    /// Datagram (or run) `i` of the last [`RecvBatch::recv`], once: a run
+    /// of the segment size the buffers were cut by as frames, `headers`
+    /// giving the [`HEADROOM`] bytes before a datagram of the length it is
+    /// given, its buffer replaced by `spare` (which must hold
+    /// [`RECV_SPAN`] bytes); anything else as its bytes.
+    pub(crate) fn take(
+        &mut self,
+        i: usize,
+        mut headers: impl FnMut(usize) -> [u8; HEADROOM],
+        spare: impl FnOnce() -> Vec<u8>,
+    ) -> Option<Taken<'_>> {
         let m = *self.metas.get(i)?;
-        let start = i * RECV_BUF_LEN;
-        Some((m, &self.bufs[start..start + m.len]))
+        let stride = self.stride;
+        let whole_run = m.segment == Some(stride)
+            && m.len > stride
+            && !m.truncated
+            && m.len.div_ceil(stride) <= Self::pieces(stride).count();
+        let mut pieces = Self::pieces(stride);
+        if whole_run {
+            let mut replacement = spare();
+            replacement.clear();
+            replacement.reserve(RECV_SPAN);
+            let mut buf = std::mem::replace(&mut self.bufs[i], replacement);
+            self.laid[i] = false;
+            let count = m.len.div_ceil(stride);
+            let last = m.len - (count - 1) * stride;
+            let room = buf.spare_capacity_mut();
+            for k in 0..count {
+                let at = k * (HEADROOM + stride);
+                let h = headers(if k + 1 == count { last } else { stride });
+                for (d, s) in room[at..at + HEADROOM].iter_mut().zip(h) {
+                    d.write(s);
+                }
+            }
+            let len = (count - 1) * (HEADROOM + stride) + HEADROOM + last;
+            // SAFETY: the first `len` bytes are initialized: the kernel
+            // wrote the run's `m.len` bytes into the pieces one after
+            // another, whole pieces of `stride` bytes for all but the last
+            // datagram (the run's segment size is the stride), so datagram
+            // `k` lies at `HEADROOM + k * (HEADROOM + stride)`; the
+            // headers before each were written just above. `len` is
+            // within the capacity: `count` datagrams fit the pieces.
+            unsafe { buf.set_len(len) };
+            return Some(Taken::Frames { buf, count });
+        }
+        let buf = &self.bufs[i];
+        let base = buf.as_ptr();
+        if let Some((at, first)) = pieces.next()
+            && m.len <= first
+        {
+            // SAFETY: the kernel wrote `m.len` bytes into the first piece,
+            // at `at` in the buffer's capacity (`lay` made it so).
+            return Some(Taken::Bytes(unsafe {
+                std::slice::from_raw_parts(base.add(at), m.len)
+            }));
+        }
+        self.gathered.clear();
+        let mut left = m.len;
+        for (at, len) in Self::pieces(stride) {
+            if left == 0 {
+                break;
+            }
+            let n = len.min(left);
+            // SAFETY: the kernel filled the pieces one after another with
+            // `m.len` bytes: this piece's first `n` are written.
+            let bytes = unsafe { std::slice::from_raw_parts(base.add(at), n) };
+            self.gathered.extend_from_slice(bytes);
+            left -= n;
+        }
+        Some(Taken::Bytes(&self.gathered))
     }
 }
 
@@ -620,5 +806,119 @@ mod tests {
             out.dsts.is_empty() && out.iovs.is_empty() && out.hdrs.is_empty(),
             "nothing outlives a send"
         );
+    }
+
+    /// `n` datagrams of `len` bytes and one of `last`, each of its own
+    /// bytes.
+    fn run_of(n: usize, len: usize, last: usize, seed: u8) -> Vec<Vec<u8>> {
+        (0..=n)
+            .map(|k| {
+                let l = if k == n { last } else { len };
+                (0..l).map(|j| (j * 7 + k * 31) as u8 ^ seed).collect()
+            })
+            .collect()
+    }
+
+    /// What a test took of a run: its frames and their count, or its bytes.
+    #[derive(Debug, PartialEq)]
+    enum Got {
+        Frames(Vec<u8>, usize),
+        Bytes(Vec<u8>),
+    }
+
+    /// Sends `run` with GSO and takes it from `batch` in one receive.
+    fn send_and_take(
+        tx: &UdpSocket,
+        rx: &UdpSocket,
+        to: SocketAddrV4,
+        batch: &mut RecvBatch,
+        run: &[Vec<u8>],
+    ) -> (RecvMeta, Got) {
+        let mut out = Outbox::default();
+        let sent = out.send(tx, run.iter().map(|d| (to, &d[..])), true);
+        assert_eq!(sent, (run.len(), 0));
+        assert!(wait_readable(rx, std::time::Duration::from_secs(5)));
+        assert_eq!(batch.recv(rx).expect("a receive"), 1, "one run");
+        let meta = batch.meta(0).expect("its meta");
+        // Headers that say which length they were made for.
+        let headers = |len: usize| [(len % 251) as u8; HEADROOM];
+        let taken = match batch.take(0, headers, || Vec::with_capacity(RECV_SPAN)) {
+            Some(Taken::Frames { buf, count }) => Got::Frames(buf, count),
+            Some(Taken::Bytes(b)) => Got::Bytes(b.to_vec()),
+            None => panic!("nothing taken"),
+        };
+        (meta, taken)
+    }
+
+    #[test]
+    fn a_run_of_the_expected_size_is_received_as_frames_and_any_other_as_its_bytes() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        configure(&rx, 1 << 20).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(to) = rx.local_addr().unwrap() else {
+            unreachable!("bound to IPv4")
+        };
+        let mut batch = RecvBatch::new();
+        let joined = |run: &[Vec<u8>]| run.concat();
+
+        // The first run: the batch expects no size yet, and gives its bytes
+        // as the kernel coalesced them.
+        let a = run_of(20, 1000, 300, 1);
+        let (meta, got) = send_and_take(&tx, &rx, to, &mut batch, &a);
+        assert_eq!(meta.segment, Some(1000), "the kernel coalesced the run");
+        assert_eq!(got, Got::Bytes(joined(&a)));
+
+        // The next of that size: its frames, each datagram after headers
+        // made for its length, back to back.
+        let frames = |run: &[Vec<u8>]| {
+            let mut want = Vec::new();
+            for d in run {
+                want.extend_from_slice(&[(d.len() % 251) as u8; HEADROOM]);
+                want.extend_from_slice(d);
+            }
+            want
+        };
+        let b = run_of(20, 1000, 300, 2);
+        let (_, got) = send_and_take(&tx, &rx, to, &mut batch, &b);
+        assert_eq!(
+            got,
+            Got::Frames(frames(&b), 21),
+            "the frames, byte for byte"
+        );
+        // And again, into the buffer that replaced the first.
+        let c = run_of(63, 1000, 1000, 3);
+        let (_, got) = send_and_take(&tx, &rx, to, &mut batch, &c);
+        assert_eq!(got, Got::Frames(frames(&c), 64));
+
+        // A short run of another size (a message's first packet, longer
+        // by its RETH, and the next): gathered, and the size expected
+        // stays.
+        let d = run_of(1, 1016, 1000, 4);
+        let (meta, got) = send_and_take(&tx, &rx, to, &mut batch, &d);
+        assert_eq!(meta.segment, Some(1016));
+        assert_eq!(got, Got::Bytes(joined(&d)));
+        let e = run_of(20, 1000, 1000, 5);
+        let (_, got) = send_and_take(&tx, &rx, to, &mut batch, &e);
+        assert_eq!(got, Got::Frames(frames(&e), 21));
+
+        // A datagram alone, longer than a piece: gathered whole.
+        let f = run_of(0, 0, 1500, 6);
+        let (meta, got) = send_and_take(&tx, &rx, to, &mut batch, &f);
+        assert_eq!(meta.segment, None);
+        assert_eq!(got, Got::Bytes(joined(&f)));
+        // One shorter: where the kernel put it.
+        let g = run_of(0, 0, 90, 7);
+        let (_, got) = send_and_take(&tx, &rx, to, &mut batch, &g);
+        assert_eq!(got, Got::Bytes(joined(&g)));
+
+        // A long run of another size spans the pieces: gathered, and the
+        // size the batch expects from then on.
+        let h = run_of(29, 700, 700, 8);
+        let (meta, got) = send_and_take(&tx, &rx, to, &mut batch, &h);
+        assert_eq!(meta.segment, Some(700));
+        assert_eq!(got, Got::Bytes(joined(&h)));
+        let i = run_of(29, 700, 20, 9);
+        let (_, got) = send_and_take(&tx, &rx, to, &mut batch, &i);
+        assert_eq!(got, Got::Frames(frames(&i), 30));
     }
 }

@@ -53,7 +53,7 @@ use crate::datagrams::HEADERS_LEN;
 use crate::engine::{Core, RxWait, StreamsSeen};
 use crate::fault::Sink;
 use crate::inbox::Msg;
-use crate::sys::{self, RecvBatch};
+use crate::sys::{self, RecvBatch, Taken};
 
 /// Receive buffer asked of the kernel: room for a burst of a few MiB (a
 /// 1 MiB READ answered at once) while the receive thread catches up.
@@ -567,7 +567,7 @@ fn take(
     runs.reserve(n);
     let mut got = 0;
     for i in 0..n {
-        let Some((meta, payload)) = batch.get(i) else {
+        let Some(meta) = batch.meta(i) else {
             break;
         };
         if let Some(d) = meta.socket_drops {
@@ -577,14 +577,38 @@ fn take(
             stats.rx_truncated.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        if payload.is_empty() {
+        if meta.len == 0 {
             // Nothing a NIC would send.
             continue;
         }
         let dst = SocketAddrV4::new(meta.dst.unwrap_or(*local.ip()), local.port());
-        // A coalesced run is the datagrams it was cut from, in order.
-        let seg = meta.segment.unwrap_or(payload.len()).max(1);
-        got += rebuild_run(meta.src, dst, payload, seg, &mut runs);
+        // The headers before each datagram, made once per length.
+        let mut made: Option<(usize, [u8; HEADERS_LEN])> = None;
+        let headers = |len| match made {
+            Some((l, h)) if l == len => h,
+            _ => {
+                let mut h = [0u8; HEADERS_LEN];
+                write_headers(&mut h, meta.src, dst, len);
+                made = Some((len, h));
+                h
+            }
+        };
+        let spare = || crate::buffers::run_buffer(sys::RECV_SPAN);
+        match batch.take(i, headers, spare) {
+            // A run where the receive put it: its frames, nothing copied.
+            Some(Taken::Frames { buf, count }) => {
+                runs.push(buf);
+                got += count;
+            }
+            // A datagram alone, or a run the receive did not expect:
+            // rebuilt into frames. A coalesced run is the datagrams it was
+            // cut from, in order.
+            Some(Taken::Bytes(payload)) => {
+                let seg = meta.segment.unwrap_or(payload.len()).max(1);
+                got += rebuild_run(meta.src, dst, payload, seg, &mut runs);
+            }
+            None => break,
+        }
     }
     if got == 0 {
         crate::buffers::recycle_list(runs);
