@@ -35,7 +35,9 @@
 #     --tcp -m 14 --tcp-avoid-nodelay`, which turns Nagle off there);
 #   - beside them, a probe of where the machine has put its CPUs: the rate
 #     of a bare two-thread hand-off (doorbell-rt's `handoff` example), before
-#     the first figure, before each veth round and after the last.
+#     the first figure, before each latency and veth round and after the
+#     last, and before each latency round the round trip of one cache line
+#     between two threads (`handoff --line`).
 #
 #   scripts/bench-tools.sh            # 5 s per figure
 #   BENCH_SECS=10 scripts/bench-tools.sh
@@ -113,6 +115,14 @@ probe() {
     if [[ -n $pin ]]; then echo "-"; else target/release/examples/handoff 0.3; fi
 }
 
+# The round trip of one cache line between two threads (ns; the same
+# example with --line): the least a message between the two CPUs waits,
+# once each way, which the latency rounds pay several times over. Printed
+# beside each latency round, not used; "-" where the CPUs are pinned.
+line_probe() {
+    if [[ -n $pin ]]; then echo "-"; else target/release/examples/handoff --line 0.3; fi
+}
+
 # Runs a server command in the background and a client command in front;
 # prints the client's output. $1: seconds to let the server start.
 pair() {
@@ -150,10 +160,13 @@ say "hand-off probe: $probe_start M/s"
 lat_rounds=${BENCH_LAT_ROUNDS:-3}
 lat_rows=""
 lat_probes=""
+lat_lines=""
 for ((r = 1; r <= lat_rounds; r++)); do
     p=$(probe)
     lat_probes+="${lat_probes:+, }$p"
-    say "latency round $r of $lat_rounds (hand-off probe $p M/s)"
+    l=$(line_probe)
+    lat_lines+="${lat_lines:+, }$l"
+    say "latency round $r of $lat_rounds (hand-off probe $p M/s, a cache line's round trip $l ns)"
     say "TCP ping-pong, 14 B, polling (sockperf)"
     sp=$(sockperf_pair 11111 --nonblocked "ping-pong --nonblocked")
     grep -E 'Summary' <<<"$sp" >&2
@@ -339,4 +352,4 @@ for r in rows:
     print("| " + " | ".join(r) + " |")
 EOF
 echo
-echo "hand-off probe (M/s, where the machine put its CPUs): ${probe_start} before the first figure, ${probe_end} after the last; before each latency round: $lat_probes${veth_probes:+; before each veth round: $veth_probes}"
+echo "hand-off probe (M/s, where the machine put its CPUs): ${probe_start} before the first figure, ${probe_end} after the last; before each latency round: $lat_probes (a cache line's round trip: $lat_lines ns)${veth_probes:+; before each veth round: $veth_probes}"
