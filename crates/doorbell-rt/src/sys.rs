@@ -300,11 +300,17 @@ impl RecvBatch {
     /// `stride` bytes as many as a run may hold, then the rest of
     /// [`RECV_BUF_LEN`]; each after [`HEADROOM`] bytes.
     fn pieces(stride: usize) -> impl Iterator<Item = (usize, usize)> {
-        let whole = (RECV_BUF_LEN / stride).min(GRO_MAX);
-        let rest = RECV_BUF_LEN - whole * stride;
+        let (whole, rest) = Self::cut(stride);
         (0..whole)
             .map(move |k| (HEADROOM + k * (HEADROOM + stride), stride))
             .chain((rest > 0).then_some((HEADROOM + whole * (HEADROOM + stride), rest)))
+    }
+
+    /// How a buffer cut by `stride` divides: its whole pieces, and the
+    /// bytes of the piece after them (0 if none).
+    fn cut(stride: usize) -> (usize, usize) {
+        let whole = (RECV_BUF_LEN / stride).min(GRO_MAX);
+        (whole, RECV_BUF_LEN - whole * stride)
     }
 
     /// Points entry `i`'s iovecs at its buffer's pieces.
@@ -466,8 +472,10 @@ impl RecvBatch {
         let whole_run = m.segment == Some(stride)
             && m.len > stride
             && !m.truncated
-            && m.len.div_ceil(stride) <= Self::pieces(stride).count();
-        let mut pieces = Self::pieces(stride);
+            && m.len.div_ceil(stride) <= {
+                let (whole, rest) = Self::cut(stride);
+                whole + usize::from(rest > 0)
+            };
         if whole_run {
             let mut replacement = spare();
             replacement.clear();
@@ -497,7 +505,7 @@ impl RecvBatch {
         }
         let buf = &self.bufs[i];
         let base = buf.as_ptr();
-        if let Some((at, first)) = pieces.next()
+        if let Some((at, first)) = Self::pieces(stride).next()
             && m.len <= first
         {
             // SAFETY: the kernel wrote `m.len` bytes into the first piece,
