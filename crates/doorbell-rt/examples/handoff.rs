@@ -32,16 +32,13 @@ fn main() {
     if line {
         args.remove(0);
     }
-    let arg = args.first().cloned();
-    let secs = match arg.as_deref().map(str::parse::<f64>) {
-        None if args.len() <= 1 => 0.3,
-        Some(Ok(s)) if s > 0.0 && s <= 60.0 && args.len() == 1 => s,
-        _ => {
-            eprintln!(
-                "handoff: give at most `--line` and SECONDS, a number above 0 and at most 60, as in `handoff 0.5` or `handoff --line 0.5`; got {args:?}"
-            );
-            std::process::exit(2);
-        }
+    let secs = match args.as_slice() {
+        [] => 0.3,
+        [a] => match a.parse::<f64>() {
+            Ok(s) if s > 0.0 && s <= 60.0 => s,
+            _ => usage(&args),
+        },
+        _ => usage(&args),
     };
     let run = Duration::from_secs_f64(secs);
     if line {
@@ -61,6 +58,14 @@ fn main() {
         n as f64 / t0.elapsed().as_secs_f64()
     });
     println!("{:.1}", rate / 1e6);
+}
+
+/// Says what the arguments should be, and exits.
+fn usage(args: &[String]) -> ! {
+    eprintln!(
+        "handoff: give at most `--line` and SECONDS, a number above 0 and at most 60, as in `handoff 0.5` or `handoff --line 0.5`; got {args:?}"
+    );
+    std::process::exit(2);
 }
 
 /// One atomic on a cache line of its own.
